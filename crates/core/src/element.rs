@@ -1,0 +1,247 @@
+//! Value types the engine computes on, and the accumulator types their ops widen to.
+
+use serde::{de::DeserializeOwned, Serialize};
+use std::fmt::Debug;
+
+/// Runtime tag of an [`Element`] type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 64-bit float.
+    F64,
+    /// 32-bit signed integer.
+    I32,
+    /// 64-bit signed integer.
+    I64,
+}
+
+impl DType {
+    /// Lower-case name (`f32`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+        }
+    }
+    /// Whether the type is a float.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+}
+
+/// An accumulator number: the lane and total types of sums and products
+/// (`f32`, `f64`, `i64`). Integer arithmetic wraps (two's complement) and never panics.
+pub trait Acc:
+    Copy + Send + Sync + Debug + PartialEq + Default + Serialize + DeserializeOwned + 'static
+{
+    /// Additive identity.
+    const ZERO: Self;
+    /// Multiplicative identity.
+    const ONE: Self;
+    /// Addition (wrapping for integers).
+    fn add(self, o: Self) -> Self;
+    /// Multiplication (wrapping for integers).
+    fn mul(self, o: Self) -> Self;
+    /// Conversion to f64 (exact for floats; rounding for large i64).
+    fn as_f64(self) -> f64;
+}
+
+macro_rules! acc_float {
+    ($t:ty) => {
+        impl Acc for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
+            #[inline(always)]
+            fn as_f64(self) -> f64 {
+                self as f64
+            }
+        }
+    };
+}
+acc_float!(f32);
+acc_float!(f64);
+impl Acc for i64 {
+    const ZERO: Self = 0;
+    const ONE: Self = 1;
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        self.wrapping_mul(o)
+    }
+    #[inline(always)]
+    fn as_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+/// A value type the engine reduces: `f32`, `f64`, `i32` or `i64`.
+///
+/// The associated types say how each op widens its input (semantics.md):
+/// sums and products of integers accumulate and return `i64`; means, variances, medians
+/// and other statistics of integers are computed and returned as `f64`, of `f32` as `f32`
+/// (accumulated in `f64` internally).
+pub trait Element:
+    Copy
+    + Send
+    + Sync
+    + Debug
+    + PartialOrd
+    + PartialEq
+    + Default
+    + Serialize
+    + DeserializeOwned
+    + 'static
+{
+    /// Runtime tag.
+    const DTYPE: DType;
+    /// Lowest value: `-inf` for floats, `MIN` for integers (identity of amax).
+    const LOWEST: Self;
+    /// Highest value: `+inf` for floats, `MAX` for integers (identity of amin).
+    const HIGHEST: Self;
+    /// Zero of the type.
+    const ZERO: Self;
+    /// Accumulator inside one vector block of a sum: `f32` for `f32`, `f64` for `f64`,
+    /// `i64` for integers.
+    type Lane: Acc;
+    /// Accumulator across blocks (the mergeable sum/prod state): `f64` for floats,
+    /// `i64` for integers.
+    type Total: Acc;
+    /// Output type of sum/prod/cumsum of this input: the input float type, or `i64`.
+    type Wide: Element;
+    /// Output type of mean/var/std/median/...: `f32` for `f32`, `f64` otherwise.
+    type Real: Float;
+    /// Into a vector-block accumulator.
+    fn to_lane(self) -> Self::Lane;
+    /// Block accumulator into the total.
+    fn lane_to_total(l: Self::Lane) -> Self::Total;
+    /// Into the total type directly.
+    fn to_total(self) -> Self::Total;
+    /// Total into the output type of sum/prod.
+    fn total_to_wide(t: Self::Total) -> Self::Wide;
+    /// Into f64 (exact for f32, f64 and i32).
+    fn to_f64(self) -> f64;
+    /// Whether this is a NaN (always false for integers).
+    fn is_nan(self) -> bool;
+    /// Absolute value as f64.
+    #[inline(always)]
+    fn abs_f64(self) -> f64 {
+        self.to_f64().abs()
+    }
+}
+
+/// A float output type (`f32` or `f64`).
+pub trait Float: Element {
+    /// Not-a-number.
+    const NAN: Self;
+    /// Positive infinity.
+    const INFINITY: Self;
+    /// Negative infinity.
+    const NEG_INFINITY: Self;
+    /// Conversion from f64 (rounding to nearest for f32).
+    fn from_f64(v: f64) -> Self;
+}
+
+macro_rules! element_float {
+    ($t:ty, $dt:expr, $lane:ty) => {
+        impl Element for $t {
+            const DTYPE: DType = $dt;
+            const LOWEST: Self = <$t>::NEG_INFINITY;
+            const HIGHEST: Self = <$t>::INFINITY;
+            const ZERO: Self = 0.0;
+            type Lane = $lane;
+            type Total = f64;
+            type Wide = $t;
+            type Real = $t;
+            #[inline(always)]
+            fn to_lane(self) -> $lane {
+                self as $lane
+            }
+            #[inline(always)]
+            fn lane_to_total(l: $lane) -> f64 {
+                l as f64
+            }
+            #[inline(always)]
+            fn to_total(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn total_to_wide(t: f64) -> $t {
+                t as $t
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+        }
+        impl Float for $t {
+            const NAN: Self = <$t>::NAN;
+            const INFINITY: Self = <$t>::INFINITY;
+            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+        }
+    };
+}
+element_float!(f32, DType::F32, f32);
+element_float!(f64, DType::F64, f64);
+
+macro_rules! element_int {
+    ($t:ty, $dt:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $dt;
+            const LOWEST: Self = <$t>::MIN;
+            const HIGHEST: Self = <$t>::MAX;
+            const ZERO: Self = 0;
+            type Lane = i64;
+            type Total = i64;
+            type Wide = i64;
+            type Real = f64;
+            #[inline(always)]
+            fn to_lane(self) -> i64 {
+                self as i64
+            }
+            #[inline(always)]
+            fn lane_to_total(l: i64) -> i64 {
+                l
+            }
+            #[inline(always)]
+            fn to_total(self) -> i64 {
+                self as i64
+            }
+            #[inline(always)]
+            fn total_to_wide(t: i64) -> i64 {
+                t
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                false
+            }
+        }
+    };
+}
+element_int!(i32, DType::I32);
+element_int!(i64, DType::I64);

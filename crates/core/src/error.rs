@@ -1,0 +1,99 @@
+//! The one error type of the engine.
+
+use thiserror::Error;
+
+/// Result alias used throughout the engine.
+pub type Result<T, E = MaskedError> = std::result::Result<T, E>;
+
+/// Everything that can be wrong with a call: bad dims, bad masks, bad option values,
+/// malformed data. Every variant names the offending value so that the first line of its
+/// `Display` is a complete message.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum MaskedError {
+    /// A dim index outside `[-ndim, ndim)` (a 0-d input accepts 0 and -1).
+    #[error("dim {dim} is out of range for a {ndim}-d input (expected a value in [{lo}, {hi}])")]
+    DimOutOfRange {
+        /// The dim as given.
+        dim: isize,
+        /// Rank of the input.
+        ndim: usize,
+        /// Lowest accepted value.
+        lo: isize,
+        /// Highest accepted value.
+        hi: isize,
+    },
+    /// The same dim named twice (after wrapping negative indices).
+    #[error("dim {dim} appears more than once in the list of dims")]
+    DuplicateDim {
+        /// The canonical (non-negative) dim that repeats.
+        dim: usize,
+    },
+    /// An op that takes exactly one dim (or at most one) got another number of them.
+    #[error("{op} takes {expected}, got {got} dims")]
+    DimCount {
+        /// The op.
+        op: &'static str,
+        /// What it accepts, in words.
+        expected: &'static str,
+        /// How many were given (0 for none).
+        got: usize,
+    },
+    /// A mask whose shape does not broadcast to the input shape.
+    #[error("mask of shape {mask:?} does not broadcast to input shape {input:?}")]
+    MaskNotBroadcastable {
+        /// Mask shape.
+        mask: Vec<usize>,
+        /// Input shape.
+        input: Vec<usize>,
+    },
+    /// A mask with more dims than the input.
+    #[error("mask has {mask_ndim} dims but the input has only {input_ndim}")]
+    MaskRank {
+        /// Mask rank.
+        mask_ndim: usize,
+        /// Input rank.
+        input_ndim: usize,
+    },
+    /// Two shapes that must be equal are not.
+    #[error("shape mismatch: {what}: {left:?} vs {right:?}")]
+    ShapeMismatch {
+        /// What was being compared.
+        what: String,
+        /// First shape.
+        left: Vec<usize>,
+        /// Second shape.
+        right: Vec<usize>,
+    },
+    /// A bit buffer of the wrong length for its shape.
+    #[error("bit mask holds {got} bits but its shape {shape:?} needs {expected}")]
+    MaskLength {
+        /// Shape declared.
+        shape: Vec<usize>,
+        /// Bits needed.
+        expected: usize,
+        /// Bits given.
+        got: usize,
+    },
+    /// An option value outside its domain (q outside [0, 1], negative eps or correction, ...).
+    #[error("invalid value for {name}: {value} ({reason})")]
+    InvalidArgument {
+        /// The option.
+        name: &'static str,
+        /// The value as text.
+        value: String,
+        /// Why it is rejected.
+        reason: &'static str,
+    },
+    /// Data that violates a structural invariant (a sparse pattern, a file...).
+    #[error("invalid data: {0}")]
+    InvalidData(String),
+    /// An op that this layout or dtype does not provide.
+    #[error("{op} is not supported {context}")]
+    Unsupported {
+        /// The op.
+        op: &'static str,
+        /// Where (layout or dtype), in words.
+        context: String,
+    },
+}

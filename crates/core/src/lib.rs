@@ -1,0 +1,37 @@
+//! # masked-core
+//!
+//! The small core every layout of the `masked` engine shares:
+//!
+//! - [`Element`]: the value types (`f32`, `f64`, `i32`, `i64`) and how each op widens them;
+//! - [`Dims`] and [`ReducePlan`]: which dims an op reduces and the shapes that follow;
+//! - [`BitMask`] and [`Bits`]: bit-packed validity masks;
+//! - [`Fold`]: an op written once as identity / push / merge / finish, with a vector fast
+//!   path through [`Lanes`] and [`fold_run`];
+//! - [`ops`]: the op values ([`ops::Sum`], [`ops::Mean`], ...);
+//! - [`MaskedReduce`]: the contract a layout implements (fold each lane) and the op
+//!   methods every layout then gets for free;
+//! - [`MaskedError`]: the one error type.
+//!
+//! ```
+//! use masked_core::{ops::Sum, Bits, Fold};
+//! let xs = [1.0f32, 2.0, f32::NAN, 4.0];
+//! let valid = [0b1011u64]; // element 2 (the NaN) is masked out
+//! let state = Sum.fold_slice(&xs, Some(Bits::new(&valid, 0)));
+//! assert_eq!(Fold::<f32>::finish(&Sum, &state), 7.0);
+//! ```
+#![deny(missing_docs)]
+
+pub mod dims;
+pub mod element;
+pub mod error;
+pub mod fold;
+pub mod mask;
+pub mod ops;
+pub mod reduce;
+
+pub use dims::{wrap_dim, Dims, ReducePlan};
+pub use element::{Acc, DType, Element, Float};
+pub use error::{MaskedError, Result};
+pub use fold::{fold_run, Fold, Lanes};
+pub use mask::{BitMask, Bits};
+pub use reduce::MaskedReduce;

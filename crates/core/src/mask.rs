@@ -1,0 +1,348 @@
+//! Bit-packed masks: [`BitMask`] (owned, with a shape) and [`Bits`] (a borrowed run of bits
+//! that the lane kernels read 64 at a time).
+//!
+//! Bits are stored least-significant-bit first in `u64` words (`bitvec`'s
+//! `BitVec<u64, Lsb0>`), element `i` of the row-major order at bit `i % 64` of word
+//! `i / 64`. A 64-element chunk of values therefore meets its validity as one word,
+//! which is what a vector mask register wants.
+
+use crate::error::{MaskedError, Result};
+use bitvec::prelude::{BitVec, Lsb0};
+use serde::{Deserialize, Serialize};
+
+/// A borrowed run of validity bits: bit `i` of the run is bit `start + i` of `words`.
+#[derive(Debug, Clone, Copy)]
+pub struct Bits<'a> {
+    words: &'a [u64],
+    start: usize,
+}
+
+impl<'a> Bits<'a> {
+    /// The run that starts at bit `start` of `words`.
+    #[inline]
+    pub fn new(words: &'a [u64], start: usize) -> Self {
+        Bits { words, start }
+    }
+
+    /// The same words, starting `offset` bits later.
+    #[inline]
+    pub fn offset(self, offset: usize) -> Self {
+        Bits {
+            words: self.words,
+            start: self.start + offset,
+        }
+    }
+
+    /// Bit `i` of the run. Bits past the end of the words read as 0.
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> bool {
+        let p = self.start + i;
+        self.words.get(p / 64).is_some_and(|w| (w >> (p % 64)) & 1 == 1)
+    }
+
+    /// The 64 bits `i .. i + 64` of the run as one word (bit `k` = element `i + k`).
+    /// Bits past the end of the words read as 0.
+    #[inline(always)]
+    pub fn word_at(&self, i: usize) -> u64 {
+        let p = self.start + i;
+        let (w, s) = (p / 64, p % 64);
+        let lo = self.words.get(w).copied().unwrap_or(0) >> s;
+        if s == 0 {
+            lo
+        } else {
+            lo | (self.words.get(w + 1).copied().unwrap_or(0) << (64 - s))
+        }
+    }
+
+    /// Whether any of the first `len` bits of the run is set.
+    pub fn any(&self, len: usize) -> bool {
+        let mut i = 0;
+        while i + 64 <= len {
+            if self.word_at(i) != 0 {
+                return true;
+            }
+            i += 64;
+        }
+        i < len && self.word_at(i) & ((1u64 << (len - i)) - 1) != 0
+    }
+
+    /// Number of set bits among the first `len` bits of the run.
+    pub fn count_ones(&self, len: usize) -> usize {
+        let mut n = 0usize;
+        let mut i = 0;
+        while i + 64 <= len {
+            n += self.word_at(i).count_ones() as usize;
+            i += 64;
+        }
+        if i < len {
+            let rem = len - i;
+            n += (self.word_at(i) & ((1u64 << rem) - 1)).count_ones() as usize;
+        }
+        n
+    }
+}
+
+/// An owned bit mask with a shape: `true` marks a valid element.
+///
+/// ```
+/// use masked_core::BitMask;
+/// let m = BitMask::from_bools(&[2, 3], [true, false, true, false, false, false]).unwrap();
+/// assert_eq!(m.count_ones(), 2);
+/// assert!(m.get(2) && !m.get(1));
+/// // broadcast a per-row mask of shape [2, 1] to [2, 3]
+/// let rows = BitMask::from_bools(&[2, 1], [true, false]).unwrap();
+/// let full = rows.broadcast_to(&[2, 3]).unwrap();
+/// assert_eq!(full.to_vec(), vec![true, true, true, false, false, false]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BitMask {
+    shape: Vec<usize>,
+    bits: BitVec<u64, Lsb0>,
+}
+
+impl BitMask {
+    /// A mask of `shape` with every element set to `value`.
+    pub fn filled(shape: &[usize], value: bool) -> Self {
+        let n = shape.iter().product();
+        BitMask {
+            shape: shape.to_vec(),
+            bits: BitVec::repeat(value, n),
+        }
+    }
+
+    /// A mask of `shape` from its elements in row-major order.
+    ///
+    /// # Errors
+    /// [`MaskedError::MaskLength`] when the iterator does not yield exactly one value per
+    /// element.
+    pub fn from_bools(shape: &[usize], values: impl IntoIterator<Item = bool>) -> Result<Self> {
+        let bits: BitVec<u64, Lsb0> = values.into_iter().collect();
+        Self::from_bitvec(shape, bits)
+    }
+
+    /// A mask of `shape` from a bit vector in row-major order.
+    ///
+    /// # Errors
+    /// [`MaskedError::MaskLength`] when the length does not match the shape.
+    pub fn from_bitvec(shape: &[usize], bits: BitVec<u64, Lsb0>) -> Result<Self> {
+        let n: usize = shape.iter().product();
+        if bits.len() != n {
+            return Err(MaskedError::MaskLength {
+                shape: shape.to_vec(),
+                expected: n,
+                got: bits.len(),
+            });
+        }
+        Ok(BitMask {
+            shape: shape.to_vec(),
+            bits,
+        })
+    }
+
+    /// A mask of `shape` from packed words (bit `i` = bit `i % 64` of word `i / 64`).
+    /// Bits past the element count are ignored.
+    ///
+    /// # Errors
+    /// [`MaskedError::MaskLength`] when there are too few words.
+    pub fn from_words(shape: &[usize], words: Vec<u64>) -> Result<Self> {
+        let n: usize = shape.iter().product();
+        if words.len() * 64 < n {
+            return Err(MaskedError::MaskLength {
+                shape: shape.to_vec(),
+                expected: n,
+                got: words.len() * 64,
+            });
+        }
+        let mut bits = BitVec::<u64, Lsb0>::from_vec(words);
+        bits.truncate(n);
+        Ok(BitMask {
+            shape: shape.to_vec(),
+            bits,
+        })
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.bits.len()
+    }
+    /// Whether the mask has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.bits.is_empty()
+    }
+    /// Element `i` in row-major order.
+    pub fn get(&self, i: usize) -> bool {
+        self.bits[i]
+    }
+    /// Sets element `i`.
+    pub fn set(&mut self, i: usize, v: bool) {
+        self.bits.set(i, v);
+    }
+    /// Number of valid elements.
+    pub fn count_ones(&self) -> usize {
+        self.bits.count_ones()
+    }
+    /// Whether every element is valid.
+    pub fn all(&self) -> bool {
+        self.bits.all()
+    }
+    /// The packed words (the last one may hold unused high bits, always 0 here).
+    pub fn words(&self) -> &[u64] {
+        self.bits.as_raw_slice()
+    }
+    /// A [`Bits`] run over the whole mask.
+    pub fn bits(&self) -> Bits<'_> {
+        Bits::new(self.words(), 0)
+    }
+    /// The elements in row-major order.
+    pub fn to_vec(&self) -> Vec<bool> {
+        self.bits.iter().by_vals().collect()
+    }
+    /// The underlying bit vector.
+    pub fn as_bitvec(&self) -> &BitVec<u64, Lsb0> {
+        &self.bits
+    }
+    /// The same bits under another shape of the same size.
+    ///
+    /// # Errors
+    /// [`MaskedError::MaskLength`] when the sizes differ.
+    pub fn reshape(self, shape: &[usize]) -> Result<Self> {
+        Self::from_bitvec(shape, self.bits)
+    }
+
+    /// Broadcasts this mask to `shape` by NumPy rules (dims aligned from the right; a
+    /// dim of size 1 stretches; missing leading dims stretch).
+    ///
+    /// # Errors
+    /// [`MaskedError::MaskRank`] when the mask has more dims than `shape`, and
+    /// [`MaskedError::MaskNotBroadcastable`] when a dim neither matches nor is 1.
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Self> {
+        if self.shape == shape {
+            return Ok(self.clone());
+        }
+        let (mn, n) = (self.shape.len(), shape.len());
+        if mn > n {
+            return Err(MaskedError::MaskRank {
+                mask_ndim: mn,
+                input_ndim: n,
+            });
+        }
+        // source stride of each target dim (0 where the mask stretches)
+        let mut src_strides = vec![0usize; n];
+        let mut stride = 1usize;
+        for k in 0..mn {
+            let (md, td) = (mn - 1 - k, n - 1 - k);
+            let (ms, ts) = (self.shape[md], shape[td]);
+            if ms == ts {
+                src_strides[td] = if ms == 1 { 0 } else { stride };
+            } else if ms == 1 {
+                src_strides[td] = 0;
+            } else {
+                return Err(MaskedError::MaskNotBroadcastable {
+                    mask: self.shape.clone(),
+                    input: shape.to_vec(),
+                });
+            }
+            stride *= ms;
+        }
+        let total: usize = shape.iter().product();
+        let mut bits = BitVec::<u64, Lsb0>::with_capacity(total);
+        if total > 0 {
+            let inner = shape[n - 1];
+            let inner_stride = src_strides[n - 1];
+            let mut idx = vec![0usize; n];
+            let rows = total / inner.max(1);
+            for _ in 0..rows {
+                let base: usize = (0..n - 1).map(|d| idx[d] * src_strides[d]).sum();
+                for j in 0..inner {
+                    bits.push(self.bits[base + j * inner_stride]);
+                }
+                // advance the odometer over the outer dims
+                for d in (0..n - 1).rev() {
+                    idx[d] += 1;
+                    if idx[d] < shape[d] {
+                        break;
+                    }
+                    idx[d] = 0;
+                }
+            }
+        }
+        Ok(BitMask {
+            shape: shape.to_vec(),
+            bits,
+        })
+    }
+
+    /// Elementwise AND with another mask of the same shape.
+    ///
+    /// # Errors
+    /// [`MaskedError::ShapeMismatch`] when the shapes differ.
+    pub fn and(&self, other: &BitMask) -> Result<BitMask> {
+        if self.shape != other.shape {
+            return Err(MaskedError::ShapeMismatch {
+                what: "mask AND".into(),
+                left: self.shape.clone(),
+                right: other.shape.clone(),
+            });
+        }
+        let mut bits = self.bits.clone();
+        bits &= other.bits.as_bitslice();
+        Ok(BitMask {
+            shape: self.shape.clone(),
+            bits,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_at_unaligned() {
+        let words = [0xF0F0_F0F0_F0F0_F0F0u64, 0x0000_0000_0000_0001];
+        let b = Bits::new(&words, 4);
+        assert_eq!(b.word_at(0), 0x1F0F_0F0F_0F0F_0F0F);
+        assert!(b.get(0) && !b.get(4));
+        assert_eq!(b.offset(60).word_at(0), 1);
+        assert_eq!(b.count_ones(64), 33);
+        assert_eq!(b.count_ones(3), 3);
+        assert!(b.any(1) && !b.offset(4).any(4) && b.offset(4).any(5));
+    }
+
+    #[test]
+    fn broadcast_shapes() {
+        let m = BitMask::from_bools(&[3], [true, false, true]).unwrap();
+        let b = m.broadcast_to(&[2, 3]).unwrap();
+        assert_eq!(b.to_vec(), [true, false, true, true, false, true]);
+        let m = BitMask::from_bools(&[1, 2, 1], [true, false]).unwrap();
+        let b = m.broadcast_to(&[2, 2, 2]).unwrap();
+        assert_eq!(
+            b.to_vec(),
+            [true, true, false, false, true, true, false, false]
+        );
+        assert!(matches!(
+            m.broadcast_to(&[2, 3, 1]),
+            Err(MaskedError::MaskNotBroadcastable { .. })
+        ));
+        assert!(matches!(
+            m.broadcast_to(&[2, 1]),
+            Err(MaskedError::MaskRank { .. })
+        ));
+        let s = BitMask::from_bools(&[], [false]).unwrap();
+        assert_eq!(s.broadcast_to(&[2, 2]).unwrap().count_ones(), 0);
+        let e = BitMask::from_bools(&[1], [true]).unwrap();
+        assert_eq!(e.broadcast_to(&[0, 3]).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn serde_round_trip() {
+        let m = BitMask::from_bools(&[2, 2], [true, false, false, true]).unwrap();
+        let s = serde_json::to_string(&m).unwrap();
+        let back: BitMask = serde_json::from_str(&s).unwrap();
+        assert_eq!(m, back);
+    }
+}

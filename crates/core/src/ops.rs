@@ -1,0 +1,483 @@
+//! The monoid ops, each written once as a [`Fold`] value.
+//!
+//! | op | state | output | fully masked lane |
+//! |---|---|---|---|
+//! | [`Sum`] | `T::Total` (f64 / i64) | `T::Wide` | 0 |
+//! | [`Prod`] | `T::Total` | `T::Wide` | 1 |
+//! | [`AMax`] / [`AMin`] | `T` | `T` | `LOWEST` / `HIGHEST` (∓inf, integer MIN / MAX) |
+//! | [`ArgMax`] / [`ArgMin`] | `(T, i64)` | `i64` | 0 |
+//! | [`Mean`] | `(T::Total, i64)` | `T::Real` | NaN |
+//! | [`Count`] | `i64` | `i64` | 0 (count is valid everywhere) |
+
+use crate::element::{Acc, Element, Float};
+use crate::fold::{fold_run, Fold, Lanes};
+use crate::mask::Bits;
+
+/// Elements per vector block of a float sum: each of the kernel's accumulators adds at
+/// most `BLOCK / 32` values before the block total moves to the f64 state, so an f32 sum
+/// stays within 1e-4 relative of an f64 one at any size.
+pub const BLOCK: usize = 4096;
+
+/// Runs `f` on consecutive blocks of at most [`BLOCK`] elements.
+#[inline]
+fn blocks<T>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64, mut f: impl FnMut(&[T], Option<Bits<'_>>, i64)) {
+    let mut off = 0;
+    while off < xs.len() {
+        let end = (off + BLOCK).min(xs.len());
+        f(&xs[off..end], bits.map(|b| b.offset(off)), idx0 + off as i64);
+        off = end;
+    }
+}
+
+/// Number of valid elements in a run.
+#[inline]
+fn valid_count(len: usize, bits: Option<Bits<'_>>) -> i64 {
+    bits.map_or(len, |b| b.count_ones(len)) as i64
+}
+
+// ---------------------------------------------------------------- sum
+
+/// Masked sum. Integers accumulate in `i64` (wrapping); floats in vector blocks then `f64`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sum;
+
+/// Lane monoid of [`Sum`].
+#[derive(Debug)]
+pub struct SumLanes;
+impl<T: Element> Lanes<T> for SumLanes {
+    type A = T::Lane;
+    #[inline(always)]
+    fn id() -> T::Lane {
+        <T::Lane as Acc>::ZERO
+    }
+    #[inline(always)]
+    fn lift(x: T, _: i64) -> T::Lane {
+        x.to_lane()
+    }
+    #[inline(always)]
+    fn comb(a: T::Lane, b: T::Lane) -> T::Lane {
+        a.add(b)
+    }
+}
+
+impl<T: Element> Fold<T> for Sum {
+    type State = T::Total;
+    type Output = T::Wide;
+    fn name(&self) -> &'static str {
+        "sum"
+    }
+    fn identity(&self) -> T::Total {
+        <T::Total as Acc>::ZERO
+    }
+    #[inline]
+    fn push(&self, s: &mut T::Total, x: T, _: i64) {
+        *s = s.add(x.to_total());
+    }
+    fn merge(&self, s: &mut T::Total, o: T::Total) {
+        *s = s.add(o);
+    }
+    fn finish(&self, s: &T::Total) -> T::Wide {
+        T::total_to_wide(*s)
+    }
+    fn push_run(&self, s: &mut T::Total, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+        blocks(xs, bits, idx0, |b, m, i| {
+            *s = s.add(T::lane_to_total(fold_run::<T, SumLanes>(b, m, i)));
+        });
+    }
+}
+
+// ---------------------------------------------------------------- prod
+
+/// Masked product, accumulated in `T::Total` (f64 for floats, wrapping i64 for integers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prod;
+
+/// Lane monoid of [`Prod`].
+#[derive(Debug)]
+pub struct ProdLanes;
+impl<T: Element> Lanes<T> for ProdLanes {
+    type A = T::Total;
+    #[inline(always)]
+    fn id() -> T::Total {
+        <T::Total as Acc>::ONE
+    }
+    #[inline(always)]
+    fn lift(x: T, _: i64) -> T::Total {
+        x.to_total()
+    }
+    #[inline(always)]
+    fn comb(a: T::Total, b: T::Total) -> T::Total {
+        a.mul(b)
+    }
+}
+
+impl<T: Element> Fold<T> for Prod {
+    type State = T::Total;
+    type Output = T::Wide;
+    fn name(&self) -> &'static str {
+        "prod"
+    }
+    fn identity(&self) -> T::Total {
+        <T::Total as Acc>::ONE
+    }
+    #[inline]
+    fn push(&self, s: &mut T::Total, x: T, _: i64) {
+        *s = s.mul(x.to_total());
+    }
+    fn merge(&self, s: &mut T::Total, o: T::Total) {
+        *s = s.mul(o);
+    }
+    fn finish(&self, s: &T::Total) -> T::Wide {
+        T::total_to_wide(*s)
+    }
+    fn push_run(&self, s: &mut T::Total, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+        *s = s.mul(fold_run::<T, ProdLanes>(xs, bits, idx0));
+    }
+}
+
+// ---------------------------------------------------------------- amax / amin
+
+/// NaN-propagating maximum: a NaN operand wins.
+#[inline(always)]
+fn max_nan<T: Element>(a: T, b: T) -> T {
+    if b > a || b.is_nan() {
+        b
+    } else {
+        a
+    }
+}
+/// NaN-propagating minimum: a NaN operand wins.
+#[inline(always)]
+fn min_nan<T: Element>(a: T, b: T) -> T {
+    if b < a || b.is_nan() {
+        b
+    } else {
+        a
+    }
+}
+
+macro_rules! extreme_op {
+    ($(#[$doc:meta])* $op:ident, $lanes:ident, $name:literal, $id:ident, $f:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct $op;
+
+        #[doc = concat!("Lane monoid of [`", stringify!($op), "`].")]
+        #[derive(Debug)]
+        pub struct $lanes;
+        impl<T: Element> Lanes<T> for $lanes {
+            type A = T;
+            #[inline(always)]
+            fn id() -> T {
+                T::$id
+            }
+            #[inline(always)]
+            fn lift(x: T, _: i64) -> T {
+                x
+            }
+            #[inline(always)]
+            fn comb(a: T, b: T) -> T {
+                $f(a, b)
+            }
+        }
+
+        impl<T: Element> Fold<T> for $op {
+            type State = T;
+            type Output = T;
+            fn name(&self) -> &'static str {
+                $name
+            }
+            fn identity(&self) -> T {
+                T::$id
+            }
+            #[inline]
+            fn push(&self, s: &mut T, x: T, _: i64) {
+                *s = $f(*s, x);
+            }
+            fn merge(&self, s: &mut T, o: T) {
+                *s = $f(*s, o);
+            }
+            fn finish(&self, s: &T) -> T {
+                *s
+            }
+            fn push_run(&self, s: &mut T, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+                *s = $f(*s, fold_run::<T, $lanes>(xs, bits, idx0));
+            }
+        }
+    };
+}
+
+extreme_op!(
+    /// Masked maximum; NaN at a valid position propagates; `-inf` / integer MIN when fully masked.
+    AMax, AMaxLanes, "amax", LOWEST, max_nan
+);
+extreme_op!(
+    /// Masked minimum; NaN at a valid position propagates; `+inf` / integer MAX when fully masked.
+    AMin, AMinLanes, "amin", HIGHEST, min_nan
+);
+
+// ---------------------------------------------------------------- argmax / argmin
+
+/// Index sentinel of an empty arg state.
+const NO_INDEX: i64 = i64::MAX;
+
+/// The better of two `(value, index)` candidates: a NaN beats any number, the first NaN
+/// beats later ones; otherwise the value `better` prefers, ties to the smaller index.
+#[inline(always)]
+fn arg_pick<T: Element>(a: (T, i64), b: (T, i64), better: impl Fn(T, T) -> bool) -> (T, i64) {
+    let (an, bn) = (a.0.is_nan(), b.0.is_nan());
+    if an || bn {
+        if an && bn {
+            if b.1 < a.1 {
+                b
+            } else {
+                a
+            }
+        } else if an {
+            a
+        } else {
+            b
+        }
+    } else if better(b.0, a.0) || (b.0 == a.0 && b.1 < a.1) {
+        b
+    } else {
+        a
+    }
+}
+
+macro_rules! arg_op {
+    ($(#[$doc:meta])* $op:ident, $lanes:ident, $name:literal, $id:ident, $cmp:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct $op;
+
+        #[doc = concat!("Lane monoid of [`", stringify!($op), "`].")]
+        #[derive(Debug)]
+        pub struct $lanes;
+        impl<T: Element> Lanes<T> for $lanes {
+            type A = (T, i64);
+            #[inline(always)]
+            fn id() -> (T, i64) {
+                (T::$id, NO_INDEX)
+            }
+            #[inline(always)]
+            fn lift(x: T, i: i64) -> (T, i64) {
+                (x, i)
+            }
+            #[inline(always)]
+            fn comb(a: (T, i64), b: (T, i64)) -> (T, i64) {
+                arg_pick(a, b, $cmp)
+            }
+        }
+
+        impl<T: Element> Fold<T> for $op {
+            type State = (T, i64);
+            type Output = i64;
+            fn name(&self) -> &'static str {
+                $name
+            }
+            fn identity(&self) -> (T, i64) {
+                (T::$id, NO_INDEX)
+            }
+            #[inline]
+            fn push(&self, s: &mut (T, i64), x: T, i: i64) {
+                *s = arg_pick(*s, (x, i), $cmp);
+            }
+            fn merge(&self, s: &mut (T, i64), o: (T, i64)) {
+                *s = arg_pick(*s, o, $cmp);
+            }
+            fn finish(&self, s: &(T, i64)) -> i64 {
+                if s.1 == NO_INDEX {
+                    0
+                } else {
+                    s.1
+                }
+            }
+            fn push_run(&self, s: &mut (T, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+                *s = arg_pick(*s, fold_run::<T, $lanes>(xs, bits, idx0), $cmp);
+            }
+        }
+    };
+}
+
+arg_op!(
+    /// Index of the masked maximum along the lane (first among ties; the first valid NaN
+    /// wins; 0 when fully masked). Index type `i64`.
+    ArgMax, ArgMaxLanes, "argmax", LOWEST, |b: T, a: T| b > a
+);
+arg_op!(
+    /// Index of the masked minimum along the lane (first among ties; the first valid NaN
+    /// wins; 0 when fully masked). Index type `i64`.
+    ArgMin, ArgMinLanes, "argmin", HIGHEST, |b: T, a: T| b < a
+);
+
+// ---------------------------------------------------------------- mean / count
+
+/// Masked mean: the [`Sum`] state and a count; NaN when fully masked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mean;
+
+impl<T: Element> Fold<T> for Mean {
+    type State = (T::Total, i64);
+    type Output = T::Real;
+    fn name(&self) -> &'static str {
+        "mean"
+    }
+    fn identity(&self) -> (T::Total, i64) {
+        (<T::Total as Acc>::ZERO, 0)
+    }
+    #[inline]
+    fn push(&self, s: &mut (T::Total, i64), x: T, _: i64) {
+        s.0 = s.0.add(x.to_total());
+        s.1 += 1;
+    }
+    fn merge(&self, s: &mut (T::Total, i64), o: (T::Total, i64)) {
+        s.0 = s.0.add(o.0);
+        s.1 += o.1;
+    }
+    fn finish(&self, s: &(T::Total, i64)) -> T::Real {
+        <T::Real as Float>::from_f64(s.0.as_f64() / s.1 as f64)
+    }
+    fn push_run(&self, s: &mut (T::Total, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+        Fold::<T>::push_run(&Sum, &mut s.0, xs, bits, idx0);
+        s.1 += valid_count(xs.len(), bits);
+    }
+}
+
+/// Number of valid elements (valid everywhere, even for a fully masked lane).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Count;
+
+impl<T: Element> Fold<T> for Count {
+    type State = i64;
+    type Output = i64;
+    fn name(&self) -> &'static str {
+        "count"
+    }
+    fn identity(&self) -> i64 {
+        0
+    }
+    #[inline]
+    fn push(&self, s: &mut i64, _: T, _: i64) {
+        *s += 1;
+    }
+    fn merge(&self, s: &mut i64, o: i64) {
+        *s += o;
+    }
+    fn finish(&self, s: &i64) -> i64 {
+        *s
+    }
+    fn valid_everywhere(&self) -> bool {
+        true
+    }
+    fn push_run(&self, s: &mut i64, xs: &[T], bits: Option<Bits<'_>>, _: i64) {
+        *s += valid_count(xs.len(), bits);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fold<T: Element, F: Fold<T>>(f: &F, xs: &[T], valid: &[bool]) -> F::Output {
+        let words: Vec<u64> = valid
+            .chunks(64)
+            .map(|c| c.iter().enumerate().fold(0u64, |w, (k, &v)| w | ((v as u64) << k)))
+            .collect();
+        let s = f.fold_slice(xs, Some(Bits::new(&words, 0)));
+        // the element-by-element path agrees with the vector path
+        let mut t = f.identity();
+        for (k, (&x, &v)) in xs.iter().zip(valid).enumerate() {
+            if v {
+                f.push(&mut t, x, k as i64);
+            }
+        }
+        let (a, b) = (f.finish(&s), f.finish(&t));
+        assert!(a == b || (a != a && b != b), "{a:?} vs {b:?}");
+        a
+    }
+
+    #[test]
+    fn hand_checked_values() {
+        let x = [-3.0f32, f32::NAN, -1.0, 2.0];
+        let m = [true, false, true, false];
+        assert_eq!(fold(&Sum, &x, &m), -4.0);
+        assert_eq!(fold(&Prod, &x, &m), 3.0);
+        assert_eq!(fold(&AMax, &x, &m), -1.0);
+        assert_eq!(fold(&AMin, &x, &m), -3.0);
+        assert_eq!(fold(&ArgMax, &x, &m), 2);
+        assert_eq!(fold(&ArgMin, &x, &m), 0);
+        assert_eq!(fold(&Mean, &x, &m), -2.0);
+        assert_eq!(fold(&Count, &x, &m), 2);
+        let none = [false; 4];
+        assert_eq!(fold(&Sum, &x, &none), 0.0);
+        assert_eq!(fold(&Prod, &x, &none), 1.0);
+        assert_eq!(fold(&AMax, &x, &none), f32::NEG_INFINITY);
+        assert_eq!(fold(&AMin, &x, &none), f32::INFINITY);
+        assert_eq!(fold(&ArgMax, &x, &none), 0);
+        assert!(fold(&Mean, &x, &none).is_nan());
+        // valid NaN propagates; argmax picks the first valid NaN
+        let all = [true; 4];
+        assert!(fold(&AMax, &x, &all).is_nan());
+        assert!(fold(&AMin, &x, &all).is_nan());
+        assert_eq!(fold(&ArgMax, &x, &all), 1);
+        assert_eq!(fold(&ArgMin, &x, &all), 1);
+    }
+
+    #[test]
+    fn ties_and_integers() {
+        let x = [5i32, 1, 5, 1, i32::MAX];
+        let m = [true, true, true, true, false];
+        assert_eq!(fold(&ArgMax, &x, &m), 0);
+        assert_eq!(fold(&ArgMin, &x, &m), 1);
+        let none = [false; 5];
+        assert_eq!(fold(&AMax, &x, &none), i32::MIN);
+        assert_eq!(fold(&AMin, &x, &none), i32::MAX);
+        // sums widen to i64; products wrap
+        let big = [i32::MAX; 3];
+        assert_eq!(fold(&Sum, &big, &[true; 3]), 3 * i32::MAX as i64);
+        let huge = [i64::MAX, 2];
+        assert_eq!(fold(&Prod, &huge, &[true; 2]), i64::MAX.wrapping_mul(2));
+        assert_eq!(fold(&Mean, &[1i64, 2], &[true; 2]), 1.5f64);
+    }
+
+    #[test]
+    fn argmax_ties_across_vector_accumulators() {
+        // equal maxima at positions 3 and 40 (different accumulators): first wins
+        let mut x = vec![0.0f64; 100];
+        x[40] = 7.0;
+        x[3] = 7.0;
+        assert_eq!(fold(&ArgMax, &x, &[true; 100]), 3);
+        let mut y = vec![0.0f64; 100];
+        y[70] = f64::NAN;
+        y[65] = f64::NAN;
+        assert_eq!(fold(&ArgMin, &y, &[true; 100]), 65);
+        // all -inf: the first valid one
+        let z = vec![f64::NEG_INFINITY; 70];
+        let mut m = vec![true; 70];
+        m[0] = false;
+        assert_eq!(fold(&ArgMax, &z, &m), 1);
+    }
+
+    #[test]
+    fn merge_of_halves_equals_one_pass() {
+        let x: Vec<f64> = (0..1000).map(|i| ((i * 37) % 101) as f64 - 50.0).collect();
+        let f = ArgMax;
+        let whole = f.fold_slice(&x, None);
+        let mut a = f.identity();
+        Fold::<f64>::push_run(&f, &mut a, &x[..333], None, 0);
+        let mut b = f.identity();
+        Fold::<f64>::push_run(&f, &mut b, &x[333..], None, 333);
+        Fold::<f64>::merge(&f, &mut a, b);
+        assert_eq!(a, whole);
+    }
+
+    #[test]
+    fn f32_sum_accuracy_at_size() {
+        let n = 1 << 22;
+        let x: Vec<f32> = (0..n).map(|i| 1.0 + ((i % 1000) as f32) * 1e-3).collect();
+        let exact: f64 = x.iter().map(|&v| v as f64).sum();
+        let got = Fold::<f32>::finish(&Sum, &Sum.fold_slice(&x, None)) as f64;
+        assert!(((got - exact) / exact).abs() < 1e-6, "{got} vs {exact}");
+    }
+}

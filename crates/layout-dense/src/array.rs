@@ -1,0 +1,161 @@
+//! The dense masked array type.
+
+use crate::kernels;
+use masked_core::{BitMask, Dims, Element, Fold, MaskedError, MaskedReduce, ReducePlan, Result};
+use ndarray::{ArrayBase, ArrayD, ArrayView, Data, Dimension, IxDyn, OwnedRepr, RawData, ViewRepr};
+
+/// A dense array with an optional validity mask (`true` = valid).
+///
+/// The mask is bit-packed in the array's logical row-major order and always has the
+/// array's shape: a smaller mask is broadcast (NumPy rules) when attached. No mask means
+/// every element is valid.
+pub struct MaskedArray<S: RawData, D: Dimension> {
+    data: ArrayBase<S, D>,
+    mask: Option<BitMask>,
+}
+
+impl<S: Data, D: Dimension> std::fmt::Debug for MaskedArray<S, D>
+where
+    S::Elem: std::fmt::Debug,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MaskedArray")
+            .field("data", &self.data)
+            .field("mask", &self.mask)
+            .finish()
+    }
+}
+
+impl<S: ndarray::RawDataClone, D: Dimension> Clone for MaskedArray<S, D> {
+    fn clone(&self) -> Self {
+        MaskedArray {
+            data: self.data.clone(),
+            mask: self.mask.clone(),
+        }
+    }
+}
+
+/// An owned masked array of any rank: what reductions return.
+pub type MaskedArrayD<T> = MaskedArray<OwnedRepr<T>, IxDyn>;
+/// A masked array over a borrowed `ndarray` view (zero-copy).
+pub type MaskedView<'a, T, D> = MaskedArray<ViewRepr<&'a T>, D>;
+
+impl<S: RawData, D: Dimension> MaskedArray<S, D> {
+    /// An array with no mask: every element is valid.
+    pub fn unmasked(data: ArrayBase<S, D>) -> Self {
+        MaskedArray { data, mask: None }
+    }
+
+    /// An array with a bit mask, broadcast to the data's shape.
+    ///
+    /// # Errors
+    /// [`MaskedError::MaskRank`] or [`MaskedError::MaskNotBroadcastable`].
+    pub fn new(data: ArrayBase<S, D>, mask: BitMask) -> Result<Self> {
+        let mask = mask.broadcast_to(data.shape())?;
+        Ok(MaskedArray {
+            data,
+            mask: Some(mask),
+        })
+    }
+
+    /// An array with a mask given as a bool array of any broadcastable shape.
+    ///
+    /// # Errors
+    /// As [`MaskedArray::new`].
+    pub fn from_bool_mask<D2: Dimension>(
+        data: ArrayBase<S, D>,
+        mask: ArrayView<'_, bool, D2>,
+    ) -> Result<Self> {
+        let bits = BitMask::from_bools(mask.shape(), mask.iter().copied())?;
+        Self::new(data, bits)
+    }
+
+    /// The values (including those at masked-out positions).
+    pub fn values(&self) -> &ArrayBase<S, D> {
+        &self.data
+    }
+    /// The mask, if any (always of the data's shape).
+    pub fn mask(&self) -> Option<&BitMask> {
+        self.mask.as_ref()
+    }
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        self.data.shape()
+    }
+    /// The mask as bools in row-major order (all true when there is no mask).
+    pub fn mask_vec(&self) -> Vec<bool> {
+        match &self.mask {
+            Some(m) => m.to_vec(),
+            None => vec![true; self.data.len()],
+        }
+    }
+    /// The mask as a bool array of the data's shape (all true when there is no mask).
+    pub fn mask_array(&self) -> ArrayD<bool> {
+        ArrayD::from_shape_vec(IxDyn(self.data.shape()), self.mask_vec())
+            .expect("mask length equals the data's element count")
+    }
+    /// The values and the mask.
+    pub fn into_parts(self) -> (ArrayBase<S, D>, Option<BitMask>) {
+        (self.data, self.mask)
+    }
+}
+
+impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
+    /// A zero-copy masked view of this array.
+    pub fn view(&self) -> MaskedView<'_, T, D> {
+        MaskedArray {
+            data: self.data.view(),
+            mask: self.mask.clone(),
+        }
+    }
+
+    /// This array with the extra mask `!is_nan(x)` ANDed into its mask (the nan-family).
+    pub fn and_not_nan(&self) -> MaskedView<'_, T, D> {
+        let nan_ok = BitMask::from_bools(self.data.shape(), self.data.iter().map(|x| !x.is_nan()))
+            .expect("one bit per element");
+        let mask = match &self.mask {
+            Some(m) => m.and(&nan_ok).expect("masks share the data's shape"),
+            None => nan_ok,
+        };
+        MaskedArray {
+            data: self.data.view(),
+            mask: Some(mask),
+        }
+    }
+}
+
+impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArray<S, D> {
+    type Reduced<O: Element> = MaskedArrayD<O>;
+
+    fn fold_lanes<F: Fold<T>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<MaskedArrayD<F::Output>> {
+        let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
+        let std = self.data.as_standard_layout();
+        let gathered: Vec<T>;
+        let xs: &[T] = match std.as_slice() {
+            Some(s) => s,
+            None => {
+                gathered = std.iter().copied().collect();
+                &gathered
+            }
+        };
+        let bits = self.mask.as_ref().map(BitMask::bits);
+        let (states, any) = kernels::fold_all(op, xs, bits, &plan);
+        let values: Vec<F::Output> = states.iter().map(|s| op.finish(s)).collect();
+        let mask = if op.valid_everywhere() {
+            BitMask::filled(&plan.out_shape, true)
+        } else {
+            BitMask::from_bools(&plan.out_shape, any)?
+        };
+        let data = ArrayD::from_shape_vec(IxDyn(&plan.out_shape), values)
+            .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+        Ok(MaskedArray {
+            data,
+            mask: Some(mask),
+        })
+    }
+}

@@ -1,0 +1,219 @@
+//! Lane kernels of the dense layout: fold every lane of a row-major array with any
+//! [`Fold`]. Three strategies, picked from the shape of the reduction:
+//!
+//! - **runs**: the reduced dims are the innermost ones, so each lane is a contiguous run
+//!   of values and of mask bits, folded by the op's vector fast path
+//!   ([`Fold::push_run`]). A lane too long for one task is split into fixed-size
+//!   chunks folded in parallel and merged in order.
+//! - **columns**: one block of reduced dims followed by kept dims (`dim=0` of a matrix):
+//!   sweep the reduced index, pushing each contiguous row into a row of states
+//!   ([`Fold::push_each`]); memory is read in order.
+//! - **gather**: anything else (several separated reduced blocks): each lane's values
+//!   and bits are gathered into scratch buffers, then folded as a run.
+//!
+//! Work is split by fixed sizes, never by thread count, so results are bit-for-bit the
+//! same on any number of threads.
+
+use masked_core::{Bits, Element, Fold, ReducePlan};
+use rayon::prelude::*;
+
+/// Elements a parallel task should at least cover.
+const GRAIN: usize = 1 << 15;
+/// Chunk of one long lane folded as one task.
+const LANE_CHUNK: usize = 1 << 16;
+/// Columns per task in the column sweep.
+const COL_CHUNK: usize = 2048;
+
+/// Folds every lane of `xs` (row-major, shape `plan.in_shape`, valid where `bits` is set)
+/// and returns one state per output position plus whether its lane had a valid element.
+pub(crate) fn fold_all<T: Element, F: Fold<T>>(
+    op: &F,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    plan: &ReducePlan,
+) -> (Vec<F::State>, Vec<bool>) {
+    let n_out = plan.lanes;
+    let mut states = vec![op.identity(); n_out];
+    let mut any = vec![false; n_out];
+    if n_out == 0 || plan.lane_len == 0 {
+        return (states, any);
+    }
+    let groups = plan.groups();
+    let kinds: Vec<bool> = groups.iter().map(|g| g.0).collect();
+    match kinds.as_slice() {
+        [] | [true] | [false] | [false, true] => {
+            runs(op, xs, bits, plan.lane_len, &mut states, &mut any)
+        }
+        [true, false] => columns(op, xs, bits, 1, groups[0].1, groups[1].1, &mut states, &mut any),
+        [false, true, false] => columns(
+            op,
+            xs,
+            bits,
+            groups[0].1,
+            groups[1].1,
+            groups[2].1,
+            &mut states,
+            &mut any,
+        ),
+        _ => gather(op, xs, bits, plan, &mut states, &mut any),
+    }
+    (states, any)
+}
+
+/// Whether a run of `len` elements starting at `start` has a valid element.
+#[inline]
+fn any_valid(bits: Option<Bits<'_>>, start: usize, len: usize) -> bool {
+    match bits {
+        None => len > 0,
+        Some(b) => b.offset(start).any(len),
+    }
+}
+
+fn runs<T: Element, F: Fold<T>>(
+    op: &F,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    len: usize,
+    states: &mut [F::State],
+    any: &mut [bool],
+) {
+    if states.len() < 4 && len > 2 * LANE_CHUNK {
+        // few long lanes: split each lane, fold the chunks in parallel, merge in order
+        for (i, (s, a)) in states.iter_mut().zip(any.iter_mut()).enumerate() {
+            let lane = &xs[i * len..(i + 1) * len];
+            let parts: Vec<F::State> = lane
+                .par_chunks(LANE_CHUNK)
+                .enumerate()
+                .map(|(c, ch)| {
+                    let mut st = op.identity();
+                    let start = i * len + c * LANE_CHUNK;
+                    op.push_run(&mut st, ch, bits.map(|b| b.offset(start)), (c * LANE_CHUNK) as i64);
+                    st
+                })
+                .collect();
+            for p in parts {
+                op.merge(s, p);
+            }
+            *a = any_valid(bits, i * len, len);
+        }
+        return;
+    }
+    let g = (GRAIN / len).max(1);
+    states
+        .par_chunks_mut(g)
+        .zip(any.par_chunks_mut(g))
+        .enumerate()
+        .for_each(|(c, (st, an))| {
+            for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
+                let start = (c * g + k) * len;
+                let lane_bits = bits.map(|b| b.offset(start));
+                op.push_run(s, &xs[start..start + len], lane_bits, 0);
+                *a = any_valid(bits, start, len);
+            }
+        });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn columns<T: Element, F: Fold<T>>(
+    op: &F,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    outer: usize,
+    red: usize,
+    inner: usize,
+    states: &mut [F::State],
+    any: &mut [bool],
+) {
+    debug_assert_eq!(states.len(), outer * inner);
+    states
+        .par_chunks_mut(inner)
+        .zip(any.par_chunks_mut(inner))
+        .enumerate()
+        .for_each(|(o, (srow, arow))| {
+            srow.par_chunks_mut(COL_CHUNK)
+                .zip(arow.par_chunks_mut(COL_CHUNK))
+                .enumerate()
+                .for_each(|(c, (s, a))| {
+                    let j0 = c * COL_CHUNK;
+                    let w = s.len();
+                    for r in 0..red {
+                        let base = (o * red + r) * inner + j0;
+                        let b = bits.map(|b| b.offset(base));
+                        op.push_each(s, &xs[base..base + w], b, r as i64);
+                        if let Some(b) = b {
+                            for (k, ak) in a.iter_mut().enumerate() {
+                                *ak |= b.get(k);
+                            }
+                        }
+                    }
+                    if bits.is_none() {
+                        a.fill(red > 0);
+                    }
+                });
+        });
+}
+
+fn gather<T: Element, F: Fold<T>>(
+    op: &F,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    plan: &ReducePlan,
+    states: &mut [F::State],
+    any: &mut [bool],
+) {
+    let shape = &plan.in_shape;
+    let nd = shape.len();
+    let mut strides = vec![1usize; nd];
+    for d in (0..nd.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    let dims_of = |reduced: bool| -> Vec<usize> {
+        (0..nd).filter(|&d| plan.reduced[d] == reduced).collect()
+    };
+    let offsets = |dims: &[usize]| -> Vec<usize> {
+        // offsets of every multi-index over `dims`, in row-major order of those dims
+        let mut out = vec![0usize];
+        for &d in dims {
+            let mut next = Vec::with_capacity(out.len() * shape[d]);
+            for &o in &out {
+                for i in 0..shape[d] {
+                    next.push(o + i * strides[d]);
+                }
+            }
+            out = next;
+        }
+        out
+    };
+    let lane_off = offsets(&dims_of(true));
+    let bases = offsets(&dims_of(false));
+    let len = lane_off.len();
+    let g = (GRAIN / len).max(1);
+    states
+        .par_chunks_mut(g)
+        .zip(any.par_chunks_mut(g))
+        .enumerate()
+        .for_each_init(
+            || (Vec::with_capacity(len), vec![0u64; len.div_ceil(64)]),
+            |(vals, words), (c, (st, an))| {
+                for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
+                    let base = bases[c * g + k];
+                    vals.clear();
+                    vals.extend(lane_off.iter().map(|&o| xs[base + o]));
+                    match bits {
+                        None => {
+                            op.push_run(s, vals, None, 0);
+                            *a = true;
+                        }
+                        Some(b) => {
+                            words.fill(0);
+                            for (i, &o) in lane_off.iter().enumerate() {
+                                words[i / 64] |= (b.get(base + o) as u64) << (i % 64);
+                            }
+                            op.push_run(s, vals, Some(Bits::new(words, 0)), 0);
+                            *a = words.iter().any(|&w| w != 0);
+                        }
+                    }
+                }
+            },
+        );
+}
