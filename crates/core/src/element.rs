@@ -32,6 +32,45 @@ impl DType {
     }
 }
 
+/// A vector of values of any [`Element`] type, tagged at run time (for I/O and for code
+/// that picks the dtype from a file).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DynVec {
+    /// f32 values.
+    F32(Vec<f32>),
+    /// f64 values.
+    F64(Vec<f64>),
+    /// i32 values.
+    I32(Vec<i32>),
+    /// i64 values.
+    I64(Vec<i64>),
+}
+
+impl DynVec {
+    /// The tag.
+    pub fn dtype(&self) -> DType {
+        match self {
+            DynVec::F32(_) => DType::F32,
+            DynVec::F64(_) => DType::F64,
+            DynVec::I32(_) => DType::I32,
+            DynVec::I64(_) => DType::I64,
+        }
+    }
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            DynVec::F32(v) => v.len(),
+            DynVec::F64(v) => v.len(),
+            DynVec::I32(v) => v.len(),
+            DynVec::I64(v) => v.len(),
+        }
+    }
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// An accumulator number: the lane and total types of sums and products
 /// (`f32`, `f64`, `i64`). Integer arithmetic wraps (two's complement) and never panics.
 pub trait Acc:
@@ -136,6 +175,8 @@ pub trait Element:
     fn to_f64(self) -> f64;
     /// Whether this is a NaN (always false for integers).
     fn is_nan(self) -> bool;
+    /// Wraps a vector of this type into a [`DynVec`].
+    fn into_dyn(v: Vec<Self>) -> DynVec;
     /// Absolute value as f64.
     #[inline(always)]
     fn abs_f64(self) -> f64 {
@@ -156,7 +197,7 @@ pub trait Float: Element {
 }
 
 macro_rules! element_float {
-    ($t:ty, $dt:expr, $lane:ty) => {
+    ($t:ty, $dt:expr, $lane:ty, $var:ident) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
             const LOWEST: Self = <$t>::NEG_INFINITY;
@@ -190,6 +231,9 @@ macro_rules! element_float {
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
             }
+            fn into_dyn(v: Vec<Self>) -> DynVec {
+                DynVec::$var(v)
+            }
         }
         impl Float for $t {
             const NAN: Self = <$t>::NAN;
@@ -202,11 +246,11 @@ macro_rules! element_float {
         }
     };
 }
-element_float!(f32, DType::F32, f32);
-element_float!(f64, DType::F64, f64);
+element_float!(f32, DType::F32, f32, F32);
+element_float!(f64, DType::F64, f64, F64);
 
 macro_rules! element_int {
-    ($t:ty, $dt:expr) => {
+    ($t:ty, $dt:expr, $var:ident) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
             const LOWEST: Self = <$t>::MIN;
@@ -240,8 +284,11 @@ macro_rules! element_int {
             fn is_nan(self) -> bool {
                 false
             }
+            fn into_dyn(v: Vec<Self>) -> DynVec {
+                DynVec::$var(v)
+            }
         }
     };
 }
-element_int!(i32, DType::I32);
-element_int!(i64, DType::I64);
+element_int!(i32, DType::I32, I32);
+element_int!(i64, DType::I64, I64);

@@ -30,7 +30,7 @@ pub mod ops;
 pub mod reduce;
 
 pub use dims::{wrap_dim, Dims, ReducePlan};
-pub use element::{Acc, DType, Element, Float};
+pub use element::{Acc, DType, DynVec, Element, Float};
 pub use error::{MaskedError, Result};
 pub use fold::{fold_run, Fold, Lanes};
 pub use mask::{BitMask, Bits};

@@ -1,0 +1,275 @@
+//! `masked`: run any op of the engine on files, or time the layouts (`masked bench`).
+//! The contract is docs/cli.md; every bad input exits with status 2 and a one-line
+//! message naming the problem.
+
+mod bench;
+mod error;
+mod npy;
+mod ops;
+
+use clap::Parser;
+use error::CliError;
+use masked::{BitMask, Dims, DynVec, Element, MaskedArray};
+use ndarray::{ArrayViewD, IxDyn};
+use ops::{Kind, OpRequest};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Run one masked op on a file.
+#[derive(Parser, Debug)]
+#[command(
+    name = "masked",
+    version,
+    about = "Masked reductions and normalizations on .npy / .mtx / .npz files",
+    after_help = "Run `masked bench --help` for the benchmark.\nOPs: sum prod amax amin argmax argmin mean count var std norm logsumexp median quantile softmax log_softmax softmin normalize cumsum cumprod nansum nanmean nanvar nanstd nanmax nanmin nanmedian nanquantile"
+)]
+struct RunArgs {
+    /// The op.
+    op: String,
+    /// Input file (.npy dense; .mtx / .npz sparse).
+    input: PathBuf,
+    /// Mask file (.npy bool broadcastable to the input for dense input).
+    #[arg(long)]
+    mask: Option<PathBuf>,
+    /// Use the sparse input's own stored pattern as the mask.
+    #[arg(long)]
+    mask_from_pattern: bool,
+    /// Dims, comma separated (negative wrap); absent = all dims.
+    #[arg(long, allow_hyphen_values = true)]
+    dim: Option<String>,
+    /// Keep reduced dims with size 1.
+    #[arg(long)]
+    keepdim: bool,
+    /// Layout to run on: dense, csr or coo.
+    #[arg(long)]
+    layout: Option<String>,
+    /// var/std correction (default 1).
+    #[arg(long, allow_hyphen_values = true)]
+    correction: Option<String>,
+    /// norm/normalize order (default 2; inf, -inf allowed).
+    #[arg(long, allow_hyphen_values = true)]
+    ord: Option<String>,
+    /// normalize epsilon (default 1e-12).
+    #[arg(long, allow_hyphen_values = true)]
+    eps: Option<String>,
+    /// quantile q in [0, 1] (default 0.5).
+    #[arg(long, allow_hyphen_values = true)]
+    q: Option<String>,
+    /// quantile interpolation: linear|lower|higher|midpoint|nearest.
+    #[arg(long)]
+    interpolation: Option<String>,
+    /// median mode: avg|lower.
+    #[arg(long)]
+    mode: Option<String>,
+    /// Output file (.npy for dense input).
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    /// Output mask file (.npy bool).
+    #[arg(long)]
+    out_mask: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let result = if argv.get(1).map(String::as_str) == Some("bench") {
+        let mut rest = vec!["masked bench".to_string()];
+        rest.extend(argv[2..].iter().cloned());
+        match bench::BenchArgs::try_parse_from(rest) {
+            Ok(a) => bench::run(a),
+            Err(e) => return clap_exit(e),
+        }
+    } else {
+        match RunArgs::try_parse_from(&argv) {
+            Ok(a) => run(a),
+            Err(e) => return clap_exit(e),
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("masked: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Prints clap's help/version (exit 0) or its error (exit 2).
+fn clap_exit(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            print!("{e}");
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            eprint!("{e}");
+            ExitCode::from(2)
+        }
+        _ => {
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("bad arguments");
+            eprintln!("masked: {first}");
+            eprintln!("run `masked --help` for usage");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Parses `--dim 0,-1`.
+pub(crate) fn parse_dims(s: Option<&str>) -> Result<Dims, CliError> {
+    let Some(s) = s else { return Ok(Dims::All) };
+    let v: Result<Vec<isize>, _> = s.split(',').map(|p| p.trim().parse::<isize>()).collect();
+    match v {
+        Ok(v) if !v.is_empty() => Ok(Dims::Set(v)),
+        _ => Err(CliError::Usage(format!(
+            "invalid --dim value '{s}': expected integers separated by commas"
+        ))),
+    }
+}
+
+fn extension(p: &Path) -> String {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}
+
+fn run(a: RunArgs) -> Result<(), CliError> {
+    let spec = ops::lookup(&a.op)?;
+    // options that mean nothing for this op are errors
+    let given: [(&str, bool); 6] = [
+        ("correction", a.correction.is_some()),
+        ("ord", a.ord.is_some()),
+        ("eps", a.eps.is_some()),
+        ("q", a.q.is_some()),
+        ("interpolation", a.interpolation.is_some()),
+        ("mode", a.mode.is_some()),
+    ];
+    for (name, present) in given {
+        if present && !spec.options.contains(&name) {
+            return Err(CliError::Usage(format!(
+                "option --{name} has no meaning for {}",
+                spec.name
+            )));
+        }
+    }
+    if a.keepdim && spec.kind == Kind::Normalize {
+        return Err(CliError::Usage(format!(
+            "option --keepdim has no meaning for {}",
+            spec.name
+        )));
+    }
+    let dims = parse_dims(a.dim.as_deref())?;
+    match (spec.kind, dims.given_len()) {
+        (Kind::Normalize, Some(1)) | (Kind::Reduce, _) | (Kind::ReduceOne, None | Some(1)) => {}
+        (Kind::Normalize, n) => {
+            return Err(CliError::Usage(format!(
+                "{} needs exactly one --dim (got {})",
+                spec.name,
+                n.unwrap_or(0)
+            )))
+        }
+        (Kind::ReduceOne, Some(n)) => {
+            return Err(CliError::Usage(format!(
+                "{} takes at most one --dim (got {n})",
+                spec.name
+            )))
+        }
+    }
+    let ext = extension(&a.input);
+    let layout = a.layout.clone().unwrap_or_else(|| match ext.as_str() {
+        "mtx" => "csr".into(),
+        "npz" => "coo".into(),
+        _ => "dense".into(),
+    });
+    if !["dense", "csr", "coo"].contains(&layout.as_str()) {
+        return Err(CliError::Usage(format!(
+            "invalid --layout '{layout}': expected dense, csr or coo"
+        )));
+    }
+    let req = OpRequest {
+        spec,
+        dims,
+        keepdim: a.keepdim,
+    };
+    match ext.as_str() {
+        "npy" => {
+            if layout != "dense" {
+                return Err(CliError::Usage(format!(
+                    "{}: a .npy file is dense and cannot run on --layout {layout}",
+                    a.input.display()
+                )));
+            }
+            if a.mask_from_pattern {
+                return Err(CliError::Usage(
+                    "--mask-from-pattern needs a sparse (.mtx or .npz) input".into(),
+                ));
+            }
+            run_dense_file(&a, &req)
+        }
+        "mtx" | "npz" => Err(CliError::file(
+            &a.input,
+            format!("sparse input (.{ext}) is not supported by this build yet"),
+        )),
+        _ => Err(CliError::file(
+            &a.input,
+            "unknown input extension: expected .npy, .mtx or .npz".into(),
+        )),
+    }
+}
+
+fn run_dense_file(a: &RunArgs, req: &OpRequest) -> Result<(), CliError> {
+    if extension(&a.output) != "npy" {
+        return Err(CliError::file(
+            &a.output,
+            "dense output must be a .npy file".into(),
+        ));
+    }
+    if let Some(m) = &a.out_mask {
+        if extension(m) != "npy" {
+            return Err(CliError::file(m, "output mask must be a .npy file".into()));
+        }
+    }
+    let input = npy::read_values(&a.input)?;
+    let mask = match &a.mask {
+        Some(p) => {
+            if extension(p) != "npy" {
+                return Err(CliError::file(
+                    p,
+                    "a mask for dense input must be a .npy file".into(),
+                ));
+            }
+            let m = npy::read_mask(p)?;
+            Some(m.broadcast_to(&input.shape).map_err(|e| CliError::file(p, e.to_string()))?)
+        }
+        None => None,
+    };
+    let out = match input.values {
+        DynVec::F32(v) => dense_apply(&input.shape, &v, mask, req)?,
+        DynVec::F64(v) => dense_apply(&input.shape, &v, mask, req)?,
+        DynVec::I32(v) => dense_apply(&input.shape, &v, mask, req)?,
+        DynVec::I64(v) => dense_apply(&input.shape, &v, mask, req)?,
+    };
+    let mask_vals = out.mask.to_vec();
+    // write the mask first to a temp, then values; a failure removes neither existing file
+    npy::write_atomic(&a.output, |buf| npy::encode_dyn(&out.shape, out.values, buf))?;
+    if let Some(m) = &a.out_mask {
+        npy::write_atomic(m, |buf| npy::encode(&out.shape, mask_vals, buf))?;
+    }
+    Ok(())
+}
+
+fn dense_apply<T: Element>(
+    shape: &[usize],
+    v: &[T],
+    mask: Option<BitMask>,
+    req: &OpRequest,
+) -> Result<ops::Outcome, CliError> {
+    let view = ArrayViewD::from_shape(IxDyn(shape), v)
+        .map_err(|e| CliError::Usage(format!("bad input shape: {e}")))?;
+    let a = match mask {
+        Some(m) => MaskedArray::new(view, m)?,
+        None => MaskedArray::unmasked(view),
+    };
+    ops::apply_dense(&a, req)
+}

@@ -1,0 +1,48 @@
+//! # masked
+//!
+//! Masked reductions and normalizations (the semantics of PyTorch's RFC-0016 and
+//! `torch.masked`, with defined values for fully masked lanes) over three layouts:
+//! dense `ndarray` arrays with bit-packed masks, CSR matrices and n-D COO arrays.
+//!
+//! One import gives everything:
+//!
+//! ```
+//! use masked::prelude::*;
+//! use ndarray::array;
+//!
+//! // a padded batch: two sequences of lengths 3 and 1
+//! let x = array![[0.5f32, 1.5, 2.0, 9.0], [4.0, 7.0, 7.0, 7.0]];
+//! let valid = array![[true, true, true, false], [true, false, false, false]];
+//! let a = MaskedArray::from_bool_mask(x.view(), valid.view())?;
+//!
+//! let mean = a.mean(-1, false)?; // per sequence, padding ignored
+//! assert_eq!(mean.values().as_slice().unwrap(), &[4.0 / 3.0, 4.0]);
+//! let best = a.argmax(1, false)?;
+//! assert_eq!(best.values().as_slice().unwrap(), &[2, 0]);
+//! let total = a.sum(Dims::All, false)?; // every valid element
+//! assert_eq!(total.values()[[]], 8.0);
+//! # Ok::<(), MaskedError>(())
+//! ```
+//!
+//! The semantics (masks, dims, fully masked lanes, NaN, integer widening) are in
+//! `docs/semantics.md`; the design in `docs/architecture.md`.
+#![deny(missing_docs)]
+
+pub use layout_coo as coo;
+pub use layout_csr as csr;
+pub use layout_dense as dense;
+pub use masked_core as core;
+
+pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
+pub use masked_core::{
+    ops, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold, MaskedError, MaskedReduce,
+    ReducePlan, Result,
+};
+
+/// Everything a user of the engine needs in scope.
+pub mod prelude {
+    pub use crate::{
+        BitMask, DType, Dims, Element, MaskedArray, MaskedArrayD, MaskedError, MaskedReduce,
+        MaskedView, Result,
+    };
+}
