@@ -1,8 +1,8 @@
 //! `masked bench`: times the ops on generated data (docs/cli.md).
 
 use crate::error::CliError;
-use crate::ops::{self, Kind, OpRequest};
 use clap::Parser;
+use masked::by_name::{self as ops, Kind, OpRequest};
 use masked::{BitMask, Dims, MaskedArray};
 use ndarray::{ArrayViewD, IxDyn};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -65,7 +65,9 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         )));
     }
     if a.repeat == 0 {
-        return Err(CliError::Usage("invalid --repeat 0: expected at least 1".into()));
+        return Err(CliError::Usage(
+            "invalid --repeat 0: expected at least 1".into(),
+        ));
     }
     let dims = match a.dim.as_deref() {
         Some(_) => crate::parse_dims(a.dim.as_deref())?,
@@ -85,7 +87,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     let op_names: Vec<&str> = a.op.split(',').map(str::trim).collect();
     let specs = op_names
         .iter()
-        .map(|n| ops::lookup(n))
+        .map(|n| ops::lookup(n).map_err(CliError::from))
         .collect::<Result<Vec<_>, _>>()?;
     if !a.json {
         println!(
@@ -110,29 +112,26 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         let n: usize = shape.iter().product();
         let mut rng = SmallRng::seed_from_u64(a.seed);
         let values: Vec<f32> = (0..n).map(|_| rng.sample(StandardNormal)).collect();
-        let mask = BitMask::from_bools(&shape, (0..n).map(|_| rng.random::<f64>() < a.mask_density))?;
+        let mask =
+            BitMask::from_bools(&shape, (0..n).map(|_| rng.random::<f64>() < a.mask_density))?;
         let view = ArrayViewD::from_shape(IxDyn(&shape), &values[..])
             .map_err(|e| CliError::Usage(format!("bad --shape: {e}")))?;
         let arr = MaskedArray::new(view, mask)?;
         let bytes = (n * 4 + n.div_ceil(8)) as f64;
         for spec in &specs {
-            let req = OpRequest {
-                spec,
-                dims: match spec.kind {
-                    Kind::ReduceOne | Kind::Normalize => match &dims {
-                        Dims::Set(v) if v.len() > 1 => Dims::from(v[v.len() - 1]),
-                        d => d.clone(),
-                    },
-                    Kind::Reduce => dims.clone(),
+            let req = OpRequest::from_spec(spec).dims(match spec.kind {
+                Kind::ReduceOne | Kind::Normalize => match &dims {
+                    Dims::Set(v) if v.len() > 1 => Dims::from(v[v.len() - 1]),
+                    d => d.clone(),
                 },
-                keepdim: false,
-            };
+                Kind::Reduce => dims.clone(),
+            });
             let secs = pool.install(|| -> Result<f64, CliError> {
-                std::hint::black_box(ops::apply_dense(&arr, &req)?);
+                std::hint::black_box(ops::apply_dense(&arr, &req).map_err(CliError::from)?);
                 let mut t = Vec::with_capacity(a.repeat);
                 for _ in 0..a.repeat {
                     let s = Instant::now();
-                    std::hint::black_box(ops::apply_dense(&arr, &req)?);
+                    std::hint::black_box(ops::apply_dense(&arr, &req).map_err(CliError::from)?);
                     t.push(s.elapsed().as_secs_f64());
                 }
                 t.sort_by(f64::total_cmp);
@@ -152,7 +151,11 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
                     "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12.6} {:>9.2}",
                     spec.name,
                     layout,
-                    shape.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("x"),
+                    shape
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect::<Vec<_>>()
+                        .join("x"),
                     n,
                     threads,
                     secs,

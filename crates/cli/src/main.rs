@@ -5,13 +5,12 @@
 mod bench;
 mod error;
 mod npy;
-mod ops;
 
 use clap::Parser;
 use error::CliError;
+use masked::by_name::{self as ops, Kind, OpRequest};
 use masked::{BitMask, Dims, DynVec, Element, MaskedArray};
 use ndarray::{ArrayViewD, IxDyn};
-use ops::{Kind, OpRequest};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -106,9 +105,16 @@ fn clap_exit(e: clap::Error) -> ExitCode {
             ExitCode::from(2)
         }
         _ => {
+            // clap spreads one message over several lines (names of missing arguments
+            // below the sentence): join them so the first line names the problem
             let msg = e.to_string();
-            let first = msg.lines().next().unwrap_or("bad arguments");
-            eprintln!("masked: {first}");
+            let first: Vec<&str> = msg
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("masked: {}", first.join(" "));
             eprintln!("run `masked --help` for usage");
             ExitCode::from(2)
         }
@@ -187,11 +193,7 @@ fn run(a: RunArgs) -> Result<(), CliError> {
             "invalid --layout '{layout}': expected dense, csr or coo"
         )));
     }
-    let req = OpRequest {
-        spec,
-        dims,
-        keepdim: a.keepdim,
-    };
+    let req = OpRequest::from_spec(spec).dims(dims).keepdim(a.keepdim);
     match ext.as_str() {
         "npy" => {
             if layout != "dense" {
@@ -240,7 +242,10 @@ fn run_dense_file(a: &RunArgs, req: &OpRequest) -> Result<(), CliError> {
                 ));
             }
             let m = npy::read_mask(p)?;
-            Some(m.broadcast_to(&input.shape).map_err(|e| CliError::file(p, e.to_string()))?)
+            Some(
+                m.broadcast_to(&input.shape)
+                    .map_err(|e| CliError::file(p, e.to_string()))?,
+            )
         }
         None => None,
     };
@@ -252,7 +257,9 @@ fn run_dense_file(a: &RunArgs, req: &OpRequest) -> Result<(), CliError> {
     };
     let mask_vals = out.mask.to_vec();
     // write the mask first to a temp, then values; a failure removes neither existing file
-    npy::write_atomic(&a.output, |buf| npy::encode_dyn(&out.shape, out.values, buf))?;
+    npy::write_atomic(&a.output, |buf| {
+        npy::encode_dyn(&out.shape, out.values, buf)
+    })?;
     if let Some(m) = &a.out_mask {
         npy::write_atomic(m, |buf| npy::encode(&out.shape, mask_vals, buf))?;
     }
@@ -271,5 +278,5 @@ fn dense_apply<T: Element>(
         Some(m) => MaskedArray::new(view, m)?,
         None => MaskedArray::unmasked(view),
     };
-    ops::apply_dense(&a, req)
+    Ok(ops::apply_dense(&a, req)?)
 }

@@ -59,19 +59,31 @@ pub fn read_values(path: &Path) -> Result<DynArray, CliError> {
     let err = |e| describe(path, e);
     if let Some(a) = attempt::<f32>(&bytes).map_err(err)? {
         let (shape, v) = to_std(a);
-        return Ok(DynArray { shape, values: DynVec::F32(v) });
+        return Ok(DynArray {
+            shape,
+            values: DynVec::F32(v),
+        });
     }
     if let Some(a) = attempt::<f64>(&bytes).map_err(err)? {
         let (shape, v) = to_std(a);
-        return Ok(DynArray { shape, values: DynVec::F64(v) });
+        return Ok(DynArray {
+            shape,
+            values: DynVec::F64(v),
+        });
     }
     if let Some(a) = attempt::<i32>(&bytes).map_err(err)? {
         let (shape, v) = to_std(a);
-        return Ok(DynArray { shape, values: DynVec::I32(v) });
+        return Ok(DynArray {
+            shape,
+            values: DynVec::I32(v),
+        });
     }
     if let Some(a) = attempt::<i64>(&bytes).map_err(err)? {
         let (shape, v) = to_std(a);
-        return Ok(DynArray { shape, values: DynVec::I64(v) });
+        return Ok(DynArray {
+            shape,
+            values: DynVec::I64(v),
+        });
     }
     Err(CliError::file(
         path,
@@ -108,7 +120,10 @@ pub fn read_mask(path: &Path) -> Result<BitMask, CliError> {
 
 /// Writes `bytes` to `path` through a temporary file in the same folder, so a failure
 /// never leaves a partial file behind.
-pub fn write_atomic(path: &Path, write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>) -> Result<(), CliError> {
+pub fn write_atomic(
+    path: &Path,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+) -> Result<(), CliError> {
     let mut buf = Vec::new();
     write(&mut buf).map_err(|e| CliError::file(path, e))?;
     let tmp = path.with_extension("npy.tmp");
@@ -120,7 +135,11 @@ pub fn write_atomic(path: &Path, write: impl FnOnce(&mut Vec<u8>) -> Result<(), 
 }
 
 /// Encodes an array as `.npy` bytes.
-pub fn encode<T: WritableElement>(shape: &[usize], v: Vec<T>, out: &mut Vec<u8>) -> Result<(), String> {
+pub fn encode<T: WritableElement>(
+    shape: &[usize],
+    v: Vec<T>,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
     let a = ArrayD::from_shape_vec(IxDyn(shape), v).map_err(|e| e.to_string())?;
     a.write_npy(out).map_err(|e| e.to_string())
 }

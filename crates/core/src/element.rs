@@ -110,6 +110,22 @@ macro_rules! acc_float {
 }
 acc_float!(f32);
 acc_float!(f64);
+impl Acc for i128 {
+    const ZERO: Self = 0;
+    const ONE: Self = 1;
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        self.wrapping_add(o)
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        self.wrapping_mul(o)
+    }
+    #[inline(always)]
+    fn as_f64(self) -> f64 {
+        self as f64
+    }
+}
 impl Acc for i64 {
     const ZERO: Self = 0;
     const ONE: Self = 1;
@@ -159,6 +175,15 @@ pub trait Element:
     /// Accumulator across blocks (the mergeable sum/prod state): `f64` for floats,
     /// `i64` for integers.
     type Total: Acc;
+    /// Accumulator inside one vector block of an exact mean: like `Lane`, but `i128` for
+    /// `i64` so that integer means never wrap.
+    type MeanLane: Acc;
+    /// Mergeable total of a mean: `f64` for floats, `i64` for `i32`, `i128` for `i64`.
+    type MeanTotal: Acc;
+    /// Into a mean block accumulator.
+    fn to_mean_lane(self) -> Self::MeanLane;
+    /// Mean block accumulator into the mean total.
+    fn mean_lane_to_total(l: Self::MeanLane) -> Self::MeanTotal;
     /// Output type of sum/prod/cumsum of this input: the input float type, or `i64`.
     type Wide: Element;
     /// Output type of mean/var/std/median/...: `f32` for `f32`, `f64` otherwise.
@@ -207,6 +232,16 @@ macro_rules! element_float {
             type Total = f64;
             type Wide = $t;
             type Real = $t;
+            type MeanLane = $lane;
+            type MeanTotal = f64;
+            #[inline(always)]
+            fn to_mean_lane(self) -> $lane {
+                self as $lane
+            }
+            #[inline(always)]
+            fn mean_lane_to_total(l: $lane) -> f64 {
+                l as f64
+            }
             #[inline(always)]
             fn to_lane(self) -> $lane {
                 self as $lane
@@ -250,7 +285,7 @@ element_float!(f32, DType::F32, f32, F32);
 element_float!(f64, DType::F64, f64, F64);
 
 macro_rules! element_int {
-    ($t:ty, $dt:expr, $var:ident) => {
+    ($t:ty, $dt:expr, $var:ident, $mean:ty) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
             const LOWEST: Self = <$t>::MIN;
@@ -260,6 +295,16 @@ macro_rules! element_int {
             type Total = i64;
             type Wide = i64;
             type Real = f64;
+            type MeanLane = $mean;
+            type MeanTotal = $mean;
+            #[inline(always)]
+            fn to_mean_lane(self) -> $mean {
+                self as $mean
+            }
+            #[inline(always)]
+            fn mean_lane_to_total(l: $mean) -> $mean {
+                l
+            }
             #[inline(always)]
             fn to_lane(self) -> i64 {
                 self as i64
@@ -290,5 +335,5 @@ macro_rules! element_int {
         }
     };
 }
-element_int!(i32, DType::I32, I32);
-element_int!(i64, DType::I64, I64);
+element_int!(i32, DType::I32, I32, i64);
+element_int!(i64, DType::I64, I64, i128);

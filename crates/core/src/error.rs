@@ -88,6 +88,9 @@ pub enum MaskedError {
     /// Data that violates a structural invariant (a sparse pattern, a file...).
     #[error("invalid data: {0}")]
     InvalidData(String),
+    /// An op name that the engine does not know.
+    #[error("unknown op '{0}' (expected one of: sum prod amax amin argmax argmin mean count var std norm logsumexp median quantile softmax log_softmax softmin normalize cumsum cumprod nansum nanmean nanvar nanstd nanmax nanmin nanmedian nanquantile)")]
+    UnknownOp(String),
     /// An op that this layout or dtype does not provide.
     #[error("{op} is not supported {context}")]
     Unsupported {

@@ -153,11 +153,7 @@ mod cpu {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn kernel_avx512<T: Copy, L: Lanes<T>>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-) -> L::A {
+unsafe fn kernel_avx512<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
     kernel::<T, L>(xs, bits, idx0)
 }
 

@@ -37,7 +37,9 @@ impl<'a> Bits<'a> {
     #[inline(always)]
     pub fn get(&self, i: usize) -> bool {
         let p = self.start + i;
-        self.words.get(p / 64).is_some_and(|w| (w >> (p % 64)) & 1 == 1)
+        self.words
+            .get(p / 64)
+            .is_some_and(|w| (w >> (p % 64)) & 1 == 1)
     }
 
     /// The 64 bits `i .. i + 64` of the run as one word (bit `k` = element `i + k`).

@@ -20,11 +20,20 @@ pub const BLOCK: usize = 4096;
 
 /// Runs `f` on consecutive blocks of at most [`BLOCK`] elements.
 #[inline]
-fn blocks<T>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64, mut f: impl FnMut(&[T], Option<Bits<'_>>, i64)) {
+fn blocks<T>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+    mut f: impl FnMut(&[T], Option<Bits<'_>>, i64),
+) {
     let mut off = 0;
     while off < xs.len() {
         let end = (off + BLOCK).min(xs.len());
-        f(&xs[off..end], bits.map(|b| b.offset(off)), idx0 + off as i64);
+        f(
+            &xs[off..end],
+            bits.map(|b| b.offset(off)),
+            idx0 + off as i64,
+        );
         off = end;
     }
 }
@@ -314,33 +323,57 @@ arg_op!(
 
 // ---------------------------------------------------------------- mean / count
 
-/// Masked mean: the [`Sum`] state and a count; NaN when fully masked.
+/// Masked mean: an exact-as-possible sum and a count; NaN when fully masked. Floats sum
+/// in vector blocks then `f64`; `i32` in `i64` and `i64` in `i128`, so an integer mean
+/// never wraps and is exact up to the final division.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Mean;
 
+/// Lane monoid of [`Mean`]'s sum.
+#[derive(Debug)]
+pub struct MeanLanes;
+impl<T: Element> Lanes<T> for MeanLanes {
+    type A = T::MeanLane;
+    #[inline(always)]
+    fn id() -> T::MeanLane {
+        <T::MeanLane as Acc>::ZERO
+    }
+    #[inline(always)]
+    fn lift(x: T, _: i64) -> T::MeanLane {
+        x.to_mean_lane()
+    }
+    #[inline(always)]
+    fn comb(a: T::MeanLane, b: T::MeanLane) -> T::MeanLane {
+        a.add(b)
+    }
+}
+
 impl<T: Element> Fold<T> for Mean {
-    type State = (T::Total, i64);
+    type State = (T::MeanTotal, i64);
     type Output = T::Real;
     fn name(&self) -> &'static str {
         "mean"
     }
-    fn identity(&self) -> (T::Total, i64) {
-        (<T::Total as Acc>::ZERO, 0)
+    fn identity(&self) -> (T::MeanTotal, i64) {
+        (<T::MeanTotal as Acc>::ZERO, 0)
     }
     #[inline]
-    fn push(&self, s: &mut (T::Total, i64), x: T, _: i64) {
-        s.0 = s.0.add(x.to_total());
+    fn push(&self, s: &mut (T::MeanTotal, i64), x: T, _: i64) {
+        s.0 = s.0.add(T::mean_lane_to_total(x.to_mean_lane()));
         s.1 += 1;
     }
-    fn merge(&self, s: &mut (T::Total, i64), o: (T::Total, i64)) {
+    fn merge(&self, s: &mut (T::MeanTotal, i64), o: (T::MeanTotal, i64)) {
         s.0 = s.0.add(o.0);
         s.1 += o.1;
     }
-    fn finish(&self, s: &(T::Total, i64)) -> T::Real {
+    fn finish(&self, s: &(T::MeanTotal, i64)) -> T::Real {
         <T::Real as Float>::from_f64(s.0.as_f64() / s.1 as f64)
     }
-    fn push_run(&self, s: &mut (T::Total, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-        Fold::<T>::push_run(&Sum, &mut s.0, xs, bits, idx0);
+    fn push_run(&self, s: &mut (T::MeanTotal, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+        blocks(xs, bits, idx0, |b, m, i| {
+            s.0 =
+                s.0.add(T::mean_lane_to_total(fold_run::<T, MeanLanes>(b, m, i)));
+        });
         s.1 += valid_count(xs.len(), bits);
     }
 }
@@ -383,7 +416,11 @@ mod tests {
     fn fold<T: Element, F: Fold<T>>(f: &F, xs: &[T], valid: &[bool]) -> F::Output {
         let words: Vec<u64> = valid
             .chunks(64)
-            .map(|c| c.iter().enumerate().fold(0u64, |w, (k, &v)| w | ((v as u64) << k)))
+            .map(|c| {
+                c.iter()
+                    .enumerate()
+                    .fold(0u64, |w, (k, &v)| w | ((v as u64) << k))
+            })
             .collect();
         let s = f.fold_slice(xs, Some(Bits::new(&words, 0)));
         // the element-by-element path agrees with the vector path
@@ -440,6 +477,12 @@ mod tests {
         let huge = [i64::MAX, 2];
         assert_eq!(fold(&Prod, &huge, &[true; 2]), i64::MAX.wrapping_mul(2));
         assert_eq!(fold(&Mean, &[1i64, 2], &[true; 2]), 1.5f64);
+        // an i64 mean never wraps: (MAX + MAX) / 2 == MAX
+        let m = fold(&Mean, &[i64::MAX, i64::MAX], &[true; 2]);
+        assert_eq!(m, i64::MAX as f64);
+        // and is exact where an f64 running sum would lose the small terms
+        let m = fold(&Mean, &[i64::MAX, 3, i64::MIN, 2], &[true; 4]);
+        assert_eq!(m, 4.0 / 4.0);
     }
 
     #[test]

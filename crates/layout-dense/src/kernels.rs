@@ -44,7 +44,16 @@ pub(crate) fn fold_all<T: Element, F: Fold<T>>(
         [] | [true] | [false] | [false, true] => {
             runs(op, xs, bits, plan.lane_len, &mut states, &mut any)
         }
-        [true, false] => columns(op, xs, bits, 1, groups[0].1, groups[1].1, &mut states, &mut any),
+        [true, false] => columns(
+            op,
+            xs,
+            bits,
+            1,
+            groups[0].1,
+            groups[1].1,
+            &mut states,
+            &mut any,
+        ),
         [false, true, false] => columns(
             op,
             xs,
@@ -87,7 +96,12 @@ fn runs<T: Element, F: Fold<T>>(
                 .map(|(c, ch)| {
                     let mut st = op.identity();
                     let start = i * len + c * LANE_CHUNK;
-                    op.push_run(&mut st, ch, bits.map(|b| b.offset(start)), (c * LANE_CHUNK) as i64);
+                    op.push_run(
+                        &mut st,
+                        ch,
+                        bits.map(|b| b.offset(start)),
+                        (c * LANE_CHUNK) as i64,
+                    );
                     st
                 })
                 .collect();
@@ -167,9 +181,8 @@ fn gather<T: Element, F: Fold<T>>(
     for d in (0..nd.saturating_sub(1)).rev() {
         strides[d] = strides[d + 1] * shape[d + 1];
     }
-    let dims_of = |reduced: bool| -> Vec<usize> {
-        (0..nd).filter(|&d| plan.reduced[d] == reduced).collect()
-    };
+    let dims_of =
+        |reduced: bool| -> Vec<usize> { (0..nd).filter(|&d| plan.reduced[d] == reduced).collect() };
     let offsets = |dims: &[usize]| -> Vec<usize> {
         // offsets of every multi-index over `dims`, in row-major order of those dims
         let mut out = vec![0usize];

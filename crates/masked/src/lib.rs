@@ -28,6 +28,8 @@
 //! `docs/semantics.md`; the design in `docs/architecture.md`.
 #![deny(missing_docs)]
 
+pub mod by_name;
+
 pub use layout_coo as coo;
 pub use layout_csr as csr;
 pub use layout_dense as dense;

@@ -1,7 +1,21 @@
-//! The op table of the CLI contract and the dispatch of one op on a dense masked array.
+//! Ops by name: the op table of the `masked` command line and a dispatcher that runs a
+//! named op on a masked array. Code that picks the op at run time (the CLI, the bench,
+//! the golden tests, a config-driven pipeline) goes through here.
+//!
+//! ```
+//! use masked::by_name::{apply_dense, OpRequest};
+//! use masked::{DynVec, MaskedArray};
+//! use ndarray::array;
+//!
+//! let x = array![[1.0f64, 2.0], [3.0, 4.0]].into_dyn();
+//! let a = MaskedArray::unmasked(x.view());
+//! let out = apply_dense(&a, &OpRequest::new("sum")?.dims(0).keepdim(true))?;
+//! assert_eq!(out.shape, vec![1, 2]);
+//! assert_eq!(out.values, DynVec::F64(vec![4.0, 6.0]));
+//! # Ok::<(), masked::MaskedError>(())
+//! ```
 
-use crate::error::CliError;
-use masked::{BitMask, Dims, DynVec, Element, MaskedArrayD, MaskedReduce, MaskedView};
+use crate::{BitMask, Dims, DynVec, Element, MaskedArrayD, MaskedError, MaskedReduce, MaskedView};
 use ndarray::IxDyn;
 
 /// How an op uses its dims and options.
@@ -27,7 +41,11 @@ pub struct OpSpec {
 }
 
 const fn spec(name: &'static str, kind: Kind, options: &'static [&'static str]) -> OpSpec {
-    OpSpec { name, kind, options }
+    OpSpec {
+        name,
+        kind,
+        options,
+    }
 }
 
 /// Every op of the contract, whether or not this build implements it yet.
@@ -63,17 +81,18 @@ pub const OPS: &[OpSpec] = &[
 ];
 
 /// Looks an op up by name.
-pub fn lookup(name: &str) -> Result<&'static OpSpec, CliError> {
-    OPS.iter().find(|s| s.name == name).ok_or_else(|| {
-        CliError::Usage(format!(
-            "unknown op '{name}' (expected one of: {})",
-            OPS.iter().map(|s| s.name).collect::<Vec<_>>().join(" ")
-        ))
-    })
+///
+/// # Errors
+/// [`MaskedError::UnknownOp`].
+pub fn lookup(name: &str) -> Result<&'static OpSpec, MaskedError> {
+    OPS.iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| MaskedError::UnknownOp(name.to_string()))
 }
 
 /// A parsed request: the op and its arguments.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct OpRequest {
     /// The op.
     pub spec: &'static OpSpec,
@@ -83,7 +102,36 @@ pub struct OpRequest {
     pub keepdim: bool,
 }
 
+impl OpRequest {
+    /// A request for the named op over all dims, without keepdim.
+    ///
+    /// # Errors
+    /// [`MaskedError::UnknownOp`].
+    pub fn new(name: &str) -> Result<Self, MaskedError> {
+        Ok(Self::from_spec(lookup(name)?))
+    }
+    /// A request for the op of a table row, over all dims, without keepdim.
+    pub fn from_spec(spec: &'static OpSpec) -> Self {
+        OpRequest {
+            spec,
+            dims: Dims::All,
+            keepdim: false,
+        }
+    }
+    /// The same request over `dims`.
+    pub fn dims(mut self, dims: impl Into<Dims>) -> Self {
+        self.dims = dims.into();
+        self
+    }
+    /// The same request with `keepdim`.
+    pub fn keepdim(mut self, keepdim: bool) -> Self {
+        self.keepdim = keepdim;
+        self
+    }
+}
+
 /// The result of an op: output shape, values, output mask.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     /// Output shape.
     pub shape: Vec<usize>,
@@ -105,11 +153,16 @@ fn outcome<O: Element>(r: MaskedArrayD<O>) -> Outcome {
     }
 }
 
-/// Runs the request on a dense masked array.
+/// Runs the request on a dense masked array. `nan*` ops AND the mask `!is_nan(x)` into
+/// the array's mask first.
+///
+/// # Errors
+/// The op's own errors, and [`MaskedError::Unsupported`] for an op this layout does not
+/// provide yet.
 pub fn apply_dense<'a, T: Element>(
     a: &'a MaskedView<'a, T, IxDyn>,
     req: &OpRequest,
-) -> Result<Outcome, CliError> {
+) -> Result<Outcome, MaskedError> {
     let (d, k) = (req.dims.clone(), req.keepdim);
     let nan;
     let src = if req.spec.name.starts_with("nan") {
@@ -128,9 +181,10 @@ pub fn apply_dense<'a, T: Element>(
         "mean" | "nanmean" => outcome(src.mean(d, k)?),
         "count" => outcome(src.count(d, k)?),
         other => {
-            return Err(CliError::Usage(format!(
-                "op '{other}' is not implemented on the dense layout in this build"
-            )))
+            return Err(MaskedError::Unsupported {
+                op: req.spec.name,
+                context: format!("on the dense layout in this build ({other})"),
+            })
         }
     })
 }

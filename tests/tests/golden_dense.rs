@@ -1,0 +1,96 @@
+//! Golden fixtures from torch.masked (scripts/gen_fixtures.py) for the dense reductions:
+//! every value at every output position (the defined fully-masked values included) and
+//! every output mask bit.
+
+use masked::by_name::{apply_dense, OpRequest};
+use masked::{BitMask, Dims, DynVec, Element, MaskedArray};
+use masked_tests::{compare, values};
+use ndarray::{ArrayViewD, IxDyn};
+use serde_json::Value;
+
+fn load() -> Vec<Value> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/dense_reductions.json"
+    );
+    let text = std::fs::read_to_string(path).expect("fixture file");
+    let v: Value = serde_json::from_str(&text).expect("fixture json");
+    v["cases"].as_array().expect("cases").clone()
+}
+
+fn run<T: Element>(xs: &[T], c: &Value) -> masked::by_name::Outcome {
+    let shape: Vec<usize> = serde_json::from_value(c["shape"].clone()).unwrap();
+    let view = ArrayViewD::from_shape(IxDyn(&shape), xs).unwrap();
+    let a = match c["mask"].as_array() {
+        None => MaskedArray::unmasked(view),
+        Some(bits) => {
+            let ms: Vec<usize> = serde_json::from_value(c["mask_shape"].clone()).unwrap();
+            let m = BitMask::from_bools(&ms, bits.iter().map(|b| b.as_i64() == Some(1))).unwrap();
+            MaskedArray::new(view, m).unwrap()
+        }
+    };
+    let dims = match c["dim"].as_array() {
+        None => Dims::All,
+        Some(d) => Dims::Set(d.iter().map(|x| x.as_i64().unwrap() as isize).collect()),
+    };
+    let req = OpRequest::new(c["op"].as_str().unwrap())
+        .unwrap()
+        .dims(dims)
+        .keepdim(c["keepdim"].as_bool().unwrap());
+    apply_dense(&a, &req).unwrap()
+}
+
+#[test]
+fn dense_reductions_match_torch_masked() {
+    let cases = load();
+    assert!(cases.len() > 5000, "fixture set unexpectedly small");
+    let mut failures = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        let dtype = c["dtype"].as_str().unwrap();
+        let out = match values(dtype, c["x"].as_array().unwrap()) {
+            DynVec::F32(v) => run(&v, c),
+            DynVec::F64(v) => run(&v, c),
+            DynVec::I32(v) => run(&v, c),
+            DynVec::I64(v) => run(&v, c),
+        };
+        let want_shape: Vec<usize> = serde_json::from_value(c["out_shape"].clone()).unwrap();
+        let want = values(
+            c["out_dtype"].as_str().unwrap(),
+            c["expected"].as_array().unwrap(),
+        );
+        let want_mask: Vec<bool> = c["expected_mask"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_i64() == Some(1))
+            .collect();
+        let describe = || {
+            format!(
+                "case {i}: {} {} shape {} mask {} dim {} keepdim {}",
+                c["op"], dtype, c["shape"], c["mask_shape"], c["dim"], c["keepdim"]
+            )
+        };
+        if out.shape != want_shape {
+            failures.push(format!(
+                "{}: shape {:?} vs {:?}",
+                describe(),
+                out.shape,
+                want_shape
+            ));
+            continue;
+        }
+        if let Err(e) = compare(&out.values, &want, 1e-9) {
+            failures.push(format!("{}: values {e}", describe()));
+        }
+        if out.mask.to_vec() != want_mask {
+            failures.push(format!("{}: output mask differs", describe()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures[..failures.len().min(25)].join("\n")
+    );
+}
