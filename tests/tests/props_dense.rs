@@ -342,3 +342,23 @@ fn results_do_not_depend_on_thread_count() {
         assert_eq!(run(t), one, "{t} threads");
     }
 }
+
+#[test]
+fn column_sweep_ties_and_nans_across_row_blocks() {
+    // 600 rows span three blocks of the column sweep; column 0 is constant (tie: row 0
+    // wins), column 1 has NaN at rows 500 and 300 (the first NaN wins), column 2 has its
+    // maximum twice, at rows 270 and 580, and row 270 masked out (row 580 wins)
+    let (r, c) = (600usize, 3usize);
+    let mut x = ndarray::Array2::<f64>::zeros((r, c));
+    x[[500, 1]] = f64::NAN;
+    x[[300, 1]] = f64::NAN;
+    x[[270, 2]] = 9.0;
+    x[[580, 2]] = 9.0;
+    let mut m = ndarray::Array2::from_elem((r, c), true);
+    m[[270, 2]] = false;
+    let a = MaskedArray::from_bool_mask(x.view(), m.view()).unwrap();
+    let am = a.argmax(0, false).unwrap();
+    assert_eq!(am.values().as_slice().unwrap(), &[0, 300, 580]);
+    let an = a.argmin(0, false).unwrap();
+    assert_eq!(an.values().as_slice().unwrap(), &[0, 300, 0]);
+}

@@ -89,6 +89,31 @@ pub trait Fold<T: Element>: Send + Sync {
         }
     }
 
+    /// The column sweep over a block: for each row `r < nrows`, element `k` of row `r`
+    /// (at `xs[r * stride + k]`, valid where bit `r * stride + k` of `bits` is set) goes
+    /// into `states[k]` at lane position `idx0 + r`. Ops override this with a
+    /// [`fold_columns`] call; the default pushes row by row.
+    fn push_columns(
+        &self,
+        states: &mut [Self::State],
+        xs: &[T],
+        stride: usize,
+        nrows: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
+        let w = states.len();
+        for r in 0..nrows {
+            let row = &xs[r * stride..r * stride + w];
+            self.push_each(
+                states,
+                row,
+                bits.map(|b| b.offset(r * stride)),
+                idx0 + r as i64,
+            );
+        }
+    }
+
     /// Folds one whole lane from scratch (convenience over `push_run`).
     fn fold_slice(&self, xs: &[T], bits: Option<Bits<'_>>) -> Self::State {
         let mut s = self.identity();
@@ -134,6 +159,161 @@ pub fn fold_run<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i6
     kernel::<T, L>(xs, bits, idx0)
 }
 
+/// The column kernel: for each row `r < nrows`, combines element `k` of the row
+/// (`xs[r * stride + k]`, at lane position `idx0 + r`, valid where bit `r * stride + k`
+/// of `bits` is set) into `acc[k]`. Vectorises across the columns.
+#[inline]
+pub fn fold_columns<T: Copy, L: Lanes<T>>(
+    acc: &mut [L::A],
+    xs: &[T],
+    stride: usize,
+    nrows: usize,
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if cpu::has_avx512() {
+            // SAFETY: the CPU supports every feature the function enables.
+            return unsafe { columns_avx512::<T, L>(acc, xs, stride, nrows, bits, idx0) };
+        }
+        if cpu::has_avx2() {
+            // SAFETY: as above.
+            return unsafe { columns_avx2::<T, L>(acc, xs, stride, nrows, bits, idx0) };
+        }
+    }
+    columns_kernel::<T, L>(acc, xs, stride, nrows, bits, idx0)
+}
+
+/// Index of the first element of `xs` that is valid (bit set, or all valid without
+/// bits) and satisfies `pred`. Scans 64 elements per step with branch-free compares.
+#[inline]
+pub fn first_match<T: Copy, P: Fn(T) -> bool + Copy>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    pred: P,
+) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if cpu::has_avx512() {
+            // SAFETY: the CPU supports every feature the function enables.
+            return unsafe { first_avx512(xs, bits, pred) };
+        }
+    }
+    first_kernel(xs, bits, pred)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
+unsafe fn first_avx512<T: Copy, P: Fn(T) -> bool + Copy>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    pred: P,
+) -> Option<usize> {
+    first_kernel(xs, bits, pred)
+}
+
+#[inline(always)]
+fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    pred: P,
+) -> Option<usize> {
+    for (c, ch) in xs.chunks(64).enumerate() {
+        let mut hit = 0u64;
+        for (k, &x) in ch.iter().enumerate() {
+            hit |= (pred(x) as u64) << k;
+        }
+        if let Some(b) = bits {
+            hit &= b.word_at(c * 64);
+        }
+        if ch.len() < 64 {
+            hit &= (1u64 << ch.len()) - 1;
+        }
+        if hit != 0 {
+            return Some(c * 64 + hit.trailing_zeros() as usize);
+        }
+    }
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
+unsafe fn columns_avx512<T: Copy, L: Lanes<T>>(
+    acc: &mut [L::A],
+    xs: &[T],
+    stride: usize,
+    nrows: usize,
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+) {
+    columns_kernel::<T, L>(acc, xs, stride, nrows, bits, idx0)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,bmi1,bmi2,popcnt")]
+unsafe fn columns_avx2<T: Copy, L: Lanes<T>>(
+    acc: &mut [L::A],
+    xs: &[T],
+    stride: usize,
+    nrows: usize,
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+) {
+    columns_kernel::<T, L>(acc, xs, stride, nrows, bits, idx0)
+}
+
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn columns_kernel<T: Copy, L: Lanes<T>>(
+    acc: &mut [L::A],
+    xs: &[T],
+    stride: usize,
+    nrows: usize,
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+) {
+    let w = acc.len();
+    let full = w - w % 64;
+    for r in 0..nrows {
+        let row = &xs[r * stride..r * stride + w];
+        let idx = idx0 + r as i64;
+        match bits {
+            None => {
+                for (a, &x) in acc.iter_mut().zip(row) {
+                    *a = L::comb(*a, L::lift(x, idx));
+                }
+            }
+            Some(b) => {
+                let b = b.offset(r * stride);
+                for (c, (ac, xc)) in acc[..full]
+                    .chunks_exact_mut(64)
+                    .zip(row[..full].chunks_exact(64))
+                    .enumerate()
+                {
+                    let word = b.word_at(c * 64);
+                    for k in 0..64 {
+                        let v = if (word >> k) & 1 == 1 {
+                            L::lift(xc[k], idx)
+                        } else {
+                            L::id()
+                        };
+                        ac[k] = L::comb(ac[k], v);
+                    }
+                }
+                if full < w {
+                    let word = b.word_at(full);
+                    for (k, (a, &x)) in acc[full..].iter_mut().zip(&row[full..]).enumerate() {
+                        if (word >> k) & 1 == 1 {
+                            *a = L::comb(*a, L::lift(x, idx));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod cpu {
     /// AVX-512 (F, BW, VL, DQ) is available.
@@ -164,6 +344,9 @@ unsafe fn kernel_avx2<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, id
 }
 
 /// The portable kernel: `W` accumulators, 64 elements per mask word, branch-free selects.
+/// Index loops on purpose: fixed-trip loops over fixed-size arrays are what the
+/// vectoriser turns into registers.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn kernel<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
     let mut acc = [L::id(); W];

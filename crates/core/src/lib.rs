@@ -32,6 +32,6 @@ pub mod reduce;
 pub use dims::{wrap_dim, Dims, ReducePlan};
 pub use element::{Acc, DType, DynVec, Element, Float};
 pub use error::{MaskedError, Result};
-pub use fold::{fold_run, Fold, Lanes};
+pub use fold::{first_match, fold_columns, fold_run, Fold, Lanes};
 pub use mask::{BitMask, Bits};
 pub use reduce::MaskedReduce;

@@ -10,7 +10,7 @@
 //! | [`Count`] | `i64` | `i64` | 0 (count is valid everywhere) |
 
 use crate::element::{Acc, Element, Float};
-use crate::fold::{fold_run, Fold, Lanes};
+use crate::fold::{first_match, fold_columns, fold_run, Fold, Lanes};
 use crate::mask::Bits;
 
 /// Elements per vector block of a float sum: each of the kernel's accumulators adds at
@@ -35,6 +35,62 @@ fn blocks<T>(
             idx0 + off as i64,
         );
         off = end;
+    }
+}
+
+/// Rows per block of a column sweep: each block folds into vector accumulators of the
+/// lane type, then into the states (the accuracy argument of [`BLOCK`], per column).
+pub const COL_ROWS: usize = 256;
+
+/// The column sweep of an op with lane monoid `L`: blocks of [`COL_ROWS`] rows fold into
+/// a scratch row of `L` accumulators, which `into` then merges into the states.
+#[inline]
+fn columns_via<T: Copy, L: Lanes<T>, S>(
+    states: &mut [S],
+    xs: &[T],
+    stride: usize,
+    nrows: usize,
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+    into: impl Fn(&mut S, L::A),
+) {
+    let mut acc = vec![L::id(); states.len()];
+    let mut r0 = 0;
+    while r0 < nrows {
+        let n = COL_ROWS.min(nrows - r0);
+        acc.fill(L::id());
+        let off = r0 * stride;
+        fold_columns::<T, L>(
+            &mut acc,
+            &xs[off..],
+            stride,
+            n,
+            bits.map(|b| b.offset(off)),
+            idx0 + r0 as i64,
+        );
+        for (s, &a) in states.iter_mut().zip(&acc) {
+            into(s, a);
+        }
+        r0 += n;
+    }
+}
+
+/// Lane monoid counting valid elements.
+#[derive(Debug)]
+pub struct CountLanes;
+impl<T> Lanes<T> for CountLanes {
+    type A = i64;
+    #[inline(always)]
+    fn id() -> i64 {
+        0
+    }
+    #[inline(always)]
+    fn lift(_: T, _: i64) -> i64 {
+        1
+    }
+    #[inline(always)]
+    fn comb(a: i64, b: i64) -> i64 {
+        a + b
     }
 }
 
@@ -93,6 +149,19 @@ impl<T: Element> Fold<T> for Sum {
             *s = s.add(T::lane_to_total(fold_run::<T, SumLanes>(b, m, i)));
         });
     }
+    fn push_columns(
+        &self,
+        states: &mut [T::Total],
+        xs: &[T],
+        stride: usize,
+        nrows: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
+        columns_via::<T, SumLanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| {
+            *s = s.add(T::lane_to_total(a))
+        });
+    }
 }
 
 // ---------------------------------------------------------------- prod
@@ -141,6 +210,17 @@ impl<T: Element> Fold<T> for Prod {
     }
     fn push_run(&self, s: &mut T::Total, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         *s = s.mul(fold_run::<T, ProdLanes>(xs, bits, idx0));
+    }
+    fn push_columns(
+        &self,
+        states: &mut [T::Total],
+        xs: &[T],
+        stride: usize,
+        nrows: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
+        columns_via::<T, ProdLanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| *s = s.mul(a));
     }
 }
 
@@ -213,6 +293,19 @@ macro_rules! extreme_op {
             fn push_run(&self, s: &mut T, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
                 *s = $f(*s, fold_run::<T, $lanes>(xs, bits, idx0));
             }
+            fn push_columns(
+                &self,
+                states: &mut [T],
+                xs: &[T],
+                stride: usize,
+                nrows: usize,
+                bits: Option<Bits<'_>>,
+                idx0: i64,
+            ) {
+                columns_via::<T, $lanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| {
+                    *s = $f(*s, a)
+                });
+            }
         }
     };
 }
@@ -233,22 +326,15 @@ const NO_INDEX: i64 = i64::MAX;
 
 /// The better of two `(value, index)` candidates: a NaN beats any number, the first NaN
 /// beats later ones; otherwise the value `better` prefers, ties to the smaller index.
+/// Written with `&`/`|` on bools and one select, so the vector kernel stays branch-free.
 #[inline(always)]
 fn arg_pick<T: Element>(a: (T, i64), b: (T, i64), better: impl Fn(T, T) -> bool) -> (T, i64) {
     let (an, bn) = (a.0.is_nan(), b.0.is_nan());
-    if an || bn {
-        if an && bn {
-            if b.1 < a.1 {
-                b
-            } else {
-                a
-            }
-        } else if an {
-            a
-        } else {
-            b
-        }
-    } else if better(b.0, a.0) || (b.0 == a.0 && b.1 < a.1) {
+    let earlier = b.1 < a.1;
+    let take_b = (an & bn & earlier)
+        | (!an & bn)
+        | (!an & !bn & (better(b.0, a.0) | ((b.0 == a.0) & earlier)));
+    if take_b {
         b
     } else {
         a
@@ -256,7 +342,7 @@ fn arg_pick<T: Element>(a: (T, i64), b: (T, i64), better: impl Fn(T, T) -> bool)
 }
 
 macro_rules! arg_op {
-    ($(#[$doc:meta])* $op:ident, $lanes:ident, $name:literal, $id:ident, $cmp:expr) => {
+    ($(#[$doc:meta])* $op:ident, $lanes:ident, $ext:ident, $name:literal, $id:ident, $cmp:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         pub struct $op;
@@ -303,8 +389,77 @@ macro_rules! arg_op {
                     s.1
                 }
             }
+            /// Two passes over the (cache-resident) run, both vectorised: the extreme
+            /// value with the branch-free extreme lanes, then the first valid position
+            /// holding it.
             fn push_run(&self, s: &mut (T, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-                *s = arg_pick(*s, fold_run::<T, $lanes>(xs, bits, idx0), $cmp);
+                let best = fold_run::<T, $ext>(xs, bits, idx0);
+                let pos = if best.is_nan() {
+                    first_match(xs, bits, |x: T| x.is_nan())
+                } else {
+                    first_match(xs, bits, |x: T| x == best)
+                };
+                if let Some(p) = pos {
+                    *s = arg_pick(*s, (xs[p], idx0 + p as i64), $cmp);
+                }
+            }
+            /// Per block of rows: the column extremes with the vector column kernel,
+            /// then the first valid row holding each (stopping once all are found).
+            fn push_columns(
+                &self,
+                states: &mut [(T, i64)],
+                xs: &[T],
+                stride: usize,
+                nrows: usize,
+                bits: Option<Bits<'_>>,
+                idx0: i64,
+            ) {
+                let w = states.len();
+                let nw = w.div_ceil(64);
+                let mut best = vec![T::$id; w];
+                let mut open = vec![0u64; nw];
+                let mut r0 = 0;
+                while r0 < nrows {
+                    let n = COL_ROWS.min(nrows - r0);
+                    let off = r0 * stride;
+                    best.fill(T::$id);
+                    fold_columns::<T, $ext>(&mut best, &xs[off..], stride, n, bits.map(|b| b.offset(off)), 0);
+                    // columns still looking for their first row, as bit words
+                    for (c, o) in open.iter_mut().enumerate() {
+                        let len = (w - c * 64).min(64);
+                        *o = if len == 64 { !0 } else { (1u64 << len) - 1 };
+                    }
+                    for r in 0..n {
+                        let row = &xs[off + r * stride..off + r * stride + w];
+                        let b = bits.map(|b| b.offset(off + r * stride));
+                        let mut left = 0u64;
+                        for (c, o) in open.iter_mut().enumerate() {
+                            if *o == 0 {
+                                continue;
+                            }
+                            let lo = c * 64;
+                            let mut hit = 0u64;
+                            for (k, (&x, &m)) in row[lo..].iter().zip(&best[lo..]).take(64).enumerate() {
+                                hit |= (((x == m) | (x.is_nan() & m.is_nan())) as u64) << k;
+                            }
+                            if let Some(b) = b {
+                                hit &= b.word_at(lo);
+                            }
+                            hit &= *o;
+                            *o &= !hit;
+                            left |= *o;
+                            while hit != 0 {
+                                let k = lo + hit.trailing_zeros() as usize;
+                                states[k] = arg_pick(states[k], (row[k], idx0 + (r0 + r) as i64), $cmp);
+                                hit &= hit - 1;
+                            }
+                        }
+                        if left == 0 {
+                            break;
+                        }
+                    }
+                    r0 += n;
+                }
             }
         }
     };
@@ -313,12 +468,12 @@ macro_rules! arg_op {
 arg_op!(
     /// Index of the masked maximum along the lane (first among ties; the first valid NaN
     /// wins; 0 when fully masked). Index type `i64`.
-    ArgMax, ArgMaxLanes, "argmax", LOWEST, |b: T, a: T| b > a
+    ArgMax, ArgMaxLanes, AMaxLanes, "argmax", LOWEST, |b: T, a: T| b > a
 );
 arg_op!(
     /// Index of the masked minimum along the lane (first among ties; the first valid NaN
     /// wins; 0 when fully masked). Index type `i64`.
-    ArgMin, ArgMinLanes, "argmin", HIGHEST, |b: T, a: T| b < a
+    ArgMin, ArgMinLanes, AMinLanes, "argmin", HIGHEST, |b: T, a: T| b < a
 );
 
 // ---------------------------------------------------------------- mean / count
@@ -376,6 +531,20 @@ impl<T: Element> Fold<T> for Mean {
         });
         s.1 += valid_count(xs.len(), bits);
     }
+    fn push_columns(
+        &self,
+        states: &mut [(T::MeanTotal, i64)],
+        xs: &[T],
+        stride: usize,
+        nrows: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
+        columns_via::<T, MeanLanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| {
+            s.0 = s.0.add(T::mean_lane_to_total(a))
+        });
+        columns_via::<T, CountLanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| s.1 += a);
+    }
 }
 
 /// Number of valid elements (valid everywhere, even for a fully masked lane).
@@ -407,6 +576,17 @@ impl<T: Element> Fold<T> for Count {
     fn push_run(&self, s: &mut i64, xs: &[T], bits: Option<Bits<'_>>, _: i64) {
         *s += valid_count(xs.len(), bits);
     }
+    fn push_columns(
+        &self,
+        states: &mut [i64],
+        xs: &[T],
+        stride: usize,
+        nrows: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
+        columns_via::<T, CountLanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| *s += a);
+    }
 }
 
 #[cfg(test)]
@@ -431,7 +611,7 @@ mod tests {
             }
         }
         let (a, b) = (f.finish(&s), f.finish(&t));
-        assert!(a == b || (a != a && b != b), "{a:?} vs {b:?}");
+        assert!(a == b || (a.is_nan() && b.is_nan()), "{a:?} vs {b:?}");
         a
     }
 

@@ -150,18 +150,24 @@ fn columns<T: Element, F: Fold<T>>(
                 .for_each(|(c, (s, a))| {
                     let j0 = c * COL_CHUNK;
                     let w = s.len();
-                    for r in 0..red {
-                        let base = (o * red + r) * inner + j0;
-                        let b = bits.map(|b| b.offset(base));
-                        op.push_each(s, &xs[base..base + w], b, r as i64);
-                        if let Some(b) = b {
+                    let base = o * red * inner + j0;
+                    let b = bits.map(|b| b.offset(base));
+                    op.push_columns(s, &xs[base..], inner, red, b, 0);
+                    match b {
+                        None => a.fill(red > 0),
+                        Some(b) => {
+                            // OR the rows' mask words, 64 columns at a time
+                            let mut words = vec![0u64; w.div_ceil(64)];
+                            for r in 0..red {
+                                let br = b.offset(r * inner);
+                                for (c, wd) in words.iter_mut().enumerate() {
+                                    *wd |= br.word_at(c * 64);
+                                }
+                            }
                             for (k, ak) in a.iter_mut().enumerate() {
-                                *ak |= b.get(k);
+                                *ak = (words[k / 64] >> (k % 64)) & 1 == 1;
                             }
                         }
-                    }
-                    if bits.is_none() {
-                        a.fill(red > 0);
                     }
                 });
         });

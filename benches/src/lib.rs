@@ -1,0 +1,1 @@
+//! Criterion benchmarks live in `benches/`; run `cargo bench -p masked-benches`.

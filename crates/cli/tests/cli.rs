@@ -1,0 +1,299 @@
+//! The `masked` binary on real files and on bad ones: exit status, message, outputs.
+
+use ndarray::{array, ArrayD};
+use ndarray_npy::{ReadNpyExt, WriteNpyExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_masked"))
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    bin()
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run masked")
+}
+
+fn save<T: ndarray_npy::WritableElement, D: ndarray::Dimension>(
+    dir: &Path,
+    name: &str,
+    a: &ndarray::Array<T, D>,
+) -> PathBuf {
+    let p = dir.join(name);
+    a.write_npy(std::fs::File::create(&p).unwrap()).unwrap();
+    p
+}
+
+fn load<T: ndarray_npy::ReadableElement>(p: &Path) -> ArrayD<T> {
+    ArrayD::<T>::read_npy(std::fs::File::open(p).unwrap()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts exit status 2, a message naming `needle` on the first line, and no output.
+fn assert_bad(dir: &Path, args: &[&str], needle: &str) {
+    let o = run(dir, args);
+    assert_eq!(o.status.code(), Some(2), "args {args:?}: {}", stderr(&o));
+    let first = stderr(&o).lines().next().unwrap_or("").to_string();
+    assert!(
+        first.contains(needle),
+        "args {args:?}: first line {first:?} lacks {needle:?}"
+    );
+    assert!(!stderr(&o).contains("panicked"), "panic for {args:?}");
+    assert!(
+        !dir.join("out.npy").exists(),
+        "output left behind for {args:?}"
+    );
+}
+
+fn setup() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    save(
+        d.path(),
+        "x.npy",
+        &array![[-3.0f32, -2.0, -1.0], [0.0, 1.0, 2.0]],
+    );
+    save(
+        d.path(),
+        "m.npy",
+        &array![[true, false, true], [false, false, false]],
+    );
+    d
+}
+
+#[test]
+fn sum_with_mask_writes_values_and_output_mask() {
+    let d = setup();
+    let o = run(
+        d.path(),
+        &[
+            "sum",
+            "x.npy",
+            "--mask",
+            "m.npy",
+            "--dim",
+            "1",
+            "-o",
+            "s.npy",
+            "--out-mask",
+            "sm.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = load::<f32>(&d.path().join("s.npy"));
+    assert_eq!(v.shape(), &[2]);
+    assert_eq!(v.as_slice().unwrap(), &[-4.0, 0.0]);
+    let m = load::<bool>(&d.path().join("sm.npy"));
+    assert_eq!(m.as_slice().unwrap(), &[true, false]);
+}
+
+#[test]
+fn output_dtypes_follow_the_contract() {
+    let d = setup();
+    save(d.path(), "i.npy", &array![[1i32, 2], [3, 4]]);
+    let cases: [(&str, &str); 4] = [
+        ("prod", "i64"),
+        ("mean", "f64"),
+        ("amax", "i32"),
+        ("count", "i64"),
+    ];
+    for (op, want) in cases {
+        let o = run(d.path(), &[op, "i.npy", "--dim=-1", "-o", "r.npy"]);
+        assert!(o.status.success(), "{op}: {}", stderr(&o));
+        let p = d.path().join("r.npy");
+        match want {
+            "i64" => {
+                let v = load::<i64>(&p);
+                let w: &[i64] = if op == "prod" { &[2, 12] } else { &[2, 2] };
+                assert_eq!(v.as_slice().unwrap(), w, "{op}");
+            }
+            "f64" => assert_eq!(load::<f64>(&p).as_slice().unwrap(), &[1.5, 3.5]),
+            _ => assert_eq!(load::<i32>(&p).as_slice().unwrap(), &[2, 4]),
+        }
+    }
+    // argmax of f32 gives integer indices; keepdim keeps the reduced dim
+    let o = run(
+        d.path(),
+        &[
+            "argmax",
+            "x.npy",
+            "--mask",
+            "m.npy",
+            "--dim",
+            "-1",
+            "--keepdim",
+            "-o",
+            "a.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let a = load::<i64>(&d.path().join("a.npy"));
+    assert_eq!(a.shape(), &[2, 1]);
+    assert_eq!(a.as_slice().unwrap(), &[2, 0]);
+}
+
+/// A hand-made `.npy` v1.0 file: big-endian f64 in Fortran order.
+fn write_big_endian_fortran(p: &Path) {
+    let mut header = "{'descr': '>f8', 'fortran_order': True, 'shape': (2, 3), }".to_string();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    // logical [[0, 1, 2], [3, 4, 5]] stored column by column
+    for v in [0.0f64, 3.0, 1.0, 4.0, 2.0, 5.0] {
+        bytes.extend_from_slice(&v.to_be_bytes());
+    }
+    std::fs::write(p, bytes).unwrap();
+}
+
+#[test]
+fn reads_fortran_order_and_big_endian() {
+    let d = setup();
+    write_big_endian_fortran(&d.path().join("f.npy"));
+    let o = run(d.path(), &["sum", "f.npy", "--dim", "1", "-o", "r.npy"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f64>(&d.path().join("r.npy")).as_slice().unwrap(),
+        &[3.0, 12.0]
+    );
+}
+
+#[test]
+fn broadcast_and_integer_masks() {
+    let d = setup();
+    save(d.path(), "row.npy", &array![1i64, 0, 1]);
+    let o = run(
+        d.path(),
+        &[
+            "amin", "x.npy", "--mask", "row.npy", "--dim", "0,1", "-o", "r.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f32>(&d.path().join("r.npy"))
+            .into_raw_vec_and_offset()
+            .0,
+        vec![-3.0]
+    );
+}
+
+#[test]
+fn bad_inputs_exit_2_with_a_message_and_no_output() {
+    let d = setup();
+    let x = std::fs::read(d.path().join("x.npy")).unwrap();
+    std::fs::write(d.path().join("trunc.npy"), &x[..x.len() - 5]).unwrap();
+    std::fs::write(d.path().join("garbage.npy"), b"not an npy file at all").unwrap();
+    save(
+        d.path(),
+        "m3.npy",
+        &ndarray::Array3::<bool>::from_elem((1, 2, 3), true),
+    );
+    save(
+        d.path(),
+        "m4.npy",
+        &ndarray::Array2::<bool>::from_elem((2, 4), true),
+    );
+    save(d.path(), "u16.npy", &array![1u16, 2]);
+    let dir = d.path();
+    assert_bad(dir, &["sum", "trunc.npy", "-o", "out.npy"], "trunc.npy");
+    assert_bad(dir, &["sum", "garbage.npy", "-o", "out.npy"], "garbage.npy");
+    assert_bad(dir, &["sum", "missing.npy", "-o", "out.npy"], "missing.npy");
+    assert_bad(
+        dir,
+        &["sum", "u16.npy", "-o", "out.npy"],
+        "unsupported dtype",
+    );
+    assert_bad(
+        dir,
+        &["sum", "x.npy", "--dim", "2", "-o", "out.npy"],
+        "dim 2 is out of range",
+    );
+    assert_bad(
+        dir,
+        &["sum", "x.npy", "--dim", "1,-1", "-o", "out.npy"],
+        "appears more than once",
+    );
+    assert_bad(
+        dir,
+        &["sum", "x.npy", "--dim", "a", "-o", "out.npy"],
+        "invalid --dim",
+    );
+    assert_bad(
+        dir,
+        &["sum", "x.npy", "--mask", "m4.npy", "-o", "out.npy"],
+        "does not broadcast",
+    );
+    assert_bad(
+        dir,
+        &["sum", "x.npy", "--mask", "m3.npy", "-o", "out.npy"],
+        "mask has 3 dims",
+    );
+    assert_bad(
+        dir,
+        &["frobnicate", "x.npy", "-o", "out.npy"],
+        "unknown op 'frobnicate'",
+    );
+    assert_bad(
+        dir,
+        &["sum", "x.npy", "--q", "0.5", "-o", "out.npy"],
+        "--q has no meaning for sum",
+    );
+    assert_bad(
+        dir,
+        &["argmax", "x.npy", "--dim", "0,1", "-o", "out.npy"],
+        "at most one --dim",
+    );
+    assert_bad(
+        dir,
+        &["sum", "x.npy", "--layout", "csr", "-o", "out.npy"],
+        "cannot run on --layout csr",
+    );
+    assert_bad(dir, &["sum", "x.npy"], "--output");
+    assert_bad(dir, &["sum", "x.npy", "-o", "out.txt"], "out.txt");
+    let none = run(dir, &[]);
+    assert_eq!(none.status.code(), Some(2));
+}
+
+#[test]
+fn help_exits_zero() {
+    let o = bin().arg("--help").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Usage"));
+    let o = bin().args(["bench", "--help"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
+fn bench_json_prints_one_object_per_op() {
+    let o = bin()
+        .args([
+            "bench", "--op", "sum,amax", "--shape", "64,128", "--repeat", "1", "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    for (line, op) in lines.iter().zip(["sum", "amax"]) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["op"], op);
+        assert_eq!(v["layout"], "dense");
+        assert_eq!(v["shape"], serde_json::json!([64, 128]));
+        assert_eq!(v["nnz"], 64 * 128);
+        assert_eq!(v["dim"], -1);
+        assert!(v["threads"].as_u64().unwrap() >= 1);
+        assert!(v["seconds"].as_f64().unwrap() > 0.0);
+        assert!(v["gbps"].as_f64().unwrap() > 0.0);
+    }
+    let bad = bin().args(["bench", "--op", "nope"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
