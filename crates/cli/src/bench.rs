@@ -34,7 +34,7 @@ pub struct BenchArgs {
     /// Dims, comma separated (default: the last dim).
     #[arg(long, allow_hyphen_values = true)]
     dim: Option<String>,
-    /// Timed repeats (median reported), after one warm-up.
+    /// Timed repeats (median reported), after a warm-up of at least 0.2 s.
     #[arg(long, default_value_t = 7)]
     repeat: usize,
     /// Worker threads (default: all cores).
@@ -127,7 +127,13 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
                 Kind::Reduce => dims.clone(),
             });
             let secs = pool.install(|| -> Result<f64, CliError> {
-                std::hint::black_box(ops::apply_dense(&arr, &req).map_err(CliError::from)?);
+                // warm up for at least 0.2 s (caches, clocks, thread pool), not just once
+                let warm = Instant::now();
+                let mut runs = 0;
+                while runs < 1 || (warm.elapsed().as_secs_f64() < 0.2 && runs < 50) {
+                    std::hint::black_box(ops::apply_dense(&arr, &req).map_err(CliError::from)?);
+                    runs += 1;
+                }
                 let mut t = Vec::with_capacity(a.repeat);
                 for _ in 0..a.repeat {
                     let s = Instant::now();

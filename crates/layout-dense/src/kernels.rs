@@ -203,8 +203,41 @@ fn gather<T: Element, F: Fold<T>>(
         }
         out
     };
-    let lane_off = offsets(&dims_of(true));
     let bases = offsets(&dims_of(false));
+    // when the innermost dims are reduced, a lane is a sequence of contiguous segments:
+    // fold them in place instead of gathering
+    let groups = plan.groups();
+    if let Some(&(true, seg)) = groups.last() {
+        if seg >= 16 {
+            let mut seg_dims = dims_of(true);
+            let mut inner = 1;
+            while inner < seg {
+                match seg_dims.pop() {
+                    Some(d) => inner *= shape[d],
+                    None => break,
+                }
+            }
+            let seg_off = offsets(&seg_dims);
+            let g = (GRAIN / plan.lane_len).max(1);
+            states
+                .par_chunks_mut(g)
+                .zip(any.par_chunks_mut(g))
+                .enumerate()
+                .for_each(|(c, (st, an))| {
+                    for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
+                        let base = bases[c * g + k];
+                        for (i, &o) in seg_off.iter().enumerate() {
+                            let start = base + o;
+                            let b = bits.map(|b| b.offset(start));
+                            op.push_run(s, &xs[start..start + inner], b, (i * inner) as i64);
+                            *a = *a || any_valid(bits, start, inner);
+                        }
+                    }
+                });
+            return;
+        }
+    }
+    let lane_off = offsets(&dims_of(true));
     let len = lane_off.len();
     let g = (GRAIN / len).max(1);
     states

@@ -41,6 +41,11 @@ pub use masked_core::{
     ReducePlan, Result,
 };
 
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 /// Everything a user of the engine needs in scope.
 pub mod prelude {
     pub use crate::{
