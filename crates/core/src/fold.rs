@@ -44,6 +44,13 @@ pub trait Fold<T: Element>: Send + Sync {
     /// The value of a lane from its state.
     fn finish(&self, state: &Self::State) -> Self::Output;
 
+    /// Whether the op's result depends on the positions passed to `push` (argmax,
+    /// argmin). A layout whose valid elements are not at consecutive positions (a sparse
+    /// row) may use [`Fold::push_run`] with made-up positions only when this is false.
+    fn positional(&self) -> bool {
+        true
+    }
+
     /// Whether every output position is valid, fully masked lanes included (`count`).
     /// Otherwise the output mask is `any(mask over the reduced dims)`.
     fn valid_everywhere(&self) -> bool {

@@ -131,6 +131,9 @@ impl<T: Element> Fold<T> for Sum {
     fn name(&self) -> &'static str {
         "sum"
     }
+    fn positional(&self) -> bool {
+        false
+    }
     fn identity(&self) -> T::Total {
         <T::Total as Acc>::ZERO
     }
@@ -194,6 +197,9 @@ impl<T: Element> Fold<T> for Prod {
     type Output = T::Wide;
     fn name(&self) -> &'static str {
         "prod"
+    }
+    fn positional(&self) -> bool {
+        false
     }
     fn identity(&self) -> T::Total {
         <T::Total as Acc>::ONE
@@ -276,6 +282,9 @@ macro_rules! extreme_op {
             type Output = T;
             fn name(&self) -> &'static str {
                 $name
+            }
+            fn positional(&self) -> bool {
+                false
             }
             fn identity(&self) -> T {
                 T::$id
@@ -509,6 +518,9 @@ impl<T: Element> Fold<T> for Mean {
     fn name(&self) -> &'static str {
         "mean"
     }
+    fn positional(&self) -> bool {
+        false
+    }
     fn identity(&self) -> (T::MeanTotal, i64) {
         (<T::MeanTotal as Acc>::ZERO, 0)
     }
@@ -556,6 +568,9 @@ impl<T: Element> Fold<T> for Count {
     type Output = i64;
     fn name(&self) -> &'static str {
         "count"
+    }
+    fn positional(&self) -> bool {
+        false
     }
     fn identity(&self) -> i64 {
         0

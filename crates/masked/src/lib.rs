@@ -35,6 +35,7 @@ pub use layout_csr as csr;
 pub use layout_dense as dense;
 pub use masked_core as core;
 
+pub use layout_csr::{MaskedCsr, SparseVec};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
     ops, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold, MaskedError, MaskedReduce,
@@ -49,7 +50,7 @@ pub struct ReadmeDoctests;
 /// Everything a user of the engine needs in scope.
 pub mod prelude {
     pub use crate::{
-        BitMask, DType, Dims, Element, MaskedArray, MaskedArrayD, MaskedError, MaskedReduce,
-        MaskedView, Result,
+        BitMask, DType, Dims, Element, MaskedArray, MaskedArrayD, MaskedCsr, MaskedError,
+        MaskedReduce, MaskedView, Result, SparseVec,
     };
 }
