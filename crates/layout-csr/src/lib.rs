@@ -177,8 +177,8 @@ mod tests {
                 let first = vals.iter().find(|p| p.1 == mx).unwrap().0 as i64;
                 prop_assert_eq!(arg.values()[k], first);
             }
-            for r in 0..rows.len() {
-                prop_assert_eq!(cnt.values()[r], rows[r].len() as i64);
+            for (r, row) in rows.iter().enumerate() {
+                prop_assert_eq!(cnt.values()[r], row.len() as i64);
             }
         }
     }
