@@ -133,15 +133,15 @@ pub trait Fold<T: Element>: Send + Sync {
 /// `comb`ine with the accumulator, `id` for masked-out ones. `comb` must be associative
 /// and commutative (the kernel keeps independent accumulators and combines them in a
 /// tree), and `id` must be its identity.
-pub trait Lanes<T>: 'static {
+pub trait Lanes<T> {
     /// Accumulator of one vector lane.
     type A: Copy;
     /// Identity of `comb`.
-    fn id() -> Self::A;
+    fn id(&self) -> Self::A;
     /// A valid element at lane position `idx`.
-    fn lift(x: T, idx: i64) -> Self::A;
+    fn lift(&self, x: T, idx: i64) -> Self::A;
     /// Combines two accumulators.
-    fn comb(a: Self::A, b: Self::A) -> Self::A;
+    fn comb(&self, a: Self::A, b: Self::A) -> Self::A;
 }
 
 /// Independent accumulators per kernel call: enough to hide add latency and fill two
@@ -151,19 +151,19 @@ const W: usize = 32;
 /// Folds `xs` (element `k` at lane position `idx0 + k`, valid where bit `k` of `bits` is
 /// set) with the monoid `L`, in the fastest kernel this CPU supports.
 #[inline]
-pub fn fold_run<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
+pub fn fold_run<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
     #[cfg(target_arch = "x86_64")]
     {
         if cpu::has_avx512() {
             // SAFETY: the CPU supports every feature `kernel_avx512` enables.
-            return unsafe { kernel_avx512::<T, L>(xs, bits, idx0) };
+            return unsafe { kernel_avx512::<T, L>(l, xs, bits, idx0) };
         }
         if cpu::has_avx2() {
             // SAFETY: as above for `kernel_avx2`.
-            return unsafe { kernel_avx2::<T, L>(xs, bits, idx0) };
+            return unsafe { kernel_avx2::<T, L>(l, xs, bits, idx0) };
         }
     }
-    kernel::<T, L>(xs, bits, idx0)
+    kernel::<T, L>(l, xs, bits, idx0)
 }
 
 /// The column kernel: for each row `r < nrows`, combines element `k` of the row
@@ -171,6 +171,7 @@ pub fn fold_run<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i6
 /// of `bits` is set) into `acc[k]`. Vectorises across the columns.
 #[inline]
 pub fn fold_columns<T: Copy, L: Lanes<T>>(
+    l: &L,
     acc: &mut [L::A],
     xs: &[T],
     stride: usize,
@@ -182,14 +183,14 @@ pub fn fold_columns<T: Copy, L: Lanes<T>>(
     {
         if cpu::has_avx512() {
             // SAFETY: the CPU supports every feature the function enables.
-            return unsafe { columns_avx512::<T, L>(acc, xs, stride, nrows, bits, idx0) };
+            return unsafe { columns_avx512::<T, L>(l, acc, xs, stride, nrows, bits, idx0) };
         }
         if cpu::has_avx2() {
             // SAFETY: as above.
-            return unsafe { columns_avx2::<T, L>(acc, xs, stride, nrows, bits, idx0) };
+            return unsafe { columns_avx2::<T, L>(l, acc, xs, stride, nrows, bits, idx0) };
         }
     }
-    columns_kernel::<T, L>(acc, xs, stride, nrows, bits, idx0)
+    columns_kernel::<T, L>(l, acc, xs, stride, nrows, bits, idx0)
 }
 
 /// Index of the first element of `xs` that is valid (bit set, or all valid without
@@ -247,6 +248,7 @@ fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
 unsafe fn columns_avx512<T: Copy, L: Lanes<T>>(
+    l: &L,
     acc: &mut [L::A],
     xs: &[T],
     stride: usize,
@@ -254,12 +256,13 @@ unsafe fn columns_avx512<T: Copy, L: Lanes<T>>(
     bits: Option<Bits<'_>>,
     idx0: i64,
 ) {
-    columns_kernel::<T, L>(acc, xs, stride, nrows, bits, idx0)
+    columns_kernel::<T, L>(l, acc, xs, stride, nrows, bits, idx0)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,bmi1,bmi2,popcnt")]
 unsafe fn columns_avx2<T: Copy, L: Lanes<T>>(
+    l: &L,
     acc: &mut [L::A],
     xs: &[T],
     stride: usize,
@@ -267,12 +270,13 @@ unsafe fn columns_avx2<T: Copy, L: Lanes<T>>(
     bits: Option<Bits<'_>>,
     idx0: i64,
 ) {
-    columns_kernel::<T, L>(acc, xs, stride, nrows, bits, idx0)
+    columns_kernel::<T, L>(l, acc, xs, stride, nrows, bits, idx0)
 }
 
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn columns_kernel<T: Copy, L: Lanes<T>>(
+    l: &L,
     acc: &mut [L::A],
     xs: &[T],
     stride: usize,
@@ -288,7 +292,7 @@ fn columns_kernel<T: Copy, L: Lanes<T>>(
         match bits {
             None => {
                 for (a, &x) in acc.iter_mut().zip(row) {
-                    *a = L::comb(*a, L::lift(x, idx));
+                    *a = l.comb(*a, l.lift(x, idx));
                 }
             }
             Some(b) => {
@@ -301,18 +305,18 @@ fn columns_kernel<T: Copy, L: Lanes<T>>(
                     let word = b.word_at(c * 64);
                     for k in 0..64 {
                         let v = if (word >> k) & 1 == 1 {
-                            L::lift(xc[k], idx)
+                            l.lift(xc[k], idx)
                         } else {
-                            L::id()
+                            l.id()
                         };
-                        ac[k] = L::comb(ac[k], v);
+                        ac[k] = l.comb(ac[k], v);
                     }
                 }
                 if full < w {
                     let word = b.word_at(full);
                     for (k, (a, &x)) in acc[full..].iter_mut().zip(&row[full..]).enumerate() {
                         if (word >> k) & 1 == 1 {
-                            *a = L::comb(*a, L::lift(x, idx));
+                            *a = l.comb(*a, l.lift(x, idx));
                         }
                     }
                 }
@@ -340,14 +344,24 @@ mod cpu {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn kernel_avx512<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
-    kernel::<T, L>(xs, bits, idx0)
+unsafe fn kernel_avx512<T: Copy, L: Lanes<T>>(
+    l: &L,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+) -> L::A {
+    kernel::<T, L>(l, xs, bits, idx0)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn kernel_avx2<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
-    kernel::<T, L>(xs, bits, idx0)
+unsafe fn kernel_avx2<T: Copy, L: Lanes<T>>(
+    l: &L,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+) -> L::A {
+    kernel::<T, L>(l, xs, bits, idx0)
 }
 
 /// The portable kernel: `W` accumulators, 64 elements per mask word, branch-free selects.
@@ -355,8 +369,8 @@ unsafe fn kernel_avx2<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, id
 /// vectoriser turns into registers.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-fn kernel<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
-    let mut acc = [L::id(); W];
+fn kernel<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
+    let mut acc = [l.id(); W];
     let n = xs.len();
     let full = n - n % 64;
     match bits {
@@ -364,11 +378,11 @@ fn kernel<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> 
             for (c, ch) in xs[..full].chunks_exact(W).enumerate() {
                 let base = idx0 + (c * W) as i64;
                 for j in 0..W {
-                    acc[j] = L::comb(acc[j], L::lift(ch[j], base + j as i64));
+                    acc[j] = l.comb(acc[j], l.lift(ch[j], base + j as i64));
                 }
             }
             for (k, &x) in xs[full..].iter().enumerate() {
-                acc[k % W] = L::comb(acc[k % W], L::lift(x, idx0 + (full + k) as i64));
+                acc[k % W] = l.comb(acc[k % W], l.lift(x, idx0 + (full + k) as i64));
             }
         }
         Some(b) => {
@@ -382,11 +396,11 @@ fn kernel<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> 
                     for j in 0..W {
                         let k = h * W + j;
                         let v = if (w >> k) & 1 == 1 {
-                            L::lift(ch[k], base + k as i64)
+                            l.lift(ch[k], base + k as i64)
                         } else {
-                            L::id()
+                            l.id()
                         };
-                        acc[j] = L::comb(acc[j], v);
+                        acc[j] = l.comb(acc[j], v);
                     }
                 }
             }
@@ -394,7 +408,7 @@ fn kernel<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> 
                 let w = b.word_at(full);
                 for (k, &x) in xs[full..].iter().enumerate() {
                     if (w >> k) & 1 == 1 {
-                        acc[k % W] = L::comb(acc[k % W], L::lift(x, idx0 + (full + k) as i64));
+                        acc[k % W] = l.comb(acc[k % W], l.lift(x, idx0 + (full + k) as i64));
                     }
                 }
             }
@@ -403,7 +417,7 @@ fn kernel<T: Copy, L: Lanes<T>>(xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> 
     let mut h = W / 2;
     while h > 0 {
         for j in 0..h {
-            acc[j] = L::comb(acc[j], acc[j + h]);
+            acc[j] = l.comb(acc[j], acc[j + h]);
         }
         h /= 2;
     }
@@ -417,26 +431,26 @@ mod tests {
     struct Add;
     impl Lanes<i64> for Add {
         type A = i64;
-        fn id() -> i64 {
+        fn id(&self) -> i64 {
             0
         }
-        fn lift(x: i64, _: i64) -> i64 {
+        fn lift(&self, x: i64, _: i64) -> i64 {
             x
         }
-        fn comb(a: i64, b: i64) -> i64 {
+        fn comb(&self, a: i64, b: i64) -> i64 {
             a.wrapping_add(b)
         }
     }
     struct IdxSum;
     impl Lanes<i64> for IdxSum {
         type A = i64;
-        fn id() -> i64 {
+        fn id(&self) -> i64 {
             0
         }
-        fn lift(_: i64, i: i64) -> i64 {
+        fn lift(&self, _: i64, i: i64) -> i64 {
             i
         }
-        fn comb(a: i64, b: i64) -> i64 {
+        fn comb(&self, a: i64, b: i64) -> i64 {
             a + b
         }
     }
@@ -451,13 +465,13 @@ mod tests {
             for off in [0, 1, 13, 64, 70] {
                 let b = Bits::new(&words, off);
                 let want: i64 = (0..len).filter(|&k| b.get(k)).map(|k| xs[k]).sum();
-                assert_eq!(fold_run::<i64, Add>(&xs[..len], Some(b), 0), want);
-                assert_eq!(kernel::<i64, Add>(&xs[..len], Some(b), 0), want);
+                assert_eq!(fold_run(&Add, &xs[..len], Some(b), 0), want);
+                assert_eq!(kernel(&Add, &xs[..len], Some(b), 0), want);
                 let wi: i64 = (0..len).filter(|&k| b.get(k)).map(|k| k as i64 + 5).sum();
-                assert_eq!(fold_run::<i64, IdxSum>(&xs[..len], Some(b), 5), wi);
+                assert_eq!(fold_run(&IdxSum, &xs[..len], Some(b), 5), wi);
             }
             let all: i64 = xs[..len].iter().sum();
-            assert_eq!(fold_run::<i64, Add>(&xs[..len], None, 0), all);
+            assert_eq!(fold_run(&Add, &xs[..len], None, 0), all);
         }
     }
 }

@@ -46,6 +46,7 @@ pub const COL_ROWS: usize = 256;
 /// a scratch row of `L` accumulators, which `into` then merges into the states.
 #[inline]
 fn columns_via<T: Copy, L: Lanes<T>, S>(
+    l: &L,
     states: &mut [S],
     xs: &[T],
     stride: usize,
@@ -54,13 +55,14 @@ fn columns_via<T: Copy, L: Lanes<T>, S>(
     idx0: i64,
     into: impl Fn(&mut S, L::A),
 ) {
-    let mut acc = vec![L::id(); states.len()];
+    let mut acc = vec![l.id(); states.len()];
     let mut r0 = 0;
     while r0 < nrows {
         let n = COL_ROWS.min(nrows - r0);
-        acc.fill(L::id());
+        acc.fill(l.id());
         let off = r0 * stride;
-        fold_columns::<T, L>(
+        fold_columns(
+            l,
             &mut acc,
             &xs[off..],
             stride,
@@ -81,15 +83,15 @@ pub struct CountLanes;
 impl<T> Lanes<T> for CountLanes {
     type A = i64;
     #[inline(always)]
-    fn id() -> i64 {
+    fn id(&self) -> i64 {
         0
     }
     #[inline(always)]
-    fn lift(_: T, _: i64) -> i64 {
+    fn lift(&self, _: T, _: i64) -> i64 {
         1
     }
     #[inline(always)]
-    fn comb(a: i64, b: i64) -> i64 {
+    fn comb(&self, a: i64, b: i64) -> i64 {
         a + b
     }
 }
@@ -112,15 +114,15 @@ pub struct SumLanes;
 impl<T: Element> Lanes<T> for SumLanes {
     type A = T::Lane;
     #[inline(always)]
-    fn id() -> T::Lane {
+    fn id(&self) -> T::Lane {
         <T::Lane as Acc>::ZERO
     }
     #[inline(always)]
-    fn lift(x: T, _: i64) -> T::Lane {
+    fn lift(&self, x: T, _: i64) -> T::Lane {
         x.to_lane()
     }
     #[inline(always)]
-    fn comb(a: T::Lane, b: T::Lane) -> T::Lane {
+    fn comb(&self, a: T::Lane, b: T::Lane) -> T::Lane {
         a.add(b)
     }
 }
@@ -149,7 +151,7 @@ impl<T: Element> Fold<T> for Sum {
     }
     fn push_run(&self, s: &mut T::Total, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         blocks(xs, bits, idx0, |b, m, i| {
-            *s = s.add(T::lane_to_total(fold_run::<T, SumLanes>(b, m, i)));
+            *s = s.add(T::lane_to_total(fold_run(&SumLanes, b, m, i)));
         });
     }
     fn push_columns(
@@ -161,7 +163,7 @@ impl<T: Element> Fold<T> for Sum {
         bits: Option<Bits<'_>>,
         idx0: i64,
     ) {
-        columns_via::<T, SumLanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| {
+        columns_via(&SumLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
             *s = s.add(T::lane_to_total(a))
         });
     }
@@ -179,15 +181,15 @@ pub struct ProdLanes;
 impl<T: Element> Lanes<T> for ProdLanes {
     type A = T::Total;
     #[inline(always)]
-    fn id() -> T::Total {
+    fn id(&self) -> T::Total {
         <T::Total as Acc>::ONE
     }
     #[inline(always)]
-    fn lift(x: T, _: i64) -> T::Total {
+    fn lift(&self, x: T, _: i64) -> T::Total {
         x.to_total()
     }
     #[inline(always)]
-    fn comb(a: T::Total, b: T::Total) -> T::Total {
+    fn comb(&self, a: T::Total, b: T::Total) -> T::Total {
         a.mul(b)
     }
 }
@@ -215,7 +217,7 @@ impl<T: Element> Fold<T> for Prod {
         T::total_to_wide(*s)
     }
     fn push_run(&self, s: &mut T::Total, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-        *s = s.mul(fold_run::<T, ProdLanes>(xs, bits, idx0));
+        *s = s.mul(fold_run(&ProdLanes, xs, bits, idx0));
     }
     fn push_columns(
         &self,
@@ -226,7 +228,7 @@ impl<T: Element> Fold<T> for Prod {
         bits: Option<Bits<'_>>,
         idx0: i64,
     ) {
-        columns_via::<T, ProdLanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| *s = s.mul(a));
+        columns_via(&ProdLanes, states, xs, stride, nrows, bits, idx0, |s, a| *s = s.mul(a));
     }
 }
 
@@ -264,15 +266,15 @@ macro_rules! extreme_op {
         impl<T: Element> Lanes<T> for $lanes {
             type A = T;
             #[inline(always)]
-            fn id() -> T {
+            fn id(&self) -> T {
                 T::$id
             }
             #[inline(always)]
-            fn lift(x: T, _: i64) -> T {
+            fn lift(&self, x: T, _: i64) -> T {
                 x
             }
             #[inline(always)]
-            fn comb(a: T, b: T) -> T {
+            fn comb(&self, a: T, b: T) -> T {
                 $f(a, b)
             }
         }
@@ -300,7 +302,7 @@ macro_rules! extreme_op {
                 *s
             }
             fn push_run(&self, s: &mut T, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-                *s = $f(*s, fold_run::<T, $lanes>(xs, bits, idx0));
+                *s = $f(*s, fold_run(&$lanes, xs, bits, idx0));
             }
             fn push_columns(
                 &self,
@@ -311,7 +313,7 @@ macro_rules! extreme_op {
                 bits: Option<Bits<'_>>,
                 idx0: i64,
             ) {
-                columns_via::<T, $lanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| {
+                columns_via(&$lanes, states, xs, stride, nrows, bits, idx0, |s, a| {
                     *s = $f(*s, a)
                 });
             }
@@ -362,15 +364,15 @@ macro_rules! arg_op {
         impl<T: Element> Lanes<T> for $lanes {
             type A = (T, i64);
             #[inline(always)]
-            fn id() -> (T, i64) {
+            fn id(&self) -> (T, i64) {
                 (T::$id, NO_INDEX)
             }
             #[inline(always)]
-            fn lift(x: T, i: i64) -> (T, i64) {
+            fn lift(&self, x: T, i: i64) -> (T, i64) {
                 (x, i)
             }
             #[inline(always)]
-            fn comb(a: (T, i64), b: (T, i64)) -> (T, i64) {
+            fn comb(&self, a: (T, i64), b: (T, i64)) -> (T, i64) {
                 arg_pick(a, b, $cmp)
             }
         }
@@ -402,7 +404,7 @@ macro_rules! arg_op {
             /// value with the branch-free extreme lanes, then the first valid position
             /// holding it.
             fn push_run(&self, s: &mut (T, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-                let best = fold_run::<T, $ext>(xs, bits, idx0);
+                let best = fold_run(&$ext, xs, bits, idx0);
                 let pos = if best.is_nan() {
                     first_match(xs, bits, |x: T| x.is_nan())
                 } else {
@@ -432,7 +434,7 @@ macro_rules! arg_op {
                     let n = COL_ROWS.min(nrows - r0);
                     let off = r0 * stride;
                     best.fill(T::$id);
-                    fold_columns::<T, $ext>(&mut best, &xs[off..], stride, n, bits.map(|b| b.offset(off)), 0);
+                    fold_columns(&$ext, &mut best, &xs[off..], stride, n, bits.map(|b| b.offset(off)), 0);
                     // columns still looking for their first row, as bit words
                     for (c, o) in open.iter_mut().enumerate() {
                         let len = (w - c * 64).min(64);
@@ -499,15 +501,15 @@ pub struct MeanLanes;
 impl<T: Element> Lanes<T> for MeanLanes {
     type A = T::MeanLane;
     #[inline(always)]
-    fn id() -> T::MeanLane {
+    fn id(&self) -> T::MeanLane {
         <T::MeanLane as Acc>::ZERO
     }
     #[inline(always)]
-    fn lift(x: T, _: i64) -> T::MeanLane {
+    fn lift(&self, x: T, _: i64) -> T::MeanLane {
         x.to_mean_lane()
     }
     #[inline(always)]
-    fn comb(a: T::MeanLane, b: T::MeanLane) -> T::MeanLane {
+    fn comb(&self, a: T::MeanLane, b: T::MeanLane) -> T::MeanLane {
         a.add(b)
     }
 }
@@ -539,7 +541,7 @@ impl<T: Element> Fold<T> for Mean {
     fn push_run(&self, s: &mut (T::MeanTotal, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         blocks(xs, bits, idx0, |b, m, i| {
             s.0 =
-                s.0.add(T::mean_lane_to_total(fold_run::<T, MeanLanes>(b, m, i)));
+                s.0.add(T::mean_lane_to_total(fold_run(&MeanLanes, b, m, i)));
         });
         s.1 += valid_count(xs.len(), bits);
     }
@@ -552,10 +554,10 @@ impl<T: Element> Fold<T> for Mean {
         bits: Option<Bits<'_>>,
         idx0: i64,
     ) {
-        columns_via::<T, MeanLanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| {
+        columns_via(&MeanLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
             s.0 = s.0.add(T::mean_lane_to_total(a))
         });
-        columns_via::<T, CountLanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| s.1 += a);
+        columns_via(&CountLanes, states, xs, stride, nrows, bits, idx0, |s, a| s.1 += a);
     }
 }
 
@@ -600,7 +602,7 @@ impl<T: Element> Fold<T> for Count {
         bits: Option<Bits<'_>>,
         idx0: i64,
     ) {
-        columns_via::<T, CountLanes, _>(states, xs, stride, nrows, bits, idx0, |s, a| *s += a);
+        columns_via(&CountLanes, states, xs, stride, nrows, bits, idx0, |s, a| *s += a);
     }
 }
 
