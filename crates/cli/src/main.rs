@@ -193,7 +193,27 @@ fn run(a: RunArgs) -> Result<(), CliError> {
             "invalid --layout '{layout}': expected dense, csr or coo"
         )));
     }
-    let req = OpRequest::from_spec(spec).dims(dims).keepdim(a.keepdim);
+    let num = |name: &str, v: &Option<String>, default: f64| -> Result<f64, CliError> {
+        match v {
+            None => Ok(default),
+            Some(t) => t.trim().parse::<f64>().map_err(|_| {
+                CliError::Usage(format!("invalid --{name} value '{t}': expected a number"))
+            }),
+        }
+    };
+    let mut req = OpRequest::from_spec(spec)
+        .dims(dims)
+        .keepdim(a.keepdim)
+        .correction(num("correction", &a.correction, 1.0)?)
+        .ord(num("ord", &a.ord, 2.0)?)
+        .eps(num("eps", &a.eps, 1e-12)?)
+        .q(num("q", &a.q, 0.5)?);
+    if let Some(i) = &a.interpolation {
+        req = req.interpolation(i.parse()?);
+    }
+    if let Some(m) = &a.mode {
+        req = req.mode(m.parse()?);
+    }
     match ext.as_str() {
         "npy" => {
             if layout != "dense" {

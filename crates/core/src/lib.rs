@@ -25,13 +25,16 @@ pub mod dims;
 pub mod element;
 pub mod error;
 pub mod fold;
+pub mod lane;
 pub mod mask;
 pub mod ops;
 pub mod reduce;
+pub mod stats;
 
 pub use dims::{wrap_dim, Dims, ReducePlan};
 pub use element::{Acc, DType, DynVec, Element, Float};
 pub use error::{MaskedError, Result};
 pub use fold::{first_match, fold_columns, fold_run, Fold, Lanes};
+pub use lane::{Interpolation, LaneMap, LaneStat, MedianMode};
 pub use mask::{BitMask, Bits};
 pub use reduce::MaskedReduce;

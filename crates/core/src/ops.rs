@@ -13,6 +13,8 @@ use crate::element::{Acc, Element, Float};
 use crate::fold::{first_match, fold_columns, fold_run, Fold, Lanes};
 use crate::mask::Bits;
 
+pub use crate::stats::{LogSumExp, Moments, Norm, Std, Var};
+
 /// Elements per vector block of a float sum: each of the kernel's accumulators adds at
 /// most `BLOCK / 32` values before the block total moves to the f64 state, so an f32 sum
 /// stays within 1e-4 relative of an f64 one at any size.
@@ -228,7 +230,9 @@ impl<T: Element> Fold<T> for Prod {
         bits: Option<Bits<'_>>,
         idx0: i64,
     ) {
-        columns_via(&ProdLanes, states, xs, stride, nrows, bits, idx0, |s, a| *s = s.mul(a));
+        columns_via(&ProdLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
+            *s = s.mul(a)
+        });
     }
 }
 
@@ -557,7 +561,16 @@ impl<T: Element> Fold<T> for Mean {
         columns_via(&MeanLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
             s.0 = s.0.add(T::mean_lane_to_total(a))
         });
-        columns_via(&CountLanes, states, xs, stride, nrows, bits, idx0, |s, a| s.1 += a);
+        columns_via(
+            &CountLanes,
+            states,
+            xs,
+            stride,
+            nrows,
+            bits,
+            idx0,
+            |s, a| s.1 += a,
+        );
     }
 }
 
@@ -602,7 +615,16 @@ impl<T: Element> Fold<T> for Count {
         bits: Option<Bits<'_>>,
         idx0: i64,
     ) {
-        columns_via(&CountLanes, states, xs, stride, nrows, bits, idx0, |s, a| *s += a);
+        columns_via(
+            &CountLanes,
+            states,
+            xs,
+            stride,
+            nrows,
+            bits,
+            idx0,
+            |s, a| *s += a,
+        );
     }
 }
 

@@ -4,7 +4,12 @@ use crate::dims::Dims;
 use crate::element::Element;
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
+use crate::lane::{
+    Cumulative, Interpolation, LaneMap, LaneStat, MedianMode, Normalize, Quantile, Softmax,
+    SoftmaxKind,
+};
 use crate::ops::{AMax, AMin, ArgMax, ArgMin, Count, Mean, Prod, Sum};
+use crate::stats::{check_correction, LogSumExp, Norm, Std, Var};
 
 /// A masked container of `T` values that can fold its lanes.
 ///
@@ -19,6 +24,40 @@ use crate::ops::{AMax, AMin, ArgMax, ArgMin, Count, Mean, Prod, Sum};
 pub trait MaskedReduce<T: Element> {
     /// The layout's result of a reduction whose values have type `O`.
     type Reduced<O: Element>;
+    /// The layout's result of a shape-preserving map with values of type `O`.
+    type Mapped<O: Element>;
+    /// The same data with `!is_nan(x)` ANDed into the mask (the nan-family).
+    type NanMasked<'a>: MaskedReduce<
+        T,
+        Reduced<T::Real> = Self::Reduced<T::Real>,
+        Reduced<T> = Self::Reduced<T>,
+        Reduced<T::Wide> = Self::Reduced<T::Wide>,
+    >
+    where
+        Self: 'a;
+
+    /// This data with the extra mask `!is_nan(x)`.
+    ///
+    /// # Errors
+    /// [`MaskedError::Unsupported`] where a layout cannot yet carry such a mask.
+    fn without_nans(&self) -> Result<Self::NanMasked<'_>>;
+
+    /// Computes `stat` over the valid values of every lane of the reduced `dims`.
+    ///
+    /// # Errors
+    /// Bad dims.
+    fn stat_lanes<S: LaneStat<T>>(
+        &self,
+        stat: &S,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<Self::Reduced<S::Output>>;
+
+    /// Maps every lane along `dim` with `map`; the output mask is the input mask.
+    ///
+    /// # Errors
+    /// Bad dim.
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<Self::Mapped<M::Output>>;
 
     /// Folds every lane of the reduced `dims` with `op`.
     ///
@@ -83,6 +122,215 @@ pub trait MaskedReduce<T: Element> {
     /// Bad dims.
     fn mean(&self, dims: impl Into<Dims>, keepdim: bool) -> Result<Self::Reduced<T::Real>> {
         self.fold_lanes(&Mean, &dims.into(), keepdim)
+    }
+    /// Masked variance with `correction` (1 = Bessel): `sum((x - mean)^2) /
+    /// max(count - correction, 0)`; NaN when fully masked.
+    ///
+    /// # Errors
+    /// A negative or NaN correction ([`MaskedError::InvalidArgument`]), bad dims.
+    fn var(
+        &self,
+        dims: impl Into<Dims>,
+        keepdim: bool,
+        correction: f64,
+    ) -> Result<Self::Reduced<T::Real>> {
+        let correction = check_correction(correction)?;
+        self.fold_lanes(&Var { correction }, &dims.into(), keepdim)
+    }
+    /// Masked standard deviation (the square root of [`MaskedReduce::var`]).
+    ///
+    /// # Errors
+    /// As [`MaskedReduce::var`].
+    fn std(
+        &self,
+        dims: impl Into<Dims>,
+        keepdim: bool,
+        correction: f64,
+    ) -> Result<Self::Reduced<T::Real>> {
+        let correction = check_correction(correction)?;
+        self.fold_lanes(&Std { correction }, &dims.into(), keepdim)
+    }
+    /// Masked vector norm of order `ord` (see [`Norm`]).
+    ///
+    /// # Errors
+    /// A NaN `ord`, bad dims.
+    fn norm(
+        &self,
+        dims: impl Into<Dims>,
+        keepdim: bool,
+        ord: f64,
+    ) -> Result<Self::Reduced<T::Real>> {
+        self.fold_lanes(&Norm::new(ord)?, &dims.into(), keepdim)
+    }
+    /// Masked, overflow-safe `log(sum(exp(x)))`; `-inf` when fully masked.
+    ///
+    /// # Errors
+    /// Bad dims.
+    fn logsumexp(&self, dims: impl Into<Dims>, keepdim: bool) -> Result<Self::Reduced<T::Real>> {
+        self.fold_lanes(&LogSumExp, &dims.into(), keepdim)
+    }
+    /// Masked median (`mode` avg: mean of the two middle values for an even count;
+    /// lower: the lower one). A valid NaN gives NaN; fully masked gives NaN.
+    ///
+    /// # Errors
+    /// Bad dims.
+    fn median(
+        &self,
+        dims: impl Into<Dims>,
+        keepdim: bool,
+        mode: MedianMode,
+    ) -> Result<Self::Reduced<T::Real>> {
+        self.stat_lanes(&Quantile::median(mode), &dims.into(), keepdim)
+    }
+    /// Masked `q`-quantile (numpy's interpolation methods), by selection.
+    ///
+    /// # Errors
+    /// `q` outside [0, 1], bad dims.
+    fn quantile(
+        &self,
+        dims: impl Into<Dims>,
+        keepdim: bool,
+        q: f64,
+        interpolation: Interpolation,
+    ) -> Result<Self::Reduced<T::Real>> {
+        self.stat_lanes(&Quantile::new(q, interpolation)?, &dims.into(), keepdim)
+    }
+    /// Masked softmax along `dim`: 0 at masked-out positions and in fully masked lanes.
+    ///
+    /// # Errors
+    /// Bad dim.
+    fn softmax(&self, dim: isize) -> Result<Self::Mapped<T::Real>> {
+        self.map_lanes(
+            &Softmax {
+                kind: SoftmaxKind::Softmax,
+            },
+            dim,
+        )
+    }
+    /// Masked log-softmax along `dim`: `-inf` at masked-out positions and in fully
+    /// masked lanes.
+    ///
+    /// # Errors
+    /// Bad dim.
+    fn log_softmax(&self, dim: isize) -> Result<Self::Mapped<T::Real>> {
+        self.map_lanes(
+            &Softmax {
+                kind: SoftmaxKind::LogSoftmax,
+            },
+            dim,
+        )
+    }
+    /// Masked softmin (`softmax(-x)`) along `dim`.
+    ///
+    /// # Errors
+    /// Bad dim.
+    fn softmin(&self, dim: isize) -> Result<Self::Mapped<T::Real>> {
+        self.map_lanes(
+            &Softmax {
+                kind: SoftmaxKind::Softmin,
+            },
+            dim,
+        )
+    }
+    /// `x / max(norm_ord(x), eps)` along `dim` over the valid elements; 0 elsewhere.
+    ///
+    /// # Errors
+    /// NaN `ord`, negative `eps`, bad dim.
+    fn normalize(&self, dim: isize, ord: f64, eps: f64) -> Result<Self::Mapped<T::Real>> {
+        self.map_lanes(&Normalize::new(ord, eps)?, dim)
+    }
+    /// Masked cumulative sum along `dim` in the input type; masked-out positions carry
+    /// the running value.
+    ///
+    /// # Errors
+    /// Bad dim.
+    fn cumsum(&self, dim: isize) -> Result<Self::Mapped<T>> {
+        self.map_lanes(&Cumulative { prod: false }, dim)
+    }
+    /// Masked cumulative product along `dim` in the input type.
+    ///
+    /// # Errors
+    /// Bad dim.
+    fn cumprod(&self, dim: isize) -> Result<Self::Mapped<T>> {
+        self.map_lanes(&Cumulative { prod: true }, dim)
+    }
+    /// Sum ignoring NaN (and masked-out) elements.
+    ///
+    /// # Errors
+    /// Bad dims.
+    fn nansum(&self, dims: impl Into<Dims>, keepdim: bool) -> Result<Self::Reduced<T::Wide>> {
+        self.without_nans()?.sum(dims, keepdim)
+    }
+    /// Mean ignoring NaN elements.
+    ///
+    /// # Errors
+    /// Bad dims.
+    fn nanmean(&self, dims: impl Into<Dims>, keepdim: bool) -> Result<Self::Reduced<T::Real>> {
+        self.without_nans()?.mean(dims, keepdim)
+    }
+    /// Variance ignoring NaN elements.
+    ///
+    /// # Errors
+    /// As [`MaskedReduce::var`].
+    fn nanvar(
+        &self,
+        dims: impl Into<Dims>,
+        keepdim: bool,
+        correction: f64,
+    ) -> Result<Self::Reduced<T::Real>> {
+        self.without_nans()?.var(dims, keepdim, correction)
+    }
+    /// Standard deviation ignoring NaN elements.
+    ///
+    /// # Errors
+    /// As [`MaskedReduce::var`].
+    fn nanstd(
+        &self,
+        dims: impl Into<Dims>,
+        keepdim: bool,
+        correction: f64,
+    ) -> Result<Self::Reduced<T::Real>> {
+        self.without_nans()?.std(dims, keepdim, correction)
+    }
+    /// Maximum ignoring NaN elements.
+    ///
+    /// # Errors
+    /// Bad dims.
+    fn nanmax(&self, dims: impl Into<Dims>, keepdim: bool) -> Result<Self::Reduced<T>> {
+        self.without_nans()?.amax(dims, keepdim)
+    }
+    /// Minimum ignoring NaN elements.
+    ///
+    /// # Errors
+    /// Bad dims.
+    fn nanmin(&self, dims: impl Into<Dims>, keepdim: bool) -> Result<Self::Reduced<T>> {
+        self.without_nans()?.amin(dims, keepdim)
+    }
+    /// Median ignoring NaN elements.
+    ///
+    /// # Errors
+    /// Bad dims.
+    fn nanmedian(
+        &self,
+        dims: impl Into<Dims>,
+        keepdim: bool,
+        mode: MedianMode,
+    ) -> Result<Self::Reduced<T::Real>> {
+        self.without_nans()?.median(dims, keepdim, mode)
+    }
+    /// Quantile ignoring NaN elements.
+    ///
+    /// # Errors
+    /// As [`MaskedReduce::quantile`].
+    fn nanquantile(
+        &self,
+        dims: impl Into<Dims>,
+        keepdim: bool,
+        q: f64,
+        interpolation: Interpolation,
+    ) -> Result<Self::Reduced<T::Real>> {
+        self.without_nans()?
+            .quantile(dims, keepdim, q, interpolation)
     }
     /// Number of valid elements. Every output position of a count is valid, so its
     /// output mask is all true.

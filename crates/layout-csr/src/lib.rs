@@ -26,9 +26,9 @@
 //! ```
 #![deny(missing_docs)]
 
-use masked_core::{Dims, Element, Fold, MaskedError, MaskedReduce, Result};
+use masked_core::{Dims, Element, Fold, LaneMap, LaneStat, MaskedError, MaskedReduce, Result};
 use rayon::prelude::*;
-use sprs::{CsMatViewI, SpIndex};
+use sprs::{CsMat, CsMatViewI, SpIndex};
 
 /// A CSR matrix whose mask is its own stored pattern.
 #[derive(Debug, Clone)]
@@ -82,42 +82,34 @@ impl<O> SparseVec<O> {
 /// Rows per parallel task, at least.
 const ROW_GRAIN: usize = 256;
 
-impl<T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'_, T, I, Iptr> {
-    type Reduced<O: Element> = SparseVec<O>;
-
-    fn fold_lanes<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
-    ) -> Result<SparseVec<F::Output>> {
-        let (nrows, _) = self.mat.shape();
+impl<T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'_, T, I, Iptr> {
+    /// Checks that `dims` is dim 1 (rows) only.
+    fn rows_only(dims: &Dims, op: &'static str) -> Result<()> {
         if dims.canonical(2)? != [1] {
             return Err(MaskedError::Unsupported {
-                op: op.name(),
+                op,
                 context: "on CSR over dims other than 1 in this build".into(),
             });
         }
+        Ok(())
+    }
+
+    /// Applies `f` to every row's stored values and column indices, in parallel; a row
+    /// for which `f` returns `None` is not stored in the result.
+    fn per_row<O: Element + Send>(
+        &self,
+        keepdim: bool,
+        f: impl Fn(&[T], &[I]) -> Option<O> + Sync,
+    ) -> SparseVec<O> {
+        let nrows = self.mat.rows();
         let indptr = self.mat.indptr();
         let (idx, data) = (self.mat.indices(), self.mat.data());
-        let rows: Vec<Option<F::Output>> = (0..nrows)
+        let rows: Vec<Option<O>> = (0..nrows)
             .into_par_iter()
             .with_min_len(ROW_GRAIN)
             .map(|r| {
                 let range = indptr.outer_inds_sz(r);
-                if range.is_empty() && !op.valid_everywhere() {
-                    return None;
-                }
-                let mut st = op.identity();
-                let xs = &data[range.clone()];
-                if op.positional() {
-                    for (x, c) in xs.iter().zip(&idx[range]) {
-                        op.push(&mut st, *x, c.index() as i64);
-                    }
-                } else {
-                    op.push_run(&mut st, xs, None, 0);
-                }
-                Some(op.finish(&st))
+                f(&data[range.clone()], &idx[range])
             })
             .collect();
         let mut indices = Vec::new();
@@ -129,11 +121,107 @@ impl<T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'_, T,
             }
         }
         let shape = if keepdim { vec![nrows, 1] } else { vec![nrows] };
-        Ok(SparseVec {
+        SparseVec {
             shape,
             indices,
             values,
+        }
+    }
+}
+
+impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m, T, I, Iptr> {
+    type Reduced<O: Element> = SparseVec<O>;
+    type Mapped<O: Element> = CsMat<O>;
+    type NanMasked<'a>
+        = MaskedCsr<'m, T, I, Iptr>
+    where
+        Self: 'a;
+
+    fn without_nans(&self) -> Result<Self> {
+        Err(MaskedError::Unsupported {
+            op: "nan-family",
+            context: "on CSR in this build (a mask other than the stored pattern)".into(),
         })
+    }
+
+    fn fold_lanes<F: Fold<T>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseVec<F::Output>> {
+        Self::rows_only(dims, op.name())?;
+        Ok(self.per_row(keepdim, |xs, cols| {
+            if xs.is_empty() && !op.valid_everywhere() {
+                return None;
+            }
+            let mut st = op.identity();
+            if op.positional() {
+                for (x, c) in xs.iter().zip(cols) {
+                    op.push(&mut st, *x, c.index() as i64);
+                }
+            } else {
+                op.push_run(&mut st, xs, None, 0);
+            }
+            Some(op.finish(&st))
+        }))
+    }
+
+    fn stat_lanes<S: LaneStat<T>>(
+        &self,
+        stat: &S,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseVec<S::Output>> {
+        Self::rows_only(dims, stat.name())?;
+        Ok(self.per_row(keepdim, |xs, _| {
+            if xs.is_empty() {
+                return None;
+            }
+            let mut vals = xs.to_vec();
+            Some(stat.compute(&mut vals))
+        }))
+    }
+
+    /// Along dim 1 (rows): every row's stored values are its valid elements; the result
+    /// has the input's pattern.
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsMat<M::Output>> {
+        if masked_core::wrap_dim(dim, 2)? != 1 {
+            return Err(MaskedError::Unsupported {
+                op: map.name(),
+                context: "on CSR along dim 0 in this build".into(),
+            });
+        }
+        let (nrows, ncols) = self.mat.shape();
+        let indptr = self.mat.indptr();
+        let mut values = vec![M::Output::default(); self.mat.nnz()];
+        // rows own disjoint ranges of `values`: split it along the indptr
+        let mut pieces: Vec<&mut [M::Output]> = Vec::with_capacity(nrows);
+        let mut rest: &mut [M::Output] = &mut values;
+        for r in 0..nrows {
+            let (a, b) = rest.split_at_mut(indptr.outer_inds_sz(r).len());
+            pieces.push(a);
+            rest = b;
+        }
+        let data = self.mat.data();
+        pieces
+            .into_par_iter()
+            .with_min_len(ROW_GRAIN)
+            .enumerate()
+            .for_each(|(r, out)| {
+                let range = indptr.outer_inds_sz(r);
+                map.map(&data[range], None, out);
+            });
+        let idx = self.mat.indices();
+        let mut proper = Vec::with_capacity(nrows + 1);
+        let mut indices = Vec::with_capacity(self.mat.nnz());
+        proper.push(0);
+        for r in 0..nrows {
+            indices.extend(idx[indptr.outer_inds_sz(r)].iter().map(|i| i.index()));
+            proper.push(indices.len());
+        }
+        CsMat::try_new((nrows, ncols), proper, indices, values)
+            .map_err(|(_, _, _, e)| MaskedError::InvalidData(e.to_string()))
     }
 }
 
@@ -181,6 +269,34 @@ mod tests {
                 prop_assert_eq!(cnt.values()[r], row.len() as i64);
             }
         }
+    }
+
+    #[test]
+    fn row_maps_and_stats_keep_the_pattern() {
+        use masked_core::MedianMode;
+        let m = CsMat::new(
+            (4, 3),
+            vec![0, 2, 2, 3, 5],
+            vec![0, 2, 1, 0, 1],
+            vec![1.0f64, 3.0, 5.0, 2.0, 2.0],
+        );
+        let v = m.slice_outer(1..4);
+        let a = MaskedCsr::from_pattern(v.view()).unwrap();
+        let sm = a.softmax(1).unwrap();
+        assert_eq!(sm.indptr().raw_storage(), &[0, 0, 1, 3]);
+        assert_eq!(sm.indices(), &[1, 0, 1]);
+        assert_eq!(sm.data(), &[1.0, 0.5, 0.5]);
+        let cs = a.cumsum(-1).unwrap();
+        assert_eq!(cs.data(), &[5.0, 2.0, 4.0]);
+        let med = a.median(1, false, MedianMode::Avg).unwrap();
+        assert_eq!(med.indices(), &[1, 2]);
+        assert_eq!(med.values(), &[5.0, 2.0]);
+        assert!(a.softmax(0).is_err());
+        assert!(a.nansum(1, false).is_err());
+        let empty = CsMat::<f32>::zero((0, 3));
+        let e = MaskedCsr::from_pattern(empty.view()).unwrap();
+        assert_eq!(e.softmax(1).unwrap().nnz(), 0);
+        assert!(e.sum(1, false).unwrap().indices().is_empty());
     }
 
     #[test]

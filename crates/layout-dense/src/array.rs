@@ -1,7 +1,10 @@
 //! The dense masked array type.
 
 use crate::kernels;
-use masked_core::{BitMask, Dims, Element, Fold, MaskedError, MaskedReduce, ReducePlan, Result};
+use masked_core::{
+    wrap_dim, BitMask, Dims, Element, Fold, LaneMap, LaneStat, MaskedError, MaskedReduce,
+    ReducePlan, Result,
+};
 use ndarray::{ArrayBase, ArrayD, ArrayView, Data, Dimension, IxDyn, OwnedRepr, RawData, ViewRepr};
 
 /// A dense array with an optional validity mask (`true` = valid).
@@ -124,8 +127,69 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     }
 }
 
+impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
+    /// The values in row-major order: borrowed when the array is in standard layout,
+    /// copied otherwise.
+    fn row_major(&self) -> std::borrow::Cow<'_, [T]> {
+        match self.data.as_slice() {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(self.data.iter().copied().collect()),
+        }
+    }
+
+    /// An owned result with an output mask.
+    fn build<O: Element>(
+        shape: &[usize],
+        values: Vec<O>,
+        mask: BitMask,
+    ) -> Result<MaskedArrayD<O>> {
+        let data = ArrayD::from_shape_vec(IxDyn(shape), values)
+            .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+        Ok(MaskedArray {
+            data,
+            mask: Some(mask),
+        })
+    }
+}
+
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArray<S, D> {
     type Reduced<O: Element> = MaskedArrayD<O>;
+    type Mapped<O: Element> = MaskedArrayD<O>;
+    type NanMasked<'a>
+        = MaskedView<'a, T, D>
+    where
+        Self: 'a;
+
+    fn without_nans(&self) -> Result<MaskedView<'_, T, D>> {
+        Ok(self.and_not_nan())
+    }
+
+    fn stat_lanes<St: LaneStat<T>>(
+        &self,
+        stat: &St,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<MaskedArrayD<St::Output>> {
+        let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
+        let xs = self.row_major();
+        let bits = self.mask.as_ref().map(BitMask::bits);
+        let (values, any) = kernels::stat_all(stat, &xs, bits, &plan);
+        let mask = BitMask::from_bools(&plan.out_shape, any)?;
+        Self::build(&plan.out_shape, values, mask)
+    }
+
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<MaskedArrayD<M::Output>> {
+        let shape = self.data.shape().to_vec();
+        let d = wrap_dim(dim, shape.len())?;
+        let xs = self.row_major();
+        let bits = self.mask.as_ref().map(BitMask::bits);
+        let values = kernels::map_all(map, &xs, bits, &shape, d);
+        let mask = self
+            .mask
+            .clone()
+            .unwrap_or_else(|| BitMask::filled(&shape, true));
+        Self::build(&shape, values, mask)
+    }
 
     fn fold_lanes<F: Fold<T>>(
         &self,

@@ -14,7 +14,7 @@
 //! Work is split by fixed sizes, never by thread count, so results are bit-for-bit the
 //! same on any number of threads.
 
-use masked_core::{Bits, Element, Fold, ReducePlan};
+use masked_core::{Bits, Element, Fold, LaneMap, LaneStat, ReducePlan};
 use rayon::prelude::*;
 
 /// Elements a parallel task should at least cover.
@@ -268,4 +268,151 @@ fn gather<T: Element, F: Fold<T>>(
                 }
             },
         );
+}
+
+/// Computes `stat` over the valid values of every lane: gathers each lane's valid values
+/// into per-thread scratch (contiguous lanes are read in place), then hands them over.
+pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
+    stat: &S,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    plan: &ReducePlan,
+) -> (Vec<S::Output>, Vec<bool>) {
+    let n_out = plan.lanes;
+    let len = plan.lane_len;
+    let mut out: Vec<S::Output> = vec![S::Output::default(); n_out];
+    let mut any = vec![false; n_out];
+    if n_out == 0 {
+        return (out, any);
+    }
+    let shape = &plan.in_shape;
+    let nd = shape.len();
+    let mut strides = vec![1usize; nd];
+    for d in (0..nd.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    let offsets = |dims: &[usize]| -> Vec<usize> {
+        let mut out = vec![0usize];
+        for &d in dims {
+            let mut next = Vec::with_capacity(out.len() * shape[d]);
+            for &o in &out {
+                for i in 0..shape[d] {
+                    next.push(o + i * strides[d]);
+                }
+            }
+            out = next;
+        }
+        out
+    };
+    let kept: Vec<usize> = (0..nd).filter(|&d| !plan.reduced[d]).collect();
+    let red: Vec<usize> = (0..nd).filter(|&d| plan.reduced[d]).collect();
+    let bases = offsets(&kept);
+    let kinds: Vec<bool> = plan.groups().iter().map(|g| g.0).collect();
+    let contiguous = matches!(kinds.as_slice(), [] | [true] | [false] | [false, true]);
+    let lane_off = if contiguous {
+        Vec::new()
+    } else {
+        offsets(&red)
+    };
+    let g = (GRAIN / len.max(1)).max(1);
+    out.par_chunks_mut(g)
+        .zip(any.par_chunks_mut(g))
+        .enumerate()
+        .for_each_init(
+            || Vec::with_capacity(len),
+            |vals, (c, (oc, ac))| {
+                for (k, (o, a)) in oc.iter_mut().zip(ac.iter_mut()).enumerate() {
+                    let lane = c * g + k;
+                    vals.clear();
+                    if contiguous {
+                        let start = lane * len;
+                        let lx = &xs[start..start + len];
+                        match bits {
+                            None => vals.extend_from_slice(lx),
+                            Some(b) => {
+                                let b = b.offset(start);
+                                vals.extend(
+                                    lx.iter()
+                                        .enumerate()
+                                        .filter(|(i, _)| b.get(*i))
+                                        .map(|(_, &x)| x),
+                                );
+                            }
+                        }
+                    } else {
+                        let base = bases[lane];
+                        vals.extend(
+                            lane_off
+                                .iter()
+                                .filter(|&&off| bits.is_none_or(|b| b.get(base + off)))
+                                .map(|&off| xs[base + off]),
+                        );
+                    }
+                    *a = !vals.is_empty();
+                    *o = stat.compute(vals);
+                }
+            },
+        );
+    (out, any)
+}
+
+/// Maps every lane along `dim` of a row-major array of `shape` with `map`, returning the
+/// mapped array in row-major order. Lanes along the last dim are read and written in
+/// place; others are gathered into scratch and scattered back.
+pub(crate) fn map_all<T: Element, M: LaneMap<T>>(
+    map: &M,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    shape: &[usize],
+    dim: usize,
+) -> Vec<M::Output> {
+    let n: usize = shape.iter().product();
+    let mut out = vec![M::Output::default(); n];
+    if n == 0 {
+        return out;
+    }
+    if shape.is_empty() {
+        map.map(xs, bits, &mut out);
+        return out;
+    }
+    let len = shape[dim];
+    let inner: usize = shape[dim + 1..].iter().product();
+    if inner == 1 {
+        let g = (GRAIN / len).max(1);
+        out.par_chunks_mut(len * g).enumerate().for_each(|(c, oc)| {
+            for (k, o) in oc.chunks_mut(len).enumerate() {
+                let start = (c * g + k) * len;
+                map.map(&xs[start..start + len], bits.map(|b| b.offset(start)), o);
+            }
+        });
+        return out;
+    }
+    out.par_chunks_mut(len * inner).enumerate().for_each_init(
+        || {
+            (
+                Vec::with_capacity(len),
+                vec![0u64; len.div_ceil(64)],
+                vec![M::Output::default(); len],
+            )
+        },
+        |(vals, words, tmp), (o, block)| {
+            let base = o * len * inner;
+            for j in 0..inner {
+                vals.clear();
+                vals.extend((0..len).map(|k| xs[base + k * inner + j]));
+                let lane_bits = bits.map(|b| {
+                    words.fill(0);
+                    for k in 0..len {
+                        words[k / 64] |= (b.get(base + k * inner + j) as u64) << (k % 64);
+                    }
+                    Bits::new(words, 0)
+                });
+                map.map(vals, lane_bits, tmp);
+                for (k, &v) in tmp.iter().enumerate() {
+                    block[k * inner + j] = v;
+                }
+            }
+        },
+    );
+    out
 }

@@ -15,7 +15,10 @@
 //! # Ok::<(), masked::MaskedError>(())
 //! ```
 
-use crate::{BitMask, Dims, DynVec, Element, MaskedArrayD, MaskedError, MaskedReduce, MaskedView};
+use crate::{
+    BitMask, Dims, DynVec, Element, Interpolation, MaskedArrayD, MaskedError, MaskedReduce,
+    MaskedView, MedianMode,
+};
 use ndarray::IxDyn;
 
 /// How an op uses its dims and options.
@@ -100,6 +103,18 @@ pub struct OpRequest {
     pub dims: Dims,
     /// Keep reduced dims.
     pub keepdim: bool,
+    /// var/std correction (default 1).
+    pub correction: f64,
+    /// norm/normalize order (default 2).
+    pub ord: f64,
+    /// normalize epsilon (default 1e-12).
+    pub eps: f64,
+    /// quantile q (default 0.5).
+    pub q: f64,
+    /// quantile interpolation (default linear).
+    pub interpolation: Interpolation,
+    /// median mode (default avg).
+    pub mode: MedianMode,
 }
 
 impl OpRequest {
@@ -116,7 +131,43 @@ impl OpRequest {
             spec,
             dims: Dims::All,
             keepdim: false,
+            correction: 1.0,
+            ord: 2.0,
+            eps: 1e-12,
+            q: 0.5,
+            interpolation: Interpolation::Linear,
+            mode: MedianMode::Avg,
         }
+    }
+    /// The same request with a var/std `correction`.
+    pub fn correction(mut self, c: f64) -> Self {
+        self.correction = c;
+        self
+    }
+    /// The same request with a norm `ord`.
+    pub fn ord(mut self, ord: f64) -> Self {
+        self.ord = ord;
+        self
+    }
+    /// The same request with a normalize `eps`.
+    pub fn eps(mut self, eps: f64) -> Self {
+        self.eps = eps;
+        self
+    }
+    /// The same request with a quantile `q`.
+    pub fn q(mut self, q: f64) -> Self {
+        self.q = q;
+        self
+    }
+    /// The same request with a quantile interpolation.
+    pub fn interpolation(mut self, i: Interpolation) -> Self {
+        self.interpolation = i;
+        self
+    }
+    /// The same request with a median mode.
+    pub fn mode(mut self, m: MedianMode) -> Self {
+        self.mode = m;
+        self
     }
     /// The same request over `dims`.
     pub fn dims(mut self, dims: impl Into<Dims>) -> Self {
@@ -153,38 +204,58 @@ fn outcome<O: Element>(r: MaskedArrayD<O>) -> Outcome {
     }
 }
 
+/// The one dim of a shape-preserving op.
+fn one_dim(req: &OpRequest) -> Result<isize, MaskedError> {
+    match &req.dims {
+        Dims::Set(v) if v.len() == 1 => Ok(v[0]),
+        d => Err(MaskedError::DimCount {
+            op: req.spec.name,
+            expected: "exactly one dim",
+            got: d.given_len().unwrap_or(0),
+        }),
+    }
+}
+
 /// Runs the request on a dense masked array. `nan*` ops AND the mask `!is_nan(x)` into
 /// the array's mask first.
 ///
 /// # Errors
-/// The op's own errors, and [`MaskedError::Unsupported`] for an op this layout does not
-/// provide yet.
+/// The op's own errors (bad dims, bad option values).
 pub fn apply_dense<'a, T: Element>(
     a: &'a MaskedView<'a, T, IxDyn>,
     req: &OpRequest,
 ) -> Result<Outcome, MaskedError> {
     let (d, k) = (req.dims.clone(), req.keepdim);
-    let nan;
-    let src = if req.spec.name.starts_with("nan") {
-        nan = a.and_not_nan();
-        &nan
-    } else {
-        a
-    };
+    let (c, ord, q, it, mode) = (req.correction, req.ord, req.q, req.interpolation, req.mode);
     Ok(match req.spec.name {
-        "sum" | "nansum" => outcome(src.sum(d, k)?),
-        "prod" => outcome(src.prod(d, k)?),
-        "amax" | "nanmax" => outcome(src.amax(d, k)?),
-        "amin" | "nanmin" => outcome(src.amin(d, k)?),
-        "argmax" => outcome(src.argmax(d, k)?),
-        "argmin" => outcome(src.argmin(d, k)?),
-        "mean" | "nanmean" => outcome(src.mean(d, k)?),
-        "count" => outcome(src.count(d, k)?),
-        other => {
-            return Err(MaskedError::Unsupported {
-                op: req.spec.name,
-                context: format!("on the dense layout in this build ({other})"),
-            })
-        }
+        "sum" => outcome(a.sum(d, k)?),
+        "prod" => outcome(a.prod(d, k)?),
+        "amax" => outcome(a.amax(d, k)?),
+        "amin" => outcome(a.amin(d, k)?),
+        "argmax" => outcome(a.argmax(d, k)?),
+        "argmin" => outcome(a.argmin(d, k)?),
+        "mean" => outcome(a.mean(d, k)?),
+        "count" => outcome(a.count(d, k)?),
+        "var" => outcome(a.var(d, k, c)?),
+        "std" => outcome(a.std(d, k, c)?),
+        "norm" => outcome(a.norm(d, k, ord)?),
+        "logsumexp" => outcome(a.logsumexp(d, k)?),
+        "median" => outcome(a.median(d, k, mode)?),
+        "quantile" => outcome(a.quantile(d, k, q, it)?),
+        "softmax" => outcome(a.softmax(one_dim(req)?)?),
+        "log_softmax" => outcome(a.log_softmax(one_dim(req)?)?),
+        "softmin" => outcome(a.softmin(one_dim(req)?)?),
+        "normalize" => outcome(a.normalize(one_dim(req)?, ord, req.eps)?),
+        "cumsum" => outcome(a.cumsum(one_dim(req)?)?),
+        "cumprod" => outcome(a.cumprod(one_dim(req)?)?),
+        "nansum" => outcome(a.nansum(d, k)?),
+        "nanmean" => outcome(a.nanmean(d, k)?),
+        "nanvar" => outcome(a.nanvar(d, k, c)?),
+        "nanstd" => outcome(a.nanstd(d, k, c)?),
+        "nanmax" => outcome(a.nanmax(d, k)?),
+        "nanmin" => outcome(a.nanmin(d, k)?),
+        "nanmedian" => outcome(a.nanmedian(d, k, mode)?),
+        "nanquantile" => outcome(a.nanquantile(d, k, q, it)?),
+        other => return Err(MaskedError::UnknownOp(other.to_string())),
     })
 }

@@ -38,8 +38,8 @@ pub use masked_core as core;
 pub use layout_csr::{MaskedCsr, SparseVec};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
-    ops, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold, MaskedError, MaskedReduce,
-    ReducePlan, Result,
+    lane, ops, stats, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold, Interpolation,
+    LaneMap, LaneStat, MaskedError, MaskedReduce, MedianMode, ReducePlan, Result,
 };
 
 /// The README's examples, compiled and run as doctests.
@@ -50,7 +50,7 @@ pub struct ReadmeDoctests;
 /// Everything a user of the engine needs in scope.
 pub mod prelude {
     pub use crate::{
-        BitMask, DType, Dims, Element, MaskedArray, MaskedArrayD, MaskedCsr, MaskedError,
-        MaskedReduce, MaskedView, Result, SparseVec,
+        BitMask, DType, Dims, Element, Interpolation, MaskedArray, MaskedArrayD, MaskedCsr,
+        MaskedError, MaskedReduce, MaskedView, MedianMode, Result, SparseVec,
     };
 }

@@ -1,0 +1,374 @@
+//! Ops that are not folds: lane statistics (median, quantile) and lane maps (softmax,
+//! log_softmax, softmin, normalize, cumsum, cumprod). Each is written once here; a layout
+//! supplies the kernels that gather a lane's valid values ([`LaneStat`]) or hand it a
+//! lane with its mask bits and an output lane to fill ([`LaneMap`]).
+
+use crate::element::{Acc, Element, Float};
+use crate::error::{MaskedError, Result};
+use crate::fold::{fold_run, Fold, Lanes};
+use crate::mask::Bits;
+use crate::ops::{AMaxLanes, AMinLanes};
+use crate::stats::Norm;
+use std::cmp::Ordering;
+
+/// A statistic of the valid values of a lane, in any order (median, quantile).
+pub trait LaneStat<T: Element>: Send + Sync {
+    /// The statistic's type.
+    type Output: Element;
+    /// Name of the op, for messages.
+    fn name(&self) -> &'static str;
+    /// The statistic of `vals`, the valid values of one lane (the slice may be
+    /// reordered). An empty slice is a fully masked lane.
+    fn compute(&self, vals: &mut [T]) -> Self::Output;
+}
+
+/// A shape-preserving map of one lane (the softmax family, normalize, cumulative ops).
+pub trait LaneMap<T: Element>: Send + Sync {
+    /// Output element type.
+    type Output: Element;
+    /// Name of the op, for messages.
+    fn name(&self) -> &'static str;
+    /// Maps the lane `xs` (valid where `bits` is set; all valid for `None`) into `out`
+    /// (same length), writing every position, masked-out ones included.
+    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [Self::Output]);
+}
+
+// ---------------------------------------------------------------- quantile / median
+
+/// How a quantile between two order statistics is chosen (numpy's methods).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Interpolation {
+    /// `a + (b - a) * frac` (default).
+    #[default]
+    Linear,
+    /// The lower order statistic.
+    Lower,
+    /// The higher order statistic.
+    Higher,
+    /// `(a + b) / 2`.
+    Midpoint,
+    /// The nearer one; a tie (frac = 0.5) goes to the even index, as numpy.
+    Nearest,
+}
+
+impl std::str::FromStr for Interpolation {
+    type Err = MaskedError;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "linear" => Interpolation::Linear,
+            "lower" => Interpolation::Lower,
+            "higher" => Interpolation::Higher,
+            "midpoint" => Interpolation::Midpoint,
+            "nearest" => Interpolation::Nearest,
+            other => {
+                return Err(MaskedError::InvalidArgument {
+                    name: "interpolation",
+                    value: other.to_string(),
+                    reason: "expected linear, lower, higher, midpoint or nearest",
+                })
+            }
+        })
+    }
+}
+
+/// Median of an even count: the mean of the two middle values, or the lower one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MedianMode {
+    /// Mean of the two middle values (numpy, paddle).
+    #[default]
+    Avg,
+    /// The lower middle value (torch).
+    Lower,
+}
+
+impl std::str::FromStr for MedianMode {
+    type Err = MaskedError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "avg" => Ok(MedianMode::Avg),
+            "lower" => Ok(MedianMode::Lower),
+            other => Err(MaskedError::InvalidArgument {
+                name: "mode",
+                value: other.to_string(),
+                reason: "expected avg or lower",
+            }),
+        }
+    }
+}
+
+/// The `q`-quantile of the valid values of a lane (q in [0, 1]), by selection: O(n)
+/// expected, no full sort. A valid NaN gives NaN; a fully masked lane gives NaN.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quantile {
+    q: f64,
+    interpolation: Interpolation,
+}
+
+impl Quantile {
+    /// The `q`-quantile with `interpolation`.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`] when `q` is outside [0, 1] or NaN.
+    pub fn new(q: f64, interpolation: Interpolation) -> Result<Self> {
+        if !(0.0..=1.0).contains(&q) {
+            return Err(MaskedError::InvalidArgument {
+                name: "q",
+                value: q.to_string(),
+                reason: "must be in [0, 1]",
+            });
+        }
+        Ok(Quantile { q, interpolation })
+    }
+    /// The median (`mode` avg = the midpoint of the two middle values).
+    pub fn median(mode: MedianMode) -> Self {
+        Quantile {
+            q: 0.5,
+            interpolation: match mode {
+                MedianMode::Avg => Interpolation::Midpoint,
+                MedianMode::Lower => Interpolation::Lower,
+            },
+        }
+    }
+}
+
+#[inline]
+fn cmp<T: PartialOrd>(a: &T, b: &T) -> Ordering {
+    a.partial_cmp(b).unwrap_or(Ordering::Equal)
+}
+
+/// numpy's `_lerp`: exact at both ends.
+fn lerp(a: f64, b: f64, t: f64) -> f64 {
+    let d = b - a;
+    if t >= 0.5 {
+        b - d * (1.0 - t)
+    } else {
+        a + d * t
+    }
+}
+
+impl<T: Element> LaneStat<T> for Quantile {
+    type Output = T::Real;
+    fn name(&self) -> &'static str {
+        "quantile"
+    }
+    fn compute(&self, vals: &mut [T]) -> T::Real {
+        let n = vals.len();
+        if n == 0 || vals.iter().any(|x| x.is_nan()) {
+            return <T::Real as Float>::NAN;
+        }
+        let pos = self.q * (n - 1) as f64;
+        let lo = pos.floor() as usize;
+        let frac = pos - lo as f64;
+        let (_, a, rest) = vals.select_nth_unstable_by(lo, cmp);
+        let a = *a;
+        let b = || rest.iter().copied().min_by(cmp).unwrap_or(a);
+        let v = match self.interpolation {
+            Interpolation::Lower => a.to_f64(),
+            Interpolation::Higher => {
+                if frac > 0.0 {
+                    b().to_f64()
+                } else {
+                    a.to_f64()
+                }
+            }
+            Interpolation::Linear => {
+                if frac > 0.0 {
+                    lerp(a.to_f64(), b().to_f64(), frac)
+                } else {
+                    a.to_f64()
+                }
+            }
+            Interpolation::Midpoint => {
+                if frac > 0.0 {
+                    (a.to_f64() + b().to_f64()) / 2.0
+                } else {
+                    a.to_f64()
+                }
+            }
+            Interpolation::Nearest => {
+                // round half to even on the index, as numpy's around
+                let up = frac > 0.5 || (frac == 0.5 && lo % 2 == 1);
+                if up {
+                    b().to_f64()
+                } else {
+                    a.to_f64()
+                }
+            }
+        };
+        <T::Real as Float>::from_f64(v)
+    }
+}
+
+// ---------------------------------------------------------------- softmax family
+
+/// Which member of the softmax family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoftmaxKind {
+    /// `exp(x - max) / sum`.
+    Softmax,
+    /// `(x - max) - log(sum)`.
+    LogSoftmax,
+    /// `softmax(-x)`.
+    Softmin,
+}
+
+/// The softmax family over the valid elements of a lane, max-shifted. Masked-out
+/// positions get 0 (softmax, softmin) or `-inf` (log_softmax), and so does a fully
+/// masked lane ("safe softmax": no NaN rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Softmax {
+    /// Which one.
+    pub kind: SoftmaxKind,
+}
+
+/// Lane monoid: `exp(sign * (x - shift))`, in the statistics type.
+#[derive(Debug)]
+struct SoftLanes<R> {
+    shift: R,
+    neg: bool,
+}
+impl<T: Element> Lanes<T> for SoftLanes<T::Real> {
+    type A = T::Real;
+    #[inline(always)]
+    fn id(&self) -> T::Real {
+        <T::Real as Element>::ZERO
+    }
+    #[inline(always)]
+    fn lift(&self, x: T, _: i64) -> T::Real {
+        let d = x.to_real() - self.shift;
+        (if self.neg { -d } else { d }).exp_nonpos()
+    }
+    #[inline(always)]
+    fn comb(&self, a: T::Real, b: T::Real) -> T::Real {
+        a + b
+    }
+}
+
+impl<T: Element> LaneMap<T> for Softmax {
+    type Output = T::Real;
+    fn name(&self) -> &'static str {
+        match self.kind {
+            SoftmaxKind::Softmax => "softmax",
+            SoftmaxKind::LogSoftmax => "log_softmax",
+            SoftmaxKind::Softmin => "softmin",
+        }
+    }
+    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+        let log = self.kind == SoftmaxKind::LogSoftmax;
+        let neg = self.kind == SoftmaxKind::Softmin;
+        let fill = if log {
+            <T::Real as Float>::NEG_INFINITY
+        } else {
+            <T::Real as Element>::ZERO
+        };
+        let valid = bits.map_or(xs.len(), |b| b.count_ones(xs.len()));
+        if valid == 0 {
+            out.fill(fill);
+            return;
+        }
+        let m: T = if neg {
+            fold_run(&AMinLanes, xs, bits, 0)
+        } else {
+            fold_run(&AMaxLanes, xs, bits, 0)
+        };
+        let shift = m.to_real();
+        let lanes = SoftLanes::<T::Real> { shift, neg };
+        let sum: T::Real = fold_run(&lanes, xs, bits, 0);
+        let (inv, lsum) = (<T::Real as Float>::ONE / sum, sum.ln());
+        for (k, (o, &x)) in out.iter_mut().zip(xs).enumerate() {
+            let ok = bits.is_none_or(|b| b.get(k));
+            let d = x.to_real() - shift;
+            let d = if neg { -d } else { d };
+            let v = if log { d - lsum } else { d.exp_nonpos() * inv };
+            *o = if ok { v } else { fill };
+        }
+    }
+}
+
+/// `x / max(norm_ord(valid x), eps)` at valid positions, 0 at masked-out ones (and in a
+/// fully masked lane).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Normalize {
+    norm: Norm,
+    eps: f64,
+}
+
+impl Normalize {
+    /// Normalize by the `ord` norm, with denominator floor `eps`.
+    ///
+    /// # Errors
+    /// A NaN `ord`; a negative or NaN `eps`.
+    pub fn new(ord: f64, eps: f64) -> Result<Self> {
+        if eps.is_nan() || eps < 0.0 {
+            return Err(MaskedError::InvalidArgument {
+                name: "eps",
+                value: eps.to_string(),
+                reason: "must be a number >= 0",
+            });
+        }
+        Ok(Normalize {
+            norm: Norm::new(ord)?,
+            eps,
+        })
+    }
+}
+
+impl<T: Element> LaneMap<T> for Normalize {
+    type Output = T::Real;
+    fn name(&self) -> &'static str {
+        "normalize"
+    }
+    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+        let n: T::Real =
+            Fold::<T>::finish(&self.norm, &Fold::<T>::fold_slice(&self.norm, xs, bits));
+        let d = n.to_f64();
+        // max(norm, eps), NaN-propagating
+        let denom = if d.is_nan() { d } else { d.max(self.eps) };
+        let denom = <T::Real as Float>::from_f64(denom);
+        for (k, (o, &x)) in out.iter_mut().zip(xs).enumerate() {
+            let ok = bits.is_none_or(|b| b.get(k));
+            *o = if ok {
+                x.to_real() / denom
+            } else {
+                <T::Real as Element>::ZERO
+            };
+        }
+    }
+}
+
+/// Cumulative sum (`prod == false`) or product along the lane, in the input type
+/// (accumulated in `T::Total`: f64 for floats, wrapping i64 for integers, then cast back,
+/// wrapping for integers). Masked-out positions carry the running value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cumulative {
+    /// Product instead of sum.
+    pub prod: bool,
+}
+
+impl<T: Element> LaneMap<T> for Cumulative {
+    type Output = T;
+    fn name(&self) -> &'static str {
+        if self.prod {
+            "cumprod"
+        } else {
+            "cumsum"
+        }
+    }
+    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
+        let mut acc = if self.prod {
+            <T::Total as Acc>::ONE
+        } else {
+            <T::Total as Acc>::ZERO
+        };
+        for (k, (o, &x)) in out.iter_mut().zip(xs).enumerate() {
+            if bits.is_none_or(|b| b.get(k)) {
+                acc = if self.prod {
+                    acc.mul(x.to_total())
+                } else {
+                    acc.add(x.to_total())
+                };
+            }
+            *o = T::from_total(acc);
+        }
+    }
+}
