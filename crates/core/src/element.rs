@@ -276,8 +276,9 @@ fn exp_nonpos_f32(x: f32) -> f32 {
 #[inline(always)]
 fn exp_nonpos_f64(x: f64) -> f64 {
     const LOG2E: f64 = std::f64::consts::LOG2_E;
-    const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
-    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+    // fdlibm's split of ln 2: the high part has trailing zero bits so n * LN2_HI is exact
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
     const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
     let xc = if x < -708.0 { -708.0 } else { x };
     let n = (xc * LOG2E + MAGIC) - MAGIC;

@@ -46,6 +46,7 @@ pub const COL_ROWS: usize = 256;
 
 /// The column sweep of an op with lane monoid `L`: blocks of [`COL_ROWS`] rows fold into
 /// a scratch row of `L` accumulators, which `into` then merges into the states.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 fn columns_via<T: Copy, L: Lanes<T>, S>(
     l: &L,
