@@ -1,18 +1,18 @@
-//! Golden fixtures from torch.masked (scripts/gen_fixtures.py) for the dense reductions:
-//! every value at every output position (the defined fully-masked values included) and
-//! every output mask bit.
+//! Golden fixtures for the dense layout: every value at every output position (the
+//! defined fully-masked values included) and every output mask bit.
+//! - `dense_reductions.json` (scripts/gen_fixtures.py): sum ... count, from torch.masked;
+//! - `dense_stats.json` (scripts/gen_fixtures_stats.py): var, std, norm, logsumexp,
+//!   median, quantile, the normalizations, nanmedian, nanquantile, from torch.masked
+//!   and numpy (see the script for the few deliberate differences).
 
 use masked::by_name::{apply_dense, OpRequest};
 use masked::{BitMask, Dims, DynVec, Element, MaskedArray};
-use masked_tests::{compare, values};
+use masked_tests::{compare, num, values};
 use ndarray::{ArrayViewD, IxDyn};
 use serde_json::Value;
 
-fn load() -> Vec<Value> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/fixtures/dense_reductions.json"
-    );
+fn load(name: &str) -> Vec<Value> {
+    let path = format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(path).expect("fixture file");
     let v: Value = serde_json::from_str(&text).expect("fixture json");
     v["cases"].as_array().expect("cases").clone()
@@ -33,17 +33,47 @@ fn run<T: Element>(xs: &[T], c: &Value) -> masked::by_name::Outcome {
         None => Dims::All,
         Some(d) => Dims::Set(d.iter().map(|x| x.as_i64().unwrap() as isize).collect()),
     };
-    let req = OpRequest::new(c["op"].as_str().unwrap())
+    let mut req = OpRequest::new(c["op"].as_str().unwrap())
         .unwrap()
         .dims(dims)
         .keepdim(c["keepdim"].as_bool().unwrap());
+    let p = &c["params"];
+    if !p.is_null() {
+        if let Some(v) = p.get("correction") {
+            req = req.correction(num(v));
+        }
+        if let Some(v) = p.get("ord") {
+            req = req.ord(num(v));
+        }
+        if let Some(v) = p.get("eps") {
+            req = req.eps(num(v));
+        }
+        if let Some(v) = p.get("q") {
+            req = req.q(num(v));
+        }
+        if let Some(v) = p.get("interpolation") {
+            req = req.interpolation(v.as_str().unwrap().parse().unwrap());
+        }
+        if let Some(v) = p.get("mode") {
+            req = req.mode(v.as_str().unwrap().parse().unwrap());
+        }
+    }
     apply_dense(&a, &req).unwrap()
 }
 
 #[test]
 fn dense_reductions_match_torch_masked() {
-    let cases = load();
-    assert!(cases.len() > 5000, "fixture set unexpectedly small");
+    check_all("dense_reductions.json", 5000, 1e-9);
+}
+
+#[test]
+fn dense_statistics_and_normalizations_match_torch_and_numpy() {
+    check_all("dense_stats.json", 8000, 1e-9);
+}
+
+fn check_all(file: &str, at_least: usize, rtol: f64) {
+    let cases = load(file);
+    assert!(cases.len() > at_least, "fixture set unexpectedly small");
     let mut failures = Vec::new();
     for (i, c) in cases.iter().enumerate() {
         let dtype = c["dtype"].as_str().unwrap();
@@ -66,8 +96,8 @@ fn dense_reductions_match_torch_masked() {
             .collect();
         let describe = || {
             format!(
-                "case {i}: {} {} shape {} mask {} dim {} keepdim {}",
-                c["op"], dtype, c["shape"], c["mask_shape"], c["dim"], c["keepdim"]
+                "case {i}: {} {} shape {} mask {} dim {} keepdim {} params {}",
+                c["op"], dtype, c["shape"], c["mask_shape"], c["dim"], c["keepdim"], c["params"]
             )
         };
         if out.shape != want_shape {
@@ -79,7 +109,7 @@ fn dense_reductions_match_torch_masked() {
             ));
             continue;
         }
-        if let Err(e) = compare(&out.values, &want, 1e-9) {
+        if let Err(e) = compare(&out.values, &want, rtol) {
             failures.push(format!("{}: values {e}", describe()));
         }
         if out.mask.to_vec() != want_mask {

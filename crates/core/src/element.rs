@@ -234,7 +234,8 @@ pub trait Float:
     fn powf(self, p: Self) -> Self;
     /// `e^self` for `self <= 0` (and NaN for NaN), branch-free so that loops over it
     /// vectorise: a Cody-Waite reduction and a Taylor polynomial, within a few ulps of
-    /// `exp`; results below the smallest normal flush to 0 and `exp(-inf) == 0`.
+    /// `exp`; results below the smallest normal flush to 0 and `exp(-inf) == 0`. A
+    /// positive argument is treated as 0 (the callers shift by the maximum).
     fn exp_nonpos(self) -> Self;
     /// Not-a-number.
     const NAN: Self;
@@ -254,6 +255,7 @@ fn exp_nonpos_f32(x: f32) -> f32 {
     const LN2_LO: f32 = 1.428_606_8e-6;
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     let xc = if x < -87.0 { -87.0 } else { x };
+    let xc = if xc > 0.0 { 0.0 } else { xc };
     let n = (xc * LOG2E + MAGIC) - MAGIC;
     let r = xc - n * LN2_HI - n * LN2_LO;
     let p = 1.0
@@ -281,6 +283,7 @@ fn exp_nonpos_f64(x: f64) -> f64 {
     const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
     const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
     let xc = if x < -708.0 { -708.0 } else { x };
+    let xc = if xc > 0.0 { 0.0 } else { xc };
     let n = (xc * LOG2E + MAGIC) - MAGIC;
     let r = xc - n * LN2_HI - n * LN2_LO;
     // Taylor to degree 12 on |r| <= ln2 / 2: truncation below 1e-16 relative
@@ -490,5 +493,8 @@ mod tests {
         assert_eq!(exp_nonpos_f32(f32::NEG_INFINITY), 0.0);
         assert!(exp_nonpos_f64(f64::NAN).is_nan());
         assert!(exp_nonpos_f32(f32::NAN).is_nan());
+        // outside the domain: no panic, no garbage
+        assert_eq!(exp_nonpos_f64(f64::INFINITY), 1.0);
+        assert_eq!(exp_nonpos_f32(1e30), 1.0);
     }
 }

@@ -136,8 +136,16 @@ fn cmp<T: PartialOrd>(a: &T, b: &T) -> Ordering {
     a.partial_cmp(b).unwrap_or(Ordering::Equal)
 }
 
-/// numpy's `_lerp`: exact at both ends.
+/// numpy's `_lerp` (exact at both ends) for finite endpoints; with an infinite endpoint
+/// the limit (that infinity, or NaN between `-inf` and `+inf`) where numpy's arithmetic
+/// gives NaN.
 fn lerp(a: f64, b: f64, t: f64) -> f64 {
+    if a == b {
+        return a;
+    }
+    if a.is_infinite() || b.is_infinite() {
+        return a + b;
+    }
     let d = b - a;
     if t >= 0.5 {
         b - d * (1.0 - t)
@@ -279,6 +287,8 @@ impl<T: Element> LaneMap<T> for Softmax {
             let ok = bits.is_none_or(|b| b.get(k));
             let d = x.to_real() - shift;
             let d = if neg { -d } else { d };
+            // masked-out positions may hold anything (inf, NaN): keep them out of exp
+            let d = if ok { d } else { <T::Real as Element>::ZERO };
             let v = if log { d - lsum } else { d.exp_nonpos() * inv };
             *o = if ok { v } else { fill };
         }
