@@ -362,3 +362,131 @@ fn column_sweep_ties_and_nans_across_row_blocks() {
     let an = a.argmin(0, false).unwrap();
     assert_eq!(an.values().as_slice().unwrap(), &[0, 300, 0]);
 }
+
+mod stats {
+    use super::*;
+    use masked::ops::{Moments, Var};
+    use masked::{Interpolation, MedianMode};
+
+    fn masked_of<'a>(c: &Case, x: &'a ArrayD<f64>) -> masked::MaskedView<'a, f64, IxDyn> {
+        match c.bitmask() {
+            Some(m) => MaskedArray::new(x.view(), m).unwrap(),
+            None => MaskedArray::unmasked(x.view()),
+        }
+    }
+
+    fn bits_eq(a: &[f64], b: &[f64]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(p, q)| same(*p, *q))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// nan-op == op with the mask `!is_nan` ANDed in, built by hand.
+        #[test]
+        fn nan_ops_equal_ops_with_a_not_nan_mask(c in case(true)) {
+            let x = c.array(|v| v);
+            let a = masked_of(&c, &x);
+            let mut hand = c.clone();
+            let valid: Vec<bool> = (0..c.xs.len())
+                .map(|i| c.mask.as_ref().is_none_or(|m| m[i]) && !c.xs[i].is_nan())
+                .collect();
+            hand.mask = Some(valid);
+            let b = masked_of(&hand, &x);
+            let d = c.dims();
+            let k = c.keepdim;
+            let pairs: Vec<(Vec<f64>, Vec<f64>)> = vec![
+                (a.nansum(d.clone(), k).unwrap().values().iter().copied().collect(), b.sum(d.clone(), k).unwrap().values().iter().copied().collect()),
+                (a.nanmean(d.clone(), k).unwrap().values().iter().copied().collect(), b.mean(d.clone(), k).unwrap().values().iter().copied().collect()),
+                (a.nanvar(d.clone(), k, 1.0).unwrap().values().iter().copied().collect(), b.var(d.clone(), k, 1.0).unwrap().values().iter().copied().collect()),
+                (a.nanmax(d.clone(), k).unwrap().values().iter().copied().collect(), b.amax(d.clone(), k).unwrap().values().iter().copied().collect()),
+                (a.nanmedian(d.clone(), k, MedianMode::Avg).unwrap().values().iter().copied().collect(), b.median(d.clone(), k, MedianMode::Avg).unwrap().values().iter().copied().collect()),
+                (a.nanquantile(d.clone(), k, 0.3, Interpolation::Nearest).unwrap().values().iter().copied().collect(), b.quantile(d.clone(), k, 0.3, Interpolation::Nearest).unwrap().values().iter().copied().collect()),
+            ];
+            for (i, (p, q)) in pairs.iter().enumerate() {
+                prop_assert!(bits_eq(p, q), "pair {}: {:?} vs {:?}", i, p, q);
+            }
+            prop_assert_eq!(a.nanmin(d.clone(), k).unwrap().mask_vec(), b.amin(d, k).unwrap().mask_vec());
+        }
+
+        /// median == the middle of the sorted valid values; quantile 0 / 1 == min / max.
+        #[test]
+        fn median_is_the_middle_of_the_sorted_valid_values(c in case(false)) {
+            let x = c.array(|v| v);
+            let a = masked_of(&c, &x);
+            let (lanes, _) = c.lanes();
+            let d = c.dims();
+            let avg = a.median(d.clone(), false, MedianMode::Avg).unwrap();
+            let low = a.median(d.clone(), false, MedianMode::Lower).unwrap();
+            let q0 = a.quantile(d.clone(), false, 0.0, Interpolation::Linear).unwrap();
+            let q1 = a.quantile(d, false, 1.0, Interpolation::Linear).unwrap();
+            for (i, l) in lanes.iter().enumerate() {
+                let mut v: Vec<f64> = l.iter().map(|p| p.0).collect();
+                v.sort_by(f64::total_cmp);
+                let n = v.len();
+                let (wa, wl, w0, w1) = if n == 0 {
+                    (f64::NAN, f64::NAN, f64::NAN, f64::NAN)
+                } else if n % 2 == 1 {
+                    (v[n / 2], v[n / 2], v[0], v[n - 1])
+                } else {
+                    ((v[n / 2 - 1] + v[n / 2]) / 2.0, v[n / 2 - 1], v[0], v[n - 1])
+                };
+                prop_assert!(same(avg.values().as_slice().unwrap()[i], wa));
+                prop_assert!(same(low.values().as_slice().unwrap()[i], wl));
+                prop_assert!(same(q0.values().as_slice().unwrap()[i], w0));
+                prop_assert!(same(q1.values().as_slice().unwrap()[i], w1));
+            }
+        }
+
+        /// softmax over the valid elements of a lane sums to 1 (0 outside); log_softmax is
+        /// its log; cumsum's last element is the masked sum.
+        #[test]
+        fn softmax_lanes_sum_to_one(c in case_of(strided_shape(), false), pick in 0usize..4) {
+            let x = c.array(|v| v);
+            let a = masked_of(&c, &x);
+            let dim = (pick % c.shape.len()) as isize;
+            let sm = a.softmax(dim).unwrap();
+            let ls = a.log_softmax(dim).unwrap();
+            let s = sm.values().sum_axis(ndarray::Axis(dim as usize));
+            let m = a.count(dim, false).unwrap();
+            for (tot, cnt) in s.iter().zip(m.values()) {
+                let want = if *cnt > 0 { 1.0 } else { 0.0 };
+                prop_assert!((tot - want).abs() < 1e-12, "{} vs {}", tot, want);
+            }
+            for ((p, l), ok) in sm.values().iter().zip(ls.values()).zip(a.mask_vec()) {
+                if ok {
+                    prop_assert!((p.ln() - l).abs() < 1e-12);
+                } else {
+                    prop_assert!(*p == 0.0 && *l == f64::NEG_INFINITY);
+                }
+            }
+            let cs = a.cumsum(dim).unwrap();
+            let last = cs.values().index_axis(ndarray::Axis(dim as usize), c.shape[dim as usize] - 1).to_owned();
+            let sum = a.sum(dim, false).unwrap();
+            prop_assert_eq!(last.iter().copied().collect::<Vec<f64>>(), sum.values().iter().copied().collect::<Vec<f64>>());
+        }
+
+        /// The var state of two halves, merged, equals the var of the whole.
+        #[test]
+        fn merged_var_of_halves_equals_var_of_whole(
+            xs in prop::collection::vec(-1e3f64..1e3, 0..3000),
+            cut in 0usize..3000,
+        ) {
+            let cut = cut.min(xs.len());
+            let f = Var { correction: 1.0 };
+            let whole: Moments = Fold::<f64>::fold_slice(&f, &xs, None);
+            let mut a: Moments = Fold::<f64>::fold_slice(&f, &xs[..cut], None);
+            let b: Moments = Fold::<f64>::fold_slice(&f, &xs[cut..], None);
+            Fold::<f64>::merge(&f, &mut a, b);
+            prop_assert_eq!(a.n, whole.n);
+            let (va, vw) = (a.var(1.0), whole.var(1.0));
+            prop_assert!(same(va, vw) || ((va - vw) / vw).abs() < 1e-10, "{} vs {}", va, vw);
+            // and against a plain two-pass reference
+            if xs.len() > 1 {
+                let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+                let r = xs.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (xs.len() - 1) as f64;
+                prop_assert!(((vw - r) / r.max(1e-300)).abs() < 1e-9, "{} vs {}", vw, r);
+            }
+        }
+    }
+}
