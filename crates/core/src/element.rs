@@ -204,6 +204,12 @@ pub trait Element:
     fn is_nan(self) -> bool;
     /// Into the statistics type (`f32` stays `f32`, others become `f64`).
     fn to_real(self) -> Self::Real;
+    /// An integer key with the same order as the (non-NaN) values, for fast selection.
+    type Key: Ord + Copy + Send + Sync + Debug;
+    /// The order key of a value (not NaN).
+    fn key(self) -> Self::Key;
+    /// The value of an order key.
+    fn from_key(k: Self::Key) -> Self;
     /// Wraps a vector of this type into a [`DynVec`].
     fn into_dyn(v: Vec<Self>) -> DynVec;
     /// Absolute value as f64.
@@ -256,19 +262,21 @@ fn exp_nonpos_f32(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     let xc = if x < -87.0 { -87.0 } else { x };
     let xc = if xc > 0.0 { 0.0 } else { xc };
-    let n = (xc * LOG2E + MAGIC) - MAGIC;
+    let t = xc * LOG2E + MAGIC;
+    let n = t - MAGIC;
     let r = xc - n * LN2_HI - n * LN2_LO;
     let p = 1.0
         + r * (1.0
             + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0
-                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    // the integer n sits in the low mantissa bits of t: no float-to-int conversion
+    // (Rust's saturating `as` does not vectorise well)
+    let ni = t.to_bits().wrapping_sub(MAGIC.to_bits());
+    let scale = f32::from_bits(ni.wrapping_add(127) << 23);
     let y = p * scale;
-    let y = if x < -87.0 { 0.0 } else { y };
-    if x.is_nan() {
-        x
+    // NaN propagates through the arithmetic above; -inf and tiny results flush to 0
+    if x < -87.0 {
+        0.0
     } else {
         y
     }
@@ -284,7 +292,8 @@ fn exp_nonpos_f64(x: f64) -> f64 {
     const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
     let xc = if x < -708.0 { -708.0 } else { x };
     let xc = if xc > 0.0 { 0.0 } else { xc };
-    let n = (xc * LOG2E + MAGIC) - MAGIC;
+    let t = xc * LOG2E + MAGIC;
+    let n = t - MAGIC;
     let r = xc - n * LN2_HI - n * LN2_LO;
     // Taylor to degree 12 on |r| <= ln2 / 2: truncation below 1e-16 relative
     let mut p = 1.0 / 479_001_600.0;
@@ -300,18 +309,18 @@ fn exp_nonpos_f64(x: f64) -> f64 {
     p = p * r + 0.5;
     p = p * r + 1.0;
     p = p * r + 1.0;
-    let scale = f64::from_bits((((n as i64) + 1023) as u64) << 52);
+    let ni = t.to_bits().wrapping_sub(MAGIC.to_bits());
+    let scale = f64::from_bits(ni.wrapping_add(1023) << 52);
     let y = p * scale;
-    let y = if x < -708.0 { 0.0 } else { y };
-    if x.is_nan() {
-        x
+    if x < -708.0 {
+        0.0
     } else {
         y
     }
 }
 
 macro_rules! element_float {
-    ($t:ty, $dt:expr, $lane:ty, $var:ident, $exp:ident) => {
+    ($t:ty, $dt:expr, $lane:ty, $var:ident, $exp:ident, $key:ty) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
             const LOWEST: Self = <$t>::NEG_INFINITY;
@@ -366,6 +375,27 @@ macro_rules! element_float {
             fn to_real(self) -> Self::Real {
                 self as Self::Real
             }
+            type Key = $key;
+            /// IEEE bits with the sign flipped (positives) or all bits flipped
+            /// (negatives): unsigned order equals numeric order; -0.0 sorts before 0.0.
+            #[inline(always)]
+            fn key(self) -> $key {
+                let b = self.to_bits();
+                if b >> (<$key>::BITS - 1) == 1 {
+                    !b
+                } else {
+                    b | (1 << (<$key>::BITS - 1))
+                }
+            }
+            #[inline(always)]
+            fn from_key(k: $key) -> Self {
+                let b = if k >> (<$key>::BITS - 1) == 1 {
+                    k & !(1 << (<$key>::BITS - 1))
+                } else {
+                    !k
+                };
+                <$t>::from_bits(b)
+            }
         }
         impl Float for $t {
             const ONE: Self = 1.0;
@@ -399,8 +429,8 @@ macro_rules! element_float {
         }
     };
 }
-element_float!(f32, DType::F32, f32, F32, exp_nonpos_f32);
-element_float!(f64, DType::F64, f64, F64, exp_nonpos_f64);
+element_float!(f32, DType::F32, f32, F32, exp_nonpos_f32, u32);
+element_float!(f64, DType::F64, f64, F64, exp_nonpos_f64, u64);
 
 macro_rules! element_int {
     ($t:ty, $dt:expr, $var:ident, $mean:ty) => {
@@ -458,6 +488,15 @@ macro_rules! element_int {
             fn to_real(self) -> f64 {
                 self as f64
             }
+            type Key = $t;
+            #[inline(always)]
+            fn key(self) -> $t {
+                self
+            }
+            #[inline(always)]
+            fn from_key(k: $t) -> Self {
+                k
+            }
         }
     };
 }
@@ -496,5 +535,28 @@ mod tests {
         // outside the domain: no panic, no garbage
         assert_eq!(exp_nonpos_f64(f64::INFINITY), 1.0);
         assert_eq!(exp_nonpos_f32(1e30), 1.0);
+    }
+
+    #[test]
+    fn order_keys_follow_numeric_order() {
+        let v = [
+            f64::NEG_INFINITY,
+            -3.5,
+            -1e-300,
+            -0.0,
+            0.0,
+            1e-300,
+            2.0,
+            f64::INFINITY,
+        ];
+        for w in v.windows(2) {
+            assert!(w[0].key() < w[1].key(), "{} {}", w[0], w[1]);
+            assert_eq!(f64::from_key(w[0].key()).to_bits(), w[0].to_bits());
+        }
+        let f = [f32::NEG_INFINITY, -1.0, 0.0, 3.0, f32::INFINITY];
+        for w in f.windows(2) {
+            assert!(w[0].key() < w[1].key());
+            assert_eq!(f32::from_key(w[1].key()), w[1]);
+        }
     }
 }

@@ -136,6 +136,10 @@ pub trait Fold<T: Element>: Send + Sync {
 pub trait Lanes<T> {
     /// Accumulator of one vector lane.
     type A: Copy;
+    /// Whether `lift` is expensive (an `exp`, a polynomial): the kernel then lifts 64
+    /// elements in a plain loop (which the loop vectoriser handles) before combining,
+    /// instead of interleaving lift and combine across the accumulators.
+    const HEAVY: bool = false;
     /// Identity of `comb`.
     fn id(&self) -> Self::A;
     /// A valid element at lane position `idx`.
@@ -191,6 +195,170 @@ pub fn fold_columns<T: Copy, L: Lanes<T>>(
         }
     }
     columns_kernel::<T, L>(l, acc, xs, stride, nrows, bits, idx0)
+}
+
+/// Writes `out[k] = f(xs[k], valid_k)` for a run (valid where bit `k` of `bits` is set;
+/// all valid for `None`), 64 elements per mask word, in the fastest kernel this CPU
+/// supports: the per-element work of a lane map (softmax, normalize) vectorises here.
+#[inline]
+pub fn map_run<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    out: &mut [O],
+    f: F,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if cpu::has_avx512() {
+            // SAFETY: the CPU supports every feature the function enables.
+            return unsafe { map_avx512(xs, bits, out, f) };
+        }
+        if cpu::has_avx2() {
+            // SAFETY: as above.
+            return unsafe { map_avx2(xs, bits, out, f) };
+        }
+    }
+    map_kernel(xs, bits, out, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
+unsafe fn map_avx512<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    out: &mut [O],
+    f: F,
+) {
+    map_kernel(xs, bits, out, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,bmi1,bmi2,popcnt")]
+unsafe fn map_avx2<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    out: &mut [O],
+    f: F,
+) {
+    map_kernel(xs, bits, out, f)
+}
+
+#[inline(always)]
+fn map_kernel<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    out: &mut [O],
+    f: F,
+) {
+    let n = xs.len().min(out.len());
+    match bits {
+        None => {
+            for (o, &x) in out[..n].iter_mut().zip(&xs[..n]) {
+                *o = f(x, true);
+            }
+        }
+        Some(b) => {
+            for (c, (oc, xc)) in out[..n].chunks_mut(64).zip(xs[..n].chunks(64)).enumerate() {
+                let w = b.word_at(c * 64);
+                for (k, (o, &x)) in oc.iter_mut().zip(xc).enumerate() {
+                    *o = f(x, (w >> k) & 1 == 1);
+                }
+            }
+        }
+    }
+}
+
+/// Packs `pred(x)` of every element of `xs` into bit words (bit `k % 64` of word
+/// `k / 64`), 64 compares per word; `out` needs `xs.len().div_ceil(64)` words.
+#[inline]
+pub fn pred_bits<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred: P) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if cpu::has_avx512() {
+            // SAFETY: the CPU supports every feature the function enables.
+            return unsafe { pred_avx512(xs, out, pred) };
+        }
+    }
+    pred_kernel(xs, out, pred)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
+unsafe fn pred_avx512<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred: P) {
+    pred_kernel(xs, out, pred)
+}
+
+#[inline(always)]
+fn pred_kernel<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred: P) {
+    for (w, ch) in out.iter_mut().zip(xs.chunks(64)) {
+        let mut bits = 0u64;
+        for (k, &x) in ch.iter().enumerate() {
+            bits |= (pred(x) as u64) << k;
+        }
+        *w = bits;
+    }
+}
+
+/// In place: `out[k] = f(out[k], valid_k)`, in the fastest kernel this CPU supports.
+#[inline]
+pub fn update_run<O: Copy, F: Fn(O, bool) -> O + Copy>(
+    out: &mut [O],
+    bits: Option<Bits<'_>>,
+    f: F,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if cpu::has_avx512() {
+            // SAFETY: the CPU supports every feature the function enables.
+            return unsafe { update_avx512(out, bits, f) };
+        }
+    }
+    update_kernel(out, bits, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
+unsafe fn update_avx512<O: Copy, F: Fn(O, bool) -> O + Copy>(
+    out: &mut [O],
+    bits: Option<Bits<'_>>,
+    f: F,
+) {
+    update_kernel(out, bits, f)
+}
+
+#[inline(always)]
+fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Option<Bits<'_>>, f: F) {
+    for (c, oc) in out.chunks_mut(64).enumerate() {
+        let w = bits.map_or(u64::MAX, |b| b.word_at(c * 64));
+        for (k, o) in oc.iter_mut().enumerate() {
+            *o = f(*o, (w >> k) & 1 == 1);
+        }
+    }
+}
+
+/// Copies the valid elements of `xs` (bit set; all for `None`) to the end of `out`,
+/// reading the mask 64 bits at a time.
+#[inline]
+pub fn compress_into<T: Copy>(xs: &[T], bits: Option<Bits<'_>>, out: &mut Vec<T>) {
+    match bits {
+        None => out.extend_from_slice(xs),
+        Some(b) => {
+            for (c, ch) in xs.chunks(64).enumerate() {
+                let mut w = b.word_at(c * 64);
+                if ch.len() < 64 {
+                    w &= (1u64 << ch.len()) - 1;
+                }
+                if w == u64::MAX {
+                    out.extend_from_slice(ch);
+                    continue;
+                }
+                while w != 0 {
+                    out.push(ch[w.trailing_zeros() as usize]);
+                    w &= w - 1;
+                }
+            }
+        }
+    }
 }
 
 /// Index of the first element of `xs` that is valid (bit set, or all valid without
@@ -383,6 +551,33 @@ fn kernel<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i
             }
             for (k, &x) in xs[full..].iter().enumerate() {
                 acc[k % W] = l.comb(acc[k % W], l.lift(x, idx0 + (full + k) as i64));
+            }
+        }
+        Some(b) if L::HEAVY => {
+            let mut v = [l.id(); 64];
+            for (c, ch) in xs[..full].chunks_exact(64).enumerate() {
+                let w = b.word_at(c * 64);
+                if w == 0 {
+                    continue;
+                }
+                let base = idx0 + (c * 64) as i64;
+                for k in 0..64 {
+                    let y = l.lift(ch[k], base + k as i64);
+                    v[k] = if (w >> k) & 1 == 1 { y } else { l.id() };
+                }
+                for h in 0..64 / W {
+                    for j in 0..W {
+                        acc[j] = l.comb(acc[j], v[h * W + j]);
+                    }
+                }
+            }
+            if full < n {
+                let w = b.word_at(full);
+                for (k, &x) in xs[full..].iter().enumerate() {
+                    if (w >> k) & 1 == 1 {
+                        acc[k % W] = l.comb(acc[k % W], l.lift(x, idx0 + (full + k) as i64));
+                    }
+                }
             }
         }
         Some(b) => {

@@ -5,11 +5,10 @@
 
 use crate::element::{Acc, Element, Float};
 use crate::error::{MaskedError, Result};
-use crate::fold::{fold_run, Fold, Lanes};
+use crate::fold::{fold_run, map_run, update_run, Fold, Lanes};
 use crate::mask::Bits;
 use crate::ops::{AMaxLanes, AMinLanes};
 use crate::stats::Norm;
-use std::cmp::Ordering;
 
 /// A statistic of the valid values of a lane, in any order (median, quantile).
 pub trait LaneStat<T: Element>: Send + Sync {
@@ -131,11 +130,6 @@ impl Quantile {
     }
 }
 
-#[inline]
-fn cmp<T: PartialOrd>(a: &T, b: &T) -> Ordering {
-    a.partial_cmp(b).unwrap_or(Ordering::Equal)
-}
-
 /// numpy's `_lerp` (exact at both ends) for finite endpoints; with an infinite endpoint
 /// the limit (that infinity, or NaN between `-inf` and `+inf`) where numpy's arithmetic
 /// gives NaN.
@@ -167,9 +161,12 @@ impl<T: Element> LaneStat<T> for Quantile {
         let pos = self.q * (n - 1) as f64;
         let lo = pos.floor() as usize;
         let frac = pos - lo as f64;
-        let (_, a, rest) = vals.select_nth_unstable_by(lo, cmp);
-        let a = *a;
-        let b = || rest.iter().copied().min_by(cmp).unwrap_or(a);
+        // select on integer order keys: same order as the values (no NaN here), and a
+        // plain integer compare instead of a float comparator
+        let mut keys: Vec<T::Key> = vals.iter().map(|x| x.key()).collect();
+        let (_, ka, rest) = keys.select_nth_unstable(lo);
+        let a = T::from_key(*ka);
+        let b = || rest.iter().copied().min().map_or(a, T::from_key);
         let v = match self.interpolation {
             Interpolation::Lower => a.to_f64(),
             Interpolation::Higher => {
@@ -237,6 +234,7 @@ struct SoftLanes<R> {
 }
 impl<T: Element> Lanes<T> for SoftLanes<T::Real> {
     type A = T::Real;
+    const HEAVY: bool = true;
     #[inline(always)]
     fn id(&self) -> T::Real {
         <T::Real as Element>::ZERO
@@ -280,18 +278,64 @@ impl<T: Element> LaneMap<T> for Softmax {
             fold_run(&AMaxLanes, xs, bits, 0)
         };
         let shift = m.to_real();
-        let lanes = SoftLanes::<T::Real> { shift, neg };
-        let sum: T::Real = fold_run(&lanes, xs, bits, 0);
-        let (inv, lsum) = (<T::Real as Float>::ONE / sum, sum.ln());
-        for (k, (o, &x)) in out.iter_mut().zip(xs).enumerate() {
-            let ok = bits.is_none_or(|b| b.get(k));
-            let d = x.to_real() - shift;
-            let d = if neg { -d } else { d };
-            // masked-out positions may hold anything (inf, NaN): keep them out of exp
-            let d = if ok { d } else { <T::Real as Element>::ZERO };
-            let v = if log { d - lsum } else { d.exp_nonpos() * inv };
-            *o = if ok { v } else { fill };
+        let zero = <T::Real as Element>::ZERO;
+        if log {
+            let lanes = SoftLanes::<T::Real> { shift, neg };
+            let lsum = fold_run(&lanes, xs, bits, 0).ln();
+            map_run(xs, bits, out, |x: T, ok| {
+                let v = x.to_real() - shift - lsum;
+                if ok {
+                    v
+                } else {
+                    fill
+                }
+            });
+            return;
         }
+        // exp once: write exp(+-(x - shift)) (0 where masked out), sum the lane while it
+        // is in L1, then scale in place
+        if neg {
+            map_run(xs, bits, out, |x: T, ok| {
+                let d = if ok { shift - x.to_real() } else { zero };
+                if ok {
+                    d.exp_nonpos()
+                } else {
+                    zero
+                }
+            });
+        } else {
+            map_run(xs, bits, out, |x: T, ok| {
+                let d = if ok { x.to_real() - shift } else { zero };
+                if ok {
+                    d.exp_nonpos()
+                } else {
+                    zero
+                }
+            });
+        }
+        let sum: T::Real = fold_run(&RealSum, out, None, 0);
+        let inv = <T::Real as Float>::ONE / sum;
+        // masked-out positions stay 0 even when the lane's sum is NaN
+        update_run(out, bits, |e: T::Real, ok| if ok { e * inv } else { zero });
+    }
+}
+
+/// Lane monoid: plain sum of statistics-type values.
+#[derive(Debug)]
+struct RealSum;
+impl<R: Float> Lanes<R> for RealSum {
+    type A = R;
+    #[inline(always)]
+    fn id(&self) -> R {
+        R::ZERO
+    }
+    #[inline(always)]
+    fn lift(&self, x: R, _: i64) -> R {
+        x
+    }
+    #[inline(always)]
+    fn comb(&self, a: R, b: R) -> R {
+        a + b
     }
 }
 
@@ -335,14 +379,13 @@ impl<T: Element> LaneMap<T> for Normalize {
         // max(norm, eps), NaN-propagating
         let denom = if d.is_nan() { d } else { d.max(self.eps) };
         let denom = <T::Real as Float>::from_f64(denom);
-        for (k, (o, &x)) in out.iter_mut().zip(xs).enumerate() {
-            let ok = bits.is_none_or(|b| b.get(k));
-            *o = if ok {
-                x.to_real() / denom
-            } else {
-                <T::Real as Element>::ZERO
-            };
-        }
+        let zero = <T::Real as Element>::ZERO;
+        map_run(
+            xs,
+            bits,
+            out,
+            |x: T, ok| if ok { x.to_real() / denom } else { zero },
+        );
     }
 }
 
@@ -365,20 +408,20 @@ impl<T: Element> LaneMap<T> for Cumulative {
         }
     }
     fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
-        let mut acc = if self.prod {
+        let id = if self.prod {
             <T::Total as Acc>::ONE
         } else {
             <T::Total as Acc>::ZERO
         };
-        for (k, (o, &x)) in out.iter_mut().zip(xs).enumerate() {
-            if bits.is_none_or(|b| b.get(k)) {
-                acc = if self.prod {
-                    acc.mul(x.to_total())
-                } else {
-                    acc.add(x.to_total())
-                };
+        let mut acc = id;
+        for (c, (oc, xc)) in out.chunks_mut(64).zip(xs.chunks(64)).enumerate() {
+            let w = bits.map_or(u64::MAX, |b| b.word_at(c * 64));
+            for (k, (o, &x)) in oc.iter_mut().zip(xc).enumerate() {
+                // branch-free: a masked-out element contributes the identity
+                let v = if (w >> k) & 1 == 1 { x.to_total() } else { id };
+                acc = if self.prod { acc.mul(v) } else { acc.add(v) };
+                *o = T::from_total(acc);
             }
-            *o = T::from_total(acc);
         }
     }
 }

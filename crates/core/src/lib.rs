@@ -34,7 +34,9 @@ pub mod stats;
 pub use dims::{wrap_dim, Dims, ReducePlan};
 pub use element::{Acc, DType, DynVec, Element, Float};
 pub use error::{MaskedError, Result};
-pub use fold::{first_match, fold_columns, fold_run, Fold, Lanes};
+pub use fold::{
+    compress_into, first_match, fold_columns, fold_run, map_run, pred_bits, update_run, Fold, Lanes,
+};
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianMode};
 pub use mask::{BitMask, Bits};
 pub use reduce::MaskedReduce;

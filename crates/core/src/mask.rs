@@ -290,12 +290,14 @@ impl BitMask {
                 right: other.shape.clone(),
             });
         }
-        let mut bits = self.bits.clone();
-        bits &= other.bits.as_bitslice();
-        Ok(BitMask {
-            shape: self.shape.clone(),
-            bits,
-        })
+        // word by word (bitvec's `&=` on slices goes bit by bit)
+        let words: Vec<u64> = self
+            .words()
+            .iter()
+            .zip(other.words())
+            .map(|(a, b)| a & b)
+            .collect();
+        Self::from_words(&self.shape, words)
     }
 }
 

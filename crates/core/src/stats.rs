@@ -75,24 +75,25 @@ impl Moments {
     }
 }
 
-/// Lane monoid: squared deviation from a fixed `mean`, in f64.
+/// Lane monoid: squared deviation from a fixed centre `c`, in the statistics type of
+/// `T` (f32 lanes for f32 input: twice the vector width of f64).
 #[derive(Debug)]
-pub struct SqDevLanes {
-    mean: f64,
+struct SqDevLanes<R> {
+    c: R,
 }
-impl<T: Element> Lanes<T> for SqDevLanes {
-    type A = f64;
+impl<T: Element> Lanes<T> for SqDevLanes<T::Real> {
+    type A = T::Real;
     #[inline(always)]
-    fn id(&self) -> f64 {
-        0.0
+    fn id(&self) -> T::Real {
+        <T::Real as Element>::ZERO
     }
     #[inline(always)]
-    fn lift(&self, x: T, _: i64) -> f64 {
-        let d = x.to_f64() - self.mean;
+    fn lift(&self, x: T, _: i64) -> T::Real {
+        let d = x.to_real() - self.c;
         d * d
     }
     #[inline(always)]
-    fn comb(&self, a: f64, b: f64) -> f64 {
+    fn comb(&self, a: T::Real, b: T::Real) -> T::Real {
         a + b
     }
 }
@@ -107,7 +108,13 @@ fn moments_run<T: Element>(m: &mut Moments, xs: &[T], bits: Option<Bits<'_>>, id
         }
         let sum = T::mean_lane_to_total(fold_run(&MeanLanes, b, bb, i)).as_f64();
         let mean = sum / n as f64;
-        let m2 = fold_run(&SqDevLanes { mean }, b, bb, i);
+        // deviations from c = mean rounded to the lane type; then exactly
+        // sum((x - mean)^2) = sum((x - c)^2) - n (mean - c)^2
+        let c = <T::Real as Float>::from_f64(mean);
+        let s: T::Real = fold_run(&SqDevLanes::<T::Real> { c }, b, bb, i);
+        let off = mean - c.to_f64();
+        let m2 = (s.to_f64() - n as f64 * off * off).max(0.0);
+        let m2 = if s.to_f64().is_nan() { f64::NAN } else { m2 };
         m.merge(Moments { n, mean, m2 });
     });
 }
@@ -447,6 +454,7 @@ struct ExpShiftLanes<R> {
 }
 impl<T: Element> Lanes<T> for ExpShiftLanes<T::Real> {
     type A = T::Real;
+    const HEAVY: bool = true;
     #[inline(always)]
     fn id(&self) -> T::Real {
         <T::Real as Element>::ZERO
