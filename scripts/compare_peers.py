@@ -13,7 +13,7 @@ import json, os, subprocess, sys, statistics
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "..", "shared", "bench", "peers.py")
 MASKED = os.path.join(ROOT, "target", "release", "masked")
-OPS = ["sum", "mean", "amax", "argmax"]
+OPS = ["sum", "mean", "amax", "argmax", "var", "std", "logsumexp", "softmax", "median", "nanmedian"]
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 
 def peers():
@@ -39,9 +39,11 @@ for r in range(rounds):
     for op in OPS:
         row[f"{op}_ms"] = o[op] * 1e3
         row[f"{op}/torch_plain_sum"] = o[op] / plain
-    for op in ["sum", "mean", "amax"]:
+    for op in ["sum", "mean", "amax", "var", "logsumexp", "softmax", "median"]:
         row[f"torch.masked_{op}/ours"] = p[("torch.masked", f"dense_{op}_rows")] / o[op]
     row["numpy.ma_sum/ours"] = p[("numpy.ma", "dense_sum_rows")] / o["sum"]
+    row["torch.nanmedian/ours_nanmedian"] = p[("torch", "dense_nanmedian_rows")] / o["nanmedian"]
+    row["numpy.nanmedian/ours_nanmedian"] = p[("numpy", "dense_nanmedian_rows")] / o["nanmedian"]
     rows.append(row)
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
 

@@ -490,3 +490,68 @@ mod stats {
         }
     }
 }
+
+mod median_index {
+    use super::*;
+    use masked::MedianMode;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// The index points at the first valid element holding the lower median; -1 for
+        /// an empty lane; nanmedian ignores NaN, median reports the first valid NaN.
+        #[test]
+        fn median_index_points_at_the_first_lower_median(c in case(true), pick in 0usize..4) {
+            prop_assume!(!c.shape.is_empty());
+            let dim = pick % c.shape.len();
+            let x = c.array(|v| v);
+            let a = match c.bitmask() {
+                Some(m) => MaskedArray::new(x.view(), m).unwrap(),
+                None => MaskedArray::unmasked(x.view()),
+            };
+            let one = Case { dims: vec![dim], all_dims: false, keepdim: false, ..c.clone() };
+            let (lanes, _) = one.lanes();
+            let (v, i) = a.nanmedian_with_index(dim as isize, false).unwrap();
+            let (pv, pi) = a.median_with_index(dim as isize, false).unwrap();
+            let low = a.nanmedian(dim as isize, false, MedianMode::Lower).unwrap();
+            for (k, l) in lanes.iter().enumerate() {
+                let nonnan: Vec<(f64, i64)> = l.iter().copied().filter(|p| !p.0.is_nan()).collect();
+                let (vk, ik) = (v.values().as_slice().unwrap()[k], i.values().as_slice().unwrap()[k]);
+                prop_assert!(same(vk, low.values().as_slice().unwrap()[k]));
+                if nonnan.is_empty() {
+                    prop_assert_eq!(ik, -1);
+                    prop_assert!(vk.is_nan());
+                } else {
+                    let first = nonnan.iter().find(|p| p.0 == vk).map(|p| p.1);
+                    prop_assert_eq!(Some(ik), first);
+                }
+                let (pvk, pik) = (pv.values().as_slice().unwrap()[k], pi.values().as_slice().unwrap()[k]);
+                match l.iter().find(|p| p.0.is_nan()) {
+                    Some(p) => {
+                        prop_assert!(pvk.is_nan());
+                        prop_assert_eq!(pik, p.1);
+                    }
+                    None if l.is_empty() => prop_assert_eq!(pik, -1),
+                    None => prop_assert_eq!(Some(pik), l.iter().find(|p| p.0 == pvk).map(|p| p.1)),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nanmedian_with_index_hand_checked() {
+        // torch.nanmedian(torch.tensor([[3., nan, 1., 2., 2.], [nan, nan, nan, nan, nan]]), 1)
+        // -> values [2., nan], indices [3, 2] (torch 2.15: an arbitrary index for the
+        // all-NaN row); ours gives -1 there by contract, and an invalid output position
+        let n = f64::NAN;
+        let x = ndarray::array![[3.0f64, n, 1.0, 2.0, 2.0], [n, n, n, n, n]];
+        let a = MaskedArray::unmasked(x.view());
+        let (v, i): (MaskedArrayD<f64>, MaskedArrayD<i64>) =
+            a.nanmedian_with_index(1, true).unwrap();
+        assert_eq!(v.shape(), &[2, 1]);
+        assert_eq!(v.values()[[0, 0]], 2.0);
+        assert!(v.values()[[1, 0]].is_nan());
+        assert_eq!(i.values().as_slice().unwrap(), &[3, -1]);
+        assert_eq!(i.mask_vec(), vec![true, false]);
+    }
+}

@@ -19,6 +19,50 @@ pub trait LaneStat<T: Element>: Send + Sync {
     /// The statistic of `vals`, the valid values of one lane (the slice may be
     /// reordered). An empty slice is a fully masked lane.
     fn compute(&self, vals: &mut [T]) -> Self::Output;
+    /// Whether the statistic needs the lane position of each valid value.
+    fn positions(&self) -> bool {
+        false
+    }
+    /// The statistic of `vals` with their lane positions `pos` (same length, increasing;
+    /// filled only when [`LaneStat::positions`] is true, empty otherwise).
+    fn compute_at(&self, vals: &mut [T], pos: &[i64]) -> Self::Output {
+        let _ = pos;
+        self.compute(vals)
+    }
+}
+
+/// The lane position of the lower median (torch.nanmedian / paddle style): the first
+/// position holding the lower middle value; with a valid NaN, the first NaN's position
+/// (the median is NaN); -1 for a fully masked lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MedianIndex;
+
+impl<T: Element> LaneStat<T> for MedianIndex {
+    type Output = i64;
+    fn name(&self) -> &'static str {
+        "median index"
+    }
+    fn compute(&self, _: &mut [T]) -> i64 {
+        -1
+    }
+    fn positions(&self) -> bool {
+        true
+    }
+    fn compute_at(&self, vals: &mut [T], pos: &[i64]) -> i64 {
+        let n = vals.len();
+        if n == 0 {
+            return -1;
+        }
+        if let Some(k) = vals.iter().position(|x| x.is_nan()) {
+            return pos[k];
+        }
+        let mut keys: Vec<T::Key> = vals.iter().map(|x| x.key()).collect();
+        let (_, kv, _) = keys.select_nth_unstable((n - 1) / 2);
+        let kv = *kv;
+        vals.iter()
+            .position(|x| x.key() == kv)
+            .map_or(-1, |k| pos[k])
+    }
 }
 
 /// A shape-preserving map of one lane (the softmax family, normalize, cumulative ops).

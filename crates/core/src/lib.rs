@@ -37,6 +37,6 @@ pub use error::{MaskedError, Result};
 pub use fold::{
     compress_into, first_match, fold_columns, fold_run, map_run, pred_bits, update_run, Fold, Lanes,
 };
-pub use lane::{Interpolation, LaneMap, LaneStat, MedianMode};
+pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use mask::{BitMask, Bits};
 pub use reduce::MaskedReduce;

@@ -5,8 +5,8 @@ use crate::element::Element;
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
 use crate::lane::{
-    Cumulative, Interpolation, LaneMap, LaneStat, MedianMode, Normalize, Quantile, Softmax,
-    SoftmaxKind,
+    Cumulative, Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode, Normalize, Quantile,
+    Softmax, SoftmaxKind,
 };
 use crate::ops::{AMax, AMin, ArgMax, ArgMin, Count, Mean, Prod, Sum};
 use crate::stats::{check_correction, LogSumExp, Norm, Std, Var};
@@ -32,6 +32,7 @@ pub trait MaskedReduce<T: Element> {
         Reduced<T::Real> = Self::Reduced<T::Real>,
         Reduced<T> = Self::Reduced<T>,
         Reduced<T::Wide> = Self::Reduced<T::Wide>,
+        Reduced<i64> = Self::Reduced<i64>,
     >
     where
         Self: 'a;
@@ -181,6 +182,40 @@ pub trait MaskedReduce<T: Element> {
         mode: MedianMode,
     ) -> Result<Self::Reduced<T::Real>> {
         self.stat_lanes(&Quantile::median(mode), &dims.into(), keepdim)
+    }
+    /// The lower median along one `dim` and the lane position of that element (first
+    /// among ties; a valid NaN gives NaN and the first NaN's position; -1 for a fully
+    /// masked lane), as torch.median / torch.nanmedian with a dim return them.
+    ///
+    /// # Errors
+    /// Bad dim.
+    #[allow(clippy::type_complexity)]
+    fn median_with_index(
+        &self,
+        dim: isize,
+        keepdim: bool,
+    ) -> Result<(Self::Reduced<T::Real>, Self::Reduced<i64>)> {
+        let d = Dims::from(dim);
+        let v = self.stat_lanes(&Quantile::median(MedianMode::Lower), &d, keepdim)?;
+        let i = self.stat_lanes(&MedianIndex, &d, keepdim)?;
+        Ok((v, i))
+    }
+    /// [`MaskedReduce::median_with_index`] ignoring NaN (-1 for an all-NaN lane): paddle's
+    /// nanmedian in lower mode, torch.nanmedian with a dim.
+    ///
+    /// # Errors
+    /// Bad dim.
+    #[allow(clippy::type_complexity)]
+    fn nanmedian_with_index(
+        &self,
+        dim: isize,
+        keepdim: bool,
+    ) -> Result<(Self::Reduced<T::Real>, Self::Reduced<i64>)> {
+        let a = self.without_nans()?;
+        let d = Dims::from(dim);
+        let v = a.stat_lanes(&Quantile::median(MedianMode::Lower), &d, keepdim)?;
+        let i = a.stat_lanes(&MedianIndex, &d, keepdim)?;
+        Ok((v, i))
     }
     /// Masked `q`-quantile (numpy's interpolation methods), by selection.
     ///

@@ -174,12 +174,17 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m
         keepdim: bool,
     ) -> Result<SparseVec<S::Output>> {
         Self::rows_only(dims, stat.name())?;
-        Ok(self.per_row(keepdim, |xs, _| {
+        Ok(self.per_row(keepdim, |xs, cols| {
             if xs.is_empty() {
                 return None;
             }
             let mut vals = xs.to_vec();
-            Some(stat.compute(&mut vals))
+            let pos: Vec<i64> = if stat.positions() {
+                cols.iter().map(|c| c.index() as i64).collect()
+            } else {
+                Vec::new()
+            };
+            Some(stat.compute_at(&mut vals, &pos))
         }))
     }
 

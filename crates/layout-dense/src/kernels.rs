@@ -340,29 +340,44 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
         offsets(&red)
     };
     let g = (GRAIN / len.max(1)).max(1);
+    let want_pos = stat.positions();
     out.par_chunks_mut(g)
         .zip(any.par_chunks_mut(g))
         .enumerate()
         .for_each_init(
-            || Vec::with_capacity(len),
-            |vals, (c, (oc, ac))| {
+            || (Vec::with_capacity(len), Vec::new()),
+            |(vals, pos), (c, (oc, ac))| {
                 for (k, (o, a)) in oc.iter_mut().zip(ac.iter_mut()).enumerate() {
                     let lane = c * g + k;
                     vals.clear();
+                    pos.clear();
                     if contiguous {
                         let start = lane * len;
-                        compress_into(&xs[start..start + len], bits.map(|b| b.offset(start)), vals);
+                        let lx = &xs[start..start + len];
+                        let lb = bits.map(|b| b.offset(start));
+                        if want_pos {
+                            for (i, &x) in lx.iter().enumerate() {
+                                if lb.is_none_or(|b| b.get(i)) {
+                                    vals.push(x);
+                                    pos.push(i as i64);
+                                }
+                            }
+                        } else {
+                            compress_into(lx, lb, vals);
+                        }
                     } else {
                         let base = bases[lane];
-                        vals.extend(
-                            lane_off
-                                .iter()
-                                .filter(|&&off| bits.is_none_or(|b| b.get(base + off)))
-                                .map(|&off| xs[base + off]),
-                        );
+                        for (i, &off) in lane_off.iter().enumerate() {
+                            if bits.is_none_or(|b| b.get(base + off)) {
+                                vals.push(xs[base + off]);
+                                if want_pos {
+                                    pos.push(i as i64);
+                                }
+                            }
+                        }
                     }
                     *a = !vals.is_empty();
-                    *o = stat.compute(vals);
+                    *o = stat.compute_at(vals, pos);
                 }
             },
         );
