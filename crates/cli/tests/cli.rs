@@ -297,3 +297,193 @@ fn bench_json_prints_one_object_per_op() {
     let bad = bin().args(["bench", "--op", "nope"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[test]
+fn statistics_and_normalizations_with_options() {
+    let d = setup();
+    let dir = d.path();
+    // x = [[-3, -2, -1], [0, 1, 2]] (f32), m = [[T, F, T], [F, F, F]]
+    let f32s = |name: &str| load::<f32>(&dir.join(name)).into_raw_vec_and_offset().0;
+    let ok = |args: &[&str]| {
+        let o = run(dir, args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    };
+    ok(&[
+        "var",
+        "x.npy",
+        "--dim",
+        "1",
+        "--correction",
+        "0",
+        "-o",
+        "v.npy",
+    ]);
+    assert_eq!(f32s("v.npy"), vec![2.0 / 3.0, 2.0 / 3.0]);
+    ok(&[
+        "std",
+        "x.npy",
+        "--mask",
+        "m.npy",
+        "--dim",
+        "1",
+        "-o",
+        "s.npy",
+        "--out-mask",
+        "sm.npy",
+    ]);
+    let s = f32s("s.npy");
+    assert!((s[0] - 2f32.sqrt()).abs() < 1e-6 && s[1].is_nan());
+    ok(&["norm", "x.npy", "--ord", "-1", "--dim", "1", "-o", "n.npy"]);
+    let n = f32s("n.npy");
+    assert!((n[0] - 1.0 / (1.0 / 3.0 + 0.5 + 1.0)).abs() < 1e-6 && n[1] == 0.0);
+    ok(&["norm", "x.npy", "--ord=-inf", "--dim", "1", "-o", "n.npy"]);
+    assert_eq!(f32s("n.npy"), vec![1.0, 0.0]);
+    ok(&["norm", "x.npy", "--ord", "inf", "-o", "n.npy"]);
+    assert_eq!(f32s("n.npy"), vec![3.0]);
+    ok(&[
+        "quantile",
+        "x.npy",
+        "--q",
+        "0.25",
+        "--interpolation",
+        "nearest",
+        "-o",
+        "q.npy",
+    ]);
+    // sorted [-3 -2 -1 0 1 2], position 1.25 -> nearest index 1 -> -2
+    assert_eq!(f32s("q.npy"), vec![-2.0]);
+    ok(&["median", "x.npy", "--mode", "lower", "-o", "q.npy"]);
+    assert_eq!(f32s("q.npy"), vec![-1.0]);
+    ok(&["median", "x.npy", "-o", "q.npy"]);
+    assert_eq!(f32s("q.npy"), vec![-0.5]);
+    ok(&[
+        "log_softmax",
+        "x.npy",
+        "--mask",
+        "m.npy",
+        "--dim",
+        "1",
+        "-o",
+        "l.npy",
+        "--out-mask",
+        "lm.npy",
+    ]);
+    let l = f32s("l.npy");
+    assert_eq!(&l[3..], &[f32::NEG_INFINITY; 3]);
+    assert_eq!(l[1], f32::NEG_INFINITY);
+    assert!((l[0] - (-2.0 - (1.0 + (-2f32).exp()).ln())).abs() < 1e-6);
+    assert_eq!(
+        load::<bool>(&dir.join("lm.npy"))
+            .into_raw_vec_and_offset()
+            .0,
+        vec![true, false, true, false, false, false]
+    );
+    save(dir, "i.npy", &array![[1i32, 2], [3, 4]]);
+    ok(&["cumsum", "i.npy", "--dim", "0", "-o", "c.npy"]);
+    assert_eq!(
+        load::<i32>(&dir.join("c.npy")).into_raw_vec_and_offset().0,
+        vec![1, 2, 4, 6]
+    );
+    save(dir, "nan.npy", &array![[1.0f64, f64::NAN, 3.0]]);
+    ok(&["nanmedian", "nan.npy", "--dim", "1", "-o", "nm.npy"]);
+    assert_eq!(
+        load::<f64>(&dir.join("nm.npy")).into_raw_vec_and_offset().0,
+        vec![2.0]
+    );
+    ok(&["median", "nan.npy", "--dim", "1", "-o", "nm.npy"]);
+    assert!(load::<f64>(&dir.join("nm.npy"))[[0]].is_nan());
+}
+
+#[test]
+fn bad_option_values_exit_2() {
+    let d = setup();
+    let dir = d.path();
+    assert_bad(
+        dir,
+        &["quantile", "x.npy", "--q", "1.5", "-o", "out.npy"],
+        "invalid value for q: 1.5",
+    );
+    assert_bad(
+        dir,
+        &[
+            "quantile",
+            "x.npy",
+            "--interpolation",
+            "cubic",
+            "-o",
+            "out.npy",
+        ],
+        "interpolation",
+    );
+    assert_bad(
+        dir,
+        &["var", "x.npy", "--correction", "-1", "-o", "out.npy"],
+        "correction",
+    );
+    assert_bad(
+        dir,
+        &[
+            "normalize",
+            "x.npy",
+            "--dim",
+            "1",
+            "--eps",
+            "-1",
+            "-o",
+            "out.npy",
+        ],
+        "eps",
+    );
+    assert_bad(
+        dir,
+        &["median", "x.npy", "--mode", "upper", "-o", "out.npy"],
+        "mode",
+    );
+    assert_bad(
+        dir,
+        &["norm", "x.npy", "--ord", "abc", "-o", "out.npy"],
+        "invalid --ord value 'abc'",
+    );
+    assert_bad(
+        dir,
+        &["softmax", "x.npy", "-o", "out.npy"],
+        "exactly one --dim",
+    );
+    assert_bad(
+        dir,
+        &[
+            "softmax",
+            "x.npy",
+            "--dim",
+            "1",
+            "--keepdim",
+            "-o",
+            "out.npy",
+        ],
+        "--keepdim has no meaning",
+    );
+    assert_bad(
+        dir,
+        &["var", "x.npy", "--ord", "2", "-o", "out.npy"],
+        "--ord has no meaning for var",
+    );
+}
+
+#[test]
+fn bench_runs_the_statistics() {
+    let o = bin()
+        .args([
+            "bench",
+            "--op",
+            "var,softmax,median,nanmedian",
+            "--shape",
+            "32,64",
+            "--repeat",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 4);
+}
