@@ -270,11 +270,12 @@ pub struct Softmax {
     pub kind: SoftmaxKind,
 }
 
-/// Lane monoid: `exp(sign * (x - shift))`, in the statistics type.
+/// Lane monoid: `exp(x - shift)` (or `exp(shift - x)` when `neg`), in the statistics
+/// type of `T` (f32 lanes for f32): the sums of softmax and logsumexp.
 #[derive(Debug)]
-struct SoftLanes<R> {
-    shift: R,
-    neg: bool,
+pub(crate) struct SoftLanes<R> {
+    pub(crate) shift: R,
+    pub(crate) neg: bool,
 }
 impl<T: Element> Lanes<T> for SoftLanes<T::Real> {
     type A = T::Real;

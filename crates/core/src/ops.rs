@@ -22,7 +22,7 @@ pub const BLOCK: usize = 4096;
 
 /// Runs `f` on consecutive blocks of at most [`BLOCK`] elements.
 #[inline]
-fn blocks<T>(
+pub(crate) fn blocks<T>(
     xs: &[T],
     bits: Option<Bits<'_>>,
     idx0: i64,

@@ -4,30 +4,11 @@
 use crate::element::{Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::{fold_run, Fold, Lanes};
+use crate::lane::SoftLanes;
 use crate::mask::Bits;
-use crate::ops::{AMaxLanes, MeanLanes, BLOCK};
+use crate::ops::{blocks, AMaxLanes, MeanLanes};
 use crate::Acc;
 use serde::{Deserialize, Serialize};
-
-/// Runs `f` on consecutive blocks of at most [`BLOCK`] elements.
-#[inline]
-fn blocks<T>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-    mut f: impl FnMut(&[T], Option<Bits<'_>>, i64),
-) {
-    let mut off = 0;
-    while off < xs.len() {
-        let end = (off + BLOCK).min(xs.len());
-        f(
-            &xs[off..end],
-            bits.map(|b| b.offset(off)),
-            idx0 + off as i64,
-        );
-        off = end;
-    }
-}
 
 // ---------------------------------------------------------------- var / std
 
@@ -447,28 +428,6 @@ fn lse_merge(a: &mut LseState, b: LseState) {
     }
 }
 
-/// Lane monoid: `exp(x - shift)` in the statistics type of `T` (f32 for f32).
-#[derive(Debug)]
-struct ExpShiftLanes<R> {
-    shift: R,
-}
-impl<T: Element> Lanes<T> for ExpShiftLanes<T::Real> {
-    type A = T::Real;
-    const HEAVY: bool = true;
-    #[inline(always)]
-    fn id(&self) -> T::Real {
-        <T::Real as Element>::ZERO
-    }
-    #[inline(always)]
-    fn lift(&self, x: T, _: i64) -> T::Real {
-        (x.to_real() - self.shift).exp_nonpos()
-    }
-    #[inline(always)]
-    fn comb(&self, a: T::Real, b: T::Real) -> T::Real {
-        a + b
-    }
-}
-
 impl<T: Element> Fold<T> for LogSumExp {
     type State = LseState;
     type Output = T::Real;
@@ -505,7 +464,7 @@ impl<T: Element> Fold<T> for LogSumExp {
                 return;
             }
             let shift = m.to_real();
-            let sum: T::Real = fold_run(&ExpShiftLanes::<T::Real> { shift }, b, bb, i);
+            let sum: T::Real = fold_run(&SoftLanes::<T::Real> { shift, neg: false }, b, bb, i);
             // the shift was rounded to T::Real: account for it exactly in f64
             lse_merge(s, (shift.to_f64(), sum.to_f64()));
         });

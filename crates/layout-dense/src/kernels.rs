@@ -42,6 +42,34 @@ pub(crate) fn output_vec<O: Element>(n: usize) -> Vec<O> {
     v
 }
 
+/// The reduced (`reduced == true`) or kept dims of a plan, in order.
+fn dims_of(plan: &ReducePlan, reduced: bool) -> Vec<usize> {
+    (0..plan.in_shape.len())
+        .filter(|&d| plan.reduced[d] == reduced)
+        .collect()
+}
+
+/// Row-major offsets of every multi-index over `dims` of an array of `shape`, in
+/// row-major order of those dims (a lane's element offsets, or the lanes' bases).
+fn offsets(shape: &[usize], dims: &[usize]) -> Vec<usize> {
+    let nd = shape.len();
+    let mut strides = vec![1usize; nd];
+    for d in (0..nd.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    let mut out = vec![0usize];
+    for &d in dims {
+        let mut next = Vec::with_capacity(out.len() * shape[d]);
+        for &o in &out {
+            for i in 0..shape[d] {
+                next.push(o + i * strides[d]);
+            }
+        }
+        out = next;
+    }
+    out
+}
+
 /// Elements a parallel task should at least cover.
 const GRAIN: usize = 1 << 15;
 /// Chunk of one long lane folded as one task.
@@ -207,27 +235,7 @@ fn gather<T: Element, F: Fold<T>>(
     any: &mut [bool],
 ) {
     let shape = &plan.in_shape;
-    let nd = shape.len();
-    let mut strides = vec![1usize; nd];
-    for d in (0..nd.saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * shape[d + 1];
-    }
-    let dims_of =
-        |reduced: bool| -> Vec<usize> { (0..nd).filter(|&d| plan.reduced[d] == reduced).collect() };
-    let offsets = |dims: &[usize]| -> Vec<usize> {
-        // offsets of every multi-index over `dims`, in row-major order of those dims
-        let mut out = vec![0usize];
-        for &d in dims {
-            let mut next = Vec::with_capacity(out.len() * shape[d]);
-            for &o in &out {
-                for i in 0..shape[d] {
-                    next.push(o + i * strides[d]);
-                }
-            }
-            out = next;
-        }
-        out
-    };
+    let (dims_of, offsets) = (|r| dims_of(plan, r), |dims: &[usize]| offsets(shape, dims));
     let bases = offsets(&dims_of(false));
     // when the innermost dims are reduced, a lane is a sequence of contiguous segments:
     // fold them in place instead of gathering
@@ -311,33 +319,15 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
         return (out, any);
     }
     let shape = &plan.in_shape;
-    let nd = shape.len();
-    let mut strides = vec![1usize; nd];
-    for d in (0..nd.saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * shape[d + 1];
-    }
-    let offsets = |dims: &[usize]| -> Vec<usize> {
-        let mut out = vec![0usize];
-        for &d in dims {
-            let mut next = Vec::with_capacity(out.len() * shape[d]);
-            for &o in &out {
-                for i in 0..shape[d] {
-                    next.push(o + i * strides[d]);
-                }
-            }
-            out = next;
-        }
-        out
-    };
-    let kept: Vec<usize> = (0..nd).filter(|&d| !plan.reduced[d]).collect();
-    let red: Vec<usize> = (0..nd).filter(|&d| plan.reduced[d]).collect();
-    let bases = offsets(&kept);
+    let kept = dims_of(plan, false);
+    let red = dims_of(plan, true);
+    let bases = offsets(shape, &kept);
     let kinds: Vec<bool> = plan.groups().iter().map(|g| g.0).collect();
     let contiguous = matches!(kinds.as_slice(), [] | [true] | [false] | [false, true]);
     let lane_off = if contiguous {
         Vec::new()
     } else {
-        offsets(&red)
+        offsets(shape, &red)
     };
     let g = (GRAIN / len.max(1)).max(1);
     let want_pos = stat.positions();
