@@ -270,14 +270,13 @@ pub struct Softmax {
     pub kind: SoftmaxKind,
 }
 
-/// Lane monoid: `exp(x - shift)` (or `exp(shift - x)` when `neg`), in the statistics
+/// Lane monoid: `exp(x - shift)` (or `exp(shift - x)` when `NEG`), in the statistics
 /// type of `T` (f32 lanes for f32): the sums of softmax and logsumexp.
 #[derive(Debug)]
-pub(crate) struct SoftLanes<R> {
+pub(crate) struct SoftLanes<R, const NEG: bool> {
     pub(crate) shift: R,
-    pub(crate) neg: bool,
 }
-impl<T: Element> Lanes<T> for SoftLanes<T::Real> {
+impl<T: Element, const NEG: bool> Lanes<T> for SoftLanes<T::Real, NEG> {
     type A = T::Real;
     const HEAVY: bool = true;
     #[inline(always)]
@@ -287,7 +286,7 @@ impl<T: Element> Lanes<T> for SoftLanes<T::Real> {
     #[inline(always)]
     fn lift(&self, x: T, _: i64) -> T::Real {
         let d = x.to_real() - self.shift;
-        (if self.neg { -d } else { d }).exp_nonpos()
+        (if NEG { -d } else { d }).exp_nonpos()
     }
     #[inline(always)]
     fn comb(&self, a: T::Real, b: T::Real) -> T::Real {
@@ -325,8 +324,7 @@ impl<T: Element> LaneMap<T> for Softmax {
         let shift = m.to_real();
         let zero = <T::Real as Element>::ZERO;
         if log {
-            let lanes = SoftLanes::<T::Real> { shift, neg };
-            let lsum = fold_run(&lanes, xs, bits, 0).ln();
+            let lsum = fold_run(&SoftLanes::<T::Real, false> { shift }, xs, bits, 0).ln();
             map_run(xs, bits, out, |x: T, ok| {
                 let v = x.to_real() - shift - lsum;
                 if ok {

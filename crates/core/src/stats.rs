@@ -464,7 +464,7 @@ impl<T: Element> Fold<T> for LogSumExp {
                 return;
             }
             let shift = m.to_real();
-            let sum: T::Real = fold_run(&SoftLanes::<T::Real> { shift, neg: false }, b, bb, i);
+            let sum: T::Real = fold_run(&SoftLanes::<T::Real, false> { shift }, b, bb, i);
             // the shift was rounded to T::Real: account for it exactly in f64
             lse_merge(s, (shift.to_f64(), sum.to_f64()));
         });
