@@ -152,97 +152,6 @@ pub trait Lanes<T> {
 /// 512-bit registers for 32-bit lanes.
 const W: usize = 32;
 
-/// Folds `xs` (element `k` at lane position `idx0 + k`, valid where bit `k` of `bits` is
-/// set) with the monoid `L`, in the fastest kernel this CPU supports.
-#[inline]
-pub fn fold_run<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if cpu::has_avx512() {
-            // SAFETY: the CPU supports every feature `kernel_avx512` enables.
-            return unsafe { kernel_avx512::<T, L>(l, xs, bits, idx0) };
-        }
-        if cpu::has_avx2() {
-            // SAFETY: as above for `kernel_avx2`.
-            return unsafe { kernel_avx2::<T, L>(l, xs, bits, idx0) };
-        }
-    }
-    kernel::<T, L>(l, xs, bits, idx0)
-}
-
-/// The column kernel: for each row `r < nrows`, combines element `k` of the row
-/// (`xs[r * stride + k]`, at lane position `idx0 + r`, valid where bit `r * stride + k`
-/// of `bits` is set) into `acc[k]`. Vectorises across the columns.
-#[inline]
-pub fn fold_columns<T: Copy, L: Lanes<T>>(
-    l: &L,
-    acc: &mut [L::A],
-    xs: &[T],
-    stride: usize,
-    nrows: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if cpu::has_avx512() {
-            // SAFETY: the CPU supports every feature the function enables.
-            return unsafe { columns_avx512::<T, L>(l, acc, xs, stride, nrows, bits, idx0) };
-        }
-        if cpu::has_avx2() {
-            // SAFETY: as above.
-            return unsafe { columns_avx2::<T, L>(l, acc, xs, stride, nrows, bits, idx0) };
-        }
-    }
-    columns_kernel::<T, L>(l, acc, xs, stride, nrows, bits, idx0)
-}
-
-/// Writes `out[k] = f(xs[k], valid_k)` for a run (valid where bit `k` of `bits` is set;
-/// all valid for `None`), 64 elements per mask word, in the fastest kernel this CPU
-/// supports: the per-element work of a lane map (softmax, normalize) vectorises here.
-#[inline]
-pub fn map_run<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    out: &mut [O],
-    f: F,
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if cpu::has_avx512() {
-            // SAFETY: the CPU supports every feature the function enables.
-            return unsafe { map_avx512(xs, bits, out, f) };
-        }
-        if cpu::has_avx2() {
-            // SAFETY: as above.
-            return unsafe { map_avx2(xs, bits, out, f) };
-        }
-    }
-    map_kernel(xs, bits, out, f)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn map_avx512<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    out: &mut [O],
-    f: F,
-) {
-    map_kernel(xs, bits, out, f)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn map_avx2<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    out: &mut [O],
-    f: F,
-) {
-    map_kernel(xs, bits, out, f)
-}
-
 #[inline(always)]
 fn map_kernel<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
     xs: &[T],
@@ -268,26 +177,6 @@ fn map_kernel<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
     }
 }
 
-/// Packs `pred(x)` of every element of `xs` into bit words (bit `k % 64` of word
-/// `k / 64`), 64 compares per word; `out` needs `xs.len().div_ceil(64)` words.
-#[inline]
-pub fn pred_bits<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred: P) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if cpu::has_avx512() {
-            // SAFETY: the CPU supports every feature the function enables.
-            return unsafe { pred_avx512(xs, out, pred) };
-        }
-    }
-    pred_kernel(xs, out, pred)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn pred_avx512<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred: P) {
-    pred_kernel(xs, out, pred)
-}
-
 #[inline(always)]
 fn pred_kernel<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred: P) {
     for (w, ch) in out.iter_mut().zip(xs.chunks(64)) {
@@ -297,33 +186,6 @@ fn pred_kernel<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred
         }
         *w = bits;
     }
-}
-
-/// In place: `out[k] = f(out[k], valid_k)`, in the fastest kernel this CPU supports.
-#[inline]
-pub fn update_run<O: Copy, F: Fn(O, bool) -> O + Copy>(
-    out: &mut [O],
-    bits: Option<Bits<'_>>,
-    f: F,
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if cpu::has_avx512() {
-            // SAFETY: the CPU supports every feature the function enables.
-            return unsafe { update_avx512(out, bits, f) };
-        }
-    }
-    update_kernel(out, bits, f)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn update_avx512<O: Copy, F: Fn(O, bool) -> O + Copy>(
-    out: &mut [O],
-    bits: Option<Bits<'_>>,
-    f: F,
-) {
-    update_kernel(out, bits, f)
 }
 
 #[inline(always)]
@@ -361,34 +223,6 @@ pub fn compress_into<T: Copy>(xs: &[T], bits: Option<Bits<'_>>, out: &mut Vec<T>
     }
 }
 
-/// Index of the first element of `xs` that is valid (bit set, or all valid without
-/// bits) and satisfies `pred`. Scans 64 elements per step with branch-free compares.
-#[inline]
-pub fn first_match<T: Copy, P: Fn(T) -> bool + Copy>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    pred: P,
-) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if cpu::has_avx512() {
-            // SAFETY: the CPU supports every feature the function enables.
-            return unsafe { first_avx512(xs, bits, pred) };
-        }
-    }
-    first_kernel(xs, bits, pred)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn first_avx512<T: Copy, P: Fn(T) -> bool + Copy>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    pred: P,
-) -> Option<usize> {
-    first_kernel(xs, bits, pred)
-}
-
 #[inline(always)]
 fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
     xs: &[T],
@@ -411,34 +245,6 @@ fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
         }
     }
     None
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn columns_avx512<T: Copy, L: Lanes<T>>(
-    l: &L,
-    acc: &mut [L::A],
-    xs: &[T],
-    stride: usize,
-    nrows: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-) {
-    columns_kernel::<T, L>(l, acc, xs, stride, nrows, bits, idx0)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn columns_avx2<T: Copy, L: Lanes<T>>(
-    l: &L,
-    acc: &mut [L::A],
-    xs: &[T],
-    stride: usize,
-    nrows: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-) {
-    columns_kernel::<T, L>(l, acc, xs, stride, nrows, bits, idx0)
 }
 
 #[allow(clippy::needless_range_loop)]
@@ -493,6 +299,84 @@ fn columns_kernel<T: Copy, L: Lanes<T>>(
     }
 }
 
+/// Defines a public function that runs an `#[inline(always)]` kernel compiled for
+/// AVX-512, for AVX2 + FMA, or for the baseline target, whichever this CPU supports
+/// (checked at run time). The kernel is inlined into each `#[target_feature]` wrapper, so
+/// the one generic loop is vectorised three times.
+macro_rules! multiversion {
+    ($(#[$doc:meta])* pub fn $name:ident[$($gen:tt)*]($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? = $kernel:ident;) => {
+        $(#[$doc])*
+        #[inline]
+        pub fn $name<$($gen)*>($($a: $t),*) $(-> $r)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
+                unsafe fn avx512<$($gen)*>($($a: $t),*) $(-> $r)? {
+                    $kernel($($a),*)
+                }
+                #[target_feature(enable = "avx2,fma,bmi1,bmi2,popcnt")]
+                unsafe fn avx2<$($gen)*>($($a: $t),*) $(-> $r)? {
+                    $kernel($($a),*)
+                }
+                if cpu::has_avx512() {
+                    // SAFETY: the CPU supports every feature `avx512` enables.
+                    return unsafe { avx512($($a),*) };
+                }
+                if cpu::has_avx2() {
+                    // SAFETY: as above for `avx2`.
+                    return unsafe { avx2($($a),*) };
+                }
+            }
+            $kernel($($a),*)
+        }
+    };
+}
+
+multiversion! {
+/// Folds `xs` (element `k` at lane position `idx0 + k`, valid where bit `k` of `bits` is
+/// set) with the monoid `L`, in the fastest kernel this CPU supports.
+    pub fn fold_run[T: Copy, L: Lanes<T>](l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A = kernel;
+}
+
+multiversion! {
+/// The column kernel: for each row `r < nrows`, combines element `k` of the row
+/// (`xs[r * stride + k]`, at lane position `idx0 + r`, valid where bit `r * stride + k`
+/// of `bits` is set) into `acc[k]`. Vectorises across the columns.
+    pub fn fold_columns[T: Copy, L: Lanes<T>](
+        l: &L,
+        acc: &mut [L::A],
+        xs: &[T],
+        stride: usize,
+        nrows: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) = columns_kernel;
+}
+
+multiversion! {
+/// Writes `out[k] = f(xs[k], valid_k)` for a run (valid where bit `k` of `bits` is set;
+/// all valid for `None`), 64 elements per mask word, in the fastest kernel this CPU
+/// supports: the per-element work of a lane map (softmax, normalize) vectorises here.
+    pub fn map_run[T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy](xs: &[T], bits: Option<Bits<'_>>, out: &mut [O], f: F) = map_kernel;
+}
+
+multiversion! {
+/// In place: `out[k] = f(out[k], valid_k)`, in the fastest kernel this CPU supports.
+    pub fn update_run[O: Copy, F: Fn(O, bool) -> O + Copy](out: &mut [O], bits: Option<Bits<'_>>, f: F) = update_kernel;
+}
+
+multiversion! {
+/// Packs `pred(x)` of every element of `xs` into bit words (bit `k % 64` of word
+/// `k / 64`), 64 compares per word; `out` needs `xs.len().div_ceil(64)` words.
+    pub fn pred_bits[T: Copy, P: Fn(T) -> bool + Copy](xs: &[T], out: &mut [u64], pred: P) = pred_kernel;
+}
+
+multiversion! {
+/// Index of the first element of `xs` that is valid (bit set, or all valid without
+/// bits) and satisfies `pred`. Scans 64 elements per step with branch-free compares.
+    pub fn first_match[T: Copy, P: Fn(T) -> bool + Copy](xs: &[T], bits: Option<Bits<'_>>, pred: P) -> Option<usize> = first_kernel;
+}
+
 #[cfg(target_arch = "x86_64")]
 mod cpu {
     /// AVX-512 (F, BW, VL, DQ) is available.
@@ -508,28 +392,6 @@ mod cpu {
     pub fn has_avx2() -> bool {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn kernel_avx512<T: Copy, L: Lanes<T>>(
-    l: &L,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-) -> L::A {
-    kernel::<T, L>(l, xs, bits, idx0)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,bmi1,bmi2,popcnt")]
-unsafe fn kernel_avx2<T: Copy, L: Lanes<T>>(
-    l: &L,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-) -> L::A {
-    kernel::<T, L>(l, xs, bits, idx0)
 }
 
 /// The portable kernel: `W` accumulators, 64 elements per mask word, branch-free selects.
