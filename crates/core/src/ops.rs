@@ -241,7 +241,7 @@ impl<T: Element> Fold<T> for Prod {
 
 /// NaN-propagating maximum: a NaN operand wins.
 #[inline(always)]
-fn max_nan<T: Element>(a: T, b: T) -> T {
+pub(crate) fn max_nan<T: Element>(a: T, b: T) -> T {
     // `|` not `||`: no control flow, so the vector kernel stays a compare and a blend
     if (b > a) | b.is_nan() {
         b
@@ -251,7 +251,7 @@ fn max_nan<T: Element>(a: T, b: T) -> T {
 }
 /// NaN-propagating minimum: a NaN operand wins.
 #[inline(always)]
-fn min_nan<T: Element>(a: T, b: T) -> T {
+pub(crate) fn min_nan<T: Element>(a: T, b: T) -> T {
     if (b < a) | b.is_nan() {
         b
     } else {

@@ -6,7 +6,7 @@ use crate::error::{MaskedError, Result};
 use crate::fold::{fold_run, Fold, Lanes};
 use crate::lane::SoftLanes;
 use crate::mask::Bits;
-use crate::ops::{blocks, AMaxLanes, MeanLanes};
+use crate::ops::{blocks, max_nan, min_nan, AMaxLanes, MeanLanes};
 use crate::Acc;
 use serde::{Deserialize, Serialize};
 
@@ -172,21 +172,52 @@ moment_op!(
 
 // ---------------------------------------------------------------- norm
 
-/// Which norm an `ord` names.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum NormKind {
+/// Which norm an `ord` names, as a const-generic code so that each kind's lane loop is
+/// compiled (and vectorised) on its own.
+mod kind {
     /// Count of non-zero valid elements (NaN counts).
-    Zero,
+    pub const ZERO: u8 = 0;
     /// Sum of |x|.
-    One,
+    pub const ONE: u8 = 1;
     /// Euclidean.
-    Two,
+    pub const TWO: u8 = 2;
     /// Max |x|.
-    Inf,
+    pub const INF: u8 = 3;
     /// Min |x|.
-    NegInf,
+    pub const NEG_INF: u8 = 4;
     /// `(sum |x|^p)^(1/p)`, any other finite non-zero p (negative too).
-    P(f64),
+    pub const P: u8 = 5;
+}
+
+/// What one element contributes to a norm of kind `K`.
+#[inline(always)]
+fn norm_g<const K: u8>(x: f64, p: f64) -> f64 {
+    match K {
+        kind::ZERO => (x != 0.0) as u8 as f64,
+        kind::TWO => x * x,
+        kind::P => x.abs().powf(p),
+        _ => x.abs(),
+    }
+}
+
+/// How two partial norms of kind `K` combine: a sum, or a NaN-propagating max / min.
+#[inline(always)]
+fn norm_comb<const K: u8>(a: f64, b: f64) -> f64 {
+    match K {
+        kind::INF => max_nan(a, b),
+        kind::NEG_INF => min_nan(a, b),
+        _ => a + b,
+    }
+}
+
+/// The partial norm of nothing.
+#[inline(always)]
+fn norm_id<const K: u8>() -> f64 {
+    if K == kind::NEG_INF {
+        f64::INFINITY
+    } else {
+        0.0
+    }
 }
 
 /// Masked vector norm of order `ord` over the valid elements: `ord` > 0 finite
@@ -196,8 +227,40 @@ enum NormKind {
 /// negative `ord`. Computed in f64.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Norm {
-    kind: NormKind,
+    kind: u8,
     ord: f64,
+}
+
+/// Runs `$body` with `K` bound to the const kind code of `$norm`.
+macro_rules! with_kind {
+    ($norm:expr, $k:ident => $body:expr) => {
+        match $norm.kind {
+            kind::ZERO => {
+                const $k: u8 = kind::ZERO;
+                $body
+            }
+            kind::ONE => {
+                const $k: u8 = kind::ONE;
+                $body
+            }
+            kind::TWO => {
+                const $k: u8 = kind::TWO;
+                $body
+            }
+            kind::INF => {
+                const $k: u8 = kind::INF;
+                $body
+            }
+            kind::NEG_INF => {
+                const $k: u8 = kind::NEG_INF;
+                $body
+            }
+            _ => {
+                const $k: u8 = kind::P;
+                $body
+            }
+        }
+    };
 }
 
 impl Norm {
@@ -213,17 +276,17 @@ impl Norm {
                 reason: "must be a number or +-inf",
             });
         } else if ord == 0.0 {
-            NormKind::Zero
+            kind::ZERO
         } else if ord == 1.0 {
-            NormKind::One
+            kind::ONE
         } else if ord == 2.0 {
-            NormKind::Two
+            kind::TWO
         } else if ord == f64::INFINITY {
-            NormKind::Inf
+            kind::INF
         } else if ord == f64::NEG_INFINITY {
-            NormKind::NegInf
+            kind::NEG_INF
         } else {
-            NormKind::P(ord)
+            kind::P
         };
         Ok(Norm { kind, ord })
     }
@@ -233,77 +296,24 @@ impl Norm {
     }
 }
 
-/// Lane monoid of [`Norm`]: a sum of `g(x)` or a NaN-propagating max/min of |x|.
+/// Lane monoid of a [`Norm`] of kind `K` (order `p` for the general kind).
 #[derive(Debug)]
-struct NormLanes<G: Fn(f64) -> f64> {
-    g: G,
-    op: u8, // 0 sum, 1 max, 2 min
+struct NormLanes<const K: u8> {
+    p: f64,
 }
-impl<T: Element, G: Fn(f64) -> f64> Lanes<T> for NormLanes<G> {
+impl<T: Element, const K: u8> Lanes<T> for NormLanes<K> {
     type A = f64;
     #[inline(always)]
     fn id(&self) -> f64 {
-        if self.op == 2 {
-            f64::INFINITY
-        } else {
-            0.0
-        }
+        norm_id::<K>()
     }
     #[inline(always)]
     fn lift(&self, x: T, _: i64) -> f64 {
-        (self.g)(x.to_f64())
+        norm_g::<K>(x.to_f64(), self.p)
     }
     #[inline(always)]
     fn comb(&self, a: f64, b: f64) -> f64 {
-        match self.op {
-            0 => a + b,
-            1 => {
-                if (b > a) | b.is_nan() {
-                    b
-                } else {
-                    a
-                }
-            }
-            _ => {
-                if (b < a) | b.is_nan() {
-                    b
-                } else {
-                    a
-                }
-            }
-        }
-    }
-}
-
-impl Norm {
-    #[inline(always)]
-    fn comb(&self, a: f64, b: f64) -> f64 {
-        match self.kind {
-            NormKind::Inf => {
-                if (b > a) | b.is_nan() {
-                    b
-                } else {
-                    a
-                }
-            }
-            NormKind::NegInf => {
-                if (b < a) | b.is_nan() {
-                    b
-                } else {
-                    a
-                }
-            }
-            _ => a + b,
-        }
-    }
-    #[inline(always)]
-    fn g(&self, x: f64) -> f64 {
-        match self.kind {
-            NormKind::Zero => (x != 0.0) as u8 as f64,
-            NormKind::One | NormKind::Inf | NormKind::NegInf => x.abs(),
-            NormKind::Two => x * x,
-            NormKind::P(p) => x.abs().powf(p),
-        }
+        norm_comb::<K>(a, b)
     }
 }
 
@@ -317,85 +327,28 @@ impl<T: Element> Fold<T> for Norm {
         false
     }
     fn identity(&self) -> f64 {
-        if self.kind == NormKind::NegInf {
-            f64::INFINITY
-        } else {
-            0.0
-        }
+        with_kind!(self, K => norm_id::<K>())
     }
     #[inline]
     fn push(&self, s: &mut f64, x: T, _: i64) {
-        *s = self.comb(*s, self.g(x.to_f64()));
+        *s = with_kind!(self, K => norm_comb::<K>(*s, norm_g::<K>(x.to_f64(), self.ord)));
     }
     fn merge(&self, s: &mut f64, o: f64) {
-        *s = self.comb(*s, o);
+        *s = with_kind!(self, K => norm_comb::<K>(*s, o));
     }
     fn finish(&self, s: &f64) -> T::Real {
         let v = match self.kind {
-            NormKind::Zero | NormKind::One | NormKind::Inf | NormKind::NegInf => *s,
-            NormKind::Two => s.sqrt(),
-            NormKind::P(p) => s.powf(1.0 / p),
+            kind::TWO => s.sqrt(),
+            kind::P => s.powf(1.0 / self.ord),
+            _ => *s,
         };
         <T::Real as Float>::from_f64(v)
     }
     fn push_run(&self, s: &mut f64, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-        let r = match self.kind {
-            NormKind::Zero => fold_run(
-                &NormLanes {
-                    g: |x: f64| (x != 0.0) as u8 as f64,
-                    op: 0,
-                },
-                xs,
-                bits,
-                idx0,
-            ),
-            NormKind::One => fold_run(
-                &NormLanes {
-                    g: |x: f64| x.abs(),
-                    op: 0,
-                },
-                xs,
-                bits,
-                idx0,
-            ),
-            NormKind::Two => fold_run(
-                &NormLanes {
-                    g: |x: f64| x * x,
-                    op: 0,
-                },
-                xs,
-                bits,
-                idx0,
-            ),
-            NormKind::Inf => fold_run(
-                &NormLanes {
-                    g: |x: f64| x.abs(),
-                    op: 1,
-                },
-                xs,
-                bits,
-                idx0,
-            ),
-            NormKind::NegInf => fold_run(
-                &NormLanes {
-                    g: |x: f64| x.abs(),
-                    op: 2,
-                },
-                xs,
-                bits,
-                idx0,
-            ),
-            NormKind::P(p) => fold_run(
-                &NormLanes {
-                    g: move |x: f64| x.abs().powf(p),
-                    op: 0,
-                },
-                xs,
-                bits,
-                idx0,
-            ),
-        };
-        *s = self.comb(*s, r);
+        *s = with_kind!(self, K => {
+            let r = fold_run(&NormLanes::<K> { p: self.ord }, xs, bits, idx0);
+            norm_comb::<K>(*s, r)
+        });
     }
 }
 
