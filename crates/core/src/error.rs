@@ -85,6 +85,28 @@ pub enum MaskedError {
         /// Why it is rejected.
         reason: &'static str,
     },
+    /// A sparse index outside the shape.
+    #[error("index {index} of entry {entry} is out of range for dim {dim} of size {size}")]
+    IndexOutOfRange {
+        /// Entry number (0-based) in the order given.
+        entry: usize,
+        /// The dim the index is along.
+        dim: usize,
+        /// The index as given.
+        index: i64,
+        /// The dim's size.
+        size: usize,
+    },
+    /// The same sparse position given twice.
+    #[error("duplicate entry at position {coords:?} (entries {first} and {second})")]
+    DuplicateIndex {
+        /// The repeated position.
+        coords: Vec<usize>,
+        /// Entry number (0-based) of its first occurrence in the order given.
+        first: usize,
+        /// Entry number of the second occurrence.
+        second: usize,
+    },
     /// Data that violates a structural invariant (a sparse pattern, a file...).
     #[error("invalid data: {0}")]
     InvalidData(String),

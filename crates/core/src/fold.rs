@@ -121,6 +121,41 @@ pub trait Fold<T: Element>: Send + Sync {
         }
     }
 
+    /// Adds `count` valid zeros at lane positions `idx, idx + 1, ...` (a sparse lane's
+    /// unstored elements when every position is valid). The default builds the state of
+    /// `count` zeros by doubling with [`Fold::merge`] (O(log count) merges, never
+    /// `count` pushes) and merges it in; it is exact for every op whose merge is, and for
+    /// positional ops where equal values at later positions never win (argmax, argmin:
+    /// the first index among ties).
+    fn push_zeros(&self, state: &mut Self::State, count: u64, idx: i64) {
+        if count == 0 {
+            return;
+        }
+        let mut unit = self.identity();
+        self.push(&mut unit, T::default(), idx);
+        let mut acc: Option<Self::State> = None;
+        let mut n = count;
+        while n > 0 {
+            if n & 1 == 1 {
+                acc = Some(match acc {
+                    None => unit.clone(),
+                    Some(mut a) => {
+                        self.merge(&mut a, unit.clone());
+                        a
+                    }
+                });
+            }
+            n >>= 1;
+            if n > 0 {
+                let copy = unit.clone();
+                self.merge(&mut unit, copy);
+            }
+        }
+        if let Some(a) = acc {
+            self.merge(state, a);
+        }
+    }
+
     /// Folds one whole lane from scratch (convenience over `push_run`).
     fn fold_slice(&self, xs: &[T], bits: Option<Bits<'_>>) -> Self::State {
         let mut s = self.identity();

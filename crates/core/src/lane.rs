@@ -11,24 +11,90 @@ use crate::ops::{AMaxLanes, AMinLanes};
 use crate::stats::Norm;
 
 /// A statistic of the valid values of a lane, in any order (median, quantile).
+///
+/// A lane is given as its explicit valid values (with their lane positions when
+/// [`LaneStat::positions`] is true) plus a number of valid zeros that are not
+/// materialised: a sparse lane's unstored elements when every position is valid. A
+/// statistic counts those zeros without the layout ever writing them out.
 pub trait LaneStat<T: Element>: Send + Sync {
     /// The statistic's type.
     type Output: Element;
     /// Name of the op, for messages.
     fn name(&self) -> &'static str;
-    /// The statistic of `vals`, the valid values of one lane (the slice may be
-    /// reordered). An empty slice is a fully masked lane.
-    fn compute(&self, vals: &mut [T]) -> Self::Output;
     /// Whether the statistic needs the lane position of each valid value.
     fn positions(&self) -> bool {
         false
     }
-    /// The statistic of `vals` with their lane positions `pos` (same length, increasing;
-    /// filled only when [`LaneStat::positions`] is true, empty otherwise).
+    /// The statistic of the lane made of `vals` (the slice may be reordered) and `zeros`
+    /// further valid zeros. `pos` holds the lane position of each value (same length,
+    /// increasing) when [`LaneStat::positions`] is true and is empty otherwise;
+    /// `first_zero` is the lowest position of the implicit zeros (unused when `zeros` is
+    /// 0). An empty lane is a fully masked lane.
+    fn compute_sparse(
+        &self,
+        vals: &mut [T],
+        pos: &[i64],
+        zeros: usize,
+        first_zero: i64,
+    ) -> Self::Output;
+    /// The statistic of `vals` with their lane positions `pos` (no implicit zeros).
     fn compute_at(&self, vals: &mut [T], pos: &[i64]) -> Self::Output {
-        let _ = pos;
-        self.compute(vals)
+        self.compute_sparse(vals, pos, 0, -1)
     }
+    /// The statistic of `vals`, the valid values of one lane.
+    fn compute(&self, vals: &mut [T]) -> Self::Output {
+        self.compute_sparse(vals, &[], 0, -1)
+    }
+}
+
+/// The order statistic of rank `j` (0-based) of the multiset `keys` plus `zeros` copies
+/// of `zero`, by selection (the keys are reordered).
+fn order_stat<K: Ord + Copy>(keys: &mut [K], zeros: usize, zero: K, j: usize) -> K {
+    if zeros == 0 {
+        return *keys.select_nth_unstable(j).1;
+    }
+    // keys below zero first, then the rest: the zeros sit between the two parts
+    let mut below = 0;
+    for k in 0..keys.len() {
+        if keys[k] < zero {
+            keys.swap(k, below);
+            below += 1;
+        }
+    }
+    if j < below {
+        *keys[..below].select_nth_unstable(j).1
+    } else if j < below + zeros {
+        zero
+    } else {
+        *keys[below..].select_nth_unstable(j - below - zeros).1
+    }
+}
+
+/// The order statistics of ranks `j` and, when `need_next`, `j + 1` (else `j` again).
+fn adjacent_stats<K: Ord + Copy>(
+    keys: &mut [K],
+    zeros: usize,
+    zero: K,
+    j: usize,
+    need_next: bool,
+) -> (K, K) {
+    if zeros == 0 {
+        let (_, a, rest) = keys.select_nth_unstable(j);
+        let a = *a;
+        let b = if need_next {
+            rest.iter().copied().min().unwrap_or(a)
+        } else {
+            a
+        };
+        return (a, b);
+    }
+    let a = order_stat(keys, zeros, zero, j);
+    let b = if need_next {
+        order_stat(keys, zeros, zero, j + 1)
+    } else {
+        a
+    };
+    (a, b)
 }
 
 /// The lane position of the lower median (torch.nanmedian / paddle style): the first
@@ -42,26 +108,26 @@ impl<T: Element> LaneStat<T> for MedianIndex {
     fn name(&self) -> &'static str {
         "median index"
     }
-    fn compute(&self, _: &mut [T]) -> i64 {
-        -1
-    }
     fn positions(&self) -> bool {
         true
     }
-    fn compute_at(&self, vals: &mut [T], pos: &[i64]) -> i64 {
-        let n = vals.len();
+    fn compute_sparse(&self, vals: &mut [T], pos: &[i64], zeros: usize, first_zero: i64) -> i64 {
+        let n = vals.len() + zeros;
         if n == 0 {
             return -1;
         }
         if let Some(k) = vals.iter().position(|x| x.is_nan()) {
             return pos[k];
         }
+        let zero = T::default().key();
         let mut keys: Vec<T::Key> = vals.iter().map(|x| x.key()).collect();
-        let (_, kv, _) = keys.select_nth_unstable((n - 1) / 2);
-        let kv = *kv;
-        vals.iter()
-            .position(|x| x.key() == kv)
-            .map_or(-1, |k| pos[k])
+        let kv = order_stat(&mut keys, zeros, zero, (n - 1) / 2);
+        let explicit = vals.iter().position(|x| x.key() == kv).map(|k| pos[k]);
+        let implicit = (zeros > 0 && kv == zero).then_some(first_zero);
+        match (explicit, implicit) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(-1),
+        }
     }
 }
 
@@ -197,8 +263,8 @@ impl<T: Element> LaneStat<T> for Quantile {
     fn name(&self) -> &'static str {
         "quantile"
     }
-    fn compute(&self, vals: &mut [T]) -> T::Real {
-        let n = vals.len();
+    fn compute_sparse(&self, vals: &mut [T], _: &[i64], zeros: usize, _: i64) -> T::Real {
+        let n = vals.len() + zeros;
         if n == 0 || vals.iter().any(|x| x.is_nan()) {
             return <T::Real as Float>::NAN;
         }
@@ -207,29 +273,30 @@ impl<T: Element> LaneStat<T> for Quantile {
         let frac = pos - lo as f64;
         // select on integer order keys: same order as the values (no NaN here), and a
         // plain integer compare instead of a float comparator
+        let zero = T::default().key();
         let mut keys: Vec<T::Key> = vals.iter().map(|x| x.key()).collect();
-        let (_, ka, rest) = keys.select_nth_unstable(lo);
-        let a = T::from_key(*ka);
-        let b = || rest.iter().copied().min().map_or(a, T::from_key);
+        let need_b = frac > 0.0 && lo + 1 < n;
+        let (a, b) = adjacent_stats(&mut keys, zeros, zero, lo, need_b);
+        let (a, b) = (T::from_key(a), T::from_key(b));
         let v = match self.interpolation {
             Interpolation::Lower => a.to_f64(),
             Interpolation::Higher => {
                 if frac > 0.0 {
-                    b().to_f64()
+                    b.to_f64()
                 } else {
                     a.to_f64()
                 }
             }
             Interpolation::Linear => {
                 if frac > 0.0 {
-                    lerp(a.to_f64(), b().to_f64(), frac)
+                    lerp(a.to_f64(), b.to_f64(), frac)
                 } else {
                     a.to_f64()
                 }
             }
             Interpolation::Midpoint => {
                 if frac > 0.0 {
-                    (a.to_f64() + b().to_f64()) / 2.0
+                    (a.to_f64() + b.to_f64()) / 2.0
                 } else {
                     a.to_f64()
                 }
@@ -238,7 +305,7 @@ impl<T: Element> LaneStat<T> for Quantile {
                 // round half to even on the index, as numpy's around
                 let up = frac > 0.5 || (frac == 0.5 && lo % 2 == 1);
                 if up {
-                    b().to_f64()
+                    b.to_f64()
                 } else {
                     a.to_f64()
                 }

@@ -10,6 +10,7 @@
 //! - [`ops`]: the op values ([`ops::Sum`], [`ops::Mean`], ...);
 //! - [`MaskedReduce`]: the contract a layout implements (fold each lane) and the op
 //!   methods every layout then gets for free;
+//! - [`SparseArray`]: the sparse result of a reduction over a sparse layout;
 //! - [`MaskedError`]: the one error type.
 //!
 //! ```
@@ -29,6 +30,7 @@ pub mod lane;
 pub mod mask;
 pub mod ops;
 pub mod reduce;
+pub mod sparse;
 pub mod stats;
 
 pub use dims::{wrap_dim, Dims, ReducePlan};
@@ -40,3 +42,4 @@ pub use fold::{
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use mask::{BitMask, Bits};
 pub use reduce::MaskedReduce;
+pub use sparse::SparseArray;

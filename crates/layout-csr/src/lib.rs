@@ -1,17 +1,26 @@
 //! # layout-csr
 //!
-//! The CSR layout of the `masked` engine, over `sprs` matrices. Unspecified (unstored)
-//! elements have value 0, and sparse in means sparse out: a row reduction returns a
-//! [`SparseVec`] storing exactly the rows that have a valid element.
+//! The CSR layout of the `masked` engine, over `sprs` matrices (owned or views, any
+//! index type: `u32` indices halve the index bytes a kernel reads). Unspecified
+//! (unstored) elements have value 0, and sparse in means sparse out: a reduction returns
+//! a [`SparseArray`] storing exactly the lanes that have a valid element, a
+//! normalization returns a CSR matrix storing exactly the valid elements.
 //!
-//! This build provides the fast path of "mask from indices": the mask is the matrix's
-//! own stored pattern (every stored entry valid, explicit zeros included, nothing
-//! unstored valid), reduced along dim 1 (rows) by every fold of the engine. Separate mask
-//! patterns, dim 0 and all-dims reductions, and the remaining ops arrive with the CSR
-//! issue; they return [`MaskedError::Unsupported`] until then.
+//! The mask of a [`MaskedCsr`] is one of:
+//! - the input's own stored pattern ([`MaskedCsr::from_pattern`], "mask from indices",
+//!   the fast path: every stored entry valid, explicit zeros included);
+//! - a separate [`Pattern`] ([`MaskedCsr::with_mask`]): a valid position not stored in
+//!   the input takes part as 0, a stored value outside the mask is ignored;
+//! - none ([`MaskedCsr::unmasked`]): every element valid, unstored ones as 0. A reduction
+//!   then stores every lane and a normalization every element (dense-sized, by the
+//!   rules); medians count the unstored zeros without writing them out.
+//!
+//! Every op of [`MaskedReduce`] runs along dim 1 (rows), dim 0 (columns) or both, with
+//! keepdim either way, on all threads, with results that do not depend on the thread
+//! count.
 //!
 //! ```
-//! use layout_csr::MaskedCsr;
+//! use layout_csr::{MaskedCsr, Pattern};
 //! use masked_core::MaskedReduce;
 //! use sprs::CsMat;
 //!
@@ -21,126 +30,187 @@
 //! let s = a.amax(1, false).unwrap();
 //! assert_eq!(s.indices(), &[0, 2]);         // row 1 has no valid element: not stored
 //! assert_eq!(s.values(), &[-1.0, 5.0]);
-//! let i = a.argmin(1, false).unwrap();
-//! assert_eq!(i.values(), &[0, 2]);          // column indices; the stored zero counts
+//! let c = a.sum(0, true).unwrap();           // column sums, shape [1, 3]
+//! assert_eq!(c.shape(), &[1, 3]);
+//! assert_eq!(c.values(), &[-3.0, 5.0, -1.0]);
+//!
+//! // a separate mask: row 0 all valid, so its unstored middle takes part as 0
+//! let mask = Pattern::from_coords((3, 3), &[0, 0, 0, 2], &[0, 1, 2, 1]).unwrap();
+//! let b = MaskedCsr::with_mask(m.view(), mask).unwrap();
+//! assert_eq!(b.amax(1, false).unwrap().values(), &[0.0, 5.0]);
 //! ```
 #![deny(missing_docs)]
 
+mod lanes;
+mod partition;
+mod pattern;
+
+pub use lanes::CsrLanes;
+pub use masked_core::SparseArray;
+pub use pattern::Pattern;
+
 use masked_core::{Dims, Element, Fold, LaneMap, LaneStat, MaskedError, MaskedReduce, Result};
 use rayon::prelude::*;
-use sprs::{CsMat, CsMatViewI, SpIndex};
+use sprs::{CsMatI, CsMatViewI, SpIndex};
 
-/// A CSR matrix whose mask is its own stored pattern.
+/// What a [`MaskedCsr`] uses as its mask.
+#[derive(Debug, Clone)]
+enum Mask<T, I: SpIndex> {
+    /// The input's stored pattern.
+    Stored,
+    /// A separate pattern, with the input's values resolved onto it (0 where unstored).
+    Own { pattern: Pattern<I>, values: Vec<T> },
+    /// Every element valid.
+    All,
+}
+
+/// A CSR matrix with a sparse mask. See the [crate docs](crate) for the three kinds of
+/// mask.
 #[derive(Debug, Clone)]
 pub struct MaskedCsr<'a, T, I: SpIndex = usize, Iptr: SpIndex = I> {
     mat: CsMatViewI<'a, T, I, Iptr>,
+    indptr: Vec<usize>,
+    mask: Mask<T, I>,
 }
 
 impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
-    /// Masks `mat` with its own stored pattern ("mask from indices").
-    ///
-    /// # Errors
-    /// [`MaskedError::InvalidData`] when `mat` is stored as CSC.
-    pub fn from_pattern(mat: CsMatViewI<'a, T, I, Iptr>) -> Result<Self> {
+    fn build(mat: CsMatViewI<'a, T, I, Iptr>, mask: Mask<T, I>) -> Result<Self> {
         if !mat.is_csr() {
             return Err(MaskedError::InvalidData(
                 "expected a CSR matrix, got CSC storage".into(),
             ));
         }
-        Ok(MaskedCsr { mat })
+        let raw = mat.indptr();
+        let raw = raw.raw_storage();
+        let base = raw[0].index();
+        let indptr = raw.iter().map(|p| p.index() - base).collect();
+        Ok(MaskedCsr { mat, indptr, mask })
+    }
+
+    /// Masks `mat` with its own stored pattern ("mask from indices"): every stored entry
+    /// is valid, explicit zeros included; no index merging.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] when `mat` is stored as CSC.
+    pub fn from_pattern(mat: CsMatViewI<'a, T, I, Iptr>) -> Result<Self> {
+        Self::build(mat, Mask::Stored)
+    }
+
+    /// No mask: every element is valid, unstored ones with value 0.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] when `mat` is stored as CSC.
+    pub fn unmasked(mat: CsMatViewI<'a, T, I, Iptr>) -> Result<Self> {
+        Self::build(mat, Mask::All)
+    }
+
+    /// Masks `mat` with a separate pattern: a valid position not stored in `mat` takes
+    /// part as 0, a stored value outside `mask` is ignored. The values are resolved onto
+    /// the mask once (a merge of the sorted indices of every row, in parallel).
+    ///
+    /// # Errors
+    /// CSC storage, or a mask of another shape ([`MaskedError::ShapeMismatch`]).
+    pub fn with_mask(mat: CsMatViewI<'a, T, I, Iptr>, mask: Pattern<I>) -> Result<Self> {
+        if mask.shape() != mat.shape() {
+            return Err(MaskedError::ShapeMismatch {
+                what: "CSR mask pattern vs input".into(),
+                left: vec![mask.shape().0, mask.shape().1],
+                right: vec![mat.rows(), mat.cols()],
+            });
+        }
+        let mut me = Self::build(mat, Mask::Stored)?;
+        let values = me.resolve(&mask);
+        me.mask = Mask::Own {
+            pattern: mask,
+            values,
+        };
+        Ok(me)
+    }
+
+    /// The input's values at the mask's positions (0 where unstored).
+    fn resolve(&self, mask: &Pattern<I>) -> Vec<T> {
+        let mut values = vec![T::default(); mask.nnz()];
+        let mptr = mask.indptr();
+        let mut pieces = Vec::with_capacity(self.mat.rows());
+        let mut rest: &mut [T] = &mut values;
+        for r in 0..self.mat.rows() {
+            let (a, b) = rest.split_at_mut(mptr[r + 1] - mptr[r]);
+            pieces.push(a);
+            rest = b;
+        }
+        let (idx, data) = (self.mat.indices(), self.mat.data());
+        pieces
+            .into_par_iter()
+            .with_min_len(256)
+            .enumerate()
+            .for_each(|(r, out)| {
+                let e = self.indptr[r]..self.indptr[r + 1];
+                let (cols, vals) = (&idx[e.clone()], &data[e]);
+                let mut j = 0;
+                for (o, m) in out.iter_mut().zip(mask.row(r)) {
+                    while j < cols.len() && cols[j] < *m {
+                        j += 1;
+                    }
+                    if j < cols.len() && cols[j] == *m {
+                        *o = vals[j];
+                    }
+                }
+            });
+        values
     }
 
     /// The matrix.
     pub fn matrix(&self) -> &CsMatViewI<'a, T, I, Iptr> {
         &self.mat
     }
-}
 
-/// A sparse vector result: the stored positions are exactly the valid outputs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SparseVec<O> {
-    shape: Vec<usize>,
-    indices: Vec<usize>,
-    values: Vec<O>,
-}
-
-impl<O> SparseVec<O> {
-    /// Logical shape of the result (`[nrows]`, or `[nrows, 1]` with keepdim).
-    pub fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    /// Stored (valid) row positions, increasing.
-    pub fn indices(&self) -> &[usize] {
-        &self.indices
-    }
-    /// Values at the stored positions.
-    pub fn values(&self) -> &[O] {
-        &self.values
-    }
-}
-
-/// Rows per parallel task, at least.
-const ROW_GRAIN: usize = 256;
-
-impl<T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'_, T, I, Iptr> {
-    /// Checks that `dims` is dim 1 (rows) only.
-    fn rows_only(dims: &Dims, op: &'static str) -> Result<()> {
-        if dims.canonical(2)? != [1] {
-            return Err(MaskedError::Unsupported {
-                op,
-                context: "on CSR over dims other than 1 in this build".into(),
-            });
+    /// The separate mask pattern, if one was given.
+    pub fn mask_pattern(&self) -> Option<&Pattern<I>> {
+        match &self.mask {
+            Mask::Own { pattern, .. } => Some(pattern),
+            _ => None,
         }
-        Ok(())
     }
 
-    /// Applies `f` to every row's stored values and column indices, in parallel; a row
-    /// for which `f` returns `None` is not stored in the result.
-    fn per_row<O: Element + Send>(
-        &self,
-        keepdim: bool,
-        f: impl Fn(&[T], &[I]) -> Option<O> + Sync,
-    ) -> SparseVec<O> {
-        let nrows = self.mat.rows();
-        let indptr = self.mat.indptr();
-        let (idx, data) = (self.mat.indices(), self.mat.data());
-        let rows: Vec<Option<O>> = (0..nrows)
-            .into_par_iter()
-            .with_min_len(ROW_GRAIN)
-            .map(|r| {
-                let range = indptr.outer_inds_sz(r);
-                f(&data[range.clone()], &idx[range])
-            })
-            .collect();
-        let mut indices = Vec::new();
-        let mut values = Vec::new();
-        for (r, v) in rows.into_iter().enumerate() {
-            if let Some(v) = v {
-                indices.push(r);
-                values.push(v);
-            }
-        }
-        let shape = if keepdim { vec![nrows, 1] } else { vec![nrows] };
-        SparseVec {
-            shape,
-            indices,
-            values,
+    /// The lanes the kernels run on (borrowing this matrix and mask).
+    pub fn lanes(&self) -> CsrLanes<'_, T, I> {
+        let shape = self.mat.shape();
+        match &self.mask {
+            Mask::Own { pattern, values } => CsrLanes {
+                shape,
+                indptr: pattern.indptr(),
+                indices: pattern.indices(),
+                values,
+                valid: None,
+                fill: false,
+            },
+            m => CsrLanes {
+                shape,
+                indptr: &self.indptr,
+                indices: self.mat.indices(),
+                values: self.mat.data(),
+                valid: None,
+                fill: matches!(m, Mask::All),
+            },
         }
     }
 }
 
 impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m, T, I, Iptr> {
-    type Reduced<O: Element> = SparseVec<O>;
-    type Mapped<O: Element> = CsMat<O>;
+    type Reduced<O: Element> = SparseArray<O>;
+    type Mapped<O: Element> = CsMatI<O, I, usize>;
     type NanMasked<'a>
-        = MaskedCsr<'m, T, I, Iptr>
+        = CsrLanes<'a, T, I>
     where
         Self: 'a;
 
-    fn without_nans(&self) -> Result<Self> {
-        Err(MaskedError::Unsupported {
-            op: "nan-family",
-            context: "on CSR in this build (a mask other than the stored pattern)".into(),
+    fn without_nans(&self) -> Result<CsrLanes<'_, T, I>> {
+        let l = self.lanes();
+        // the borrowed lanes live as long as `self`; their NaN bits are owned
+        let n = l.without_nans()?;
+        Ok(CsrLanes {
+            valid: n.valid.map(|v| std::borrow::Cow::Owned(v.into_owned())),
+            ..l
         })
     }
 
@@ -149,22 +219,8 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m
         op: &F,
         dims: &Dims,
         keepdim: bool,
-    ) -> Result<SparseVec<F::Output>> {
-        Self::rows_only(dims, op.name())?;
-        Ok(self.per_row(keepdim, |xs, cols| {
-            if xs.is_empty() && !op.valid_everywhere() {
-                return None;
-            }
-            let mut st = op.identity();
-            if op.positional() {
-                for (x, c) in xs.iter().zip(cols) {
-                    op.push(&mut st, *x, c.index() as i64);
-                }
-            } else {
-                op.push_run(&mut st, xs, None, 0);
-            }
-            Some(op.finish(&st))
-        }))
+    ) -> Result<SparseArray<F::Output>> {
+        self.lanes().fold_lanes(op, dims, keepdim)
     }
 
     fn stat_lanes<S: LaneStat<T>>(
@@ -172,61 +228,12 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m
         stat: &S,
         dims: &Dims,
         keepdim: bool,
-    ) -> Result<SparseVec<S::Output>> {
-        Self::rows_only(dims, stat.name())?;
-        Ok(self.per_row(keepdim, |xs, cols| {
-            if xs.is_empty() {
-                return None;
-            }
-            let mut vals = xs.to_vec();
-            let pos: Vec<i64> = if stat.positions() {
-                cols.iter().map(|c| c.index() as i64).collect()
-            } else {
-                Vec::new()
-            };
-            Some(stat.compute_at(&mut vals, &pos))
-        }))
+    ) -> Result<SparseArray<S::Output>> {
+        self.lanes().stat_lanes(stat, dims, keepdim)
     }
 
-    /// Along dim 1 (rows): every row's stored values are its valid elements; the result
-    /// has the input's pattern.
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsMat<M::Output>> {
-        if masked_core::wrap_dim(dim, 2)? != 1 {
-            return Err(MaskedError::Unsupported {
-                op: map.name(),
-                context: "on CSR along dim 0 in this build".into(),
-            });
-        }
-        let (nrows, ncols) = self.mat.shape();
-        let indptr = self.mat.indptr();
-        let mut values = vec![M::Output::default(); self.mat.nnz()];
-        // rows own disjoint ranges of `values`: split it along the indptr
-        let mut pieces: Vec<&mut [M::Output]> = Vec::with_capacity(nrows);
-        let mut rest: &mut [M::Output] = &mut values;
-        for r in 0..nrows {
-            let (a, b) = rest.split_at_mut(indptr.outer_inds_sz(r).len());
-            pieces.push(a);
-            rest = b;
-        }
-        let data = self.mat.data();
-        pieces
-            .into_par_iter()
-            .with_min_len(ROW_GRAIN)
-            .enumerate()
-            .for_each(|(r, out)| {
-                let range = indptr.outer_inds_sz(r);
-                map.map(&data[range], None, out);
-            });
-        let idx = self.mat.indices();
-        let mut proper = Vec::with_capacity(nrows + 1);
-        let mut indices = Vec::with_capacity(self.mat.nnz());
-        proper.push(0);
-        for r in 0..nrows {
-            indices.extend(idx[indptr.outer_inds_sz(r)].iter().map(|i| i.index()));
-            proper.push(indices.len());
-        }
-        CsMat::try_new((nrows, ncols), proper, indices, values)
-            .map_err(|(_, _, _, e)| MaskedError::InvalidData(e.to_string()))
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsMatI<M::Output, I, usize>> {
+        self.lanes().map_lanes(map, dim)
     }
 }
 
@@ -296,8 +303,14 @@ mod tests {
         let med = a.median(1, false, MedianMode::Avg).unwrap();
         assert_eq!(med.indices(), &[1, 2]);
         assert_eq!(med.values(), &[5.0, 2.0]);
-        assert!(a.softmax(0).is_err());
-        assert!(a.nansum(1, false).is_err());
+        // along dim 0: column 0 holds one valid element, column 1 holds 5 and 2
+        let s0 = a.softmax(0).unwrap();
+        assert_eq!(s0.indices(), &[1, 0, 1]);
+        let p5 = 1.0 / (1.0 + (-3.0f64).exp());
+        assert!((s0.data()[0] - p5).abs() < 1e-15);
+        assert_eq!(s0.data()[1], 1.0);
+        assert!((s0.data()[2] - (1.0 - p5)).abs() < 1e-15);
+        assert_eq!(a.nansum(1, false).unwrap().values(), &[5.0, 4.0]);
         let empty = CsMat::<f32>::zero((0, 3));
         let e = MaskedCsr::from_pattern(empty.view()).unwrap();
         assert_eq!(e.softmax(1).unwrap().nnz(), 0);
@@ -316,10 +329,8 @@ mod tests {
         let v = m.slice_outer(1..3);
         let a = MaskedCsr::from_pattern(v.view()).unwrap();
         assert_eq!(a.sum(1, false).unwrap().values(), &[2.0, 7.0]);
-        assert!(matches!(
-            a.sum(0, false),
-            Err(MaskedError::Unsupported { .. })
-        ));
+        assert_eq!(a.sum(0, false).unwrap().values(), &[3.0, 2.0, 4.0]);
+        assert_eq!(a.sum(Dims::all(), false).unwrap().values(), &[9.0]);
         assert!(matches!(
             a.sum(2, false),
             Err(MaskedError::DimOutOfRange { .. })

@@ -16,10 +16,11 @@
 //! ```
 
 use crate::{
-    BitMask, Dims, DynVec, Element, Interpolation, MaskedArrayD, MaskedError, MaskedReduce,
-    MaskedView, MedianMode,
+    BitMask, Dims, DynVec, Element, Interpolation, MaskedArrayD, MaskedCsr, MaskedError,
+    MaskedReduce, MaskedView, MedianMode, SparseArray,
 };
 use ndarray::IxDyn;
+use sprs::{CsMatI, SpIndex};
 
 /// How an op uses its dims and options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,7 +182,7 @@ impl OpRequest {
     }
 }
 
-/// The result of an op: output shape, values, output mask.
+/// The result of an op on the dense layout: output shape, values, output mask.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     /// Output shape.
@@ -192,15 +193,90 @@ pub struct Outcome {
     pub mask: BitMask,
 }
 
-fn outcome<O: Element>(r: MaskedArrayD<O>) -> Outcome {
-    let shape = r.shape().to_vec();
-    let (vals, mask) = r.into_parts();
-    let mask = mask.unwrap_or_else(|| BitMask::filled(&shape, true));
-    let (v, _) = vals.into_raw_vec_and_offset();
-    Outcome {
+/// The result of an op on a sparse layout: exactly the valid outputs are stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseOutcome {
+    /// Output shape.
+    pub shape: Vec<usize>,
+    /// Stored (valid) positions as row-major flat indices, increasing.
+    pub indices: Vec<usize>,
+    /// Values at the stored positions.
+    pub values: DynVec,
+}
+
+impl SparseOutcome {
+    /// The stored positions as coordinates, one vector per dim.
+    pub fn coords(&self) -> Vec<Vec<usize>> {
+        let mut out = vec![Vec::with_capacity(self.indices.len()); self.shape.len()];
+        for &flat in &self.indices {
+            let mut rest = flat;
+            for d in (0..self.shape.len()).rev() {
+                out[d].push(rest % self.shape[d].max(1));
+                rest /= self.shape[d].max(1);
+            }
+        }
+        out
+    }
+}
+
+/// A layout whose results the dispatcher can hand back in one type: the op table runs
+/// on any layout that implements this.
+pub trait ByName<T: Element>: MaskedReduce<T> {
+    /// What a named op returns on this layout.
+    type Out;
+    /// Converts a reduction result.
+    fn reduced<O: Element>(r: Self::Reduced<O>) -> Self::Out;
+    /// Converts a normalization result.
+    fn mapped<O: Element>(m: Self::Mapped<O>) -> Self::Out;
+}
+
+impl<T: Element> ByName<T> for MaskedView<'_, T, IxDyn> {
+    type Out = Outcome;
+    fn reduced<O: Element>(r: MaskedArrayD<O>) -> Outcome {
+        let shape = r.shape().to_vec();
+        let (vals, mask) = r.into_parts();
+        let mask = mask.unwrap_or_else(|| BitMask::filled(&shape, true));
+        let (v, _) = vals.into_raw_vec_and_offset();
+        Outcome {
+            shape,
+            values: O::into_dyn(v),
+            mask,
+        }
+    }
+    fn mapped<O: Element>(m: MaskedArrayD<O>) -> Outcome {
+        Self::reduced(m)
+    }
+}
+
+fn sparse_reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
+    let (shape, indices, values) = r.into_parts();
+    SparseOutcome {
         shape,
-        values: O::into_dyn(v),
-        mask,
+        indices,
+        values: O::into_dyn(values),
+    }
+}
+
+fn sparse_mapped<O: Element, I: SpIndex>(m: CsMatI<O, I, usize>) -> SparseOutcome {
+    let ncols = m.cols();
+    let mut indices = Vec::with_capacity(m.nnz());
+    for (r, row) in m.outer_iterator().enumerate() {
+        indices.extend(row.indices().iter().map(|c| r * ncols + c.index()));
+    }
+    SparseOutcome {
+        shape: vec![m.rows(), ncols],
+        indices,
+        values: O::into_dyn(m.data().to_vec()),
+    }
+}
+
+impl<T: Element, I: SpIndex, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, Iptr> {
+    type Out = SparseOutcome;
+    fn reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
+        sparse_reduced(r)
+    }
+    fn mapped<O: Element>(m: CsMatI<O, I, usize>) -> SparseOutcome {
+        sparse_mapped(m)
     }
 }
 
@@ -221,41 +297,50 @@ fn one_dim(req: &OpRequest) -> Result<isize, MaskedError> {
 ///
 /// # Errors
 /// The op's own errors (bad dims, bad option values).
-pub fn apply_dense<'a, T: Element>(
-    a: &'a MaskedView<'a, T, IxDyn>,
+pub fn apply_dense<T: Element>(
+    a: &MaskedView<'_, T, IxDyn>,
     req: &OpRequest,
 ) -> Result<Outcome, MaskedError> {
+    apply(a, req)
+}
+
+/// Runs the request on any layout (dense, CSR): one match over the op table for all of
+/// them.
+///
+/// # Errors
+/// The op's own errors (bad dims, bad option values).
+pub fn apply<T: Element, L: ByName<T>>(a: &L, req: &OpRequest) -> Result<L::Out, MaskedError> {
     let (d, k) = (req.dims.clone(), req.keepdim);
     let (c, ord, q, it, mode) = (req.correction, req.ord, req.q, req.interpolation, req.mode);
     Ok(match req.spec.name {
-        "sum" => outcome(a.sum(d, k)?),
-        "prod" => outcome(a.prod(d, k)?),
-        "amax" => outcome(a.amax(d, k)?),
-        "amin" => outcome(a.amin(d, k)?),
-        "argmax" => outcome(a.argmax(d, k)?),
-        "argmin" => outcome(a.argmin(d, k)?),
-        "mean" => outcome(a.mean(d, k)?),
-        "count" => outcome(a.count(d, k)?),
-        "var" => outcome(a.var(d, k, c)?),
-        "std" => outcome(a.std(d, k, c)?),
-        "norm" => outcome(a.norm(d, k, ord)?),
-        "logsumexp" => outcome(a.logsumexp(d, k)?),
-        "median" => outcome(a.median(d, k, mode)?),
-        "quantile" => outcome(a.quantile(d, k, q, it)?),
-        "softmax" => outcome(a.softmax(one_dim(req)?)?),
-        "log_softmax" => outcome(a.log_softmax(one_dim(req)?)?),
-        "softmin" => outcome(a.softmin(one_dim(req)?)?),
-        "normalize" => outcome(a.normalize(one_dim(req)?, ord, req.eps)?),
-        "cumsum" => outcome(a.cumsum(one_dim(req)?)?),
-        "cumprod" => outcome(a.cumprod(one_dim(req)?)?),
-        "nansum" => outcome(a.nansum(d, k)?),
-        "nanmean" => outcome(a.nanmean(d, k)?),
-        "nanvar" => outcome(a.nanvar(d, k, c)?),
-        "nanstd" => outcome(a.nanstd(d, k, c)?),
-        "nanmax" => outcome(a.nanmax(d, k)?),
-        "nanmin" => outcome(a.nanmin(d, k)?),
-        "nanmedian" => outcome(a.nanmedian(d, k, mode)?),
-        "nanquantile" => outcome(a.nanquantile(d, k, q, it)?),
+        "sum" => L::reduced(a.sum(d, k)?),
+        "prod" => L::reduced(a.prod(d, k)?),
+        "amax" => L::reduced(a.amax(d, k)?),
+        "amin" => L::reduced(a.amin(d, k)?),
+        "argmax" => L::reduced(a.argmax(d, k)?),
+        "argmin" => L::reduced(a.argmin(d, k)?),
+        "mean" => L::reduced(a.mean(d, k)?),
+        "count" => L::reduced(a.count(d, k)?),
+        "var" => L::reduced(a.var(d, k, c)?),
+        "std" => L::reduced(a.std(d, k, c)?),
+        "norm" => L::reduced(a.norm(d, k, ord)?),
+        "logsumexp" => L::reduced(a.logsumexp(d, k)?),
+        "median" => L::reduced(a.median(d, k, mode)?),
+        "quantile" => L::reduced(a.quantile(d, k, q, it)?),
+        "softmax" => L::mapped(a.softmax(one_dim(req)?)?),
+        "log_softmax" => L::mapped(a.log_softmax(one_dim(req)?)?),
+        "softmin" => L::mapped(a.softmin(one_dim(req)?)?),
+        "normalize" => L::mapped(a.normalize(one_dim(req)?, ord, req.eps)?),
+        "cumsum" => L::mapped(a.cumsum(one_dim(req)?)?),
+        "cumprod" => L::mapped(a.cumprod(one_dim(req)?)?),
+        "nansum" => L::reduced(a.nansum(d, k)?),
+        "nanmean" => L::reduced(a.nanmean(d, k)?),
+        "nanvar" => L::reduced(a.nanvar(d, k, c)?),
+        "nanstd" => L::reduced(a.nanstd(d, k, c)?),
+        "nanmax" => L::reduced(a.nanmax(d, k)?),
+        "nanmin" => L::reduced(a.nanmin(d, k)?),
+        "nanmedian" => L::reduced(a.nanmedian(d, k, mode)?),
+        "nanquantile" => L::reduced(a.nanquantile(d, k, q, it)?),
         other => return Err(MaskedError::UnknownOp(other.to_string())),
     })
 }

@@ -35,11 +35,11 @@ pub use layout_csr as csr;
 pub use layout_dense as dense;
 pub use masked_core as core;
 
-pub use layout_csr::{MaskedCsr, SparseVec};
+pub use layout_csr::{CsrLanes, MaskedCsr, Pattern};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
     lane, ops, stats, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold, Interpolation,
-    LaneMap, LaneStat, MaskedError, MaskedReduce, MedianMode, ReducePlan, Result,
+    LaneMap, LaneStat, MaskedError, MaskedReduce, MedianMode, ReducePlan, Result, SparseArray,
 };
 
 /// The README's examples, compiled and run as doctests.
@@ -51,6 +51,6 @@ pub struct ReadmeDoctests;
 pub mod prelude {
     pub use crate::{
         BitMask, DType, Dims, Element, Interpolation, MaskedArray, MaskedArrayD, MaskedCsr,
-        MaskedError, MaskedReduce, MaskedView, MedianMode, Result, SparseVec,
+        MaskedError, MaskedReduce, MaskedView, MedianMode, Pattern, Result, SparseArray,
     };
 }

@@ -1,0 +1,164 @@
+//! Work partitions by stored entries, not by row count, so that a few huge rows do not
+//! serialize the work. Every partition depends on the data only, never on the thread
+//! count, so results are bit-for-bit the same for any number of threads.
+
+use std::ops::Range;
+
+/// Target work of one task: stored entries plus one unit per row.
+const TASK_WORK: usize = 1 << 15;
+/// A row with more entries than this is folded in pieces of this size.
+const PIECE: usize = 1 << 16;
+/// Stored entries per group of a column or all-dims fold (each group holds one
+/// accumulator per column, so their number stays small).
+const GROUP_NNZ: usize = 1 << 20;
+/// Upper bound on the number of groups.
+const MAX_GROUPS: usize = 8;
+
+/// A range of rows processed by one task; a single row above [`PIECE`] entries is a task
+/// of its own that can be split further.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Task {
+    /// The rows.
+    pub rows: Range<usize>,
+    /// Entries of the task's rows.
+    pub entries: Range<usize>,
+}
+
+impl Task {
+    /// The pieces of a huge single-row task (entry ranges, in order), else `None`.
+    pub fn pieces(&self) -> Option<Vec<Range<usize>>> {
+        if self.rows.len() != 1 || self.entries.len() <= PIECE {
+            return None;
+        }
+        let e = &self.entries;
+        Some(
+            (e.start..e.end)
+                .step_by(PIECE)
+                .map(|s| s..(s + PIECE).min(e.end))
+                .collect(),
+        )
+    }
+}
+
+/// Index of the first row whose cumulative work `indptr[r] + r` reaches `target`.
+fn row_at_work(indptr: &[usize], target: usize) -> usize {
+    let nrows = indptr.len() - 1;
+    let (mut lo, mut hi) = (0, nrows);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if indptr[mid] + mid < target {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// Splits rows `0..nrows` into consecutive ranges of about `work` entries + rows each;
+/// a row heavier than `work` ends up alone.
+fn split(indptr: &[usize], work: usize) -> Vec<Range<usize>> {
+    let nrows = indptr.len() - 1;
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < nrows {
+        let target = indptr[start] + start + work;
+        let mut end = row_at_work(indptr, target).clamp(start + 1, nrows);
+        // a heavy row starts a task of its own
+        if end > start + 1 && indptr[end] - indptr[end - 1] > work {
+            end -= 1;
+        }
+        out.push(start..end);
+        start = end;
+    }
+    out
+}
+
+/// Row tasks of about [`TASK_WORK`] entries + rows each.
+pub(crate) fn row_tasks(indptr: &[usize]) -> Vec<Task> {
+    split(indptr, TASK_WORK)
+        .into_iter()
+        .map(|rows| Task {
+            entries: indptr[rows.start]..indptr[rows.end],
+            rows,
+        })
+        .collect()
+}
+
+/// At most [`MAX_GROUPS`] row groups of about equal stored entries (one group for a
+/// small matrix), for folds that keep per-group accumulators.
+pub(crate) fn groups(indptr: &[usize]) -> Vec<Range<usize>> {
+    let nrows = indptr.len() - 1;
+    let nnz = indptr[nrows];
+    let k = (nnz / GROUP_NNZ).clamp(1, MAX_GROUPS);
+    if nrows == 0 {
+        return Vec::new();
+    }
+    let work = (nnz + nrows).div_ceil(k);
+    let mut out = Vec::with_capacity(k);
+    let mut start = 0;
+    for g in 1..=k {
+        let end = if g == k {
+            nrows
+        } else {
+            row_at_work(indptr, g * work).clamp(start, nrows)
+        };
+        if end > start {
+            out.push(start..end);
+        }
+        start = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn covers(parts: &[Range<usize>], nrows: usize) -> bool {
+        parts.first().map_or(nrows == 0, |p| p.start == 0)
+            && parts.last().is_none_or(|p| p.end == nrows)
+            && parts
+                .windows(2)
+                .all(|w| w[0].end == w[1].start && w[0].start < w[0].end)
+    }
+
+    #[test]
+    fn tasks_cover_rows_and_isolate_heavy_ones() {
+        // 10 light rows, one row of 3 * PIECE entries, 5 empty rows
+        let mut indptr = vec![0];
+        for _ in 0..10 {
+            indptr.push(indptr.last().unwrap() + 3);
+        }
+        indptr.push(indptr.last().unwrap() + 3 * PIECE);
+        for _ in 0..5 {
+            indptr.push(*indptr.last().unwrap());
+        }
+        let tasks = row_tasks(&indptr);
+        let rows: Vec<_> = tasks.iter().map(|t| t.rows.clone()).collect();
+        assert!(covers(&rows, 16));
+        let heavy = tasks
+            .iter()
+            .find(|t| t.rows == (10..11))
+            .expect("heavy row alone");
+        let pieces = heavy.pieces().unwrap();
+        assert_eq!(pieces.len(), 3);
+        assert_eq!(pieces[0].start, 30);
+        assert_eq!(pieces[2].end, 30 + 3 * PIECE);
+        let g = groups(&indptr);
+        assert!(covers(&g, 16));
+        assert!(groups(&[0]).is_empty());
+        assert!(row_tasks(&[0]).is_empty());
+    }
+
+    #[test]
+    fn groups_balance_entries() {
+        // 100 rows of GROUP_NNZ / 10 entries: 10 groups wanted, capped at MAX_GROUPS
+        let indptr: Vec<usize> = (0..=100).map(|r| r * (GROUP_NNZ / 10)).collect();
+        let g = groups(&indptr);
+        assert_eq!(g.len(), MAX_GROUPS);
+        assert!(covers(&g, 100));
+        let sizes: Vec<usize> = g.iter().map(|r| r.len()).collect();
+        assert!(sizes.iter().all(|&s| (11..=14).contains(&s)), "{sizes:?}");
+    }
+}

@@ -1,0 +1,417 @@
+//! A validated 2-D sparse index pattern: the mask of a CSR matrix ("mask from indices").
+
+use masked_core::{MaskedError, Result};
+use ndarray::ArrayView2;
+use sprs::{CsMatViewI, SpIndex};
+
+/// A validated compressed-row index pattern: for every row, the strictly increasing
+/// column indices of its valid positions. A position in the pattern is valid; any other
+/// is not.
+///
+/// Every constructor validates and returns a typed error naming the first bad entry:
+/// [`MaskedError::IndexOutOfRange`] for an index outside the shape,
+/// [`MaskedError::DuplicateIndex`] for a position given twice.
+///
+/// ```
+/// use layout_csr::Pattern;
+/// // a padding mask for a batch of 3 sequences of lengths 2, 0, 4 padded to 4
+/// let p = Pattern::<usize>::from_lengths(4, &[2, 0, 4]).unwrap();
+/// assert_eq!(p.row(0), &[0, 1]);
+/// assert!(p.row(1).is_empty());
+/// assert_eq!(p.nnz(), 6);
+/// // a causal attention mask
+/// let c = Pattern::<u32>::causal(3).unwrap();
+/// assert_eq!(c.row(2), &[0, 1, 2]);
+/// // from coordinates in any order; a duplicate is an error
+/// let q = Pattern::<usize>::from_coords((2, 3), &[1, 0], &[2, 1]).unwrap();
+/// assert_eq!(q.indptr(), &[0, 1, 2]);
+/// assert!(Pattern::<usize>::from_coords((2, 3), &[1, 1], &[2, 2]).is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern<I: SpIndex = usize> {
+    shape: (usize, usize),
+    indptr: Vec<usize>,
+    indices: Vec<I>,
+}
+
+/// Converts a column index to the pattern's index type, or says it does not fit.
+fn to_index<I: SpIndex>(c: usize, entry: usize, ncols: usize) -> Result<I> {
+    I::try_from_usize(c).ok_or(MaskedError::IndexOutOfRange {
+        entry,
+        dim: 1,
+        index: c as i64,
+        size: ncols,
+    })
+}
+
+/// Checks that `ncols - 1` fits the index type.
+fn check_width<I: SpIndex>(ncols: usize) -> Result<()> {
+    if ncols > 0 && I::try_from_usize(ncols - 1).is_none() {
+        return Err(MaskedError::InvalidData(format!(
+            "{ncols} columns do not fit the pattern's index type"
+        )));
+    }
+    Ok(())
+}
+
+impl<I: SpIndex> Pattern<I> {
+    /// A pattern from a zero-based row pointer (`nrows + 1` entries) and the column
+    /// indices of every row, strictly increasing within a row.
+    ///
+    /// # Errors
+    /// A malformed `indptr` ([`MaskedError::InvalidData`]), an index out of range, a
+    /// duplicate or an unsorted row.
+    pub fn try_from_parts(
+        shape: (usize, usize),
+        indptr: Vec<usize>,
+        indices: Vec<I>,
+    ) -> Result<Self> {
+        let (nrows, ncols) = shape;
+        if indptr.len() != nrows + 1
+            || indptr[0] != 0
+            || indptr[nrows] != indices.len()
+            || indptr.windows(2).any(|w| w[0] > w[1])
+        {
+            return Err(MaskedError::InvalidData(format!(
+                "row pointer must have {} non-decreasing entries from 0 to {}",
+                nrows + 1,
+                indices.len()
+            )));
+        }
+        for r in 0..nrows {
+            let row = &indices[indptr[r]..indptr[r + 1]];
+            for (k, c) in row.iter().enumerate() {
+                let entry = indptr[r] + k;
+                let ci = c.try_index().filter(|&ci| ci < ncols);
+                let Some(ci) = ci else {
+                    return Err(MaskedError::IndexOutOfRange {
+                        entry,
+                        dim: 1,
+                        index: c.to_i64().unwrap_or(-1),
+                        size: ncols,
+                    });
+                };
+                if k > 0 {
+                    let prev = row[k - 1].index();
+                    if prev == ci {
+                        return Err(MaskedError::DuplicateIndex {
+                            coords: vec![r, ci],
+                            first: entry - 1,
+                            second: entry,
+                        });
+                    }
+                    if prev > ci {
+                        return Err(MaskedError::InvalidData(format!(
+                            "column indices of row {r} are not increasing at entry {entry}"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(Pattern {
+            shape,
+            indptr,
+            indices,
+        })
+    }
+
+    /// A pattern from row and column index arrays of equal length, in any order.
+    ///
+    /// # Errors
+    /// Arrays of different lengths ([`MaskedError::InvalidData`]), an index out of range,
+    /// a position given twice (naming both entries).
+    pub fn from_coords(shape: (usize, usize), rows: &[usize], cols: &[usize]) -> Result<Self> {
+        let (nrows, ncols) = shape;
+        if rows.len() != cols.len() {
+            return Err(MaskedError::InvalidData(format!(
+                "{} row indices but {} column indices",
+                rows.len(),
+                cols.len()
+            )));
+        }
+        check_width::<I>(ncols)?;
+        let mut counts = vec![0usize; nrows + 1];
+        for (e, (&r, &c)) in rows.iter().zip(cols).enumerate() {
+            for (dim, index, size) in [(0, r, nrows), (1, c, ncols)] {
+                if index >= size {
+                    return Err(MaskedError::IndexOutOfRange {
+                        entry: e,
+                        dim,
+                        index: index as i64,
+                        size,
+                    });
+                }
+            }
+            counts[r + 1] += 1;
+        }
+        for r in 0..nrows {
+            counts[r + 1] += counts[r];
+        }
+        let indptr = counts.clone();
+        // counting sort by row, keeping the entry number to name duplicates
+        let mut slot = counts;
+        let mut order = vec![(0usize, 0usize); rows.len()];
+        for (e, (&r, &c)) in rows.iter().zip(cols).enumerate() {
+            order[slot[r]] = (c, e);
+            slot[r] += 1;
+        }
+        let mut indices = Vec::with_capacity(rows.len());
+        for r in 0..nrows {
+            let row = &mut order[indptr[r]..indptr[r + 1]];
+            row.sort_unstable();
+            for k in 0..row.len() {
+                if k > 0 && row[k].0 == row[k - 1].0 {
+                    let (a, b) = (row[k - 1].1.min(row[k].1), row[k - 1].1.max(row[k].1));
+                    return Err(MaskedError::DuplicateIndex {
+                        coords: vec![r, row[k].0],
+                        first: a,
+                        second: b,
+                    });
+                }
+                indices.push(to_index(row[k].0, row[k].1, ncols)?);
+            }
+        }
+        Ok(Pattern {
+            shape,
+            indptr,
+            indices,
+        })
+    }
+
+    /// The stored pattern of a CSR matrix (owned or a view): every stored entry is a
+    /// valid position, explicit zeros included.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] for CSC storage.
+    pub fn of<T, Iptr: SpIndex>(m: &CsMatViewI<'_, T, I, Iptr>) -> Result<Self> {
+        Self::from_matrix(m, |_| true)
+    }
+
+    /// The stored entries of `m` for which `pred(value)` holds. A bool matrix used as a
+    /// mask passes `|&b| b`: an explicitly stored `false` is not valid.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] for CSC storage.
+    pub fn from_predicate<T, Iptr: SpIndex>(
+        m: &CsMatViewI<'_, T, I, Iptr>,
+        pred: impl Fn(&T) -> bool,
+    ) -> Result<Self> {
+        Self::from_matrix(m, pred)
+    }
+
+    fn from_matrix<T, Iptr: SpIndex>(
+        m: &CsMatViewI<'_, T, I, Iptr>,
+        pred: impl Fn(&T) -> bool,
+    ) -> Result<Self> {
+        if !m.is_csr() {
+            return Err(MaskedError::InvalidData(
+                "expected a CSR matrix, got CSC storage".into(),
+            ));
+        }
+        let ip = m.indptr();
+        let mut indptr = Vec::with_capacity(m.rows() + 1);
+        let mut indices = Vec::new();
+        indptr.push(0);
+        for r in 0..m.rows() {
+            let range = ip.outer_inds_sz(r);
+            for (c, v) in m.indices()[range.clone()].iter().zip(&m.data()[range]) {
+                if pred(v) {
+                    indices.push(*c);
+                }
+            }
+            indptr.push(indices.len());
+        }
+        Ok(Pattern {
+            shape: (m.rows(), m.cols()),
+            indptr,
+            indices,
+        })
+    }
+
+    /// The `true` positions of a dense bool array.
+    ///
+    /// # Errors
+    /// More columns than the index type holds.
+    pub fn from_dense(mask: ArrayView2<'_, bool>) -> Result<Self> {
+        let (nrows, ncols) = mask.dim();
+        check_width::<I>(ncols)?;
+        let mut indptr = Vec::with_capacity(nrows + 1);
+        let mut indices = Vec::new();
+        indptr.push(0);
+        for row in mask.rows() {
+            for (c, &b) in row.iter().enumerate() {
+                if b {
+                    indices.push(I::from_usize_unchecked(c));
+                }
+            }
+            indptr.push(indices.len());
+        }
+        Ok(Pattern {
+            shape: (nrows, ncols),
+            indptr,
+            indices,
+        })
+    }
+
+    /// A padding mask: row `r` is valid at columns `0..lengths[r]` (a batch of
+    /// sequences of these lengths padded to `ncols`).
+    ///
+    /// # Errors
+    /// A length above `ncols` ([`MaskedError::IndexOutOfRange`] naming the row).
+    pub fn from_lengths(ncols: usize, lengths: &[usize]) -> Result<Self> {
+        check_width::<I>(ncols)?;
+        if let Some((r, &len)) = lengths.iter().enumerate().find(|(_, &l)| l > ncols) {
+            return Err(MaskedError::IndexOutOfRange {
+                entry: r,
+                dim: 1,
+                index: len as i64,
+                size: ncols,
+            });
+        }
+        Ok(Self::from_row_ranges((lengths.len(), ncols), |r| {
+            0..lengths[r]
+        }))
+    }
+
+    /// A causal (lower-triangular) attention mask of `n` x `n`: row `i` is valid at
+    /// columns `0..=i`.
+    ///
+    /// # Errors
+    /// More columns than the index type holds.
+    pub fn causal(n: usize) -> Result<Self> {
+        Self::banded((n, n), n, 0)
+    }
+
+    /// A banded mask: row `i` is valid at columns `i - lower ..= i + upper` (clipped to
+    /// the shape). `banded(shape, w, 0)` is a causal sliding window of `w + 1` positions.
+    ///
+    /// # Errors
+    /// More columns than the index type holds.
+    pub fn banded(shape: (usize, usize), lower: usize, upper: usize) -> Result<Self> {
+        check_width::<I>(shape.1)?;
+        Ok(Self::from_row_ranges(shape, |r| {
+            let lo = r.saturating_sub(lower).min(shape.1);
+            let hi = r.saturating_add(upper).saturating_add(1).min(shape.1);
+            lo..hi.max(lo)
+        }))
+    }
+
+    /// Every row valid on one contiguous column range (width already checked).
+    fn from_row_ranges(
+        shape: (usize, usize),
+        range: impl Fn(usize) -> std::ops::Range<usize>,
+    ) -> Self {
+        let mut indptr = Vec::with_capacity(shape.0 + 1);
+        indptr.push(0);
+        let mut total = 0;
+        for r in 0..shape.0 {
+            total += range(r).len();
+            indptr.push(total);
+        }
+        let mut indices = Vec::with_capacity(total);
+        for r in 0..shape.0 {
+            indices.extend(range(r).map(I::from_usize_unchecked));
+        }
+        Pattern {
+            shape,
+            indptr,
+            indices,
+        }
+    }
+
+    /// Every position of `shape` (dense-sized: for tests and small shapes).
+    ///
+    /// # Errors
+    /// More columns than the index type holds.
+    pub fn full(shape: (usize, usize)) -> Result<Self> {
+        check_width::<I>(shape.1)?;
+        Ok(Self::from_row_ranges(shape, |_| 0..shape.1))
+    }
+
+    /// `(nrows, ncols)`.
+    pub fn shape(&self) -> (usize, usize) {
+        self.shape
+    }
+    /// Number of valid positions.
+    pub fn nnz(&self) -> usize {
+        self.indices.len()
+    }
+    /// Zero-based row pointer (`nrows + 1` entries).
+    pub fn indptr(&self) -> &[usize] {
+        &self.indptr
+    }
+    /// Column indices of all rows, row after row.
+    pub fn indices(&self) -> &[I] {
+        &self.indices
+    }
+    /// The valid columns of row `r` (empty past the last row).
+    pub fn row(&self, r: usize) -> &[I] {
+        if r >= self.shape.0 {
+            return &[];
+        }
+        &self.indices[self.indptr[r]..self.indptr[r + 1]]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sprs::CsMat;
+
+    #[test]
+    fn constructors_validate() {
+        assert!(matches!(
+            Pattern::<usize>::from_coords((2, 3), &[0, 2], &[0, 0]),
+            Err(MaskedError::IndexOutOfRange {
+                entry: 1,
+                dim: 0,
+                index: 2,
+                size: 2
+            })
+        ));
+        assert!(matches!(
+            Pattern::<usize>::from_coords((2, 3), &[0, 1, 0], &[1, 0, 1]),
+            Err(MaskedError::DuplicateIndex {
+                first: 0,
+                second: 2,
+                ..
+            })
+        ));
+        assert!(Pattern::<usize>::from_coords((2, 3), &[0], &[]).is_err());
+        assert!(matches!(
+            Pattern::<usize>::try_from_parts((1, 3), vec![0, 2], vec![1, 1]),
+            Err(MaskedError::DuplicateIndex { .. })
+        ));
+        assert!(Pattern::<usize>::try_from_parts((1, 3), vec![0, 2], vec![2, 1]).is_err());
+        assert!(Pattern::<usize>::try_from_parts((1, 3), vec![0, 1], vec![3]).is_err());
+        assert!(Pattern::<usize>::try_from_parts((2, 3), vec![0, 1], vec![0]).is_err());
+        assert!(Pattern::<usize>::from_lengths(2, &[1, 3]).is_err());
+        assert!(Pattern::<u16>::full((1, 70_000)).is_err());
+        assert!(Pattern::<u16>::from_coords((1, 70_000), &[0], &[69_999]).is_err());
+    }
+
+    #[test]
+    fn shapes_of_the_generated_masks() {
+        let b = Pattern::<usize>::banded((4, 5), 1, 1).unwrap();
+        assert_eq!(b.indptr(), &[0, 2, 5, 8, 11]);
+        assert_eq!(b.row(3), &[2, 3, 4]);
+        let c = Pattern::<usize>::causal(3).unwrap();
+        assert_eq!(c.indices(), &[0, 0, 1, 0, 1, 2]);
+        let d = Pattern::<usize>::from_dense(
+            ndarray::arr2(&[[true, false], [false, false], [true, true]]).view(),
+        )
+        .unwrap();
+        assert_eq!(d.indptr(), &[0, 1, 1, 3]);
+        let q = Pattern::<usize>::from_coords((3, 2), &[2, 0, 2], &[1, 0, 0]).unwrap();
+        assert_eq!(q, d);
+        let m = CsMat::new(
+            (2, 2),
+            vec![0, 2, 3],
+            vec![0, 1, 1],
+            vec![true, false, true],
+        );
+        let p = Pattern::from_predicate(&m.view(), |&b| b).unwrap();
+        assert_eq!(p.indices(), &[0, 1]);
+        assert_eq!(Pattern::of(&m.view()).unwrap().nnz(), 3);
+    }
+}

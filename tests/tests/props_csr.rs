@@ -1,0 +1,371 @@
+//! The CSR layout against the dense oracle: for random shapes, stored patterns and masks
+//! (empty rows, empty matrices, explicit zeros, NaN and infinities, mask = input pattern,
+//! a mask that is not a subset of the input pattern, explicit `false` entries in the
+//! mask, no mask at all), every op of the table over dim 1, dim 0 and all dims, keepdim
+//! both ways, equals the dense op on the densified input at the output mask, and the
+//! stored output pattern equals the output mask.
+
+use masked::by_name::{apply, apply_dense, Kind, OpRequest, Outcome, SparseOutcome, OPS};
+use masked::{Dims, DynVec, Element, Interpolation, MaskedArray, MaskedCsr, MedianMode, Pattern};
+use ndarray::{Array2, IxDyn};
+use proptest::prelude::*;
+use sprs::CsMat;
+
+/// How a position of the input is stored.
+#[derive(Debug, Clone, Copy)]
+enum Cell {
+    Unstored,
+    Stored(f64),
+}
+
+/// Which mask the CSR input gets.
+#[derive(Debug, Clone)]
+enum MaskKind {
+    /// The input's own stored pattern.
+    Stored,
+    /// A separate mask, given as a bool matrix: `None` unstored, `Some(b)` stored as `b`.
+    Own(Vec<Option<bool>>),
+    /// No mask: every element valid.
+    All,
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    nrows: usize,
+    ncols: usize,
+    cells: Vec<Cell>,
+    mask: MaskKind,
+    correction: f64,
+    ord: f64,
+    q: f64,
+    interpolation: Interpolation,
+    mode: MedianMode,
+}
+
+fn value(specials: bool) -> BoxedStrategy<f64> {
+    if specials {
+        prop_oneof![
+            10 => (-8i32..8).prop_map(|v| v as f64 / 2.0),
+            2 => Just(0.0),
+            1 => Just(f64::NAN),
+            1 => Just(f64::INFINITY),
+            1 => Just(f64::NEG_INFINITY),
+        ]
+        .boxed()
+    } else {
+        prop_oneof![5 => (-8i32..8).prop_map(|v| v as f64), 1 => Just(0.0)].boxed()
+    }
+}
+
+fn case(specials: bool) -> impl Strategy<Value = Case> {
+    let dim = prop_oneof![6 => 0usize..7, 1 => 60usize..80];
+    (dim.clone(), dim, 0.0f64..1.0)
+        .prop_filter("small", |(r, c, _)| r * c <= 600)
+        .prop_flat_map(move |(nrows, ncols, density)| {
+            let n = nrows * ncols;
+            let cell = prop_oneof![
+                ((1.0 - density) * 100.0) as u32 + 1 => Just(Cell::Unstored),
+                (density * 100.0) as u32 + 1 => value(specials).prop_map(Cell::Stored),
+            ];
+            let own = prop::collection::vec(
+                prop_oneof![3 => Just(None), 2 => Just(Some(true)), 1 => Just(Some(false))],
+                n,
+            );
+            let mask = prop_oneof![
+                2 => Just(MaskKind::Stored),
+                2 => own.prop_map(MaskKind::Own),
+                1 => Just(MaskKind::All),
+            ];
+            (
+                Just(nrows),
+                Just(ncols),
+                prop::collection::vec(cell, n),
+                mask,
+                prop_oneof![Just(0.0), Just(1.0), Just(1.5)],
+                prop_oneof![
+                    Just(2.0),
+                    Just(1.0),
+                    Just(0.0),
+                    Just(3.0),
+                    Just(-1.0),
+                    Just(f64::INFINITY),
+                    Just(f64::NEG_INFINITY)
+                ],
+                prop_oneof![Just(0.0), Just(0.3), Just(0.5), Just(1.0)],
+                prop_oneof![
+                    Just(Interpolation::Linear),
+                    Just(Interpolation::Lower),
+                    Just(Interpolation::Higher),
+                    Just(Interpolation::Midpoint),
+                    Just(Interpolation::Nearest)
+                ],
+                prop_oneof![Just(MedianMode::Avg), Just(MedianMode::Lower)],
+            )
+        })
+        .prop_map(
+            |(nrows, ncols, cells, mask, correction, ord, q, interpolation, mode)| Case {
+                nrows,
+                ncols,
+                cells,
+                mask,
+                correction,
+                ord,
+                q,
+                interpolation,
+                mode,
+            },
+        )
+}
+
+/// Equal up to rounding: `rel` 1e-9 for f64 outputs, 1e-5 for f32 (the two layouts
+/// may sum in different orders).
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= rel * a.abs().max(b.abs()).max(1.0)
+}
+
+fn at(v: &DynVec, i: usize) -> f64 {
+    match v {
+        DynVec::F32(x) => x[i] as f64,
+        DynVec::F64(x) => x[i],
+        DynVec::I32(x) => x[i] as f64,
+        DynVec::I64(x) => x[i] as f64,
+    }
+}
+
+fn same_type(a: &DynVec, b: &DynVec) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b)
+}
+
+/// The sparse outcome stores exactly the dense output mask, with the dense values.
+fn agree(what: &str, d: &Outcome, s: &SparseOutcome) -> Result<(), TestCaseError> {
+    prop_assert_eq!(&d.shape, &s.shape, "{}: shape", what);
+    prop_assert!(same_type(&d.values, &s.values), "{}: dtype", what);
+    let valid: Vec<usize> = (0..d.mask.len()).filter(|&i| d.mask.get(i)).collect();
+    prop_assert_eq!(
+        &valid,
+        &s.indices,
+        "{}: stored positions vs output mask",
+        what
+    );
+    let rel = if matches!(d.values, DynVec::F32(_)) {
+        1e-5
+    } else {
+        1e-9
+    };
+    for (k, &i) in valid.iter().enumerate() {
+        let (x, y) = (at(&d.values, i), at(&s.values, k));
+        prop_assert!(
+            close(x, y, rel),
+            "{}: at {}: dense {} vs csr {}",
+            what,
+            i,
+            x,
+            y
+        );
+    }
+    Ok(())
+}
+
+/// A CSR matrix from `(flat position, value)` pairs in increasing position order.
+fn csr_of<V>(
+    nrows: usize,
+    ncols: usize,
+    entries: impl IntoIterator<Item = (usize, V)>,
+) -> CsMat<V> {
+    let mut indptr = vec![0usize; nrows + 1];
+    let (mut ind, mut dat) = (Vec::new(), Vec::new());
+    for (p, v) in entries {
+        indptr[p / ncols + 1] += 1;
+        ind.push(p % ncols);
+        dat.push(v);
+    }
+    for r in 0..nrows {
+        indptr[r + 1] += indptr[r];
+    }
+    CsMat::new((nrows, ncols), indptr, ind, dat)
+}
+
+/// Every op of the table, every dims choice, on CSR and on the dense oracle.
+fn check<T: Element>(c: &Case, conv: impl Fn(f64) -> T) -> Result<(), TestCaseError> {
+    let (nrows, ncols) = (c.nrows, c.ncols);
+    // the CSR input
+    let mut dense = Array2::<T>::default((nrows, ncols));
+    let mut stored = Array2::from_elem((nrows, ncols), false);
+    let mut entries = Vec::new();
+    for (p, cell) in c.cells.iter().enumerate() {
+        if let Cell::Stored(v) = *cell {
+            entries.push((p, conv(v)));
+            dense[[p / ncols, p % ncols]] = conv(v);
+            stored[[p / ncols, p % ncols]] = true;
+        }
+    }
+    let m: CsMat<T> = csr_of(nrows, ncols, entries);
+    let dense = dense.into_dyn();
+    let (csr, dmask) = match &c.mask {
+        MaskKind::Stored => (MaskedCsr::from_pattern(m.view()).unwrap(), Some(stored)),
+        MaskKind::All => (MaskedCsr::unmasked(m.view()).unwrap(), None),
+        MaskKind::Own(bools) => {
+            let mut valid = Array2::from_elem((nrows, ncols), false);
+            let mut entries = Vec::new();
+            for (p, b) in bools.iter().enumerate() {
+                if let Some(b) = *b {
+                    entries.push((p, b));
+                    valid[[p / ncols, p % ncols]] = b;
+                }
+            }
+            let mm: CsMat<bool> = csr_of(nrows, ncols, entries);
+            let pat = Pattern::from_predicate(&mm.view(), |&b| b).unwrap();
+            (MaskedCsr::with_mask(m.view(), pat).unwrap(), Some(valid))
+        }
+    };
+    let dmask_dyn = dmask.map(|a| a.into_dyn());
+    let oracle = match &dmask_dyn {
+        Some(mk) => MaskedArray::from_bool_mask(dense.view(), mk.view()).unwrap(),
+        None => MaskedArray::unmasked(dense.view()),
+    };
+    let oracle: masked::MaskedView<'_, T, IxDyn> = oracle;
+    for spec in OPS {
+        let dim_choices: Vec<(Dims, bool)> = match spec.kind {
+            Kind::Normalize => vec![
+                (Dims::from(1isize), false),
+                (Dims::from(0isize), false),
+                (Dims::from(-1isize), false),
+            ],
+            Kind::ReduceOne => [Dims::from(1isize), Dims::from(0isize), Dims::All]
+                .into_iter()
+                .flat_map(|d| [(d.clone(), false), (d, true)])
+                .collect(),
+            Kind::Reduce => [
+                Dims::from(1isize),
+                Dims::from(0isize),
+                Dims::All,
+                Dims::from([0isize, 1]),
+            ]
+            .into_iter()
+            .flat_map(|d| [(d.clone(), false), (d, true)])
+            .collect(),
+        };
+        for (dims, keepdim) in dim_choices {
+            let req = OpRequest::from_spec(spec)
+                .dims(dims.clone())
+                .keepdim(keepdim)
+                .correction(c.correction)
+                .ord(c.ord)
+                .q(c.q)
+                .interpolation(c.interpolation)
+                .mode(c.mode);
+            let what = format!("{} dims {:?} keepdim {}", spec.name, dims, keepdim);
+            let d = apply_dense(&oracle, &req);
+            let s = apply(&csr, &req);
+            match (d, s) {
+                (Ok(d), Ok(s)) => agree(&what, &d, &s)?,
+                (Err(a), Err(b)) => prop_assert_eq!(a, b, "{}: errors", what),
+                (d, s) => prop_assert!(false, "{}: dense {:?} vs csr {:?}", what, d.err(), s.err()),
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(160))]
+
+    #[test]
+    fn csr_f64_equals_dense_oracle(c in case(true)) {
+        check::<f64>(&c, |v| v)?;
+    }
+
+    #[test]
+    fn csr_i32_equals_dense_oracle(c in case(false)) {
+        check::<i32>(&c, |v| v as i32)?;
+    }
+
+    #[test]
+    fn csr_f32_equals_dense_oracle(c in case(true)) {
+        check::<f32>(&c, |v| v as f32)?;
+    }
+}
+
+/// Rows long enough to be folded in pieces (more than 2^16 stored entries), with and
+/// without a mask: equal to the dense oracle, and bit for bit the same on 1 and 2
+/// threads.
+#[test]
+fn huge_rows_are_split_and_thread_count_independent() {
+    let (nrows, ncols) = (3, 200_003);
+    let mut entries = Vec::new();
+    let mut dense = Array2::<f32>::zeros((nrows, ncols));
+    let mut state = 12345u64;
+    for r in 0..nrows {
+        for c in 0..ncols {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let keep = if r == 1 {
+                state >> 60 != 0
+            } else {
+                state >> 58 == 0
+            };
+            if keep {
+                let v = ((state >> 33) % 2001) as f32 / 1000.0 - 1.0;
+                entries.push((r * ncols + c, v));
+                dense[[r, c]] = v;
+            }
+        }
+    }
+    let m: CsMat<f32> = csr_of(nrows, ncols, entries);
+    let dense = dense.into_dyn();
+    let stored = {
+        let mut s = Array2::from_elem((nrows, ncols), false);
+        for (_, (r, c)) in m.iter() {
+            s[[r, c]] = true;
+        }
+        s.into_dyn()
+    };
+    for unmasked in [false, true] {
+        let csr = if unmasked {
+            MaskedCsr::unmasked(m.view()).unwrap()
+        } else {
+            MaskedCsr::from_pattern(m.view()).unwrap()
+        };
+        let oracle = if unmasked {
+            MaskedArray::unmasked(dense.view())
+        } else {
+            MaskedArray::from_bool_mask(dense.view(), stored.view()).unwrap()
+        };
+        for name in [
+            "sum",
+            "argmax",
+            "argmin",
+            "var",
+            "logsumexp",
+            "median",
+            "amax",
+            "count",
+        ] {
+            for dims in [Dims::from(1isize), Dims::All] {
+                let req = OpRequest::new(name).unwrap().dims(dims.clone());
+                let one = rayon::ThreadPoolBuilder::new()
+                    .num_threads(1)
+                    .build()
+                    .unwrap();
+                let two = rayon::ThreadPoolBuilder::new()
+                    .num_threads(2)
+                    .build()
+                    .unwrap();
+                let s1 = one.install(|| apply(&csr, &req)).unwrap();
+                let s2 = two.install(|| apply(&csr, &req)).unwrap();
+                assert_eq!(s1, s2, "{name} {dims:?}: thread count changed the result");
+                let d = apply_dense(&oracle, &req).unwrap();
+                let valid: Vec<usize> = (0..d.mask.len()).filter(|&i| d.mask.get(i)).collect();
+                assert_eq!(valid, s1.indices, "{name} {dims:?}");
+                for (k, &i) in valid.iter().enumerate() {
+                    let (x, y) = (at(&d.values, i), at(&s1.values, k));
+                    assert!(
+                        (x - y).abs() <= 1e-4 * x.abs().max(1.0),
+                        "{name} {dims:?} unmasked={unmasked}: dense {x} vs csr {y}"
+                    );
+                }
+            }
+        }
+    }
+}
