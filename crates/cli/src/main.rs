@@ -5,12 +5,14 @@
 mod bench;
 mod error;
 mod npy;
+mod sparse_io;
 
 use clap::Parser;
 use error::CliError;
 use masked::by_name::{self as ops, Kind, OpRequest};
-use masked::{BitMask, Dims, DynVec, Element, MaskedArray};
+use masked::{BitMask, Dims, DynVec, Element, MaskedArray, MaskedCsr, Pattern};
 use ndarray::{ArrayViewD, IxDyn};
+use sprs::CsMat;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -229,10 +231,17 @@ fn run(a: RunArgs) -> Result<(), CliError> {
             }
             run_dense_file(&a, &req)
         }
-        "mtx" | "npz" => Err(CliError::file(
-            &a.input,
-            format!("sparse input (.{ext}) is not supported by this build yet"),
-        )),
+        "mtx" | "npz" => match layout.as_str() {
+            "csr" => run_csr_file(&a, &req),
+            "coo" => Err(CliError::file(
+                &a.input,
+                "--layout coo is not supported by this build yet".into(),
+            )),
+            _ => Err(CliError::Usage(format!(
+                "{}: a sparse file cannot run on --layout dense (sparse in, sparse out)",
+                a.input.display()
+            ))),
+        },
         _ => Err(CliError::file(
             &a.input,
             "unknown input extension: expected .npy, .mtx or .npz".into(),
@@ -299,4 +308,82 @@ fn dense_apply<T: Element>(
         None => MaskedArray::unmasked(view),
     };
     Ok(ops::apply_dense(&a, req)?)
+}
+
+fn run_csr_file(a: &RunArgs, req: &OpRequest) -> Result<(), CliError> {
+    if a.out_mask.is_some() {
+        return Err(CliError::Usage(
+            "--out-mask is for dense input: the stored positions of a sparse output are its mask"
+                .into(),
+        ));
+    }
+    if a.mask.is_some() && a.mask_from_pattern {
+        return Err(CliError::Usage(
+            "--mask and --mask-from-pattern exclude each other".into(),
+        ));
+    }
+    let out_ext = extension(&a.output);
+    if out_ext != "npz" && out_ext != "mtx" {
+        return Err(CliError::file(
+            &a.output,
+            "sparse output must be a .npz or .mtx file".into(),
+        ));
+    }
+    let input = sparse_io::read_sparse(&a.input)?;
+    let (indptr, indices, values) = input.to_csr(&a.input)?;
+    let shape = (input.shape[0], input.shape[1]);
+    let mask = match &a.mask {
+        None => None,
+        Some(p) => {
+            let m = sparse_io::read_sparse(p)?;
+            if m.shape != input.shape {
+                return Err(CliError::file(
+                    p,
+                    format!(
+                        "mask shape {:?} differs from input shape {:?}",
+                        m.shape, input.shape
+                    ),
+                ));
+            }
+            let (mptr, mind, mval) = m.to_csr(p)?;
+            // a stored 0 / false is not valid
+            let keep: Vec<bool> = match &mval {
+                DynVec::F32(v) => v.iter().map(|&x| x != 0.0).collect(),
+                DynVec::F64(v) => v.iter().map(|&x| x != 0.0).collect(),
+                DynVec::I32(v) => v.iter().map(|&x| x != 0).collect(),
+                DynVec::I64(v) => v.iter().map(|&x| x != 0).collect(),
+            };
+            let bools = CsMat::new(shape, mptr, mind, keep);
+            Some(
+                Pattern::from_predicate(&bools.view(), |&b| b)
+                    .map_err(|e| CliError::file(p, e.to_string()))?,
+            )
+        }
+    };
+    let out = match values {
+        DynVec::F32(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
+        DynVec::F64(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
+        DynVec::I32(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
+        DynVec::I64(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
+    };
+    sparse_io::write_sparse(&a.output, &out)
+}
+
+fn csr_apply<T: Element>(
+    shape: (usize, usize),
+    indptr: Vec<usize>,
+    indices: Vec<usize>,
+    values: Vec<T>,
+    mask: Option<Pattern>,
+    from_pattern: bool,
+    req: &OpRequest,
+) -> Result<ops::SparseOutcome, CliError> {
+    let m = CsMat::try_new(shape, indptr, indices, values)
+        .map_err(|(_, _, _, e)| CliError::Usage(format!("bad sparse input: {e}")))?;
+    let a = match (mask, from_pattern) {
+        (Some(p), _) => MaskedCsr::with_mask(m.view(), p)?,
+        (None, true) => MaskedCsr::from_pattern(m.view())?,
+        (None, false) => MaskedCsr::unmasked(m.view())?,
+    };
+    Ok(ops::apply(&a, req)?)
 }

@@ -487,3 +487,266 @@ fn bench_runs_the_statistics() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 4);
 }
+
+/// Reads a COO `.npz` result: coords (ndim x nnz), data, shape.
+fn load_npz<T: ndarray_npy::ReadableElement + Clone>(
+    p: &Path,
+) -> (ndarray::Array2<i64>, Vec<T>, Vec<i64>) {
+    let mut z = ndarray_npy::NpzReader::new(std::fs::File::open(p).unwrap()).unwrap();
+    let coords: ndarray::Array2<i64> = z.by_name("coords").unwrap();
+    let data: ndarray::Array1<T> = z.by_name("data").unwrap();
+    let shape: ndarray::Array1<i64> = z.by_name("shape").unwrap();
+    (coords, data.to_vec(), shape.to_vec())
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
+/// [[-3, ., -1], [., ., .], [., 5, 0]] with an explicit stored 0 (0-based positions)
+const A_MTX: &str = "%%MatrixMarket matrix coordinate real general\n% a comment\n3 3 4\n1 1 -3\n3 2 5\n1 3 -1\n3 3 0\n";
+
+#[test]
+fn csr_ops_on_matrix_market_files() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    write(p, "a.mtx", A_MTX);
+    // mask from the stored pattern: row 1 has no valid element, so it is not stored
+    let o = run(
+        p,
+        &[
+            "amax",
+            "a.mtx",
+            "--dim",
+            "1",
+            "--mask-from-pattern",
+            "-o",
+            "out.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
+    assert_eq!(c, ndarray::arr2(&[[0i64, 2]]));
+    assert_eq!(v, vec![-1.0, 5.0]);
+    assert_eq!(s, vec![3]);
+    // no mask: every element valid, unstored zeros take part, every row stored
+    let o = run(
+        p,
+        &["amax", "a.mtx", "--dim", "1", "--keepdim", "-o", "out.npz"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
+    assert_eq!(c, ndarray::arr2(&[[0i64, 1, 2], [0, 0, 0]]));
+    assert_eq!(v, vec![0.0, 0.0, 5.0]);
+    assert_eq!(s, vec![3, 1]);
+    // a separate mask whose explicit 0 is not valid: valid (0,1) unstored -> 0, (2,1)
+    write(
+        p,
+        "m.mtx",
+        "%%MatrixMarket matrix coordinate integer general\n3 3 3\n1 2 1\n3 2 7\n3 3 0\n",
+    );
+    let o = run(
+        p,
+        &[
+            "sum", "a.mtx", "--mask", "m.mtx", "--dim", "0", "-o", "out.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
+    assert_eq!(c, ndarray::arr2(&[[1i64]]));
+    assert_eq!(v, vec![5.0]);
+    assert_eq!(s, vec![3]);
+    // all dims: a 0-d result stores position 0 with coords of shape (0, 1)
+    let o = run(
+        p,
+        &["count", "a.mtx", "--mask-from-pattern", "-o", "out.npz"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (c, v, s) = load_npz::<i64>(&p.join("out.npz"));
+    assert_eq!(c.dim(), (0, 1));
+    assert_eq!(v, vec![4]);
+    assert!(s.is_empty());
+    // a normalization as Matrix Market: the valid elements, 1-based
+    let o = run(
+        p,
+        &[
+            "softmax",
+            "a.mtx",
+            "--dim",
+            "1",
+            "--mask-from-pattern",
+            "-o",
+            "out.mtx",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(p.join("out.mtx")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "%%MatrixMarket matrix coordinate real general");
+    assert_eq!(lines[1], "3 3 4");
+    assert!(
+        lines[2].starts_with("1 1 ") && lines[5].starts_with("3 3 "),
+        "{text}"
+    );
+    // integer and symmetric pattern files
+    write(
+        p,
+        "i.mtx",
+        "%%MatrixMarket matrix coordinate integer symmetric\n2 2 2\n1 1 4\n2 1 -6\n",
+    );
+    let o = run(
+        p,
+        &[
+            "sum",
+            "i.mtx",
+            "--dim",
+            "1",
+            "--mask-from-pattern",
+            "-o",
+            "out.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, v, _) = load_npz::<i64>(&p.join("out.npz"));
+    assert_eq!(v, vec![-2, -6]);
+    write(
+        p,
+        "k.mtx",
+        "%%MatrixMarket matrix coordinate real skew-symmetric\n2 2 1\n2 1 3\n",
+    );
+    let o = run(
+        p,
+        &[
+            "sum",
+            "k.mtx",
+            "--dim",
+            "1",
+            "--mask-from-pattern",
+            "-o",
+            "out.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, v, _) = load_npz::<f64>(&p.join("out.npz"));
+    assert_eq!(v, vec![-3.0, 3.0]);
+    write(
+        p,
+        "pat.mtx",
+        "%%MatrixMarket matrix coordinate pattern general\n2 3 2\n1 3\n2 1\n",
+    );
+    let o = run(p, &["count", "pat.mtx", "--dim", "1", "-o", "out.npz"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, v, _) = load_npz::<i64>(&p.join("out.npz"));
+    assert_eq!(v, vec![3, 3]);
+}
+
+#[test]
+fn bad_matrix_market_files_name_the_line() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    let cases: &[(&str, &str)] = &[
+        (
+            "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1\n1 1 2\n",
+            "duplicate entry at [0, 0] (line 3 and line 4)",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate real general\n2 2 1\n3 1 1\n",
+            "line 3: row index 3 is out of range",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate real general\n2 2 1\n0 1 1\n",
+            "line 3: row index 0: Matrix Market indices are 1-based",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1\n",
+            "declares 2 entries but the file holds 1",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1\n2 2 2\n",
+            "line 4: more entries than the 1",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 x\n",
+            "line 3: cannot parse value 'x'",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate integer general\n2 2 1\n1 1 1.5\n",
+            "line 3: cannot parse value '1.5' as an integer",
+        ),
+        (
+            "%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n",
+            "line 1: format 'array' is not supported",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate complex general\n1 1 1\n1 1 1 0\n",
+            "field 'complex' is not supported",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate real symmetric\n2 2 2\n2 1 1\n1 2 1\n",
+            "duplicate entry at [0, 1] (line 3 and line 4)",
+        ),
+        ("not a header\n", "line 1: expected '%%MatrixMarket"),
+        (
+            "%%MatrixMarket matrix coordinate real general\n2 x 1\n",
+            "line 2: cannot parse column count 'x'",
+        ),
+    ];
+    for (text, needle) in cases {
+        write(p, "bad.mtx", text);
+        let o = run(
+            p,
+            &["sum", "bad.mtx", "--mask-from-pattern", "-o", "out.npz"],
+        );
+        assert_eq!(o.status.code(), Some(2), "{text:?}: {}", stderr(&o));
+        let first = stderr(&o).lines().next().unwrap_or("").to_string();
+        assert!(
+            first.contains("bad.mtx") && first.contains(needle),
+            "{text:?}: {first:?} lacks {needle:?}"
+        );
+        assert!(!p.join("out.npz").exists());
+    }
+    write(p, "a.mtx", A_MTX);
+    write(
+        p,
+        "m2.mtx",
+        "%%MatrixMarket matrix coordinate pattern general\n2 3 1\n1 1\n",
+    );
+    for (args, needle) in [
+        (
+            vec!["sum", "a.mtx", "--mask", "m2.mtx", "-o", "out.npz"],
+            "mask shape [2, 3] differs",
+        ),
+        (
+            vec![
+                "sum",
+                "a.mtx",
+                "--mask-from-pattern",
+                "--out-mask",
+                "m.npy",
+                "-o",
+                "out.npz",
+            ],
+            "--out-mask is for dense input",
+        ),
+        (
+            vec!["sum", "a.mtx", "--mask-from-pattern", "-o", "out.npy"],
+            "sparse output must be a .npz or .mtx",
+        ),
+        (
+            vec!["sum", "a.mtx", "--layout", "dense", "-o", "out.npz"],
+            "cannot run on --layout dense",
+        ),
+        (
+            vec!["sum", "a.mtx", "--dim", "2", "-o", "out.npz"],
+            "dim 2 is out of range",
+        ),
+    ] {
+        let o = run(p, &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let first = stderr(&o).lines().next().unwrap_or("").to_string();
+        assert!(
+            first.contains(needle),
+            "{args:?}: {first:?} lacks {needle:?}"
+        );
+    }
+}

@@ -1,0 +1,547 @@
+//! Sparse files: Matrix Market `.mtx` (2-D) and COO `.npz` (n-D), read with errors that
+//! name the line or entry, and written atomically.
+
+use crate::error::CliError;
+use crate::npy::write_atomic;
+use masked::by_name::SparseOutcome;
+use masked::DynVec;
+use ndarray::{Array1, Array2};
+use ndarray_npy::{NpzReader, NpzWriter, ReadNpzError};
+use std::io::{BufRead, Cursor};
+use std::path::Path;
+
+/// A sparse array as read: shape, one coordinate vector per dim, values, and for each
+/// entry where it came from (for messages).
+#[derive(Debug)]
+pub struct SparseFile {
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// `coords[d][k]`: coordinate along dim `d` of entry `k`.
+    pub coords: Vec<Vec<usize>>,
+    /// Values (`f64` for real and pattern files, `i64` for integer ones; any npz dtype).
+    pub values: DynVec,
+    /// Where entry `k` came from ("line 7", "entry 3").
+    origin: Origin,
+}
+
+#[derive(Debug)]
+enum Origin {
+    Lines(Vec<usize>),
+    Entries,
+}
+
+impl SparseFile {
+    fn origin(&self, k: usize) -> String {
+        match &self.origin {
+            Origin::Lines(l) => format!("line {}", l[k]),
+            Origin::Entries => format!("entry {k}"),
+        }
+    }
+
+    /// Number of entries.
+    pub fn nnz(&self) -> usize {
+        self.coords.first().map_or(self.values_len(), Vec::len)
+    }
+
+    fn values_len(&self) -> usize {
+        match &self.values {
+            DynVec::F32(v) => v.len(),
+            DynVec::F64(v) => v.len(),
+            DynVec::I32(v) => v.len(),
+            DynVec::I64(v) => v.len(),
+        }
+    }
+
+    /// The entries in row-major order (a permutation of `0..nnz`), or an error naming
+    /// both places of a duplicate position.
+    pub fn sorted_order(&self, path: &Path) -> Result<Vec<usize>, CliError> {
+        let nd = self.shape.len();
+        let flat = |k: usize| -> u128 {
+            (0..nd).fold(0u128, |f, d| {
+                f * self.shape[d] as u128 + self.coords[d][k] as u128
+            })
+        };
+        let mut order: Vec<(u128, usize)> = (0..self.nnz()).map(|k| (flat(k), k)).collect();
+        order.sort_unstable();
+        for w in order.windows(2) {
+            if w[0].0 == w[1].0 {
+                let (a, b) = (w[0].1.min(w[1].1), w[0].1.max(w[1].1));
+                let at: Vec<usize> = (0..nd).map(|d| self.coords[d][a]).collect();
+                return Err(CliError::file(
+                    path,
+                    format!(
+                        "duplicate entry at {:?} ({} and {})",
+                        at,
+                        self.origin(a),
+                        self.origin(b)
+                    ),
+                ));
+            }
+        }
+        Ok(order.into_iter().map(|(_, k)| k).collect())
+    }
+
+    /// The 2-D compressed-row form: row pointer, column indices, values (`f64` or
+    /// `i64`, in file order permuted to row-major).
+    pub fn to_csr(&self, path: &Path) -> Result<(Vec<usize>, Vec<usize>, DynVec), CliError> {
+        if self.shape.len() != 2 {
+            return Err(CliError::file(
+                path,
+                format!(
+                    "a {}-d array cannot run on --layout csr (2-d only)",
+                    self.shape.len()
+                ),
+            ));
+        }
+        let order = self.sorted_order(path)?;
+        let mut indptr = vec![0usize; self.shape[0] + 1];
+        for &k in &order {
+            indptr[self.coords[0][k] + 1] += 1;
+        }
+        for r in 0..self.shape[0] {
+            indptr[r + 1] += indptr[r];
+        }
+        let indices = order.iter().map(|&k| self.coords[1][k]).collect();
+        let values = permute(&self.values, &order);
+        Ok((indptr, indices, values))
+    }
+}
+
+/// `values[order[k]]` for every `k`.
+pub fn permute(values: &DynVec, order: &[usize]) -> DynVec {
+    match values {
+        DynVec::F32(v) => DynVec::F32(order.iter().map(|&k| v[k]).collect()),
+        DynVec::F64(v) => DynVec::F64(order.iter().map(|&k| v[k]).collect()),
+        DynVec::I32(v) => DynVec::I32(order.iter().map(|&k| v[k]).collect()),
+        DynVec::I64(v) => DynVec::I64(order.iter().map(|&k| v[k]).collect()),
+    }
+}
+
+/// The field of a Matrix Market file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Field {
+    Real,
+    Integer,
+    Pattern,
+}
+
+/// The symmetry of a Matrix Market file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Symmetry {
+    General,
+    Symmetric,
+    Skew,
+}
+
+/// Reads a Matrix Market coordinate file (1-based; `real` as f64, `integer` as i64,
+/// `pattern` as 1.0; `symmetric` and `skew-symmetric` expanded). A duplicate or
+/// out-of-range index, a 0 index, a wrong entry count or an unparsable number is an
+/// error naming the line.
+pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
+    let file = std::fs::File::open(path).map_err(|e| CliError::file(path, e.to_string()))?;
+    let mut lines = std::io::BufReader::new(file).lines().enumerate();
+    let err = |line: usize, what: String| CliError::file(path, format!("line {line}: {what}"));
+    let next = |lines: &mut dyn Iterator<Item = (usize, std::io::Result<String>)>| -> Result<Option<(usize, String)>, CliError> {
+        match lines.next() {
+            Some((i, l)) => {
+                let l = l.map_err(|e| CliError::file(path, format!("line {}: {e}", i + 1)))?;
+                Ok(Some((i + 1, l)))
+            }
+            None => Ok(None),
+        }
+    };
+    let Some((_, header)) = next(&mut lines)? else {
+        return Err(CliError::file(
+            path,
+            "empty file: expected a %%MatrixMarket header".into(),
+        ));
+    };
+    let h: Vec<String> = header
+        .split_whitespace()
+        .map(str::to_ascii_lowercase)
+        .collect();
+    if h.len() != 5 || h[0] != "%%matrixmarket" || h[1] != "matrix" {
+        return Err(err(
+            1,
+            format!(
+                "expected '%%MatrixMarket matrix coordinate <field> <symmetry>', got '{header}'"
+            ),
+        ));
+    }
+    if h[2] != "coordinate" {
+        return Err(err(
+            1,
+            format!("format '{}' is not supported: expected coordinate", h[2]),
+        ));
+    }
+    let field = match h[3].as_str() {
+        "real" | "double" => Field::Real,
+        "integer" => Field::Integer,
+        "pattern" => Field::Pattern,
+        f => {
+            return Err(err(
+                1,
+                format!("field '{f}' is not supported: expected real, integer or pattern"),
+            ))
+        }
+    };
+    let sym = match h[4].as_str() {
+        "general" => Symmetry::General,
+        "symmetric" => Symmetry::Symmetric,
+        "skew-symmetric" => Symmetry::Skew,
+        s => return Err(err(
+            1,
+            format!(
+                "symmetry '{s}' is not supported: expected general, symmetric or skew-symmetric"
+            ),
+        )),
+    };
+    // the size line, after comments and blank lines
+    let (size_line, size) = loop {
+        match next(&mut lines)? {
+            None => return Err(CliError::file(path, "missing size line".into())),
+            Some((_, l)) if l.trim().is_empty() || l.trim_start().starts_with('%') => continue,
+            Some(x) => break x,
+        }
+    };
+    let nums: Vec<&str> = size.split_whitespace().collect();
+    let parse_usize = |t: &str, line: usize, what: &str| {
+        t.parse::<usize>().map_err(|_| {
+            err(
+                line,
+                format!("cannot parse {what} '{t}' as a non-negative integer"),
+            )
+        })
+    };
+    if nums.len() != 3 {
+        return Err(err(
+            size_line,
+            format!("expected 'rows cols entries', got '{}'", size.trim()),
+        ));
+    }
+    let nrows = parse_usize(nums[0], size_line, "row count")?;
+    let ncols = parse_usize(nums[1], size_line, "column count")?;
+    let nnz = parse_usize(nums[2], size_line, "entry count")?;
+    if sym != Symmetry::General && nrows != ncols {
+        return Err(err(
+            size_line,
+            format!("a {} matrix must be square, got {nrows} x {ncols}", h[4]),
+        ));
+    }
+    let (mut rows, mut cols, mut from) = (
+        Vec::with_capacity(nnz),
+        Vec::with_capacity(nnz),
+        Vec::with_capacity(nnz),
+    );
+    let mut fv = Vec::new();
+    let mut iv = Vec::new();
+    let mut seen = 0usize;
+    while let Some((line, l)) = next(&mut lines)? {
+        let t = l.trim();
+        if t.is_empty() || t.starts_with('%') {
+            continue;
+        }
+        seen += 1;
+        if seen > nnz {
+            return Err(err(
+                line,
+                format!("more entries than the {nnz} the size line declares"),
+            ));
+        }
+        let parts: Vec<&str> = t.split_whitespace().collect();
+        let want = if field == Field::Pattern { 2 } else { 3 };
+        if parts.len() != want {
+            return Err(err(
+                line,
+                format!("expected {want} fields, got {}: '{t}'", parts.len()),
+            ));
+        }
+        let idx = |k: usize, size: usize, what: &str| -> Result<usize, CliError> {
+            let v: i64 = parts[k].parse().map_err(|_| {
+                err(
+                    line,
+                    format!("cannot parse {what} index '{}' as an integer", parts[k]),
+                )
+            })?;
+            if v == 0 {
+                return Err(err(
+                    line,
+                    format!("{what} index 0: Matrix Market indices are 1-based"),
+                ));
+            }
+            if v < 0 || v as u64 > size as u64 {
+                return Err(err(
+                    line,
+                    format!("{what} index {v} is out of range 1..={size}"),
+                ));
+            }
+            Ok(v as usize - 1)
+        };
+        let r = idx(0, nrows, "row")?;
+        let c = idx(1, ncols, "column")?;
+        let (x, n) = match field {
+            Field::Pattern => (1.0, 1),
+            Field::Real => (
+                parts[2].parse::<f64>().map_err(|_| {
+                    err(
+                        line,
+                        format!("cannot parse value '{}' as a number", parts[2]),
+                    )
+                })?,
+                0,
+            ),
+            Field::Integer => (
+                0.0,
+                parts[2].parse::<i64>().map_err(|_| {
+                    err(
+                        line,
+                        format!("cannot parse value '{}' as an integer", parts[2]),
+                    )
+                })?,
+            ),
+        };
+        if sym == Symmetry::Skew && r == c {
+            return Err(err(
+                line,
+                "a skew-symmetric matrix has no diagonal entries".into(),
+            ));
+        }
+        let mut push = |r: usize, c: usize, x: f64, n: i64| {
+            rows.push(r);
+            cols.push(c);
+            from.push(line);
+            if field == Field::Integer {
+                iv.push(n);
+            } else {
+                fv.push(x);
+            }
+        };
+        push(r, c, x, n);
+        if sym != Symmetry::General && r != c {
+            let s = if sym == Symmetry::Skew { -1.0 } else { 1.0 };
+            push(
+                c,
+                r,
+                s * x,
+                if sym == Symmetry::Skew {
+                    n.wrapping_neg()
+                } else {
+                    n
+                },
+            );
+        }
+    }
+    if seen < nnz {
+        return Err(CliError::file(
+            path,
+            format!("the size line declares {nnz} entries but the file holds {seen}"),
+        ));
+    }
+    Ok(SparseFile {
+        shape: vec![nrows, ncols],
+        coords: vec![rows, cols],
+        values: if field == Field::Integer {
+            DynVec::I64(iv)
+        } else {
+            DynVec::F64(fv)
+        },
+        origin: Origin::Lines(from),
+    })
+}
+
+fn npz_err(path: &Path, what: &str, e: ReadNpzError) -> CliError {
+    CliError::file(path, format!("array '{what}': {e}"))
+}
+
+/// Reads a COO `.npz` (`coords` int64 ndim x nnz, `data`, `shape` int64, optional
+/// `fill_value` that must be 0); compressed or not.
+pub fn read_npz(path: &Path) -> Result<SparseFile, CliError> {
+    let file = std::fs::File::open(path).map_err(|e| CliError::file(path, e.to_string()))?;
+    let mut npz = NpzReader::new(file)
+        .map_err(|e| CliError::file(path, format!("not a readable .npz archive: {e}")))?;
+    let names = npz
+        .names()
+        .map_err(|e| CliError::file(path, e.to_string()))?;
+    let has = |n: &str| names.iter().any(|x| x == n || x == &format!("{n}.npy"));
+    for n in ["coords", "data", "shape"] {
+        if !has(n) {
+            return Err(CliError::file(
+                path,
+                format!("missing array '{n}' (a COO .npz holds coords, data and shape)"),
+            ));
+        }
+    }
+    let shape: Array1<i64> = npz
+        .by_name("shape")
+        .map_err(|e| npz_err(path, "shape", e))?;
+    let coords: Array2<i64> = npz
+        .by_name("coords")
+        .map_err(|e| npz_err(path, "coords", e))?;
+    if has("fill_value") {
+        let fv: ndarray::ArrayD<f64> = npz
+            .by_name("fill_value")
+            .or_else(|_| {
+                npz.by_name::<ndarray::OwnedRepr<i64>, ndarray::IxDyn>("fill_value")
+                    .map(|a| a.mapv(|x| x as f64))
+            })
+            .map_err(|e| npz_err(path, "fill_value", e))?;
+        if fv.iter().any(|&x| x != 0.0) {
+            return Err(CliError::file(
+                path,
+                "fill_value must be 0 (unspecified values are zero)".into(),
+            ));
+        }
+    }
+    macro_rules! data_as {
+        ($($t:ty => $v:ident),*) => {{
+            let mut got = None;
+            $(
+                if got.is_none() {
+                    if let Ok(a) = npz.by_name::<ndarray::OwnedRepr<$t>, ndarray::Ix1>("data") {
+                        got = Some(DynVec::$v(a.to_vec()));
+                    }
+                }
+            )*
+            got
+        }};
+    }
+    let values = data_as!(f32 => F32, f64 => F64, i32 => I32, i64 => I64).ok_or_else(|| {
+        CliError::file(
+            path,
+            "array 'data' must be 1-d float32, float64, int32 or int64".into(),
+        )
+    })?;
+    let shape: Vec<usize> = shape
+        .iter()
+        .map(|&s| {
+            usize::try_from(s)
+                .map_err(|_| CliError::file(path, format!("negative size {s} in 'shape'")))
+        })
+        .collect::<Result<_, _>>()?;
+    let (nd, nnz) = coords.dim();
+    if nd != shape.len() {
+        return Err(CliError::file(
+            path,
+            format!(
+                "'coords' has {nd} rows but 'shape' has {} dims",
+                shape.len()
+            ),
+        ));
+    }
+    let sf = SparseFile {
+        shape: shape.clone(),
+        coords: Vec::new(),
+        values,
+        origin: Origin::Entries,
+    };
+    if sf.values_len() != nnz {
+        return Err(CliError::file(
+            path,
+            format!(
+                "'coords' holds {nnz} entries but 'data' {}",
+                sf.values_len()
+            ),
+        ));
+    }
+    let mut cs = vec![Vec::with_capacity(nnz); nd];
+    for d in 0..nd {
+        for k in 0..nnz {
+            let c = coords[[d, k]];
+            if c < 0 || c as u64 >= shape[d] as u64 {
+                return Err(CliError::file(
+                    path,
+                    format!(
+                        "entry {k}: index {c} is out of range for dim {d} of size {}",
+                        shape[d]
+                    ),
+                ));
+            }
+            cs[d].push(c as usize);
+        }
+    }
+    Ok(SparseFile { coords: cs, ..sf })
+}
+
+/// Reads a sparse file by extension.
+pub fn read_sparse(path: &Path) -> Result<SparseFile, CliError> {
+    match crate::extension(path).as_str() {
+        "mtx" => read_mtx(path),
+        "npz" => read_npz(path),
+        e => Err(CliError::file(
+            path,
+            format!("unknown sparse extension '.{e}': expected .mtx or .npz"),
+        )),
+    }
+}
+
+/// Writes a sparse result as a COO `.npz` (`coords` int64 ndim x nnz, `data`, `shape`)
+/// or, for a 2-D result, a Matrix Market file; atomically.
+pub fn write_sparse(path: &Path, out: &SparseOutcome) -> Result<(), CliError> {
+    match crate::extension(path).as_str() {
+        "npz" => write_atomic(path, |buf| {
+            let coords = out.coords();
+            let nd = out.shape.len();
+            let nnz = out.indices.len();
+            let mut c = Array2::<i64>::zeros((nd, nnz));
+            for d in 0..nd {
+                for k in 0..nnz {
+                    c[[d, k]] = coords[d][k] as i64;
+                }
+            }
+            let shape = Array1::from_iter(out.shape.iter().map(|&s| s as i64));
+            let mut cur = Cursor::new(Vec::new());
+            {
+                let mut w = NpzWriter::new(&mut cur);
+                let e = |e: ndarray_npy::WriteNpzError| e.to_string();
+                w.add_array("coords", &c).map_err(e)?;
+                match &out.values {
+                    DynVec::F32(v) => w.add_array("data", &Array1::from_vec(v.clone())),
+                    DynVec::F64(v) => w.add_array("data", &Array1::from_vec(v.clone())),
+                    DynVec::I32(v) => w.add_array("data", &Array1::from_vec(v.clone())),
+                    DynVec::I64(v) => w.add_array("data", &Array1::from_vec(v.clone())),
+                }
+                .map_err(e)?;
+                w.add_array("shape", &shape).map_err(e)?;
+                w.finish().map_err(e)?;
+            }
+            *buf = cur.into_inner();
+            Ok(())
+        }),
+        "mtx" => {
+            if out.shape.len() != 2 {
+                return Err(CliError::file(
+                    path,
+                    format!(
+                        "a {}-d result cannot be written as .mtx (2-d only): use .npz",
+                        out.shape.len()
+                    ),
+                ));
+            }
+            write_atomic(path, |buf| {
+                use std::fmt::Write;
+                let field = match out.values {
+                    DynVec::I32(_) | DynVec::I64(_) => "integer",
+                    _ => "real",
+                };
+                let mut s = format!("%%MatrixMarket matrix coordinate {field} general\n");
+                let _ = writeln!(s, "{} {} {}", out.shape[0], out.shape[1], out.indices.len());
+                let ncols = out.shape[1].max(1);
+                for (k, &flat) in out.indices.iter().enumerate() {
+                    let (r, c) = (flat / ncols + 1, flat % ncols + 1);
+                    let _ = match &out.values {
+                        DynVec::F32(v) => writeln!(s, "{r} {c} {:e}", v[k]),
+                        DynVec::F64(v) => writeln!(s, "{r} {c} {:e}", v[k]),
+                        DynVec::I32(v) => writeln!(s, "{r} {c} {}", v[k]),
+                        DynVec::I64(v) => writeln!(s, "{r} {c} {}", v[k]),
+                    };
+                }
+                *buf = s.into_bytes();
+                Ok(())
+            })
+        }
+        _ => Err(CliError::file(
+            path,
+            "sparse output must be a .npz or .mtx file".into(),
+        )),
+    }
+}
