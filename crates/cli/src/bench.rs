@@ -3,10 +3,11 @@
 use crate::error::CliError;
 use clap::Parser;
 use masked::by_name::{self as ops, Kind, OpRequest};
-use masked::{BitMask, Dims, MaskedArray};
+use masked::{BitMask, Dims, MaskedArray, MaskedCsr, Pattern};
 use ndarray::{ArrayViewD, IxDyn};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use rand_distr::StandardNormal;
+use rand_distr::{Poisson, StandardNormal};
+use sprs::CsMatI;
 use std::time::Instant;
 
 /// Time the layouts on generated data.
@@ -91,33 +92,25 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         .collect::<Result<Vec<_>, _>>()?;
     if !a.json {
         println!(
-            "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12} {:>9}",
-            "op", "layout", "shape", "nnz", "threads", "seconds", "GB/s"
+            "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12} {:>9} {:>10}",
+            "op", "layout", "shape", "nnz", "threads", "seconds", "GB/s", "peak MB"
         );
     }
     for layout in a.layout.split(',').map(str::trim) {
-        match layout {
-            "dense" => {}
-            "csr" | "coo" => {
-                return Err(CliError::Usage(format!(
-                    "bench --layout {layout} is not supported by this build yet"
-                )))
+        let data = match layout {
+            "dense" => Data::dense(&shape, &a)?,
+            "csr" => Data::csr(&shape, &a)?,
+            "coo" => {
+                return Err(CliError::Usage(
+                    "bench --layout coo is not supported by this build yet".into(),
+                ))
             }
             other => {
                 return Err(CliError::Usage(format!(
                     "invalid --layout '{other}': expected dense, csr or coo"
                 )))
             }
-        }
-        let n: usize = shape.iter().product();
-        let mut rng = SmallRng::seed_from_u64(a.seed);
-        let values: Vec<f32> = (0..n).map(|_| rng.sample(StandardNormal)).collect();
-        let mask =
-            BitMask::from_bools(&shape, (0..n).map(|_| rng.random::<f64>() < a.mask_density))?;
-        let view = ArrayViewD::from_shape(IxDyn(&shape), &values[..])
-            .map_err(|e| CliError::Usage(format!("bad --shape: {e}")))?;
-        let arr = MaskedArray::new(view, mask)?;
-        let bytes = (n * 4 + n.div_ceil(8)) as f64;
+        };
         for spec in &specs {
             let req = OpRequest::from_spec(spec).dims(match spec.kind {
                 Kind::ReduceOne | Kind::Normalize => match &dims {
@@ -126,35 +119,20 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
                 },
                 Kind::Reduce => dims.clone(),
             });
-            let secs = pool.install(|| -> Result<f64, CliError> {
-                // warm up for at least 0.2 s (caches, clocks, thread pool), not just once
-                let warm = Instant::now();
-                let mut runs = 0;
-                while runs < 1 || (warm.elapsed().as_secs_f64() < 0.2 && runs < 50) {
-                    std::hint::black_box(ops::apply_dense(&arr, &req).map_err(CliError::from)?);
-                    runs += 1;
-                }
-                let mut t = Vec::with_capacity(a.repeat);
-                for _ in 0..a.repeat {
-                    let s = Instant::now();
-                    std::hint::black_box(ops::apply_dense(&arr, &req).map_err(CliError::from)?);
-                    t.push(s.elapsed().as_secs_f64());
-                }
-                t.sort_by(f64::total_cmp);
-                Ok(t[t.len() / 2])
-            })?;
-            let gbps = bytes / secs / 1e9;
+            let (secs, peak) = pool.install(|| data.time(&req, a.repeat))?;
+            let gbps = data.bytes / secs / 1e9;
             if a.json {
                 println!(
                     "{}",
                     serde_json::json!({
-                        "op": spec.name, "layout": layout, "shape": shape, "nnz": n,
+                        "op": spec.name, "layout": layout, "shape": shape, "nnz": data.nnz,
                         "dim": dim_json, "threads": threads, "seconds": secs, "gbps": gbps,
+                        "peak_bytes": peak, "input_bytes": data.bytes,
                     })
                 );
             } else {
                 println!(
-                    "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12.6} {:>9.2}",
+                    "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12.6} {:>9.2} {:>10.1}",
                     spec.name,
                     layout,
                     shape
@@ -162,13 +140,174 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
                         .map(|s| s.to_string())
                         .collect::<Vec<_>>()
                         .join("x"),
-                    n,
+                    data.nnz,
                     threads,
                     secs,
-                    gbps
+                    gbps,
+                    peak as f64 / 1e6
                 );
             }
         }
     }
     Ok(())
+}
+
+/// The generated input of one layout.
+struct Data {
+    input: Input,
+    /// Stored entries (dense: the element count).
+    nnz: usize,
+    /// Bytes the ideal kernel reads.
+    bytes: f64,
+}
+
+enum Input {
+    Dense {
+        shape: Vec<usize>,
+        values: Vec<f32>,
+        mask: BitMask,
+    },
+    Csr {
+        mat: CsMatI<f32, u32, usize>,
+        mask: Option<Pattern<u32>>,
+    },
+}
+
+/// Sorted distinct random columns for every row: Poisson(`mean`) of them per row.
+fn random_rows(
+    rng: &mut SmallRng,
+    nrows: usize,
+    ncols: usize,
+    mean: f64,
+) -> Result<(Vec<usize>, Vec<u32>), CliError> {
+    let poisson = Poisson::new(mean.max(1e-12))
+        .map_err(|e| CliError::Usage(format!("invalid --density: {e}")))?;
+    let mut indptr = Vec::with_capacity(nrows + 1);
+    indptr.push(0);
+    let mut indices: Vec<u32> = Vec::new();
+    let mut row = Vec::new();
+    for _ in 0..nrows {
+        let k = (rng.sample(poisson) as usize).min(ncols);
+        row.clear();
+        while row.len() < k {
+            while row.len() < k {
+                row.push(rng.random_range(0..ncols as u32));
+            }
+            row.sort_unstable();
+            row.dedup();
+        }
+        indices.extend_from_slice(&row);
+        indptr.push(indices.len());
+    }
+    Ok((indptr, indices))
+}
+
+impl Data {
+    fn dense(shape: &[usize], a: &BenchArgs) -> Result<Self, CliError> {
+        let n: usize = shape.iter().product();
+        let mut rng = SmallRng::seed_from_u64(a.seed);
+        let values: Vec<f32> = (0..n).map(|_| rng.sample(StandardNormal)).collect();
+        let mask =
+            BitMask::from_bools(shape, (0..n).map(|_| rng.random::<f64>() < a.mask_density))?;
+        Ok(Data {
+            input: Input::Dense {
+                shape: shape.to_vec(),
+                values,
+                mask,
+            },
+            nnz: n,
+            bytes: (n * 4 + n.div_ceil(8)) as f64,
+        })
+    }
+
+    fn csr(shape: &[usize], a: &BenchArgs) -> Result<Self, CliError> {
+        let &[nrows, ncols] = shape else {
+            return Err(CliError::Usage(format!(
+                "bench --layout csr needs a 2-d --shape, got {} dims",
+                shape.len()
+            )));
+        };
+        if u32::try_from(ncols).is_err() {
+            return Err(CliError::Usage(format!(
+                "--shape: {ncols} columns exceed u32 indices"
+            )));
+        }
+        if !(0.0..=1.0).contains(&a.density) {
+            return Err(CliError::Usage(format!(
+                "invalid --density {}: expected a value in [0, 1]",
+                a.density
+            )));
+        }
+        let mut rng = SmallRng::seed_from_u64(a.seed);
+        let (indptr, indices) = random_rows(&mut rng, nrows, ncols, a.density * ncols as f64)?;
+        let values: Vec<f32> = (0..indices.len())
+            .map(|_| rng.sample(StandardNormal))
+            .collect();
+        let nnz = indices.len();
+        let mat = CsMatI::try_new((nrows, ncols), indptr, indices, values)
+            .map_err(|(_, _, _, e)| CliError::Usage(format!("generated matrix: {e}")))?;
+        let mask = match a.mask_source.as_str() {
+            "pattern" => None,
+            "random" => {
+                let (mp, mi) = random_rows(&mut rng, nrows, ncols, a.density * ncols as f64)?;
+                Some(Pattern::try_from_parts((nrows, ncols), mp, mi)?)
+            }
+            other => {
+                return Err(CliError::Usage(format!(
+                    "invalid --mask-source '{other}': expected pattern or random"
+                )))
+            }
+        };
+        Ok(Data {
+            input: Input::Csr { mat, mask },
+            nnz,
+            bytes: (nnz * 8 + (nrows + 1) * 8) as f64,
+        })
+    }
+
+    /// Median seconds of `repeat` runs after a warm-up of at least 0.2 s, and the peak
+    /// bytes allocated during one run.
+    fn time(&self, req: &OpRequest, repeat: usize) -> Result<(f64, usize), CliError> {
+        match &self.input {
+            Input::Dense {
+                shape,
+                values,
+                mask,
+            } => {
+                let view = ArrayViewD::from_shape(IxDyn(shape), &values[..])
+                    .map_err(|e| CliError::Usage(format!("bad --shape: {e}")))?;
+                let arr = MaskedArray::new(view, mask.clone())?;
+                time_op(|| ops::apply_to(&arr, req, &ops::Discard), repeat)
+            }
+            Input::Csr { mat, mask } => {
+                let m = match mask {
+                    None => MaskedCsr::from_pattern(mat.view())?,
+                    Some(p) => MaskedCsr::with_mask(mat.view(), p.clone())?,
+                };
+                time_op(|| ops::apply_to(&m, req, &ops::Discard), repeat)
+            }
+        }
+    }
+}
+
+fn time_op(
+    f: impl Fn() -> Result<(), masked::MaskedError>,
+    repeat: usize,
+) -> Result<(f64, usize), CliError> {
+    // warm up for at least 0.2 s (caches, clocks, thread pool), not just once
+    let warm = Instant::now();
+    let mut runs = 0;
+    while runs < 1 || (warm.elapsed().as_secs_f64() < 0.2 && runs < 50) {
+        f()?;
+        runs += 1;
+    }
+    let peak = crate::alloc::measure_peak(&f)?;
+    let mut t = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
+        let s = Instant::now();
+        f()?;
+        t.push(s.elapsed().as_secs_f64());
+    }
+    t.sort_by(f64::total_cmp);
+    Ok((t[t.len() / 2], peak))
 }

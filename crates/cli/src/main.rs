@@ -2,6 +2,7 @@
 //! The contract is docs/cli.md; every bad input exits with status 2 and a one-line
 //! message naming the problem.
 
+mod alloc;
 mod bench;
 mod error;
 mod npy;
@@ -15,6 +16,9 @@ use ndarray::{ArrayViewD, IxDyn};
 use sprs::CsMat;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
 
 /// Run one masked op on a file.
 #[derive(Parser, Debug)]

@@ -189,12 +189,14 @@ pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
         "general" => Symmetry::General,
         "symmetric" => Symmetry::Symmetric,
         "skew-symmetric" => Symmetry::Skew,
-        s => return Err(err(
-            1,
-            format!(
+        s => {
+            return Err(err(
+                1,
+                format!(
                 "symmetry '{s}' is not supported: expected general, symmetric or skew-symmetric"
             ),
-        )),
+            ))
+        }
     };
     // the size line, after comments and blank lines
     let (size_line, size) = loop {

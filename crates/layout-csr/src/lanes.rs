@@ -31,11 +31,11 @@ pub struct CsrLanes<'a, T, I: SpIndex = usize> {
     pub(crate) fill: bool,
 }
 
-/// The partial column fold of one row group: a state, a valid count and (without a
-/// mask) a stored count per column.
+/// The partial column fold of one row group: a state per column, a bit per column
+/// saying whether it saw a valid entry, and (without a mask) a stored count per column.
 struct ColGroup<S> {
     states: Vec<S>,
-    nvalid: Vec<u32>,
+    seen: Vec<u64>,
     stored: Vec<u32>,
 }
 
@@ -229,7 +229,8 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             .into_par_iter()
             .map(|rows| {
                 let mut states = vec![op.identity(); ncols];
-                let mut nvalid = vec![0u32; ncols];
+                // one bit per column: any valid entry seen (L1-resident, unlike a count)
+                let mut seen = vec![0u64; ncols.div_ceil(64)];
                 let mut stored = if self.fill {
                     vec![0u32; ncols]
                 } else {
@@ -240,7 +241,26 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 } else {
                     Vec::new()
                 };
-                for r in rows.clone() {
+                if self.valid.is_none() && !self.fill && !op.positional() {
+                    // the fastest path: every entry valid, no zeros, positions unused
+                    let e = self.indptr[rows.start]..self.indptr[rows.end];
+                    for (x, c) in self.values[e.clone()].iter().zip(&self.indices[e]) {
+                        let c = c.index_unchecked();
+                        op.push(&mut states[c], *x, 0);
+                        seen[c / 64] |= 1 << (c % 64);
+                    }
+                } else if self.valid.is_none() && !self.fill {
+                    // the fast path (mask = a pattern): every entry valid, no zeros
+                    for r in rows.clone() {
+                        let e = self.row(r);
+                        for (x, c) in self.values[e.clone()].iter().zip(&self.indices[e]) {
+                            let c = c.index_unchecked();
+                            op.push(&mut states[c], *x, r as i64);
+                            seen[c / 64] |= 1 << (c % 64);
+                        }
+                    }
+                }
+                for r in rows.clone().filter(|_| self.valid.is_some() || self.fill) {
                     for k in self.row(r) {
                         let c = self.col(k);
                         if positional_fill && (r as u32) > next[c] {
@@ -249,7 +269,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                         }
                         if self.is_valid(k) {
                             op.push(&mut states[c], self.values[k], r as i64);
-                            nvalid[c] += 1;
+                            seen[c / 64] |= 1 << (c % 64);
                         }
                         if self.fill {
                             stored[c] += 1;
@@ -267,7 +287,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 }
                 ColGroup {
                     states,
-                    nvalid,
+                    seen,
                     stored,
                 }
             })
@@ -277,15 +297,15 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             .with_min_len(1024)
             .map(|c| {
                 let mut st = op.identity();
-                let (mut nv, mut ns) = (0u64, 0u64);
+                let (mut any, mut ns) = (false, 0u64);
                 for ColGroup {
                     states,
-                    nvalid,
+                    seen,
                     stored,
                 } in &parts
                 {
                     op.merge(&mut st, states[c].clone());
-                    nv += nvalid[c] as u64;
+                    any |= (seen[c / 64] >> (c % 64)) & 1 == 1;
                     if self.fill {
                         ns += stored[c] as u64;
                     }
@@ -294,7 +314,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 if self.fill && !op.positional() {
                     op.push_zeros(&mut st, zeros, 0);
                 }
-                (op.valid_everywhere() || nv > 0 || zeros > 0).then(|| op.finish(&st))
+                (op.valid_everywhere() || any || zeros > 0).then(|| op.finish(&st))
             })
             .collect()
     }

@@ -230,6 +230,44 @@ pub trait ByName<T: Element>: MaskedReduce<T> {
     fn mapped<O: Element>(m: Self::Mapped<O>) -> Self::Out;
 }
 
+/// Where the dispatcher sends the typed result of an op on layout `L`.
+pub trait Sink<T: Element, L: MaskedReduce<T>> {
+    /// What the sink makes of a result.
+    type Out;
+    /// Takes a reduction result.
+    fn reduced<O: Element>(&self, r: L::Reduced<O>) -> Self::Out;
+    /// Takes a normalization result.
+    fn mapped<O: Element>(&self, m: L::Mapped<O>) -> Self::Out;
+}
+
+/// The sink of [`apply`]: the layout's [`ByName`] conversion.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Convert;
+
+impl<T: Element, L: ByName<T>> Sink<T, L> for Convert {
+    type Out = L::Out;
+    fn reduced<O: Element>(&self, r: L::Reduced<O>) -> L::Out {
+        L::reduced(r)
+    }
+    fn mapped<O: Element>(&self, m: L::Mapped<O>) -> L::Out {
+        L::mapped(m)
+    }
+}
+
+/// A sink that drops the typed result unconverted (benchmarks time the op alone).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Discard;
+
+impl<T: Element, L: MaskedReduce<T>> Sink<T, L> for Discard {
+    type Out = ();
+    fn reduced<O: Element>(&self, r: L::Reduced<O>) {
+        drop(std::hint::black_box(r));
+    }
+    fn mapped<O: Element>(&self, m: L::Mapped<O>) {
+        drop(std::hint::black_box(m));
+    }
+}
+
 impl<T: Element> ByName<T> for MaskedView<'_, T, IxDyn> {
     type Out = Outcome;
     fn reduced<O: Element>(r: MaskedArrayD<O>) -> Outcome {
@@ -304,43 +342,56 @@ pub fn apply_dense<T: Element>(
     apply(a, req)
 }
 
-/// Runs the request on any layout (dense, CSR): one match over the op table for all of
-/// them.
+/// Runs the request on any layout (dense, CSR) and converts the result to the layout's
+/// [`ByName::Out`].
 ///
 /// # Errors
 /// The op's own errors (bad dims, bad option values).
 pub fn apply<T: Element, L: ByName<T>>(a: &L, req: &OpRequest) -> Result<L::Out, MaskedError> {
+    apply_to(a, req, &Convert)
+}
+
+/// Runs the request on any layout and hands the typed result to `sink`: one match over
+/// the op table for every layout and every use.
+///
+/// # Errors
+/// The op's own errors (bad dims, bad option values).
+pub fn apply_to<T: Element, L: MaskedReduce<T>, S: Sink<T, L>>(
+    a: &L,
+    req: &OpRequest,
+    sink: &S,
+) -> Result<S::Out, MaskedError> {
     let (d, k) = (req.dims.clone(), req.keepdim);
     let (c, ord, q, it, mode) = (req.correction, req.ord, req.q, req.interpolation, req.mode);
     Ok(match req.spec.name {
-        "sum" => L::reduced(a.sum(d, k)?),
-        "prod" => L::reduced(a.prod(d, k)?),
-        "amax" => L::reduced(a.amax(d, k)?),
-        "amin" => L::reduced(a.amin(d, k)?),
-        "argmax" => L::reduced(a.argmax(d, k)?),
-        "argmin" => L::reduced(a.argmin(d, k)?),
-        "mean" => L::reduced(a.mean(d, k)?),
-        "count" => L::reduced(a.count(d, k)?),
-        "var" => L::reduced(a.var(d, k, c)?),
-        "std" => L::reduced(a.std(d, k, c)?),
-        "norm" => L::reduced(a.norm(d, k, ord)?),
-        "logsumexp" => L::reduced(a.logsumexp(d, k)?),
-        "median" => L::reduced(a.median(d, k, mode)?),
-        "quantile" => L::reduced(a.quantile(d, k, q, it)?),
-        "softmax" => L::mapped(a.softmax(one_dim(req)?)?),
-        "log_softmax" => L::mapped(a.log_softmax(one_dim(req)?)?),
-        "softmin" => L::mapped(a.softmin(one_dim(req)?)?),
-        "normalize" => L::mapped(a.normalize(one_dim(req)?, ord, req.eps)?),
-        "cumsum" => L::mapped(a.cumsum(one_dim(req)?)?),
-        "cumprod" => L::mapped(a.cumprod(one_dim(req)?)?),
-        "nansum" => L::reduced(a.nansum(d, k)?),
-        "nanmean" => L::reduced(a.nanmean(d, k)?),
-        "nanvar" => L::reduced(a.nanvar(d, k, c)?),
-        "nanstd" => L::reduced(a.nanstd(d, k, c)?),
-        "nanmax" => L::reduced(a.nanmax(d, k)?),
-        "nanmin" => L::reduced(a.nanmin(d, k)?),
-        "nanmedian" => L::reduced(a.nanmedian(d, k, mode)?),
-        "nanquantile" => L::reduced(a.nanquantile(d, k, q, it)?),
+        "sum" => sink.reduced(a.sum(d, k)?),
+        "prod" => sink.reduced(a.prod(d, k)?),
+        "amax" => sink.reduced(a.amax(d, k)?),
+        "amin" => sink.reduced(a.amin(d, k)?),
+        "argmax" => sink.reduced(a.argmax(d, k)?),
+        "argmin" => sink.reduced(a.argmin(d, k)?),
+        "mean" => sink.reduced(a.mean(d, k)?),
+        "count" => sink.reduced(a.count(d, k)?),
+        "var" => sink.reduced(a.var(d, k, c)?),
+        "std" => sink.reduced(a.std(d, k, c)?),
+        "norm" => sink.reduced(a.norm(d, k, ord)?),
+        "logsumexp" => sink.reduced(a.logsumexp(d, k)?),
+        "median" => sink.reduced(a.median(d, k, mode)?),
+        "quantile" => sink.reduced(a.quantile(d, k, q, it)?),
+        "softmax" => sink.mapped(a.softmax(one_dim(req)?)?),
+        "log_softmax" => sink.mapped(a.log_softmax(one_dim(req)?)?),
+        "softmin" => sink.mapped(a.softmin(one_dim(req)?)?),
+        "normalize" => sink.mapped(a.normalize(one_dim(req)?, ord, req.eps)?),
+        "cumsum" => sink.mapped(a.cumsum(one_dim(req)?)?),
+        "cumprod" => sink.mapped(a.cumprod(one_dim(req)?)?),
+        "nansum" => sink.reduced(a.nansum(d, k)?),
+        "nanmean" => sink.reduced(a.nanmean(d, k)?),
+        "nanvar" => sink.reduced(a.nanvar(d, k, c)?),
+        "nanstd" => sink.reduced(a.nanstd(d, k, c)?),
+        "nanmax" => sink.reduced(a.nanmax(d, k)?),
+        "nanmin" => sink.reduced(a.nanmin(d, k)?),
+        "nanmedian" => sink.reduced(a.nanmedian(d, k, mode)?),
+        "nanquantile" => sink.reduced(a.nanquantile(d, k, q, it)?),
         other => return Err(MaskedError::UnknownOp(other.to_string())),
     })
 }
