@@ -22,6 +22,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod buffer;
 pub mod dims;
 pub mod element;
 pub mod error;
@@ -33,6 +34,7 @@ pub mod reduce;
 pub mod sparse;
 pub mod stats;
 
+pub use buffer::fresh_vec;
 pub use dims::{wrap_dim, Dims, ReducePlan};
 pub use element::{Acc, DType, DynVec, Element, Float};
 pub use error::{MaskedError, Result};

@@ -3,8 +3,8 @@
 
 use crate::partition::{groups, row_tasks};
 use masked_core::{
-    compress_into, pred_bits, wrap_dim, Bits, Dims, Element, Fold, LaneMap, LaneStat, MaskedError,
-    MaskedReduce, Result, SparseArray,
+    compress_into, fresh_vec, pred_bits, wrap_dim, Bits, Dims, Element, Fold, LaneMap, LaneStat,
+    MaskedError, MaskedReduce, Result, SparseArray,
 };
 use rayon::prelude::*;
 use sprs::{CsMatI, SpIndex};
@@ -541,8 +541,8 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             out_ptr.push(out_ptr[r] + self.count_valid(self.row(r)));
         }
         let nout = out_ptr[nrows];
-        let mut values = vec![M::Output::default(); nout];
-        let mut indices = vec![I::default(); nout];
+        let mut values = fresh_vec::<M::Output>(nout);
+        let mut indices = fresh_vec::<I>(nout);
         let tasks = row_tasks(self.indptr);
         // tasks own disjoint, consecutive ranges of the output
         let mut pieces = Vec::with_capacity(tasks.len());
@@ -621,7 +621,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             .for_each(|(c, out)| {
                 map.map(&gathered[colptr[c]..colptr[c + 1]], None, out);
             });
-        let mut values = vec![M::Output::default(); keep.len()];
+        let mut values = fresh_vec::<M::Output>(keep.len());
         for (s, &k) in entry.iter().enumerate() {
             values[k] = mapped[s];
         }
@@ -711,8 +711,28 @@ impl<'a, T: Element, I: SpIndex> MaskedReduce<T> for CsrLanes<'a, T, I> {
         } else {
             self.map_cols(map)
         };
-        CsMatI::try_new(self.shape, indptr, indices, values)
-            .map_err(|(_, _, _, e)| MaskedError::InvalidData(e.to_string()))
+        if indptr.len() != self.shape.0 + 1
+            || indices.len() != values.len()
+            || indptr.last() != Some(&indices.len())
+        {
+            return Err(MaskedError::InvalidData(
+                "inconsistent mapped structure".into(),
+            ));
+        }
+        // SAFETY: the structure is a subset, in order, of this lane structure's entries:
+        // the row pointer is non-decreasing from 0 to `indices.len()` (checked just
+        // above for its ends and length; built by prefix sums), and every row's indices
+        // are a subsequence of a validated row (a sprs matrix or a `Pattern`): sorted,
+        // without duplicates, below `ncols`. sprs's own check would re-scan 10M entries.
+        Ok(unsafe {
+            CsMatI::new_unchecked(
+                sprs::CompressedStorage::CSR,
+                self.shape,
+                indptr,
+                indices,
+                values,
+            )
+        })
     }
 }
 
