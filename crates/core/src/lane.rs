@@ -62,7 +62,7 @@ pub fn select_nth_by_key<T: Copy, K: Ord + Copy>(
     let mut rounds = 2 * (usize::BITS - v.len().leading_zeros()) + 4;
     loop {
         let n = hi - lo;
-        if n <= 16 || rounds == 0 {
+        if n <= 8 || rounds == 0 {
             v[lo..hi].sort_unstable_by_key(|&x| key(x));
             return v[j];
         }
