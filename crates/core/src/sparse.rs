@@ -68,15 +68,7 @@ impl<O> SparseArray<O> {
     /// The stored positions as coordinates: one vector per dim, each of length
     /// [`SparseArray::nnz`] (the `coords` array of a COO file).
     pub fn coords(&self) -> Vec<Vec<usize>> {
-        let mut out = vec![Vec::with_capacity(self.nnz()); self.shape.len()];
-        for &flat in &self.indices {
-            let mut rest = flat;
-            for d in (0..self.shape.len()).rev() {
-                out[d].push(rest % self.shape[d].max(1));
-                rest /= self.shape[d].max(1);
-            }
-        }
-        out
+        unravel(&self.shape, &self.indices)
     }
     /// The value stored at `coords`, if that position is valid.
     pub fn get(&self, coords: &[usize]) -> Option<&O> {
@@ -108,4 +100,18 @@ impl<O: Clone> SparseArray<O> {
         }
         out
     }
+}
+
+/// The coordinates of row-major flat positions in `shape`: one vector per dim, each as
+/// long as `flat`.
+pub fn unravel(shape: &[usize], flat: &[usize]) -> Vec<Vec<usize>> {
+    let mut out = vec![Vec::with_capacity(flat.len()); shape.len()];
+    for &f in flat {
+        let mut rest = f;
+        for d in (0..shape.len()).rev() {
+            out[d].push(rest % shape[d].max(1));
+            rest /= shape[d].max(1);
+        }
+    }
+    out
 }

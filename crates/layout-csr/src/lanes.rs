@@ -105,6 +105,18 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         self.indices.len()
     }
 
+    /// A reduction over `dims`: `lanes` gives every output lane's value (`None` where
+    /// the lane has no valid element), which become the sparse result.
+    fn reduce<O>(
+        &self,
+        dims: &Dims,
+        keepdim: bool,
+        lanes: impl FnOnce(Axis) -> Vec<Option<O>>,
+    ) -> Result<SparseArray<O>> {
+        let ax = axis(dims)?;
+        collect_sparse(out_shape(self.shape, ax, keepdim), lanes(ax))
+    }
+
     fn row(&self, r: usize) -> Range<usize> {
         self.indptr[r]..self.indptr[r + 1]
     }
@@ -666,13 +678,11 @@ impl<'a, T: Element, I: SpIndex> MaskedReduce<T> for CsrLanes<'a, T, I> {
         dims: &Dims,
         keepdim: bool,
     ) -> Result<SparseArray<F::Output>> {
-        let ax = axis(dims)?;
-        let shape = out_shape(self.shape, ax, keepdim);
-        match ax {
-            Axis::Rows => collect_sparse(shape, self.fold_rows(op)),
-            Axis::Cols => collect_sparse(shape, self.fold_cols(op)),
-            Axis::All => collect_sparse(shape, [self.fold_all(op)]),
-        }
+        self.reduce(dims, keepdim, |ax| match ax {
+            Axis::Rows => self.fold_rows(op),
+            Axis::Cols => self.fold_cols(op),
+            Axis::All => vec![self.fold_all(op)],
+        })
     }
 
     fn stat_lanes<S: LaneStat<T>>(
@@ -681,13 +691,11 @@ impl<'a, T: Element, I: SpIndex> MaskedReduce<T> for CsrLanes<'a, T, I> {
         dims: &Dims,
         keepdim: bool,
     ) -> Result<SparseArray<S::Output>> {
-        let ax = axis(dims)?;
-        let shape = out_shape(self.shape, ax, keepdim);
-        match ax {
-            Axis::Rows => collect_sparse(shape, self.stat_rows(stat)),
-            Axis::Cols => collect_sparse(shape, self.stat_cols(stat)),
-            Axis::All => collect_sparse(shape, [self.stat_all(stat)]),
-        }
+        self.reduce(dims, keepdim, |ax| match ax {
+            Axis::Rows => self.stat_rows(stat),
+            Axis::Cols => self.stat_cols(stat),
+            Axis::All => vec![self.stat_all(stat)],
+        })
     }
 
     /// Along dim 1 or 0; the output stores exactly the valid entries. Without a mask

@@ -207,15 +207,7 @@ pub struct SparseOutcome {
 impl SparseOutcome {
     /// The stored positions as coordinates, one vector per dim.
     pub fn coords(&self) -> Vec<Vec<usize>> {
-        let mut out = vec![Vec::with_capacity(self.indices.len()); self.shape.len()];
-        for &flat in &self.indices {
-            let mut rest = flat;
-            for d in (0..self.shape.len()).rev() {
-                out[d].push(rest % self.shape[d].max(1));
-                rest /= self.shape[d].max(1);
-            }
-        }
-        out
+        crate::core::sparse::unravel(&self.shape, &self.indices)
     }
 }
 
