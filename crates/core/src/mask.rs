@@ -112,6 +112,98 @@ impl BitMask {
         }
     }
 
+    /// A padding mask of shape `[lengths.len(), len]`: row `r` is valid at positions
+    /// `0..lengths[r]` (a batch of sequences padded to `len`). Broadcasts over trailing
+    /// feature dims when reshaped to `[batch, len, 1]`.
+    ///
+    /// # Errors
+    /// [`MaskedError::IndexOutOfRange`] for a length above `len`, naming the row.
+    ///
+    /// ```
+    /// use masked_core::BitMask;
+    /// let m = BitMask::from_lengths(3, &[2, 0]).unwrap();
+    /// assert_eq!(m.to_vec(), vec![true, true, false, false, false, false]);
+    /// ```
+    pub fn from_lengths(len: usize, lengths: &[usize]) -> Result<Self> {
+        if let Some((r, &l)) = lengths.iter().enumerate().find(|(_, &l)| l > len) {
+            return Err(MaskedError::IndexOutOfRange {
+                entry: r,
+                dim: 1,
+                index: l as i64,
+                size: len,
+            });
+        }
+        Self::from_bools(
+            &[lengths.len(), len],
+            lengths.iter().flat_map(|&l| (0..len).map(move |c| c < l)),
+        )
+    }
+
+    /// A banded mask of `shape` (rows, cols): row `i` is valid at columns
+    /// `i - lower ..= i + upper` (clipped). `banded((n, n), n, 0)` is causal.
+    pub fn banded(shape: (usize, usize), lower: usize, upper: usize) -> Self {
+        let (r, c) = shape;
+        let bits = (0..r)
+            .flat_map(|i| (0..c).map(move |j| j + lower >= i && j <= i.saturating_add(upper)));
+        BitMask {
+            shape: vec![r, c],
+            bits: bits.collect(),
+        }
+    }
+
+    /// A causal (lower-triangular, diagonal included) attention mask of `n` x `n`.
+    pub fn causal(n: usize) -> Self {
+        Self::banded((n, n), n, 0)
+    }
+
+    /// A mask of `shape` valid exactly at the given coordinates (one vector per dim,
+    /// equal lengths), in any order.
+    ///
+    /// # Errors
+    /// [`MaskedError::IndexOutOfRange`] or [`MaskedError::DuplicateIndex`] naming the
+    /// entry; [`MaskedError::InvalidData`] for ragged coordinate vectors.
+    pub fn from_coords(shape: &[usize], coords: &[Vec<usize>]) -> Result<Self> {
+        if coords.len() != shape.len() {
+            return Err(MaskedError::InvalidData(format!(
+                "{} coordinate vectors for a {}-d shape",
+                coords.len(),
+                shape.len()
+            )));
+        }
+        let nnz = coords.first().map_or(0, Vec::len);
+        if coords.iter().any(|c| c.len() != nnz) {
+            return Err(MaskedError::InvalidData(
+                "coordinate vectors of different lengths".into(),
+            ));
+        }
+        let mut m = Self::filled(shape, false);
+        let mut first = std::collections::HashMap::new();
+        for e in 0..nnz {
+            let mut flat = 0usize;
+            for (d, (c, &size)) in coords.iter().zip(shape).enumerate() {
+                if c[e] >= size {
+                    return Err(MaskedError::IndexOutOfRange {
+                        entry: e,
+                        dim: d,
+                        index: c[e] as i64,
+                        size,
+                    });
+                }
+                flat = flat * size + c[e];
+            }
+            if m.get(flat) {
+                return Err(MaskedError::DuplicateIndex {
+                    coords: coords.iter().map(|c| c[e]).collect(),
+                    first: first[&flat],
+                    second: e,
+                });
+            }
+            first.insert(flat, e);
+            m.set(flat, true);
+        }
+        Ok(m)
+    }
+
     /// A mask of `shape` from its elements in row-major order.
     ///
     /// # Errors
@@ -340,6 +432,41 @@ mod tests {
         assert_eq!(s.broadcast_to(&[2, 2]).unwrap().count_ones(), 0);
         let e = BitMask::from_bools(&[1], [true]).unwrap();
         assert_eq!(e.broadcast_to(&[0, 3]).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn mask_constructors() {
+        assert_eq!(
+            BitMask::causal(3).to_vec(),
+            vec![true, false, false, true, true, false, true, true, true]
+        );
+        assert_eq!(
+            BitMask::banded((2, 4), 0, 1).to_vec(),
+            vec![true, true, false, false, false, true, true, false]
+        );
+        let m = BitMask::from_coords(&[2, 3], &[vec![1, 0], vec![2, 0]]).unwrap();
+        assert_eq!(m.to_vec(), vec![true, false, false, false, false, true]);
+        assert!(matches!(
+            BitMask::from_coords(&[2, 3], &[vec![1, 1], vec![2, 2]]),
+            Err(MaskedError::DuplicateIndex {
+                first: 0,
+                second: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            BitMask::from_coords(&[2, 3], &[vec![2], vec![0]]),
+            Err(MaskedError::IndexOutOfRange {
+                entry: 0,
+                dim: 0,
+                ..
+            })
+        ));
+        assert!(BitMask::from_coords(&[2, 3], &[vec![0]]).is_err());
+        assert!(matches!(
+            BitMask::from_lengths(2, &[1, 3]),
+            Err(MaskedError::IndexOutOfRange { entry: 1, .. })
+        ));
     }
 
     #[test]

@@ -237,6 +237,59 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m
     }
 }
 
+/// A 2-D reduction result (`keepdim`: `[nrows, 1]` or `[1, ncols]`) as a CSR matrix
+/// storing exactly its valid outputs.
+///
+/// # Errors
+/// [`MaskedError::InvalidData`] when `a` is not 2-D.
+///
+/// ```
+/// use layout_csr::{to_csmat, MaskedCsr};
+/// use masked_core::MaskedReduce;
+/// use sprs::CsMat;
+/// let m = CsMat::new((3, 2), vec![0, 1, 1, 3], vec![1, 0, 1], vec![2.0f64, 3.0, 4.0]);
+/// let s = MaskedCsr::from_pattern(m.view()).unwrap().sum(1, true).unwrap();
+/// let c = to_csmat(&s).unwrap();              // a 3 x 1 CSR: row 1 is not stored
+/// assert_eq!(c.shape(), (3, 1));
+/// assert_eq!(c.indptr().raw_storage(), &[0, 1, 1, 2]);
+/// assert_eq!(c.data(), &[2.0, 7.0]);
+/// ```
+pub fn to_csmat<O: Clone>(a: &SparseArray<O>) -> Result<sprs::CsMat<O>> {
+    let &[nrows, ncols] = a.shape() else {
+        return Err(MaskedError::InvalidData(format!(
+            "a {}-d result is not a matrix",
+            a.shape().len()
+        )));
+    };
+    let mut indptr = vec![0usize; nrows + 1];
+    let mut indices = Vec::with_capacity(a.nnz());
+    for &flat in a.indices() {
+        indptr[flat / ncols.max(1) + 1] += 1;
+        indices.push(flat % ncols.max(1));
+    }
+    for r in 0..nrows {
+        indptr[r + 1] += indptr[r];
+    }
+    sprs::CsMat::try_new((nrows, ncols), indptr, indices, a.values().to_vec())
+        .map_err(|(_, _, _, e)| MaskedError::InvalidData(e.to_string()))
+}
+
+/// A 1-D reduction result (no `keepdim`) as a sparse vector storing exactly its valid
+/// outputs.
+///
+/// # Errors
+/// [`MaskedError::InvalidData`] when `a` is not 1-D.
+pub fn to_csvec<O: Clone>(a: &SparseArray<O>) -> Result<sprs::CsVec<O>> {
+    let &[n] = a.shape() else {
+        return Err(MaskedError::InvalidData(format!(
+            "a {}-d result is not a vector",
+            a.shape().len()
+        )));
+    };
+    sprs::CsVec::try_new(n, a.indices().to_vec(), a.values().to_vec())
+        .map_err(|(_, _, e)| MaskedError::InvalidData(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,6 +368,21 @@ mod tests {
         let e = MaskedCsr::from_pattern(empty.view()).unwrap();
         assert_eq!(e.softmax(1).unwrap().nnz(), 0);
         assert!(e.sum(1, false).unwrap().indices().is_empty());
+    }
+
+    #[test]
+    fn results_convert_to_sprs() {
+        let m = CsMat::new((2, 3), vec![0, 2, 2], vec![0, 2], vec![1.0f32, 2.0]);
+        let a = MaskedCsr::from_pattern(m.view()).unwrap();
+        let v = to_csvec(&a.amax(0, false).unwrap()).unwrap();
+        assert_eq!(v.dim(), 3);
+        assert_eq!(v.indices(), &[0, 2]);
+        assert_eq!(v.data(), &[1.0, 2.0]);
+        let c = to_csmat(&a.amax(0, true).unwrap()).unwrap();
+        assert_eq!(c.shape(), (1, 3));
+        assert_eq!(c.indices(), &[0, 2]);
+        assert!(to_csmat(&a.sum(1, false).unwrap()).is_err());
+        assert!(to_csvec(&a.sum(Dims::all(), false).unwrap()).is_err());
     }
 
     #[test]

@@ -24,6 +24,19 @@
 //! # Ok::<(), MaskedError>(())
 //! ```
 //!
+//! Masks from indices, for the layout they apply to:
+//!
+//! | mask | dense ([`BitMask`]) | CSR ([`Pattern`]) |
+//! |---|---|---|
+//! | from index arrays | [`BitMask::from_coords`] | [`Pattern::from_coords`] |
+//! | a matrix's own stored pattern | | [`Pattern::of`], or [`MaskedCsr::from_pattern`] (no copy) |
+//! | padding, from sequence lengths | [`BitMask::from_lengths`] | [`Pattern::from_lengths`] |
+//! | causal / banded attention | [`BitMask::causal`], [`BitMask::banded`] | [`Pattern::causal`], [`Pattern::banded`] |
+//! | from a dense bool array | [`BitMask::from_bools`] | [`Pattern::from_dense`] |
+//! | from a predicate over values | `BitMask::from_bools(shape, x.iter().map(pred))` | [`Pattern::from_predicate`] |
+//!
+//! Each validates and returns a typed error naming the bad entry.
+//!
 //! The semantics (masks, dims, fully masked lanes, NaN, integer widening) are in
 //! `docs/semantics.md`; the design in `docs/architecture.md`.
 #![deny(missing_docs)]
@@ -35,7 +48,7 @@ pub use layout_csr as csr;
 pub use layout_dense as dense;
 pub use masked_core as core;
 
-pub use layout_csr::{CsrLanes, MaskedCsr, Pattern};
+pub use layout_csr::{to_csmat, to_csvec, CsrLanes, MaskedCsr, Pattern};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
     lane, ops, stats, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold, Interpolation,
