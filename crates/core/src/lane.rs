@@ -68,8 +68,19 @@ pub fn select_nth_by_key<T: Copy, K: Ord + Copy>(
         }
         rounds -= 1;
         let s = &mut v[lo..hi];
-        let (a, b, c) = (key(s[0]), key(s[n / 2]), key(s[n - 1]));
-        let p = a.max(b).min(a.min(b).max(c));
+        let med3 = |a: K, b: K, c: K| a.max(b).min(a.min(b).max(c));
+        let at = |i: usize| key(s[i]);
+        let p = if n >= 64 {
+            // Tukey's ninther: a pivot nearer the middle, fewer rounds
+            let q = n / 8;
+            med3(
+                med3(at(0), at(q), at(2 * q)),
+                med3(at(3 * q), at(4 * q), at(5 * q)),
+                med3(at(6 * q), at(7 * q), at(n - 1)),
+            )
+        } else {
+            med3(at(0), at(n / 2), at(n - 1))
+        };
         // branch-free Lomuto: s[..store] < p <= s[store..]
         let mut store = 0;
         for i in 0..n {
@@ -326,7 +337,8 @@ impl<T: Element> LaneStat<T> for Quantile {
     }
     fn compute_sparse(&self, vals: &mut [T], _: &[i64], zeros: usize, _: i64) -> T::Real {
         let n = vals.len() + zeros;
-        if n == 0 || vals.iter().any(|x| x.is_nan()) {
+        // a branch-free fold (vectorises), not a short-circuiting `any`
+        if n == 0 || vals.iter().fold(false, |a, x| a | x.is_nan()) {
             return <T::Real as Float>::NAN;
         }
         let pos = self.q * (n - 1) as f64;
