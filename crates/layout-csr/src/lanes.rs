@@ -181,10 +181,9 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
 
     fn fold_rows<F: Fold<T>>(&self, op: &F) -> Vec<Option<F::Output>> {
         let ncols = self.shape.1;
-        let fold_row = |r: usize, ents: Range<usize>, span: Range<i64>| {
+        let fold_row = |ents: Range<usize>, span: Range<i64>| {
             let mut st = op.identity();
             self.fold_segment(op, &mut st, ents, |k| self.col(k) as i64, span);
-            let _ = r;
             st
         };
         let tasks = row_tasks(self.indptr);
@@ -208,7 +207,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                             } else {
                                 self.col(p.end - 1) + 1
                             };
-                            fold_row(r, p.clone(), lo as i64..hi as i64)
+                            fold_row(p.clone(), lo as i64..hi as i64)
                         })
                         .collect();
                     let mut it = states.into_iter();
@@ -226,7 +225,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                         if !op.valid_everywhere() && !self.lane_valid(e.clone(), ncols) {
                             return None;
                         }
-                        Some(op.finish(&fold_row(r, e, 0..ncols as i64)))
+                        Some(op.finish(&fold_row(e, 0..ncols as i64)))
                     })
                     .collect()
             })
@@ -501,15 +500,10 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             let e = self.row(r);
             let base = r * ncols;
             let flat = |k: usize| (base + self.col(k)) as i64;
-            let (mut v, mut a) = (Vec::new(), Vec::new());
-            self.gather(
-                e.clone(),
-                stat.positions().then_some(&flat as _),
-                &mut v,
-                &mut a,
-            );
-            vals.extend_from_slice(&v);
-            at.extend_from_slice(&a);
+            compress_into(&self.values[e.clone()], self.bits_at(e.start), &mut vals);
+            if stat.positions() {
+                at.extend(e.clone().filter(|&k| self.is_valid(k)).map(flat));
+            }
             if self.fill && first < 0 {
                 let g = first_gap(e.map(|k| self.col(k)));
                 if g < ncols {
