@@ -95,6 +95,26 @@ fn first_gap(stored: impl Iterator<Item = usize>) -> usize {
 }
 
 impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
+    /// The same lanes with validity bits `!is_nan` ANDed in (unstored zeros stay
+    /// valid); the bits are owned, the structure and values still borrowed.
+    pub fn nan_masked(&self) -> CsrLanes<'a, T, I> {
+        let mut words = vec![0u64; self.nnz().div_ceil(64)];
+        let chunk = 1 << 16;
+        words
+            .par_chunks_mut(chunk / 64)
+            .zip(self.values.par_chunks(chunk))
+            .for_each(|(w, xs)| pred_bits(xs, w, |x: T| !x.is_nan()));
+        if let Some(v) = self.valid.as_deref() {
+            for (w, &m) in words.iter_mut().zip(v) {
+                *w &= m;
+            }
+        }
+        CsrLanes {
+            valid: Some(Cow::Owned(words)),
+            ..*self
+        }
+    }
+
     /// `(nrows, ncols)`.
     pub fn shape(&self) -> (usize, usize) {
         self.shape
@@ -252,15 +272,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 } else {
                     Vec::new()
                 };
-                if self.valid.is_none() && !self.fill && !op.positional() {
-                    // the fastest path: every entry valid, no zeros, positions unused
-                    let e = self.indptr[rows.start]..self.indptr[rows.end];
-                    for (x, c) in self.values[e.clone()].iter().zip(&self.indices[e]) {
-                        let c = c.index_unchecked();
-                        op.push(&mut states[c], *x, 0);
-                        seen[c / 64] |= 1 << (c % 64);
-                    }
-                } else if self.valid.is_none() && !self.fill {
+                if self.valid.is_none() && !self.fill {
                     // the fast path (mask = a pattern): every entry valid, no zeros
                     for r in rows.clone() {
                         let e = self.row(r);
@@ -270,23 +282,25 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                             seen[c / 64] |= 1 << (c % 64);
                         }
                     }
-                }
-                for r in rows.clone().filter(|_| self.valid.is_some() || self.fill) {
-                    for k in self.row(r) {
-                        let c = self.col(k);
-                        if positional_fill && (r as u32) > next[c] {
-                            let gap = r as u32 - next[c];
-                            op.push_zeros(&mut states[c], gap as u64, next[c] as i64);
-                        }
-                        if self.is_valid(k) {
-                            op.push(&mut states[c], self.values[k], r as i64);
-                            seen[c / 64] |= 1 << (c % 64);
-                        }
-                        if self.fill {
-                            stored[c] += 1;
-                        }
-                        if positional_fill {
-                            next[c] = r as u32 + 1;
+                } else {
+                    // validity bits or unstored zeros: entry by entry
+                    for r in rows.clone() {
+                        for k in self.row(r) {
+                            let c = self.col(k);
+                            if positional_fill && (r as u32) > next[c] {
+                                let gap = r as u32 - next[c];
+                                op.push_zeros(&mut states[c], gap as u64, next[c] as i64);
+                            }
+                            if self.is_valid(k) {
+                                op.push(&mut states[c], self.values[k], r as i64);
+                                seen[c / 64] |= 1 << (c % 64);
+                            }
+                            if self.fill {
+                                stored[c] += 1;
+                            }
+                            if positional_fill {
+                                next[c] = r as u32 + 1;
+                            }
                         }
                     }
                 }
@@ -645,25 +659,7 @@ impl<'a, T: Element, I: SpIndex> MaskedReduce<T> for CsrLanes<'a, T, I> {
 
     /// The same lanes with validity bits `!is_nan` ANDed in (unstored zeros stay valid).
     fn without_nans(&self) -> Result<CsrLanes<'_, T, I>> {
-        let mut words = vec![0u64; self.nnz().div_ceil(64)];
-        let chunk = 1 << 16;
-        words
-            .par_chunks_mut(chunk / 64)
-            .zip(self.values.par_chunks(chunk))
-            .for_each(|(w, xs)| pred_bits(xs, w, |x: T| !x.is_nan()));
-        if let Some(v) = self.valid.as_deref() {
-            for (w, &m) in words.iter_mut().zip(v) {
-                *w &= m;
-            }
-        }
-        Ok(CsrLanes {
-            shape: self.shape,
-            indptr: self.indptr,
-            indices: self.indices,
-            values: self.values,
-            valid: Some(Cow::Owned(words)),
-            fill: self.fill,
-        })
+        Ok(self.nan_masked())
     }
 
     fn fold_lanes<F: Fold<T>>(

@@ -205,13 +205,7 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m
         Self: 'a;
 
     fn without_nans(&self) -> Result<CsrLanes<'_, T, I>> {
-        let l = self.lanes();
-        // the borrowed lanes live as long as `self`; their NaN bits are owned
-        let n = l.without_nans()?;
-        Ok(CsrLanes {
-            valid: n.valid.map(|v| std::borrow::Cow::Owned(v.into_owned())),
-            ..l
-        })
+        Ok(self.lanes().nan_masked())
     }
 
     fn fold_lanes<F: Fold<T>>(
