@@ -1,6 +1,10 @@
 //! Shared helpers of the conformance suite: fixture decoding and value comparison.
 
+use masked::by_name::{Outcome, SparseOutcome};
 use masked::DynVec;
+use proptest::prelude::{
+    prop_assert, prop_assert_eq, prop_oneof, BoxedStrategy, Just, Strategy, TestCaseError,
+};
 use serde_json::Value;
 
 /// Decodes one JSON number or the strings `nan`, `inf`, `-inf` as f64.
@@ -84,4 +88,65 @@ pub fn compare(got: &DynVec, want: &DynVec, rtol: f64) -> Result<(), String> {
         _ => unreachable!("dtypes checked above"),
     }
     Ok(())
+}
+
+/// Element `i` of a value vector as f64.
+pub fn at(v: &DynVec, i: usize) -> f64 {
+    match v {
+        DynVec::F32(x) => x[i] as f64,
+        DynVec::F64(x) => x[i],
+        DynVec::I32(x) => x[i] as f64,
+        DynVec::I64(x) => x[i] as f64,
+    }
+}
+
+fn same_type(a: &DynVec, b: &DynVec) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b)
+}
+
+/// The sparse outcome of a sparse layout stores exactly the dense output mask, with the dense values.
+pub fn agree(what: &str, d: &Outcome, s: &SparseOutcome) -> Result<(), TestCaseError> {
+    prop_assert_eq!(&d.shape, &s.shape, "{}: shape", what);
+    prop_assert!(same_type(&d.values, &s.values), "{}: dtype", what);
+    let valid: Vec<usize> = (0..d.mask.len()).filter(|&i| d.mask.get(i)).collect();
+    prop_assert_eq!(
+        &valid,
+        &s.indices,
+        "{}: stored positions vs output mask",
+        what
+    );
+    let rel = if matches!(d.values, DynVec::F32(_)) {
+        1e-5
+    } else {
+        1e-9
+    };
+    for (k, &i) in valid.iter().enumerate() {
+        let (x, y) = (at(&d.values, i), at(&s.values, k));
+        prop_assert!(
+            close(x, y, rel),
+            "{}: at {}: dense {} vs sparse {}",
+            what,
+            i,
+            x,
+            y
+        );
+    }
+    Ok(())
+}
+
+/// Small exact values (halves with `specials`, plus 0, NaN and the infinities), for
+/// inputs whose sums do not depend on the order of addition.
+pub fn value(specials: bool) -> BoxedStrategy<f64> {
+    if specials {
+        prop_oneof![
+            10 => (-8i32..8).prop_map(|v| v as f64 / 2.0),
+            2 => Just(0.0),
+            1 => Just(f64::NAN),
+            1 => Just(f64::INFINITY),
+            1 => Just(f64::NEG_INFINITY),
+        ]
+        .boxed()
+    } else {
+        prop_oneof![5 => (-8i32..8).prop_map(|v| v as f64), 1 => Just(0.0)].boxed()
+    }
 }

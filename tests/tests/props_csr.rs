@@ -5,8 +5,9 @@
 //! both ways, equals the dense op on the densified input at the output mask, and the
 //! stored output pattern equals the output mask.
 
-use masked::by_name::{apply, apply_dense, Kind, OpRequest, Outcome, SparseOutcome, OPS};
-use masked::{Dims, DynVec, Element, Interpolation, MaskedArray, MaskedCsr, MedianMode, Pattern};
+use masked::by_name::{apply, apply_dense, Kind, OpRequest, OPS};
+use masked::{Dims, Element, Interpolation, MaskedArray, MaskedCsr, MedianMode, Pattern};
+use masked_tests::{agree, at, value};
 use ndarray::{Array2, IxDyn};
 use proptest::prelude::*;
 use sprs::CsMat;
@@ -40,21 +41,6 @@ struct Case {
     q: f64,
     interpolation: Interpolation,
     mode: MedianMode,
-}
-
-fn value(specials: bool) -> BoxedStrategy<f64> {
-    if specials {
-        prop_oneof![
-            10 => (-8i32..8).prop_map(|v| v as f64 / 2.0),
-            2 => Just(0.0),
-            1 => Just(f64::NAN),
-            1 => Just(f64::INFINITY),
-            1 => Just(f64::NEG_INFINITY),
-        ]
-        .boxed()
-    } else {
-        prop_oneof![5 => (-8i32..8).prop_map(|v| v as f64), 1 => Just(0.0)].boxed()
-    }
 }
 
 fn case(specials: bool) -> impl Strategy<Value = Case> {
@@ -115,55 +101,6 @@ fn case(specials: bool) -> impl Strategy<Value = Case> {
                 mode,
             },
         )
-}
-
-/// Equal up to rounding: `rel` 1e-9 for f64 outputs, 1e-5 for f32 (the two layouts
-/// may sum in different orders).
-fn close(a: f64, b: f64, rel: f64) -> bool {
-    (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= rel * a.abs().max(b.abs()).max(1.0)
-}
-
-fn at(v: &DynVec, i: usize) -> f64 {
-    match v {
-        DynVec::F32(x) => x[i] as f64,
-        DynVec::F64(x) => x[i],
-        DynVec::I32(x) => x[i] as f64,
-        DynVec::I64(x) => x[i] as f64,
-    }
-}
-
-fn same_type(a: &DynVec, b: &DynVec) -> bool {
-    std::mem::discriminant(a) == std::mem::discriminant(b)
-}
-
-/// The sparse outcome stores exactly the dense output mask, with the dense values.
-fn agree(what: &str, d: &Outcome, s: &SparseOutcome) -> Result<(), TestCaseError> {
-    prop_assert_eq!(&d.shape, &s.shape, "{}: shape", what);
-    prop_assert!(same_type(&d.values, &s.values), "{}: dtype", what);
-    let valid: Vec<usize> = (0..d.mask.len()).filter(|&i| d.mask.get(i)).collect();
-    prop_assert_eq!(
-        &valid,
-        &s.indices,
-        "{}: stored positions vs output mask",
-        what
-    );
-    let rel = if matches!(d.values, DynVec::F32(_)) {
-        1e-5
-    } else {
-        1e-9
-    };
-    for (k, &i) in valid.iter().enumerate() {
-        let (x, y) = (at(&d.values, i), at(&s.values, k));
-        prop_assert!(
-            close(x, y, rel),
-            "{}: at {}: dense {} vs csr {}",
-            what,
-            i,
-            x,
-            y
-        );
-    }
-    Ok(())
 }
 
 /// A CSR matrix from `(flat position, value)` pairs in increasing position order.

@@ -1,7 +1,426 @@
 //! # layout-coo
 //!
-//! The n-D COO layout of the `masked` engine (coordinates + values, the mask a COO index
-//! pattern). Its type and kernels arrive with the COO issue; until then this crate holds
-//! no public items, so nothing here pretends to work. The dense layout
-//! (`layout-dense`) and the CSR row reductions (`layout-csr`) are available.
+//! The n-D COO layout of the `masked` engine: coordinates + values of any rank (batch ×
+//! sequence × feature, ...), accepted in any order and stored canonically (row-major
+//! sorted; a repeated position is an error). Unspecified elements have value 0, and
+//! sparse in means sparse out: reductions and normalizations return a [`SparseArray`]
+//! storing exactly their valid outputs.
+//!
+//! The mask of a [`MaskedCoo`] ([`CooMask`]) is the input's own stored pattern (the
+//! fast path), a separate [`CooPattern`] (a valid position not stored takes part as 0,
+//! a stored value outside the mask is ignored), or none (every element valid).
+//!
+//! Every op of [`MaskedReduce`] runs over any set of dims with keepdim either way, and
+//! the normalizations along any one dim. A reduction groups the entries by their kept
+//! coordinates (no data moves when the reduced dims are the trailing ones; otherwise an
+//! O(nnz) counting sort by group, or an O(nnz log nnz) sort when groups far outnumber
+//! entries) and runs the CSR layout's lane kernels on the groups: the ops are not
+//! written again here.
+//!
+//! Conversions: dense ↔ COO (any rank) and CSR ↔ COO with `From`/`TryFrom`, dense ↔ CSR
+//! with [`dense_to_csr`] / [`csr_to_dense`]; masks are carried along.
+//!
+//! ```
+//! use layout_coo::MaskedCoo;
+//! use masked_core::MaskedReduce;
+//!
+//! // a [2, 2, 3] tensor with 4 stored entries, given unsorted
+//! let coords = [vec![1, 0, 0, 1], vec![1, 0, 1, 1], vec![2, 0, 2, 0]];
+//! let a = MaskedCoo::from_pattern(&[2, 2, 3], &coords, vec![4.0f64, 1.0, 2.0, 3.0]).unwrap();
+//! let s = a.sum([0, 2], false).unwrap();         // over dims (0, 2): shape [2]
+//! assert_eq!(s.shape(), &[2]);
+//! assert_eq!(s.values(), &[1.0, 9.0]);
+//! let m = a.amax(1, true).unwrap();              // keepdim: shape [2, 1, 3]
+//! assert_eq!(m.indices(), &[0, 2, 3, 5]);        // only lanes with a valid element
+//! assert_eq!(m.values(), &[1.0, 2.0, 3.0, 4.0]);
+//! let p = a.softmax(2).unwrap();                 // stores exactly the valid entries
+//! assert_eq!(p.indices(), &[0, 5, 9, 11]);
+//! assert!((p.values()[2] - 1.0 / (1.0 + 1f64.exp())).abs() < 1e-15);
+//! ```
 #![deny(missing_docs)]
+
+mod convert;
+mod group;
+mod pattern;
+
+pub use convert::{csr_to_dense, dense_to_csr};
+pub use masked_core::SparseArray;
+pub use pattern::CooPattern;
+
+use group::{group, Grouped};
+use masked_core::{
+    pred_bits, wrap_dim, Dims, Element, Fold, LaneMap, LaneStat, MaskedError, MaskedReduce, Result,
+};
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// The mask of a [`MaskedCoo`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CooMask {
+    /// The input's own stored positions ("mask from indices"): every stored entry is
+    /// valid, explicit zeros included.
+    Stored,
+    /// A separate pattern of the input's shape.
+    Pattern(CooPattern),
+    /// No mask: every element valid, unstored ones as 0.
+    All,
+}
+
+/// The resolved mask: a separate pattern carries the input's values at its positions.
+#[derive(Debug, Clone)]
+enum Resolved<T> {
+    Stored,
+    Own { pattern: CooPattern, values: Vec<T> },
+    All,
+}
+
+/// An n-D COO array with a sparse mask. See the [crate docs](crate).
+#[derive(Debug, Clone)]
+pub struct MaskedCoo<T> {
+    pattern: CooPattern,
+    values: Vec<T>,
+    mask: Resolved<T>,
+}
+
+impl<T: Element> MaskedCoo<T> {
+    /// A masked COO array from a shape, one coordinate array per dim (any order), the
+    /// values of the entries, and the mask.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] for mismatched lengths,
+    /// [`MaskedError::IndexOutOfRange`] / [`MaskedError::DuplicateIndex`] naming the
+    /// entry, [`MaskedError::ShapeMismatch`] for a mask pattern of another shape.
+    pub fn try_new<C: AsRef<[usize]>>(
+        shape: &[usize],
+        coords: &[C],
+        values: Vec<T>,
+        mask: CooMask,
+    ) -> Result<Self> {
+        let (pattern, perm) = CooPattern::canonical(shape, coords, values.len())?;
+        let values = match perm {
+            Some(p) => p.par_iter().map(|&e| values[e]).collect(),
+            None => values,
+        };
+        Self::from_parts(pattern, values, mask)
+    }
+
+    /// A masked COO array over a canonical pattern and its values (in the pattern's
+    /// order).
+    ///
+    /// # Errors
+    /// A value count other than the pattern's, a mask pattern of another shape.
+    pub fn from_parts(pattern: CooPattern, values: Vec<T>, mask: CooMask) -> Result<Self> {
+        if values.len() != pattern.nnz() {
+            return Err(MaskedError::InvalidData(format!(
+                "{} values for {} stored positions",
+                values.len(),
+                pattern.nnz()
+            )));
+        }
+        let mask = match mask {
+            CooMask::Stored => Resolved::Stored,
+            CooMask::All => Resolved::All,
+            CooMask::Pattern(m) => {
+                if m.shape() != pattern.shape() {
+                    return Err(MaskedError::ShapeMismatch {
+                        what: "COO mask pattern vs input".into(),
+                        left: m.shape().to_vec(),
+                        right: pattern.shape().to_vec(),
+                    });
+                }
+                let values = resolve(&pattern, &values, &m);
+                Resolved::Own { pattern: m, values }
+            }
+        };
+        Ok(MaskedCoo {
+            pattern,
+            values,
+            mask,
+        })
+    }
+
+    /// Masks the entries with their own positions ("mask from indices"): every stored
+    /// entry is valid, explicit zeros included.
+    ///
+    /// # Errors
+    /// As [`MaskedCoo::try_new`].
+    pub fn from_pattern<C: AsRef<[usize]>>(
+        shape: &[usize],
+        coords: &[C],
+        values: Vec<T>,
+    ) -> Result<Self> {
+        Self::try_new(shape, coords, values, CooMask::Stored)
+    }
+
+    /// No mask: every element valid, unstored ones with value 0.
+    ///
+    /// # Errors
+    /// As [`MaskedCoo::try_new`].
+    pub fn unmasked<C: AsRef<[usize]>>(
+        shape: &[usize],
+        coords: &[C],
+        values: Vec<T>,
+    ) -> Result<Self> {
+        Self::try_new(shape, coords, values, CooMask::All)
+    }
+
+    /// A separate mask pattern: a valid position not stored takes part as 0, a stored
+    /// value outside the mask is ignored.
+    ///
+    /// # Errors
+    /// As [`MaskedCoo::try_new`].
+    pub fn with_mask<C: AsRef<[usize]>>(
+        shape: &[usize],
+        coords: &[C],
+        values: Vec<T>,
+        mask: CooPattern,
+    ) -> Result<Self> {
+        Self::try_new(shape, coords, values, CooMask::Pattern(mask))
+    }
+
+    /// Logical shape.
+    pub fn shape(&self) -> &[usize] {
+        self.pattern.shape()
+    }
+    /// The stored positions (canonical order).
+    pub fn pattern(&self) -> &CooPattern {
+        &self.pattern
+    }
+    /// The stored values, in the pattern's order.
+    pub fn values(&self) -> &[T] {
+        &self.values
+    }
+    /// Number of stored entries.
+    pub fn nnz(&self) -> usize {
+        self.pattern.nnz()
+    }
+    /// The mask.
+    pub fn mask(&self) -> CooMask {
+        match &self.mask {
+            Resolved::Stored => CooMask::Stored,
+            Resolved::Own { pattern, .. } => CooMask::Pattern(pattern.clone()),
+            Resolved::All => CooMask::All,
+        }
+    }
+
+    /// The lanes the kernels run on: the valid positions (a separate mask's positions
+    /// with the input's values resolved onto them) and whether unstored positions are
+    /// valid zeros.
+    pub fn lanes(&self) -> CooLanes<'_, T> {
+        match &self.mask {
+            Resolved::Own { pattern, values } => CooLanes {
+                pattern,
+                values,
+                valid: None,
+                fill: false,
+            },
+            m => CooLanes {
+                pattern: &self.pattern,
+                values: &self.values,
+                valid: None,
+                fill: matches!(m, Resolved::All),
+            },
+        }
+    }
+}
+
+/// The input's values at the positions of `mask` (0 where not stored): a merge of the
+/// two sorted position lists.
+fn resolve<T: Element>(pattern: &CooPattern, values: &[T], mask: &CooPattern) -> Vec<T> {
+    let (have, want) = (pattern.flat(), mask.flat());
+    let mut out = vec![T::default(); want.len()];
+    let mut j = 0;
+    for (o, w) in out.iter_mut().zip(&want) {
+        while j < have.len() && have[j] < *w {
+            j += 1;
+        }
+        if j < have.len() && have[j] == *w {
+            *o = values[j];
+        }
+    }
+    out
+}
+
+/// The lanes of a masked COO array as the kernels see them: entries (positions and
+/// values), optional validity bits per entry, and whether the unstored positions are
+/// valid zeros. Get one from [`MaskedCoo::lanes`]; every op of [`MaskedReduce`] runs on
+/// it.
+#[derive(Debug, Clone)]
+pub struct CooLanes<'a, T> {
+    pattern: &'a CooPattern,
+    values: &'a [T],
+    valid: Option<Cow<'a, [u64]>>,
+    fill: bool,
+}
+
+impl<'a, T: Element> CooLanes<'a, T> {
+    /// The same lanes with validity bits `!is_nan` ANDed in.
+    pub fn nan_masked(&self) -> CooLanes<'a, T> {
+        let mut words = vec![0u64; self.values.len().div_ceil(64)];
+        let chunk = 1 << 16;
+        words
+            .par_chunks_mut(chunk / 64)
+            .zip(self.values.par_chunks(chunk))
+            .for_each(|(w, xs)| pred_bits(xs, w, |x: T| !x.is_nan()));
+        if let Some(v) = self.valid.as_deref() {
+            for (w, &m) in words.iter_mut().zip(v) {
+                *w &= m;
+            }
+        }
+        CooLanes {
+            valid: Some(Cow::Owned(words)),
+            ..*self
+        }
+    }
+
+    /// Logical shape.
+    pub fn shape(&self) -> &[usize] {
+        self.pattern.shape()
+    }
+
+    /// The entries grouped by the dims not in `reduced`.
+    fn grouped(&self, reduced: &[usize], full: bool) -> Result<Grouped<'a, T>> {
+        let coords: Vec<&[usize]> = (0..self.pattern.ndim())
+            .map(|d| self.pattern.coords(d))
+            .collect();
+        group(
+            self.shape(),
+            &coords,
+            self.values,
+            self.valid.as_deref(),
+            reduced,
+            full || self.fill,
+        )
+    }
+
+    /// A reduction over `dims`: `run` reduces the rows of the grouped lanes, whose
+    /// stored rows become the kept positions of the output.
+    fn reduce<O>(
+        &self,
+        dims: &Dims,
+        keepdim: bool,
+        full: bool,
+        run: impl FnOnce(&layout_csr::CsrLanes<'_, T, usize>) -> Result<SparseArray<O>>,
+    ) -> Result<SparseArray<O>> {
+        let shape = self.shape();
+        let reduced = dims.canonical(shape.len())?;
+        let g = self.grouped(&reduced, full)?;
+        let rows = run(&g.lanes(self.fill)?)?;
+        let out_shape: Vec<usize> = (0..shape.len())
+            .filter_map(|d| match (reduced.contains(&d), keepdim) {
+                (false, _) => Some(shape[d]),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect();
+        let (_, rows_at, values) = rows.into_parts();
+        let ids = rows_at.into_iter().map(|r| g.id(r)).collect();
+        SparseArray::new(out_shape, ids, values)
+    }
+}
+
+impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
+    type Reduced<O: Element> = SparseArray<O>;
+    type Mapped<O: Element> = SparseArray<O>;
+    type NanMasked<'b>
+        = CooLanes<'b, T>
+    where
+        Self: 'b;
+
+    fn without_nans(&self) -> Result<CooLanes<'_, T>> {
+        Ok(self.nan_masked())
+    }
+
+    fn fold_lanes<F: Fold<T>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<F::Output>> {
+        self.reduce(dims, keepdim, op.valid_everywhere(), |l| {
+            l.fold_lanes(op, &Dims::from(1), false)
+        })
+    }
+
+    fn stat_lanes<S: LaneStat<T>>(
+        &self,
+        stat: &S,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<S::Output>> {
+        self.reduce(dims, keepdim, false, |l| {
+            l.stat_lanes(stat, &Dims::from(1), false)
+        })
+    }
+
+    /// Along any one dim; the output stores exactly the valid entries (every element
+    /// without a mask).
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<SparseArray<M::Output>> {
+        let shape = self.shape();
+        if shape.is_empty() {
+            return Err(MaskedError::Unsupported {
+                op: "a normalization",
+                context: "on a 0-d array".into(),
+            });
+        }
+        let d = wrap_dim(dim, shape.len())?;
+        let g = self.grouped(&[d], false)?;
+        let out = g.lanes(self.fill)?.map_lanes(map, 1)?;
+        let (len, inner) = (shape[d], shape[d + 1..].iter().product::<usize>());
+        let indptr = out.indptr();
+        let indptr = indptr.raw_storage();
+        let mut flat = Vec::with_capacity(out.nnz());
+        for r in 0..indptr.len() - 1 {
+            let gid = g.id(r);
+            let (outer, low) = (gid / inner, gid % inner);
+            for &c in &out.indices()[indptr[r]..indptr[r + 1]] {
+                flat.push((outer * len + c) * inner + low);
+            }
+        }
+        let (_, _, values) = out.into_raw_storage();
+        if inner == 1 {
+            return SparseArray::new(shape.to_vec(), flat, values);
+        }
+        // entries are in (kept, position) order; the output is row-major
+        let mut order: Vec<usize> = (0..flat.len()).collect();
+        order.par_sort_unstable_by_key(|&k| flat[k]);
+        let f = order.iter().map(|&k| flat[k]).collect();
+        let v = order.iter().map(|&k| values[k]).collect();
+        SparseArray::new(shape.to_vec(), f, v)
+    }
+}
+
+impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
+    type Reduced<O: Element> = SparseArray<O>;
+    type Mapped<O: Element> = SparseArray<O>;
+    type NanMasked<'a>
+        = CooLanes<'a, T>
+    where
+        Self: 'a;
+
+    fn without_nans(&self) -> Result<CooLanes<'_, T>> {
+        Ok(self.lanes().nan_masked())
+    }
+
+    fn fold_lanes<F: Fold<T>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<F::Output>> {
+        self.lanes().fold_lanes(op, dims, keepdim)
+    }
+
+    fn stat_lanes<S: LaneStat<T>>(
+        &self,
+        stat: &S,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<S::Output>> {
+        self.lanes().stat_lanes(stat, dims, keepdim)
+    }
+
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<SparseArray<M::Output>> {
+        self.lanes().map_lanes(map, dim)
+    }
+}

@@ -95,6 +95,77 @@ fn first_gap(stored: impl Iterator<Item = usize>) -> usize {
 }
 
 impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
+    /// Lanes over raw parts: rows `indptr` (from 0 to `indices.len()`, non-decreasing),
+    /// column `indices` strictly increasing within each row and below `shape.1`, one
+    /// value per entry, optional validity bits (bit `k` of the words for entry `k`), and
+    /// `fill`: whether the unstored positions are valid zeros. Other layouts run their
+    /// lanes through these kernels this way (the COO layout groups its entries into
+    /// such rows).
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] naming the first broken rule.
+    ///
+    /// ```
+    /// use layout_csr::CsrLanes;
+    /// use masked_core::MaskedReduce;
+    /// let (indptr, cols, vals) = ([0, 2, 2], [1usize, 3], [4.0f64, 5.0]);
+    /// let l = CsrLanes::try_new((2, 4), &indptr, &cols, &vals, None, false).unwrap();
+    /// assert_eq!(l.sum(1, false).unwrap().values(), &[9.0]);
+    /// assert!(CsrLanes::try_new((2, 4), &indptr, &[3usize, 1], &vals, None, false).is_err());
+    /// ```
+    pub fn try_new(
+        shape: (usize, usize),
+        indptr: &'a [usize],
+        indices: &'a [I],
+        values: &'a [T],
+        valid: Option<Vec<u64>>,
+        fill: bool,
+    ) -> Result<Self> {
+        let bad = |m: String| Err(MaskedError::InvalidData(m));
+        if indptr.len() != shape.0 + 1 || indptr[0] != 0 || indptr[shape.0] != indices.len() {
+            return bad(format!(
+                "row pointer of length {} must run from 0 to {} over {} rows",
+                indptr.len(),
+                indices.len(),
+                shape.0
+            ));
+        }
+        if values.len() != indices.len() {
+            return bad(format!(
+                "{} values for {} entries",
+                values.len(),
+                indices.len()
+            ));
+        }
+        if valid
+            .as_ref()
+            .is_some_and(|w| w.len() < indices.len().div_ceil(64))
+        {
+            return bad("too few validity words".into());
+        }
+        for r in 0..shape.0 {
+            let (a, b) = (indptr[r], indptr[r + 1]);
+            if a > b {
+                return bad(format!("row pointer decreases at row {r}"));
+            }
+            let row = &indices[a..b];
+            if row.windows(2).any(|w| w[0] >= w[1]) {
+                return bad(format!("row {r}: indices not strictly increasing"));
+            }
+            if row.last().is_some_and(|c| c.index() >= shape.1) {
+                return bad(format!("row {r}: index out of range {}", shape.1));
+            }
+        }
+        Ok(CsrLanes {
+            shape,
+            indptr,
+            indices,
+            values,
+            valid: valid.map(Cow::Owned),
+            fill,
+        })
+    }
+
     /// The same lanes with validity bits `!is_nan` ANDed in (unstored zeros stay
     /// valid); the bits are owned, the structure and values still borrowed.
     pub fn nan_masked(&self) -> CsrLanes<'a, T, I> {

@@ -64,6 +64,18 @@ enum Mask<T, I: SpIndex> {
     All,
 }
 
+/// The mask of a [`MaskedCsr`], as given to [`MaskedCsr::new`] or read back with
+/// [`MaskedCsr::mask_kind`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CsrMask<I: SpIndex = usize> {
+    /// The input's own stored pattern.
+    Stored,
+    /// A separate pattern of the input's shape.
+    Pattern(Pattern<I>),
+    /// No mask: every element valid, unstored ones as 0.
+    All,
+}
+
 /// A CSR matrix with a sparse mask. See the [crate docs](crate) for the three kinds of
 /// mask.
 #[derive(Debug, Clone)]
@@ -85,6 +97,28 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
         let base = raw[0].index();
         let indptr = raw.iter().map(|p| p.index() - base).collect();
         Ok(MaskedCsr { mat, indptr, mask })
+    }
+
+    /// Masks `mat` with any kind of mask: [`MaskedCsr::from_pattern`],
+    /// [`MaskedCsr::with_mask`] or [`MaskedCsr::unmasked`].
+    ///
+    /// # Errors
+    /// As those.
+    pub fn new(mat: CsMatViewI<'a, T, I, Iptr>, mask: CsrMask<I>) -> Result<Self> {
+        match mask {
+            CsrMask::Stored => Self::from_pattern(mat),
+            CsrMask::Pattern(p) => Self::with_mask(mat, p),
+            CsrMask::All => Self::unmasked(mat),
+        }
+    }
+
+    /// The kind of mask (a separate pattern is cloned).
+    pub fn mask_kind(&self) -> CsrMask<I> {
+        match &self.mask {
+            Mask::Stored => CsrMask::Stored,
+            Mask::Own { pattern, .. } => CsrMask::Pattern(pattern.clone()),
+            Mask::All => CsrMask::All,
+        }
     }
 
     /// Masks `mat` with its own stored pattern ("mask from indices"): every stored entry

@@ -16,7 +16,7 @@
 //! ```
 
 use crate::{
-    BitMask, Dims, DynVec, Element, Interpolation, MaskedArrayD, MaskedCsr, MaskedError,
+    BitMask, Dims, DynVec, Element, Interpolation, MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError,
     MaskedReduce, MaskedView, MedianMode, SparseArray,
 };
 use ndarray::IxDyn;
@@ -307,6 +307,16 @@ impl<T: Element, I: SpIndex, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, Ip
     }
     fn mapped<O: Element>(m: CsMatI<O, I, usize>) -> SparseOutcome {
         sparse_mapped(m)
+    }
+}
+
+impl<T: Element> ByName<T> for MaskedCoo<T> {
+    type Out = SparseOutcome;
+    fn reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
+        sparse_reduced(r)
+    }
+    fn mapped<O: Element>(m: SparseArray<O>) -> SparseOutcome {
+        sparse_reduced(m)
     }
 }
 

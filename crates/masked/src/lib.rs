@@ -26,14 +26,18 @@
 //!
 //! Masks from indices, for the layout they apply to:
 //!
-//! | mask | dense ([`BitMask`]) | CSR ([`Pattern`]) |
-//! |---|---|---|
-//! | from index arrays | [`BitMask::from_coords`] | [`Pattern::from_coords`] |
-//! | a matrix's own stored pattern | | [`Pattern::of`], or [`MaskedCsr::from_pattern`] (no copy) |
-//! | padding, from sequence lengths | [`BitMask::from_lengths`] | [`Pattern::from_lengths`] |
-//! | causal / banded attention | [`BitMask::causal`], [`BitMask::banded`] | [`Pattern::causal`], [`Pattern::banded`] |
-//! | from a dense bool array | [`BitMask::from_bools`] | [`Pattern::from_dense`] |
-//! | from a predicate over values | `BitMask::from_bools(shape, x.iter().map(pred))` | [`Pattern::from_predicate`] |
+//! | mask | dense ([`BitMask`]) | CSR ([`Pattern`]) | COO ([`CooPattern`]) |
+//! |---|---|---|---|
+//! | from index arrays | [`BitMask::from_coords`] | [`Pattern::from_coords`] | [`CooPattern::from_coords`], [`CooPattern::from_flat`] |
+//! | an array's own stored pattern | | [`Pattern::of`], or [`MaskedCsr::from_pattern`] (no copy) | [`MaskedCoo::pattern`], or [`MaskedCoo::from_pattern`] |
+//! | padding, from sequence lengths | [`BitMask::from_lengths`] | [`Pattern::from_lengths`] | [`CooPattern::from_lengths`] (`[batch, len, ...]`) |
+//! | causal / banded attention | [`BitMask::causal`], [`BitMask::banded`] | [`Pattern::causal`], [`Pattern::banded`] | via CSR: [`MaskedCoo::try_from`] a [`MaskedCsr`] |
+//! | from a dense bool array | [`BitMask::from_bools`] | [`Pattern::from_dense`] | [`CooPattern::from_bools`] |
+//! | from a predicate over values | `BitMask::from_bools(shape, x.iter().map(pred))` | [`Pattern::from_predicate`] | `CooPattern::from_flat` of the positions kept |
+//!
+//! Conversions carry masks along: dense ↔ COO with `From` / `TryFrom`, CSR ↔ COO with
+//! `TryFrom` and [`MaskedCoo::to_csr`], dense ↔ CSR with [`coo::dense_to_csr`] and
+//! [`coo::csr_to_dense`].
 //!
 //! Each validates and returns a typed error naming the bad entry.
 //!
@@ -48,7 +52,8 @@ pub use layout_csr as csr;
 pub use layout_dense as dense;
 pub use masked_core as core;
 
-pub use layout_csr::{to_csmat, to_csvec, CsrLanes, MaskedCsr, Pattern};
+pub use layout_coo::{CooLanes, CooMask, CooPattern, MaskedCoo};
+pub use layout_csr::{to_csmat, to_csvec, CsrLanes, CsrMask, MaskedCsr, Pattern};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
     lane, ops, stats, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold, Interpolation,
@@ -63,7 +68,8 @@ pub struct ReadmeDoctests;
 /// Everything a user of the engine needs in scope.
 pub mod prelude {
     pub use crate::{
-        BitMask, DType, Dims, Element, Interpolation, MaskedArray, MaskedArrayD, MaskedCsr,
-        MaskedError, MaskedReduce, MaskedView, MedianMode, Pattern, Result, SparseArray,
+        BitMask, CooMask, CooPattern, DType, Dims, Element, Interpolation, MaskedArray,
+        MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError, MaskedReduce, MaskedView, MedianMode,
+        Pattern, Result, SparseArray,
     };
 }

@@ -1,0 +1,199 @@
+//! Grouping COO entries into the rows of a CSR lane structure: one row per position of
+//! the kept dims, the reduced dims' row-major position as the column. The CSR kernels
+//! then fold, gather or map every row.
+
+use crate::pattern::{flat_of, size_of};
+use layout_csr::CsrLanes;
+use masked_core::{Element, Result};
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// COO entries grouped by their kept coordinates.
+pub(crate) struct Grouped<'a, T: Clone> {
+    /// Number of positions along the reduced dims (the lane length).
+    pub ncols: usize,
+    /// Row pointer over the groups.
+    pub indptr: Vec<usize>,
+    /// Each entry's row-major position along the reduced dims.
+    pub cols: Vec<usize>,
+    /// Values in group order (borrowed when the order did not change).
+    pub values: Cow<'a, [T]>,
+    /// Validity bits in group order.
+    pub valid: Option<Vec<u64>>,
+    /// Row `r` is kept position `ids[r]` (compressed: only groups with entries), or
+    /// `None` when rows are every kept position in order.
+    pub ids: Option<Vec<usize>>,
+}
+
+impl<T: Element> Grouped<'_, T> {
+    /// The lanes the CSR kernels run on.
+    pub fn lanes(&self, fill: bool) -> Result<CsrLanes<'_, T, usize>> {
+        CsrLanes::try_new(
+            (self.indptr.len() - 1, self.ncols),
+            &self.indptr,
+            &self.cols,
+            &self.values,
+            self.valid.clone(),
+            fill,
+        )
+    }
+
+    /// The kept position of row `r`.
+    pub fn id(&self, r: usize) -> usize {
+        self.ids.as_ref().map_or(r, |ids| ids[r])
+    }
+}
+
+/// Row-major strides of `shape` restricted to `dims` (a linear index over those dims).
+fn sub_strides(shape: &[usize], dims: &[usize]) -> Vec<usize> {
+    let mut st = vec![0usize; shape.len()];
+    let mut s = 1;
+    for &d in dims.iter().rev() {
+        st[d] = s;
+        s *= shape[d];
+    }
+    st
+}
+
+/// Groups `nnz` entries (coordinates per dim, row-major sorted) by the dims not in
+/// `reduced` (sorted). With `full`, there is a row for every kept position (the output
+/// is dense-sized anyway); otherwise only for the positions that have entries.
+///
+/// When the reduced dims are the trailing ones the entries are already in group order
+/// and nothing moves. Otherwise a counting sort by group (or a sort by (group, column)
+/// when the groups far outnumber the entries) reorders them; within a group the stored
+/// row-major order is already the order of the reduced position.
+pub(crate) fn group<'a, T: Element>(
+    shape: &[usize],
+    coords: &[&[usize]],
+    values: &'a [T],
+    valid: Option<&[u64]>,
+    reduced: &[usize],
+    full: bool,
+) -> Result<Grouped<'a, T>> {
+    let nnz = values.len();
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
+    let nkept = size_of(&kept.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
+    let ncols = size_of(&reduced.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
+    let keys = flat_of(coords.iter().copied(), &sub_strides(shape, &kept), nnz);
+    let cols = flat_of(coords.iter().copied(), &sub_strides(shape, reduced), nnz);
+    let in_order = kept.iter().enumerate().all(|(i, &d)| i == d);
+    let (keys, cols, values, valid) = if in_order || nnz <= 1 {
+        (
+            keys,
+            cols,
+            Cow::Borrowed(values),
+            valid.map(<[u64]>::to_vec),
+        )
+    } else {
+        let perm = order_by_group(&keys, &cols, nkept, ncols);
+        let gather = |src: &[usize]| -> Vec<usize> { perm.par_iter().map(|&p| src[p]).collect() };
+        let vals: Vec<T> = perm.par_iter().map(|&p| values[p]).collect();
+        let bits = valid.map(|w| {
+            let mut out = vec![0u64; nnz.div_ceil(64)];
+            for (k, &p) in perm.iter().enumerate() {
+                out[k / 64] |= ((w[p / 64] >> (p % 64)) & 1) << (k % 64);
+            }
+            out
+        });
+        (gather(&keys), gather(&cols), Cow::Owned(vals), bits)
+    };
+    let (indptr, ids) = if full {
+        let mut indptr = vec![0usize; nkept + 1];
+        for &k in &keys {
+            indptr[k + 1] += 1;
+        }
+        for g in 0..nkept {
+            indptr[g + 1] += indptr[g];
+        }
+        (indptr, None)
+    } else {
+        let mut indptr = vec![0usize];
+        let mut ids = Vec::new();
+        for (e, &k) in keys.iter().enumerate() {
+            if ids.last() != Some(&k) {
+                if e > 0 {
+                    indptr.push(e);
+                }
+                ids.push(k);
+            }
+        }
+        if nnz > 0 {
+            indptr.push(nnz);
+        }
+        (indptr, Some(ids))
+    };
+    Ok(Grouped {
+        ncols,
+        indptr,
+        cols,
+        values,
+        valid,
+        ids,
+    })
+}
+
+/// The permutation that sorts entries by (group, column): a stable counting sort by
+/// group when there are not many more groups than entries (entries of one group are
+/// already in column order), a sort of the combined key otherwise.
+fn order_by_group(keys: &[usize], cols: &[usize], nkept: usize, ncols: usize) -> Vec<usize> {
+    let nnz = keys.len();
+    if nkept <= 4 * nnz + 4096 {
+        let mut start = vec![0usize; nkept + 1];
+        for &k in keys {
+            start[k + 1] += 1;
+        }
+        for g in 0..nkept {
+            start[g + 1] += start[g];
+        }
+        let mut perm = vec![0usize; nnz];
+        for (e, &k) in keys.iter().enumerate() {
+            perm[start[k]] = e;
+            start[k] += 1;
+        }
+        perm
+    } else {
+        // key * ncols + col is the position in (kept, reduced) order: below the size
+        let mut order: Vec<(usize, usize)> = keys
+            .iter()
+            .zip(cols)
+            .enumerate()
+            .map(|(e, (&k, &c))| (k * ncols + c, e))
+            .collect();
+        order.par_sort_unstable();
+        order.into_iter().map(|p| p.1).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_by_kept_dims() {
+        // shape [2, 3]: entries (0,1) (0,2) (1,0) (1,2)
+        let c0 = [0usize, 0, 1, 1];
+        let c1 = [1usize, 2, 0, 2];
+        let v = [1.0f64, 2.0, 3.0, 4.0];
+        // reduce dim 1: groups are rows, no reordering
+        let g = group(&[2, 3], &[&c0, &c1], &v, None, &[1], false).unwrap();
+        assert_eq!(g.indptr, vec![0, 2, 4]);
+        assert_eq!(g.cols, vec![1, 2, 0, 2]);
+        assert!(matches!(g.values, Cow::Borrowed(_)));
+        // reduce dim 0: groups are columns 0, 1, 2 (compressed: all three have entries)
+        let g = group(&[2, 3], &[&c0, &c1], &v, Some(&[0b1010]), &[0], false).unwrap();
+        assert_eq!(g.ids, Some(vec![0, 1, 2]));
+        assert_eq!(g.indptr, vec![0, 1, 2, 4]);
+        assert_eq!(g.cols, vec![1, 0, 0, 1]);
+        assert_eq!(&g.values[..], &[3.0, 1.0, 2.0, 4.0]);
+        // entry bits follow their entries: entries 1 and 3 were valid, now at 2 and 3
+        assert_eq!(g.valid, Some(vec![0b1100]));
+        // full rows over a larger kept dim
+        let g = group(&[2, 5], &[&c0, &c1], &v, None, &[0], true).unwrap();
+        assert_eq!(g.indptr, vec![0, 1, 2, 4, 4, 4]);
+        assert_eq!(g.ids, None);
+        // the sort path (many more groups than entries)
+        let perm = order_by_group(&[9000, 3, 3], &[0, 1, 0], 10_000, 2);
+        assert_eq!(perm, vec![2, 1, 0]);
+    }
+}

@@ -1,0 +1,357 @@
+//! The validated n-D coordinate pattern: canonical (row-major sorted), duplicate-free.
+
+use masked_core::{MaskedError, Result};
+use rayon::prelude::*;
+
+/// An n-D COO index pattern: a shape and the stored positions, sorted in row-major order
+/// without duplicates. It is the stored structure of a [`crate::MaskedCoo`] and, on its
+/// own, a COO mask ("mask from indices").
+///
+/// Coordinates are kept per dim (`coords(d)[k]` is entry `k`'s index along dim `d`), as
+/// in torch's and pydata sparse's `[ndim, nnz]` index arrays.
+///
+/// ```
+/// use layout_coo::CooPattern;
+/// // given unsorted; stored sorted
+/// let p = CooPattern::from_coords(&[2, 3], &[vec![1, 0, 1], vec![0, 2, 2]]).unwrap();
+/// assert_eq!(p.coords(0), &[0, 1, 1]);
+/// assert_eq!(p.coords(1), &[2, 0, 2]);
+/// assert_eq!(p.flat(), vec![2, 3, 5]);
+/// // a repeated position or an index outside the shape is an error naming it
+/// assert!(CooPattern::from_coords(&[2, 3], &[vec![1, 1], vec![2, 2]]).is_err());
+/// assert!(CooPattern::from_coords(&[2, 3], &[vec![2], vec![0]]).is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CooPattern {
+    shape: Vec<usize>,
+    nnz: usize,
+    /// Dim-major: entry `k`'s index along dim `d` at `d * nnz + k`.
+    coords: Vec<usize>,
+}
+
+/// Number of elements of `shape`, checked against overflow.
+///
+/// # Errors
+/// [`MaskedError::InvalidData`] when the count does not fit in `usize`.
+pub(crate) fn size_of(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |a, &s| a.checked_mul(s))
+        .ok_or_else(|| {
+            MaskedError::InvalidData(format!("shape {shape:?} has more than 2^64 elements"))
+        })
+}
+
+/// Row-major strides of `shape`.
+pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut st = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        st[d] = st[d + 1] * shape[d + 1];
+    }
+    st
+}
+
+impl CooPattern {
+    /// A pattern from one coordinate array per dim (all of one length), in any order.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] for a wrong number of arrays or unequal lengths,
+    /// [`MaskedError::IndexOutOfRange`] and [`MaskedError::DuplicateIndex`] naming the
+    /// entry (in the order given).
+    pub fn from_coords<C: AsRef<[usize]>>(shape: &[usize], coords: &[C]) -> Result<Self> {
+        let nnz = coords.first().map_or(0, |c| c.as_ref().len());
+        Ok(Self::canonical(shape, coords, nnz)?.0)
+    }
+
+    /// Sorts `coords` (one array per dim, `nnz` entries) into a pattern and returns the
+    /// permutation applied (`None` when they were already sorted): stored entry `k` is
+    /// given entry `perm[k]`.
+    pub(crate) fn canonical<C: AsRef<[usize]>>(
+        shape: &[usize],
+        coords: &[C],
+        nnz: usize,
+    ) -> Result<(Self, Option<Vec<usize>>)> {
+        if coords.len() != shape.len() {
+            return Err(MaskedError::InvalidData(format!(
+                "{} coordinate arrays for a {}-d shape",
+                coords.len(),
+                shape.len()
+            )));
+        }
+        if shape.is_empty() && nnz > 1 {
+            return Err(MaskedError::DuplicateIndex {
+                coords: vec![],
+                first: 0,
+                second: 1,
+            });
+        }
+        size_of(shape)?;
+        for (d, c) in coords.iter().enumerate() {
+            let c = c.as_ref();
+            if c.len() != nnz {
+                return Err(MaskedError::InvalidData(format!(
+                    "coordinate array {d} has {} entries, expected {nnz}",
+                    c.len()
+                )));
+            }
+            if let Some(k) = c.iter().position(|&i| i >= shape[d]) {
+                return Err(MaskedError::IndexOutOfRange {
+                    entry: k,
+                    dim: d,
+                    index: i64::try_from(c[k]).unwrap_or(i64::MAX),
+                    size: shape[d],
+                });
+            }
+        }
+        let st = strides(shape);
+        let flat = flat_of(coords.iter().map(AsRef::as_ref), &st, nnz);
+        let dup = |first: usize, second: usize| MaskedError::DuplicateIndex {
+            coords: coords.iter().map(|c| c.as_ref()[first]).collect(),
+            first: first.min(second),
+            second: first.max(second),
+        };
+        if let Some(k) = flat.windows(2).position(|w| w[0] >= w[1]) {
+            // unsorted (or a duplicate): sort entry numbers by position
+            let mut order: Vec<(usize, usize)> = flat.iter().copied().zip(0..).collect();
+            order.par_sort_unstable();
+            if let Some(w) = order.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(dup(w[0].1, w[1].1));
+            }
+            let _ = k;
+            let perm: Vec<usize> = order.iter().map(|p| p.1).collect();
+            let mut out = vec![0usize; shape.len() * nnz];
+            for (d, c) in coords.iter().enumerate() {
+                let c = c.as_ref();
+                for (o, &p) in out[d * nnz..(d + 1) * nnz].iter_mut().zip(&perm) {
+                    *o = c[p];
+                }
+            }
+            let me = CooPattern {
+                shape: shape.to_vec(),
+                nnz,
+                coords: out,
+            };
+            return Ok((me, Some(perm)));
+        }
+        let mut out = Vec::with_capacity(shape.len() * nnz);
+        for c in coords {
+            out.extend_from_slice(c.as_ref());
+        }
+        Ok((
+            CooPattern {
+                shape: shape.to_vec(),
+                nnz,
+                coords: out,
+            },
+            None,
+        ))
+    }
+
+    /// A pattern from strictly increasing row-major flat positions.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] when they are not strictly increasing or not inside
+    /// the shape.
+    pub fn from_flat(shape: &[usize], flat: &[usize]) -> Result<Self> {
+        let size = size_of(shape)?;
+        if flat.windows(2).any(|w| w[0] >= w[1]) || flat.last().is_some_and(|&f| f >= size) {
+            return Err(MaskedError::InvalidData(format!(
+                "flat positions must be strictly increasing and below {size}"
+            )));
+        }
+        let nnz = flat.len();
+        let mut coords = vec![0usize; shape.len() * nnz];
+        let st = strides(shape);
+        for (k, &f) in flat.iter().enumerate() {
+            let mut rest = f;
+            for d in 0..shape.len() {
+                coords[d * nnz + k] = rest / st[d];
+                rest %= st[d];
+            }
+        }
+        Ok(CooPattern {
+            shape: shape.to_vec(),
+            nnz,
+            coords,
+        })
+    }
+
+    /// The positions where `mask` (row-major bools of `shape`) is true: a dense bool
+    /// mask as a COO pattern.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] when the mask's length is not the shape's size.
+    ///
+    /// ```
+    /// use layout_coo::CooPattern;
+    /// let p = CooPattern::from_bools(&[2, 2], &[true, false, false, true]).unwrap();
+    /// assert_eq!(p.flat(), vec![0, 3]);
+    /// ```
+    pub fn from_bools(shape: &[usize], mask: &[bool]) -> Result<Self> {
+        let size = size_of(shape)?;
+        if mask.len() != size {
+            return Err(MaskedError::InvalidData(format!(
+                "{} mask values for shape {shape:?}",
+                mask.len()
+            )));
+        }
+        let flat: Vec<usize> = (0..size).filter(|&i| mask[i]).collect();
+        Self::from_flat(shape, &flat)
+    }
+
+    /// Padding masks: for a `[batch, len, ...]` shape, the positions whose index along
+    /// dim 1 is below its batch row's length (every position of the trailing dims).
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] for a shape of rank < 2 or a lengths array not of
+    /// the batch size, [`MaskedError::IndexOutOfRange`] for a length above `len`.
+    ///
+    /// ```
+    /// use layout_coo::CooPattern;
+    /// let p = CooPattern::from_lengths(&[2, 3, 2], &[1, 2]).unwrap();
+    /// assert_eq!(p.flat(), vec![0, 1, 6, 7, 8, 9]);
+    /// ```
+    pub fn from_lengths(shape: &[usize], lengths: &[usize]) -> Result<Self> {
+        if shape.len() < 2 || lengths.len() != shape[0] {
+            return Err(MaskedError::InvalidData(format!(
+                "lengths of {} sequences for shape {shape:?} (expected [batch, len, ...] with batch = lengths)",
+                lengths.len()
+            )));
+        }
+        if let Some(b) = lengths.iter().position(|&l| l > shape[1]) {
+            return Err(MaskedError::IndexOutOfRange {
+                entry: b,
+                dim: 1,
+                index: i64::try_from(lengths[b]).unwrap_or(i64::MAX),
+                size: shape[1],
+            });
+        }
+        let inner = size_of(&shape[2..])?;
+        let row = size_of(&shape[1..])?;
+        let mut flat = Vec::with_capacity(lengths.iter().sum::<usize>() * inner);
+        for (b, &l) in lengths.iter().enumerate() {
+            flat.extend(b * row..b * row + l * inner);
+        }
+        Self::from_flat(shape, &flat)
+    }
+
+    /// Every position of `shape` (dense-sized).
+    ///
+    /// # Errors
+    /// As [`CooPattern::from_flat`].
+    pub fn full(shape: &[usize]) -> Result<Self> {
+        let flat: Vec<usize> = (0..size_of(shape)?).collect();
+        Self::from_flat(shape, &flat)
+    }
+
+    /// Logical shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// Rank.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+    /// Number of stored positions.
+    pub fn nnz(&self) -> usize {
+        self.nnz
+    }
+    /// The stored indices along dim `d`, one per entry.
+    ///
+    /// # Panics
+    /// When `d >= ndim`.
+    pub fn coords(&self, d: usize) -> &[usize] {
+        &self.coords[d * self.nnz..(d + 1) * self.nnz]
+    }
+    /// The stored positions as row-major flat indices (increasing).
+    pub fn flat(&self) -> Vec<usize> {
+        flat_of(
+            (0..self.ndim()).map(|d| self.coords(d)),
+            &strides(&self.shape),
+            self.nnz,
+        )
+    }
+    /// Whether both patterns store the same positions of the same shape.
+    pub fn same_as(&self, other: &CooPattern) -> bool {
+        self == other
+    }
+}
+
+/// Linear indices `sum_d coords[d][k] * st[d]` of `nnz` entries (a row-major flat
+/// position for full strides, a group key for the strides of a subset of dims).
+pub(crate) fn flat_of<'c>(
+    coords: impl Iterator<Item = &'c [usize]>,
+    st: &[usize],
+    nnz: usize,
+) -> Vec<usize> {
+    let mut out = vec![0usize; nnz];
+    for (c, &s) in coords.zip(st) {
+        if s == 0 {
+            continue;
+        }
+        for (o, &i) in out.iter_mut().zip(c) {
+            *o += i * s;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_order_and_errors() {
+        let (p, perm) = CooPattern::canonical(&[3, 2], &[vec![2, 0, 1], vec![1, 1, 0]], 3).unwrap();
+        assert_eq!(p.flat(), vec![1, 2, 5]);
+        assert_eq!(perm, Some(vec![1, 2, 0]));
+        let (q, none) = CooPattern::canonical(&[3, 2], &[vec![0, 2], vec![1, 0]], 2).unwrap();
+        assert_eq!(q.flat(), vec![1, 4]);
+        assert!(none.is_none());
+        match CooPattern::from_coords(&[3, 2], &[vec![2, 0, 2], vec![1, 1, 1]]) {
+            Err(MaskedError::DuplicateIndex {
+                coords,
+                first,
+                second,
+            }) => {
+                assert_eq!(coords, vec![2, 1]);
+                assert_eq!((first, second), (0, 2));
+            }
+            other => panic!("expected a duplicate, got {other:?}"),
+        }
+        assert!(matches!(
+            CooPattern::from_coords(&[3, 2], &[vec![0, 1], vec![1, 2]]),
+            Err(MaskedError::IndexOutOfRange {
+                entry: 1,
+                dim: 1,
+                index: 2,
+                size: 2
+            })
+        ));
+        assert!(CooPattern::from_coords(&[3, 2], &[vec![0, 1], vec![1]]).is_err());
+        assert!(CooPattern::from_coords(&[3], &[vec![0], vec![1]]).is_err());
+        assert!(CooPattern::from_coords(&[usize::MAX, 3], &[vec![0], vec![1]]).is_err());
+        // rank 0: one position at most
+        let (z, _) = CooPattern::canonical::<Vec<usize>>(&[], &[], 1).unwrap();
+        assert_eq!(z.flat(), vec![0]);
+        assert!(CooPattern::canonical::<Vec<usize>>(&[], &[], 2).is_err());
+    }
+
+    #[test]
+    fn constructors() {
+        let p = CooPattern::from_flat(&[2, 3, 4], &[0, 5, 23]).unwrap();
+        assert_eq!(p.coords(0), &[0, 0, 1]);
+        assert_eq!(p.coords(1), &[0, 1, 2]);
+        assert_eq!(p.coords(2), &[0, 1, 3]);
+        assert!(CooPattern::from_flat(&[2, 3], &[3, 3]).is_err());
+        assert!(CooPattern::from_flat(&[2, 3], &[6]).is_err());
+        assert_eq!(CooPattern::full(&[2, 2]).unwrap().nnz(), 4);
+        assert!(CooPattern::from_lengths(&[2, 3], &[4, 0]).is_err());
+        assert!(CooPattern::from_lengths(&[2, 3], &[1]).is_err());
+        assert_eq!(
+            CooPattern::from_lengths(&[2, 3], &[3, 1]).unwrap().flat(),
+            vec![0, 1, 2, 3]
+        );
+        assert!(CooPattern::from_bools(&[2, 2], &[true]).is_err());
+    }
+}
