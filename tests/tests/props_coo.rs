@@ -250,9 +250,9 @@ proptest! {
     }
 }
 
-/// Groups far outnumbering the entries (the sort path), dims reduced that are not
-/// trailing, a huge lane (split into pieces by the row kernels): equal to the dense
-/// oracle.
+/// Many groups, dims reduced that are not trailing (the scatter fold, the sorted
+/// grouping for statistics and maps), a huge lane (split into pieces by the row
+/// kernels): equal to the dense oracle, and bit for bit the same on 1 and 2 threads.
 #[test]
 fn sparse_groups_and_long_lanes() {
     // [3, 40000, 2]: reduce dims (0, 2) -> 40000 groups for ~70000 entries; reduce dim 1
@@ -300,7 +300,23 @@ fn sparse_groups_and_long_lanes() {
             }
             let req = OpRequest::new(name).unwrap().dims(d.clone());
             let a = apply_dense(&oracle, &req).unwrap();
-            let b = apply(&coo, &req).unwrap();
+            let pool = |n| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .build()
+                    .unwrap()
+            };
+            let b = pool(1).install(|| apply(&coo, &req)).unwrap();
+            let b2 = pool(2).install(|| apply(&coo, &req)).unwrap();
+            let bits = |o: &masked::by_name::SparseOutcome| -> (Vec<usize>, Vec<u64>) {
+                let v = (0..o.indices.len()).map(|k| at(&o.values, k).to_bits());
+                (o.indices.clone(), v.collect())
+            };
+            assert_eq!(
+                bits(&b),
+                bits(&b2),
+                "{name} {d:?}: thread count changed the result"
+            );
             let valid: Vec<usize> = (0..a.mask.len()).filter(|&i| a.mask.get(i)).collect();
             assert_eq!(valid, b.indices, "{name} {d:?}");
             for (k, &i) in valid.iter().enumerate() {

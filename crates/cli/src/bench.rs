@@ -3,7 +3,7 @@
 use crate::error::CliError;
 use clap::Parser;
 use masked::by_name::{self as ops, Kind, OpRequest};
-use masked::{BitMask, Dims, MaskedArray, MaskedCsr, Pattern};
+use masked::{BitMask, CooMask, CooPattern, Dims, MaskedArray, MaskedCoo, MaskedCsr, Pattern};
 use ndarray::{ArrayViewD, IxDyn};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rand_distr::{Poisson, StandardNormal};
@@ -100,11 +100,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         let data = match layout {
             "dense" => Data::dense(&shape, &a)?,
             "csr" => Data::csr(&shape, &a)?,
-            "coo" => {
-                return Err(CliError::Usage(
-                    "bench --layout coo is not supported by this build yet".into(),
-                ))
-            }
+            "coo" => Data::coo(&shape, &a)?,
             other => {
                 return Err(CliError::Usage(format!(
                     "invalid --layout '{other}': expected dense, csr or coo"
@@ -171,6 +167,26 @@ enum Input {
         mat: CsMatI<f32, u32, usize>,
         mask: Option<Pattern<u32>>,
     },
+    Coo(MaskedCoo<f32>),
+}
+
+/// `k` distinct random positions below `n`, sorted.
+fn random_positions(rng: &mut SmallRng, n: usize, k: usize) -> Vec<usize> {
+    let k = k.min(n);
+    let mut out: Vec<usize> = Vec::with_capacity(k);
+    if k * 2 > n {
+        // dense: keep each position with probability k / n
+        let p = k as f64 / n as f64;
+        return (0..n).filter(|_| rng.random::<f64>() < p).collect();
+    }
+    while out.len() < k {
+        while out.len() < k {
+            out.push(rng.random_range(0..n));
+        }
+        out.sort_unstable();
+        out.dedup();
+    }
+    out
 }
 
 /// Sorted distinct random columns for every row: Poisson(`mean`) of them per row.
@@ -265,6 +281,43 @@ impl Data {
         })
     }
 
+    fn coo(shape: &[usize], a: &BenchArgs) -> Result<Self, CliError> {
+        if !(0.0..=1.0).contains(&a.density) {
+            return Err(CliError::Usage(format!(
+                "invalid --density {}: expected a value in [0, 1]",
+                a.density
+            )));
+        }
+        let n = shape
+            .iter()
+            .try_fold(1usize, |p, &s| p.checked_mul(s))
+            .ok_or_else(|| CliError::Usage("--shape: too many elements".into()))?;
+        let mut rng = SmallRng::seed_from_u64(a.seed);
+        let k = (a.density * n as f64).round() as usize;
+        let pattern = CooPattern::from_flat(shape, &random_positions(&mut rng, n, k))?;
+        let values: Vec<f32> = (0..pattern.nnz())
+            .map(|_| rng.sample(StandardNormal))
+            .collect();
+        let mask = match a.mask_source.as_str() {
+            "pattern" => CooMask::Stored,
+            "random" => {
+                let m = random_positions(&mut rng, n, k);
+                CooMask::Pattern(CooPattern::from_flat(shape, &m)?)
+            }
+            other => {
+                return Err(CliError::Usage(format!(
+                    "invalid --mask-source '{other}': expected pattern or random"
+                )))
+            }
+        };
+        let nnz = pattern.nnz();
+        Ok(Data {
+            input: Input::Coo(MaskedCoo::from_parts(pattern, values, mask)?),
+            nnz,
+            bytes: (nnz * 4 + nnz * shape.len() * std::mem::size_of::<usize>()) as f64,
+        })
+    }
+
     /// Median seconds of `repeat` runs after a warm-up of at least 0.2 s, and the peak
     /// bytes allocated during one run.
     fn time(&self, req: &OpRequest, repeat: usize) -> Result<(f64, usize), CliError> {
@@ -286,6 +339,7 @@ impl Data {
                 };
                 time_op(|| ops::apply_to(&m, req, &ops::Discard), repeat)
             }
+            Input::Coo(c) => time_op(|| ops::apply_to(c, req, &ops::Discard), repeat),
         }
     }
 }

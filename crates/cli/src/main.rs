@@ -11,7 +11,9 @@ mod sparse_io;
 use clap::Parser;
 use error::CliError;
 use masked::by_name::{self as ops, Kind, OpRequest};
-use masked::{BitMask, Dims, DynVec, Element, MaskedArray, MaskedCsr, Pattern};
+use masked::{
+    BitMask, CooMask, CooPattern, Dims, DynVec, Element, MaskedArray, MaskedCoo, MaskedCsr, Pattern,
+};
 use ndarray::{ArrayViewD, IxDyn};
 use sprs::CsMat;
 use std::path::{Path, PathBuf};
@@ -236,11 +238,7 @@ fn run(a: RunArgs) -> Result<(), CliError> {
             run_dense_file(&a, &req)
         }
         "mtx" | "npz" => match layout.as_str() {
-            "csr" => run_csr_file(&a, &req),
-            "coo" => Err(CliError::file(
-                &a.input,
-                "--layout coo is not supported by this build yet".into(),
-            )),
+            "csr" | "coo" => run_sparse_file(&a, &req, &layout),
             _ => Err(CliError::Usage(format!(
                 "{}: a sparse file cannot run on --layout dense (sparse in, sparse out)",
                 a.input.display()
@@ -314,7 +312,17 @@ fn dense_apply<T: Element>(
     Ok(ops::apply_dense(&a, req)?)
 }
 
-fn run_csr_file(a: &RunArgs, req: &OpRequest) -> Result<(), CliError> {
+/// A stored 0 / false of a sparse mask file is not valid.
+fn nonzero(v: &DynVec) -> Vec<bool> {
+    match v {
+        DynVec::F32(v) => v.iter().map(|&x| x != 0.0).collect(),
+        DynVec::F64(v) => v.iter().map(|&x| x != 0.0).collect(),
+        DynVec::I32(v) => v.iter().map(|&x| x != 0).collect(),
+        DynVec::I64(v) => v.iter().map(|&x| x != 0).collect(),
+    }
+}
+
+fn run_sparse_file(a: &RunArgs, req: &OpRequest, layout: &str) -> Result<(), CliError> {
     if a.out_mask.is_some() {
         return Err(CliError::Usage(
             "--out-mask is for dense input: the stored positions of a sparse output are its mask"
@@ -334,8 +342,6 @@ fn run_csr_file(a: &RunArgs, req: &OpRequest) -> Result<(), CliError> {
         ));
     }
     let input = sparse_io::read_sparse(&a.input)?;
-    let (indptr, indices, values) = input.to_csr(&a.input)?;
-    let shape = (input.shape[0], input.shape[1]);
     let mask = match &a.mask {
         None => None,
         Some(p) => {
@@ -349,26 +355,66 @@ fn run_csr_file(a: &RunArgs, req: &OpRequest) -> Result<(), CliError> {
                     ),
                 ));
             }
-            let (mptr, mind, mval) = m.to_csr(p)?;
-            // a stored 0 / false is not valid
-            let keep: Vec<bool> = match &mval {
-                DynVec::F32(v) => v.iter().map(|&x| x != 0.0).collect(),
-                DynVec::F64(v) => v.iter().map(|&x| x != 0.0).collect(),
-                DynVec::I32(v) => v.iter().map(|&x| x != 0).collect(),
-                DynVec::I64(v) => v.iter().map(|&x| x != 0).collect(),
-            };
-            let bools = CsMat::new(shape, mptr, mind, keep);
-            Some(
-                Pattern::from_predicate(&bools.view(), |&b| b)
-                    .map_err(|e| CliError::file(p, e.to_string()))?,
-            )
+            Some((p, m))
         }
     };
-    let out = match values {
-        DynVec::F32(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
-        DynVec::F64(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
-        DynVec::I32(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
-        DynVec::I64(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
+    let out = if layout == "coo" {
+        let mask = match mask {
+            None if a.mask_from_pattern => CooMask::Stored,
+            None => CooMask::All,
+            Some((p, m)) => {
+                let keep = nonzero(&m.values);
+                let coords: Vec<Vec<usize>> = m
+                    .coords
+                    .iter()
+                    .map(|c| c.iter().zip(&keep).filter(|x| *x.1).map(|x| *x.0).collect())
+                    .collect();
+                CooMask::Pattern(
+                    CooPattern::from_coords(&m.shape, &coords)
+                        .map_err(|e| CliError::file(p, e.to_string()))?,
+                )
+            }
+        };
+        let (shape, coords) = (&input.shape, &input.coords);
+        let coo = |e: masked::MaskedError| CliError::file(&a.input, e.to_string());
+        match input.values {
+            DynVec::F32(v) => ops::apply(
+                &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
+                req,
+            )?,
+            DynVec::F64(v) => ops::apply(
+                &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
+                req,
+            )?,
+            DynVec::I32(v) => ops::apply(
+                &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
+                req,
+            )?,
+            DynVec::I64(v) => ops::apply(
+                &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
+                req,
+            )?,
+        }
+    } else {
+        let (indptr, indices, values) = input.to_csr(&a.input)?;
+        let shape = (input.shape[0], input.shape[1]);
+        let mask = match mask {
+            None => None,
+            Some((p, m)) => {
+                let (mptr, mind, mval) = m.to_csr(p)?;
+                let bools = CsMat::new(shape, mptr, mind, nonzero(&mval));
+                Some(
+                    Pattern::from_predicate(&bools.view(), |&b| b)
+                        .map_err(|e| CliError::file(p, e.to_string()))?,
+                )
+            }
+        };
+        match values {
+            DynVec::F32(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
+            DynVec::F64(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
+            DynVec::I32(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
+            DynVec::I64(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
+        }
     };
     sparse_io::write_sparse(&a.output, &out)
 }

@@ -407,10 +407,17 @@ pub fn read_npz(path: &Path) -> Result<SparseFile, CliError> {
             got
         }};
     }
-    let values = data_as!(f32 => F32, f64 => F64, i32 => I32, i64 => I64).ok_or_else(|| {
+    // a bool `data` (a mask file) reads as 0 / 1
+    let values = data_as!(f32 => F32, f64 => F64, i32 => I32, i64 => I64);
+    let values = values.or_else(|| {
+        npz.by_name::<ndarray::OwnedRepr<bool>, ndarray::Ix1>("data")
+            .ok()
+            .map(|a| DynVec::I32(a.iter().map(|&b| i32::from(b)).collect()))
+    });
+    let values = values.ok_or_else(|| {
         CliError::file(
             path,
-            "array 'data' must be 1-d float32, float64, int32 or int64".into(),
+            "array 'data' must be 1-d float32, float64, int32, int64 or bool".into(),
         )
     })?;
     let shape: Vec<usize> = shape

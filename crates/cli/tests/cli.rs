@@ -750,3 +750,179 @@ fn bad_matrix_market_files_name_the_line() {
         );
     }
 }
+
+/// Writes a COO `.npz` input: coords (ndim x nnz, int64), data, shape.
+fn save_coo<T: ndarray_npy::WritableElement>(
+    p: &Path,
+    coords: &[Vec<i64>],
+    data: Vec<T>,
+    shape: &[i64],
+) {
+    let mut z = ndarray_npy::NpzWriter::new(std::fs::File::create(p).unwrap());
+    let nnz = data.len();
+    let flat: Vec<i64> = coords.iter().flatten().copied().collect();
+    z.add_array(
+        "coords",
+        &ndarray::Array2::from_shape_vec((coords.len(), nnz), flat).unwrap(),
+    )
+    .unwrap();
+    z.add_array("data", &ndarray::Array1::from_vec(data))
+        .unwrap();
+    z.add_array("shape", &ndarray::Array1::from_vec(shape.to_vec()))
+        .unwrap();
+    z.finish().unwrap();
+}
+
+#[test]
+fn coo_ops_on_npz_files() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    // a [2, 2, 3] tensor, entries given unsorted:
+    // (1,1,2)=4 (0,0,0)=1 (0,1,2)=2 (1,1,0)=3
+    let coords = vec![vec![1, 0, 0, 1], vec![1, 0, 1, 1], vec![2, 0, 2, 0]];
+    save_coo(
+        &p.join("a.npz"),
+        &coords,
+        vec![4.0f64, 1.0, 2.0, 3.0],
+        &[2, 2, 3],
+    );
+    let o = run(
+        p,
+        &[
+            "sum",
+            "a.npz",
+            "--dim",
+            "0,2",
+            "--mask-from-pattern",
+            "-o",
+            "out.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
+    assert_eq!(c, ndarray::arr2(&[[0i64, 1]]));
+    assert_eq!(v, vec![1.0, 9.0]);
+    assert_eq!(s, vec![2]);
+    // softmax along the last dim stores exactly the valid entries
+    let o = run(
+        p,
+        &[
+            "softmax",
+            "a.npz",
+            "--dim",
+            "-1",
+            "--mask-from-pattern",
+            "-o",
+            "out.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
+    assert_eq!(
+        c,
+        ndarray::arr2(&[[0i64, 0, 1, 1], [0, 1, 1, 1], [0, 2, 0, 2]])
+    );
+    assert_eq!(s, vec![2, 2, 3]);
+    let e = 1.0 / (1.0 + 1f64.exp());
+    assert_eq!(v[0], 1.0);
+    assert!((v[2] - e).abs() < 1e-15 && (v[3] - (1.0 - e)).abs() < 1e-15);
+    // no mask: unstored zeros are valid, so amax over dim 1 stores every lane
+    let o = run(p, &["amax", "a.npz", "--dim", "1", "-o", "out.npz"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, v, s) = load_npz::<f64>(&p.join("out.npz"));
+    assert_eq!(s, vec![2, 3]);
+    assert_eq!(v, vec![1.0, 0.0, 2.0, 3.0, 0.0, 4.0]);
+    // a separate mask whose stored 0 is not valid: (0,0,0) valid, (1,0,1) valid unstored,
+    // (1,1,2) stored false
+    save_coo(
+        &p.join("m.npz"),
+        &[vec![0, 1, 1], vec![0, 0, 1], vec![0, 1, 2]],
+        vec![true, true, false],
+        &[2, 2, 3],
+    );
+    let o = run(
+        p,
+        &[
+            "amin",
+            "a.npz",
+            "--mask",
+            "m.npz",
+            "--dim",
+            "1,2",
+            "--keepdim",
+            "-o",
+            "out.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
+    assert_eq!(s, vec![2, 1, 1]);
+    assert_eq!(c, ndarray::arr2(&[[0i64, 1], [0, 0], [0, 0]]));
+    assert_eq!(v, vec![1.0, 0.0]);
+    // a .mtx on --layout coo equals the CSR run; a 2-D .npz on --layout csr
+    write(p, "a.mtx", A_MTX);
+    for (input, layout) in [("a.mtx", "coo"), ("a.mtx", "csr")] {
+        let o = run(
+            p,
+            &[
+                "median",
+                input,
+                "--dim",
+                "0",
+                "--layout",
+                layout,
+                "--mask-from-pattern",
+                "-o",
+                "o.npz",
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let (c, v, _) = load_npz::<f64>(&p.join("o.npz"));
+        assert_eq!(c, ndarray::arr2(&[[0i64, 1, 2]]), "{layout}");
+        assert_eq!(v, vec![-3.0, 5.0, -0.5], "{layout}");
+    }
+    save_coo(
+        &p.join("b.npz"),
+        &[vec![1, 0], vec![0, 2]],
+        vec![2i64, 5],
+        &[2, 3],
+    );
+    let o = run(
+        p,
+        &[
+            "sum",
+            "b.npz",
+            "--dim",
+            "1",
+            "--keepdim",
+            "--layout",
+            "csr",
+            "-o",
+            "o.mtx",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(p.join("o.mtx")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[1..], ["2 1 2", "1 1 5", "2 1 2"], "{text}");
+    // errors: a repeated coordinate names both entries; a 3-d file on --layout csr
+    save_coo(
+        &p.join("dup.npz"),
+        &[vec![0, 1, 0], vec![2, 0, 2]],
+        vec![1.0f32, 2.0, 3.0],
+        &[2, 3],
+    );
+    assert_bad(p, &["sum", "dup.npz", "-o", "o.npz"], "duplicate");
+    assert_bad(p, &["sum", "dup.npz", "-o", "o.npz"], "entries 0 and 2");
+    assert_bad(
+        p,
+        &["sum", "a.npz", "--layout", "csr", "-o", "o.npz"],
+        "a 3-d array cannot run on --layout csr",
+    );
+    save_coo(&p.join("m2.npz"), &[vec![0], vec![0]], vec![true], &[2, 2]);
+    assert_bad(
+        p,
+        &["sum", "a.npz", "--mask", "m2.npz", "-o", "o.npz"],
+        "mask shape",
+    );
+}

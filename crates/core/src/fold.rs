@@ -429,14 +429,62 @@ mod cpu {
     }
 }
 
+/// Runs at most this long take the short kernel.
+pub(crate) const SHORT: usize = 8;
+
+/// The kernel for runs of at most [`SHORT`] elements (sparse lanes of a few entries):
+/// the same combination tree as the `W`-wide kernel, bit for bit, without its
+/// accumulator array. Element `k` sits in accumulator `k`; the tree levels that only
+/// meet identities are replayed so that even the sign of a zero sum matches.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+pub(crate) fn short_kernel<T: Copy, L: Lanes<T>>(
+    l: &L,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+) -> L::A {
+    let w = bits.map_or(u64::MAX, |b| b.word_at(0));
+    let mut a = [l.id(); SHORT];
+    for (k, &x) in xs.iter().enumerate().take(SHORT) {
+        if (w >> k) & 1 == 1 {
+            a[k] = l.comb(l.id(), l.lift(x, idx0 + k as i64));
+        }
+    }
+    let mut h = W / 2;
+    while h >= SHORT {
+        for j in 0..SHORT {
+            a[j] = l.comb(a[j], l.id());
+        }
+        h /= 2;
+    }
+    while h > 0 {
+        for j in 0..h {
+            a[j] = l.comb(a[j], a[j + h]);
+        }
+        h /= 2;
+    }
+    a[0]
+}
+
 /// The portable kernel: `W` accumulators, 64 elements per mask word, branch-free selects.
 /// Index loops on purpose: fixed-trip loops over fixed-size arrays are what the
 /// vectoriser turns into registers.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn kernel<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
-    let mut acc = [l.id(); W];
+    if xs.len() <= SHORT {
+        return short_kernel(l, xs, bits, idx0);
+    }
+    wide_kernel(l, xs, bits, idx0)
+}
+
+/// The `W`-accumulator body of [`kernel`], for runs of any length.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn wide_kernel<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
     let n = xs.len();
+    let mut acc = [l.id(); W];
     let full = n - n % 64;
     match bits {
         None => {
@@ -545,6 +593,42 @@ mod tests {
         fn comb(&self, a: i64, b: i64) -> i64 {
             a + b
         }
+    }
+
+    /// Float sums are order-sensitive: the short kernel must give the wide kernel's
+    /// result bit for bit (signed zeros included) at every length it takes.
+    #[test]
+    fn short_kernel_is_the_wide_kernel_bit_for_bit() {
+        struct FSum;
+        impl Lanes<f32> for FSum {
+            type A = f32;
+            fn id(&self) -> f32 {
+                0.0
+            }
+            fn lift(&self, x: f32, _: i64) -> f32 {
+                x
+            }
+            fn comb(&self, a: f32, b: f32) -> f32 {
+                a + b
+            }
+        }
+        let xs = [1e8f32, -0.0, 3.3, -1e8, 0.7, -0.0, 1e-3, 2.5e7];
+        let words = [0u64, 0b1010_0110, u64::MAX, 0b0010_0010];
+        for n in 0..=SHORT {
+            for w in words {
+                for bits in [None, Some(Bits::new(std::slice::from_ref(&w), 0))] {
+                    let a = short_kernel(&FSum, &xs[..n], bits, 0);
+                    let b = wide_kernel(&FSum, &xs[..n], bits, 0);
+                    assert_eq!(a.to_bits(), b.to_bits(), "n {n} bits {bits:?}");
+                }
+            }
+        }
+        // all negative zeros: the sign survives neither kernel's identity levels
+        let z = [-0.0f32; 3];
+        assert_eq!(
+            short_kernel(&FSum, &z, None, 0).to_bits(),
+            wide_kernel(&FSum, &z, None, 0).to_bits()
+        );
     }
 
     #[test]

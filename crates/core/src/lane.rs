@@ -5,7 +5,7 @@
 
 use crate::element::{Acc, Element, Float};
 use crate::error::{MaskedError, Result};
-use crate::fold::{fold_run, map_run, update_run, Fold, Lanes};
+use crate::fold::{fold_run, map_run, short_kernel, update_run, Fold, Lanes, SHORT};
 use crate::mask::Bits;
 use crate::ops::{AMaxLanes, AMinLanes};
 use crate::stats::Norm;
@@ -454,10 +454,13 @@ impl<T: Element> LaneMap<T> for Softmax {
             out.fill(fill);
             return;
         }
-        let m: T = if neg {
-            fold_run(&AMinLanes, xs, bits, 0)
-        } else {
-            fold_run(&AMaxLanes, xs, bits, 0)
+        let short = bits.is_none() && xs.len() <= SHORT;
+        let m: T = match (neg, short) {
+            // the kernel fold_run would pick, without its dispatch
+            (true, true) => short_kernel(&AMinLanes, xs, None, 0),
+            (false, true) => short_kernel(&AMaxLanes, xs, None, 0),
+            (true, false) => fold_run(&AMinLanes, xs, bits, 0),
+            (false, false) => fold_run(&AMaxLanes, xs, bits, 0),
         };
         let shift = m.to_real();
         let zero = <T::Real as Element>::ZERO;
@@ -471,6 +474,23 @@ impl<T: Element> LaneMap<T> for Softmax {
                     fill
                 }
             });
+            return;
+        }
+        if short {
+            // a lane of a few entries (sparse data): the same arithmetic as below,
+            // element by element, without the vector kernels' set-up
+            for (o, &x) in out.iter_mut().zip(xs) {
+                let d = if neg {
+                    shift - x.to_real()
+                } else {
+                    x.to_real() - shift
+                };
+                *o = d.exp_nonpos();
+            }
+            let inv = <T::Real as Float>::ONE / short_kernel(&RealSum, out, None, 0);
+            for o in out.iter_mut() {
+                *o = *o * inv;
+            }
             return;
         }
         // exp once: write exp(+-(x - shift)) (0 where masked out), sum the lane while it

@@ -20,6 +20,9 @@ pub(crate) struct Grouped<'a, T: Clone> {
     pub values: Cow<'a, [T]>,
     /// Validity bits in group order.
     pub valid: Option<Vec<u64>>,
+    /// Entry `k` of the group order is entry `perm[k]` of the stored order (`None`:
+    /// the same order).
+    pub perm: Option<Vec<usize>>,
     /// Row `r` is kept position `ids[r]` (compressed: only groups with entries), or
     /// `None` when rows are every kept position in order.
     pub ids: Option<Vec<usize>>,
@@ -45,7 +48,7 @@ impl<T: Element> Grouped<'_, T> {
 }
 
 /// Row-major strides of `shape` restricted to `dims` (a linear index over those dims).
-fn sub_strides(shape: &[usize], dims: &[usize]) -> Vec<usize> {
+pub(crate) fn sub_strides(shape: &[usize], dims: &[usize]) -> Vec<usize> {
     let mut st = vec![0usize; shape.len()];
     let mut s = 1;
     for &d in dims.iter().rev() {
@@ -78,12 +81,13 @@ pub(crate) fn group<'a, T: Element>(
     let keys = flat_of(coords.iter().copied(), &sub_strides(shape, &kept), nnz);
     let cols = flat_of(coords.iter().copied(), &sub_strides(shape, reduced), nnz);
     let in_order = kept.iter().enumerate().all(|(i, &d)| i == d);
-    let (keys, cols, values, valid) = if in_order || nnz <= 1 {
+    let (keys, cols, values, valid, perm) = if in_order || nnz <= 1 {
         (
             keys,
             cols,
             Cow::Borrowed(values),
             valid.map(<[u64]>::to_vec),
+            None,
         )
     } else {
         let perm = order_by_group(&keys, &cols, nkept, ncols);
@@ -96,7 +100,13 @@ pub(crate) fn group<'a, T: Element>(
             }
             out
         });
-        (gather(&keys), gather(&cols), Cow::Owned(vals), bits)
+        (
+            gather(&keys),
+            gather(&cols),
+            Cow::Owned(vals),
+            bits,
+            Some(perm),
+        )
     };
     let (indptr, ids) = if full {
         let mut indptr = vec![0usize; nkept + 1];
@@ -108,19 +118,14 @@ pub(crate) fn group<'a, T: Element>(
         }
         (indptr, None)
     } else {
-        let mut indptr = vec![0usize];
-        let mut ids = Vec::new();
-        for (e, &k) in keys.iter().enumerate() {
-            if ids.last() != Some(&k) {
-                if e > 0 {
-                    indptr.push(e);
-                }
-                ids.push(k);
-            }
-        }
-        if nnz > 0 {
-            indptr.push(nnz);
-        }
+        // a group starts where the key changes
+        let mut indptr: Vec<usize> = (0..nnz)
+            .into_par_iter()
+            .with_min_len(1 << 14)
+            .filter(|&e| e == 0 || keys[e] != keys[e - 1])
+            .collect();
+        let ids = indptr.par_iter().map(|&e| keys[e]).collect();
+        indptr.push(nnz);
         (indptr, Some(ids))
     };
     Ok(Grouped {
@@ -129,6 +134,7 @@ pub(crate) fn group<'a, T: Element>(
         cols,
         values,
         valid,
+        perm,
         ids,
     })
 }

@@ -284,15 +284,19 @@ pub(crate) fn flat_of<'c>(
     st: &[usize],
     nnz: usize,
 ) -> Vec<usize> {
+    let dims: Vec<(&[usize], usize)> = coords
+        .zip(st.iter().copied())
+        .filter(|p| p.1 != 0)
+        .collect();
     let mut out = vec![0usize; nnz];
-    for (c, &s) in coords.zip(st) {
-        if s == 0 {
-            continue;
+    const CHUNK: usize = 1 << 15;
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+        for (cd, s) in &dims {
+            for (x, &i) in o.iter_mut().zip(&cd[c * CHUNK..]) {
+                *x += i * s;
+            }
         }
-        for (o, &i) in out.iter_mut().zip(c) {
-            *o += i * s;
-        }
-    }
+    });
     out
 }
 

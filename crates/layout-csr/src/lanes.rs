@@ -143,18 +143,22 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         {
             return bad("too few validity words".into());
         }
-        for r in 0..shape.0 {
-            let (a, b) = (indptr[r], indptr[r + 1]);
-            if a > b {
-                return bad(format!("row pointer decreases at row {r}"));
-            }
-            let row = &indices[a..b];
-            if row.windows(2).any(|w| w[0] >= w[1]) {
-                return bad(format!("row {r}: indices not strictly increasing"));
-            }
-            if row.last().is_some_and(|c| c.index() >= shape.1) {
-                return bad(format!("row {r}: index out of range {}", shape.1));
-            }
+        if let Some(r) = indptr.windows(2).position(|w| w[0] > w[1]) {
+            return bad(format!("row pointer decreases at row {r}"));
+        }
+        let broken = (0..shape.0)
+            .into_par_iter()
+            .with_min_len(1 << 12)
+            .find_first(|&r| {
+                let row = &indices[indptr[r]..indptr[r + 1]];
+                row.windows(2).any(|w| w[0] >= w[1])
+                    || row.last().is_some_and(|c| c.index() >= shape.1)
+            });
+        if let Some(r) = broken {
+            return bad(format!(
+                "row {r}: indices not strictly increasing and below {}",
+                shape.1
+            ));
         }
         Ok(CsrLanes {
             shape,
