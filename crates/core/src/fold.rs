@@ -367,6 +367,32 @@ macro_rules! multiversion {
     };
 }
 
+/// The validity words of the nan-family's extra mask: bit `k` is `!values[k].is_nan()`,
+/// ANDed with bit `k` of `prior` when a mask is already there. Every layout's
+/// `without_nans` calls this: 64 compares per word in the vector kernel, 64K elements
+/// per parallel task.
+///
+/// ```
+/// use masked_core::not_nan_words;
+/// let w = not_nan_words(&[1.0f64, f64::NAN, 3.0, 4.0], Some(&[0b0111]));
+/// assert_eq!(w, vec![0b0101]);
+/// ```
+pub fn not_nan_words<T: crate::Element>(values: &[T], prior: Option<&[u64]>) -> Vec<u64> {
+    use rayon::prelude::*;
+    let mut words = vec![0u64; values.len().div_ceil(64)];
+    let chunk = 1 << 16;
+    words
+        .par_chunks_mut(chunk / 64)
+        .zip(values.par_chunks(chunk))
+        .for_each(|(w, xs)| pred_bits(xs, w, |x: T| !x.is_nan()));
+    if let Some(p) = prior {
+        for (w, &m) in words.iter_mut().zip(p) {
+            *w &= m;
+        }
+    }
+    words
+}
+
 multiversion! {
 /// Folds `xs` (element `k` at lane position `idx0 + k`, valid where bit `k` of `bits` is
 /// set) with the monoid `L`, in the fastest kernel this CPU supports.

@@ -39,7 +39,8 @@ pub use dims::{wrap_dim, Dims, ReducePlan};
 pub use element::{Acc, DType, DynVec, Element, Float};
 pub use error::{MaskedError, Result};
 pub use fold::{
-    compress_into, first_match, fold_columns, fold_run, map_run, pred_bits, update_run, Fold, Lanes,
+    compress_into, first_match, fold_columns, fold_run, map_run, not_nan_words, pred_bits,
+    update_run, Fold, Lanes,
 };
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use mask::{BitMask, Bits};

@@ -100,7 +100,7 @@ impl<T: Element> TryFrom<&MaskedCoo<T>> for MaskedArrayD<T> {
     }
 }
 
-/// The COO pattern of a CSR structure.
+/// The COO pattern of a CSR structure (`indptr` from 0).
 fn csr_pattern<I: SpIndex>(
     shape: (usize, usize),
     indptr: impl Iterator<Item = usize>,
@@ -108,14 +108,10 @@ fn csr_pattern<I: SpIndex>(
 ) -> Result<CooPattern> {
     let mut rows = Vec::with_capacity(indices.len());
     let ptr: Vec<usize> = indptr.collect();
-    let base = ptr.first().copied().unwrap_or(0);
     for r in 0..shape.0 {
         rows.extend(std::iter::repeat_n(r, ptr[r + 1] - ptr[r]));
     }
-    let cols: Vec<usize> = indices[..ptr[shape.0] - base]
-        .iter()
-        .map(|i| i.index())
-        .collect();
+    let cols: Vec<usize> = indices[..ptr[shape.0]].iter().map(|i| i.index()).collect();
     CooPattern::from_coords(&[shape.0, shape.1], &[rows, cols])
 }
 

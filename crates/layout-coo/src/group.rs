@@ -18,8 +18,8 @@ pub(crate) struct Grouped<'a, T: Clone> {
     pub cols: Vec<usize>,
     /// Values in group order (borrowed when the order did not change).
     pub values: Cow<'a, [T]>,
-    /// Validity bits in group order.
-    pub valid: Option<Vec<u64>>,
+    /// Validity bits in group order (borrowed when the order did not change).
+    pub valid: Option<Cow<'a, [u64]>>,
     /// Entry `k` of the group order is entry `perm[k]` of the stored order (`None`:
     /// the same order).
     pub perm: Option<Vec<usize>>,
@@ -36,7 +36,7 @@ impl<T: Element> Grouped<'_, T> {
             &self.indptr,
             &self.cols,
             &self.values,
-            self.valid.clone(),
+            self.valid.as_deref(),
             fill,
         )
     }
@@ -70,7 +70,7 @@ pub(crate) fn group<'a, T: Element>(
     shape: &[usize],
     coords: &[&[usize]],
     values: &'a [T],
-    valid: Option<&[u64]>,
+    valid: Option<&'a [u64]>,
     reduced: &[usize],
     full: bool,
 ) -> Result<Grouped<'a, T>> {
@@ -86,7 +86,7 @@ pub(crate) fn group<'a, T: Element>(
             keys,
             cols,
             Cow::Borrowed(values),
-            valid.map(<[u64]>::to_vec),
+            valid.map(Cow::Borrowed),
             None,
         )
     } else {
@@ -104,7 +104,7 @@ pub(crate) fn group<'a, T: Element>(
             gather(&keys),
             gather(&cols),
             Cow::Owned(vals),
-            bits,
+            bits.map(Cow::Owned),
             Some(perm),
         )
     };
@@ -137,6 +137,32 @@ pub(crate) fn group<'a, T: Element>(
         perm,
         ids,
     })
+}
+
+/// The lanes along the last dim of entries in stored order, all valid, for a map: a
+/// lane starts where a coordinate of another dim (`others`) changes, so no group keys
+/// are computed and nothing moves.
+pub(crate) fn along_last<'a, T: Element>(
+    others: &[&[usize]],
+    len: usize,
+    values: &'a [T],
+) -> Grouped<'a, T> {
+    let nnz = values.len();
+    let mut indptr: Vec<usize> = (0..nnz)
+        .into_par_iter()
+        .with_min_len(1 << 14)
+        .filter(|&e| e == 0 || others.iter().any(|c| c[e] != c[e - 1]))
+        .collect();
+    indptr.push(nnz);
+    Grouped {
+        ncols: len,
+        indptr,
+        cols: Vec::new(),
+        values: Cow::Borrowed(values),
+        valid: None,
+        perm: None,
+        ids: None,
+    }
 }
 
 /// The permutation that sorts entries by (group, column): a stable counting sort by
@@ -193,7 +219,7 @@ mod tests {
         assert_eq!(g.cols, vec![1, 0, 0, 1]);
         assert_eq!(&g.values[..], &[3.0, 1.0, 2.0, 4.0]);
         // entry bits follow their entries: entries 1 and 3 were valid, now at 2 and 3
-        assert_eq!(g.valid, Some(vec![0b1100]));
+        assert_eq!(g.valid.as_deref(), Some(&[0b1100u64][..]));
         // full rows over a larger kept dim
         let g = group(&[2, 5], &[&c0, &c1], &v, None, &[0], true).unwrap();
         assert_eq!(g.indptr, vec![0, 1, 2, 4, 4, 4]);

@@ -49,7 +49,7 @@ pub use pattern::CooPattern;
 
 use group::{group, Grouped};
 use masked_core::{
-    fresh_vec, pred_bits, wrap_dim, Dims, Element, Fold, LaneMap, LaneStat, MaskedError,
+    fresh_vec, not_nan_words, wrap_dim, Dims, Element, Fold, LaneMap, LaneStat, MaskedError,
     MaskedReduce, Result,
 };
 use rayon::prelude::*;
@@ -257,19 +257,11 @@ pub struct CooLanes<'a, T> {
 impl<'a, T: Element> CooLanes<'a, T> {
     /// The same lanes with validity bits `!is_nan` ANDed in.
     pub fn nan_masked(&self) -> CooLanes<'a, T> {
-        let mut words = vec![0u64; self.values.len().div_ceil(64)];
-        let chunk = 1 << 16;
-        words
-            .par_chunks_mut(chunk / 64)
-            .zip(self.values.par_chunks(chunk))
-            .for_each(|(w, xs)| pred_bits(xs, w, |x: T| !x.is_nan()));
-        if let Some(v) = self.valid.as_deref() {
-            for (w, &m) in words.iter_mut().zip(v) {
-                *w &= m;
-            }
-        }
         CooLanes {
-            valid: Some(Cow::Owned(words)),
+            valid: Some(Cow::Owned(not_nan_words(
+                self.values,
+                self.valid.as_deref(),
+            ))),
             ..*self
         }
     }
@@ -280,7 +272,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
     }
 
     /// The entries grouped by the dims not in `reduced`.
-    fn grouped(&self, reduced: &[usize], full: bool) -> Result<Grouped<'a, T>> {
+    fn grouped(&self, reduced: &[usize], full: bool) -> Result<Grouped<'_, T>> {
         let coords: Vec<&[usize]> = (0..self.pattern.ndim())
             .map(|d| self.pattern.coords(d))
             .collect();
@@ -399,24 +391,8 @@ impl<'a, T: Element> CooLanes<'a, T> {
         let nnz = self.values.len();
         let ndim = self.shape().len();
         let g = if d + 1 == ndim {
-            // lanes along the last dim are runs of entries: a lane starts where a
-            // coordinate of another dim changes (no keys, no reordering)
             let others: Vec<&[usize]> = (0..d).map(|k| self.pattern.coords(k)).collect();
-            let mut indptr: Vec<usize> = (0..nnz)
-                .into_par_iter()
-                .with_min_len(1 << 14)
-                .filter(|&e| e == 0 || others.iter().any(|c| c[e] != c[e - 1]))
-                .collect();
-            indptr.push(nnz);
-            Grouped {
-                ncols: self.shape()[d],
-                indptr,
-                cols: Vec::new(),
-                values: Cow::Borrowed(self.values),
-                valid: None,
-                perm: None,
-                ids: None,
-            }
+            group::along_last(&others, self.shape()[d], self.values)
         } else {
             self.grouped(&[d], false)?
         };

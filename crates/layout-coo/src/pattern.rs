@@ -110,14 +110,13 @@ impl CooPattern {
             first: first.min(second),
             second: first.max(second),
         };
-        if let Some(k) = flat.windows(2).position(|w| w[0] >= w[1]) {
+        if flat.windows(2).any(|w| w[0] >= w[1]) {
             // unsorted (or a duplicate): sort entry numbers by position
             let mut order: Vec<(usize, usize)> = flat.iter().copied().zip(0..).collect();
             order.par_sort_unstable();
             if let Some(w) = order.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(dup(w[0].1, w[1].1));
             }
-            let _ = k;
             let perm: Vec<usize> = order.iter().map(|p| p.1).collect();
             let mut out = vec![0usize; shape.len() * nnz];
             for (d, c) in coords.iter().enumerate() {

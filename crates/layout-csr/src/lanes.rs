@@ -3,8 +3,8 @@
 
 use crate::partition::{groups, row_tasks};
 use masked_core::{
-    compress_into, fresh_vec, pred_bits, wrap_dim, Bits, Dims, Element, Fold, LaneMap, LaneStat,
-    MaskedError, MaskedReduce, Result, SparseArray,
+    compress_into, fresh_vec, not_nan_words, wrap_dim, Bits, Dims, Element, Fold, LaneMap,
+    LaneStat, MaskedError, MaskedReduce, Result, SparseArray,
 };
 use rayon::prelude::*;
 use sprs::{CsMatI, SpIndex};
@@ -118,7 +118,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         indptr: &'a [usize],
         indices: &'a [I],
         values: &'a [T],
-        valid: Option<Vec<u64>>,
+        valid: Option<&'a [u64]>,
         fill: bool,
     ) -> Result<Self> {
         let bad = |m: String| Err(MaskedError::InvalidData(m));
@@ -137,10 +137,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 indices.len()
             ));
         }
-        if valid
-            .as_ref()
-            .is_some_and(|w| w.len() < indices.len().div_ceil(64))
-        {
+        if valid.is_some_and(|w| w.len() < indices.len().div_ceil(64)) {
             return bad("too few validity words".into());
         }
         if let Some(r) = indptr.windows(2).position(|w| w[0] > w[1]) {
@@ -165,7 +162,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             indptr,
             indices,
             values,
-            valid: valid.map(Cow::Owned),
+            valid: valid.map(Cow::Borrowed),
             fill,
         })
     }
@@ -173,19 +170,11 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     /// The same lanes with validity bits `!is_nan` ANDed in (unstored zeros stay
     /// valid); the bits are owned, the structure and values still borrowed.
     pub fn nan_masked(&self) -> CsrLanes<'a, T, I> {
-        let mut words = vec![0u64; self.nnz().div_ceil(64)];
-        let chunk = 1 << 16;
-        words
-            .par_chunks_mut(chunk / 64)
-            .zip(self.values.par_chunks(chunk))
-            .for_each(|(w, xs)| pred_bits(xs, w, |x: T| !x.is_nan()));
-        if let Some(v) = self.valid.as_deref() {
-            for (w, &m) in words.iter_mut().zip(v) {
-                *w &= m;
-            }
-        }
         CsrLanes {
-            valid: Some(Cow::Owned(words)),
+            valid: Some(Cow::Owned(not_nan_words(
+                self.values,
+                self.valid.as_deref(),
+            ))),
             ..*self
         }
     }

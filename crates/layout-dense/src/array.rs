@@ -2,11 +2,10 @@
 
 use crate::kernels;
 use masked_core::{
-    pred_bits, wrap_dim, BitMask, Dims, Element, Fold, LaneMap, LaneStat, MaskedError,
+    not_nan_words, wrap_dim, BitMask, Dims, Element, Fold, LaneMap, LaneStat, MaskedError,
     MaskedReduce, ReducePlan, Result,
 };
 use ndarray::{ArrayBase, ArrayD, ArrayView, Data, Dimension, IxDyn, OwnedRepr, RawData, ViewRepr};
-use rayon::prelude::*;
 
 /// A dense array with an optional validity mask (`true` = valid).
 ///
@@ -115,21 +114,12 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 
     /// This array with the extra mask `!is_nan(x)` ANDed into its mask (the nan-family).
     pub fn and_not_nan(&self) -> MaskedView<'_, T, D> {
-        // 64 compares per word in the vector kernel, 64K elements per parallel task
-        let xs = self.row_major();
-        let mut words = vec![0u64; xs.len().div_ceil(64)];
-        words
-            .par_chunks_mut(1024)
-            .zip(xs.par_chunks(1024 * 64))
-            .for_each(|(w, x)| pred_bits(x, w, |v: T| !v.is_nan()));
-        let nan_ok = BitMask::from_words(self.data.shape(), words).expect("enough words");
-        let mask = match &self.mask {
-            Some(m) => m.and(&nan_ok).expect("masks share the data's shape"),
-            None => nan_ok,
-        };
+        let words = not_nan_words(&self.row_major(), self.mask.as_ref().map(BitMask::words));
         MaskedArray {
             data: self.data.view(),
-            mask: Some(mask),
+            mask: Some(
+                BitMask::from_words(self.data.shape(), words).expect("a word per 64 elements"),
+            ),
         }
     }
 }
