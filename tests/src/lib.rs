@@ -150,3 +150,132 @@ pub fn value(specials: bool) -> BoxedStrategy<f64> {
         prop_oneof![5 => (-8i32..8).prop_map(|v| v as f64), 1 => Just(0.0)].boxed()
     }
 }
+
+/// The options every op of a conformance case runs with.
+#[derive(Debug, Clone, Copy)]
+pub struct Opts {
+    /// var/std correction.
+    pub correction: f64,
+    /// norm order.
+    pub ord: f64,
+    /// quantile q.
+    pub q: f64,
+    /// quantile interpolation.
+    pub interpolation: masked::Interpolation,
+    /// median mode.
+    pub mode: masked::MedianMode,
+}
+
+/// Runs every op of the table on the sparse layout `sparse` and on the dense `oracle`,
+/// for each (dims, keepdim) that `choices` gives for the op's kind, and checks that the
+/// sparse output stores exactly the dense output mask with the dense values (or that
+/// both fail with the same error). The one conformance loop of every sparse layout.
+pub fn conform<T, L>(
+    oracle: &masked::MaskedView<'_, T, ndarray::IxDyn>,
+    sparse: &L,
+    choices: impl Fn(masked::by_name::Kind) -> Vec<(masked::Dims, bool)>,
+    o: &Opts,
+) -> Result<(), TestCaseError>
+where
+    T: masked::Element,
+    L: masked::by_name::ByName<T, Out = SparseOutcome>,
+{
+    use masked::by_name::{apply, apply_dense, OpRequest, OPS};
+    for spec in OPS {
+        for (dims, keepdim) in choices(spec.kind) {
+            let req = OpRequest::from_spec(spec)
+                .dims(dims.clone())
+                .keepdim(keepdim)
+                .correction(o.correction)
+                .ord(o.ord)
+                .q(o.q)
+                .interpolation(o.interpolation)
+                .mode(o.mode);
+            let what = format!("{} dims {:?} keepdim {}", spec.name, dims, keepdim);
+            match (apply_dense(oracle, &req), apply(sparse, &req)) {
+                (Ok(d), Ok(s)) => agree(&what, &d, &s)?,
+                (Err(a), Err(b)) => prop_assert_eq!(a, b, "{}: errors", what),
+                (d, s) => prop_assert!(
+                    false,
+                    "{}: dense {:?} vs sparse {:?}",
+                    what,
+                    d.err(),
+                    s.err()
+                ),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each (dims, keepdim) pair of `dims`, keepdim both ways.
+pub fn both_keepdims(dims: impl IntoIterator<Item = masked::Dims>) -> Vec<(masked::Dims, bool)> {
+    dims.into_iter()
+        .flat_map(|d| [(d.clone(), false), (d, true)])
+        .collect()
+}
+
+/// A JSON array of non-negative integers.
+pub fn usizes(v: &Value) -> Vec<usize> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("non-negative integer") as usize)
+        .collect()
+}
+
+/// Checks a sparse result against a fixture case: the shape `want_shape`, the stored
+/// positions `expect_indices` (the output mask) and the values `expect_values` there.
+pub fn check_fixture(out: &SparseOutcome, want_shape: &[usize], c: &Value) -> Result<(), String> {
+    if out.shape != want_shape {
+        return Err(format!("shape {:?}, want {want_shape:?}", out.shape));
+    }
+    if out.indices != usizes(&c["expect_indices"]) {
+        return Err(format!(
+            "stored positions {:?}, want {}",
+            out.indices, c["expect_indices"]
+        ));
+    }
+    let dtype = match out.values {
+        DynVec::F32(_) => "f32",
+        DynVec::F64(_) => "f64",
+        DynVec::I32(_) => "i32",
+        DynVec::I64(_) => "i64",
+    };
+    let want = values(dtype, c["expect_values"].as_array().expect("values"));
+    compare(&out.values, &want, 1e-12)
+}
+
+/// Options for a conformance case: corrections 0, 1, 1.5; every kind of norm order;
+/// q at the ends and inside; every interpolation and median mode.
+pub fn opts() -> impl Strategy<Value = Opts> {
+    use masked::{Interpolation, MedianMode};
+    (
+        prop_oneof![Just(0.0), Just(1.0), Just(1.5)],
+        prop_oneof![
+            Just(2.0),
+            Just(1.0),
+            Just(0.0),
+            Just(3.0),
+            Just(-1.0),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY)
+        ],
+        prop_oneof![Just(0.0), Just(0.3), Just(0.5), Just(1.0)],
+        prop_oneof![
+            Just(Interpolation::Linear),
+            Just(Interpolation::Lower),
+            Just(Interpolation::Higher),
+            Just(Interpolation::Midpoint),
+            Just(Interpolation::Nearest)
+        ],
+        prop_oneof![Just(MedianMode::Avg), Just(MedianMode::Lower)],
+    )
+        .prop_map(|(correction, ord, q, interpolation, mode)| Opts {
+            correction,
+            ord,
+            q,
+            interpolation,
+            mode,
+        })
+}

@@ -5,18 +5,10 @@
 //! checks the stored output positions (the output mask) and the values there.
 
 use masked::by_name::{apply, OpRequest};
-use masked::{Dims, DynVec, Element, MaskedCsr, Pattern};
-use masked_tests::{compare, int, num, values};
+use masked::{Dims, Element, MaskedCsr, Pattern};
+use masked_tests::{check_fixture, int, num, usizes};
 use serde_json::Value;
 use sprs::CsMat;
-
-fn usizes(v: &Value) -> Vec<usize> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as usize)
-        .collect()
-}
 
 fn run<T: Element>(c: &Value, data: Vec<T>) -> Result<(), String> {
     let shape = usizes(&c["shape"]);
@@ -55,23 +47,7 @@ fn run<T: Element>(c: &Value, data: Vec<T>) -> Result<(), String> {
             }
         })
         .collect();
-    if out.shape != want_shape {
-        return Err(format!("shape {:?}, want {want_shape:?}", out.shape));
-    }
-    if out.indices != usizes(&c["expect_indices"]) {
-        return Err(format!(
-            "stored positions {:?}, want {:?}",
-            out.indices, c["expect_indices"]
-        ));
-    }
-    let dtype = match out.values {
-        DynVec::F32(_) => "f32",
-        DynVec::F64(_) => "f64",
-        DynVec::I32(_) => "i32",
-        DynVec::I64(_) => "i64",
-    };
-    let want = values(dtype, c["expect_values"].as_array().unwrap());
-    compare(&out.values, &want, 1e-12)
+    check_fixture(&out, &want_shape, c)
 }
 
 #[test]

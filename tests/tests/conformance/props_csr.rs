@@ -5,9 +5,9 @@
 //! both ways, equals the dense op on the densified input at the output mask, and the
 //! stored output pattern equals the output mask.
 
-use masked::by_name::{apply, apply_dense, Kind, OpRequest, OPS};
-use masked::{Dims, Element, Interpolation, MaskedArray, MaskedCsr, MedianMode, Pattern};
-use masked_tests::{agree, at, value};
+use masked::by_name::{apply, apply_dense, Kind, OpRequest};
+use masked::{Dims, Element, MaskedArray, MaskedCsr, Pattern};
+use masked_tests::{at, both_keepdims, conform, opts, value, Opts};
 use ndarray::{Array2, IxDyn};
 use proptest::prelude::*;
 use sprs::CsMat;
@@ -36,11 +36,7 @@ struct Case {
     ncols: usize,
     cells: Vec<Cell>,
     mask: MaskKind,
-    correction: f64,
-    ord: f64,
-    q: f64,
-    interpolation: Interpolation,
-    mode: MedianMode,
+    opts: Opts,
 }
 
 fn case(specials: bool) -> impl Strategy<Value = Case> {
@@ -67,40 +63,16 @@ fn case(specials: bool) -> impl Strategy<Value = Case> {
                 Just(ncols),
                 prop::collection::vec(cell, n),
                 mask,
-                prop_oneof![Just(0.0), Just(1.0), Just(1.5)],
-                prop_oneof![
-                    Just(2.0),
-                    Just(1.0),
-                    Just(0.0),
-                    Just(3.0),
-                    Just(-1.0),
-                    Just(f64::INFINITY),
-                    Just(f64::NEG_INFINITY)
-                ],
-                prop_oneof![Just(0.0), Just(0.3), Just(0.5), Just(1.0)],
-                prop_oneof![
-                    Just(Interpolation::Linear),
-                    Just(Interpolation::Lower),
-                    Just(Interpolation::Higher),
-                    Just(Interpolation::Midpoint),
-                    Just(Interpolation::Nearest)
-                ],
-                prop_oneof![Just(MedianMode::Avg), Just(MedianMode::Lower)],
+                opts(),
             )
         })
-        .prop_map(
-            |(nrows, ncols, cells, mask, correction, ord, q, interpolation, mode)| Case {
-                nrows,
-                ncols,
-                cells,
-                mask,
-                correction,
-                ord,
-                q,
-                interpolation,
-                mode,
-            },
-        )
+        .prop_map(|(nrows, ncols, cells, mask, opts)| Case {
+            nrows,
+            ncols,
+            cells,
+            mask,
+            opts,
+        })
 }
 
 /// A CSR matrix from `(flat position, value)` pairs in increasing position order.
@@ -161,47 +133,21 @@ fn check<T: Element>(c: &Case, conv: impl Fn(f64) -> T) -> Result<(), TestCaseEr
         None => MaskedArray::unmasked(dense.view()),
     };
     let oracle: masked::MaskedView<'_, T, IxDyn> = oracle;
-    for spec in OPS {
-        let dim_choices: Vec<(Dims, bool)> = match spec.kind {
-            Kind::Normalize => vec![
-                (Dims::from(1isize), false),
-                (Dims::from(0isize), false),
-                (Dims::from(-1isize), false),
-            ],
-            Kind::ReduceOne => [Dims::from(1isize), Dims::from(0isize), Dims::All]
-                .into_iter()
-                .flat_map(|d| [(d.clone(), false), (d, true)])
-                .collect(),
-            Kind::Reduce => [
-                Dims::from(1isize),
-                Dims::from(0isize),
-                Dims::All,
-                Dims::from([0isize, 1]),
-            ]
-            .into_iter()
-            .flat_map(|d| [(d.clone(), false), (d, true)])
-            .collect(),
-        };
-        for (dims, keepdim) in dim_choices {
-            let req = OpRequest::from_spec(spec)
-                .dims(dims.clone())
-                .keepdim(keepdim)
-                .correction(c.correction)
-                .ord(c.ord)
-                .q(c.q)
-                .interpolation(c.interpolation)
-                .mode(c.mode);
-            let what = format!("{} dims {:?} keepdim {}", spec.name, dims, keepdim);
-            let d = apply_dense(&oracle, &req);
-            let s = apply(&csr, &req);
-            match (d, s) {
-                (Ok(d), Ok(s)) => agree(&what, &d, &s)?,
-                (Err(a), Err(b)) => prop_assert_eq!(a, b, "{}: errors", what),
-                (d, s) => prop_assert!(false, "{}: dense {:?} vs csr {:?}", what, d.err(), s.err()),
-            }
-        }
-    }
-    Ok(())
+    let choices = |kind: Kind| match kind {
+        Kind::Normalize => vec![
+            (Dims::from(1isize), false),
+            (Dims::from(0isize), false),
+            (Dims::from(-1isize), false),
+        ],
+        Kind::ReduceOne => both_keepdims([Dims::from(1isize), Dims::from(0isize), Dims::All]),
+        Kind::Reduce => both_keepdims([
+            Dims::from(1isize),
+            Dims::from(0isize),
+            Dims::All,
+            Dims::from([0isize, 1]),
+        ]),
+    };
+    conform(&oracle, &csr, choices, &c.opts)
 }
 
 proptest! {

@@ -9,10 +9,10 @@
 use masked::by_name::{apply, apply_dense, Kind, OpRequest, OPS};
 use masked::coo::{csr_to_dense, dense_to_csr};
 use masked::{
-    CooMask, CooPattern, Dims, Element, Interpolation, MaskedArray, MaskedArrayD, MaskedCoo,
-    MaskedCsr, MaskedReduce, MedianMode,
+    CooMask, CooPattern, Dims, Element, MaskedArray, MaskedArrayD, MaskedCoo, MaskedCsr,
+    MaskedReduce,
 };
-use masked_tests::{agree, at, value};
+use masked_tests::{at, both_keepdims, conform, opts, value, Opts};
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 
@@ -33,11 +33,7 @@ struct Case {
     /// The order the stored entries are given in (a permutation of their ranks).
     order: Vec<usize>,
     mask: MaskKind,
-    correction: f64,
-    ord: f64,
-    q: f64,
-    interpolation: Interpolation,
-    mode: MedianMode,
+    opts: Opts,
 }
 
 fn case(specials: bool) -> impl Strategy<Value = Case> {
@@ -60,37 +56,16 @@ fn case(specials: bool) -> impl Strategy<Value = Case> {
                 prop::collection::vec(cell, n),
                 Just((0..n).collect::<Vec<usize>>()).prop_shuffle(),
                 mask,
-                prop_oneof![Just(0.0), Just(1.0), Just(1.5)],
-                prop_oneof![
-                    Just(2.0),
-                    Just(1.0),
-                    Just(0.0),
-                    Just(-1.0),
-                    Just(f64::INFINITY)
-                ],
-                prop_oneof![Just(0.0), Just(0.3), Just(1.0)],
-                prop_oneof![
-                    Just(Interpolation::Linear),
-                    Just(Interpolation::Lower),
-                    Just(Interpolation::Midpoint),
-                    Just(Interpolation::Nearest)
-                ],
-                prop_oneof![Just(MedianMode::Avg), Just(MedianMode::Lower)],
+                opts(),
             )
         })
-        .prop_map(
-            |(shape, cells, order, mask, correction, ord, q, interpolation, mode)| Case {
-                shape,
-                cells,
-                order,
-                mask,
-                correction,
-                ord,
-                q,
-                interpolation,
-                mode,
-            },
-        )
+        .prop_map(|(shape, cells, order, mask, opts)| Case {
+            shape,
+            cells,
+            order,
+            mask,
+            opts,
+        })
 }
 
 /// The row-major coordinates of flat position `f`.
@@ -158,39 +133,14 @@ fn check<T: Element>(c: &Case, conv: impl Fn(f64) -> T) -> Result<(), TestCaseEr
     let (coo, oracle) = inputs(c, conv);
     let oracle = oracle.view();
     let ndim = c.shape.len();
-    for spec in OPS {
-        let dim_choices: Vec<(Dims, bool)> = match spec.kind {
-            Kind::Normalize => (-1..ndim as isize)
-                .map(|d| (Dims::from(d), false))
-                .collect(),
-            Kind::ReduceOne => (-1..ndim as isize)
-                .map(Dims::from)
-                .chain([Dims::All])
-                .flat_map(|d| [(d.clone(), false), (d, true)])
-                .collect(),
-            Kind::Reduce => subsets(ndim)
-                .into_iter()
-                .flat_map(|d| [(d.clone(), false), (d, true)])
-                .collect(),
-        };
-        for (dims, keepdim) in dim_choices {
-            let req = OpRequest::from_spec(spec)
-                .dims(dims.clone())
-                .keepdim(keepdim)
-                .correction(c.correction)
-                .ord(c.ord)
-                .q(c.q)
-                .interpolation(c.interpolation)
-                .mode(c.mode);
-            let what = format!("{} dims {:?} keepdim {}", spec.name, dims, keepdim);
-            match (apply_dense(&oracle, &req), apply(&coo, &req)) {
-                (Ok(d), Ok(s)) => agree(&what, &d, &s)?,
-                (Err(a), Err(b)) => prop_assert_eq!(a, b, "{}: errors", what),
-                (d, s) => prop_assert!(false, "{}: dense {:?} vs coo {:?}", what, d.err(), s.err()),
-            }
-        }
-    }
-    Ok(())
+    let choices = |kind: Kind| match kind {
+        Kind::Normalize => (-1..ndim as isize)
+            .map(|d| (Dims::from(d), false))
+            .collect(),
+        Kind::ReduceOne => both_keepdims((-1..ndim as isize).map(Dims::from).chain([Dims::All])),
+        Kind::Reduce => both_keepdims(subsets(ndim)),
+    };
+    conform(&oracle, &coo, choices, &c.opts)
 }
 
 proptest! {

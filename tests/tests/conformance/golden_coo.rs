@@ -6,17 +6,9 @@
 //! stored output positions (the output mask) and the values there.
 
 use masked::by_name::{apply, OpRequest};
-use masked::{CooMask, CooPattern, Dims, DynVec, Element, MaskedCoo};
-use masked_tests::{compare, int, num, values};
+use masked::{CooMask, CooPattern, Dims, Element, MaskedCoo};
+use masked_tests::{check_fixture, int, num, usizes};
 use serde_json::Value;
-
-fn usizes(v: &Value) -> Vec<usize> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as usize)
-        .collect()
-}
 
 fn coords(v: &Value) -> Vec<Vec<usize>> {
     v.as_array().unwrap().iter().map(usizes).collect()
@@ -58,23 +50,7 @@ fn run<T: Element>(a: &MaskedCoo<T>, c: &Value) -> Result<(), String> {
         .dims(Dims::Set(dims))
         .keepdim(c["keepdim"].as_bool().unwrap());
     let out = apply(a, &req).map_err(|e| e.to_string())?;
-    if out.shape != usizes(&c["out_shape"]) {
-        return Err(format!("shape {:?}, want {}", out.shape, c["out_shape"]));
-    }
-    if out.indices != usizes(&c["expect_indices"]) {
-        return Err(format!(
-            "stored positions {:?}, want {}",
-            out.indices, c["expect_indices"]
-        ));
-    }
-    let dtype = match out.values {
-        DynVec::F32(_) => "f32",
-        DynVec::F64(_) => "f64",
-        DynVec::I32(_) => "i32",
-        DynVec::I64(_) => "i64",
-    };
-    let want = values(dtype, c["expect_values"].as_array().unwrap());
-    compare(&out.values, &want, 1e-12)
+    check_fixture(&out, &usizes(&c["out_shape"]), c)
 }
 
 #[test]

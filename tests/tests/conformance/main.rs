@@ -1,0 +1,11 @@
+//! The conformance suite, one test binary: golden fixtures from torch.masked and numpy,
+//! and cross-layout properties (every sparse layout against the dense oracle). One
+//! binary, so the op table is compiled once per layout and dtype rather than once per
+//! test file.
+
+mod golden_coo;
+mod golden_csr;
+mod golden_dense;
+mod props_coo;
+mod props_csr;
+mod props_dense;
