@@ -8,32 +8,16 @@ build (`cargo build --release`).
 
   python scripts/compare_peers.py [ROUNDS]
 """
-import json, os, subprocess, sys, statistics
+import sys
+from peers_common import peers, ours, show, medians
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEERS = os.path.join(ROOT, "..", "shared", "bench", "peers.py")
-MASKED = os.path.join(ROOT, "target", "release", "masked")
 OPS = ["sum", "mean", "amax", "argmax", "var", "std", "logsumexp", "softmax", "median", "nanmedian"]
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 
-def peers():
-    env = dict(os.environ, RS="1000", CS="1000", COO="0", THREADS="2")
-    out = subprocess.run([sys.executable, PEERS], env=env, capture_output=True, text=True, check=True).stdout
-    res = {}
-    for line in out.splitlines():
-        d = json.loads(line)
-        if "s" in d:
-            res[(d["peer"], d["work"])] = d["s"]
-    return res
-
-def ours():
-    out = subprocess.run([MASKED, "bench", "--op", ",".join(OPS), "--threads", "2", "--repeat", "15", "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    return {json.loads(l)["op"]: json.loads(l)["seconds"] for l in out.splitlines()}
-
 rows = []
 for r in range(rounds):
-    p = peers(); o = ours()
+    p = peers(RS=1000, CS=1000, COO=0)
+    o = {op: rec["seconds"] for op, rec in ours(OPS, "--repeat", "15").items()}
     plain = p[("torch", "plain_sum_rows")]
     row = {"round": r + 1, "torch_plain_sum_ms": plain * 1e3}
     for op in OPS:
@@ -45,9 +29,6 @@ for r in range(rounds):
     row["torch.nanmedian/ours_nanmedian"] = p[("torch", "dense_nanmedian_rows")] / o["nanmedian"]
     row["numpy.nanmedian/ours_nanmedian"] = p[("numpy", "dense_nanmedian_rows")] / o["nanmedian"]
     rows.append(row)
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    show(row)
 
-print("median over rounds:")
-for k in rows[0]:
-    if k != "round":
-        print(f"  {k:28s} {statistics.median(r[k] for r in rows):8.3f}")
+medians(rows)

@@ -10,39 +10,22 @@ their medians. Needs torch, numpy, scipy (a venv outside the repo) and a release
 
   python scripts/compare_peers_coo.py [ROUNDS]
 """
-import json, os, subprocess, sys, statistics
+import sys
+from peers_common import peers, ours, show, medians
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEERS = os.path.join(ROOT, "..", "shared", "bench", "peers.py")
-MASKED = os.path.join(ROOT, "target", "release", "masked")
-SHAPE = "1000,1000,100"
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 
-def peers():
-    env = dict(os.environ, R="256", C="256", RS="1000", CS="1000", COO="1", THREADS="2")
-    out = subprocess.run([sys.executable, PEERS], env=env, capture_output=True, text=True, check=True).stdout
-    res = {}
-    for line in out.splitlines():
-        d = json.loads(line)
-        if "s" in d:
-            res[(d["peer"], d["work"])] = d["s"]
-        elif "coo3d" in d.get("work", ""):
-            print("peer error:", line, flush=True)
-    return res
-
-def ours(layout, ops, dim, extra=()):
-    out = subprocess.run([MASKED, "bench", "--layout", layout, "--shape", SHAPE, "--density", "0.01",
-                          "--op", ",".join(ops), "--dim", dim, "--threads", "2", "--repeat", "9", "--json",
-                          *extra], capture_output=True, text=True, check=True).stdout
-    return {json.loads(l)["op"]: json.loads(l) for l in out.splitlines()}
+def bench(layout, ops, dim, *extra):
+    return ours(ops, "--layout", layout, "--shape", "1000,1000,100", "--density", "0.01",
+                "--dim", dim, "--repeat", "9", *extra)
 
 rows = []
 for r in range(rounds):
-    p = peers()
+    p = peers(R=256, C=256, RS=1000, CS=1000, COO=1)
     row = {"round": r + 1}
     for dim, tag in [("1", "1"), ("0,2", "(0, 2)")]:
-        o = ours("coo", ["sum", "amax"], dim)
-        dn = ours("dense", ["sum", "amax"], dim, ("--mask-density", "0.01"))
+        o = bench("coo", ["sum", "amax"], dim)
+        dn = bench("dense", ["sum", "amax"], dim, "--mask-density", "0.01")
         for op in ["sum", "amax"]:
             ms = o[op]["seconds"]
             row[f"coo_{op}_dim{dim}_ms"] = ms * 1e3
@@ -51,8 +34,8 @@ for r in range(rounds):
             k = ("torch.masked", f"coo3d_{op}_dim{tag}")
             if k in p:
                 row[f"torch.masked_{op}_dim{dim}/ours"] = p[k] / ms
-    o = ours("coo", ["softmax"], "2")
-    dn = ours("dense", ["softmax"], "2", ("--mask-density", "0.01"))
+    o = bench("coo", ["softmax"], "2")
+    dn = bench("dense", ["softmax"], "2", "--mask-density", "0.01")
     row["coo_softmax_dim2_ms"] = o["softmax"]["seconds"] * 1e3
     row["coo_softmax_dim2_peak_MB"] = o["softmax"]["peak_bytes"] / 1e6
     row["dense_softmax_dim2_ms"] = dn["softmax"]["seconds"] * 1e3
@@ -60,10 +43,7 @@ for r in range(rounds):
     if k in p:
         row["torch.sparse.softmax/ours"] = p[k] / o["softmax"]["seconds"]
     row.update({f"peer_{a}_{b}_ms": v * 1e3 for (a, b), v in p.items() if "coo3d" in b})
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    show(row)
     rows.append(row)
 
-print("medians:")
-for key in rows[0]:
-    if key != "round":
-        print(f"  {key}: {statistics.median(x[key] for x in rows if key in x):.3f}")
+medians(rows)

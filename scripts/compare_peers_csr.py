@@ -9,37 +9,18 @@ build (`cargo build --release`).
 
   python scripts/compare_peers_csr.py [ROUNDS]
 """
-import json, os, subprocess, sys, statistics
+import sys
+from peers_common import peers, ours, show, medians
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEERS = os.path.join(ROOT, "..", "shared", "bench", "peers.py")
-MASKED = os.path.join(ROOT, "target", "release", "masked")
 OPS = ["sum", "mean", "amax", "softmax", "median", "var", "logsumexp", "argmax"]
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-
-def peers():
-    env = dict(os.environ, R="256", C="256", RS="100000", CS="100000", D="0.001", COO="0", THREADS="2")
-    out = subprocess.run([sys.executable, PEERS], env=env, capture_output=True, text=True, check=True).stdout
-    res = {}
-    for line in out.splitlines():
-        d = json.loads(line)
-        if "s" in d:
-            res[(d["peer"], d["work"])] = d["s"]
-        else:
-            print("peer error:", line, flush=True)
-    return res
-
-def ours(ops, dim):
-    out = subprocess.run([MASKED, "bench", "--layout", "csr", "--shape", "100000,100000", "--density", "0.001",
-                          "--op", ",".join(ops), "--dim", str(dim), "--threads", "2", "--repeat", "15", "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    return {json.loads(l)["op"]: json.loads(l) for l in out.splitlines()}
+CSR = ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001", "--repeat", "15"]
 
 rows = []
 for r in range(rounds):
-    p = peers()
-    o = ours(OPS, 1)
-    o0 = ours(["sum", "amax", "median", "softmax"], 0)
+    p = peers(R=256, C=256, RS=100000, CS=100000, D=0.001, COO=0)
+    o = ours(OPS, *CSR, "--dim", "1")
+    o0 = ours(["sum", "amax", "median", "softmax"], *CSR, "--dim", "0")
     srow = p[("scipy", "csr_sum_rows(unmasked)")]
     row = {"round": r + 1, "scipy_row_sum_ms": srow * 1e3, "scipy_row_max_ms": p[("scipy", "csr_max_rows(unmasked)")] * 1e3}
     for op in OPS:
@@ -61,9 +42,6 @@ for r in range(rounds):
         row[f"dim0_{op}_peak_MB"] = o0[op]["peak_bytes"] / 1e6
     row["dim0_sum/dim1_sum"] = o0["sum"]["seconds"] / o["sum"]["seconds"]
     rows.append(row)
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    show(row)
 
-print("median over rounds:")
-for k in rows[0]:
-    if k != "round":
-        print(f"  {k:30s} {statistics.median(r[k] for r in rows if k in r):10.3f}")
+medians(rows)

@@ -1,0 +1,37 @@
+"""What the compare_peers*.py scripts share: running ../shared/bench/peers.py, running
+`masked bench --json` (2 threads, like the peers), and printing rounds and medians."""
+import json, os, subprocess, sys, statistics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS = os.path.join(ROOT, "..", "shared", "bench", "peers.py")
+MASKED = os.path.join(ROOT, "target", "release", "masked")
+
+def peers(**env):
+    """The peers' median seconds by (peer, work); `env` sizes or switches off parts."""
+    full = dict(os.environ, THREADS="2", **{k: str(v) for k, v in env.items()})
+    out = subprocess.run([sys.executable, PEERS], env=full, capture_output=True, text=True, check=True).stdout
+    res = {}
+    for line in out.splitlines():
+        d = json.loads(line)
+        if "s" in d:
+            res[(d["peer"], d["work"])] = d["s"]
+        else:
+            print("peer error:", line, file=sys.stderr, flush=True)
+    return res
+
+def ours(ops, *args):
+    """`masked bench --json` records by op, for `ops` and any further bench arguments."""
+    out = subprocess.run([MASKED, "bench", "--op", ",".join(ops), "--threads", "2", "--json", *args],
+                         capture_output=True, text=True, check=True).stdout
+    return {json.loads(l)["op"]: json.loads(l) for l in out.splitlines()}
+
+def show(row):
+    """Prints one round's row."""
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+
+def medians(rows):
+    """Prints the median of every field over the rounds."""
+    print("median over rounds:")
+    for key in rows[0]:
+        if key != "round":
+            print(f"  {key:32s} {statistics.median(r[key] for r in rows if key in r):10.3f}")
