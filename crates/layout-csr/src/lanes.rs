@@ -7,9 +7,16 @@ use masked_core::{
     LaneStat, MaskedError, MaskedReduce, Result, SparseArray,
 };
 use rayon::prelude::*;
-use sprs::{CsMatI, SpIndex};
+use sprs::{CsMatBase, SpIndex};
 use std::borrow::Cow;
 use std::ops::Range;
+
+/// The output of a CSR normalization (softmax, cumsum, ...): a sprs CSR matrix whose
+/// stored entries are exactly the mask's valid positions. When every stored entry is
+/// valid (mask = the input's pattern, no NaN dropped) its column indices are the input's
+/// own, borrowed rather than copied, as torch's sparse softmax shares its input's
+/// indices; otherwise they are owned. `to_owned()` gives a plain [`sprs::CsMatI`].
+pub type CsrMapped<'a, O, I> = CsMatBase<O, I, Vec<usize>, Cow<'a, [I]>, Vec<O>, usize>;
 
 /// The lanes of a masked CSR matrix as the kernels see them: a row structure whose
 /// entries carry values, an optional validity bit per entry, and whether the unstored
@@ -617,16 +624,23 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     }
 
     /// Maps every row; the output stores the valid entries.
-    fn map_rows<M: LaneMap<T>>(&self, map: &M) -> (Vec<usize>, Vec<I>, Vec<M::Output>) {
+    fn map_rows<M: LaneMap<T>>(&self, map: &M) -> (Vec<usize>, Cow<'a, [I]>, Vec<M::Output>) {
         let nrows = self.shape.0;
-        let mut out_ptr = Vec::with_capacity(nrows + 1);
-        out_ptr.push(0);
-        for r in 0..nrows {
-            out_ptr.push(out_ptr[r] + self.count_valid(self.row(r)));
-        }
+        // every entry valid: the output has this structure's pattern, shared, not copied
+        let shared = self.valid.is_none();
+        let out_ptr = if shared {
+            self.indptr.to_vec()
+        } else {
+            let mut p = Vec::with_capacity(nrows + 1);
+            p.push(0);
+            for r in 0..nrows {
+                p.push(p[r] + self.count_valid(self.row(r)));
+            }
+            p
+        };
         let nout = out_ptr[nrows];
         let mut values = fresh_vec::<M::Output>(nout);
-        let mut indices = fresh_vec::<I>(nout);
+        let mut indices = fresh_vec::<I>(if shared { 0 } else { nout });
         let tasks = row_tasks(self.indptr);
         // tasks own disjoint, consecutive ranges of the output
         let mut pieces = Vec::with_capacity(tasks.len());
@@ -634,7 +648,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         for t in &tasks {
             let len = out_ptr[t.rows.end] - out_ptr[t.rows.start];
             let (v, vr) = vrest.split_at_mut(len);
-            let (i, ir) = irest.split_at_mut(len);
+            let (i, ir) = irest.split_at_mut(if shared { 0 } else { len });
             pieces.push((t.rows.clone(), v, i));
             vrest = vr;
             irest = ir;
@@ -648,7 +662,9 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 let len = self.count_valid(e.clone());
                 if bits.is_none() {
                     map.map(&self.values[e.clone()], None, &mut vout[o..o + len]);
-                    iout[o..o + len].copy_from_slice(&self.indices[e]);
+                    if !shared {
+                        iout[o..o + len].copy_from_slice(&self.indices[e]);
+                    }
                 } else {
                     tmp.clear();
                     tmp.resize(e.len(), M::Output::default());
@@ -665,12 +681,17 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 o += len;
             }
         });
+        let indices = if shared {
+            Cow::Borrowed(self.indices)
+        } else {
+            Cow::Owned(indices)
+        };
         (out_ptr, indices, values)
     }
 
     /// Maps every column (gathered by an O(nnz) counting sort); the output stores the
     /// valid entries in row order.
-    fn map_cols<M: LaneMap<T>>(&self, map: &M) -> (Vec<usize>, Vec<I>, Vec<M::Output>) {
+    fn map_cols<M: LaneMap<T>>(&self, map: &M) -> (Vec<usize>, Cow<'a, [I]>, Vec<M::Output>) {
         let nrows = self.shape.0;
         // the valid entries, numbered in row order
         let mut out_ptr = Vec::with_capacity(nrows + 1);
@@ -709,13 +730,18 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         for (s, &k) in entry.iter().enumerate() {
             values[k] = mapped[s];
         }
-        (out_ptr, sub_indices, values)
+        let indices = if self.valid.is_none() {
+            Cow::Borrowed(self.indices)
+        } else {
+            Cow::Owned(sub_indices)
+        };
+        (out_ptr, indices, values)
     }
 }
 
 impl<'a, T: Element, I: SpIndex> MaskedReduce<T> for CsrLanes<'a, T, I> {
     type Reduced<O: Element> = SparseArray<O>;
-    type Mapped<O: Element> = CsMatI<O, I, usize>;
+    type Mapped<O: Element> = CsrMapped<'a, O, I>;
     type NanMasked<'b>
         = CsrLanes<'b, T, I>
     where
@@ -754,7 +780,7 @@ impl<'a, T: Element, I: SpIndex> MaskedReduce<T> for CsrLanes<'a, T, I> {
 
     /// Along dim 1 or 0; the output stores exactly the valid entries. Without a mask
     /// every element is valid, so the output then stores every element (dense-sized).
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsMatI<O<M, T>, I, usize>> {
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsrMapped<'a, O<M, T>, I>> {
         let d = wrap_dim(dim, 2)?;
         if self.fill {
             let (indptr, indices, values, words) = self.filled();
@@ -766,7 +792,18 @@ impl<'a, T: Element, I: SpIndex> MaskedReduce<T> for CsrLanes<'a, T, I> {
                 valid: Some(Cow::Owned(words)),
                 fill: false,
             };
-            return full.map_lanes(map, dim);
+            let out = full.map_lanes(map, dim)?;
+            let (indptr, indices, values) = out.into_raw_storage();
+            // SAFETY: unchanged from a structure just built by `map_lanes`.
+            return Ok(unsafe {
+                CsMatBase::new_unchecked(
+                    sprs::CompressedStorage::CSR,
+                    self.shape,
+                    indptr,
+                    Cow::Owned(indices.into_owned()),
+                    values,
+                )
+            });
         }
         let (indptr, indices, values) = if d == 1 {
             self.map_rows(map)
@@ -787,7 +824,7 @@ impl<'a, T: Element, I: SpIndex> MaskedReduce<T> for CsrLanes<'a, T, I> {
         // are a subsequence of a validated row (a sprs matrix or a `Pattern`): sorted,
         // without duplicates, below `ncols`. sprs's own check would re-scan 10M entries.
         Ok(unsafe {
-            CsMatI::new_unchecked(
+            CsMatBase::new_unchecked(
                 sprs::CompressedStorage::CSR,
                 self.shape,
                 indptr,

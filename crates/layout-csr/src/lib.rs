@@ -45,13 +45,14 @@ mod lanes;
 mod partition;
 mod pattern;
 
-pub use lanes::CsrLanes;
+pub use lanes::{CsrLanes, CsrMapped};
 pub use masked_core::SparseArray;
 pub use pattern::Pattern;
 
 use masked_core::{Dims, Element, Fold, LaneMap, LaneStat, MaskedError, MaskedReduce, Result};
 use rayon::prelude::*;
-use sprs::{CsMatI, CsMatViewI, SpIndex};
+use sprs::{CsMatBase, CsMatViewI, SpIndex};
+use std::borrow::Cow;
 
 /// What a [`MaskedCsr`] uses as its mask.
 #[derive(Debug, Clone)]
@@ -232,7 +233,7 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
 
 impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m, T, I, Iptr> {
     type Reduced<O: Element> = SparseArray<O>;
-    type Mapped<O: Element> = CsMatI<O, I, usize>;
+    type Mapped<O: Element> = CsrMapped<'m, O, I>;
     type NanMasked<'a>
         = CsrLanes<'a, T, I>
     where
@@ -260,8 +261,26 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m
         self.lanes().stat_lanes(stat, dims, keepdim)
     }
 
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsMatI<M::Output, I, usize>> {
-        self.lanes().map_lanes(map, dim)
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsrMapped<'m, M::Output, I>> {
+        let (indptr, indices, values) = self.lanes().map_lanes(map, dim)?.into_raw_storage();
+        let indices = match (indices, &self.mask) {
+            (Cow::Owned(v), _) => Cow::Owned(v),
+            // the lanes' own indices are the mask pattern's, which this value owns
+            (Cow::Borrowed(b), Mask::Own { .. }) => Cow::Owned(b.to_vec()),
+            // ... or the input's, which live as long as the input
+            (Cow::Borrowed(_), _) => Cow::Borrowed(self.mat.clone().into_raw_storage().1),
+        };
+        // SAFETY: the structure `map_lanes` just built and checked, with the same indices
+        // (the borrowed ones are the very slice the lanes used).
+        Ok(unsafe {
+            CsMatBase::new_unchecked(
+                sprs::CompressedStorage::CSR,
+                self.mat.shape(),
+                indptr,
+                indices,
+                values,
+            )
+        })
     }
 }
 
@@ -396,6 +415,40 @@ mod tests {
         let e = MaskedCsr::from_pattern(empty.view()).unwrap();
         assert_eq!(e.softmax(1).unwrap().nnz(), 0);
         assert!(e.sum(1, false).unwrap().indices().is_empty());
+    }
+
+    #[test]
+    fn normalizations_share_the_input_pattern_when_every_entry_is_valid() {
+        let m = CsMat::new(
+            (3, 4),
+            vec![0, 2, 2, 5],
+            vec![0, 3, 0, 1, 2],
+            vec![1.0f64, f64::NAN, 2.0, 3.0, 4.0],
+        );
+        let same = |out: &CsrMapped<'_, f64, usize>| out.indices().as_ptr() == m.indices().as_ptr();
+        // mask = the input's pattern: the output borrows the input's column indices
+        let a = MaskedCsr::from_pattern(m.view()).unwrap();
+        for dim in [0, 1] {
+            let out = a.softmax(dim).unwrap();
+            assert!(same(&out), "dim {dim}");
+            assert_eq!(out.indices(), m.indices());
+        }
+        // the nan-family's dropped NaN, a separate mask, no mask: owned, own pattern
+        let nan = a.without_nans().unwrap().cumsum(1).unwrap();
+        assert!(!same(&nan));
+        assert_eq!(nan.indices(), &[0, 0, 1, 2]);
+        assert_eq!(nan.data(), &[1.0, 2.0, 5.0, 9.0]);
+        let p = Pattern::from_coords((3, 4), &[0, 2], &[3, 1]).unwrap();
+        let b = MaskedCsr::with_mask(m.view(), p).unwrap();
+        let out = b.cumsum(1).unwrap();
+        assert!(!same(&out));
+        assert_eq!(out.indices(), &[3, 1]);
+        assert!(out.data()[0].is_nan());
+        assert_eq!(out.data()[1], 3.0);
+        let u = MaskedCsr::unmasked(m.view()).unwrap().cumsum(1).unwrap();
+        assert_eq!(u.nnz(), 12);
+        let owned: sprs::CsMatI<f64, usize> = out.to_owned();
+        assert_eq!(owned.indices(), &[3, 1]);
     }
 
     #[test]

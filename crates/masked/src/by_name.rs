@@ -16,11 +16,11 @@
 //! ```
 
 use crate::{
-    BitMask, Dims, DynVec, Element, Interpolation, MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError,
-    MaskedReduce, MaskedView, MedianMode, SparseArray,
+    BitMask, CsrMapped, Dims, DynVec, Element, Interpolation, MaskedArrayD, MaskedCoo, MaskedCsr,
+    MaskedError, MaskedReduce, MaskedView, MedianMode, SparseArray,
 };
 use ndarray::IxDyn;
-use sprs::{CsMatI, SpIndex};
+use sprs::SpIndex;
 
 /// How an op uses its dims and options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,7 +287,7 @@ fn sparse_reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
     }
 }
 
-fn sparse_mapped<O: Element, I: SpIndex>(m: CsMatI<O, I, usize>) -> SparseOutcome {
+fn sparse_mapped<O: Element, I: SpIndex>(m: CsrMapped<'_, O, I>) -> SparseOutcome {
     let ncols = m.cols();
     let mut indices = Vec::with_capacity(m.nnz());
     for (r, row) in m.outer_iterator().enumerate() {
@@ -305,7 +305,7 @@ impl<T: Element, I: SpIndex, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, Ip
     fn reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
         sparse_reduced(r)
     }
-    fn mapped<O: Element>(m: CsMatI<O, I, usize>) -> SparseOutcome {
+    fn mapped<O: Element>(m: CsrMapped<'_, O, I>) -> SparseOutcome {
         sparse_mapped(m)
     }
 }

@@ -53,7 +53,7 @@ pub use layout_dense as dense;
 pub use masked_core as core;
 
 pub use layout_coo::{CooLanes, CooMask, CooPattern, MaskedCoo};
-pub use layout_csr::{to_csmat, to_csvec, CsrLanes, CsrMask, MaskedCsr, Pattern};
+pub use layout_csr::{to_csmat, to_csvec, CsrLanes, CsrMapped, CsrMask, MaskedCsr, Pattern};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
     lane, ops, stats, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold, Interpolation,
