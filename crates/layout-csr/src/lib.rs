@@ -268,7 +268,7 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m
             // the lanes' own indices are the mask pattern's, which this value owns
             (Cow::Borrowed(b), Mask::Own { .. }) => Cow::Owned(b.to_vec()),
             // ... or the input's, which live as long as the input
-            (Cow::Borrowed(_), _) => Cow::Borrowed(self.mat.clone().into_raw_storage().1),
+            (Cow::Borrowed(_), _) => Cow::Borrowed(self.mat.into_raw_storage().1),
         };
         // SAFETY: the structure `map_lanes` just built and checked, with the same indices
         // (the borrowed ones are the very slice the lanes used).
