@@ -7,7 +7,8 @@ use crate::element::{Acc, Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::{fold_run, map_run, short_kernel, update_run, Fold, Lanes, SHORT};
 use crate::mask::Bits;
-use crate::ops::{AMaxLanes, AMinLanes};
+use crate::ops::{AMaxLanes, AMinLanes, BLOCK};
+use crate::pack::{expand_in_place, packed_blocks, packs_fast};
 use crate::stats::Norm;
 
 /// A statistic of the valid values of a lane, in any order (median, quantile).
@@ -454,6 +455,27 @@ impl<T: Element> LaneMap<T> for Softmax {
             out.fill(fill);
             return;
         }
+        let zero = <T::Real as Element>::ZERO;
+        if let Some(b) = bits.filter(|_| !log && packs_fast::<T>() && xs.len() <= BLOCK) {
+            // exp of the valid values only: pack them (one pass over memory), take their
+            // max and write their exps packed at the end of `out`, sum and scale those
+            // (all in L1), then spread them over the lane with 0 where masked out
+            let from = xs.len() - valid;
+            packed_blocks(xs, bits, |p| {
+                let dst = &mut out[from..];
+                if neg {
+                    let shift = fold_run(&AMinLanes, p, None, 0).to_real();
+                    map_run(p, None, dst, |x: T, _| (shift - x.to_real()).exp_nonpos());
+                } else {
+                    let shift = fold_run(&AMaxLanes, p, None, 0).to_real();
+                    map_run(p, None, dst, |x: T, _| (x.to_real() - shift).exp_nonpos());
+                }
+                let inv = <T::Real as Float>::ONE / fold_run(&RealSum, dst, None, 0);
+                update_run(dst, None, |e: T::Real, _| e * inv);
+            });
+            expand_in_place(out, from, b, zero);
+            return;
+        }
         let short = bits.is_none() && xs.len() <= SHORT;
         let m: T = match (neg, short) {
             // the kernel fold_run would pick, without its dispatch
@@ -463,7 +485,6 @@ impl<T: Element> LaneMap<T> for Softmax {
             (false, false) => fold_run(&AMaxLanes, xs, bits, 0),
         };
         let shift = m.to_real();
-        let zero = <T::Real as Element>::ZERO;
         if log {
             let lsum = fold_run(&SoftLanes::<T::Real, false> { shift }, xs, bits, 0).ln();
             map_run(xs, bits, out, |x: T, ok| {

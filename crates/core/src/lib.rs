@@ -30,6 +30,7 @@ pub mod fold;
 pub mod lane;
 pub mod mask;
 pub mod ops;
+pub mod pack;
 pub mod reduce;
 pub mod sparse;
 pub mod stats;
@@ -44,5 +45,6 @@ pub use fold::{
 };
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use mask::{BitMask, Bits};
+pub use pack::{compress_to, expand_in_place, expand_to, packed_blocks, packs_fast};
 pub use reduce::MaskedReduce;
 pub use sparse::SparseArray;

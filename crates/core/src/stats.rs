@@ -7,6 +7,7 @@ use crate::fold::{fold_run, Fold, Lanes};
 use crate::lane::SoftLanes;
 use crate::mask::Bits;
 use crate::ops::{blocks, max_nan, min_nan, AMaxLanes, MeanLanes};
+use crate::pack::{packed_blocks, packs_fast};
 use crate::Acc;
 use serde::{Deserialize, Serialize};
 
@@ -409,7 +410,8 @@ impl<T: Element> Fold<T> for LogSumExp {
         <T::Real as Float>::from_f64(v)
     }
     fn push_run(&self, s: &mut LseState, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-        blocks(xs, bits, idx0, |b, bb, i| {
+        // per block: the max, then the sum of exp(x - max) from L1
+        let mut block = |b: &[T], bb: Option<Bits<'_>>, i: i64| {
             let m: T = fold_run(&AMaxLanes, b, bb, i);
             let mf = m.to_f64();
             if mf.is_nan() || mf.is_infinite() {
@@ -420,6 +422,12 @@ impl<T: Element> Fold<T> for LogSumExp {
             let sum: T::Real = fold_run(&SoftLanes::<T::Real, false> { shift }, b, bb, i);
             // the shift was rounded to T::Real: account for it exactly in f64
             lse_merge(s, (shift.to_f64(), sum.to_f64()));
-        });
+        };
+        if bits.is_some() && packs_fast::<T>() {
+            // one pass over memory packs the valid values; max and exp see only those
+            packed_blocks(xs, bits, |p| block(p, None, 0));
+        } else {
+            blocks(xs, bits, idx0, block);
+        }
     }
 }

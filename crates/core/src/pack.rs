@@ -1,0 +1,418 @@
+//! Packing a lane's valid elements together and spreading them back: the bridge between
+//! a bit mask and code that wants only the valid values (an `exp` evaluated for valid
+//! elements only, a selection over them). On AVX-512 a 16-bit slice of a mask word is a
+//! mask register, and `vpcompressd`/`vpexpandd` (`q` for 8-byte elements) move 16 (8)
+//! elements per instruction; elsewhere a portable loop does the same.
+
+use crate::mask::Bits;
+
+/// Whether the vector paths handle `T` (4- or 8-byte elements, moved as raw bits).
+#[inline(always)]
+fn packable<T>() -> bool {
+    matches!(std::mem::size_of::<T>(), 4 | 8)
+}
+
+/// Whether [`compress_to`] and [`expand_to`] run as AVX-512 compress/expand on this CPU
+/// for elements of type `T` (folds then prefer packing valid elements to masking them).
+#[inline]
+pub fn packs_fast<T>() -> bool {
+    #[cfg(test)]
+    if tests::PORTABLE.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        packable::<T>() && crate::fold::cpu::has_avx512()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Writes the elements of `xs` whose bit is set in `bits` (in order) to the front of
+/// `out` and returns how many there are, `n`; `out[n..]` may be overwritten as well.
+///
+/// # Panics
+/// When `out` is shorter than `xs`.
+///
+/// ```
+/// use masked_core::{compress_to, Bits};
+/// let words = [0b1011u64];
+/// let mut out = [0i32; 4];
+/// let n = compress_to(&[1, 2, 3, 4], Bits::new(&words, 0), &mut out);
+/// assert_eq!(&out[..n], &[1, 2, 4]);
+/// ```
+pub fn compress_to<T: Copy>(xs: &[T], bits: Bits<'_>, out: &mut [T]) -> usize {
+    assert!(
+        out.len() >= xs.len(),
+        "compress_to: output shorter than input"
+    );
+    // SAFETY: `out` has room for `xs.len()` elements (asserted).
+    unsafe { compress_raw(xs, bits, out.as_mut_ptr(), out.len()) }
+}
+
+/// [`compress_to`] into `cap` slots at `dst`, which may be uninitialised: slots past the
+/// returned count may be overwritten too (with copies of input elements).
+///
+/// # Safety
+/// `dst` is valid for writes of `cap >= xs.len()` elements.
+#[inline]
+unsafe fn compress_raw<T: Copy>(xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if packs_fast::<T>() {
+        // SAFETY: the CPU has AVX-512 (checked), `T` is 4 or 8 bytes (checked), and the
+        // caller provides `cap >= xs.len()` writable slots.
+        return unsafe { x86::compress(xs, bits, dst, cap) };
+    }
+    let mut o = 0;
+    for (c, ch) in xs.chunks(64).enumerate() {
+        let w = bits.word_at(c * 64);
+        for (k, &x) in ch.iter().enumerate() {
+            // branch-free: always write, advance on a set bit (o <= k < cap)
+            // SAFETY: `o` never exceeds the index of `x` in `xs`, below `cap`.
+            unsafe { dst.add(o).write(x) };
+            o += ((w >> k) & 1) as usize;
+        }
+    }
+    o
+}
+
+/// The inverse of [`compress_to`]: writes `vals` in order to the positions of `out`
+/// whose bit is set in `bits` and `fill` everywhere else. `vals` must hold at least as
+/// many elements as there are set bits among the first `out.len()`.
+///
+/// # Panics
+/// When `vals` is too short.
+///
+/// ```
+/// use masked_core::{expand_to, Bits};
+/// let words = [0b1011u64];
+/// let mut out = [9.0f32; 4];
+/// expand_to(&[1.0, 2.0, 4.0], Bits::new(&words, 0), 0.0, &mut out);
+/// assert_eq!(out, [1.0, 2.0, 0.0, 4.0]);
+/// ```
+pub fn expand_to<T: Copy>(vals: &[T], bits: Bits<'_>, fill: T, out: &mut [T]) {
+    assert!(
+        vals.len() >= bits.count_ones(out.len()),
+        "expand_to: fewer values than set bits"
+    );
+    // SAFETY: `vals` holds a value for every set bit (asserted) and does not overlap
+    // `out` (a shared and a unique borrow).
+    unsafe { expand_raw(vals.as_ptr(), bits, fill, out.as_mut_ptr(), out.len()) }
+}
+
+/// [`expand_to`] within one buffer: the values sit in `buf[from..]` (packed, as many as
+/// set bits among `buf.len()`) and are spread over the whole of `buf`. Works in place
+/// because the value for a position never lies before it: a lane map can write its
+/// valid outputs packed at the end of its output lane, then spread them.
+///
+/// # Panics
+/// When `buf[from..]` holds fewer values than there are set bits.
+///
+/// ```
+/// use masked_core::{pack::expand_in_place, Bits};
+/// let words = [0b1011u64];
+/// let mut buf = [0.0f32, 1.0, 2.0, 4.0];
+/// expand_in_place(&mut buf, 1, Bits::new(&words, 0), -1.0);
+/// assert_eq!(buf, [1.0, 2.0, -1.0, 4.0]);
+/// ```
+pub fn expand_in_place<T: Copy>(buf: &mut [T], from: usize, bits: Bits<'_>, fill: T) {
+    let n = buf.len();
+    assert!(
+        from <= n && n - from >= bits.count_ones(n),
+        "expand_in_place: fewer values than set bits"
+    );
+    let p = buf.as_mut_ptr();
+    // SAFETY: the values cover every set bit (asserted). Position `q` reads value
+    // `from + v(q)` (v(q) = set bits before q) and `from + v(q) >= q`, since the
+    // `n - q` positions from `q` on hold at least the `n - from - v(q)` remaining values;
+    // so every value is read before its slot is overwritten, also 16 (8) at a time.
+    unsafe { expand_raw(p.add(from), bits, fill, p, n) }
+}
+
+/// # Safety
+/// `src` is valid for reads of as many elements as there are set bits among the first
+/// `n` of `bits`, `dst` for `n` writes; if they overlap, `src` is at or after the slot
+/// each value goes to (see [`expand_in_place`]).
+#[inline]
+unsafe fn expand_raw<T: Copy>(src: *const T, bits: Bits<'_>, fill: T, dst: *mut T, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if packs_fast::<T>() {
+        // SAFETY: AVX-512 and the element size are checked; the pointers as above.
+        unsafe { x86::expand(src, bits, fill, dst, n) };
+        return;
+    }
+    let mut o = 0;
+    for q in 0..n {
+        // SAFETY: `o` counts the set bits so far (within `src`), `q < n`.
+        unsafe {
+            if bits.word_at(q) & 1 == 1 {
+                dst.add(q).write(src.add(o).read());
+                o += 1;
+            } else {
+                dst.add(q).write(fill);
+            }
+        }
+    }
+}
+
+/// Runs `f` on the valid elements of `xs` (bit set; all for `None`) in order, as
+/// contiguous slices covering at most [`crate::ops::BLOCK`] input elements each: the
+/// input's own blocks without a mask, packed copies (on the stack) with one. For ops that
+/// do real work per valid element (an `exp`), so that masked-out elements cost nothing
+/// past the packing pass.
+///
+/// ```
+/// use masked_core::{pack::packed_blocks, Bits};
+/// let words = [0b0110u64];
+/// let mut seen = Vec::new();
+/// packed_blocks(&[1.0f32, 2.0, 3.0, 4.0], Some(Bits::new(&words, 0)), |p| seen.extend_from_slice(p));
+/// assert_eq!(seen, [2.0, 3.0]);
+/// ```
+#[inline(always)]
+pub fn packed_blocks<T: Copy>(xs: &[T], bits: Option<Bits<'_>>, mut f: impl FnMut(&[T])) {
+    const B: usize = crate::ops::BLOCK;
+    let Some(b) = bits else {
+        xs.chunks(B).for_each(f);
+        return;
+    };
+    // uninitialised: filling 16-32 KiB per block would cost as much as packing it
+    let mut buf = [std::mem::MaybeUninit::<T>::uninit(); B];
+    for (c, ch) in xs.chunks(B).enumerate() {
+        // SAFETY: `buf` has `B >= ch.len()` writable slots.
+        let k = unsafe { compress_raw(ch, b.offset(c * B), buf.as_mut_ptr().cast::<T>(), B) };
+        if k > 0 {
+            // SAFETY: the first `k` slots were just written.
+            f(unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<T>(), k) });
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use crate::mask::Bits;
+    use std::arch::x86_64::*;
+
+    /// The bits of a 4- or 8-byte `T`.
+    #[inline(always)]
+    fn raw<T: Copy>(x: T) -> u64 {
+        // SAFETY: callers only pass 4- or 8-byte `T` (checked by `packable`).
+        unsafe {
+            if std::mem::size_of::<T>() == 4 {
+                std::mem::transmute_copy::<T, u32>(&x) as u64
+            } else {
+                std::mem::transmute_copy::<T, u64>(&x)
+            }
+        }
+    }
+
+    /// Mask of the low `n` lanes (n <= 16).
+    #[inline(always)]
+    fn low16(n: u32) -> u16 {
+        ((1u32 << n) - 1) as u16
+    }
+
+    /// # Safety
+    /// AVX-512F; `T` is 4 or 8 bytes; `dst` is valid for `cap >= xs.len()` writes.
+    #[target_feature(enable = "avx512f,popcnt")]
+    pub(super) unsafe fn compress<T: Copy>(
+        xs: &[T],
+        bits: Bits<'_>,
+        dst: *mut T,
+        cap: usize,
+    ) -> usize {
+        // SAFETY: whole 64-element words load and store whole vectors: a store at `o`
+        // (the valid lanes so far, `o <= c + 16q`) ends by `c + 64 <= n <= cap`. The
+        // last, partial word loads only its valid lanes and stores only `k` lanes, and
+        // `o + k` never exceeds the valid lanes, `<= n <= cap`.
+        debug_assert!(cap >= xs.len());
+        unsafe {
+            let n = xs.len();
+            let src = xs.as_ptr();
+            let mut o = 0usize;
+            let mut c = 0;
+            // four (eight) independent compresses per word; only the offsets chain
+            while c + 64 <= n {
+                let w = bits.word_at(c);
+                if std::mem::size_of::<T>() == 4 {
+                    for q in 0..4 {
+                        let m = (w >> (16 * q)) as u16;
+                        let x = _mm512_loadu_si512(src.add(c + 16 * q) as *const __m512i);
+                        let v = _mm512_maskz_compress_epi32(m, x);
+                        _mm512_storeu_si512(dst.add(o) as *mut __m512i, v);
+                        o += m.count_ones() as usize;
+                    }
+                } else {
+                    for q in 0..8 {
+                        let m = (w >> (8 * q)) as u8;
+                        let x = _mm512_loadu_si512(src.add(c + 8 * q) as *const __m512i);
+                        let v = _mm512_maskz_compress_epi64(m, x);
+                        _mm512_storeu_si512(dst.add(o) as *mut __m512i, v);
+                        o += m.count_ones() as usize;
+                    }
+                }
+                c += 64;
+            }
+            if c < n {
+                let len = n - c;
+                let w = bits.word_at(c) & ((1u64 << len) - 1);
+                if std::mem::size_of::<T>() == 4 {
+                    for q in 0..len.div_ceil(16) {
+                        let m = (w >> (16 * q)) as u16;
+                        let x = _mm512_maskz_loadu_epi32(m, src.add(c + 16 * q) as *const i32);
+                        let v = _mm512_maskz_compress_epi32(m, x);
+                        let k = m.count_ones();
+                        _mm512_mask_storeu_epi32(dst.add(o) as *mut i32, low16(k), v);
+                        o += k as usize;
+                    }
+                } else {
+                    for q in 0..len.div_ceil(8) {
+                        let m = (w >> (8 * q)) as u8;
+                        let x = _mm512_maskz_loadu_epi64(m, src.add(c + 8 * q) as *const i64);
+                        let v = _mm512_maskz_compress_epi64(m, x);
+                        let k = m.count_ones();
+                        _mm512_mask_storeu_epi64(dst.add(o) as *mut i64, low16(k) as u8, v);
+                        o += k as usize;
+                    }
+                }
+            }
+            o
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F; `T` is 4 or 8 bytes; the pointers as for `expand_raw`.
+    #[target_feature(enable = "avx512f,popcnt")]
+    pub(super) unsafe fn expand<T: Copy>(
+        src: *const T,
+        bits: Bits<'_>,
+        fill: T,
+        dst: *mut T,
+        n: usize,
+    ) {
+        // SAFETY: loads read `k` values at `o`, and `o + k` is at most the number of set
+        // bits, which `src` covers; stores write whole vectors inside whole 64-element
+        // words and are masked to the lanes below `n` in the last one. In place, a
+        // chunk's values are loaded before its store, and later chunks' values lie at or
+        // after the end of this chunk's slots (see `expand_in_place`).
+        unsafe {
+            let (f32s, f64s) = (
+                _mm512_set1_epi32(raw(fill) as u32 as i32),
+                _mm512_set1_epi64(raw(fill) as i64),
+            );
+            let mut o = 0usize;
+            let mut c = 0;
+            while c < n {
+                let len = (n - c).min(64);
+                let w = bits.word_at(c);
+                if std::mem::size_of::<T>() == 4 {
+                    for q in 0..len.div_ceil(16) {
+                        let lanes = (len - 16 * q).min(16) as u32;
+                        let m = (w >> (16 * q)) as u16 & low16(lanes);
+                        let k = m.count_ones();
+                        let v = _mm512_maskz_loadu_epi32(low16(k), src.add(o) as *const i32);
+                        let e = _mm512_mask_expand_epi32(f32s, m, v);
+                        let d = dst.add(c + 16 * q);
+                        if len == 64 {
+                            _mm512_storeu_si512(d as *mut __m512i, e);
+                        } else {
+                            _mm512_mask_storeu_epi32(d as *mut i32, low16(lanes), e);
+                        }
+                        o += k as usize;
+                    }
+                } else {
+                    for q in 0..len.div_ceil(8) {
+                        let lanes = (len - 8 * q).min(8) as u32;
+                        let m = (w >> (8 * q)) as u8 & low16(lanes) as u8;
+                        let k = m.count_ones();
+                        let v = _mm512_maskz_loadu_epi64(low16(k) as u8, src.add(o) as *const i64);
+                        let e = _mm512_mask_expand_epi64(f64s, m, v);
+                        let d = dst.add(c + 8 * q);
+                        if len == 64 {
+                            _mm512_storeu_si512(d as *mut __m512i, e);
+                        } else {
+                            _mm512_mask_storeu_epi64(d as *mut i64, low16(lanes) as u8, e);
+                        }
+                        o += k as usize;
+                    }
+                }
+                c += 64;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both paths (vector when the CPU has it, and the portable loop) against a plain
+    /// filter, at every length and bit offset around the 16/64-element boundaries.
+    fn check<T: Copy + PartialEq + std::fmt::Debug>(make: impl Fn(usize) -> T, fill: T) {
+        let words: Vec<u64> = (0..100u64)
+            .map(|i| {
+                0x9e37_79b9_7f4a_7c15u64
+                    .wrapping_mul(i + 1)
+                    .rotate_left(i as u32 * 7)
+            })
+            .collect();
+        for n in [0, 1, 7, 8, 15, 16, 17, 63, 64, 65, 130, 200, 5000] {
+            for start in [0, 1, 5, 63] {
+                let bits = Bits::new(&words, start);
+                let xs: Vec<T> = (0..n).map(&make).collect();
+                let want: Vec<T> = (0..n)
+                    .filter(|&k| (bits.word_at(k) & 1) == 1)
+                    .map(&make)
+                    .collect();
+                let spread: Vec<T> = (0..n)
+                    .map(|k| {
+                        if bits.word_at(k) & 1 == 1 {
+                            make(k)
+                        } else {
+                            fill
+                        }
+                    })
+                    .collect();
+                let mut out = vec![fill; n];
+                let k = compress_to(&xs, bits, &mut out);
+                assert_eq!(&out[..k], &want[..], "compress n={n} start={start}");
+                let mut back = vec![make(999); n];
+                expand_to(&want, bits, fill, &mut back);
+                assert_eq!(back, spread, "expand n={n} start={start}");
+                let mut buf = vec![make(999); n];
+                let from = n - want.len();
+                buf[from..].copy_from_slice(&want);
+                expand_in_place(&mut buf, from, bits, fill);
+                assert_eq!(buf, spread, "in place n={n} start={start}");
+                let mut seen = Vec::new();
+                packed_blocks(&xs, Some(bits), |p| seen.extend_from_slice(p));
+                assert_eq!(seen, want, "packed blocks n={n} start={start}");
+            }
+        }
+    }
+
+    /// Makes [`packs_fast`] answer false, to run the portable loops on any CPU. Other
+    /// tests running meanwhile take them too, which is harmless: both paths are exact.
+    pub(super) static PORTABLE: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    #[test]
+    fn compress_and_expand_match_a_plain_filter() {
+        use std::sync::atomic::Ordering::Relaxed;
+        for portable in [false, true] {
+            PORTABLE.store(portable, Relaxed);
+            all_types();
+        }
+        PORTABLE.store(false, Relaxed);
+    }
+
+    fn all_types() {
+        check(|k| k as f32 + 0.5, -1.0f32);
+        check(|k| k as f64 - 0.25, f64::NEG_INFINITY);
+        check(|k| k as i32 * 3, 0i32);
+        check(|k| (k as i64) << 33, -7i64);
+        // a size the vector path does not take
+        check(|k| k as u16, 0u16);
+    }
+}
