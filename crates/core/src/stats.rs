@@ -81,9 +81,10 @@ impl<T: Element> Lanes<T> for SqDevLanes<T::Real> {
 }
 
 /// The moments of one run: per block, the mean from the exact sum lanes, then the
-/// squared deviations from it (two passes over an L1/L2-resident block), merged.
+/// squared deviations from it (two passes over an L1/L2-resident block), merged. With a
+/// mask and AVX-512 the blocks are the packed valid values.
 fn moments_run<T: Element>(m: &mut Moments, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-    blocks(xs, bits, idx0, |b, bb, i| {
+    let mut block = |b: &[T], bb: Option<Bits<'_>>, i: i64| {
         let n = bb.map_or(b.len(), |w| w.count_ones(b.len())) as i64;
         if n == 0 {
             return;
@@ -98,7 +99,14 @@ fn moments_run<T: Element>(m: &mut Moments, xs: &[T], bits: Option<Bits<'_>>, id
         let m2 = (s.to_f64() - n as f64 * off * off).max(0.0);
         let m2 = if s.to_f64().is_nan() { f64::NAN } else { m2 };
         m.merge(Moments { n, mean, m2 });
-    });
+    };
+    if bits.is_some() && packs_fast::<T>() {
+        // one pass over memory packs the valid values; both passes then read only
+        // those, unmasked, from L1
+        packed_blocks(xs, bits, |p| block(p, None, 0));
+    } else {
+        blocks(xs, bits, idx0, block);
+    }
 }
 
 /// Checks a var/std correction: finite or not, but not negative and not NaN.
