@@ -234,31 +234,6 @@ fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Optio
     }
 }
 
-/// Copies the valid elements of `xs` (bit set; all for `None`) to the end of `out`,
-/// reading the mask 64 bits at a time.
-#[inline]
-pub fn compress_into<T: Copy>(xs: &[T], bits: Option<Bits<'_>>, out: &mut Vec<T>) {
-    match bits {
-        None => out.extend_from_slice(xs),
-        Some(b) => {
-            for (c, ch) in xs.chunks(64).enumerate() {
-                let mut w = b.word_at(c * 64);
-                if ch.len() < 64 {
-                    w &= (1u64 << ch.len()) - 1;
-                }
-                if w == u64::MAX {
-                    out.extend_from_slice(ch);
-                    continue;
-                }
-                while w != 0 {
-                    out.push(ch[w.trailing_zeros() as usize]);
-                    w &= w - 1;
-                }
-            }
-        }
-    }
-}
-
 #[inline(always)]
 fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
     xs: &[T],

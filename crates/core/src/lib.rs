@@ -40,11 +40,10 @@ pub use dims::{wrap_dim, Dims, ReducePlan};
 pub use element::{Acc, DType, DynVec, Element, Float};
 pub use error::{MaskedError, Result};
 pub use fold::{
-    compress_into, first_match, fold_columns, fold_run, map_run, not_nan_words, pred_bits,
-    update_run, Fold, Lanes,
+    first_match, fold_columns, fold_run, map_run, not_nan_words, pred_bits, update_run, Fold, Lanes,
 };
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use mask::{BitMask, Bits};
-pub use pack::{compress_to, expand_in_place, expand_to, packed_blocks, packs_fast};
+pub use pack::{compress_into, compress_to, expand_in_place, expand_to, packed_blocks, packs_fast};
 pub use reduce::MaskedReduce;
 pub use sparse::SparseArray;

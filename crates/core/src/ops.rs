@@ -12,6 +12,7 @@
 use crate::element::{Acc, Element, Float};
 use crate::fold::{first_match, fold_columns, fold_run, Fold, Lanes};
 use crate::mask::Bits;
+use crate::pack::{packed_blocks, packs_fast};
 
 pub use crate::stats::{LogSumExp, Moments, Norm, Std, Var};
 
@@ -37,6 +38,24 @@ pub(crate) fn blocks<T>(
             idx0 + off as i64,
         );
         off = end;
+    }
+}
+
+/// Runs `f` on the valid values of `xs` in blocks, for ops whose per-element work is
+/// worth skipping for masked-out elements and that ignore positions: the packed valid
+/// values of each block when packing is fast on this CPU ([`packed_blocks`], then
+/// unmasked, positions dropped), else the masked blocks of [`blocks`].
+#[inline]
+pub(crate) fn valid_blocks<T: Copy>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+    mut f: impl FnMut(&[T], Option<Bits<'_>>, i64),
+) {
+    if bits.is_some() && packs_fast::<T>() {
+        packed_blocks(xs, bits, |p| f(p, None, 0));
+    } else {
+        blocks(xs, bits, idx0, f);
     }
 }
 

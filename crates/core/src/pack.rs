@@ -78,6 +78,33 @@ unsafe fn compress_raw<T: Copy>(xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usiz
     o
 }
 
+/// Appends the valid elements of `xs` (bit set; all for `None`) to `out`: the gather of
+/// a lane's values for a statistic. [`compress_to`] into the vector's spare capacity.
+///
+/// ```
+/// use masked_core::{compress_into, Bits};
+/// let words = [0b0110u64];
+/// let mut out = vec![9.0f64];
+/// compress_into(&[1.0, 2.0, 3.0, 4.0], Some(Bits::new(&words, 0)), &mut out);
+/// assert_eq!(out, [9.0, 2.0, 3.0]);
+/// ```
+#[inline]
+pub fn compress_into<T: Copy>(xs: &[T], bits: Option<Bits<'_>>, out: &mut Vec<T>) {
+    let Some(b) = bits else {
+        out.extend_from_slice(xs);
+        return;
+    };
+    out.reserve(xs.len());
+    let len = out.len();
+    let spare = out.spare_capacity_mut();
+    // SAFETY: `spare` has room for `xs.len()` elements (reserved); the first `k` of them
+    // are written by the compress before the length covers them.
+    unsafe {
+        let k = compress_raw(xs, b, spare.as_mut_ptr().cast::<T>(), spare.len());
+        out.set_len(len + k);
+    }
+}
+
 /// The inverse of [`compress_to`]: writes `vals` in order to the positions of `out`
 /// whose bit is set in `bits` and `fill` everywhere else. `vals` must hold at least as
 /// many elements as there are set bits among the first `out.len()`.
@@ -385,6 +412,9 @@ mod tests {
                 buf[from..].copy_from_slice(&want);
                 expand_in_place(&mut buf, from, bits, fill);
                 assert_eq!(buf, spread, "in place n={n} start={start}");
+                let mut app = vec![fill];
+                compress_into(&xs, Some(bits), &mut app);
+                assert_eq!(&app[1..], &want[..], "compress_into n={n} start={start}");
                 let mut seen = Vec::new();
                 packed_blocks(&xs, Some(bits), |p| seen.extend_from_slice(p));
                 assert_eq!(seen, want, "packed blocks n={n} start={start}");

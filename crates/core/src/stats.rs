@@ -6,8 +6,7 @@ use crate::error::{MaskedError, Result};
 use crate::fold::{fold_run, Fold, Lanes};
 use crate::lane::SoftLanes;
 use crate::mask::Bits;
-use crate::ops::{blocks, max_nan, min_nan, AMaxLanes, MeanLanes};
-use crate::pack::{packed_blocks, packs_fast};
+use crate::ops::{max_nan, min_nan, valid_blocks, AMaxLanes, MeanLanes};
 use crate::Acc;
 use serde::{Deserialize, Serialize};
 
@@ -84,7 +83,7 @@ impl<T: Element> Lanes<T> for SqDevLanes<T::Real> {
 /// squared deviations from it (two passes over an L1/L2-resident block), merged. With a
 /// mask and AVX-512 the blocks are the packed valid values.
 fn moments_run<T: Element>(m: &mut Moments, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-    let mut block = |b: &[T], bb: Option<Bits<'_>>, i: i64| {
+    let block = |b: &[T], bb: Option<Bits<'_>>, i: i64| {
         let n = bb.map_or(b.len(), |w| w.count_ones(b.len())) as i64;
         if n == 0 {
             return;
@@ -100,13 +99,8 @@ fn moments_run<T: Element>(m: &mut Moments, xs: &[T], bits: Option<Bits<'_>>, id
         let m2 = if s.to_f64().is_nan() { f64::NAN } else { m2 };
         m.merge(Moments { n, mean, m2 });
     };
-    if bits.is_some() && packs_fast::<T>() {
-        // one pass over memory packs the valid values; both passes then read only
-        // those, unmasked, from L1
-        packed_blocks(xs, bits, |p| block(p, None, 0));
-    } else {
-        blocks(xs, bits, idx0, block);
-    }
+    // with packing, one pass over memory; both passes then read the valid values only
+    valid_blocks(xs, bits, idx0, block);
 }
 
 /// Checks a var/std correction: finite or not, but not negative and not NaN.
@@ -419,7 +413,7 @@ impl<T: Element> Fold<T> for LogSumExp {
     }
     fn push_run(&self, s: &mut LseState, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         // per block: the max, then the sum of exp(x - max) from L1
-        let mut block = |b: &[T], bb: Option<Bits<'_>>, i: i64| {
+        let block = |b: &[T], bb: Option<Bits<'_>>, i: i64| {
             let m: T = fold_run(&AMaxLanes, b, bb, i);
             let mf = m.to_f64();
             if mf.is_nan() || mf.is_infinite() {
@@ -431,11 +425,7 @@ impl<T: Element> Fold<T> for LogSumExp {
             // the shift was rounded to T::Real: account for it exactly in f64
             lse_merge(s, (shift.to_f64(), sum.to_f64()));
         };
-        if bits.is_some() && packs_fast::<T>() {
-            // one pass over memory packs the valid values; max and exp see only those
-            packed_blocks(xs, bits, |p| block(p, None, 0));
-        } else {
-            blocks(xs, bits, idx0, block);
-        }
+        // with packing, max and exp see only the valid values
+        valid_blocks(xs, bits, idx0, block);
     }
 }

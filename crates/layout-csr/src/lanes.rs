@@ -693,25 +693,31 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     /// valid entries in row order.
     fn map_cols<M: LaneMap<T>>(&self, map: &M) -> (Vec<usize>, Cow<'a, [I]>, Vec<M::Output>) {
         let nrows = self.shape.0;
-        // the valid entries, numbered in row order
-        let mut out_ptr = Vec::with_capacity(nrows + 1);
-        out_ptr.push(0);
-        let mut keep = Vec::with_capacity(self.nnz());
-        for r in 0..nrows {
-            keep.extend(self.row(r).filter(|&k| self.is_valid(k)));
-            out_ptr.push(keep.len());
-        }
-        let sub_indices: Vec<I> = keep.iter().map(|&k| self.indices[k]).collect();
+        // the valid entries, numbered in row order (all of them: this very structure)
+        let (out_ptr, keep, indices) = if self.valid.is_none() {
+            (self.indptr.to_vec(), None, Cow::Borrowed(self.indices))
+        } else {
+            let mut out_ptr = Vec::with_capacity(nrows + 1);
+            out_ptr.push(0);
+            let mut keep = Vec::with_capacity(self.nnz());
+            for r in 0..nrows {
+                keep.extend(self.row(r).filter(|&k| self.is_valid(k)));
+                out_ptr.push(keep.len());
+            }
+            let sub: Vec<I> = keep.iter().map(|&k| self.indices[k]).collect();
+            (out_ptr, Some(keep), Cow::Owned(sub))
+        };
+        let src = |k: usize| keep.as_ref().map_or(k, |v| v[k]);
         let (entry, colptr) = CsrLanes {
             shape: self.shape,
             indptr: &out_ptr,
-            indices: &sub_indices,
+            indices: &indices,
             values: &[] as &[T],
             valid: None,
             fill: false,
         }
         .by_column();
-        let gathered: Vec<T> = entry.iter().map(|&k| self.values[keep[k]]).collect();
+        let gathered: Vec<T> = entry.iter().map(|&k| self.values[src(k)]).collect();
         let mut mapped = vec![M::Output::default(); gathered.len()];
         let mut pieces = Vec::with_capacity(self.shape.1);
         let mut rest: &mut [M::Output] = &mut mapped;
@@ -726,15 +732,10 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             .for_each(|(c, out)| {
                 map.map(&gathered[colptr[c]..colptr[c + 1]], None, out);
             });
-        let mut values = fresh_vec::<M::Output>(keep.len());
+        let mut values = fresh_vec::<M::Output>(indices.len());
         for (s, &k) in entry.iter().enumerate() {
             values[k] = mapped[s];
         }
-        let indices = if self.valid.is_none() {
-            Cow::Borrowed(self.indices)
-        } else {
-            Cow::Owned(sub_indices)
-        };
         (out_ptr, indices, values)
     }
 }
