@@ -279,3 +279,20 @@ pub fn opts() -> impl Strategy<Value = Opts> {
             mode,
         })
 }
+
+/// Runs `check` on every fixture case and fails listing the first 20 failing cases (by
+/// number, with `check`'s message) and how many failed of how many.
+pub fn check_cases(cases: &[Value], check: impl Fn(&Value) -> Result<(), String>) {
+    let failures: Vec<String> = cases
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| check(c).err().map(|e| format!("case {i}: {e}")))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases fail:\n{}",
+        failures.len(),
+        cases.len(),
+        failures[..failures.len().min(20)].join("\n")
+    );
+}

@@ -12,7 +12,8 @@ use clap::Parser;
 use error::CliError;
 use masked::by_name::{self as ops, Kind, OpRequest};
 use masked::{
-    BitMask, CooMask, CooPattern, Dims, DynVec, Element, MaskedArray, MaskedCoo, MaskedCsr, Pattern,
+    with_dyn_vec, BitMask, CooMask, CooPattern, Dims, DynVec, Element, MaskedArray, MaskedCoo,
+    MaskedCsr, Pattern,
 };
 use ndarray::{ArrayViewD, IxDyn};
 use sprs::CsMat;
@@ -280,12 +281,7 @@ fn run_dense_file(a: &RunArgs, req: &OpRequest) -> Result<(), CliError> {
         }
         None => None,
     };
-    let out = match input.values {
-        DynVec::F32(v) => dense_apply(&input.shape, &v, mask, req)?,
-        DynVec::F64(v) => dense_apply(&input.shape, &v, mask, req)?,
-        DynVec::I32(v) => dense_apply(&input.shape, &v, mask, req)?,
-        DynVec::I64(v) => dense_apply(&input.shape, &v, mask, req)?,
-    };
+    let out = with_dyn_vec!(input.values, v => dense_apply(&input.shape, &v, mask, req)?);
     let mask_vals = out.mask.to_vec();
     // write the mask first to a temp, then values; a failure removes neither existing file
     npy::write_atomic(&a.output, |buf| {
@@ -377,24 +373,10 @@ fn run_sparse_file(a: &RunArgs, req: &OpRequest, layout: &str) -> Result<(), Cli
         };
         let (shape, coords) = (&input.shape, &input.coords);
         let coo = |e: masked::MaskedError| CliError::file(&a.input, e.to_string());
-        match input.values {
-            DynVec::F32(v) => ops::apply(
-                &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
-                req,
-            )?,
-            DynVec::F64(v) => ops::apply(
-                &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
-                req,
-            )?,
-            DynVec::I32(v) => ops::apply(
-                &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
-                req,
-            )?,
-            DynVec::I64(v) => ops::apply(
-                &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
-                req,
-            )?,
-        }
+        with_dyn_vec!(input.values, v => ops::apply(
+            &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
+            req,
+        )?)
     } else {
         let (indptr, indices, values) = input.to_csr(&a.input)?;
         let shape = (input.shape[0], input.shape[1]);
@@ -409,12 +391,9 @@ fn run_sparse_file(a: &RunArgs, req: &OpRequest, layout: &str) -> Result<(), Cli
                 )
             }
         };
-        match values {
-            DynVec::F32(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
-            DynVec::F64(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
-            DynVec::I32(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
-            DynVec::I64(v) => csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?,
-        }
+        with_dyn_vec!(values, v => {
+            csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?
+        })
     };
     sparse_io::write_sparse(&a.output, &out)
 }

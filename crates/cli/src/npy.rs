@@ -146,10 +146,5 @@ pub fn encode<T: WritableElement>(
 
 /// Encodes a [`DynVec`] as `.npy` bytes.
 pub fn encode_dyn(shape: &[usize], v: DynVec, out: &mut Vec<u8>) -> Result<(), String> {
-    match v {
-        DynVec::F32(v) => encode(shape, v, out),
-        DynVec::F64(v) => encode(shape, v, out),
-        DynVec::I32(v) => encode(shape, v, out),
-        DynVec::I64(v) => encode(shape, v, out),
-    }
+    masked::with_dyn_vec!(v, v => encode(shape, v, out))
 }

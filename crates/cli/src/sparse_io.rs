@@ -44,12 +44,7 @@ impl SparseFile {
     }
 
     fn values_len(&self) -> usize {
-        match &self.values {
-            DynVec::F32(v) => v.len(),
-            DynVec::F64(v) => v.len(),
-            DynVec::I32(v) => v.len(),
-            DynVec::I64(v) => v.len(),
-        }
+        self.values.len()
     }
 
     /// The entries in row-major order (a permutation of `0..nnz`), or an error naming

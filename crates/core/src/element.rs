@@ -32,6 +32,29 @@ impl DType {
     }
 }
 
+/// Runs one generic expression on whichever vector a [`DynVec`] holds: `$v` is matched
+/// (by value or by reference, as given) and `$x` binds the `Vec` of each dtype in turn,
+/// so the expression is written once instead of once per dtype arm.
+///
+/// ```
+/// use masked_core::{with_dyn_vec, DynVec};
+/// let v = DynVec::I32(vec![1, 2, 3]);
+/// assert_eq!(with_dyn_vec!(&v, x => x.len()), 3);
+/// let total: f64 = with_dyn_vec!(v, x => x.iter().map(|&e| e as f64).sum());
+/// assert_eq!(total, 6.0);
+/// ```
+#[macro_export]
+macro_rules! with_dyn_vec {
+    ($v:expr, $x:ident => $body:expr) => {
+        match $v {
+            $crate::DynVec::F32($x) => $body,
+            $crate::DynVec::F64($x) => $body,
+            $crate::DynVec::I32($x) => $body,
+            $crate::DynVec::I64($x) => $body,
+        }
+    };
+}
+
 /// A vector of values of any [`Element`] type, tagged at run time (for I/O and for code
 /// that picks the dtype from a file).
 #[derive(Debug, Clone, PartialEq)]
@@ -58,12 +81,7 @@ impl DynVec {
     }
     /// Number of values.
     pub fn len(&self) -> usize {
-        match self {
-            DynVec::F32(v) => v.len(),
-            DynVec::F64(v) => v.len(),
-            DynVec::I32(v) => v.len(),
-            DynVec::I64(v) => v.len(),
-        }
+        crate::with_dyn_vec!(self, v => v.len())
     }
     /// Whether there are no values.
     pub fn is_empty(&self) -> bool {

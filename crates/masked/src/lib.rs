@@ -56,8 +56,9 @@ pub use layout_coo::{CooLanes, CooMask, CooPattern, MaskedCoo};
 pub use layout_csr::{to_csmat, to_csvec, CsrLanes, CsrMapped, CsrMask, MaskedCsr, Pattern};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
-    lane, ops, stats, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold, Interpolation,
-    LaneMap, LaneStat, MaskedError, MaskedReduce, MedianMode, ReducePlan, Result, SparseArray,
+    lane, ops, stats, with_dyn_vec, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold,
+    Interpolation, LaneMap, LaneStat, MaskedError, MaskedReduce, MedianMode, ReducePlan, Result,
+    SparseArray,
 };
 
 /// The README's examples, compiled and run as doctests.

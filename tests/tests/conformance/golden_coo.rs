@@ -7,7 +7,7 @@
 
 use masked::by_name::{apply, OpRequest};
 use masked::{CooMask, CooPattern, Dims, Element, MaskedCoo};
-use masked_tests::{check_fixture, int, num, usizes};
+use masked_tests::{check_cases, check_fixture, int, num, usizes};
 use serde_json::Value;
 
 fn coords(v: &Value) -> Vec<Vec<usize>> {
@@ -60,8 +60,7 @@ fn coo_matches_torch_masked() {
     let tensors = v["tensors"].as_array().unwrap();
     let cases = v["cases"].as_array().unwrap();
     assert!(cases.len() > 5000, "fixture too small: {}", cases.len());
-    let mut failures = Vec::new();
-    for (i, c) in cases.iter().enumerate() {
+    check_cases(cases, |c| {
         let t = &tensors[c["tensor"].as_u64().unwrap() as usize];
         let data = t["data"].as_array().unwrap();
         let r = match t["dtype"].as_str().unwrap() {
@@ -73,22 +72,15 @@ fn coo_matches_torch_masked() {
             "int64" => run(&tensor(t, data.iter().map(int).collect::<Vec<i64>>()), c),
             d => Err(format!("dtype {d}")),
         };
-        if let Err(e) = r {
-            failures.push(format!(
-                "case {i} ({} {} dims {} keepdim {} mask {}): {e}",
+        r.map_err(|e| {
+            format!(
+                "{} {} dims {} keepdim {} mask {}: {e}",
                 c["op"],
                 t["dtype"],
                 c["dims"],
                 c["keepdim"],
                 t["mask"].get("kind").unwrap_or(&Value::Null)
-            ));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases fail:\n{}",
-        failures.len(),
-        cases.len(),
-        failures[..failures.len().min(20)].join("\n")
-    );
+            )
+        })
+    });
 }

@@ -6,7 +6,7 @@
 
 use masked::by_name::{apply, OpRequest};
 use masked::{Dims, Element, MaskedCsr, Pattern};
-use masked_tests::{check_fixture, int, num, usizes};
+use masked_tests::{check_cases, check_fixture, int, num, usizes};
 use serde_json::Value;
 use sprs::CsMat;
 
@@ -56,8 +56,7 @@ fn csr_matches_torch_masked() {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let cases = v["cases"].as_array().unwrap();
     assert!(cases.len() > 1000, "fixture too small: {}", cases.len());
-    let mut failures = Vec::new();
-    for (i, c) in cases.iter().enumerate() {
+    check_cases(cases, |c| {
         let data = c["data"].as_array().unwrap();
         let r = match c["dtype"].as_str().unwrap() {
             "float64" => run(c, data.iter().map(num).collect::<Vec<f64>>()),
@@ -65,21 +64,14 @@ fn csr_matches_torch_masked() {
             "int64" => run(c, data.iter().map(int).collect::<Vec<i64>>()),
             d => Err(format!("dtype {d}")),
         };
-        if let Err(e) = r {
-            failures.push(format!(
-                "case {i} ({} {} dims {} mask {}): {e}",
+        r.map_err(|e| {
+            format!(
+                "{} {} dims {} mask {}: {e}",
                 c["op"],
                 c["dtype"],
                 c["dims"],
                 c["mask"].get("kind").unwrap_or(&Value::Null)
-            ));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases fail:\n{}",
-        failures.len(),
-        cases.len(),
-        failures[..failures.len().min(20)].join("\n")
-    );
+            )
+        })
+    });
 }

@@ -6,8 +6,8 @@
 //!   and numpy (see the script for the few deliberate differences).
 
 use masked::by_name::{apply_dense, OpRequest};
-use masked::{BitMask, Dims, DynVec, Element, MaskedArray};
-use masked_tests::{compare, num, values};
+use masked::{with_dyn_vec, BitMask, Dims, Element, MaskedArray};
+use masked_tests::{check_cases, compare, num, values};
 use ndarray::{ArrayViewD, IxDyn};
 use serde_json::Value;
 
@@ -74,15 +74,9 @@ fn dense_statistics_and_normalizations_match_torch_and_numpy() {
 fn check_all(file: &str, at_least: usize, rtol: f64) {
     let cases = load(file);
     assert!(cases.len() > at_least, "fixture set unexpectedly small");
-    let mut failures = Vec::new();
-    for (i, c) in cases.iter().enumerate() {
+    check_cases(&cases, |c| {
         let dtype = c["dtype"].as_str().unwrap();
-        let out = match values(dtype, c["x"].as_array().unwrap()) {
-            DynVec::F32(v) => run(&v, c),
-            DynVec::F64(v) => run(&v, c),
-            DynVec::I32(v) => run(&v, c),
-            DynVec::I64(v) => run(&v, c),
-        };
+        let out = with_dyn_vec!(values(dtype, c["x"].as_array().unwrap()), v => run(&v, c));
         let want_shape: Vec<usize> = serde_json::from_value(c["out_shape"].clone()).unwrap();
         let want = values(
             c["out_dtype"].as_str().unwrap(),
@@ -94,33 +88,30 @@ fn check_all(file: &str, at_least: usize, rtol: f64) {
             .iter()
             .map(|b| b.as_i64() == Some(1))
             .collect();
-        let describe = || {
-            format!(
-                "case {i}: {} {} shape {} mask {} dim {} keepdim {} params {}",
-                c["op"], dtype, c["shape"], c["mask_shape"], c["dim"], c["keepdim"], c["params"]
-            )
-        };
+        let mut errs = Vec::new();
         if out.shape != want_shape {
-            failures.push(format!(
-                "{}: shape {:?} vs {:?}",
-                describe(),
-                out.shape,
-                want_shape
-            ));
-            continue;
+            errs.push(format!("shape {:?} vs {:?}", out.shape, want_shape));
+        } else {
+            if let Err(e) = compare(&out.values, &want, rtol) {
+                errs.push(format!("values {e}"));
+            }
+            if out.mask.to_vec() != want_mask {
+                errs.push("output mask differs".to_string());
+            }
         }
-        if let Err(e) = compare(&out.values, &want, rtol) {
-            failures.push(format!("{}: values {e}", describe()));
+        if errs.is_empty() {
+            return Ok(());
         }
-        if out.mask.to_vec() != want_mask {
-            failures.push(format!("{}: output mask differs", describe()));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases failed:\n{}",
-        failures.len(),
-        cases.len(),
-        failures[..failures.len().min(25)].join("\n")
-    );
+        Err(format!(
+            "{} {} shape {} mask {} dim {} keepdim {} params {}: {}",
+            c["op"],
+            dtype,
+            c["shape"],
+            c["mask_shape"],
+            c["dim"],
+            c["keepdim"],
+            c["params"],
+            errs.join("; ")
+        ))
+    });
 }

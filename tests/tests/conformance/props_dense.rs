@@ -7,7 +7,7 @@
 //! - merging the fold states of two halves of a lane equals one pass.
 
 use masked::ops::{AMax, ArgMax, ArgMin, Mean, Sum};
-use masked::{BitMask, Dims, Fold, MaskedArray, MaskedArrayD, MaskedReduce};
+use masked::{BitMask, Dims, Element, Fold, MaskedArray, MaskedArrayD, MaskedReduce, MaskedView};
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 
@@ -96,6 +96,13 @@ impl Case {
             self.xs.iter().map(|&v| conv(v)).collect(),
         )
         .unwrap()
+    }
+    /// The array `x` (of this case's shape) under this case's mask, or unmasked.
+    fn masked<'a, T: Element>(&self, x: &'a ArrayD<T>) -> MaskedView<'a, T, IxDyn> {
+        match self.bitmask() {
+            Some(m) => MaskedArray::new(x.view(), m).unwrap(),
+            None => MaskedArray::unmasked(x.view()),
+        }
     }
     fn bitmask(&self) -> Option<BitMask> {
         self.mask
@@ -191,10 +198,7 @@ proptest! {
     #[test]
     fn masked_ops_equal_ops_over_gathered_valid_values(c in case(true)) {
         let x = c.array(|v| v);
-        let a = match c.bitmask() {
-            Some(m) => MaskedArray::new(x.view(), m).unwrap(),
-            None => MaskedArray::unmasked(x.view()),
-        };
+        let a = c.masked(&x);
         let (lanes, shape) = c.lanes();
         let any: Vec<bool> = lanes.iter().map(|l| !l.is_empty()).collect();
         let d = c.dims();
@@ -219,10 +223,7 @@ proptest! {
     #[test]
     fn integer_ops_are_exact(c in case(false)) {
         let x = c.array(|v| v as i32);
-        let a = match c.bitmask() {
-            Some(m) => MaskedArray::new(x.view(), m).unwrap(),
-            None => MaskedArray::unmasked(x.view()),
-        };
+        let a = c.masked(&x);
         let (lanes, shape) = c.lanes();
         let any: Vec<bool> = lanes.iter().map(|l| !l.is_empty()).collect();
         let d = c.dims();
@@ -368,13 +369,6 @@ mod stats {
     use masked::ops::{Moments, Var};
     use masked::{Interpolation, MedianMode};
 
-    fn masked_of<'a>(c: &Case, x: &'a ArrayD<f64>) -> masked::MaskedView<'a, f64, IxDyn> {
-        match c.bitmask() {
-            Some(m) => MaskedArray::new(x.view(), m).unwrap(),
-            None => MaskedArray::unmasked(x.view()),
-        }
-    }
-
     fn bits_eq(a: &[f64], b: &[f64]) -> bool {
         a.len() == b.len() && a.iter().zip(b).all(|(p, q)| same(*p, *q))
     }
@@ -386,13 +380,13 @@ mod stats {
         #[test]
         fn nan_ops_equal_ops_with_a_not_nan_mask(c in case(true)) {
             let x = c.array(|v| v);
-            let a = masked_of(&c, &x);
+            let a = c.masked(&x);
             let mut hand = c.clone();
             let valid: Vec<bool> = (0..c.xs.len())
                 .map(|i| c.mask.as_ref().is_none_or(|m| m[i]) && !c.xs[i].is_nan())
                 .collect();
             hand.mask = Some(valid);
-            let b = masked_of(&hand, &x);
+            let b = hand.masked(&x);
             let d = c.dims();
             let k = c.keepdim;
             let pairs: Vec<(Vec<f64>, Vec<f64>)> = vec![
@@ -413,7 +407,7 @@ mod stats {
         #[test]
         fn median_is_the_middle_of_the_sorted_valid_values(c in case(false)) {
             let x = c.array(|v| v);
-            let a = masked_of(&c, &x);
+            let a = c.masked(&x);
             let (lanes, _) = c.lanes();
             let d = c.dims();
             let avg = a.median(d.clone(), false, MedianMode::Avg).unwrap();
@@ -443,7 +437,7 @@ mod stats {
         #[test]
         fn softmax_lanes_sum_to_one(c in case_of(strided_shape(), false), pick in 0usize..4) {
             let x = c.array(|v| v);
-            let a = masked_of(&c, &x);
+            let a = c.masked(&x);
             let dim = (pick % c.shape.len()) as isize;
             let sm = a.softmax(dim).unwrap();
             let ls = a.log_softmax(dim).unwrap();
@@ -505,10 +499,7 @@ mod median_index {
             prop_assume!(!c.shape.is_empty());
             let dim = pick % c.shape.len();
             let x = c.array(|v| v);
-            let a = match c.bitmask() {
-                Some(m) => MaskedArray::new(x.view(), m).unwrap(),
-                None => MaskedArray::unmasked(x.view()),
-            };
+            let a = c.masked(&x);
             let one = Case { dims: vec![dim], all_dims: false, keepdim: false, ..c.clone() };
             let (lanes, _) = one.lanes();
             let (v, i) = a.nanmedian_with_index(dim as isize, false).unwrap();
