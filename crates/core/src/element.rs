@@ -1,5 +1,6 @@
 //! Value types the engine computes on, and the accumulator types their ops widen to.
 
+use crate::select::SelectKey;
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt::Debug;
 
@@ -222,12 +223,16 @@ pub trait Element:
     fn is_nan(self) -> bool;
     /// Into the statistics type (`f32` stays `f32`, others become `f64`).
     fn to_real(self) -> Self::Real;
-    /// An integer key with the same order as the (non-NaN) values, for fast selection.
-    type Key: Ord + Copy + Send + Sync + Debug;
+    /// An unsigned integer key of the same width with the same order as the (non-NaN)
+    /// values, for fast selection ([`crate::select`]).
+    type Key: SelectKey;
     /// The order key of a value (not NaN).
     fn key(self) -> Self::Key;
     /// The value of an order key.
     fn from_key(k: Self::Key) -> Self;
+    /// Turns the values of `v` (none NaN) into their order keys in place and gives the
+    /// slice as keys: one pass, no buffer.
+    fn keys_in_place(v: &mut [Self]) -> &mut [Self::Key];
     /// Wraps a vector of this type into a [`DynVec`].
     fn into_dyn(v: Vec<Self>) -> DynVec;
     /// Absolute value as f64.
@@ -414,6 +419,17 @@ macro_rules! element_float {
                 };
                 <$t>::from_bits(b)
             }
+            fn keys_in_place(v: &mut [Self]) -> &mut [$key] {
+                // SAFETY: same size and alignment, and every bit pattern is a valid value
+                // of both types.
+                let k = unsafe {
+                    std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<$key>(), v.len())
+                };
+                for x in k.iter_mut() {
+                    *x = <$t>::from_bits(*x).key();
+                }
+                k
+            }
         }
         impl Float for $t {
             const ONE: Self = 1.0;
@@ -451,7 +467,7 @@ element_float!(f32, DType::F32, f32, F32, exp_nonpos_f32, u32);
 element_float!(f64, DType::F64, f64, F64, exp_nonpos_f64, u64);
 
 macro_rules! element_int {
-    ($t:ty, $dt:expr, $var:ident, $mean:ty) => {
+    ($t:ty, $dt:expr, $var:ident, $mean:ty, $key:ty) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
             const LOWEST: Self = <$t>::MIN;
@@ -506,20 +522,32 @@ macro_rules! element_int {
             fn to_real(self) -> f64 {
                 self as f64
             }
-            type Key = $t;
+            type Key = $key;
+            /// The bits with the sign bit flipped: unsigned order equals signed order.
             #[inline(always)]
-            fn key(self) -> $t {
-                self
+            fn key(self) -> $key {
+                (self as $key) ^ (1 << (<$key>::BITS - 1))
             }
             #[inline(always)]
-            fn from_key(k: $t) -> Self {
+            fn from_key(k: $key) -> Self {
+                (k ^ (1 << (<$key>::BITS - 1))) as $t
+            }
+            fn keys_in_place(v: &mut [Self]) -> &mut [$key] {
+                // SAFETY: same size and alignment, and every bit pattern is a valid value
+                // of both types.
+                let k = unsafe {
+                    std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<$key>(), v.len())
+                };
+                for x in k.iter_mut() {
+                    *x = (*x as $t).key();
+                }
                 k
             }
         }
     };
 }
-element_int!(i32, DType::I32, I32, i64);
-element_int!(i64, DType::I64, I64, i128);
+element_int!(i32, DType::I32, I32, i64, u32);
+element_int!(i64, DType::I64, I64, i128, u64);
 
 #[cfg(test)]
 mod tests {
@@ -576,5 +604,16 @@ mod tests {
             assert!(w[0].key() < w[1].key());
             assert_eq!(f32::from_key(w[1].key()), w[1]);
         }
+        let i = [i64::MIN, -5, -1, 0, 1, i64::MAX];
+        for w in i.windows(2) {
+            assert!(w[0].key() < w[1].key());
+            assert_eq!(i64::from_key(w[0].key()), w[0]);
+        }
+        let mut v = [3i32, i32::MIN, -2, 0];
+        let want: Vec<u32> = v.iter().map(|x| x.key()).collect();
+        assert_eq!(i32::keys_in_place(&mut v), &want[..]);
+        let mut f = [-0.0f32, 2.5, f32::NEG_INFINITY];
+        let want: Vec<u32> = f.iter().map(|x| x.key()).collect();
+        assert_eq!(f32::keys_in_place(&mut f), &want[..]);
     }
 }

@@ -342,6 +342,7 @@ macro_rules! multiversion {
         }
     };
 }
+pub(crate) use multiversion;
 
 /// The validity words of the nan-family's extra mask: bit `k` is `!values[k].is_nan()`,
 /// ANDed with bit `k` of `prior` when a mask is already there. Every layout's

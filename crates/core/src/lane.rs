@@ -9,6 +9,7 @@ use crate::fold::{fold_run, map_run, short_kernel, update_run, Fold, Lanes, SHOR
 use crate::mask::Bits;
 use crate::ops::{AMaxLanes, AMinLanes, BLOCK};
 use crate::pack::{expand_in_place, packed_blocks, packs_fast};
+use crate::select::select_pair_with_zeros;
 use crate::stats::Norm;
 
 /// A statistic of the valid values of a lane, in any order (median, quantile).
@@ -26,7 +27,8 @@ pub trait LaneStat<T: Element>: Send + Sync {
     fn positions(&self) -> bool {
         false
     }
-    /// The statistic of the lane made of `vals` (the slice may be reordered) and `zeros`
+    /// The statistic of the lane made of `vals` (the slice is scratch: its contents are
+    /// unspecified afterwards) and `zeros`
     /// further valid zeros. `pos` holds the lane position of each value (same length,
     /// increasing) when [`LaneStat::positions`] is true and is empty otherwise;
     /// `first_zero` is the lowest position of the implicit zeros (unused when `zeros` is
@@ -46,128 +48,6 @@ pub trait LaneStat<T: Element>: Send + Sync {
     fn compute(&self, vals: &mut [T]) -> Self::Output {
         self.compute_sparse(vals, &[], 0, -1)
     }
-}
-
-/// Moves the element of rank `j` (by `key` order) to `v[j]`, smaller-or-equal ones
-/// before it and greater-or-equal ones after it, and returns it. Quickselect with a
-/// branch-free partition (a median-of-three pivot; small ranges are sorted), falling
-/// back to a sort after too many rounds: O(n) expected, O(n log n) at worst. On the
-/// short lanes of sparse rows it is faster than `select_nth_unstable`, and it works on
-/// the values in place (no key buffer per lane).
-pub fn select_nth_by_key<T: Copy, K: Ord + Copy>(
-    v: &mut [T],
-    j: usize,
-    key: impl Fn(T) -> K + Copy,
-) -> T {
-    let (mut lo, mut hi) = (0, v.len());
-    let mut rounds = 2 * (usize::BITS - v.len().leading_zeros()) + 4;
-    loop {
-        let n = hi - lo;
-        if n <= 8 || rounds == 0 {
-            v[lo..hi].sort_unstable_by_key(|&x| key(x));
-            return v[j];
-        }
-        rounds -= 1;
-        let s = &mut v[lo..hi];
-        let med3 = |a: K, b: K, c: K| a.max(b).min(a.min(b).max(c));
-        let at = |i: usize| key(s[i]);
-        let p = if n >= 64 {
-            // Tukey's ninther: a pivot nearer the middle, fewer rounds
-            let q = n / 8;
-            med3(
-                med3(at(0), at(q), at(2 * q)),
-                med3(at(3 * q), at(4 * q), at(5 * q)),
-                med3(at(6 * q), at(7 * q), at(n - 1)),
-            )
-        } else {
-            med3(at(0), at(n / 2), at(n - 1))
-        };
-        // branch-free Lomuto: s[..store] < p <= s[store..]
-        let mut store = 0;
-        for i in 0..n {
-            let x = s[i];
-            s.swap(i, store);
-            store += (key(x) < p) as usize;
-        }
-        if store == 0 {
-            // p is the minimum: split off the elements equal to it
-            let mut eq = 0;
-            for i in 0..n {
-                let x = s[i];
-                s.swap(i, eq);
-                eq += (key(x) == p) as usize;
-            }
-            if j - lo < eq {
-                return v[j];
-            }
-            lo += eq;
-        } else if j - lo < store {
-            hi = lo + store;
-        } else {
-            lo += store;
-        }
-    }
-}
-
-/// The order statistic of rank `j` (0-based) of the multiset `v` plus `zeros` copies of
-/// `zero`, by selection (`v` is reordered).
-fn order_stat<T: Copy, K: Ord + Copy>(
-    v: &mut [T],
-    zeros: usize,
-    zero: T,
-    j: usize,
-    key: impl Fn(T) -> K + Copy,
-) -> T {
-    if zeros == 0 {
-        return select_nth_by_key(v, j, key);
-    }
-    // values below zero first, then the rest: the zeros sit between the two parts
-    let kz = key(zero);
-    let mut below = 0;
-    for k in 0..v.len() {
-        if key(v[k]) < kz {
-            v.swap(k, below);
-            below += 1;
-        }
-    }
-    if j < below {
-        select_nth_by_key(&mut v[..below], j, key)
-    } else if j < below + zeros {
-        zero
-    } else {
-        select_nth_by_key(&mut v[below..], j - below - zeros, key)
-    }
-}
-
-/// The order statistics of ranks `j` and, when `need_next`, `j + 1` (else `j` again).
-fn adjacent_stats<T: Copy, K: Ord + Copy>(
-    v: &mut [T],
-    zeros: usize,
-    zero: T,
-    j: usize,
-    need_next: bool,
-    key: impl Fn(T) -> K + Copy,
-) -> (T, T) {
-    if zeros == 0 {
-        let a = select_nth_by_key(v, j, key);
-        let b = if need_next {
-            v[j + 1..]
-                .iter()
-                .copied()
-                .min_by_key(|&x| key(x))
-                .unwrap_or(a)
-        } else {
-            a
-        };
-        return (a, b);
-    }
-    let a = order_stat(v, zeros, zero, j, key);
-    let b = if need_next {
-        order_stat(v, zeros, zero, j + 1, key)
-    } else {
-        a
-    };
-    (a, b)
 }
 
 /// The lane position of the lower median (torch.nanmedian / paddle style): the first
@@ -194,7 +74,8 @@ impl<T: Element> LaneStat<T> for MedianIndex {
         }
         let zero = T::default().key();
         let mut keys: Vec<T> = vals.to_vec();
-        let kv = order_stat(&mut keys, zeros, T::default(), (n - 1) / 2, T::key).key();
+        let keys = T::keys_in_place(&mut keys);
+        let (kv, _) = select_pair_with_zeros(keys, zeros, zero, (n - 1) / 2, false);
         let explicit = vals.iter().position(|x| x.key() == kv).map(|k| pos[k]);
         let implicit = (zeros > 0 && kv == zero).then_some(first_zero);
         match (explicit, implicit) {
@@ -347,9 +228,10 @@ impl<T: Element> LaneStat<T> for Quantile {
         let frac = pos - lo as f64;
         // select on integer order keys: same order as the values (no NaN here), and a
         // plain integer compare instead of a float comparator
-
-        let need_b = frac > 0.0 && lo + 1 < n;
-        let (a, b) = adjacent_stats(vals, zeros, T::default(), lo, need_b, T::key);
+        let keys = T::keys_in_place(vals);
+        let (a, b) = select_pair_with_zeros(keys, zeros, T::default().key(), lo, frac > 0.0);
+        let a = T::from_key(a);
+        let b = b.map_or(a, T::from_key);
         let v = match self.interpolation {
             Interpolation::Lower => a.to_f64(),
             Interpolation::Higher => {
@@ -644,34 +526,6 @@ impl<T: Element> LaneMap<T> for Cumulative {
                 acc = if self.prod { acc.mul(v) } else { acc.add(v) };
                 *o = T::from_total(acc);
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod select_tests {
-    use super::select_nth_by_key;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// select_nth puts the sorted element of rank j at j, with a partition around it,
-        /// on inputs with many ties (the minimum as pivot included) and long ones.
-        #[test]
-        fn select_nth_matches_a_sort(
-            v in prop::collection::vec(prop_oneof![0i32..4, -1000i32..1000], 1..600),
-            j in any::<prop::sample::Index>(),
-        ) {
-            let j = j.index(v.len());
-            let mut sorted = v.clone();
-            sorted.sort();
-            let mut w = v.clone();
-            let got = select_nth_by_key(&mut w, j, |x| x);
-            prop_assert_eq!(got, sorted[j]);
-            prop_assert_eq!(w[j], sorted[j]);
-            prop_assert!(w[..j].iter().all(|&x| x <= got));
-            prop_assert!(w[j + 1..].iter().all(|&x| x >= got));
-            w.sort();
-            prop_assert_eq!(w, sorted);
         }
     }
 }

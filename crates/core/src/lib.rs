@@ -32,6 +32,7 @@ pub mod mask;
 pub mod ops;
 pub mod pack;
 pub mod reduce;
+pub mod select;
 pub mod sparse;
 pub mod stats;
 

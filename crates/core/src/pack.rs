@@ -371,7 +371,7 @@ mod x86 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Both paths (vector when the CPU has it, and the portable loop) against a plain
@@ -426,6 +426,16 @@ mod tests {
     /// tests running meanwhile take them too, which is harmless: both paths are exact.
     pub(super) static PORTABLE: std::sync::atomic::AtomicBool =
         std::sync::atomic::AtomicBool::new(false);
+
+    /// Whether [`PORTABLE`] is set.
+    pub(crate) fn forced_portable() -> bool {
+        PORTABLE.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets [`PORTABLE`] (for other modules' tests of both paths).
+    pub(crate) fn set_portable(portable: bool) {
+        PORTABLE.store(portable, std::sync::atomic::Ordering::Relaxed);
+    }
 
     #[test]
     fn compress_and_expand_match_a_plain_filter() {
