@@ -187,6 +187,8 @@ pub trait Lanes<T> {
 /// Independent accumulators per kernel call: enough to hide add latency and fill two
 /// 512-bit registers for 32-bit lanes.
 const W: usize = 32;
+// the masked kernel tests a 32-bit half word per group of `W` lanes
+const _: () = assert!(W == 32);
 
 #[inline(always)]
 fn map_kernel<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
@@ -531,13 +533,14 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, id
                 }
                 let base = idx0 + (c * 64) as i64;
                 for h in 0..64 / W {
+                    // a 32-bit half word: the lane tests become 32-bit vector shifts
+                    // (AVX2 has no 64-bit lane masks for 32-bit elements), and the
+                    // value is loaded unconditionally and selected (no masked loads)
+                    let hw = (w >> (h * W)) as u32;
                     for j in 0..W {
                         let k = h * W + j;
-                        let v = if (w >> k) & 1 == 1 {
-                            l.lift(ch[k], base + k as i64)
-                        } else {
-                            l.id()
-                        };
+                        let y = l.lift(ch[k], base + k as i64);
+                        let v = if (hw >> j) & 1 == 1 { y } else { l.id() };
                         acc[j] = l.comb(acc[j], v);
                     }
                 }

@@ -22,7 +22,8 @@ pub fn packs_fast<T>() -> bool {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        packable::<T>() && crate::fold::cpu::has_avx512()
+        use crate::fold::cpu;
+        packable::<T>() && (cpu::has_avx512() || (std::mem::size_of::<T>() == 4 && cpu::has_avx2()))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -61,9 +62,15 @@ pub fn compress_to<T: Copy>(xs: &[T], bits: Bits<'_>, out: &mut [T]) -> usize {
 unsafe fn compress_raw<T: Copy>(xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     if packs_fast::<T>() {
-        // SAFETY: the CPU has AVX-512 (checked), `T` is 4 or 8 bytes (checked), and the
-        // caller provides `cap >= xs.len()` writable slots.
-        return unsafe { x86::compress(xs, bits, dst, cap) };
+        // SAFETY: the CPU has AVX-512, or AVX2 and `T` is 4 bytes (checked by
+        // `packs_fast`), and the caller provides `cap >= xs.len()` writable slots.
+        return unsafe {
+            if crate::fold::cpu::has_avx512() {
+                x86::compress(xs, bits, dst, cap)
+            } else {
+                x86::compress_avx2(xs, bits, dst, cap)
+            }
+        };
     }
     let mut o = 0;
     for (c, ch) in xs.chunks(64).enumerate() {
@@ -166,8 +173,15 @@ pub fn expand_in_place<T: Copy>(buf: &mut [T], from: usize, bits: Bits<'_>, fill
 unsafe fn expand_raw<T: Copy>(src: *const T, bits: Bits<'_>, fill: T, dst: *mut T, n: usize) {
     #[cfg(target_arch = "x86_64")]
     if packs_fast::<T>() {
-        // SAFETY: AVX-512 and the element size are checked; the pointers as above.
-        unsafe { x86::expand(src, bits, fill, dst, n) };
+        // SAFETY: AVX-512, or AVX2 with 4-byte elements, checked by `packs_fast`; the
+        // pointers as above.
+        unsafe {
+            if crate::fold::cpu::has_avx512() {
+                x86::expand(src, bits, fill, dst, n)
+            } else {
+                x86::expand_avx2(src, bits, fill, dst, n)
+            }
+        };
         return;
     }
     let mut o = 0;
@@ -217,9 +231,172 @@ pub fn packed_blocks<T: Copy>(xs: &[T], bits: Option<Bits<'_>>, mut f: impl FnMu
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use crate::mask::Bits;
     use std::arch::x86_64::*;
+
+    /// For each 8-bit mask, its set lanes in order, then its clear lanes: the AVX2
+    /// compress permutation (`vpermd`), also the selection's partition.
+    pub(crate) static COMPRESS8: [[u32; 8]; 256] = {
+        let mut t = [[0u32; 8]; 256];
+        let mut m = 0;
+        while m < 256 {
+            let mut k = 0;
+            let mut pass = 0;
+            while pass < 2 {
+                let mut l = 0;
+                while l < 8 {
+                    if (m >> l) & 1 == 1 - pass {
+                        t[m][k] = l as u32;
+                        k += 1;
+                    }
+                    l += 1;
+                }
+                pass += 1;
+            }
+            m += 1;
+        }
+        t
+    };
+
+    /// For each 8-bit mask, the packed index each set lane takes its value from (the
+    /// set lanes below it), 0 for clear lanes: the AVX2 expand permutation.
+    static EXPAND8: [[u32; 8]; 256] = {
+        let mut t = [[0u32; 8]; 256];
+        let mut m = 0;
+        while m < 256 {
+            let (mut l, mut k) = (0, 0);
+            while l < 8 {
+                if (m >> l) & 1 == 1 {
+                    t[m][l] = k;
+                    k += 1;
+                }
+                l += 1;
+            }
+            m += 1;
+        }
+        t
+    };
+
+    /// All ones in the lanes whose bit of `m` is set.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn lanes_of(m: u32) -> __m256i {
+        let b = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(m as i32), b), b)
+    }
+
+    /// All ones in the lanes below `k`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn low_lanes(k: u32) -> __m256i {
+        _mm256_cmpgt_epi32(
+            _mm256_set1_epi32(k as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        )
+    }
+
+    /// The permutation of table `t` for mask `m`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn perm(t: &[[u32; 8]; 256], m: u32) -> __m256i {
+        // SAFETY: a table row is eight `u32`s.
+        unsafe { _mm256_loadu_si256(t[m as usize].as_ptr() as *const __m256i) }
+    }
+
+    /// [`compress`] on AVX2 for 4-byte `T`: eight lanes per step, permuted by the
+    /// mask byte's table entry and stored whole.
+    ///
+    /// # Safety
+    /// AVX2; `T` is 4 bytes; `dst` is valid for `cap >= xs.len()` writes.
+    #[target_feature(enable = "avx2,popcnt")]
+    pub(super) unsafe fn compress_avx2<T: Copy>(
+        xs: &[T],
+        bits: Bits<'_>,
+        dst: *mut T,
+        cap: usize,
+    ) -> usize {
+        // SAFETY: as for `compress`, eight lanes at a time: a whole store at `o <= c + 8q`
+        // ends by `c + 64 <= n <= cap`; the last word loads only set lanes (below `n`)
+        // and stores only `k` lanes.
+        debug_assert!(cap >= xs.len() && std::mem::size_of::<T>() == 4);
+        unsafe {
+            let n = xs.len();
+            let (src, d) = (xs.as_ptr() as *const i32, dst as *mut i32);
+            let mut o = 0usize;
+            let mut c = 0;
+            while c + 64 <= n {
+                let w = bits.word_at(c);
+                for q in 0..8 {
+                    let m = (w >> (8 * q)) as u8 as u32;
+                    let x = _mm256_loadu_si256(src.add(c + 8 * q) as *const __m256i);
+                    let v = _mm256_permutevar8x32_epi32(x, perm(&COMPRESS8, m));
+                    _mm256_storeu_si256(d.add(o) as *mut __m256i, v);
+                    o += m.count_ones() as usize;
+                }
+                c += 64;
+            }
+            if c < n {
+                let len = n - c;
+                let w = bits.word_at(c) & ((1u64 << len) - 1);
+                for q in 0..len.div_ceil(8) {
+                    let m = (w >> (8 * q)) as u8 as u32;
+                    let x = _mm256_maskload_epi32(src.add(c + 8 * q), lanes_of(m));
+                    let v = _mm256_permutevar8x32_epi32(x, perm(&COMPRESS8, m));
+                    let k = m.count_ones();
+                    _mm256_maskstore_epi32(d.add(o), low_lanes(k), v);
+                    o += k as usize;
+                }
+            }
+            o
+        }
+    }
+
+    /// [`expand`] on AVX2 for 4-byte `T`: eight lanes per step, the mask byte's `k`
+    /// values loaded, permuted to their lanes and blended with the fill.
+    ///
+    /// # Safety
+    /// AVX2; `T` is 4 bytes; the pointers as for `expand_raw`.
+    #[target_feature(enable = "avx2,popcnt")]
+    pub(super) unsafe fn expand_avx2<T: Copy>(
+        src: *const T,
+        bits: Bits<'_>,
+        fill: T,
+        dst: *mut T,
+        n: usize,
+    ) {
+        // SAFETY: loads read `k` values at `o`, `o + k` at most the set bits, which
+        // `src` covers; stores are whole inside whole 8-lane groups below `n` and masked
+        // in the last. In place, a group's values are loaded before its store and later
+        // groups' values lie at or after its slots (see `expand_in_place`).
+        debug_assert!(std::mem::size_of::<T>() == 4);
+        unsafe {
+            let (src, dst) = (src as *const i32, dst as *mut i32);
+            let fill = _mm256_set1_epi32(raw(fill) as u32 as i32);
+            let mut o = 0usize;
+            let mut c = 0;
+            while c < n {
+                let len = (n - c).min(64);
+                let w = bits.word_at(c);
+                for q in 0..len.div_ceil(8) {
+                    let lanes = (len - 8 * q).min(8) as u32;
+                    let m = (w >> (8 * q)) as u8 as u32 & ((1u32 << lanes) - 1);
+                    let k = m.count_ones();
+                    let v = _mm256_maskload_epi32(src.add(o), low_lanes(k));
+                    let e = _mm256_permutevar8x32_epi32(v, perm(&EXPAND8, m));
+                    let e = _mm256_blendv_epi8(fill, e, lanes_of(m));
+                    let d = dst.add(c + 8 * q);
+                    if lanes == 8 {
+                        _mm256_storeu_si256(d as *mut __m256i, e);
+                    } else {
+                        _mm256_maskstore_epi32(d, low_lanes(lanes), e);
+                    }
+                    o += k as usize;
+                }
+                c += 64;
+            }
+        }
+    }
 
     /// The bits of a 4- or 8-byte `T`.
     #[inline(always)]

@@ -52,33 +52,9 @@ fn partition_scalar<K: SelectKey>(s: &mut [K], p: K, le: bool) -> (usize, K) {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::SCRATCH;
+    use crate::pack::x86::COMPRESS8;
     use std::arch::x86_64::*;
     use std::mem::MaybeUninit;
-
-    /// For each 8-bit mask, the lanes whose bit is set, then the others.
-    static PERM: [[u32; 8]; 256] = perm_table();
-
-    const fn perm_table() -> [[u32; 8]; 256] {
-        let mut t = [[0u32; 8]; 256];
-        let mut m = 0;
-        while m < 256 {
-            let mut k = 0;
-            let mut pass = 0;
-            while pass < 2 {
-                let mut l = 0;
-                while l < 8 {
-                    if (m >> l) & 1 == 1 - pass {
-                        t[m][k] = l as u32;
-                        k += 1;
-                    }
-                    l += 1;
-                }
-                pass += 1;
-            }
-            m += 1;
-        }
-        t
-    }
 
     /// [`super::SelectKey::partition`] for `u32`.
     ///
@@ -113,7 +89,7 @@ mod avx2 {
                     _mm256_cmpgt_epi32(pb, xb)
                 };
                 let m = _mm256_movemask_ps(_mm256_castsi256_ps(f)) as usize;
-                let perm = _mm256_loadu_si256(PERM[m].as_ptr() as *const __m256i);
+                let perm = _mm256_loadu_si256(COMPRESS8[m].as_ptr() as *const __m256i);
                 let y = _mm256_permutevar8x32_epi32(x, perm);
                 _mm256_storeu_si256(src.add(first) as *mut __m256i, y);
                 _mm256_storeu_si256(rp.add(r - L) as *mut __m256i, y);
@@ -136,7 +112,7 @@ mod avx2 {
                     _mm256_and_si256(_mm256_cmpgt_epi32(pb, xb), live)
                 };
                 let m = _mm256_movemask_ps(_mm256_castsi256_ps(f)) as usize;
-                let perm = _mm256_loadu_si256(PERM[m].as_ptr() as *const __m256i);
+                let perm = _mm256_loadu_si256(COMPRESS8[m].as_ptr() as *const __m256i);
                 let y = _mm256_permutevar8x32_epi32(x, perm);
                 let (c, rem) = (m.count_ones() as i32, (n - i) as i32);
                 // lanes below `c` to the first part, lanes `c..rem` to the rest
