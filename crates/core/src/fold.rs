@@ -205,9 +205,21 @@ fn map_kernel<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
             }
         }
         Some(b) => {
-            for (c, (oc, xc)) in out[..n].chunks_mut(64).zip(xs[..n].chunks(64)).enumerate() {
+            let full = n - n % 64;
+            let (oh, ot) = out[..n].split_at_mut(full);
+            for (c, (oc, xc)) in oh.chunks_exact_mut(64).zip(xs.chunks_exact(64)).enumerate() {
                 let w = b.word_at(c * 64);
-                for (k, (o, &x)) in oc.iter_mut().zip(xc).enumerate() {
+                for h in 0..2 {
+                    // 32-bit half words: the bit tests become 32-bit vector shifts
+                    let hw = (w >> (32 * h)) as u32;
+                    for j in 0..32 {
+                        oc[32 * h + j] = f(xc[32 * h + j], (hw >> j) & 1 == 1);
+                    }
+                }
+            }
+            if !ot.is_empty() {
+                let w = b.word_at(full);
+                for (k, (o, &x)) in ot.iter_mut().zip(&xs[full..]).enumerate() {
                     *o = f(x, (w >> k) & 1 == 1);
                 }
             }
@@ -228,9 +240,21 @@ fn pred_kernel<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred
 
 #[inline(always)]
 fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Option<Bits<'_>>, f: F) {
-    for (c, oc) in out.chunks_mut(64).enumerate() {
+    let full = out.len() - out.len() % 64;
+    let (head, tail) = out.split_at_mut(full);
+    for (c, oc) in head.chunks_exact_mut(64).enumerate() {
         let w = bits.map_or(u64::MAX, |b| b.word_at(c * 64));
-        for (k, o) in oc.iter_mut().enumerate() {
+        for h in 0..2 {
+            // 32-bit half words, as in `map_kernel`
+            let hw = (w >> (32 * h)) as u32;
+            for j in 0..32 {
+                oc[32 * h + j] = f(oc[32 * h + j], (hw >> j) & 1 == 1);
+            }
+        }
+    }
+    if !tail.is_empty() {
+        let w = bits.map_or(u64::MAX, |b| b.word_at(full));
+        for (k, o) in tail.iter_mut().enumerate() {
             *o = f(*o, (w >> k) & 1 == 1);
         }
     }
@@ -363,7 +387,7 @@ pub fn not_nan_words<T: crate::Element>(values: &[T], prior: Option<&[u64]>) -> 
     words
         .par_chunks_mut(chunk / 64)
         .zip(values.par_chunks(chunk))
-        .for_each(|(w, xs)| pred_bits(xs, w, |x: T| !x.is_nan()));
+        .for_each(|(w, xs)| pred_bits(xs, w, move |x: T| !x.is_nan()));
     if let Some(p) = prior {
         for (w, &m) in words.iter_mut().zip(p) {
             *w &= m;
@@ -397,6 +421,9 @@ multiversion! {
 /// Writes `out[k] = f(xs[k], valid_k)` for a run (valid where bit `k` of `bits` is set;
 /// all valid for `None`), 64 elements per mask word, in the fastest kernel this CPU
 /// supports: the per-element work of a lane map (softmax, normalize) vectorises here.
+/// Pass a `move` closure: values captured by reference are reloaded after every store
+/// to `out` (they might alias it), which keeps the loop scalar (8x slower for
+/// log_softmax).
     pub fn map_run[T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy](xs: &[T], bits: Option<Bits<'_>>, out: &mut [O], f: F) = map_kernel;
 }
 
@@ -431,6 +458,27 @@ pub(crate) mod cpu {
     #[inline]
     pub fn has_avx2() -> bool {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+}
+
+/// Whether the vector kernels this CPU runs have fused multiply-adds, so that
+/// [`Float::exp_nonpos_fused`](crate::Float::exp_nonpos_fused) is the faster `exp` inside
+/// them: the AVX2 and AVX-512 kernels on x86-64 (which enable FMA), every kernel on
+/// aarch64. Outside [`multiversion!`] kernels on x86-64 it is a library call, so code
+/// there keeps the plain `exp_nonpos`.
+#[inline]
+pub(crate) fn fused_exp() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        cpu::has_avx2()
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        true
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
     }
 }
 
@@ -494,9 +542,14 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, id
     match bits {
         None => push_all(l, &mut acc, xs, idx0),
         Some(b) if L::HEAVY && crate::pack::packs_fast::<T>() => {
-            // lift (an `exp`) only the valid elements: pack them (AVX-512 compress),
-            // then fold the packed run unmasked. HEAVY lifts ignore positions.
-            crate::pack::packed_blocks(xs, Some(b), |p| push_all(l, &mut acc, p, 0));
+            // lift (an `exp`) only the valid elements: pack them (a vector compress),
+            // then fold the packed run unmasked. HEAVY lifts ignore positions. No
+            // closure here: it would be compiled without this kernel's features.
+            let mut buf = crate::pack::block_buf();
+            for (c, ch) in xs.chunks(crate::ops::BLOCK).enumerate() {
+                let p = crate::pack::pack_block(ch, b.offset(c * crate::ops::BLOCK), &mut buf);
+                push_all(l, &mut acc, p, 0);
+            }
         }
         Some(b) if L::HEAVY => {
             let mut v = [l.id(); 64];

@@ -5,7 +5,7 @@
 
 use crate::element::{Acc, Element, Float};
 use crate::error::{MaskedError, Result};
-use crate::fold::{fold_run, map_run, short_kernel, update_run, Fold, Lanes, SHORT};
+use crate::fold::{fold_run, fused_exp, map_run, short_kernel, update_run, Fold, Lanes, SHORT};
 use crate::mask::Bits;
 use crate::ops::{AMaxLanes, AMinLanes, BLOCK};
 use crate::pack::{expand_in_place, packed_blocks, packs_fast};
@@ -291,13 +291,24 @@ pub struct Softmax {
     pub kind: SoftmaxKind,
 }
 
-/// Lane monoid: `exp(x - shift)` (or `exp(shift - x)` when `NEG`), in the statistics
-/// type of `T` (f32 lanes for f32): the sums of softmax and logsumexp.
-#[derive(Debug)]
-pub(crate) struct SoftLanes<R, const NEG: bool> {
-    pub(crate) shift: R,
+/// `e^d` for `d <= 0`, with fused multiply-adds when `FUSED` (only in kernels that have
+/// them: see [`fused_exp`]).
+#[inline(always)]
+fn exp_of<R: Float, const FUSED: bool>(d: R) -> R {
+    if FUSED {
+        d.exp_nonpos_fused()
+    } else {
+        d.exp_nonpos()
+    }
 }
-impl<T: Element, const NEG: bool> Lanes<T> for SoftLanes<T::Real, NEG> {
+
+/// Lane monoid: `exp(x - shift)` in the statistics type of `T` (f32 lanes for f32), the
+/// exp fused when `FUSED`: the sums of log_softmax and logsumexp.
+#[derive(Debug)]
+struct SoftLanes<R, const FUSED: bool> {
+    shift: R,
+}
+impl<T: Element, const FUSED: bool> Lanes<T> for SoftLanes<T::Real, FUSED> {
     type A = T::Real;
     const HEAVY: bool = true;
     #[inline(always)]
@@ -306,12 +317,21 @@ impl<T: Element, const NEG: bool> Lanes<T> for SoftLanes<T::Real, NEG> {
     }
     #[inline(always)]
     fn lift(&self, x: T, _: i64) -> T::Real {
-        let d = x.to_real() - self.shift;
-        (if NEG { -d } else { d }).exp_nonpos()
+        exp_of::<_, FUSED>(x.to_real() - self.shift)
     }
     #[inline(always)]
     fn comb(&self, a: T::Real, b: T::Real) -> T::Real {
         a + b
+    }
+}
+
+/// `sum(exp(x - shift))` over the valid elements of a run (every `x <= shift`), in the
+/// fastest kernel with the fastest `exp` this CPU has.
+pub(crate) fn exp_sum<T: Element>(xs: &[T], bits: Option<Bits<'_>>, shift: T::Real) -> T::Real {
+    if fused_exp() {
+        fold_run(&SoftLanes::<T::Real, true> { shift }, xs, bits, 0)
+    } else {
+        fold_run(&SoftLanes::<T::Real, false> { shift }, xs, bits, 0)
     }
 }
 
@@ -325,103 +345,126 @@ impl<T: Element> LaneMap<T> for Softmax {
         }
     }
     fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
-        let log = self.kind == SoftmaxKind::LogSoftmax;
-        let neg = self.kind == SoftmaxKind::Softmin;
-        let fill = if log {
-            <T::Real as Float>::NEG_INFINITY
+        if fused_exp() {
+            softmax_lane::<T, true>(self.kind, xs, bits, out);
         } else {
-            <T::Real as Element>::ZERO
-        };
-        let valid = bits.map_or(xs.len(), |b| b.count_ones(xs.len()));
-        if valid == 0 {
-            out.fill(fill);
-            return;
+            softmax_lane::<T, false>(self.kind, xs, bits, out);
         }
-        let zero = <T::Real as Element>::ZERO;
-        if let Some(b) = bits.filter(|_| !log && packs_fast::<T>() && xs.len() <= BLOCK) {
-            // exp of the valid values only: pack them (one pass over memory), take their
-            // max and write their exps packed at the end of `out`, sum and scale those
-            // (all in L1), then spread them over the lane with 0 where masked out
-            let from = xs.len() - valid;
-            packed_blocks(xs, bits, |p| {
-                let dst = &mut out[from..];
-                if neg {
-                    let shift = fold_run(&AMinLanes, p, None, 0).to_real();
-                    map_run(p, None, dst, |x: T, _| (shift - x.to_real()).exp_nonpos());
-                } else {
-                    let shift = fold_run(&AMaxLanes, p, None, 0).to_real();
-                    map_run(p, None, dst, |x: T, _| (x.to_real() - shift).exp_nonpos());
-                }
-                let inv = <T::Real as Float>::ONE / fold_run(&RealSum, dst, None, 0);
-                update_run(dst, None, |e: T::Real, _| e * inv);
-            });
-            expand_in_place(out, from, b, zero);
-            return;
-        }
-        let short = bits.is_none() && xs.len() <= SHORT;
-        let m: T = match (neg, short) {
-            // the kernel fold_run would pick, without its dispatch
-            (true, true) => short_kernel(&AMinLanes, xs, None, 0),
-            (false, true) => short_kernel(&AMaxLanes, xs, None, 0),
-            (true, false) => fold_run(&AMinLanes, xs, bits, 0),
-            (false, false) => fold_run(&AMaxLanes, xs, bits, 0),
-        };
-        let shift = m.to_real();
-        if log {
-            let lsum = fold_run(&SoftLanes::<T::Real, false> { shift }, xs, bits, 0).ln();
-            map_run(xs, bits, out, |x: T, ok| {
-                let v = x.to_real() - shift - lsum;
-                if ok {
-                    v
-                } else {
-                    fill
-                }
-            });
-            return;
-        }
-        if short {
-            // a lane of a few entries (sparse data): the same arithmetic as below,
-            // element by element, without the vector kernels' set-up
-            for (o, &x) in out.iter_mut().zip(xs) {
-                let d = if neg {
-                    shift - x.to_real()
-                } else {
-                    x.to_real() - shift
-                };
-                *o = d.exp_nonpos();
-            }
-            let inv = <T::Real as Float>::ONE / short_kernel(&RealSum, out, None, 0);
-            for o in out.iter_mut() {
-                *o = *o * inv;
-            }
-            return;
-        }
-        // exp once: write exp(+-(x - shift)) (0 where masked out), sum the lane while it
-        // is in L1, then scale in place
-        if neg {
-            map_run(xs, bits, out, |x: T, ok| {
-                let d = if ok { shift - x.to_real() } else { zero };
-                if ok {
-                    d.exp_nonpos()
-                } else {
-                    zero
-                }
-            });
-        } else {
-            map_run(xs, bits, out, |x: T, ok| {
-                let d = if ok { x.to_real() - shift } else { zero };
-                if ok {
-                    d.exp_nonpos()
-                } else {
-                    zero
-                }
-            });
-        }
-        let sum: T::Real = fold_run(&RealSum, out, None, 0);
-        let inv = <T::Real as Float>::ONE / sum;
-        // masked-out positions stay 0 even when the lane's sum is NaN
-        update_run(out, bits, |e: T::Real, ok| if ok { e * inv } else { zero });
     }
+}
+
+/// One lane of [`Softmax`], the vector kernels' `exp` fused when `FUSED`.
+fn softmax_lane<T: Element, const FUSED: bool>(
+    kind: SoftmaxKind,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    out: &mut [T::Real],
+) {
+    let log = kind == SoftmaxKind::LogSoftmax;
+    let neg = kind == SoftmaxKind::Softmin;
+    let fill = if log {
+        <T::Real as Float>::NEG_INFINITY
+    } else {
+        <T::Real as Element>::ZERO
+    };
+    let valid = bits.map_or(xs.len(), |b| b.count_ones(xs.len()));
+    if valid == 0 {
+        out.fill(fill);
+        return;
+    }
+    let zero = <T::Real as Element>::ZERO;
+    if let Some(b) = bits.filter(|_| !log && packs_fast::<T>() && xs.len() <= BLOCK) {
+        // exp of the valid values only: pack them (one pass over memory), take their
+        // max and write their exps packed at the end of `out`, sum and scale those
+        // (all in L1), then spread them over the lane with 0 where masked out
+        let from = xs.len() - valid;
+        packed_blocks(xs, bits, |p| {
+            let dst = &mut out[from..];
+            if neg {
+                let shift = fold_run(&AMinLanes, p, None, 0).to_real();
+                map_run(p, None, dst, move |x: T, _| {
+                    exp_of::<_, FUSED>(shift - x.to_real())
+                });
+            } else {
+                let shift = fold_run(&AMaxLanes, p, None, 0).to_real();
+                map_run(p, None, dst, move |x: T, _| {
+                    exp_of::<_, FUSED>(x.to_real() - shift)
+                });
+            }
+            let inv = <T::Real as Float>::ONE / fold_run(&RealSum, dst, None, 0);
+            update_run(dst, None, move |e: T::Real, _| e * inv);
+        });
+        expand_in_place(out, from, b, zero);
+        return;
+    }
+    let short = bits.is_none() && xs.len() <= SHORT;
+    let m: T = match (neg, short) {
+        // the kernel fold_run would pick, without its dispatch
+        (true, true) => short_kernel(&AMinLanes, xs, None, 0),
+        (false, true) => short_kernel(&AMaxLanes, xs, None, 0),
+        (true, false) => fold_run(&AMinLanes, xs, bits, 0),
+        (false, false) => fold_run(&AMaxLanes, xs, bits, 0),
+    };
+    let shift = m.to_real();
+    if log {
+        let lsum = exp_sum(xs, bits, shift).ln();
+        map_run(xs, bits, out, move |x: T, ok| {
+            let v = x.to_real() - shift - lsum;
+            if ok {
+                v
+            } else {
+                fill
+            }
+        });
+        return;
+    }
+    if short {
+        // a lane of a few entries (sparse data): the same arithmetic as below,
+        // element by element, without the vector kernels' set-up
+        for (o, &x) in out.iter_mut().zip(xs) {
+            let d = if neg {
+                shift - x.to_real()
+            } else {
+                x.to_real() - shift
+            };
+            // plain exp: this loop is not in a kernel compiled with FMA
+            *o = d.exp_nonpos();
+        }
+        let inv = <T::Real as Float>::ONE / short_kernel(&RealSum, out, None, 0);
+        for o in out.iter_mut() {
+            *o = *o * inv;
+        }
+        return;
+    }
+    // exp once: write exp(+-(x - shift)) (0 where masked out), sum the lane while it
+    // is in L1, then scale in place
+    if neg {
+        map_run(xs, bits, out, move |x: T, ok| {
+            let d = if ok { shift - x.to_real() } else { zero };
+            if ok {
+                exp_of::<_, FUSED>(d)
+            } else {
+                zero
+            }
+        });
+    } else {
+        map_run(xs, bits, out, move |x: T, ok| {
+            let d = if ok { x.to_real() - shift } else { zero };
+            if ok {
+                exp_of::<_, FUSED>(d)
+            } else {
+                zero
+            }
+        });
+    }
+    let sum: T::Real = fold_run(&RealSum, out, None, 0);
+    let inv = <T::Real as Float>::ONE / sum;
+    // masked-out positions stay 0 even when the lane's sum is NaN
+    update_run(
+        out,
+        bits,
+        move |e: T::Real, ok| if ok { e * inv } else { zero },
+    );
 }
 
 /// Lane monoid: plain sum of statistics-type values.
@@ -488,7 +531,7 @@ impl<T: Element> LaneMap<T> for Normalize {
             xs,
             bits,
             out,
-            |x: T, ok| if ok { x.to_real() / denom } else { zero },
+            move |x: T, ok| if ok { x.to_real() / denom } else { zero },
         );
     }
 }

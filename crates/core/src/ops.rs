@@ -430,9 +430,9 @@ macro_rules! arg_op {
             fn push_run(&self, s: &mut (T, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
                 let best = fold_run(&$ext, xs, bits, idx0);
                 let pos = if best.is_nan() {
-                    first_match(xs, bits, |x: T| x.is_nan())
+                    first_match(xs, bits, move |x: T| x.is_nan())
                 } else {
-                    first_match(xs, bits, |x: T| x == best)
+                    first_match(xs, bits, move |x: T| x == best)
                 };
                 if let Some(p) = pos {
                     *s = arg_pick(*s, (xs[p], idx0 + p as i64), $cmp);

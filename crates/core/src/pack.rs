@@ -218,16 +218,40 @@ pub fn packed_blocks<T: Copy>(xs: &[T], bits: Option<Bits<'_>>, mut f: impl FnMu
         xs.chunks(B).for_each(f);
         return;
     };
-    // uninitialised: filling 16-32 KiB per block would cost as much as packing it
-    let mut buf = [std::mem::MaybeUninit::<T>::uninit(); B];
+    let mut buf = block_buf();
     for (c, ch) in xs.chunks(B).enumerate() {
-        // SAFETY: `buf` has `B >= ch.len()` writable slots.
-        let k = unsafe { compress_raw(ch, b.offset(c * B), buf.as_mut_ptr().cast::<T>(), B) };
-        if k > 0 {
-            // SAFETY: the first `k` slots were just written.
-            f(unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<T>(), k) });
+        let p = pack_block(ch, b.offset(c * B), &mut buf);
+        if !p.is_empty() {
+            f(p);
         }
     }
+}
+
+/// A block's packing buffer, uninitialised: filling 16-32 KiB per block would cost as
+/// much as packing it.
+#[inline(always)]
+pub(crate) fn block_buf<T: Copy>() -> [std::mem::MaybeUninit<T>; crate::ops::BLOCK] {
+    [std::mem::MaybeUninit::<T>::uninit(); crate::ops::BLOCK]
+}
+
+/// The valid elements of `ch` (bit `k` of `bits` for element `k`; at most
+/// [`crate::ops::BLOCK`] elements), packed into `buf`. The loop body of
+/// [`packed_blocks`], for kernels that must not call a closure per block: a closure is
+/// compiled without its caller's `#[target_feature]`s unless it is inlined.
+#[inline(always)]
+pub(crate) fn pack_block<'b, T: Copy>(
+    ch: &[T],
+    bits: Bits<'_>,
+    buf: &'b mut [std::mem::MaybeUninit<T>; crate::ops::BLOCK],
+) -> &'b [T] {
+    assert!(
+        ch.len() <= buf.len(),
+        "a block holds at most BLOCK elements"
+    );
+    // SAFETY: `buf` has `BLOCK >= ch.len()` writable slots.
+    let k = unsafe { compress_raw(ch, bits, buf.as_mut_ptr().cast::<T>(), buf.len()) };
+    // SAFETY: the first `k` slots were just written.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<T>(), k) }
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -4,7 +4,7 @@
 use crate::element::{Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::{fold_run, Fold, Lanes};
-use crate::lane::SoftLanes;
+use crate::lane::exp_sum;
 use crate::mask::Bits;
 use crate::ops::{max_nan, min_nan, valid_blocks, AMaxLanes, MeanLanes};
 use crate::Acc;
@@ -421,7 +421,7 @@ impl<T: Element> Fold<T> for LogSumExp {
                 return;
             }
             let shift = m.to_real();
-            let sum: T::Real = fold_run(&SoftLanes::<T::Real, false> { shift }, b, bb, i);
+            let sum = exp_sum(b, bb, shift);
             // the shift was rounded to T::Real: account for it exactly in f64
             lse_merge(s, (shift.to_f64(), sum.to_f64()));
         };
