@@ -232,7 +232,27 @@ pub trait Element:
     fn from_key(k: Self::Key) -> Self;
     /// Turns the values of `v` (none NaN) into their order keys in place and gives the
     /// slice as keys: one pass, no buffer.
-    fn keys_in_place(v: &mut [Self]) -> &mut [Self::Key];
+    fn keys_in_place(v: &mut [Self]) -> &mut [Self::Key] {
+        const {
+            assert!(
+                std::mem::size_of::<Self>() == std::mem::size_of::<Self::Key>()
+                    && std::mem::align_of::<Self>() == std::mem::align_of::<Self::Key>(),
+                "a key has its value's size and alignment"
+            )
+        };
+        let (p, n) = (v.as_mut_ptr(), v.len());
+        for i in 0..n {
+            // SAFETY: `i < n`; slot `i` still holds a value when it is read, and a key of
+            // the same size and alignment is written over it.
+            unsafe {
+                let x = p.add(i).read();
+                p.cast::<Self::Key>().add(i).write(x.key());
+            }
+        }
+        // SAFETY: every slot now holds a key, and the slice covers `v`'s memory (same
+        // size and alignment per element).
+        unsafe { std::slice::from_raw_parts_mut(p.cast::<Self::Key>(), n) }
+    }
     /// Wraps a vector of this type into a [`DynVec`].
     fn into_dyn(v: Vec<Self>) -> DynVec;
     /// Absolute value as f64.
@@ -434,17 +454,6 @@ macro_rules! element_float {
                 };
                 <$t>::from_bits(b)
             }
-            fn keys_in_place(v: &mut [Self]) -> &mut [$key] {
-                // SAFETY: same size and alignment, and every bit pattern is a valid value
-                // of both types.
-                let k = unsafe {
-                    std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<$key>(), v.len())
-                };
-                for x in k.iter_mut() {
-                    *x = <$t>::from_bits(*x).key();
-                }
-                k
-            }
         }
         impl Float for $t {
             const ONE: Self = 1.0;
@@ -550,17 +559,6 @@ macro_rules! element_int {
             #[inline(always)]
             fn from_key(k: $key) -> Self {
                 (k ^ (1 << (<$key>::BITS - 1))) as $t
-            }
-            fn keys_in_place(v: &mut [Self]) -> &mut [$key] {
-                // SAFETY: same size and alignment, and every bit pattern is a valid value
-                // of both types.
-                let k = unsafe {
-                    std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<$key>(), v.len())
-                };
-                for x in k.iter_mut() {
-                    *x = (*x as $t).key();
-                }
-                k
             }
         }
     };

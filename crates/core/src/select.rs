@@ -10,7 +10,7 @@ use crate::fold::cpu;
 use crate::fold::multiversion;
 use std::fmt::Debug;
 
-/// Ranges of at most this many keys are finished by a sort.
+/// Ranges of at most this many keys are finished by counting ([`small_pair`]).
 const SMALL: usize = 16;
 /// The vector partition's scratch (on the stack, in keys): longer ranges take scalar
 /// rounds until they fit.
