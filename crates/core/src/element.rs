@@ -230,29 +230,6 @@ pub trait Element:
     fn key(self) -> Self::Key;
     /// The value of an order key.
     fn from_key(k: Self::Key) -> Self;
-    /// Turns the values of `v` (none NaN) into their order keys in place and gives the
-    /// slice as keys: one pass, no buffer.
-    fn keys_in_place(v: &mut [Self]) -> &mut [Self::Key] {
-        const {
-            assert!(
-                std::mem::size_of::<Self>() == std::mem::size_of::<Self::Key>()
-                    && std::mem::align_of::<Self>() == std::mem::align_of::<Self::Key>(),
-                "a key has its value's size and alignment"
-            )
-        };
-        let (p, n) = (v.as_mut_ptr(), v.len());
-        for i in 0..n {
-            // SAFETY: `i < n`; slot `i` still holds a value when it is read, and a key of
-            // the same size and alignment is written over it.
-            unsafe {
-                let x = p.add(i).read();
-                p.cast::<Self::Key>().add(i).write(x.key());
-            }
-        }
-        // SAFETY: every slot now holds a key, and the slice covers `v`'s memory (same
-        // size and alignment per element).
-        unsafe { std::slice::from_raw_parts_mut(p.cast::<Self::Key>(), n) }
-    }
     /// Wraps a vector of this type into a [`DynVec`].
     fn into_dyn(v: Vec<Self>) -> DynVec;
     /// Absolute value as f64.
@@ -439,11 +416,9 @@ macro_rules! element_float {
             #[inline(always)]
             fn key(self) -> $key {
                 let b = self.to_bits();
-                if b >> (<$key>::BITS - 1) == 1 {
-                    !b
-                } else {
-                    b | (1 << (<$key>::BITS - 1))
-                }
+                // all ones for a negative value, else zero: branch-free, so it vectorises
+                let neg = (0 as $key).wrapping_sub(b >> (<$key>::BITS - 1));
+                b ^ (neg | (1 << (<$key>::BITS - 1)))
             }
             #[inline(always)]
             fn from_key(k: $key) -> Self {
@@ -640,9 +615,9 @@ mod tests {
         }
         let mut v = [3i32, i32::MIN, -2, 0];
         let want: Vec<u32> = v.iter().map(|x| x.key()).collect();
-        assert_eq!(i32::keys_in_place(&mut v), &want[..]);
+        assert_eq!(crate::select::keys_in_place(&mut v).unwrap(), &want[..]);
         let mut f = [-0.0f32, 2.5, f32::NEG_INFINITY];
         let want: Vec<u32> = f.iter().map(|x| x.key()).collect();
-        assert_eq!(f32::keys_in_place(&mut f), &want[..]);
+        assert_eq!(crate::select::keys_in_place(&mut f).unwrap(), &want[..]);
     }
 }

@@ -9,7 +9,7 @@ use crate::fold::{fold_run, fused_exp, map_run, short_kernel, update_run, Fold, 
 use crate::mask::Bits;
 use crate::ops::{AMaxLanes, AMinLanes, BLOCK};
 use crate::pack::{expand_in_place, packed_blocks, packs_fast};
-use crate::select::select_pair_with_zeros;
+use crate::select::{keys_in_place, select_pair_with_zeros};
 use crate::stats::Norm;
 
 /// A statistic of the valid values of a lane, in any order (median, quantile).
@@ -74,7 +74,9 @@ impl<T: Element> LaneStat<T> for MedianIndex {
         }
         let zero = T::default().key();
         let mut keys: Vec<T> = vals.to_vec();
-        let keys = T::keys_in_place(&mut keys);
+        let Some(keys) = keys_in_place(&mut keys) else {
+            unreachable!("NaN lanes returned above")
+        };
         let (kv, _) = select_pair_with_zeros(keys, zeros, zero, (n - 1) / 2, false);
         let explicit = vals.iter().position(|x| x.key() == kv).map(|k| pos[k]);
         let implicit = (zeros > 0 && kv == zero).then_some(first_zero);
@@ -219,16 +221,14 @@ impl<T: Element> LaneStat<T> for Quantile {
     }
     fn compute_sparse(&self, vals: &mut [T], _: &[i64], zeros: usize, _: i64) -> T::Real {
         let n = vals.len() + zeros;
-        // a branch-free fold (vectorises), not a short-circuiting `any`
-        if n == 0 || vals.iter().fold(false, |a, x| a | x.is_nan()) {
+        // select on integer order keys: same order as the values, and a plain integer
+        // compare instead of a float comparator; the same pass looks for a NaN
+        let (true, Some(keys)) = (n > 0, keys_in_place(vals)) else {
             return <T::Real as Float>::NAN;
-        }
+        };
         let pos = self.q * (n - 1) as f64;
         let lo = pos.floor() as usize;
         let frac = pos - lo as f64;
-        // select on integer order keys: same order as the values (no NaN here), and a
-        // plain integer compare instead of a float comparator
-        let keys = T::keys_in_place(vals);
         let (a, b) = select_pair_with_zeros(keys, zeros, T::default().key(), lo, frac > 0.0);
         let a = T::from_key(a);
         let b = b.map_or(a, T::from_key);
