@@ -260,7 +260,7 @@ pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     /// For each 8-bit mask, its set lanes in order, then its clear lanes: the AVX2
-    /// compress permutation (`vpermd`), also the selection's partition.
+    /// compress permutation (`vpermd`), also the selection's compress.
     pub(crate) static COMPRESS8: [[u32; 8]; 256] = {
         let mut t = [[0u32; 8]; 256];
         let mut m = 0;

@@ -1,7 +1,9 @@
 //! Selection: the element of a given rank of a lane (and the next one), the engine of
 //! median and quantile. It runs on integer order keys ([`Element::key`]), so a compare
-//! is one integer instruction; with AVX2 a partition round moves 8 32-bit keys per step
-//! (a compare, a table permutation, two stores).
+//! is one integer instruction. A round narrows the keys to a band around the rank
+//! sought: with AVX2 a count pass takes 8 32-bit keys per step (two compares) and the
+//! compress pass that keeps the band 8 per step as well (a compare pair, a table
+//! permutation, one store).
 //!
 //! [`Element::key`]: crate::Element::key
 
@@ -13,9 +15,6 @@ use std::fmt::Debug;
 
 /// Ranges of at most this many keys are finished by counting ([`small_pair`]).
 const SMALL: usize = 16;
-/// The vector partition's scratch (on the stack, in keys): longer ranges take scalar
-/// rounds until they fit.
-const SCRATCH: usize = 4096;
 
 /// An unsigned integer order key: the order of the values it stands for (see
 /// [`Element::key`](crate::Element::key)), with selection on slices of keys.
@@ -24,10 +23,6 @@ pub trait SelectKey: Ord + Copy + Send + Sync + Debug + 'static {
     const MIN: Self;
     /// The largest key.
     const MAX: Self;
-    /// Partitions `s` around `p`: the keys `< p` (`<= p` when `le`) first, the rest
-    /// after. Returns how many come first and the smallest of the rest (`MAX` when there
-    /// are none).
-    fn partition(s: &mut [Self], p: Self, le: bool) -> (usize, Self);
     /// How many keys of `s` are `< lo`, how many `<= hi`, and the smallest key `> hi`
     /// (`MAX` when there is none): one read-only pass.
     fn count3(s: &[Self], lo: Self, hi: Self) -> (usize, usize, Self);
@@ -62,120 +57,6 @@ fn keep_scalar<K: SelectKey>(s: &mut [K], lo: K, hi: K) -> usize {
         w += (lo <= x && x <= hi) as usize;
     }
     w
-}
-
-/// The portable partition: branch-free Lomuto (a swap and a counter per key).
-#[inline]
-fn partition_scalar<K: SelectKey>(s: &mut [K], p: K, le: bool) -> (usize, K) {
-    let mut store = 0;
-    let mut rest_min = K::MAX;
-    for i in 0..s.len() {
-        let x = s[i];
-        s.swap(i, store);
-        let first = if le { x <= p } else { x < p };
-        store += first as usize;
-        rest_min = if first { rest_min } else { rest_min.min(x) };
-    }
-    (store, rest_min)
-}
-
-/// The AVX2 partition of 32-bit keys, 8 per step: a compare gives an 8-bit mask, whose
-/// table entry is the permutation putting the first part's lanes first. The permuted
-/// vector is stored twice: at the first part's end (a write never passes the read
-/// position) and, ending at the rest's start, into a stack scratch the rest fills from
-/// its end down; the rest is then copied back after the first part.
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::SCRATCH;
-    use crate::pack::x86::COMPRESS8;
-    use std::arch::x86_64::*;
-    use std::mem::MaybeUninit;
-
-    /// [`super::SelectKey::partition`] for `u32`.
-    ///
-    /// # Safety
-    /// The CPU has AVX2, and `s.len() <= SCRATCH`.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn partition_u32(s: &mut [u32], p: u32, le: bool) -> (usize, u32) {
-        const L: usize = 8;
-        let n = s.len();
-        debug_assert!(n <= SCRATCH);
-        let end = SCRATCH + L;
-        let mut rest = [MaybeUninit::<u32>::uninit(); SCRATCH + L];
-        let (src, rp) = (s.as_mut_ptr(), rest.as_mut_ptr() as *mut u32);
-        // SAFETY: loads read `s[i..i + L]` with `i + L <= n`; the first part is stored
-        // at `s[first..first + L]` with `first <= i`, slots already read; the rest's
-        // store covers `rest[r - L..r]`, and `r - L >= SCRATCH - (rest so far) >= 0`;
-        // the last partial vector loads and stores only its live lanes.
-        unsafe {
-            // unsigned order through a signed compare: flip the sign bits
-            let bias = _mm256_set1_epi32(i32::MIN);
-            let pb = _mm256_xor_si256(_mm256_set1_epi32(p as i32), bias);
-            let ones = _mm256_set1_epi32(-1);
-            let mut rmin = ones;
-            let (mut first, mut r, mut i) = (0usize, end, 0usize);
-            while i + L <= n {
-                let x = _mm256_loadu_si256(src.add(i) as *const __m256i);
-                let xb = _mm256_xor_si256(x, bias);
-                // all ones in the lanes of the first part
-                let f = if le {
-                    _mm256_xor_si256(_mm256_cmpgt_epi32(xb, pb), ones)
-                } else {
-                    _mm256_cmpgt_epi32(pb, xb)
-                };
-                let m = _mm256_movemask_ps(_mm256_castsi256_ps(f)) as usize;
-                let perm = _mm256_loadu_si256(COMPRESS8[m].as_ptr() as *const __m256i);
-                let y = _mm256_permutevar8x32_epi32(x, perm);
-                _mm256_storeu_si256(src.add(first) as *mut __m256i, y);
-                _mm256_storeu_si256(rp.add(r - L) as *mut __m256i, y);
-                rmin = _mm256_min_epu32(rmin, _mm256_or_si256(x, f));
-                let c = m.count_ones() as usize;
-                first += c;
-                r -= L - c;
-                i += L;
-            }
-            if i < n {
-                // the last partial vector: lanes at and past `n - i` are neither part;
-                // the table lists a mask's clear lanes in order, so those come last
-                let iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-                let live = _mm256_cmpgt_epi32(_mm256_set1_epi32((n - i) as i32), iota);
-                let x = _mm256_maskload_epi32(src.add(i) as *const i32, live);
-                let xb = _mm256_xor_si256(x, bias);
-                let f = if le {
-                    _mm256_andnot_si256(_mm256_cmpgt_epi32(xb, pb), live)
-                } else {
-                    _mm256_and_si256(_mm256_cmpgt_epi32(pb, xb), live)
-                };
-                let m = _mm256_movemask_ps(_mm256_castsi256_ps(f)) as usize;
-                let perm = _mm256_loadu_si256(COMPRESS8[m].as_ptr() as *const __m256i);
-                let y = _mm256_permutevar8x32_epi32(x, perm);
-                let (c, rem) = (m.count_ones() as i32, (n - i) as i32);
-                // lanes below `c` to the first part, lanes `c..rem` to the rest
-                let to_first = _mm256_cmpgt_epi32(_mm256_set1_epi32(c), iota);
-                let to_rest = _mm256_andnot_si256(to_first, live);
-                _mm256_maskstore_epi32(src.add(first) as *mut i32, to_first, y);
-                _mm256_maskstore_epi32(rp.add(r - rem as usize) as *mut i32, to_rest, y);
-                let skip = _mm256_or_si256(f, _mm256_xor_si256(live, ones));
-                rmin = _mm256_min_epu32(rmin, _mm256_or_si256(x, skip));
-                first += c as usize;
-                r -= (rem - c) as usize;
-            }
-            let mut lanes = [0u32; L];
-            _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, rmin);
-            let min = lanes.into_iter().fold(u32::MAX, u32::min);
-            // the rest after the first part: whole vectors, then single keys
-            let (mut k, count) = (0, end - r);
-            while k + L <= count {
-                let x = _mm256_loadu_si256(rp.add(r + k) as *const __m256i);
-                _mm256_storeu_si256(src.add(first + k) as *mut __m256i, x);
-                k += L;
-            }
-            for k in k..count {
-                *src.add(first + k) = *rp.add(r + k);
-            }
-            (first, min)
-        }
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -317,9 +198,9 @@ mod avx2_band {
     }
 }
 
-/// Whether the vector partition runs (AVX2 on x86-64; tests can force the portable one).
+/// Whether the vector kernels run (AVX2 on x86-64; tests can force the portable ones).
 #[inline]
-fn vector_partition() -> bool {
+fn vector_keys() -> bool {
     #[cfg(test)]
     if crate::pack::tests::forced_portable() {
         return false;
@@ -338,18 +219,9 @@ impl SelectKey for u32 {
     const MIN: Self = 0;
     const MAX: Self = u32::MAX;
     #[inline]
-    fn partition(s: &mut [Self], p: Self, le: bool) -> (usize, Self) {
-        #[cfg(target_arch = "x86_64")]
-        if s.len() <= SCRATCH && vector_partition() {
-            // SAFETY: AVX2 checked at run time; the length is in bounds.
-            return unsafe { avx2::partition_u32(s, p, le) };
-        }
-        partition_scalar(s, p, le)
-    }
-    #[inline]
     fn count3(s: &[Self], lo: Self, hi: Self) -> (usize, usize, Self) {
         #[cfg(target_arch = "x86_64")]
-        if s.len() < 1 << 31 && vector_partition() {
+        if s.len() < 1 << 31 && vector_keys() {
             // SAFETY: AVX2 checked at run time; the length is in bounds.
             return unsafe { avx2_band::count3_u32(s, lo, hi) };
         }
@@ -358,7 +230,7 @@ impl SelectKey for u32 {
     #[inline]
     fn keep(s: &mut [Self], lo: Self, hi: Self) -> usize {
         #[cfg(target_arch = "x86_64")]
-        if vector_partition() {
+        if vector_keys() {
             // SAFETY: AVX2 checked at run time.
             return unsafe { avx2_band::keep_u32(s, lo, hi) };
         }
@@ -377,10 +249,6 @@ impl SelectKey for u32 {
 impl SelectKey for u64 {
     const MIN: Self = 0;
     const MAX: Self = u64::MAX;
-    #[inline]
-    fn partition(s: &mut [Self], p: Self, le: bool) -> (usize, Self) {
-        partition_scalar(s, p, le)
-    }
     #[inline]
     fn count3(s: &[Self], lo: Self, hi: Self) -> (usize, usize, Self) {
         count3_scalar(s, lo, hi)
@@ -569,23 +437,23 @@ pub fn select_pair_with_zeros<K: SelectKey>(
     if zeros == 0 {
         return select_pair(v, j, next);
     }
-    // keys below zero first, then the rest: the zeros sit between the two parts
-    let (below, _) = K::partition(v, zero, false);
-    let n = v.len() + zeros;
-    let b_exists = next && j + 1 < n;
+    // keys below zero, equal to it (explicit and implicit), above it
+    let (below, upto, above_min) = K::count3(v, zero, zero);
+    let eq = upto - below + zeros;
+    let b_exists = next && j + 1 < v.len() + zeros;
     if j < below {
-        let (a, b) = select_pair(&mut v[..below], j, next);
+        // some key is below zero, so `zero > MIN`
+        let k = K::keep(v, K::MIN, zero.prev());
+        let (a, b) = select_pair(&mut v[..k], j, next);
         (a, b.or(b_exists.then_some(zero)))
-    } else if j < below + zeros {
-        let b = if j + 1 < below + zeros {
-            zero
-        } else {
-            // the smallest key at or above zero
-            v[below..].iter().copied().min().unwrap_or(zero)
-        };
+    } else if j < below + eq {
+        // past the zeros comes the smallest key above them
+        let b = if j + 1 < below + eq { zero } else { above_min };
         (zero, b_exists.then_some(b))
     } else {
-        select_pair(&mut v[below..], j - below - zeros, next)
+        // some key is above zero, so `zero < MAX`
+        let k = K::keep(v, zero.succ(), K::MAX);
+        select_pair(&mut v[..k], j - below - eq, next)
     }
 }
 
@@ -627,7 +495,7 @@ mod tests {
     proptest! {
         /// Both ranks equal a sort's, with and without implicit zeros, on inputs with many
         /// ties (the minimum as pivot included), short and long (past the scratch), for
-        /// both key widths and on both the vector and the portable partition.
+        /// both key widths and on both the vector and the portable kernels.
         #[test]
         fn select_pair_matches_a_sort(
             v in prop::collection::vec(prop_oneof![0u32..4, 0u32..1000, Just(u32::MAX)], 1..700),
@@ -638,7 +506,7 @@ mod tests {
         ) {
             let mut v = v;
             if long {
-                // longer than the vector partition's scratch
+                // long: many rounds
                 let more: Vec<u32> = (0..5000u32).map(|k| k.wrapping_mul(2654435761) % 3000).collect();
                 v.extend(more);
             }

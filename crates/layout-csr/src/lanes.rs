@@ -28,6 +28,10 @@ pub type CsrMapped<'a, O, I> = CsMatBase<O, I, Vec<usize>, Cow<'a, [I]>, Vec<O>,
 /// - the nan-family adds validity bits `!is_nan` to any of these.
 ///
 /// Get one from [`crate::MaskedCsr::lanes`]; every op of [`MaskedReduce`] runs on it.
+///
+/// Invariant (kept by [`CsrLanes::try_new`], by sprs's safe constructors and by
+/// [`crate::Pattern`]): every column index is below `shape.1`; the column fold indexes
+/// its per-column arrays without bounds checks on it.
 #[derive(Debug, Clone)]
 pub struct CsrLanes<'a, T, I: SpIndex = usize> {
     pub(crate) shape: (usize, usize),
@@ -349,8 +353,13 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                         let e = self.row(r);
                         for (x, c) in self.values[e.clone()].iter().zip(&self.indices[e]) {
                             let c = c.index_unchecked();
-                            op.push(&mut states[c], *x, r as i64);
-                            seen[c / 64] |= 1 << (c % 64);
+                            // SAFETY: every column index is below `ncols` (the
+                            // struct's invariant): `states` has `ncols` slots and
+                            // `seen` a bit for each.
+                            unsafe {
+                                op.push(states.get_unchecked_mut(c), *x, r as i64);
+                                *seen.get_unchecked_mut(c / 64) |= 1 << (c % 64);
+                            }
                         }
                     }
                 } else {
