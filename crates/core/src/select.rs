@@ -17,22 +17,43 @@ use std::fmt::Debug;
 const SMALL: usize = 16;
 
 /// An unsigned integer order key: the order of the values it stands for (see
-/// [`Element::key`](crate::Element::key)), with selection on slices of keys.
-pub trait SelectKey: Ord + Copy + Send + Sync + Debug + 'static {
+/// [`Element::key`]), with selection on slices of keys.
+pub trait SelectKey:
+    Ord
+    + Copy
+    + Send
+    + Sync
+    + Debug
+    + 'static
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+{
     /// The smallest key.
     const MIN: Self;
     /// The largest key.
     const MAX: Self;
+    /// The key one above `MIN`: the step between neighbouring keys.
+    const ONE: Self;
     /// How many keys of `s` are `< lo`, how many `<= hi`, and the smallest key `> hi`
     /// (`MAX` when there is none): one read-only pass.
-    fn count3(s: &[Self], lo: Self, hi: Self) -> (usize, usize, Self);
+    fn count3(s: &[Self], lo: Self, hi: Self) -> (usize, usize, Self) {
+        count3_scalar(s, lo, hi)
+    }
     /// Moves the keys of `s` in `lo..=hi` to its front, in order, and returns how many
     /// there are; the slots after them are left unspecified.
-    fn keep(s: &mut [Self], lo: Self, hi: Self) -> usize;
+    fn keep(s: &mut [Self], lo: Self, hi: Self) -> usize {
+        keep_scalar(s, lo, hi)
+    }
     /// The key before this one (`self - 1`; never called on `MIN`).
-    fn prev(self) -> Self;
+    #[inline(always)]
+    fn prev(self) -> Self {
+        self - Self::ONE
+    }
     /// The key after this one (`self + 1`; never called on `MAX`).
-    fn succ(self) -> Self;
+    #[inline(always)]
+    fn succ(self) -> Self {
+        self + Self::ONE
+    }
 }
 
 /// The portable [`SelectKey::count3`]: branch-free counts and minimum.
@@ -218,6 +239,7 @@ fn vector_keys() -> bool {
 impl SelectKey for u32 {
     const MIN: Self = 0;
     const MAX: Self = u32::MAX;
+    const ONE: Self = 1;
     #[inline]
     fn count3(s: &[Self], lo: Self, hi: Self) -> (usize, usize, Self) {
         #[cfg(target_arch = "x86_64")]
@@ -236,35 +258,13 @@ impl SelectKey for u32 {
         }
         keep_scalar(s, lo, hi)
     }
-    #[inline(always)]
-    fn prev(self) -> Self {
-        self - 1
-    }
-    #[inline(always)]
-    fn succ(self) -> Self {
-        self + 1
-    }
 }
 
+/// 64-bit keys run the portable passes.
 impl SelectKey for u64 {
     const MIN: Self = 0;
     const MAX: Self = u64::MAX;
-    #[inline]
-    fn count3(s: &[Self], lo: Self, hi: Self) -> (usize, usize, Self) {
-        count3_scalar(s, lo, hi)
-    }
-    #[inline]
-    fn keep(s: &mut [Self], lo: Self, hi: Self) -> usize {
-        keep_scalar(s, lo, hi)
-    }
-    #[inline(always)]
-    fn prev(self) -> Self {
-        self - 1
-    }
-    #[inline(always)]
-    fn succ(self) -> Self {
-        self + 1
-    }
+    const ONE: Self = 1;
 }
 
 /// The keys of ranks `j` and `j + 1` (when there is one) of at most [`SMALL`] keys, by
