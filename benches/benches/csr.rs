@@ -4,7 +4,7 @@
 //! --layout csr` times the 100000 x 100000 workload for the peer comparison.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use masked::{MaskedCsr, MaskedReduce, MedianMode};
+use masked::{MaskedCsr, MaskedOps, MedianMode};
 use sprs::CsMatI;
 use std::hint::black_box;
 

@@ -3,7 +3,7 @@
 //! workload from the command line for comparison with the peers in one run.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use masked::{BitMask, Dims, MaskedArray, MaskedReduce};
+use masked::{BitMask, Dims, MaskedArray, MaskedOps};
 use ndarray::Array2;
 use std::hint::black_box;
 

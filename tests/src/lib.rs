@@ -180,10 +180,10 @@ where
     T: masked::Element,
     L: masked::by_name::ByName<T, Out = SparseOutcome>,
 {
-    use masked::by_name::{apply, apply_dense, OpRequest, OPS};
-    for spec in OPS {
-        for (dims, keepdim) in choices(spec.kind) {
-            let req = OpRequest::from_spec(spec)
+    use masked::by_name::{apply, apply_dense, Op, OpRequest};
+    for &spec in Op::ALL {
+        for (dims, keepdim) in choices(spec.kind()) {
+            let req = OpRequest::from_op(spec)
                 .dims(dims.clone())
                 .keepdim(keepdim)
                 .correction(o.correction)
@@ -191,7 +191,7 @@ where
                 .q(o.q)
                 .interpolation(o.interpolation)
                 .mode(o.mode);
-            let what = format!("{} dims {:?} keepdim {}", spec.name, dims, keepdim);
+            let what = format!("{} dims {:?} keepdim {}", spec, dims, keepdim);
             match (apply_dense(oracle, &req), apply(sparse, &req)) {
                 (Ok(d), Ok(s)) => agree(&what, &d, &s)?,
                 (Err(a), Err(b)) => prop_assert_eq!(a, b, "{}: errors", what),

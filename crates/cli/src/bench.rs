@@ -88,7 +88,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     let op_names: Vec<&str> = a.op.split(',').map(str::trim).collect();
     let specs = op_names
         .iter()
-        .map(|n| ops::lookup(n).map_err(CliError::from))
+        .map(|n| n.parse::<ops::Op>().map_err(CliError::from))
         .collect::<Result<Vec<_>, _>>()?;
     if !a.json {
         println!(
@@ -108,7 +108,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
             }
         };
         for spec in &specs {
-            let req = OpRequest::from_spec(spec).dims(match spec.kind {
+            let req = OpRequest::from_op(*spec).dims(match spec.kind() {
                 Kind::ReduceOne | Kind::Normalize => match &dims {
                     Dims::Set(v) if v.len() > 1 => Dims::from(v[v.len() - 1]),
                     d => d.clone(),
@@ -121,7 +121,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
                 println!(
                     "{}",
                     serde_json::json!({
-                        "op": spec.name, "layout": layout, "shape": shape, "nnz": data.nnz,
+                        "op": spec.name(), "layout": layout, "shape": shape, "nnz": data.nnz,
                         "dim": dim_json, "threads": threads, "seconds": secs, "gbps": gbps,
                         "peak_bytes": peak, "input_bytes": data.bytes,
                     })
@@ -129,7 +129,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
             } else {
                 println!(
                     "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12.6} {:>9.2} {:>10.1}",
-                    spec.name,
+                    spec.name(),
                     layout,
                     shape
                         .iter()

@@ -10,7 +10,7 @@ mod sparse_io;
 
 use clap::Parser;
 use error::CliError;
-use masked::by_name::{self as ops, Kind, OpRequest};
+use masked::by_name::{self as ops, Kind, Op, OpRequest, OPTIONS};
 use masked::{
     with_dyn_vec, BitMask, CooMask, CooPattern, Dims, DynVec, Element, MaskedArray, MaskedCoo,
     MaskedCsr, Pattern,
@@ -29,7 +29,7 @@ static ALLOC: alloc::Counting = alloc::Counting;
     name = "masked",
     version,
     about = "Masked reductions and normalizations on .npy / .mtx / .npz files",
-    after_help = "Run `masked bench --help` for the benchmark.\nOPs: sum prod amax amin argmax argmin mean count var std norm logsumexp median quantile softmax log_softmax softmin normalize cumsum cumprod nansum nanmean nanvar nanstd nanmax nanmin nanmedian nanquantile"
+    after_help = ops_help()
 )]
 struct RunArgs {
     /// The op.
@@ -51,30 +51,66 @@ struct RunArgs {
     /// Layout to run on: dense, csr or coo.
     #[arg(long)]
     layout: Option<String>,
-    /// var/std correction (default 1).
-    #[arg(long, allow_hyphen_values = true)]
-    correction: Option<String>,
-    /// norm/normalize order (default 2; inf, -inf allowed).
-    #[arg(long, allow_hyphen_values = true)]
-    ord: Option<String>,
-    /// normalize epsilon (default 1e-12).
-    #[arg(long, allow_hyphen_values = true)]
-    eps: Option<String>,
-    /// quantile q in [0, 1] (default 0.5).
-    #[arg(long, allow_hyphen_values = true)]
-    q: Option<String>,
-    /// quantile interpolation: linear|lower|higher|midpoint|nearest.
-    #[arg(long)]
-    interpolation: Option<String>,
-    /// median mode: avg|lower.
-    #[arg(long)]
-    mode: Option<String>,
+    /// The op's options (`--correction`, `--ord`, ...), one flag per option of the registry.
+    #[command(flatten)]
+    options: OpOptions,
     /// Output file (.npy for dense input).
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
     /// Output mask file (.npy bool).
     #[arg(long)]
     out_mask: Option<PathBuf>,
+}
+
+/// The help text after the flags: every op of the registry with its options.
+fn ops_help() -> String {
+    let mut s = String::from("Run `masked bench --help` for the benchmark.\n\nOPs:\n");
+    for op in Op::ALL {
+        let opts: Vec<String> = op.options().iter().map(|o| format!("--{o}")).collect();
+        s.push_str(&format!("  {:<12} {}", op.name(), op.summary()));
+        if !opts.is_empty() {
+            s.push_str(&format!(" [{}]", opts.join(" ")));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The op options given on the command line, in registry order: one `--NAME VALUE` flag
+/// per option of the registry ([`OPTIONS`]), so a new option needs no CLI code.
+#[derive(Debug, Clone, Default)]
+struct OpOptions(Vec<(&'static str, String)>);
+
+impl clap::FromArgMatches for OpOptions {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(OpOptions(
+            OPTIONS
+                .iter()
+                .filter_map(|o| m.get_one::<String>(o.name).map(|v| (o.name, v.clone())))
+                .collect(),
+        ))
+    }
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for OpOptions {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        OPTIONS.iter().fold(cmd, |c, o| {
+            c.arg(
+                clap::Arg::new(o.name)
+                    .long(o.name)
+                    .help(o.help)
+                    .allow_hyphen_values(true)
+                    .value_name("VALUE"),
+            )
+        })
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 fn main() -> ExitCode {
@@ -150,44 +186,34 @@ fn extension(p: &Path) -> String {
 }
 
 fn run(a: RunArgs) -> Result<(), CliError> {
-    let spec = ops::lookup(&a.op)?;
+    let spec: Op = a.op.parse()?;
     // options that mean nothing for this op are errors
-    let given: [(&str, bool); 6] = [
-        ("correction", a.correction.is_some()),
-        ("ord", a.ord.is_some()),
-        ("eps", a.eps.is_some()),
-        ("q", a.q.is_some()),
-        ("interpolation", a.interpolation.is_some()),
-        ("mode", a.mode.is_some()),
-    ];
-    for (name, present) in given {
-        if present && !spec.options.contains(&name) {
+    for (name, _) in &a.options.0 {
+        if !spec.options().contains(name) {
             return Err(CliError::Usage(format!(
-                "option --{name} has no meaning for {}",
-                spec.name
+                "option --{name} has no meaning for {spec}"
             )));
         }
     }
-    if a.keepdim && spec.kind == Kind::Normalize {
+    if a.keepdim && spec.kind() == Kind::Normalize {
         return Err(CliError::Usage(format!(
-            "option --keepdim has no meaning for {}",
-            spec.name
+            "option --keepdim has no meaning for {spec}"
         )));
     }
     let dims = parse_dims(a.dim.as_deref())?;
-    match (spec.kind, dims.given_len()) {
+    match (spec.kind(), dims.given_len()) {
         (Kind::Normalize, Some(1)) | (Kind::Reduce, _) | (Kind::ReduceOne, None | Some(1)) => {}
         (Kind::Normalize, n) => {
             return Err(CliError::Usage(format!(
                 "{} needs exactly one --dim (got {})",
-                spec.name,
+                spec.name(),
                 n.unwrap_or(0)
             )))
         }
         (Kind::ReduceOne, Some(n)) => {
             return Err(CliError::Usage(format!(
                 "{} takes at most one --dim (got {n})",
-                spec.name
+                spec.name()
             )))
         }
     }
@@ -202,26 +228,14 @@ fn run(a: RunArgs) -> Result<(), CliError> {
             "invalid --layout '{layout}': expected dense, csr or coo"
         )));
     }
-    let num = |name: &str, v: &Option<String>, default: f64| -> Result<f64, CliError> {
-        match v {
-            None => Ok(default),
-            Some(t) => t.trim().parse::<f64>().map_err(|_| {
-                CliError::Usage(format!("invalid --{name} value '{t}': expected a number"))
-            }),
-        }
-    };
-    let mut req = OpRequest::from_spec(spec)
-        .dims(dims)
-        .keepdim(a.keepdim)
-        .correction(num("correction", &a.correction, 1.0)?)
-        .ord(num("ord", &a.ord, 2.0)?)
-        .eps(num("eps", &a.eps, 1e-12)?)
-        .q(num("q", &a.q, 0.5)?);
-    if let Some(i) = &a.interpolation {
-        req = req.interpolation(i.parse()?);
-    }
-    if let Some(m) = &a.mode {
-        req = req.mode(m.parse()?);
+    let mut req = OpRequest::from_op(spec).dims(dims).keepdim(a.keepdim);
+    for (name, text) in &a.options.0 {
+        req.set_option(name, text).map_err(|e| match e {
+            masked::MaskedError::InvalidArgument { reason, .. } => {
+                CliError::Usage(format!("invalid --{name} value '{text}': {reason}"))
+            }
+            e => e.into(),
+        })?;
     }
     match ext.as_str() {
         "npy" => {

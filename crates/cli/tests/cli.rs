@@ -926,3 +926,49 @@ fn coo_ops_on_npz_files() {
         "mask shape",
     );
 }
+
+/// An op added through the registry alone (its fold value and one table entry) runs in
+/// the CLI with its mask, and the help lists every op of the registry.
+#[test]
+fn registry_op_ptp_runs_and_help_lists_every_op() {
+    let d = setup();
+    // x = [[-3, -2, -1], [0, 1, 2]], m = [[T, F, T], [F, F, F]]
+    let o = run(
+        d.path(),
+        &[
+            "ptp",
+            "x.npy",
+            "--mask",
+            "m.npy",
+            "--dim",
+            "1",
+            "-o",
+            "out.npy",
+            "--out-mask",
+            "om.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: ArrayD<f32> = load(&d.path().join("out.npy"));
+    assert_eq!(v.as_slice().unwrap(), &[2.0, 0.0]); // -1 - (-3); fully masked row: 0
+    let m: ArrayD<bool> = load(&d.path().join("om.npy"));
+    assert_eq!(m.as_slice().unwrap(), &[true, false]);
+    let o = run(d.path(), &["ptp", "x.npy", "--dim", "0", "-o", "out.npy"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: ArrayD<f32> = load(&d.path().join("out.npy"));
+    assert_eq!(v.as_slice().unwrap(), &[3.0, 3.0, 3.0]);
+    let help = String::from_utf8_lossy(&bin().arg("--help").output().unwrap().stdout).into_owned();
+    for op in masked::Op::ALL {
+        assert!(
+            help.contains(&format!("\n  {:<12} ", op.name())),
+            "help lacks {op}"
+        );
+    }
+    for o in masked::registry::OPTIONS {
+        assert!(
+            help.contains(&format!("--{} <VALUE>", o.name)),
+            "help lacks --{}",
+            o.name
+        );
+    }
+}

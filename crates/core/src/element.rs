@@ -103,6 +103,8 @@ pub trait Acc:
     fn add(self, o: Self) -> Self;
     /// Multiplication (wrapping for integers).
     fn mul(self, o: Self) -> Self;
+    /// Subtraction (wrapping for integers).
+    fn sub(self, o: Self) -> Self;
     /// Conversion to f64 (exact for floats; rounding for large i64).
     fn as_f64(self) -> f64;
 }
@@ -119,6 +121,10 @@ macro_rules! acc_float {
             #[inline(always)]
             fn mul(self, o: Self) -> Self {
                 self * o
+            }
+            #[inline(always)]
+            fn sub(self, o: Self) -> Self {
+                self - o
             }
             #[inline(always)]
             fn as_f64(self) -> f64 {
@@ -141,6 +147,10 @@ impl Acc for i128 {
         self.wrapping_mul(o)
     }
     #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        self.wrapping_sub(o)
+    }
+    #[inline(always)]
     fn as_f64(self) -> f64 {
         self as f64
     }
@@ -155,6 +165,10 @@ impl Acc for i64 {
     #[inline(always)]
     fn mul(self, o: Self) -> Self {
         self.wrapping_mul(o)
+    }
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        self.wrapping_sub(o)
     }
     #[inline(always)]
     fn as_f64(self) -> f64 {

@@ -111,7 +111,7 @@ pub enum MaskedError {
     #[error("invalid data: {0}")]
     InvalidData(String),
     /// An op name that the engine does not know.
-    #[error("unknown op '{0}' (expected one of: sum prod amax amin argmax argmin mean count var std norm logsumexp median quantile softmax log_softmax softmin normalize cumsum cumprod nansum nanmean nanvar nanstd nanmax nanmin nanmedian nanquantile)")]
+    #[error("unknown op '{0}' (expected one of: {names})", names = crate::registry::op_names())]
     UnknownOp(String),
     /// An op that this layout or dtype does not provide.
     #[error("{op} is not supported {context}")]

@@ -8,8 +8,10 @@
 //! - [`Fold`]: an op written once as identity / push / merge / finish, with a vector fast
 //!   path through [`Lanes`] and [`fold_run`];
 //! - [`ops`]: the op values ([`ops::Sum`], [`ops::Mean`], ...);
-//! - [`MaskedReduce`]: the contract a layout implements (fold each lane) and the op
-//!   methods every layout then gets for free;
+//! - [`LaneKernels`]: the contract a layout implements (fold, compute a statistic of, or
+//!   map each lane);
+//! - [`registry`]: every op declared once ([`Op`]), and from it [`MaskedOps`], the op
+//!   methods every layout gets, and the by-name dispatcher [`apply_to`];
 //! - [`SparseArray`]: the sparse result of a reduction over a sparse layout;
 //! - [`MaskedError`]: the one error type.
 //!
@@ -28,10 +30,11 @@ pub mod element;
 pub mod error;
 pub mod fold;
 pub mod lane;
+pub mod layout;
 pub mod mask;
 pub mod ops;
 pub mod pack;
-pub mod reduce;
+pub mod registry;
 pub mod select;
 pub mod sparse;
 pub mod stats;
@@ -44,7 +47,8 @@ pub use fold::{
     first_match, fold_columns, fold_run, map_run, not_nan_words, pred_bits, update_run, Fold, Lanes,
 };
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
+pub use layout::LaneKernels;
 pub use mask::{BitMask, Bits};
 pub use pack::{compress_into, compress_to, expand_in_place, expand_to, packed_blocks, packs_fast};
-pub use reduce::MaskedReduce;
+pub use registry::{apply_to, Kind, MaskedOps, Op, OpRequest, Options, Sink};
 pub use sparse::SparseArray;

@@ -5,6 +5,7 @@
 //! | [`Sum`] | `T::Total` (f64 / i64) | `T::Wide` | 0 |
 //! | [`Prod`] | `T::Total` | `T::Wide` | 1 |
 //! | [`AMax`] / [`AMin`] | `T` | `T` | `LOWEST` / `HIGHEST` (∓inf, integer MIN / MAX) |
+//! | [`Ptp`] | `(T, T)` | `T::Wide` | 0 |
 //! | [`ArgMax`] / [`ArgMin`] | `(T, i64)` | `i64` | 0 |
 //! | [`Mean`] | `(T::Total, i64)` | `T::Real` | NaN |
 //! | [`Count`] | `i64` | `i64` | 0 (count is valid everywhere) |
@@ -354,6 +355,64 @@ extreme_op!(
     AMin, AMinLanes, "amin", HIGHEST, min_nan
 );
 
+// ---------------------------------------------------------------- ptp
+
+/// Masked peak to peak, `amax - amin`, in the wide type (`i64` for integers, so an `i32`
+/// range never overflows; `i64` wraps); NaN at a valid position propagates; 0 when fully
+/// masked. The state is the pair (amax, amin), so partial states merge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ptp;
+
+impl<T: Element> Fold<T> for Ptp {
+    type State = (T, T);
+    type Output = T::Wide;
+    fn name(&self) -> &'static str {
+        "ptp"
+    }
+    fn positional(&self) -> bool {
+        false
+    }
+    fn identity(&self) -> (T, T) {
+        (T::LOWEST, T::HIGHEST)
+    }
+    #[inline]
+    fn push(&self, s: &mut (T, T), x: T, _: i64) {
+        *s = (max_nan(s.0, x), min_nan(s.1, x));
+    }
+    fn merge(&self, s: &mut (T, T), o: (T, T)) {
+        *s = (max_nan(s.0, o.0), min_nan(s.1, o.1));
+    }
+    fn finish(&self, s: &(T, T)) -> T::Wide {
+        // an empty lane still holds the identity (LOWEST, HIGHEST): no element at all
+        if s.0 < s.1 {
+            return T::total_to_wide(<T::Total as Acc>::ZERO);
+        }
+        T::total_to_wide(s.0.to_total().sub(s.1.to_total()))
+    }
+    /// Two vectorised passes over the (cache-resident) run: the maximum and the minimum.
+    fn push_run(&self, s: &mut (T, T), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+        let hi = fold_run(&AMaxLanes, xs, bits, idx0);
+        let lo = fold_run(&AMinLanes, xs, bits, idx0);
+        self.merge(s, (hi, lo));
+    }
+    fn push_columns(
+        &self,
+        states: &mut [(T, T)],
+        xs: &[T],
+        stride: usize,
+        nrows: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
+        columns_via(&AMaxLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
+            s.0 = max_nan(s.0, a)
+        });
+        columns_via(&AMinLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
+            s.1 = min_nan(s.1, a)
+        });
+    }
+}
+
 // ---------------------------------------------------------------- argmax / argmin
 
 /// Index sentinel of an empty arg state.
@@ -686,6 +745,11 @@ mod tests {
         assert_eq!(fold(&ArgMin, &x, &m), 0);
         assert_eq!(fold(&Mean, &x, &m), -2.0);
         assert_eq!(fold(&Count, &x, &m), 2);
+        assert_eq!(fold(&Ptp, &x, &m), 2.0);
+        assert_eq!(
+            fold(&Ptp, &[i32::MIN, 5, i32::MAX], &[true; 3]),
+            (1i64 << 32) - 1
+        );
         let none = [false; 4];
         assert_eq!(fold(&Sum, &x, &none), 0.0);
         assert_eq!(fold(&Prod, &x, &none), 1.0);
@@ -693,6 +757,7 @@ mod tests {
         assert_eq!(fold(&AMin, &x, &none), f32::INFINITY);
         assert_eq!(fold(&ArgMax, &x, &none), 0);
         assert!(fold(&Mean, &x, &none).is_nan());
+        assert_eq!(fold(&Ptp, &x, &none), 0.0);
         // valid NaN propagates; argmax picks the first valid NaN
         let all = [true; 4];
         assert!(fold(&AMax, &x, &all).is_nan());

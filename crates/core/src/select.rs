@@ -297,7 +297,7 @@ fn ranks2<K: SelectKey, const M: usize>(keys: &[K; M], r1: usize, r2: usize) -> 
     (pick(r1), pick(r2))
 }
 
-/// Sample keys of rank `t - BAND ..= t + BAND` (of [`SMALL`]) bound a selection round's
+/// Sample keys of rank `t - BAND ..= t + BAND` (of [`SAMPLE`]) bound a selection round's
 /// band: it holds the rank sought most of the time, and about a quarter of the keys.
 const BAND: usize = 1;
 /// Keys in a band's sample.
@@ -307,13 +307,13 @@ multiversion! {
 /// The keys of ranks `j` and, when `next` and it exists, `j + 1` of `v` (0-based, in
 /// sorted order). `v` is scratch: its contents are unspecified afterwards.
 ///
-/// Each round takes a band around rank `j` from a sample of 16 keys (their keys of
-/// ranks `t - 2 ..= t + 2`, `t` the sample rank matching `j`), counts the keys below,
-/// in and above it in one read-only pass, and keeps only the part holding rank `j` at
-/// the front (a vector compress): about a quarter of the keys after a typical round,
-/// one predictable branch per round. At most 16 keys are finished by counting. O(n)
-/// expected; after too many unlucky rounds the keys left are sorted, so O(n log n) at
-/// worst.
+/// Each round takes a band around rank `j` from a sample of [`SAMPLE`] keys (their keys
+/// of sample ranks `t - 1 ..= t + 1`, `t` the sample rank matching `j`), counts the keys
+/// below, in and above it in one read-only pass, and keeps only the part holding rank
+/// `j` at the front (a vector compress): about a quarter of the keys after a typical
+/// round, one predictable branch per round. At most 16 keys are finished by counting.
+/// O(n) expected; after too many unlucky rounds the keys left are sorted, so
+/// O(n log n) at worst.
 ///
 /// # Panics
 /// When `j >= v.len()`.
@@ -326,14 +326,115 @@ multiversion! {
     pub fn select_pair[K: SelectKey](v: &mut [K], j: usize, next: bool) -> (K, Option<K>) = select_kernel;
 }
 
+multiversion! {
+/// The key of rank `j` of the multiset `v` plus `zeros` copies of `zero` (and of rank
+/// `j + 1` when `next` and it exists), without writing the copies: the implicit zeros of
+/// a sparse lane. `v` is scratch, as for [`select_pair`]. The zeros are the first
+/// round's band (`zero ..= zero`, counted with the explicit ones); the rounds that follow
+/// are [`select_pair`]'s.
+///
+/// # Panics
+/// When `j >= v.len() + zeros`.
+///
+/// ```
+/// use masked_core::select::select_pair_with_zeros;
+/// // stored [5, 0, 7] and two implicit zeros: [0, 0, 0, 5, 7]
+/// assert_eq!(select_pair_with_zeros(&mut [5u32, 0, 7], 2, 0, 1, true), (0, Some(0)));
+/// assert_eq!(select_pair_with_zeros(&mut [5u32, 0, 7], 2, 0, 2, true), (0, Some(5)));
+/// // the "zero" key may be any key: stored [5, 1, 7] and two 3s: [1, 3, 3, 5, 7]
+/// assert_eq!(select_pair_with_zeros(&mut [5u32, 1, 7], 2, 3, 2, true), (3, Some(5)));
+/// assert_eq!(select_pair_with_zeros(&mut [5u32, 1, 7], 2, 3, 0, true), (1, Some(3)));
+/// ```
+    pub fn select_pair_with_zeros[K: SelectKey](v: &mut [K], zeros: usize, zero: K, j: usize, next: bool) -> (K, Option<K>) = zeros_kernel;
+}
+
+/// What a three-part step around a band left to do.
+enum Step<K> {
+    /// The rank fell among keys all equal: the answer pair.
+    Done(K, Option<K>),
+    /// The candidates are now `v[..n]`, the rank sought `r`, the smallest key dropped
+    /// above them `upper`.
+    Narrow(usize, usize, Option<K>),
+}
+
+/// One step around the band `lo..=hi` of the candidates `s` (with `extra` further
+/// implicit copies of `lo` when `lo == hi`), given `count3(s, lo, hi)`: the part holding
+/// rank `r` is kept at the front, or, when the band is one key, the answer is known.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn step<K: SelectKey>(
+    s: &mut [K],
+    r: usize,
+    (lo, hi): (K, K),
+    extra: usize,
+    (below, upto, above_min): (usize, usize, K),
+    upper: Option<K>,
+    next: bool,
+) -> Step<K> {
+    let lower = |u: Option<K>, k: K| Some(u.map_or(k, |u| u.min(k)));
+    let (n, upto) = (s.len(), upto + extra);
+    if r < below {
+        // some key is below `lo`, so `lo > MIN`
+        let k = K::keep(s, K::MIN, lo.prev());
+        return Step::Narrow(k, r, lower(upper, lo));
+    }
+    if r >= upto {
+        // some key is above `hi`, so `hi < MAX`
+        let k = K::keep(s, hi.succ(), K::MAX);
+        return Step::Narrow(k, r - upto, upper);
+    }
+    let upper = if upto < n + extra {
+        lower(upper, above_min)
+    } else {
+        upper
+    };
+    if lo == hi {
+        let b = if r + 1 < upto { Some(lo) } else { upper };
+        return Step::Done(lo, b.filter(|_| next));
+    }
+    Step::Narrow(K::keep(s, lo, hi), r - below, upper)
+}
+
+#[inline(always)]
+fn zeros_kernel<K: SelectKey>(
+    v: &mut [K],
+    zeros: usize,
+    zero: K,
+    j: usize,
+    next: bool,
+) -> (K, Option<K>) {
+    assert!(
+        j < v.len() + zeros,
+        "select_pair_with_zeros: rank {j} of {} keys",
+        v.len() + zeros
+    );
+    if zeros == 0 {
+        return select_kernel(v, j, next);
+    }
+    let counts = K::count3(v, zero, zero);
+    match step(v, j, (zero, zero), zeros, counts, None, next) {
+        Step::Done(a, b) => (a, b),
+        Step::Narrow(n, r, upper) => rounds(v, n, r, upper, next),
+    }
+}
+
 #[inline(always)]
 fn select_kernel<K: SelectKey>(v: &mut [K], j: usize, next: bool) -> (K, Option<K>) {
     assert!(j < v.len(), "select_pair: rank {j} of {} keys", v.len());
-    // the candidates are `v[..n]`, `r` the rank sought among them, `upper` the smallest
-    // key dropped above them (the next key when `r` is their last)
-    let (mut n, mut r, mut upper) = (v.len(), j, None::<K>);
-    let lower = |u: Option<K>, k: K| Some(u.map_or(k, |u| u.min(k)));
-    let mut rounds = 2 * (usize::BITS - v.len().leading_zeros()) + 4;
+    rounds(v, v.len(), j, None, next)
+}
+
+/// The band rounds on the candidates `v[..n]` for rank `r`, `upper` the smallest key
+/// already dropped above them.
+#[inline(always)]
+fn rounds<K: SelectKey>(
+    v: &mut [K],
+    mut n: usize,
+    mut r: usize,
+    mut upper: Option<K>,
+    next: bool,
+) -> (K, Option<K>) {
+    let mut rounds = 2 * (usize::BITS - n.leading_zeros()) + 4;
     loop {
         let s = &mut v[..n];
         if n <= SMALL {
@@ -347,36 +448,21 @@ fn select_kernel<K: SelectKey>(v: &mut [K], j: usize, next: bool) -> (K, Option<
         }
         rounds -= 1;
         // the band: sample keys around the rank sought
-        // SAFETY: `(2i + 1) n / 32 <= 31 n / 32 < n`.
+        // SAFETY: `(2i + 1) n / 16 <= 15 n / 16 < n`.
         let sample: [K; SAMPLE] =
             std::array::from_fn(|i| unsafe { *s.get_unchecked((2 * i + 1) * n / (2 * SAMPLE)) });
         let t = r * SAMPLE / n;
         let (mut lo, mut hi) = ranks2(&sample, t.saturating_sub(BAND), (t + BAND).min(SAMPLE - 1));
-        let (mut below, mut upto, mut above_min) = K::count3(s, lo, hi);
-        if below == 0 && upto == n && lo < hi {
+        let mut counts = K::count3(s, lo, hi);
+        if counts.0 == 0 && counts.1 == n && lo < hi {
             // the band holds every key (few distinct ones): one pivot, three parts
             (lo, _) = ranks2(&sample, t, t);
             hi = lo;
-            (below, upto, above_min) = K::count3(s, lo, hi);
+            counts = K::count3(s, lo, hi);
         }
-        if r < below {
-            // some key is below `lo`, so `lo > MIN`
-            n = K::keep(s, K::MIN, lo.prev());
-            upper = lower(upper, lo);
-        } else if r < upto {
-            if upto < n {
-                upper = lower(upper, above_min);
-            }
-            if lo == hi {
-                let b = if r + 1 < upto { Some(lo) } else { upper };
-                return (lo, b.filter(|_| next));
-            }
-            n = K::keep(s, lo, hi);
-            r -= below;
-        } else {
-            // some key is above `hi`, so `hi < MAX`
-            n = K::keep(s, hi.succ(), K::MAX);
-            r -= upto;
+        match step(s, r, (lo, hi), 0, counts, upper, next) {
+            Step::Done(a, b) => return (a, b),
+            Step::Narrow(k, rr, u) => (n, r, upper) = (k, rr, u),
         }
     }
 }
@@ -419,42 +505,6 @@ fn keys_kernel<T: Element>(v: &mut [T]) -> Option<&mut [T::Key]> {
     // SAFETY: every slot now holds a key, and the slice covers `v`'s memory (same size
     // and alignment per element).
     (!nan).then(|| unsafe { std::slice::from_raw_parts_mut(p.cast::<T::Key>(), n) })
-}
-
-/// The key of rank `j` of the multiset `v` plus `zeros` copies of `zero` (and of rank
-/// `j + 1` when `next` and it exists), without writing the copies: the implicit zeros of
-/// a sparse lane. `v` is scratch, as for [`select_pair`].
-///
-/// # Panics
-/// When `j >= v.len() + zeros`.
-pub fn select_pair_with_zeros<K: SelectKey>(
-    v: &mut [K],
-    zeros: usize,
-    zero: K,
-    j: usize,
-    next: bool,
-) -> (K, Option<K>) {
-    if zeros == 0 {
-        return select_pair(v, j, next);
-    }
-    // keys below zero, equal to it (explicit and implicit), above it
-    let (below, upto, above_min) = K::count3(v, zero, zero);
-    let eq = upto - below + zeros;
-    let b_exists = next && j + 1 < v.len() + zeros;
-    if j < below {
-        // some key is below zero, so `zero > MIN`
-        let k = K::keep(v, K::MIN, zero.prev());
-        let (a, b) = select_pair(&mut v[..k], j, next);
-        (a, b.or(b_exists.then_some(zero)))
-    } else if j < below + eq {
-        // past the zeros comes the smallest key above them
-        let b = if j + 1 < below + eq { zero } else { above_min };
-        (zero, b_exists.then_some(b))
-    } else {
-        // some key is above zero, so `zero < MAX`
-        let k = K::keep(v, zero.succ(), K::MAX);
-        select_pair(&mut v[..k], j - below - eq, next)
-    }
 }
 
 #[cfg(test)]

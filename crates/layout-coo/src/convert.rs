@@ -16,7 +16,7 @@ use sprs::{CsMat, SpIndex};
 /// ```
 /// use layout_coo::MaskedCoo;
 /// use layout_dense::MaskedArray;
-/// use masked_core::{BitMask, MaskedReduce};
+/// use masked_core::{BitMask, MaskedOps};
 /// use ndarray::array;
 /// let d = MaskedArray::new(array![[1.0f64, 2.0], [3.0, 4.0]],
 ///     BitMask::from_bools(&[2, 2], [true, false, false, true]).unwrap()).unwrap();
@@ -169,7 +169,7 @@ impl<T: Element> MaskedCoo<T> {
     /// ```
     /// use layout_coo::MaskedCoo;
     /// use layout_csr::MaskedCsr;
-    /// use masked_core::MaskedReduce;
+    /// use masked_core::MaskedOps;
     /// let c = MaskedCoo::from_pattern(&[2, 3], &[vec![1, 0], vec![2, 1]], vec![5.0f32, 7.0]).unwrap();
     /// let (m, mask) = c.to_csr().unwrap();
     /// assert_eq!(m.indptr().raw_storage(), &[0, 1, 2]);
@@ -222,7 +222,7 @@ pub fn csr_to_dense<T: Element, I: SpIndex, Iptr: SpIndex>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use masked_core::MaskedReduce;
+    use masked_core::MaskedOps;
     use ndarray::array;
 
     #[test]

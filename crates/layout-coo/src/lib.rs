@@ -10,7 +10,7 @@
 //! fast path), a separate [`CooPattern`] (a valid position not stored takes part as 0,
 //! a stored value outside the mask is ignored), or none (every element valid).
 //!
-//! Every op of [`MaskedReduce`] runs over any set of dims with keepdim either way, and
+//! Every op of [`MaskedOps`](masked_core::MaskedOps) runs over any set of dims with keepdim either way, and
 //! the normalizations along any one dim. A reduction groups the entries by their kept
 //! coordinates (no data moves when the reduced dims are the trailing ones; otherwise an
 //! O(nnz) counting sort by group, or an O(nnz log nnz) sort when groups far outnumber
@@ -22,7 +22,7 @@
 //!
 //! ```
 //! use layout_coo::MaskedCoo;
-//! use masked_core::MaskedReduce;
+//! use masked_core::MaskedOps;
 //!
 //! // a [2, 2, 3] tensor with 4 stored entries, given unsorted
 //! let coords = [vec![1, 0, 0, 1], vec![1, 0, 1, 1], vec![2, 0, 2, 0]];
@@ -49,8 +49,8 @@ pub use pattern::CooPattern;
 
 use group::{group, Grouped};
 use masked_core::{
-    fresh_vec, not_nan_words, wrap_dim, Dims, Element, Fold, LaneMap, LaneStat, MaskedError,
-    MaskedReduce, Result,
+    fresh_vec, not_nan_words, wrap_dim, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat,
+    MaskedError, Result,
 };
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -244,7 +244,7 @@ fn resolve<T: Element>(pattern: &CooPattern, values: &[T], mask: &CooPattern) ->
 
 /// The lanes of a masked COO array as the kernels see them: entries (positions and
 /// values), optional validity bits per entry, and whether the unstored positions are
-/// valid zeros. Get one from [`MaskedCoo::lanes`]; every op of [`MaskedReduce`] runs on
+/// valid zeros. Get one from [`MaskedCoo::lanes`]; every op of [`MaskedOps`](masked_core::MaskedOps) runs on
 /// it.
 #[derive(Debug, Clone)]
 pub struct CooLanes<'a, T> {
@@ -439,7 +439,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
 /// At most this many parts in a scatter fold (each holds a state per kept position).
 const SCATTER_PARTS: usize = 4;
 
-impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
+impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = SparseArray<O>;
     type NanMasked<'b>
@@ -525,7 +525,7 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
     }
 }
 
-impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
+impl<T: Element> LaneKernels<T> for MaskedCoo<T> {
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = SparseArray<O>;
     type NanMasked<'a>

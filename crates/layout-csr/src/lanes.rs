@@ -3,8 +3,8 @@
 
 use crate::partition::{groups, row_tasks};
 use masked_core::{
-    compress_into, fresh_vec, not_nan_words, wrap_dim, Bits, Dims, Element, Fold, LaneMap,
-    LaneStat, MaskedError, MaskedReduce, Result, SparseArray,
+    compress_into, fresh_vec, not_nan_words, wrap_dim, Bits, Dims, Element, Fold, LaneKernels,
+    LaneMap, LaneStat, MaskedError, Result, SparseArray,
 };
 use rayon::prelude::*;
 use sprs::{CsMatBase, SpIndex};
@@ -27,7 +27,7 @@ pub type CsrMapped<'a, O, I> = CsMatBase<O, I, Vec<usize>, Cow<'a, [I]>, Vec<O>,
 /// - no mask: the input's entries plus every unstored position as a valid 0;
 /// - the nan-family adds validity bits `!is_nan` to any of these.
 ///
-/// Get one from [`crate::MaskedCsr::lanes`]; every op of [`MaskedReduce`] runs on it.
+/// Get one from [`crate::MaskedCsr::lanes`]; every op of [`MaskedOps`](masked_core::MaskedOps) runs on it.
 ///
 /// Invariant (kept by [`CsrLanes::try_new`], by sprs's safe constructors and by
 /// [`crate::Pattern`]): every column index is below `shape.1`; the column fold indexes
@@ -118,7 +118,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     ///
     /// ```
     /// use layout_csr::CsrLanes;
-    /// use masked_core::MaskedReduce;
+    /// use masked_core::MaskedOps;
     /// let (indptr, cols, vals) = ([0, 2, 2], [1usize, 3], [4.0f64, 5.0]);
     /// let l = CsrLanes::try_new((2, 4), &indptr, &cols, &vals, None, false).unwrap();
     /// assert_eq!(l.sum(1, false).unwrap().values(), &[9.0]);
@@ -749,7 +749,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     }
 }
 
-impl<'a, T: Element, I: SpIndex> MaskedReduce<T> for CsrLanes<'a, T, I> {
+impl<'a, T: Element, I: SpIndex> LaneKernels<T> for CsrLanes<'a, T, I> {
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = CsrMapped<'a, O, I>;
     type NanMasked<'b>

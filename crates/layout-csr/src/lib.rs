@@ -15,13 +15,13 @@
 //!   then stores every lane and a normalization every element (dense-sized, by the
 //!   rules); medians count the unstored zeros without writing them out.
 //!
-//! Every op of [`MaskedReduce`] runs along dim 1 (rows), dim 0 (columns) or both, with
+//! Every op of [`MaskedOps`](masked_core::MaskedOps) runs along dim 1 (rows), dim 0 (columns) or both, with
 //! keepdim either way, on all threads, with results that do not depend on the thread
 //! count.
 //!
 //! ```
 //! use layout_csr::{MaskedCsr, Pattern};
-//! use masked_core::MaskedReduce;
+//! use masked_core::MaskedOps;
 //! use sprs::CsMat;
 //!
 //! // [[-3, ., -1], [., ., .], [., 5, 0]] with an explicit stored zero
@@ -49,7 +49,7 @@ pub use lanes::{CsrLanes, CsrMapped};
 pub use masked_core::SparseArray;
 pub use pattern::Pattern;
 
-use masked_core::{Dims, Element, Fold, LaneMap, LaneStat, MaskedError, MaskedReduce, Result};
+use masked_core::{Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError, Result};
 use rayon::prelude::*;
 use sprs::{CsMatBase, CsMatViewI, SpIndex};
 use std::borrow::Cow;
@@ -231,7 +231,7 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     }
 }
 
-impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m, T, I, Iptr> {
+impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> LaneKernels<T> for MaskedCsr<'m, T, I, Iptr> {
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = CsrMapped<'m, O, I>;
     type NanMasked<'a>
@@ -292,7 +292,7 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m
 ///
 /// ```
 /// use layout_csr::{to_csmat, MaskedCsr};
-/// use masked_core::MaskedReduce;
+/// use masked_core::MaskedOps;
 /// use sprs::CsMat;
 /// let m = CsMat::new((3, 2), vec![0, 1, 1, 3], vec![1, 0, 1], vec![2.0f64, 3.0, 4.0]);
 /// let s = MaskedCsr::from_pattern(m.view()).unwrap().sum(1, true).unwrap();
@@ -340,6 +340,7 @@ pub fn to_csvec<O: Clone>(a: &SparseArray<O>) -> Result<sprs::CsVec<O>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use masked_core::MaskedOps;
     use proptest::prelude::*;
     use sprs::CsMat;
 

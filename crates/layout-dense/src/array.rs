@@ -2,8 +2,8 @@
 
 use crate::kernels;
 use masked_core::{
-    not_nan_words, wrap_dim, BitMask, Dims, Element, Fold, LaneMap, LaneStat, MaskedError,
-    MaskedReduce, ReducePlan, Result,
+    not_nan_words, wrap_dim, BitMask, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat,
+    MaskedError, ReducePlan, Result,
 };
 use ndarray::{ArrayBase, ArrayD, ArrayView, Data, Dimension, IxDyn, OwnedRepr, RawData, ViewRepr};
 
@@ -149,7 +149,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     }
 }
 
-impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArray<S, D> {
+impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray<S, D> {
     type Reduced<O: Element> = MaskedArrayD<O>;
     type Mapped<O: Element> = MaskedArrayD<O>;
     type NanMasked<'a>

@@ -3,11 +3,11 @@
 //! The dense layout of the `masked` engine: a [`MaskedArray`] pairs an `ndarray` array
 //! (owned or a zero-copy view, any rank, `f32`/`f64`/`i32`/`i64`) with an optional
 //! bit-packed [`BitMask`] that is broadcast to the array's shape when it is attached.
-//! It implements [`MaskedReduce`], so every reduction op of the engine is available.
+//! It implements [`MaskedOps`](masked_core::MaskedOps), so every reduction op of the engine is available.
 //!
 //! ```
 //! use layout_dense::MaskedArray;
-//! use masked_core::MaskedReduce;
+//! use masked_core::MaskedOps;
 //! use ndarray::array;
 //!
 //! let x = array![[-3.0f32, -2.0, -1.0], [0.0, 1.0, 2.0]];
@@ -23,4 +23,4 @@ mod array;
 mod kernels;
 
 pub use array::{MaskedArray, MaskedArrayD, MaskedView};
-pub use masked_core::{BitMask, Dims, MaskedError, MaskedReduce, Result};
+pub use masked_core::{BitMask, Dims, LaneKernels, MaskedError, MaskedOps, Result};

@@ -56,9 +56,9 @@ pub use layout_coo::{CooLanes, CooMask, CooPattern, MaskedCoo};
 pub use layout_csr::{to_csmat, to_csvec, CsrLanes, CsrMapped, CsrMask, MaskedCsr, Pattern};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
-    lane, ops, stats, with_dyn_vec, BitMask, Bits, DType, Dims, DynVec, Element, Float, Fold,
-    Interpolation, LaneMap, LaneStat, MaskedError, MaskedReduce, MedianMode, ReducePlan, Result,
-    SparseArray,
+    lane, ops, registry, stats, with_dyn_vec, BitMask, Bits, DType, Dims, DynVec, Element, Float,
+    Fold, Interpolation, LaneKernels, LaneMap, LaneStat, MaskedError, MaskedOps, MedianMode, Op,
+    ReducePlan, Result, SparseArray,
 };
 
 /// The README's examples, compiled and run as doctests.
@@ -70,7 +70,7 @@ pub struct ReadmeDoctests;
 pub mod prelude {
     pub use crate::{
         BitMask, CooMask, CooPattern, DType, Dims, Element, Interpolation, MaskedArray,
-        MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError, MaskedReduce, MaskedView, MedianMode,
+        MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView, MedianMode, Op,
         Pattern, Result, SparseArray,
     };
 }

@@ -6,11 +6,10 @@
 //! on the densified input at the output mask, and the output stores exactly the output
 //! mask. Conversions dense ↔ COO ↔ CSR round-trip.
 
-use masked::by_name::{apply, apply_dense, Kind, OpRequest, OPS};
+use masked::by_name::{apply, apply_dense, Kind, Op, OpRequest};
 use masked::coo::{csr_to_dense, dense_to_csr};
 use masked::{
-    CooMask, CooPattern, Dims, Element, MaskedArray, MaskedArrayD, MaskedCoo, MaskedCsr,
-    MaskedReduce,
+    CooMask, CooPattern, Dims, Element, MaskedArray, MaskedArrayD, MaskedCoo, MaskedCsr, MaskedOps,
 };
 use masked_tests::{at, both_keepdims, conform, opts, value, Opts};
 use ndarray::{ArrayD, IxDyn};
@@ -239,13 +238,13 @@ fn sparse_groups_and_long_lanes() {
     for name in [
         "sum", "amax", "argmin", "median", "var", "softmax", "cumsum",
     ] {
-        let spec = OPS.iter().find(|s| s.name == name).unwrap();
-        let dims: Vec<Dims> = match spec.kind {
+        let spec: Op = name.parse().unwrap();
+        let dims: Vec<Dims> = match spec.kind() {
             Kind::Normalize => vec![Dims::from(1isize), Dims::from(0isize), Dims::from(2isize)],
             _ => vec![Dims::from([0isize, 2]), Dims::from(1isize), Dims::All],
         };
         for d in dims {
-            if spec.kind == Kind::ReduceOne && d.given_len() != Some(1) && d != Dims::All {
+            if spec.kind() == Kind::ReduceOne && d.given_len() != Some(1) && d != Dims::All {
                 continue;
             }
             let req = OpRequest::new(name).unwrap().dims(d.clone());

@@ -7,7 +7,7 @@
 //! - merging the fold states of two halves of a lane equals one pass.
 
 use masked::ops::{AMax, ArgMax, ArgMin, Mean, Sum};
-use masked::{BitMask, Dims, Element, Fold, MaskedArray, MaskedArrayD, MaskedReduce, MaskedView};
+use masked::{BitMask, Dims, Element, Fold, MaskedArray, MaskedArrayD, MaskedOps, MaskedView};
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 
@@ -208,6 +208,12 @@ proptest! {
         check(&a.prod(d.clone(), c.keepdim).unwrap(), &prod, &any, &shape, |v| v)?;
         let amax: Vec<f64> = lanes.iter().map(|l| nan_max(l)).collect();
         check(&a.amax(d.clone(), c.keepdim).unwrap(), &amax, &any, &shape, |v| v)?;
+        // ptp: amax - amin of the valid values (NaN propagates), 0 for an empty lane
+        let ptp: Vec<f64> = lanes.iter().map(|l| {
+            let neg: Vec<(f64, i64)> = l.iter().map(|&(x, i)| (-x, i)).collect();
+            if l.is_empty() { 0.0 } else { nan_max(l) + nan_max(&neg) }
+        }).collect();
+        check(&a.ptp(d.clone(), c.keepdim).unwrap(), &ptp, &any, &shape, |v| v)?;
         let mean: Vec<f64> = lanes.iter().map(|l| l.iter().map(|p| p.0).sum::<f64>() / l.len() as f64).collect();
         check(&a.mean(d.clone(), c.keepdim).unwrap(), &mean, &any, &shape, |v| v)?;
         let count: Vec<f64> = lanes.iter().map(|l| l.len() as f64).collect();
@@ -231,6 +237,11 @@ proptest! {
         check(&a.sum(d.clone(), c.keepdim).unwrap(), &sum, &any, &shape, |v| v as f64)?;
         let amin: Vec<f64> = lanes.iter().map(|l| l.iter().map(|p| p.0 as i32).min().unwrap_or(i32::MAX) as f64).collect();
         check(&a.amin(d.clone(), c.keepdim).unwrap(), &amin, &any, &shape, |v| v as f64)?;
+        let ptp: Vec<f64> = lanes.iter().map(|l| {
+            let v = l.iter().map(|p| p.0 as i64);
+            v.clone().max().unwrap_or(0) as f64 - v.min().unwrap_or(0) as f64
+        }).collect();
+        check(&a.ptp(d.clone(), c.keepdim).unwrap(), &ptp, &any, &shape, |v| v as f64)?;
         let prod: Vec<f64> = lanes.iter().map(|l| l.iter().fold(1i64, |p, v| p.wrapping_mul(v.0 as i64)) as f64).collect();
         check(&a.prod(d.clone(), c.keepdim).unwrap(), &prod, &any, &shape, |v| v as f64)?;
     }

@@ -1,0 +1,72 @@
+//! What a layout implements: [`LaneKernels`], three lane kernels and the result types.
+//! Every op of the registry then comes with [`MaskedOps`](crate::MaskedOps), a blanket
+//! impl over this trait: a new layout writes these kernels and gets every op.
+
+use crate::dims::Dims;
+use crate::element::Element;
+use crate::error::Result;
+use crate::fold::Fold;
+use crate::lane::{LaneMap, LaneStat};
+
+/// The kernels of a masked container of `T` values: fold, compute a lane statistic of,
+/// or map every lane. A layout implements this trait and nothing else; the ops a user
+/// calls ([`MaskedOps`](crate::MaskedOps): `sum`, `median`, `softmax`, ...) are written
+/// once over it.
+///
+/// The result types are the layout's own: a dense masked array for the dense layout, a
+/// sparse result for the sparse ones (sparse in, sparse out).
+pub trait LaneKernels<T: Element> {
+    /// The layout's result of a reduction whose values have type `O`.
+    type Reduced<O: Element>;
+    /// The layout's result of a shape-preserving map with values of type `O`.
+    type Mapped<O: Element>;
+    /// The same data with `!is_nan(x)` ANDed into the mask (the nan-family). Its
+    /// reductions have the same result types as this layout's.
+    type NanMasked<'a>: LaneKernels<
+        T,
+        Reduced<T::Real> = Self::Reduced<T::Real>,
+        Reduced<T> = Self::Reduced<T>,
+        Reduced<T::Wide> = Self::Reduced<T::Wide>,
+        Reduced<i64> = Self::Reduced<i64>,
+    >
+    where
+        Self: 'a;
+
+    /// This data with the extra mask `!is_nan(x)`.
+    ///
+    /// # Errors
+    /// [`MaskedError::Unsupported`](crate::MaskedError::Unsupported) where a layout
+    /// cannot carry such a mask.
+    fn without_nans(&self) -> Result<Self::NanMasked<'_>>;
+
+    /// Folds every lane of the reduced `dims` with `op`: for each output position, the
+    /// valid elements of its lane, and the output mask `any(mask over the reduced dims)`
+    /// (all true when [`Fold::valid_everywhere`]).
+    ///
+    /// # Errors
+    /// Bad dims ([`MaskedError::DimOutOfRange`](crate::MaskedError::DimOutOfRange),
+    /// [`MaskedError::DuplicateDim`](crate::MaskedError::DuplicateDim)).
+    fn fold_lanes<F: Fold<T>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<Self::Reduced<F::Output>>;
+
+    /// Computes `stat` over the valid values of every lane of the reduced `dims`.
+    ///
+    /// # Errors
+    /// Bad dims.
+    fn stat_lanes<S: LaneStat<T>>(
+        &self,
+        stat: &S,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<Self::Reduced<S::Output>>;
+
+    /// Maps every lane along `dim` with `map`; the output mask is the input mask.
+    ///
+    /// # Errors
+    /// Bad dim.
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<Self::Mapped<M::Output>>;
+}

@@ -1,0 +1,687 @@
+//! The op registry: every op of the engine is declared **once**, in the table at the
+//! bottom of this file. From that one entry follow
+//!
+//! - its typed identity, a variant of [`Op`] (name, [`Kind`], options, whether it has a
+//!   gradient), which code outside the host kernels (the CLI, a config file, a future GPU or
+//!   SQL backend) dispatches on;
+//! - its method on [`MaskedOps`], the trait every layout gets through a blanket impl over
+//!   [`LaneKernels`];
+//! - its arm of the by-name dispatcher [`apply_to`] (the CLI, the bench, the golden tests);
+//! - the op list of the unknown-op message, of `masked --help` and of docs/cli.md (a test
+//!   fails when the docs and this table disagree).
+//!
+//! Adding a reduction means writing its value (a [`Fold`](crate::Fold),
+//! [`LaneStat`](crate::LaneStat) or [`LaneMap`](crate::LaneMap)) and one entry here.
+//!
+//! ```
+//! use masked_core::{Kind, Op};
+//! let op: Op = "quantile".parse()?;
+//! assert_eq!(op.kind(), Kind::Reduce);
+//! assert_eq!(op.options(), &["q", "interpolation"]);
+//! assert!(op.differentiable());
+//! assert!(!Op::ArgMax.differentiable());
+//! # Ok::<(), masked_core::MaskedError>(())
+//! ```
+
+use crate::dims::Dims;
+use crate::element::Element;
+use crate::error::{MaskedError, Result};
+use crate::lane::{
+    Cumulative, Interpolation, MedianIndex, MedianMode, Normalize, Quantile, Softmax, SoftmaxKind,
+};
+use crate::layout::LaneKernels;
+use crate::ops::{AMax, AMin, ArgMax, ArgMin, Count, Mean, Prod, Ptp, Sum};
+use crate::stats::{check_correction, LogSumExp, Norm, Std, Var};
+
+/// How an op uses its dims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Reduces any set of dims; takes `keepdim`.
+    Reduce,
+    /// Reduces at most one dim (argmax, argmin: none means the flat index); takes `keepdim`.
+    ReduceOne,
+    /// Shape-preserving along exactly one dim; no `keepdim`.
+    Normalize,
+}
+
+impl Kind {
+    /// The kind in words, as the docs' op table writes it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::Reduce => "reduction (any dims)",
+            Kind::ReduceOne => "reduction (one dim or all)",
+            Kind::Normalize => "normalization (one dim)",
+        }
+    }
+}
+
+/// An option value as the command line and config files write it.
+pub trait OptionValue: Sized {
+    /// Parses the text form of option `name`.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`] naming the option and the value.
+    fn parse_option(name: &'static str, text: &str) -> Result<Self>;
+}
+
+impl OptionValue for f64 {
+    fn parse_option(name: &'static str, text: &str) -> Result<Self> {
+        text.trim()
+            .parse::<f64>()
+            .map_err(|_| MaskedError::InvalidArgument {
+                name,
+                value: text.to_string(),
+                reason: "expected a number",
+            })
+    }
+}
+
+impl OptionValue for Interpolation {
+    fn parse_option(_: &'static str, text: &str) -> Result<Self> {
+        text.trim().parse()
+    }
+}
+
+impl OptionValue for MedianMode {
+    fn parse_option(_: &'static str, text: &str) -> Result<Self> {
+        text.trim().parse()
+    }
+}
+
+/// One option of the registry: its name (the CLI flag is `--NAME`) and help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionSpec {
+    /// Name.
+    pub name: &'static str,
+    /// One line of help, with the default.
+    pub help: &'static str,
+}
+
+/// A request for an op by identity: the op, its dims and keepdim, and option values
+/// (defaults for the options not set). What the CLI, the bench and the golden tests build
+/// from text.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct OpRequest {
+    /// The op.
+    pub op: Op,
+    /// Dims (all by default).
+    pub dims: Dims,
+    /// Keep reduced dims with size 1.
+    pub keepdim: bool,
+    /// Option values.
+    pub options: Options,
+}
+
+impl OpRequest {
+    /// A request for the named op over all dims, without keepdim, default options.
+    ///
+    /// # Errors
+    /// [`MaskedError::UnknownOp`].
+    pub fn new(name: &str) -> Result<Self> {
+        Ok(Self::from_op(name.parse()?))
+    }
+    /// A request for `op` over all dims, without keepdim, default options.
+    pub fn from_op(op: Op) -> Self {
+        OpRequest {
+            op,
+            dims: Dims::All,
+            keepdim: false,
+            options: Options::default(),
+        }
+    }
+    /// The same request over `dims`.
+    pub fn dims(mut self, dims: impl Into<Dims>) -> Self {
+        self.dims = dims.into();
+        self
+    }
+    /// The same request with `keepdim`.
+    pub fn keepdim(mut self, keepdim: bool) -> Self {
+        self.keepdim = keepdim;
+        self
+    }
+    /// Sets option `name` from its text form, after checking that the op takes it.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`]: an option the op does not take, an unknown
+    /// option, or a value that does not parse.
+    pub fn set_option(&mut self, name: &str, text: &str) -> Result<()> {
+        if !self.op.options().contains(&name) {
+            let known = OPTIONS.iter().find(|o| o.name == name).map(|o| o.name);
+            return Err(MaskedError::InvalidArgument {
+                name: known.unwrap_or("option"),
+                value: name.to_string(),
+                reason: if known.is_some() {
+                    "the op does not take this option"
+                } else {
+                    "no op takes an option of this name"
+                },
+            });
+        }
+        self.options.set(name, text)
+    }
+    /// The one dim of a shape-preserving op.
+    ///
+    /// # Errors
+    /// [`MaskedError::DimCount`].
+    pub fn one_dim(&self) -> Result<isize> {
+        match &self.dims {
+            Dims::Set(v) if v.len() == 1 => Ok(v[0]),
+            d => Err(MaskedError::DimCount {
+                op: self.op.name(),
+                expected: "exactly one dim",
+                got: d.given_len().unwrap_or(0),
+            }),
+        }
+    }
+}
+
+/// Declares the options: their types, defaults and help, the [`Options`] struct, its
+/// text setter and the builder methods of [`OpRequest`].
+macro_rules! declare_options {
+    ($( $name:ident : $ty:ty = $default:expr, $help:literal; )*) => {
+        /// The option values of a request (every option of every op; each op reads the
+        /// ones [`Op::options`] lists).
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        #[non_exhaustive]
+        pub struct Options {
+            $( #[doc = $help] pub $name: $ty, )*
+        }
+
+        impl Default for Options {
+            fn default() -> Self {
+                Options { $( $name: $default, )* }
+            }
+        }
+
+        /// Every option any op takes, in the order of the docs.
+        pub const OPTIONS: &[OptionSpec] = &[
+            $( OptionSpec { name: stringify!($name), help: $help }, )*
+        ];
+
+        impl Options {
+            /// Sets option `name` from its text form.
+            ///
+            /// # Errors
+            /// [`MaskedError::InvalidArgument`] for an unknown option or a bad value.
+            pub fn set(&mut self, name: &str, text: &str) -> Result<()> {
+                match name {
+                    $( stringify!($name) => {
+                        self.$name = <$ty as OptionValue>::parse_option(stringify!($name), text)?;
+                    } )*
+                    _ => {
+                        return Err(MaskedError::InvalidArgument {
+                            name: "option",
+                            value: name.to_string(),
+                            reason: "no op takes an option of this name",
+                        })
+                    }
+                }
+                Ok(())
+            }
+        }
+
+        impl OpRequest {
+            $(
+                #[doc = concat!("The same request with option `", stringify!($name), "`: ", $help)]
+                pub fn $name(mut self, value: $ty) -> Self {
+                    self.options.$name = value;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+declare_options! {
+    correction: f64 = 1.0, "var/std correction, a number >= 0 (default 1).";
+    ord: f64 = 2.0, "norm/normalize order: a number, inf or -inf (default 2).";
+    eps: f64 = 1e-12, "normalize denominator floor, >= 0 (default 1e-12).";
+    q: f64 = 0.5, "quantile q in [0, 1] (default 0.5).";
+    interpolation: Interpolation = Interpolation::Linear,
+        "quantile interpolation: linear, lower, higher, midpoint or nearest (default linear).";
+    mode: MedianMode = MedianMode::Avg, "median of an even count: avg or lower (default avg).";
+}
+
+/// Where [`apply_to`] sends the typed result of an op on layout `L`.
+pub trait Sink<T: Element, L: LaneKernels<T>> {
+    /// What the sink makes of a result.
+    type Out;
+    /// Takes a reduction result.
+    fn reduced<O: Element>(&self, r: L::Reduced<O>) -> Self::Out;
+    /// Takes a normalization result.
+    fn mapped<O: Element>(&self, m: L::Mapped<O>) -> Self::Out;
+}
+
+/// A sink that drops the typed result unconverted (benchmarks time the op alone).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Discard;
+
+impl<T: Element, L: LaneKernels<T>> Sink<T, L> for Discard {
+    type Out = ();
+    fn reduced<O: Element>(&self, r: L::Reduced<O>) {
+        drop(std::hint::black_box(r));
+    }
+    fn mapped<O: Element>(&self, m: L::Mapped<O>) {
+        drop(std::hint::black_box(m));
+    }
+}
+
+/// Checks that at most one dim was named (argmax/argmin).
+///
+/// # Errors
+/// [`MaskedError::DimCount`].
+pub fn at_most_one(op: &'static str, d: Dims) -> Result<Dims> {
+    match d.given_len() {
+        None | Some(1) => Ok(d),
+        Some(n) => Err(MaskedError::DimCount {
+            op,
+            expected: "at most one dim",
+            got: n,
+        }),
+    }
+}
+
+/// The op names, space separated, in registry order (messages and help).
+pub fn op_names() -> String {
+    Op::ALL
+        .iter()
+        .map(|o| o.name())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The op table of docs/cli.md, generated from the registry (a test checks that the docs
+/// hold exactly this text).
+pub fn markdown_table() -> String {
+    let mut s =
+        String::from("| op | kind | options | differentiable | what |\n|---|---|---|---|---|\n");
+    for op in Op::ALL {
+        let opts: Vec<String> = op.options().iter().map(|o| format!("`--{o}`")).collect();
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            op.name(),
+            op.kind().describe(),
+            if opts.is_empty() {
+                "".into()
+            } else {
+                opts.join(" ")
+            },
+            if op.differentiable() { "yes" } else { "no" },
+            op.summary().replace('|', "\\|"),
+        ));
+    }
+    s
+}
+
+/// Declares every op: see the table below for the entry syntax.
+macro_rules! registry {
+    ($(
+        $(#[doc = $doc:literal])+
+        $name:ident => $variant:ident {
+            kind: $kind:ident,
+            on: $on:ident,
+            run: $kernel:ident($value:expr) -> $out:ty,
+            options: [$($opt:ident : $oty:ty),*],
+            grad: $grad:literal $(,)?
+        }
+    )*
+    extra { $($extra:tt)* }
+    ) => {
+        /// The typed identity of an op: what code outside the host kernels (the CLI, a
+        /// config file, another backend) dispatches on. Parse one from its name with
+        /// [`str::parse`].
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum Op {
+            $( $(#[doc = $doc])+ $variant, )*
+        }
+
+        impl Op {
+            /// Every op, in registry order.
+            pub const ALL: &'static [Op] = &[$(Op::$variant),*];
+
+            /// The op's name (the method name and the CLI's OP).
+            pub fn name(self) -> &'static str {
+                match self { $( Op::$variant => stringify!($name), )* }
+            }
+            /// How the op uses its dims.
+            pub fn kind(self) -> Kind {
+                match self { $( Op::$variant => registry!(@kind $kind), )* }
+            }
+            /// The options the op takes (CLI flags `--NAME`), besides dims and keepdim.
+            pub fn options(self) -> &'static [&'static str] {
+                match self { $( Op::$variant => &[$(stringify!($opt)),*], )* }
+            }
+            /// Whether the op has a gradient (a vector-Jacobian product).
+            pub fn differentiable(self) -> bool {
+                match self { $( Op::$variant => $grad, )* }
+            }
+            /// Whether the op is its base op over the data with NaN masked out (the
+            /// nan-family).
+            pub fn ignores_nan(self) -> bool {
+                match self { $( Op::$variant => registry!(@nan $on), )* }
+            }
+            /// The op's documentation in one line (the docs' op table, the CLI help).
+            pub fn summary(self) -> &'static str {
+                match self { $( Op::$variant => concat!($($doc),+).trim_ascii(), )* }
+            }
+        }
+
+        /// Every op of the engine, on every layout: a blanket impl over the layout
+        /// contract [`LaneKernels`], generated from the op registry.
+        ///
+        /// Reductions take `dims` (anything [`Into<Dims>`]: one `isize`, an array of them,
+        /// or [`Dims::All`]) and `keepdim`, and return the layout's
+        /// [`LaneKernels::Reduced`]; normalizations take one `dim` and return its
+        /// [`LaneKernels::Mapped`].
+        pub trait MaskedOps<T: Element>: LaneKernels<T> {
+            $( registry!(@method $kind $on $name [$($doc)+] ($value) -> $out, [$($opt : $oty),*] $kernel); )*
+            $($extra)*
+        }
+
+        impl<T: Element, L: LaneKernels<T> + ?Sized> MaskedOps<T> for L {}
+
+        /// Runs the request on any layout and hands the typed result to `sink`: one
+        /// match over the registry for every layout and every use.
+        ///
+        /// # Errors
+        /// The op's own errors (bad dims, bad option values).
+        pub fn apply_to<T: Element, L: LaneKernels<T>, S: Sink<T, L>>(
+            a: &L,
+            req: &OpRequest,
+            sink: &S,
+        ) -> Result<S::Out> {
+            Ok(match req.op {
+                $( Op::$variant => registry!(@call $kind a req sink $name [$($opt),*]), )*
+            })
+        }
+    };
+
+    (@kind reduce) => { Kind::Reduce };
+    (@kind reduce_one) => { Kind::ReduceOne };
+    (@kind normalize) => { Kind::Normalize };
+    (@nan all) => { false };
+    (@nan nan_free) => { true };
+
+    (@on all $s:ident) => { $s };
+    (@on nan_free $s:ident) => { $s.without_nans()? };
+
+    (@method reduce $on:ident $name:ident [$($doc:literal)+] ($value:expr) -> $out:ty,
+        [$($opt:ident : $oty:ty),*] $kernel:ident) => {
+        $(#[doc = $doc])+
+        ///
+        /// # Errors
+        /// Bad dims ([`MaskedError::DimOutOfRange`], [`MaskedError::DuplicateDim`]), bad
+        /// option values ([`MaskedError::InvalidArgument`]).
+        fn $name(&self, dims: impl Into<Dims>, keepdim: bool $(, $opt: $oty)*)
+            -> Result<Self::Reduced<$out>>
+        {
+            let dims = dims.into();
+            registry!(@on $on self).$kernel(&$value, &dims, keepdim)
+        }
+    };
+    (@method reduce_one $on:ident $name:ident [$($doc:literal)+] ($value:expr) -> $out:ty,
+        [$($opt:ident : $oty:ty),*] $kernel:ident) => {
+        $(#[doc = $doc])+
+        ///
+        /// # Errors
+        /// More than one dim ([`MaskedError::DimCount`]), bad dims.
+        fn $name(&self, dim: impl Into<Dims>, keepdim: bool $(, $opt: $oty)*)
+            -> Result<Self::Reduced<$out>>
+        {
+            let dims = at_most_one(stringify!($name), dim.into())?;
+            registry!(@on $on self).$kernel(&$value, &dims, keepdim)
+        }
+    };
+    (@method normalize all $name:ident [$($doc:literal)+] ($value:expr) -> $out:ty,
+        [$($opt:ident : $oty:ty),*] $kernel:ident) => {
+        $(#[doc = $doc])+
+        ///
+        /// # Errors
+        /// Bad dim ([`MaskedError::DimOutOfRange`]), bad option values.
+        fn $name(&self, dim: isize $(, $opt: $oty)*) -> Result<Self::Mapped<$out>> {
+            self.$kernel(&$value, dim)
+        }
+    };
+
+    (@call normalize $a:ident $req:ident $sink:ident $name:ident [$($opt:ident),*]) => {
+        $sink.mapped($a.$name($req.one_dim()? $(, $req.options.$opt)*)?)
+    };
+    (@call $kind:ident $a:ident $req:ident $sink:ident $name:ident [$($opt:ident),*]) => {
+        $sink.reduced($a.$name($req.dims.clone(), $req.keepdim $(, $req.options.$opt)*)?)
+    };
+}
+
+impl std::str::FromStr for Op {
+    type Err = MaskedError;
+    fn from_str(s: &str) -> Result<Op> {
+        Op::ALL
+            .iter()
+            .copied()
+            .find(|o| o.name() == s)
+            .ok_or_else(|| MaskedError::UnknownOp(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+// The table. An entry is
+//
+//     /// doc (also the op's summary in the docs' table and the CLI help)
+//     name => Variant {
+//         kind: reduce | reduce_one | normalize,
+//         on: all | nan_free,           // nan_free: the data with NaN masked out
+//         run: kernel(op value) -> output type,   // fold_lanes, stat_lanes or map_lanes
+//         options: [name: type, ...],   // declared in `declare_options!` above
+//         grad: true | false,
+//     }
+registry! {
+    /// Masked sum (integers widen to `i64`; fully masked lanes give 0).
+    sum => Sum { kind: reduce, on: all, run: fold_lanes(Sum) -> T::Wide, options: [], grad: true }
+    /// Masked product (integers widen to `i64`; fully masked lanes give 1).
+    prod => Prod { kind: reduce, on: all, run: fold_lanes(Prod) -> T::Wide, options: [], grad: true }
+    /// Masked maximum (fully masked lanes give `-inf` or the integer MIN).
+    amax => AMax { kind: reduce, on: all, run: fold_lanes(AMax) -> T, options: [], grad: true }
+    /// Masked minimum (fully masked lanes give `+inf` or the integer MAX).
+    amin => AMin { kind: reduce, on: all, run: fold_lanes(AMin) -> T, options: [], grad: true }
+    /// Masked peak to peak, `amax - amin` (integers widen to `i64`; fully masked lanes give 0).
+    ptp => Ptp { kind: reduce, on: all, run: fold_lanes(Ptp) -> T::Wide, options: [], grad: true }
+    /// Index of the masked maximum along one dim (first among ties, first NaN), or the
+    /// flat row-major index when `dim` is all dims; 0 for a fully masked lane.
+    argmax => ArgMax { kind: reduce_one, on: all, run: fold_lanes(ArgMax) -> i64, options: [], grad: false }
+    /// Index of the masked minimum along one dim (first among ties, first NaN), or the
+    /// flat row-major index when `dim` is all dims; 0 for a fully masked lane.
+    argmin => ArgMin { kind: reduce_one, on: all, run: fold_lanes(ArgMin) -> i64, options: [], grad: false }
+    /// Masked mean (NaN for fully masked lanes; integers give `f64`).
+    mean => Mean { kind: reduce, on: all, run: fold_lanes(Mean) -> T::Real, options: [], grad: true }
+    /// Number of valid elements; every output position is valid (all-true output mask).
+    count => Count { kind: reduce, on: all, run: fold_lanes(Count) -> i64, options: [], grad: false }
+    /// Masked variance, `sum((x - mean)^2) / max(count - correction, 0)` (1 = Bessel);
+    /// NaN when fully masked.
+    var => Var {
+        kind: reduce, on: all,
+        run: fold_lanes(Var { correction: check_correction(correction)? }) -> T::Real,
+        options: [correction: f64], grad: true,
+    }
+    /// Masked standard deviation (the square root of `var`).
+    std => Std {
+        kind: reduce, on: all,
+        run: fold_lanes(Std { correction: check_correction(correction)? }) -> T::Real,
+        options: [correction: f64], grad: true,
+    }
+    /// Masked vector norm of order `ord` (p > 0, 0 = count of non-zeros, inf = max |x|,
+    /// -inf = min |x|, negative p over the valid elements).
+    norm => Norm {
+        kind: reduce, on: all, run: fold_lanes(Norm::new(ord)?) -> T::Real,
+        options: [ord: f64], grad: true,
+    }
+    /// Masked, overflow-safe `log(sum(exp(x)))`; `-inf` when fully masked.
+    logsumexp => LogSumExp {
+        kind: reduce, on: all, run: fold_lanes(LogSumExp) -> T::Real, options: [], grad: true,
+    }
+    /// Masked median (`mode` avg: mean of the two middle values of an even count; lower:
+    /// the lower one). A valid NaN gives NaN; fully masked gives NaN.
+    median => Median {
+        kind: reduce, on: all, run: stat_lanes(Quantile::median(mode)) -> T::Real,
+        options: [mode: MedianMode], grad: true,
+    }
+    /// Masked `q`-quantile with numpy's interpolation methods, by selection (O(n)
+    /// expected per lane).
+    quantile => Quantile {
+        kind: reduce, on: all, run: stat_lanes(Quantile::new(q, interpolation)?) -> T::Real,
+        options: [q: f64, interpolation: Interpolation], grad: true,
+    }
+    /// Masked softmax along `dim`: 0 at masked-out positions and in fully masked lanes.
+    softmax => Softmax {
+        kind: normalize, on: all,
+        run: map_lanes(Softmax { kind: SoftmaxKind::Softmax }) -> T::Real,
+        options: [], grad: true,
+    }
+    /// Masked log-softmax along `dim`: `-inf` at masked-out positions and in fully masked
+    /// lanes.
+    log_softmax => LogSoftmax {
+        kind: normalize, on: all,
+        run: map_lanes(Softmax { kind: SoftmaxKind::LogSoftmax }) -> T::Real,
+        options: [], grad: true,
+    }
+    /// Masked softmin (`softmax(-x)`) along `dim`.
+    softmin => Softmin {
+        kind: normalize, on: all,
+        run: map_lanes(Softmax { kind: SoftmaxKind::Softmin }) -> T::Real,
+        options: [], grad: true,
+    }
+    /// `x / max(norm_ord(x), eps)` along `dim` over the valid elements; 0 elsewhere.
+    normalize => Normalize {
+        kind: normalize, on: all, run: map_lanes(Normalize::new(ord, eps)?) -> T::Real,
+        options: [ord: f64, eps: f64], grad: true,
+    }
+    /// Masked cumulative sum along `dim` in the input type; masked-out positions carry the
+    /// running value.
+    cumsum => CumSum {
+        kind: normalize, on: all, run: map_lanes(Cumulative { prod: false }) -> T,
+        options: [], grad: true,
+    }
+    /// Masked cumulative product along `dim` in the input type; masked-out positions carry
+    /// the running value.
+    cumprod => CumProd {
+        kind: normalize, on: all, run: map_lanes(Cumulative { prod: true }) -> T,
+        options: [], grad: true,
+    }
+    /// Sum ignoring NaN (and masked-out) elements.
+    nansum => NanSum { kind: reduce, on: nan_free, run: fold_lanes(Sum) -> T::Wide, options: [], grad: true }
+    /// Mean ignoring NaN elements.
+    nanmean => NanMean { kind: reduce, on: nan_free, run: fold_lanes(Mean) -> T::Real, options: [], grad: true }
+    /// Variance ignoring NaN elements.
+    nanvar => NanVar {
+        kind: reduce, on: nan_free,
+        run: fold_lanes(Var { correction: check_correction(correction)? }) -> T::Real,
+        options: [correction: f64], grad: true,
+    }
+    /// Standard deviation ignoring NaN elements.
+    nanstd => NanStd {
+        kind: reduce, on: nan_free,
+        run: fold_lanes(Std { correction: check_correction(correction)? }) -> T::Real,
+        options: [correction: f64], grad: true,
+    }
+    /// Maximum ignoring NaN elements.
+    nanmax => NanMax { kind: reduce, on: nan_free, run: fold_lanes(AMax) -> T, options: [], grad: true }
+    /// Minimum ignoring NaN elements.
+    nanmin => NanMin { kind: reduce, on: nan_free, run: fold_lanes(AMin) -> T, options: [], grad: true }
+    /// Median ignoring NaN elements.
+    nanmedian => NanMedian {
+        kind: reduce, on: nan_free, run: stat_lanes(Quantile::median(mode)) -> T::Real,
+        options: [mode: MedianMode], grad: true,
+    }
+    /// Quantile ignoring NaN elements.
+    nanquantile => NanQuantile {
+        kind: reduce, on: nan_free, run: stat_lanes(Quantile::new(q, interpolation)?) -> T::Real,
+        options: [q: f64, interpolation: Interpolation], grad: true,
+    }
+
+    extra {
+        /// The lower median along one `dim` and the lane position of that element (first
+        /// among ties; a valid NaN gives NaN and the first NaN's position; -1 for a fully
+        /// masked lane), as torch.median / torch.nanmedian with a dim return them.
+        ///
+        /// # Errors
+        /// Bad dim.
+        #[allow(clippy::type_complexity)]
+        fn median_with_index(
+            &self,
+            dim: isize,
+            keepdim: bool,
+        ) -> Result<(Self::Reduced<T::Real>, Self::Reduced<i64>)> {
+            let d = Dims::from(dim);
+            let v = self.stat_lanes(&Quantile::median(MedianMode::Lower), &d, keepdim)?;
+            let i = self.stat_lanes(&MedianIndex, &d, keepdim)?;
+            Ok((v, i))
+        }
+        /// [`MaskedOps::median_with_index`] ignoring NaN (-1 for an all-NaN lane):
+        /// paddle's nanmedian in lower mode, torch.nanmedian with a dim.
+        ///
+        /// # Errors
+        /// Bad dim.
+        #[allow(clippy::type_complexity)]
+        fn nanmedian_with_index(
+            &self,
+            dim: isize,
+            keepdim: bool,
+        ) -> Result<(Self::Reduced<T::Real>, Self::Reduced<i64>)> {
+            let a = self.without_nans()?;
+            let d = Dims::from(dim);
+            let v = a.stat_lanes(&Quantile::median(MedianMode::Lower), &d, keepdim)?;
+            let i = a.stat_lanes(&MedianIndex, &d, keepdim)?;
+            Ok((v, i))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for &op in Op::ALL {
+            assert!(seen.insert(op.name()), "{op} twice");
+            assert_eq!(op.name().parse::<Op>().unwrap(), op);
+            assert!(!op.summary().is_empty(), "{op} has no summary");
+            for o in op.options() {
+                assert!(
+                    OPTIONS.iter().any(|s| s.name == *o),
+                    "{op}: option {o} undeclared"
+                );
+            }
+        }
+        let e = "frobnicate".parse::<Op>().unwrap_err().to_string();
+        assert!(
+            e.contains("unknown op 'frobnicate'") && e.contains(" ptp "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn options_parse_and_are_checked_per_op() {
+        let mut r = OpRequest::new("quantile").unwrap();
+        r.set_option("q", "0.25").unwrap();
+        r.set_option("interpolation", "nearest").unwrap();
+        assert_eq!(r.options.q, 0.25);
+        assert_eq!(r.options.interpolation, Interpolation::Nearest);
+        let e = r.set_option("ord", "2").unwrap_err().to_string();
+        assert!(e.contains("does not take"), "{e}");
+        let e = r.set_option("q", "half").unwrap_err().to_string();
+        assert!(e.contains("expected a number") && e.contains("half"), "{e}");
+        let e = r.set_option("bogus", "1").unwrap_err().to_string();
+        assert!(e.contains("no op takes"), "{e}");
+        assert_eq!(Op::NanVar.options(), &["correction"]);
+        assert!(Op::NanVar.ignores_nan() && !Op::Var.ignores_nan());
+        assert_eq!(Op::Softmax.kind(), Kind::Normalize);
+        assert_eq!(Op::ArgMin.kind(), Kind::ReduceOne);
+    }
+}
