@@ -1,6 +1,7 @@
 //! Value types the engine computes on, and the accumulator types their ops widen to.
 
-use crate::select::SelectKey;
+use masked_kernels::multiversion;
+use masked_kernels::select::SelectKey;
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt::Debug;
 
@@ -238,7 +239,7 @@ pub trait Element:
     /// Into the statistics type (`f32` stays `f32`, others become `f64`).
     fn to_real(self) -> Self::Real;
     /// An unsigned integer key of the same width with the same order as the (non-NaN)
-    /// values, for fast selection ([`crate::select`]).
+    /// values, for fast selection (`masked_kernels::select`).
     type Key: SelectKey;
     /// The order key of a value (not NaN).
     fn key(self) -> Self::Key;
@@ -555,6 +556,46 @@ macro_rules! element_int {
 element_int!(i32, DType::I32, I32, i64, u32);
 element_int!(i64, DType::I64, I64, i128, u64);
 
+multiversion! {
+/// Turns the values of `v` into their order keys ([`Element::key`]) in place and gives
+/// the slice as keys, or `None` when some value is NaN (`v` is then unspecified): one
+/// vector pass, no buffer.
+///
+/// ```
+/// use masked_core::element::keys_in_place;
+/// let mut v = [2.5f32, -1.0, 0.0];
+/// let keys = keys_in_place(&mut v).unwrap();
+/// assert!(keys[1] < keys[2] && keys[2] < keys[0]);
+/// assert!(keys_in_place(&mut [1.0f64, f64::NAN]).is_none());
+/// ```
+    pub fn keys_in_place[T: Element](v: &mut [T]) -> Option<&mut [T::Key]> = keys_kernel;
+}
+
+#[inline(always)]
+fn keys_kernel<T: Element>(v: &mut [T]) -> Option<&mut [T::Key]> {
+    const {
+        assert!(
+            std::mem::size_of::<T>() == std::mem::size_of::<T::Key>()
+                && std::mem::align_of::<T>() == std::mem::align_of::<T::Key>(),
+            "a key has its value's size and alignment"
+        )
+    };
+    let (p, n) = (v.as_mut_ptr(), v.len());
+    let mut nan = false;
+    for i in 0..n {
+        // SAFETY: `i < n`; slot `i` still holds a value when it is read, and a key of
+        // the same size and alignment is written over it.
+        unsafe {
+            let x = p.add(i).read();
+            nan |= x.is_nan();
+            p.cast::<T::Key>().add(i).write(x.key());
+        }
+    }
+    // SAFETY: every slot now holds a key, and the slice covers `v`'s memory (same size
+    // and alignment per element).
+    (!nan).then(|| unsafe { std::slice::from_raw_parts_mut(p.cast::<T::Key>(), n) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -629,9 +670,9 @@ mod tests {
         }
         let mut v = [3i32, i32::MIN, -2, 0];
         let want: Vec<u32> = v.iter().map(|x| x.key()).collect();
-        assert_eq!(crate::select::keys_in_place(&mut v).unwrap(), &want[..]);
+        assert_eq!(crate::element::keys_in_place(&mut v).unwrap(), &want[..]);
         let mut f = [-0.0f32, 2.5, f32::NEG_INFINITY];
         let want: Vec<u32> = f.iter().map(|x| x.key()).collect();
-        assert_eq!(crate::select::keys_in_place(&mut f).unwrap(), &want[..]);
+        assert_eq!(crate::element::keys_in_place(&mut f).unwrap(), &want[..]);
     }
 }

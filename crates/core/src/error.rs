@@ -111,8 +111,13 @@ pub enum MaskedError {
     #[error("invalid data: {0}")]
     InvalidData(String),
     /// An op name that the engine does not know.
-    #[error("unknown op '{0}' (expected one of: {names})", names = crate::registry::op_names())]
-    UnknownOp(String),
+    #[error("unknown op '{name}' (expected one of: {known})")]
+    UnknownOp {
+        /// The name given.
+        name: String,
+        /// The op names of the registry, space separated.
+        known: String,
+    },
     /// An op that this layout or dtype does not provide.
     #[error("{op} is not supported {context}")]
     Unsupported {

@@ -3,14 +3,18 @@
 //! supplies the kernels that gather a lane's valid values ([`LaneStat`]) or hand it a
 //! lane with its mask bits and an output lane to fill ([`LaneMap`]).
 
+use crate::element::keys_in_place;
 use crate::element::{Acc, Element, Float};
 use crate::error::{MaskedError, Result};
-use crate::fold::{fold_run, fused_exp, map_run, short_kernel, update_run, Fold, Lanes, SHORT};
-use crate::mask::Bits;
-use crate::ops::{AMaxLanes, AMinLanes, BLOCK};
-use crate::pack::{expand_in_place, packed_blocks, packs_fast};
-use crate::select::{keys_in_place, select_pair_with_zeros};
-use crate::stats::Norm;
+use crate::fold::Fold;
+use crate::ops::{AMaxLanes, AMinLanes};
+use crate::stats::{exp_of, exp_sum, Norm};
+use masked_kernels::cpu::fused_exp;
+use masked_kernels::pack::{expand_in_place, packed_blocks, packs_fast};
+use masked_kernels::run::{fold_run, map_run, short_kernel, update_run, Lanes, SHORT};
+use masked_kernels::select::select_pair_with_zeros;
+use masked_kernels::Bits;
+use masked_kernels::BLOCK;
 
 /// A statistic of the valid values of a lane, in any order (median, quantile).
 ///
@@ -289,50 +293,6 @@ pub enum SoftmaxKind {
 pub struct Softmax {
     /// Which one.
     pub kind: SoftmaxKind,
-}
-
-/// `e^d` for `d <= 0`, with fused multiply-adds when `FUSED` (only in kernels that have
-/// them: see [`fused_exp`]).
-#[inline(always)]
-fn exp_of<R: Float, const FUSED: bool>(d: R) -> R {
-    if FUSED {
-        d.exp_nonpos_fused()
-    } else {
-        d.exp_nonpos()
-    }
-}
-
-/// Lane monoid: `exp(x - shift)` in the statistics type of `T` (f32 lanes for f32), the
-/// exp fused when `FUSED`: the sums of log_softmax and logsumexp.
-#[derive(Debug)]
-struct SoftLanes<R, const FUSED: bool> {
-    shift: R,
-}
-impl<T: Element, const FUSED: bool> Lanes<T> for SoftLanes<T::Real, FUSED> {
-    type A = T::Real;
-    const HEAVY: bool = true;
-    #[inline(always)]
-    fn id(&self) -> T::Real {
-        <T::Real as Element>::ZERO
-    }
-    #[inline(always)]
-    fn lift(&self, x: T, _: i64) -> T::Real {
-        exp_of::<_, FUSED>(x.to_real() - self.shift)
-    }
-    #[inline(always)]
-    fn comb(&self, a: T::Real, b: T::Real) -> T::Real {
-        a + b
-    }
-}
-
-/// `sum(exp(x - shift))` over the valid elements of a run (every `x <= shift`), in the
-/// fastest kernel with the fastest `exp` this CPU has.
-pub(crate) fn exp_sum<T: Element>(xs: &[T], bits: Option<Bits<'_>>, shift: T::Real) -> T::Real {
-    if fused_exp() {
-        fold_run(&SoftLanes::<T::Real, true> { shift }, xs, bits, 0)
-    } else {
-        fold_run(&SoftLanes::<T::Real, false> { shift }, xs, bits, 0)
-    }
 }
 
 impl<T: Element> LaneMap<T> for Softmax {

@@ -6,7 +6,7 @@
 //! - [`Dims`] and [`ReducePlan`]: which dims an op reduces and the shapes that follow;
 //! - [`BitMask`] and [`Bits`]: bit-packed validity masks;
 //! - [`Fold`]: an op written once as identity / push / merge / finish, with a vector fast
-//!   path through [`Lanes`] and [`fold_run`];
+//!   path through the kernels crate's `Lanes` and `fold_run`;
 //! - [`ops`]: the op values ([`ops::Sum`], [`ops::Mean`], ...);
 //! - [`LaneKernels`]: the contract a layout implements (fold, compute a statistic of, or
 //!   map each lane);
@@ -24,7 +24,6 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod buffer;
 pub mod dims;
 pub mod element;
 pub mod error;
@@ -33,22 +32,16 @@ pub mod lane;
 pub mod layout;
 pub mod mask;
 pub mod ops;
-pub mod pack;
 pub mod registry;
-pub mod select;
 pub mod sparse;
 pub mod stats;
 
-pub use buffer::fresh_vec;
 pub use dims::{wrap_dim, Dims, ReducePlan};
 pub use element::{Acc, DType, DynVec, Element, Float};
 pub use error::{MaskedError, Result};
-pub use fold::{
-    first_match, fold_columns, fold_run, map_run, not_nan_words, pred_bits, update_run, Fold, Lanes,
-};
+pub use fold::{not_nan_words, Fold};
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use layout::LaneKernels;
 pub use mask::{BitMask, Bits};
-pub use pack::{compress_into, compress_to, expand_in_place, expand_to, packed_blocks, packs_fast};
 pub use registry::{apply_to, Kind, MaskedOps, Op, OpRequest, Options, Sink};
 pub use sparse::SparseArray;

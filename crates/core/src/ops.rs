@@ -11,16 +11,10 @@
 //! | [`Count`] | `i64` | `i64` | 0 (count is valid everywhere) |
 
 use crate::element::{Acc, Element, Float};
-use crate::fold::{first_match, fold_columns, fold_run, Fold, Lanes};
-use crate::mask::Bits;
-use crate::pack::{packed_blocks, packs_fast};
-
-pub use crate::stats::{LogSumExp, Moments, Norm, Std, Var};
-
-/// Elements per vector block of a float sum: each of the kernel's accumulators adds at
-/// most `BLOCK / 32` values before the block total moves to the f64 state, so an f32 sum
-/// stays within 1e-4 relative of an f64 one at any size.
-pub const BLOCK: usize = 4096;
+use crate::fold::Fold;
+use masked_kernels::pack::{packed_blocks, packs_fast};
+use masked_kernels::run::{first_match, fold_columns, fold_run, Lanes};
+use masked_kernels::{Bits, BLOCK};
 
 /// Runs `f` on consecutive blocks of at most [`BLOCK`] elements.
 #[inline]

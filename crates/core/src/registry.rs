@@ -460,7 +460,10 @@ impl std::str::FromStr for Op {
             .iter()
             .copied()
             .find(|o| o.name() == s)
-            .ok_or_else(|| MaskedError::UnknownOp(s.to_string()))
+            .ok_or_else(|| MaskedError::UnknownOp {
+                name: s.to_string(),
+                known: op_names(),
+            })
     }
 }
 

@@ -3,12 +3,59 @@
 
 use crate::element::{Element, Float};
 use crate::error::{MaskedError, Result};
-use crate::fold::{fold_run, Fold, Lanes};
-use crate::lane::exp_sum;
-use crate::mask::Bits;
+use crate::fold::Fold;
 use crate::ops::{max_nan, min_nan, valid_blocks, AMaxLanes, MeanLanes};
 use crate::Acc;
+use masked_kernels::cpu::fused_exp;
+use masked_kernels::run::{fold_run, Lanes};
+use masked_kernels::Bits;
 use serde::{Deserialize, Serialize};
+
+// ---------------------------------------------------------------- exp
+
+/// `e^d` for `d <= 0`, with fused multiply-adds when `FUSED` (only in kernels that have
+/// them: see `masked_kernels::cpu::fused_exp`).
+#[inline(always)]
+pub(crate) fn exp_of<R: Float, const FUSED: bool>(d: R) -> R {
+    if FUSED {
+        d.exp_nonpos_fused()
+    } else {
+        d.exp_nonpos()
+    }
+}
+
+/// Lane monoid: `exp(x - shift)` in the statistics type of `T` (f32 lanes for f32), the
+/// exp fused when `FUSED`: the sums of log_softmax and logsumexp.
+#[derive(Debug)]
+struct SoftLanes<R, const FUSED: bool> {
+    shift: R,
+}
+impl<T: Element, const FUSED: bool> Lanes<T> for SoftLanes<T::Real, FUSED> {
+    type A = T::Real;
+    const HEAVY: bool = true;
+    #[inline(always)]
+    fn id(&self) -> T::Real {
+        <T::Real as Element>::ZERO
+    }
+    #[inline(always)]
+    fn lift(&self, x: T, _: i64) -> T::Real {
+        exp_of::<_, FUSED>(x.to_real() - self.shift)
+    }
+    #[inline(always)]
+    fn comb(&self, a: T::Real, b: T::Real) -> T::Real {
+        a + b
+    }
+}
+
+/// `sum(exp(x - shift))` over the valid elements of a run (every `x <= shift`), in the
+/// fastest kernel with the fastest `exp` this CPU has.
+pub(crate) fn exp_sum<T: Element>(xs: &[T], bits: Option<Bits<'_>>, shift: T::Real) -> T::Real {
+    if fused_exp() {
+        fold_run(&SoftLanes::<T::Real, true> { shift }, xs, bits, 0)
+    } else {
+        fold_run(&SoftLanes::<T::Real, false> { shift }, xs, bits, 0)
+    }
+}
 
 // ---------------------------------------------------------------- var / std
 

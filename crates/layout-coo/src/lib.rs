@@ -49,9 +49,10 @@ pub use pattern::CooPattern;
 
 use group::{group, Grouped};
 use masked_core::{
-    fresh_vec, not_nan_words, wrap_dim, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat,
-    MaskedError, Result,
+    not_nan_words, wrap_dim, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError,
+    Result,
 };
+use masked_kernels::fresh_vec;
 use rayon::prelude::*;
 use std::borrow::Cow;
 

@@ -3,9 +3,11 @@
 
 use crate::partition::{groups, row_tasks};
 use masked_core::{
-    compress_into, fresh_vec, not_nan_words, wrap_dim, Bits, Dims, Element, Fold, LaneKernels,
-    LaneMap, LaneStat, MaskedError, Result, SparseArray,
+    not_nan_words, wrap_dim, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError,
+    Result, SparseArray,
 };
+use masked_kernels::pack::compress_into;
+use masked_kernels::{fresh_vec, Bits};
 use rayon::prelude::*;
 use sprs::{CsMatBase, SpIndex};
 use std::borrow::Cow;

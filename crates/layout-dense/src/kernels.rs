@@ -14,10 +14,12 @@
 //! Work is split by fixed sizes, never by thread count, so results are bit-for-bit the
 //! same on any number of threads.
 
-use masked_core::{compress_into, Bits, Element, Fold, LaneMap, LaneStat, ReducePlan};
+use masked_core::{Element, Fold, LaneMap, LaneStat, ReducePlan};
+use masked_kernels::pack::compress_into;
+use masked_kernels::Bits;
 use rayon::prelude::*;
 
-use masked_core::fresh_vec as output_vec;
+use masked_kernels::fresh_vec as output_vec;
 
 /// The reduced (`reduced == true`) or kept dims of a plan, in order.
 fn dims_of(plan: &ReducePlan, reduced: bool) -> Vec<usize> {

@@ -3,7 +3,7 @@
 //! The dense layout of the `masked` engine: a [`MaskedArray`] pairs an `ndarray` array
 //! (owned or a zero-copy view, any rank, `f32`/`f64`/`i32`/`i64`) with an optional
 //! bit-packed [`BitMask`] that is broadcast to the array's shape when it is attached.
-//! It implements [`MaskedOps`](masked_core::MaskedOps), so every reduction op of the engine is available.
+//! It implements [`MaskedOps`], so every op of the engine is available.
 //!
 //! ```
 //! use layout_dense::MaskedArray;

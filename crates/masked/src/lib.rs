@@ -50,7 +50,6 @@ pub mod by_name;
 pub use layout_coo as coo;
 pub use layout_csr as csr;
 pub use layout_dense as dense;
-pub use masked_core as core;
 
 pub use layout_coo::{CooLanes, CooMask, CooPattern, MaskedCoo};
 pub use layout_csr::{to_csmat, to_csvec, CsrLanes, CsrMapped, CsrMask, MaskedCsr, Pattern};

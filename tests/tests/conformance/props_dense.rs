@@ -377,7 +377,7 @@ fn column_sweep_ties_and_nans_across_row_blocks() {
 
 mod stats {
     use super::*;
-    use masked::ops::{Moments, Var};
+    use masked::stats::{Moments, Var};
     use masked::{Interpolation, MedianMode};
 
     fn bits_eq(a: &[f64], b: &[f64]) -> bool {

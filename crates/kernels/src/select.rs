@@ -1,23 +1,18 @@
 //! Selection: the element of a given rank of a lane (and the next one), the engine of
-//! median and quantile. It runs on integer order keys ([`Element::key`]), so a compare
+//! median and quantile. It runs on integer order keys (masked-core's `Element::key`), so a compare
 //! is one integer instruction. A round narrows the keys to a band around the rank
 //! sought: with AVX2 a count pass takes 8 32-bit keys per step (two compares) and the
 //! compress pass that keeps the band 8 per step as well (a compare pair, a table
 //! permutation, one store).
-//!
-//! [`Element::key`]: crate::Element::key
 
-use crate::element::Element;
-#[cfg(target_arch = "x86_64")]
-use crate::fold::cpu;
-use crate::fold::multiversion;
+use crate::multiversion;
 use std::fmt::Debug;
 
 /// Ranges of at most this many keys are finished by counting ([`small_pair`]).
 const SMALL: usize = 16;
 
 /// An unsigned integer order key: the order of the values it stands for (see
-/// [`Element::key`]), with selection on slices of keys.
+/// masked-core's `Element::key`), with selection on slices of keys.
 pub trait SelectKey:
     Ord
     + Copy
@@ -228,7 +223,7 @@ fn vector_keys() -> bool {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        crate::fold::cpu::has_avx2()
+        crate::cpu::has_avx2()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -307,7 +302,7 @@ multiversion! {
 /// The keys of ranks `j` and, when `next` and it exists, `j + 1` of `v` (0-based, in
 /// sorted order). `v` is scratch: its contents are unspecified afterwards.
 ///
-/// Each round takes a band around rank `j` from a sample of [`SAMPLE`] keys (their keys
+/// Each round takes a band around rank `j` from a sample of 8 keys (their keys
 /// of sample ranks `t - 1 ..= t + 1`, `t` the sample rank matching `j`), counts the keys
 /// below, in and above it in one read-only pass, and keeps only the part holding rank
 /// `j` at the front (a vector compress): about a quarter of the keys after a typical
@@ -319,7 +314,7 @@ multiversion! {
 /// When `j >= v.len()`.
 ///
 /// ```
-/// use masked_core::select::select_pair;
+/// use masked_kernels::select::select_pair;
 /// assert_eq!(select_pair(&mut [9u32, 1, 7, 3, 3, 8], 2, true), (3, Some(7)));
 /// assert_eq!(select_pair(&mut [9u32, 1, 7, 3, 3, 8], 5, true), (9, None));
 /// ```
@@ -337,7 +332,7 @@ multiversion! {
 /// When `j >= v.len() + zeros`.
 ///
 /// ```
-/// use masked_core::select::select_pair_with_zeros;
+/// use masked_kernels::select::select_pair_with_zeros;
 /// // stored [5, 0, 7] and two implicit zeros: [0, 0, 0, 5, 7]
 /// assert_eq!(select_pair_with_zeros(&mut [5u32, 0, 7], 2, 0, 1, true), (0, Some(0)));
 /// assert_eq!(select_pair_with_zeros(&mut [5u32, 0, 7], 2, 0, 2, true), (0, Some(5)));
@@ -465,46 +460,6 @@ fn rounds<K: SelectKey>(
             Step::Narrow(k, rr, u) => (n, r, upper) = (k, rr, u),
         }
     }
-}
-
-multiversion! {
-/// Turns the values of `v` into their order keys ([`Element::key`]) in place and gives
-/// the slice as keys, or `None` when some value is NaN (`v` is then unspecified): one
-/// vector pass, no buffer.
-///
-/// ```
-/// use masked_core::select::keys_in_place;
-/// let mut v = [2.5f32, -1.0, 0.0];
-/// let keys = keys_in_place(&mut v).unwrap();
-/// assert!(keys[1] < keys[2] && keys[2] < keys[0]);
-/// assert!(keys_in_place(&mut [1.0f64, f64::NAN]).is_none());
-/// ```
-    pub fn keys_in_place[T: Element](v: &mut [T]) -> Option<&mut [T::Key]> = keys_kernel;
-}
-
-#[inline(always)]
-fn keys_kernel<T: Element>(v: &mut [T]) -> Option<&mut [T::Key]> {
-    const {
-        assert!(
-            std::mem::size_of::<T>() == std::mem::size_of::<T::Key>()
-                && std::mem::align_of::<T>() == std::mem::align_of::<T::Key>(),
-            "a key has its value's size and alignment"
-        )
-    };
-    let (p, n) = (v.as_mut_ptr(), v.len());
-    let mut nan = false;
-    for i in 0..n {
-        // SAFETY: `i < n`; slot `i` still holds a value when it is read, and a key of
-        // the same size and alignment is written over it.
-        unsafe {
-            let x = p.add(i).read();
-            nan |= x.is_nan();
-            p.cast::<T::Key>().add(i).write(x.key());
-        }
-    }
-    // SAFETY: every slot now holds a key, and the slice covers `v`'s memory (same size
-    // and alignment per element).
-    (!nan).then(|| unsafe { std::slice::from_raw_parts_mut(p.cast::<T::Key>(), n) })
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! mask register, and `vpcompressd`/`vpexpandd` (`q` for 8-byte elements) move 16 (8)
 //! elements per instruction; elsewhere a portable loop does the same.
 
-use crate::mask::Bits;
+use crate::bits::Bits;
 
 /// Whether the vector paths handle `T` (4- or 8-byte elements, moved as raw bits).
 #[inline(always)]
@@ -22,7 +22,7 @@ pub fn packs_fast<T>() -> bool {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        use crate::fold::cpu;
+        use crate::cpu;
         packable::<T>() && (cpu::has_avx512() || (std::mem::size_of::<T>() == 4 && cpu::has_avx2()))
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -38,7 +38,7 @@ pub fn packs_fast<T>() -> bool {
 /// When `out` is shorter than `xs`.
 ///
 /// ```
-/// use masked_core::{compress_to, Bits};
+/// use masked_kernels::{pack::compress_to, Bits};
 /// let words = [0b1011u64];
 /// let mut out = [0i32; 4];
 /// let n = compress_to(&[1, 2, 3, 4], Bits::new(&words, 0), &mut out);
@@ -65,7 +65,7 @@ unsafe fn compress_raw<T: Copy>(xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usiz
         // SAFETY: the CPU has AVX-512, or AVX2 and `T` is 4 bytes (checked by
         // `packs_fast`), and the caller provides `cap >= xs.len()` writable slots.
         return unsafe {
-            if crate::fold::cpu::has_avx512() {
+            if crate::cpu::has_avx512() {
                 x86::compress(xs, bits, dst, cap)
             } else {
                 x86::compress_avx2(xs, bits, dst, cap)
@@ -89,7 +89,7 @@ unsafe fn compress_raw<T: Copy>(xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usiz
 /// a lane's values for a statistic. [`compress_to`] into the vector's spare capacity.
 ///
 /// ```
-/// use masked_core::{compress_into, Bits};
+/// use masked_kernels::{pack::compress_into, Bits};
 /// let words = [0b0110u64];
 /// let mut out = vec![9.0f64];
 /// compress_into(&[1.0, 2.0, 3.0, 4.0], Some(Bits::new(&words, 0)), &mut out);
@@ -120,7 +120,7 @@ pub fn compress_into<T: Copy>(xs: &[T], bits: Option<Bits<'_>>, out: &mut Vec<T>
 /// When `vals` is too short.
 ///
 /// ```
-/// use masked_core::{expand_to, Bits};
+/// use masked_kernels::{pack::expand_to, Bits};
 /// let words = [0b1011u64];
 /// let mut out = [9.0f32; 4];
 /// expand_to(&[1.0, 2.0, 4.0], Bits::new(&words, 0), 0.0, &mut out);
@@ -145,7 +145,7 @@ pub fn expand_to<T: Copy>(vals: &[T], bits: Bits<'_>, fill: T, out: &mut [T]) {
 /// When `buf[from..]` holds fewer values than there are set bits.
 ///
 /// ```
-/// use masked_core::{pack::expand_in_place, Bits};
+/// use masked_kernels::{pack::expand_in_place, Bits};
 /// let words = [0b1011u64];
 /// let mut buf = [0.0f32, 1.0, 2.0, 4.0];
 /// expand_in_place(&mut buf, 1, Bits::new(&words, 0), -1.0);
@@ -176,7 +176,7 @@ unsafe fn expand_raw<T: Copy>(src: *const T, bits: Bits<'_>, fill: T, dst: *mut 
         // SAFETY: AVX-512, or AVX2 with 4-byte elements, checked by `packs_fast`; the
         // pointers as above.
         unsafe {
-            if crate::fold::cpu::has_avx512() {
+            if crate::cpu::has_avx512() {
                 x86::expand(src, bits, fill, dst, n)
             } else {
                 x86::expand_avx2(src, bits, fill, dst, n)
@@ -199,13 +199,13 @@ unsafe fn expand_raw<T: Copy>(src: *const T, bits: Bits<'_>, fill: T, dst: *mut 
 }
 
 /// Runs `f` on the valid elements of `xs` (bit set; all for `None`) in order, as
-/// contiguous slices covering at most [`crate::ops::BLOCK`] input elements each: the
+/// contiguous slices covering at most [`crate::BLOCK`] input elements each: the
 /// input's own blocks without a mask, packed copies (on the stack) with one. For ops that
 /// do real work per valid element (an `exp`), so that masked-out elements cost nothing
 /// past the packing pass.
 ///
 /// ```
-/// use masked_core::{pack::packed_blocks, Bits};
+/// use masked_kernels::{pack::packed_blocks, Bits};
 /// let words = [0b0110u64];
 /// let mut seen = Vec::new();
 /// packed_blocks(&[1.0f32, 2.0, 3.0, 4.0], Some(Bits::new(&words, 0)), |p| seen.extend_from_slice(p));
@@ -213,7 +213,7 @@ unsafe fn expand_raw<T: Copy>(src: *const T, bits: Bits<'_>, fill: T, dst: *mut 
 /// ```
 #[inline(always)]
 pub fn packed_blocks<T: Copy>(xs: &[T], bits: Option<Bits<'_>>, mut f: impl FnMut(&[T])) {
-    const B: usize = crate::ops::BLOCK;
+    const B: usize = crate::BLOCK;
     let Some(b) = bits else {
         xs.chunks(B).for_each(f);
         return;
@@ -230,19 +230,19 @@ pub fn packed_blocks<T: Copy>(xs: &[T], bits: Option<Bits<'_>>, mut f: impl FnMu
 /// A block's packing buffer, uninitialised: filling 16-32 KiB per block would cost as
 /// much as packing it.
 #[inline(always)]
-pub(crate) fn block_buf<T: Copy>() -> [std::mem::MaybeUninit<T>; crate::ops::BLOCK] {
-    [std::mem::MaybeUninit::<T>::uninit(); crate::ops::BLOCK]
+pub(crate) fn block_buf<T: Copy>() -> [std::mem::MaybeUninit<T>; crate::BLOCK] {
+    [std::mem::MaybeUninit::<T>::uninit(); crate::BLOCK]
 }
 
 /// The valid elements of `ch` (bit `k` of `bits` for element `k`; at most
-/// [`crate::ops::BLOCK`] elements), packed into `buf`. The loop body of
+/// [`crate::BLOCK`] elements), packed into `buf`. The loop body of
 /// [`packed_blocks`], for kernels that must not call a closure per block: a closure is
 /// compiled without its caller's `#[target_feature]`s unless it is inlined.
 #[inline(always)]
 pub(crate) fn pack_block<'b, T: Copy>(
     ch: &[T],
     bits: Bits<'_>,
-    buf: &'b mut [std::mem::MaybeUninit<T>; crate::ops::BLOCK],
+    buf: &'b mut [std::mem::MaybeUninit<T>; crate::BLOCK],
 ) -> &'b [T] {
     assert!(
         ch.len() <= buf.len(),
@@ -256,7 +256,7 @@ pub(crate) fn pack_block<'b, T: Copy>(
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use crate::mask::Bits;
+    use crate::bits::Bits;
     use std::arch::x86_64::*;
 
     /// For each 8-bit mask, its set lanes in order, then its clear lanes: the AVX2
