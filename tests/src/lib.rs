@@ -32,6 +32,8 @@ pub fn values(dtype: &str, list: &[Value]) -> DynVec {
         "f64" => DynVec::F64(list.iter().map(num).collect()),
         "i32" => DynVec::I32(list.iter().map(|v| int(v) as i32).collect()),
         "i64" => DynVec::I64(list.iter().map(int).collect()),
+        "f16" => DynVec::F16(list.iter().map(|v| half::f16::from_f64(num(v))).collect()),
+        "bf16" => DynVec::BF16(list.iter().map(|v| half::bf16::from_f64(num(v))).collect()),
         other => panic!("bad dtype {other}"),
     }
 }
@@ -51,6 +53,16 @@ pub fn close(a: f64, b: f64, rtol: f64) -> bool {
     (a - b).abs() <= rtol * a.abs().max(b.abs()).max(1.0)
 }
 
+/// The relative tolerance of two half ulps for the half dtypes (results computed in f32
+/// and rounded once may still differ by an ulp where the order of addition differs).
+pub fn half_rtol(v: &DynVec) -> Option<f64> {
+    match v {
+        DynVec::F16(_) => Some(2.0 * 2f64.powi(-10)),
+        DynVec::BF16(_) => Some(2.0 * 2f64.powi(-7)),
+        _ => None,
+    }
+}
+
 /// Compares two value vectors of the same dtype; returns the first mismatch.
 pub fn compare(got: &DynVec, want: &DynVec, rtol: f64) -> Result<(), String> {
     if got.dtype() != want.dtype() {
@@ -60,6 +72,15 @@ pub fn compare(got: &DynVec, want: &DynVec, rtol: f64) -> Result<(), String> {
         return Err(format!("length {} vs {}", got.len(), want.len()));
     }
     let mismatch = |i: usize, g: String, w: String| Err(format!("at {i}: got {g}, want {w}"));
+    if let Some(r) = half_rtol(got) {
+        for i in 0..got.len() {
+            let (a, b) = (at(got, i), at(want, i));
+            if !close(a, b, r.max(rtol)) {
+                return mismatch(i, a.to_string(), b.to_string());
+            }
+        }
+        return Ok(());
+    }
     match (got, want) {
         (DynVec::F32(g), DynVec::F32(w)) => {
             for (i, (a, b)) in g.iter().zip(w).enumerate() {
@@ -92,12 +113,7 @@ pub fn compare(got: &DynVec, want: &DynVec, rtol: f64) -> Result<(), String> {
 
 /// Element `i` of a value vector as f64.
 pub fn at(v: &DynVec, i: usize) -> f64 {
-    match v {
-        DynVec::F32(x) => x[i] as f64,
-        DynVec::F64(x) => x[i],
-        DynVec::I32(x) => x[i] as f64,
-        DynVec::I64(x) => x[i] as f64,
-    }
+    masked::with_dyn_vec!(v, x => masked::Element::to_f64(x[i]))
 }
 
 fn same_type(a: &DynVec, b: &DynVec) -> bool {
@@ -115,11 +131,11 @@ pub fn agree(what: &str, d: &Outcome, s: &SparseOutcome) -> Result<(), TestCaseE
         "{}: stored positions vs output mask",
         what
     );
-    let rel = if matches!(d.values, DynVec::F32(_)) {
+    let rel = half_rtol(&d.values).unwrap_or(if matches!(d.values, DynVec::F32(_)) {
         1e-5
     } else {
         1e-9
-    };
+    });
     for (k, &i) in valid.iter().enumerate() {
         let (x, y) = (at(&d.values, i), at(&s.values, k));
         prop_assert!(
@@ -236,12 +252,7 @@ pub fn check_fixture(out: &SparseOutcome, want_shape: &[usize], c: &Value) -> Re
             out.indices, c["expect_indices"]
         ));
     }
-    let dtype = match out.values {
-        DynVec::F32(_) => "f32",
-        DynVec::F64(_) => "f64",
-        DynVec::I32(_) => "i32",
-        DynVec::I64(_) => "i64",
-    };
+    let dtype = out.values.dtype().name();
     let want = values(dtype, c["expect_values"].as_array().expect("values"));
     compare(&out.values, &want, 1e-12)
 }

@@ -3,7 +3,9 @@
 use crate::error::CliError;
 use clap::Parser;
 use masked::by_name::{self as ops, Kind, OpRequest};
-use masked::{BitMask, CooMask, CooPattern, Dims, MaskedArray, MaskedCoo, MaskedCsr, Pattern};
+use masked::{
+    BitMask, CooMask, CooPattern, DType, Dims, Element, MaskedArray, MaskedCoo, MaskedCsr, Pattern,
+};
 use ndarray::{ArrayViewD, IxDyn};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rand_distr::{Poisson, StandardNormal};
@@ -44,6 +46,13 @@ pub struct BenchArgs {
     /// Seed of the generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Value dtype: f32, f64, f16, bf16, i32 or i64 (integers: normal values x 100,
+    /// rounded).
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// The op options (`--q`, `--correction`, ...), as for the op commands.
+    #[command(flatten)]
+    options: crate::OpOptions,
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
@@ -96,25 +105,57 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
             "op", "layout", "shape", "nnz", "threads", "seconds", "GB/s", "peak MB"
         );
     }
+    let dtype: DType = a.dtype.parse()?;
+    for (name, _) in &a.options.0 {
+        if !specs.iter().any(|s| s.options().contains(name)) {
+            return Err(CliError::Usage(format!(
+                "option --{name} has no meaning for any of the ops {}",
+                a.op
+            )));
+        }
+    }
     for layout in a.layout.split(',').map(str::trim) {
-        let data = match layout {
-            "dense" => Data::dense(&shape, &a)?,
-            "csr" => Data::csr(&shape, &a)?,
-            "coo" => Data::coo(&shape, &a)?,
+        masked::with_dtype!(dtype, T => bench_layout::<T>(&a, layout, &shape, &dims, &specs, &pool, &dim_json, threads))?;
+    }
+    Ok(())
+}
+
+/// Times every op of `specs` on one layout's generated data of value type `T`.
+#[allow(clippy::too_many_arguments)]
+fn bench_layout<T: Element>(
+    a: &BenchArgs,
+    layout: &str,
+    shape: &[usize],
+    dims: &Dims,
+    specs: &[ops::Op],
+    pool: &rayon::ThreadPool,
+    dim_json: &serde_json::Value,
+    threads: usize,
+) -> Result<(), CliError> {
+    {
+        let data: Data<T> = match layout {
+            "dense" => Data::dense(shape, a)?,
+            "csr" => Data::csr(shape, a)?,
+            "coo" => Data::coo(shape, a)?,
             other => {
                 return Err(CliError::Usage(format!(
                     "invalid --layout '{other}': expected dense, csr or coo"
                 )))
             }
         };
-        for spec in &specs {
-            let req = OpRequest::from_op(*spec).dims(match spec.kind() {
-                Kind::ReduceOne | Kind::Normalize => match &dims {
+        for spec in specs {
+            let mut req = OpRequest::from_op(*spec).dims(match spec.kind() {
+                Kind::ReduceOne | Kind::Normalize => match dims {
                     Dims::Set(v) if v.len() > 1 => Dims::from(v[v.len() - 1]),
                     d => d.clone(),
                 },
                 Kind::Reduce => dims.clone(),
             });
+            for (name, text) in &a.options.0 {
+                if spec.options().contains(name) {
+                    req.set_option(name, text)?;
+                }
+            }
             let (secs, peak) = pool.install(|| data.time(&req, a.repeat))?;
             let gbps = data.bytes / secs / 1e9;
             if a.json {
@@ -122,6 +163,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
                     "{}",
                     serde_json::json!({
                         "op": spec.name(), "layout": layout, "shape": shape, "nnz": data.nnz,
+                        "dtype": T::DTYPE.name(),
                         "dim": dim_json, "threads": threads, "seconds": secs, "gbps": gbps,
                         "peak_bytes": peak, "input_bytes": data.bytes,
                     })
@@ -149,25 +191,35 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
 }
 
 /// The generated input of one layout.
-struct Data {
-    input: Input,
+struct Data<T: Element> {
+    input: Input<T>,
     /// Stored entries (dense: the element count).
     nnz: usize,
     /// Bytes the ideal kernel reads.
     bytes: f64,
 }
 
-enum Input {
+enum Input<T: Element> {
     Dense {
         shape: Vec<usize>,
-        values: Vec<f32>,
+        values: Vec<T>,
         mask: BitMask,
     },
     Csr {
-        mat: CsMatI<f32, u32, usize>,
+        mat: CsMatI<T, u32, usize>,
         mask: Option<Pattern<u32>>,
     },
-    Coo(MaskedCoo<f32>),
+    Coo(MaskedCoo<T>),
+}
+
+/// A standard normal value as `T` (integers: x 100, rounded).
+fn normal<T: Element>(rng: &mut SmallRng) -> T {
+    let x: f64 = rng.sample(StandardNormal);
+    if T::DTYPE.is_float() {
+        T::from_f64_lossy(x)
+    } else {
+        T::from_f64_lossy((x * 100.0).round())
+    }
 }
 
 /// `k` distinct random positions below `n`, sorted.
@@ -218,11 +270,11 @@ fn random_rows(
     Ok((indptr, indices))
 }
 
-impl Data {
+impl<T: Element> Data<T> {
     fn dense(shape: &[usize], a: &BenchArgs) -> Result<Self, CliError> {
         let n: usize = shape.iter().product();
         let mut rng = SmallRng::seed_from_u64(a.seed);
-        let values: Vec<f32> = (0..n).map(|_| rng.sample(StandardNormal)).collect();
+        let values: Vec<T> = (0..n).map(|_| normal(&mut rng)).collect();
         let mask =
             BitMask::from_bools(shape, (0..n).map(|_| rng.random::<f64>() < a.mask_density))?;
         Ok(Data {
@@ -232,7 +284,7 @@ impl Data {
                 mask,
             },
             nnz: n,
-            bytes: (n * 4 + n.div_ceil(8)) as f64,
+            bytes: (n * std::mem::size_of::<T>() + n.div_ceil(8)) as f64,
         })
     }
 
@@ -256,9 +308,7 @@ impl Data {
         }
         let mut rng = SmallRng::seed_from_u64(a.seed);
         let (indptr, indices) = random_rows(&mut rng, nrows, ncols, a.density * ncols as f64)?;
-        let values: Vec<f32> = (0..indices.len())
-            .map(|_| rng.sample(StandardNormal))
-            .collect();
+        let values: Vec<T> = (0..indices.len()).map(|_| normal(&mut rng)).collect();
         let nnz = indices.len();
         let mat = CsMatI::try_new((nrows, ncols), indptr, indices, values)
             .map_err(|(_, _, _, e)| CliError::Usage(format!("generated matrix: {e}")))?;
@@ -277,7 +327,7 @@ impl Data {
         Ok(Data {
             input: Input::Csr { mat, mask },
             nnz,
-            bytes: (nnz * 8 + (nrows + 1) * 8) as f64,
+            bytes: (nnz * (std::mem::size_of::<T>() + 4) + (nrows + 1) * 8) as f64,
         })
     }
 
@@ -295,9 +345,7 @@ impl Data {
         let mut rng = SmallRng::seed_from_u64(a.seed);
         let k = (a.density * n as f64).round() as usize;
         let pattern = CooPattern::from_flat(shape, &random_positions(&mut rng, n, k))?;
-        let values: Vec<f32> = (0..pattern.nnz())
-            .map(|_| rng.sample(StandardNormal))
-            .collect();
+        let values: Vec<T> = (0..pattern.nnz()).map(|_| normal(&mut rng)).collect();
         let mask = match a.mask_source.as_str() {
             "pattern" => CooMask::Stored,
             "random" => {
@@ -314,7 +362,8 @@ impl Data {
         Ok(Data {
             input: Input::Coo(MaskedCoo::from_parts(pattern, values, mask)?),
             nnz,
-            bytes: (nnz * 4 + nnz * shape.len() * std::mem::size_of::<usize>()) as f64,
+            bytes: (nnz * std::mem::size_of::<T>()
+                + nnz * shape.len() * std::mem::size_of::<usize>()) as f64,
         })
     }
 

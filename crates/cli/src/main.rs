@@ -79,7 +79,7 @@ fn ops_help() -> String {
 /// The op options given on the command line, in registry order: one `--NAME VALUE` flag
 /// per option of the registry ([`OPTIONS`]), so a new option needs no CLI code.
 #[derive(Debug, Clone, Default)]
-struct OpOptions(Vec<(&'static str, String)>);
+pub(crate) struct OpOptions(pub(crate) Vec<(&'static str, String)>);
 
 impl clap::FromArgMatches for OpOptions {
     fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
@@ -324,12 +324,7 @@ fn dense_apply<T: Element>(
 
 /// A stored 0 / false of a sparse mask file is not valid.
 fn nonzero(v: &DynVec) -> Vec<bool> {
-    match v {
-        DynVec::F32(v) => v.iter().map(|&x| x != 0.0).collect(),
-        DynVec::F64(v) => v.iter().map(|&x| x != 0.0).collect(),
-        DynVec::I32(v) => v.iter().map(|&x| x != 0).collect(),
-        DynVec::I64(v) => v.iter().map(|&x| x != 0).collect(),
-    }
+    with_dyn_vec!(v, v => v.iter().map(|x| x.to_f64() != 0.0).collect())
 }
 
 fn run_sparse_file(a: &RunArgs, req: &OpRequest, layout: &str) -> Result<(), CliError> {

@@ -53,41 +53,110 @@ fn to_std<T: Clone>(a: ArrayD<T>) -> (Vec<usize>, Vec<T>) {
     (shape, v)
 }
 
-/// Reads a value array (f32, f64, i32 or i64).
+/// How each dtype is written to `.npy` / `.npz` / `.mtx` files: one impl per dtype of
+/// the table in masked-core (`dtypes!`), so `with_dyn_vec!` reaches every one.
+pub trait FileValue: masked::Element {
+    /// Encodes an array of this type as `.npy` bytes.
+    fn encode_npy(shape: &[usize], v: Vec<Self>, out: &mut Vec<u8>) -> Result<(), String>;
+    /// The value as Matrix Market text.
+    fn mtx_text(self) -> String;
+}
+
+macro_rules! native_file_value {
+    ($($t:ty, $fmt:literal;)*) => {$(
+        impl FileValue for $t {
+            fn encode_npy(shape: &[usize], v: Vec<Self>, out: &mut Vec<u8>) -> Result<(), String> {
+                encode(shape, v, out)
+            }
+            fn mtx_text(self) -> String {
+                format!($fmt, self)
+            }
+        }
+    )*};
+}
+native_file_value! { f32, "{:e}"; f64, "{:e}"; i32, "{}"; i64, "{}"; }
+
+impl FileValue for half::f16 {
+    /// numpy's `float16` (`<f2`): written as the `u16` bits, descriptor patched.
+    fn encode_npy(shape: &[usize], v: Vec<Self>, out: &mut Vec<u8>) -> Result<(), String> {
+        let start = out.len();
+        encode(
+            shape,
+            v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>(),
+            out,
+        )?;
+        patch_descr(&mut out[start..], b"u2", b"f2")
+            .then_some(())
+            .ok_or_else(|| "cannot write a float16 .npy header".to_string())
+    }
+    fn mtx_text(self) -> String {
+        format!("{:e}", self.to_f32())
+    }
+}
+
+impl FileValue for half::bf16 {
+    fn encode_npy(_: &[usize], _: Vec<Self>, _: &mut Vec<u8>) -> Result<(), String> {
+        Err("bf16 values have no .npy dtype (numpy has no bfloat16): cast to f32 first".into())
+    }
+    fn mtx_text(self) -> String {
+        format!("{:e}", self.to_f32())
+    }
+}
+
+/// Replaces the type code `from` (e.g. `u2`) of a `.npy` header's `descr` by `to` (same
+/// length), in place; false when the header has no such descriptor.
+fn patch_descr(bytes: &mut [u8], from: &[u8; 2], to: &[u8; 2]) -> bool {
+    // the header is ASCII and ends at the first newline after the magic
+    let end = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(0)
+        .min(bytes.len());
+    let header = &mut bytes[..end];
+    for order in [b'<', b'>', b'|', b'='] {
+        let pat = [b'\'', order, from[0], from[1], b'\''];
+        if let Some(p) = header.windows(5).position(|w| w == pat) {
+            header[p + 2] = to[0];
+            header[p + 3] = to[1];
+            return true;
+        }
+    }
+    false
+}
+
+/// Reads a value array (f16, f32, f64, i32 or i64).
 pub fn read_values(path: &Path) -> Result<DynArray, CliError> {
     let bytes = read_bytes(path)?;
     let err = |e| describe(path, e);
-    if let Some(a) = attempt::<f32>(&bytes).map_err(err)? {
-        let (shape, v) = to_std(a);
-        return Ok(DynArray {
-            shape,
-            values: DynVec::F32(v),
-        });
+    macro_rules! try_dtype {
+        ($t:ty) => {
+            if let Some(a) = attempt::<$t>(&bytes).map_err(err)? {
+                let (shape, v) = to_std(a);
+                return Ok(DynArray {
+                    shape,
+                    values: <$t as masked::Element>::into_dyn(v),
+                });
+            }
+        };
     }
-    if let Some(a) = attempt::<f64>(&bytes).map_err(err)? {
-        let (shape, v) = to_std(a);
-        return Ok(DynArray {
-            shape,
-            values: DynVec::F64(v),
-        });
-    }
-    if let Some(a) = attempt::<i32>(&bytes).map_err(err)? {
-        let (shape, v) = to_std(a);
-        return Ok(DynArray {
-            shape,
-            values: DynVec::I32(v),
-        });
-    }
-    if let Some(a) = attempt::<i64>(&bytes).map_err(err)? {
-        let (shape, v) = to_std(a);
-        return Ok(DynArray {
-            shape,
-            values: DynVec::I64(v),
-        });
+    try_dtype!(f32);
+    try_dtype!(f64);
+    try_dtype!(i32);
+    try_dtype!(i64);
+    // float16: read as its u16 bits under a patched descriptor
+    let mut patched = bytes.clone();
+    if patch_descr(&mut patched, b"f2", b"u2") {
+        if let Some(a) = attempt::<u16>(&patched).map_err(err)? {
+            let (shape, v) = to_std(a);
+            return Ok(DynArray {
+                shape,
+                values: DynVec::F16(v.into_iter().map(half::f16::from_bits).collect()),
+            });
+        }
     }
     Err(CliError::file(
         path,
-        "unsupported dtype: values must be float32, float64, int32 or int64".into(),
+        "unsupported dtype: values must be float16, float32, float64, int32 or int64".into(),
     ))
 }
 
@@ -146,5 +215,5 @@ pub fn encode<T: WritableElement>(
 
 /// Encodes a [`DynVec`] as `.npy` bytes.
 pub fn encode_dyn(shape: &[usize], v: DynVec, out: &mut Vec<u8>) -> Result<(), String> {
-    masked::with_dyn_vec!(v, v => encode(shape, v, out))
+    masked::with_dyn_vec!(v, v => FileValue::encode_npy(shape, v, out))
 }

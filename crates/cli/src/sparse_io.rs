@@ -3,6 +3,7 @@
 
 use crate::error::CliError;
 use crate::npy::write_atomic;
+use crate::npy::FileValue;
 use masked::by_name::SparseOutcome;
 use masked::DynVec;
 use ndarray::{Array1, Array2};
@@ -104,12 +105,10 @@ impl SparseFile {
 
 /// `values[order[k]]` for every `k`.
 pub fn permute(values: &DynVec, order: &[usize]) -> DynVec {
-    match values {
-        DynVec::F32(v) => DynVec::F32(order.iter().map(|&k| v[k]).collect()),
-        DynVec::F64(v) => DynVec::F64(order.iter().map(|&k| v[k]).collect()),
-        DynVec::I32(v) => DynVec::I32(order.iter().map(|&k| v[k]).collect()),
-        DynVec::I64(v) => DynVec::I64(order.iter().map(|&k| v[k]).collect()),
+    fn pick<T: masked::Element>(v: &[T], order: &[usize]) -> DynVec {
+        T::into_dyn(order.iter().map(|&k| v[k]).collect())
     }
+    masked::with_dyn_vec!(values, v => pick(v, order))
 }
 
 /// The field of a Matrix Market file.
@@ -503,6 +502,13 @@ pub fn write_sparse(path: &Path, out: &SparseOutcome) -> Result<(), CliError> {
                     DynVec::F64(v) => w.add_array("data", &Array1::from_vec(v.clone())),
                     DynVec::I32(v) => w.add_array("data", &Array1::from_vec(v.clone())),
                     DynVec::I64(v) => w.add_array("data", &Array1::from_vec(v.clone())),
+                    // sparse files of half values are not read, so never written
+                    other => {
+                        return Err(format!(
+                            "{} .npz data is not supported",
+                            other.dtype().name()
+                        ))
+                    }
                 }
                 .map_err(e)?;
                 w.add_array("shape", &shape).map_err(e)?;
@@ -532,12 +538,8 @@ pub fn write_sparse(path: &Path, out: &SparseOutcome) -> Result<(), CliError> {
                 let ncols = out.shape[1].max(1);
                 for (k, &flat) in out.indices.iter().enumerate() {
                     let (r, c) = (flat / ncols + 1, flat % ncols + 1);
-                    let _ = match &out.values {
-                        DynVec::F32(v) => writeln!(s, "{r} {c} {:e}", v[k]),
-                        DynVec::F64(v) => writeln!(s, "{r} {c} {:e}", v[k]),
-                        DynVec::I32(v) => writeln!(s, "{r} {c} {}", v[k]),
-                        DynVec::I64(v) => writeln!(s, "{r} {c} {}", v[k]),
-                    };
+                    let text = masked::with_dyn_vec!(&out.values, v => FileValue::mtx_text(v[k]));
+                    let _ = writeln!(s, "{r} {c} {text}");
                 }
                 *buf = s.into_bytes();
                 Ok(())

@@ -972,3 +972,86 @@ fn registry_op_ptp_runs_and_help_lists_every_op() {
         );
     }
 }
+
+/// Writes `v` (row-major, `shape`) as a numpy float16 `.npy` file: the u16 bits under a
+/// `<f2` descriptor, which is what `numpy.save` writes for float16.
+fn save_f16(dir: &Path, name: &str, shape: &[usize], v: &[f32]) -> PathBuf {
+    let bits: Vec<u16> = v
+        .iter()
+        .map(|&x| half::f16::from_f32(x).to_bits())
+        .collect();
+    let a = ArrayD::from_shape_vec(ndarray::IxDyn(shape), bits).unwrap();
+    let mut bytes = Vec::new();
+    a.write_npy(&mut bytes).unwrap();
+    let at = bytes
+        .windows(5)
+        .position(|w| w == b"'<u2'")
+        .expect("u16 descriptor")
+        + 2;
+    bytes[at] = b'f';
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn load_f16(p: &Path) -> (Vec<usize>, Vec<f32>) {
+    let mut bytes = std::fs::read(p).unwrap();
+    let at = bytes
+        .windows(5)
+        .position(|w| w == b"'<f2'")
+        .expect("float16 output")
+        + 2;
+    bytes[at] = b'u';
+    let a = ArrayD::<u16>::read_npy(&bytes[..]).unwrap();
+    let shape = a.shape().to_vec();
+    (
+        shape,
+        a.iter()
+            .map(|&b| half::f16::from_bits(b).to_f32())
+            .collect(),
+    )
+}
+
+/// float16 `.npy` in, float16 out: computed in f32 and rounded once.
+#[test]
+fn float16_npy_round_trips_through_ops() {
+    let d = tempfile::tempdir().unwrap();
+    save_f16(d.path(), "h.npy", &[2, 3], &[1.0, 2.0, 4.0, 0.1, 0.2, 0.3]);
+    save(
+        d.path(),
+        "m.npy",
+        &array![[true, true, false], [true, true, true]],
+    );
+    let o = run(
+        d.path(),
+        &[
+            "mean", "h.npy", "--mask", "m.npy", "--dim", "1", "-o", "out.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (shape, v) = load_f16(&d.path().join("out.npy"));
+    assert_eq!(shape, vec![2]);
+    // row 0: (1 + 2) / 2; row 1: the f16 values of 0.1, 0.2, 0.3 averaged in f32, rounded
+    let h = |x: f32| half::f16::from_f32(x).to_f32();
+    assert_eq!(v[0], 1.5);
+    assert_eq!(v[1], h((h(0.1) + h(0.2) + h(0.3)) / 3.0));
+    let o = run(
+        d.path(),
+        &["softmax", "h.npy", "--dim", "1", "-o", "out.npy"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, v) = load_f16(&d.path().join("out.npy"));
+    let e = [1f32.exp(), 2f32.exp(), 4f32.exp()];
+    let s: f32 = e.iter().sum();
+    for k in 0..3 {
+        assert!((v[k] - h(e[k] / s)).abs() <= 1e-3 * h(e[k] / s), "{v:?}");
+    }
+    // integer outputs stay integer
+    let o = run(
+        d.path(),
+        &["argmax", "h.npy", "--dim", "1", "-o", "out.npy"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: ArrayD<i64> = load(&d.path().join("out.npy"));
+    assert_eq!(v.as_slice().unwrap(), &[2, 2]);
+}

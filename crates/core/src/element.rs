@@ -5,85 +5,127 @@ use masked_kernels::select::SelectKey;
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt::Debug;
 
-/// Runtime tag of an [`Element`] type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-pub enum DType {
-    /// 32-bit float.
-    F32,
-    /// 64-bit float.
-    F64,
-    /// 32-bit signed integer.
-    I32,
-    /// 64-bit signed integer.
-    I64,
-}
-
-impl DType {
-    /// Lower-case name (`f32`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
+/// Declares the dtypes once: from this table follow [`DType`] (tags, names, sizes,
+/// parsing), [`DynVec`] (a vector of any dtype) and the dispatch macros
+/// [`with_dyn_vec!`](crate::with_dyn_vec) and [`with_dtype!`](crate::with_dtype). How
+/// each type computes (its accumulators and output types) is its [`Element`] impl.
+macro_rules! dtypes {
+    ($d:tt $( $(#[doc = $doc:literal])* $var:ident => $t:ty, $name:literal, float: $float:literal; )*) => {
+        /// Runtime tag of an [`Element`] type.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+        pub enum DType {
+            $( $(#[doc = $doc])* $var, )*
         }
-    }
-    /// Whether the type is a float.
-    pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
-    }
-}
 
-/// Runs one generic expression on whichever vector a [`DynVec`] holds: `$v` is matched
-/// (by value or by reference, as given) and `$x` binds the `Vec` of each dtype in turn,
-/// so the expression is written once instead of once per dtype arm.
-///
-/// ```
-/// use masked_core::{with_dyn_vec, DynVec};
-/// let v = DynVec::I32(vec![1, 2, 3]);
-/// assert_eq!(with_dyn_vec!(&v, x => x.len()), 3);
-/// let total: f64 = with_dyn_vec!(v, x => x.iter().map(|&e| e as f64).sum());
-/// assert_eq!(total, 6.0);
-/// ```
-#[macro_export]
-macro_rules! with_dyn_vec {
-    ($v:expr, $x:ident => $body:expr) => {
-        match $v {
-            $crate::DynVec::F32($x) => $body,
-            $crate::DynVec::F64($x) => $body,
-            $crate::DynVec::I32($x) => $body,
-            $crate::DynVec::I64($x) => $body,
+        impl DType {
+            /// Every dtype, in declaration order.
+            pub const ALL: &'static [DType] = &[$(DType::$var),*];
+            /// Lower-case name (`f32`, `bf16`, ...).
+            pub fn name(self) -> &'static str {
+                match self { $( DType::$var => $name, )* }
+            }
+            /// Whether the type is a float.
+            pub fn is_float(self) -> bool {
+                match self { $( DType::$var => $float, )* }
+            }
+            /// Bytes per value.
+            pub fn size(self) -> usize {
+                match self { $( DType::$var => std::mem::size_of::<$t>(), )* }
+            }
+        }
+
+        impl std::str::FromStr for DType {
+            type Err = crate::MaskedError;
+            fn from_str(s: &str) -> crate::Result<DType> {
+                match s {
+                    $( $name => Ok(DType::$var), )*
+                    other => Err(crate::MaskedError::InvalidArgument {
+                        name: "dtype",
+                        value: other.to_string(),
+                        reason: concat!("expected one of:" $(, " ", $name)*),
+                    }),
+                }
+            }
+        }
+
+        /// A vector of values of any [`Element`] type, tagged at run time (for I/O and
+        /// for code that picks the dtype from a file).
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum DynVec {
+            $( $(#[doc = $doc])* $var(Vec<$t>), )*
+        }
+
+        /// The value type of each [`DType`], by the tag's name (what
+        /// [`with_dtype!`](crate::with_dtype) binds).
+        pub mod types {
+            $( #[doc = concat!("The value type of `", $name, "`.")] pub type $var = $t; )*
+        }
+
+        impl DynVec {
+            /// The tag.
+            pub fn dtype(&self) -> DType {
+                match self { $( DynVec::$var(_) => DType::$var, )* }
+            }
+        }
+
+        /// Runs one generic expression on whichever vector a [`DynVec`] holds: `$v` is
+        /// matched (by value or by reference, as given) and `$x` binds the `Vec` of each
+        /// dtype in turn, so the expression is written once instead of once per dtype.
+        ///
+        /// ```
+        /// use masked_core::{with_dyn_vec, DynVec, Element};
+        /// let v = DynVec::I32(vec![1, 2, 3]);
+        /// assert_eq!(with_dyn_vec!(&v, x => x.len()), 3);
+        /// let total: f64 = with_dyn_vec!(v, x => x.iter().map(|e| e.to_f64()).sum());
+        /// assert_eq!(total, 6.0);
+        /// ```
+        #[macro_export]
+        macro_rules! with_dyn_vec {
+            ($d v:expr, $d x:ident => $d body:expr) => {
+                match $d v {
+                    $( $d crate::DynVec::$var($d x) => $d body, )*
+                }
+            };
+        }
+
+        /// Runs one generic expression with the type parameter `$T` bound to the
+        /// [`Element`] type of a [`DType`] (a dtype chosen at run time, e.g. by a flag).
+        ///
+        /// ```
+        /// use masked_core::{with_dtype, DType, Element};
+        /// fn zero<T: Element>() -> f64 { T::ZERO.to_f64() }
+        /// assert_eq!(with_dtype!(DType::F16, T => zero::<T>()), 0.0);
+        /// ```
+        #[macro_export]
+        macro_rules! with_dtype {
+            ($d dt:expr, $d T:ident => $d body:expr) => {
+                match $d dt {
+                    $( $d crate::DType::$var => { type $d T = $d crate::element::types::$var; $d body } )*
+                }
+            };
         }
     };
 }
 
-/// A vector of values of any [`Element`] type, tagged at run time (for I/O and for code
-/// that picks the dtype from a file).
-#[derive(Debug, Clone, PartialEq)]
-pub enum DynVec {
-    /// f32 values.
-    F32(Vec<f32>),
-    /// f64 values.
-    F64(Vec<f64>),
-    /// i32 values.
-    I32(Vec<i32>),
-    /// i64 values.
-    I64(Vec<i64>),
+dtypes! { $
+    /// 32-bit float.
+    F32 => f32, "f32", float: true;
+    /// 64-bit float.
+    F64 => f64, "f64", float: true;
+    /// IEEE half precision (`half::f16`): stored as halves, computed in f32.
+    F16 => half::f16, "f16", float: true;
+    /// bfloat16 (`half::bf16`): stored as halves, computed in f32.
+    BF16 => half::bf16, "bf16", float: true;
+    /// 32-bit signed integer.
+    I32 => i32, "i32", float: false;
+    /// 64-bit signed integer.
+    I64 => i64, "i64", float: false;
 }
 
 impl DynVec {
-    /// The tag.
-    pub fn dtype(&self) -> DType {
-        match self {
-            DynVec::F32(_) => DType::F32,
-            DynVec::F64(_) => DType::F64,
-            DynVec::I32(_) => DType::I32,
-            DynVec::I64(_) => DType::I64,
-        }
-    }
     /// Number of values.
     pub fn len(&self) -> usize {
-        crate::with_dyn_vec!(self, v => v.len())
+        with_dyn_vec!(self, v => v.len())
     }
     /// Whether there are no values.
     pub fn is_empty(&self) -> bool {
@@ -234,6 +276,9 @@ pub trait Element:
     fn total_to_wide(t: Self::Total) -> Self::Wide;
     /// Into f64 (exact for f32, f64 and i32).
     fn to_f64(self) -> f64;
+    /// From f64: rounding to nearest for floats, truncating and saturating for integers
+    /// (NaN gives 0), as Rust's `as` casts.
+    fn from_f64_lossy(v: f64) -> Self;
     /// Whether this is a NaN (always false for integers).
     fn is_nan(self) -> bool;
     /// Into the statistics type (`f32` stays `f32`, others become `f64`).
@@ -252,9 +297,38 @@ pub trait Element:
     fn abs_f64(self) -> f64 {
         self.to_f64().abs()
     }
+    /// Into the compute type of the statistics type ([`Float::Calc`]): `f32` for `f32`
+    /// and the half types, `f64` otherwise.
+    #[inline(always)]
+    fn calc(self) -> CalcOf<Self> {
+        Float::to_calc(self.to_real())
+    }
 }
 
-/// A float output type (`f32` or `f64`).
+/// The compute type of the statistics of `T` ([`Float::Calc`] of [`Element::Real`]).
+pub type CalcOf<T> = <<T as Element>::Real as Float>::Calc;
+
+/// Runs `f` on a slice of the compute type standing for `out`: `out` itself when the
+/// output type is its own compute type (`f32`, `f64`: no copy), else a scratch lane whose
+/// values are then rounded once into `out` (the half types).
+#[inline]
+pub fn with_calc_out<R: Float>(out: &mut [R], f: impl FnOnce(&mut [R::Calc])) {
+    if std::any::TypeId::of::<R>() == std::any::TypeId::of::<R::Calc>() {
+        // SAFETY: `R` and `R::Calc` are the same type (equal type ids).
+        let same = unsafe {
+            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<R::Calc>(), out.len())
+        };
+        f(same);
+    } else {
+        let mut scratch = vec![<R::Calc as Element>::ZERO; out.len()];
+        f(&mut scratch);
+        for (o, &c) in out.iter_mut().zip(&scratch) {
+            *o = R::from_calc(c);
+        }
+    }
+}
+
+/// A float output type (`f32`, `f64`, `f16`, `bf16`).
 pub trait Float:
     Element
     + std::ops::Add<Output = Self>
@@ -292,6 +366,13 @@ pub trait Float:
     const NEG_INFINITY: Self;
     /// Conversion from f64 (rounding to nearest for f32).
     fn from_f64(v: f64) -> Self;
+    /// The type this float computes in: itself for `f32` and `f64`, `f32` for the half
+    /// types (accumulators, `exp`, scratch lanes), so a half result is rounded once.
+    type Calc: Float;
+    /// Into the compute type (exact).
+    fn to_calc(self) -> Self::Calc;
+    /// From the compute type, rounding to nearest.
+    fn from_calc(c: Self::Calc) -> Self;
 }
 
 /// `e^x` for `x <= 0` in f32 (see [`Float::exp_nonpos`]), with fused multiply-adds when
@@ -415,6 +496,10 @@ macro_rules! element_float {
                 self as f64
             }
             #[inline(always)]
+            fn from_f64_lossy(v: f64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
             }
@@ -478,11 +563,143 @@ macro_rules! element_float {
             fn from_f64(v: f64) -> Self {
                 v as $t
             }
+            type Calc = $t;
+            #[inline(always)]
+            fn to_calc(self) -> $t {
+                self
+            }
+            #[inline(always)]
+            fn from_calc(c: $t) -> $t {
+                c
+            }
         }
     };
 }
 element_float!(f32, DType::F32, f32, F32, exp_nonpos_f32, u32);
 element_float!(f64, DType::F64, f64, F64, exp_nonpos_f64, u64);
+
+macro_rules! element_half {
+    ($t:ty, $dt:expr, $var:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = $dt;
+            const LOWEST: Self = <$t>::NEG_INFINITY;
+            const HIGHEST: Self = <$t>::INFINITY;
+            const ZERO: Self = <$t>::ZERO;
+            type Lane = f32;
+            type Total = f64;
+            type Wide = $t;
+            type Real = $t;
+            type MeanLane = f32;
+            type MeanTotal = f64;
+            #[inline(always)]
+            fn to_mean_lane(self) -> f32 {
+                self.to_f32()
+            }
+            #[inline(always)]
+            fn mean_lane_to_total(l: f32) -> f64 {
+                l as f64
+            }
+            #[inline(always)]
+            fn to_lane(self) -> f32 {
+                self.to_f32()
+            }
+            #[inline(always)]
+            fn lane_to_total(l: f32) -> f64 {
+                l as f64
+            }
+            #[inline(always)]
+            fn to_total(self) -> f64 {
+                self.to_f64()
+            }
+            #[inline(always)]
+            fn total_to_wide(t: f64) -> $t {
+                <$t>::from_f64(t)
+            }
+            #[inline(always)]
+            fn from_total(t: f64) -> $t {
+                <$t>::from_f64(t)
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+            #[inline(always)]
+            fn from_f64_lossy(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+            fn into_dyn(v: Vec<Self>) -> DynVec {
+                DynVec::$var(v)
+            }
+            #[inline(always)]
+            fn to_real(self) -> $t {
+                self
+            }
+            type Key = u16;
+            /// The bits with the sign flipped (positives) or all bits flipped
+            /// (negatives), as for the wider floats.
+            #[inline(always)]
+            fn key(self) -> u16 {
+                let b = self.to_bits();
+                let neg = 0u16.wrapping_sub(b >> 15);
+                b ^ (neg | 0x8000)
+            }
+            #[inline(always)]
+            fn from_key(k: u16) -> Self {
+                let b = if k >> 15 == 1 { k & 0x7fff } else { !k };
+                <$t>::from_bits(b)
+            }
+        }
+        impl Float for $t {
+            const ONE: Self = <$t>::ONE;
+            #[inline(always)]
+            fn sqrt(self) -> Self {
+                <$t>::from_f32(self.to_f32().sqrt())
+            }
+            #[inline(always)]
+            fn ln(self) -> Self {
+                <$t>::from_f32(self.to_f32().ln())
+            }
+            #[inline(always)]
+            fn abs(self) -> Self {
+                <$t>::from_bits(self.to_bits() & 0x7fff)
+            }
+            #[inline(always)]
+            fn powf(self, p: Self) -> Self {
+                <$t>::from_f32(self.to_f32().powf(p.to_f32()))
+            }
+            #[inline(always)]
+            fn exp_nonpos(self) -> Self {
+                <$t>::from_f32(exp_nonpos_f32::<false>(self.to_f32()))
+            }
+            #[inline(always)]
+            fn exp_nonpos_fused(self) -> Self {
+                <$t>::from_f32(exp_nonpos_f32::<true>(self.to_f32()))
+            }
+            const NAN: Self = <$t>::NAN;
+            const INFINITY: Self = <$t>::INFINITY;
+            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+            type Calc = f32;
+            #[inline(always)]
+            fn to_calc(self) -> f32 {
+                self.to_f32()
+            }
+            #[inline(always)]
+            fn from_calc(c: f32) -> $t {
+                <$t>::from_f32(c)
+            }
+        }
+    };
+}
+element_half!(half::f16, DType::F16, F16);
+element_half!(half::bf16, DType::BF16, BF16);
 
 macro_rules! element_int {
     ($t:ty, $dt:expr, $var:ident, $mean:ty, $key:ty) => {
@@ -528,6 +745,10 @@ macro_rules! element_int {
             #[inline(always)]
             fn to_f64(self) -> f64 {
                 self as f64
+            }
+            #[inline(always)]
+            fn from_f64_lossy(v: f64) -> Self {
+                v as $t
             }
             #[inline(always)]
             fn is_nan(self) -> bool {

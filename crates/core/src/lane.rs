@@ -4,7 +4,7 @@
 //! lane with its mask bits and an output lane to fill ([`LaneMap`]).
 
 use crate::element::keys_in_place;
-use crate::element::{Acc, Element, Float};
+use crate::element::{with_calc_out, Acc, CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
 use crate::ops::{AMaxLanes, AMinLanes};
@@ -305,34 +305,37 @@ impl<T: Element> LaneMap<T> for Softmax {
         }
     }
     fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
-        if fused_exp() {
-            softmax_lane::<T, true>(self.kind, xs, bits, out);
-        } else {
-            softmax_lane::<T, false>(self.kind, xs, bits, out);
-        }
+        with_calc_out(out, |out| {
+            if fused_exp() {
+                softmax_lane::<T, true>(self.kind, xs, bits, out);
+            } else {
+                softmax_lane::<T, false>(self.kind, xs, bits, out);
+            }
+        });
     }
 }
 
-/// One lane of [`Softmax`], the vector kernels' `exp` fused when `FUSED`.
+/// One lane of [`Softmax`] in the compute type, the vector kernels' `exp` fused when
+/// `FUSED`.
 fn softmax_lane<T: Element, const FUSED: bool>(
     kind: SoftmaxKind,
     xs: &[T],
     bits: Option<Bits<'_>>,
-    out: &mut [T::Real],
+    out: &mut [CalcOf<T>],
 ) {
     let log = kind == SoftmaxKind::LogSoftmax;
     let neg = kind == SoftmaxKind::Softmin;
     let fill = if log {
-        <T::Real as Float>::NEG_INFINITY
+        <CalcOf<T> as Float>::NEG_INFINITY
     } else {
-        <T::Real as Element>::ZERO
+        <CalcOf<T> as Element>::ZERO
     };
     let valid = bits.map_or(xs.len(), |b| b.count_ones(xs.len()));
     if valid == 0 {
         out.fill(fill);
         return;
     }
-    let zero = <T::Real as Element>::ZERO;
+    let zero = <CalcOf<T> as Element>::ZERO;
     if let Some(b) = bits.filter(|_| !log && packs_fast::<T>() && xs.len() <= BLOCK) {
         // exp of the valid values only: pack them (one pass over memory), take their
         // max and write their exps packed at the end of `out`, sum and scale those
@@ -341,18 +344,18 @@ fn softmax_lane<T: Element, const FUSED: bool>(
         packed_blocks(xs, bits, |p| {
             let dst = &mut out[from..];
             if neg {
-                let shift = fold_run(&AMinLanes, p, None, 0).to_real();
+                let shift = fold_run(&AMinLanes, p, None, 0).calc();
                 map_run(p, None, dst, move |x: T, _| {
-                    exp_of::<_, FUSED>(shift - x.to_real())
+                    exp_of::<_, FUSED>(shift - x.calc())
                 });
             } else {
-                let shift = fold_run(&AMaxLanes, p, None, 0).to_real();
+                let shift = fold_run(&AMaxLanes, p, None, 0).calc();
                 map_run(p, None, dst, move |x: T, _| {
-                    exp_of::<_, FUSED>(x.to_real() - shift)
+                    exp_of::<_, FUSED>(x.calc() - shift)
                 });
             }
-            let inv = <T::Real as Float>::ONE / fold_run(&RealSum, dst, None, 0);
-            update_run(dst, None, move |e: T::Real, _| e * inv);
+            let inv = <CalcOf<T> as Float>::ONE / fold_run(&RealSum, dst, None, 0);
+            update_run(dst, None, move |e: CalcOf<T>, _| e * inv);
         });
         expand_in_place(out, from, b, zero);
         return;
@@ -365,11 +368,11 @@ fn softmax_lane<T: Element, const FUSED: bool>(
         (true, false) => fold_run(&AMinLanes, xs, bits, 0),
         (false, false) => fold_run(&AMaxLanes, xs, bits, 0),
     };
-    let shift = m.to_real();
+    let shift = m.calc();
     if log {
         let lsum = exp_sum(xs, bits, shift).ln();
         map_run(xs, bits, out, move |x: T, ok| {
-            let v = x.to_real() - shift - lsum;
+            let v = x.calc() - shift - lsum;
             if ok {
                 v
             } else {
@@ -383,14 +386,14 @@ fn softmax_lane<T: Element, const FUSED: bool>(
         // element by element, without the vector kernels' set-up
         for (o, &x) in out.iter_mut().zip(xs) {
             let d = if neg {
-                shift - x.to_real()
+                shift - x.calc()
             } else {
-                x.to_real() - shift
+                x.calc() - shift
             };
             // plain exp: this loop is not in a kernel compiled with FMA
             *o = d.exp_nonpos();
         }
-        let inv = <T::Real as Float>::ONE / short_kernel(&RealSum, out, None, 0);
+        let inv = <CalcOf<T> as Float>::ONE / short_kernel(&RealSum, out, None, 0);
         for o in out.iter_mut() {
             *o = *o * inv;
         }
@@ -400,7 +403,7 @@ fn softmax_lane<T: Element, const FUSED: bool>(
     // is in L1, then scale in place
     if neg {
         map_run(xs, bits, out, move |x: T, ok| {
-            let d = if ok { shift - x.to_real() } else { zero };
+            let d = if ok { shift - x.calc() } else { zero };
             if ok {
                 exp_of::<_, FUSED>(d)
             } else {
@@ -409,7 +412,7 @@ fn softmax_lane<T: Element, const FUSED: bool>(
         });
     } else {
         map_run(xs, bits, out, move |x: T, ok| {
-            let d = if ok { x.to_real() - shift } else { zero };
+            let d = if ok { x.calc() - shift } else { zero };
             if ok {
                 exp_of::<_, FUSED>(d)
             } else {
@@ -417,13 +420,13 @@ fn softmax_lane<T: Element, const FUSED: bool>(
             }
         });
     }
-    let sum: T::Real = fold_run(&RealSum, out, None, 0);
-    let inv = <T::Real as Float>::ONE / sum;
+    let sum: CalcOf<T> = fold_run(&RealSum, out, None, 0);
+    let inv = <CalcOf<T> as Float>::ONE / sum;
     // masked-out positions stay 0 even when the lane's sum is NaN
     update_run(
         out,
         bits,
-        move |e: T::Real, ok| if ok { e * inv } else { zero },
+        move |e: CalcOf<T>, ok| if ok { e * inv } else { zero },
     );
 }
 
@@ -480,19 +483,21 @@ impl<T: Element> LaneMap<T> for Normalize {
         "normalize"
     }
     fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
-        let n: T::Real =
-            Fold::<T>::finish(&self.norm, &Fold::<T>::fold_slice(&self.norm, xs, bits));
-        let d = n.to_f64();
+        // the norm's state is f64: finish it there, without rounding to the output type
+        let s = Fold::<T>::fold_slice(&self.norm, xs, bits);
+        let d = self.norm.finish_f64(s);
         // max(norm, eps), NaN-propagating
         let denom = if d.is_nan() { d } else { d.max(self.eps) };
-        let denom = <T::Real as Float>::from_f64(denom);
-        let zero = <T::Real as Element>::ZERO;
-        map_run(
-            xs,
-            bits,
-            out,
-            move |x: T, ok| if ok { x.to_real() / denom } else { zero },
-        );
+        let denom = <CalcOf<T> as Float>::from_f64(denom);
+        let zero = <CalcOf<T> as Element>::ZERO;
+        with_calc_out(out, |out| {
+            map_run(
+                xs,
+                bits,
+                out,
+                move |x: T, ok| if ok { x.calc() / denom } else { zero },
+            )
+        });
     }
 }
 

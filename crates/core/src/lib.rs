@@ -40,6 +40,8 @@ pub use dims::{wrap_dim, Dims, ReducePlan};
 pub use element::{Acc, DType, DynVec, Element, Float};
 pub use error::{MaskedError, Result};
 pub use fold::{not_nan_words, Fold};
+/// The half-precision types (`half::f16`, `half::bf16`) the engine computes on.
+pub use half;
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use layout::LaneKernels;
 pub use mask::{BitMask, Bits};

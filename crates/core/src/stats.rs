@@ -1,7 +1,7 @@
 //! Statistical folds: var, std, norm, logsumexp. Each is a mergeable [`Fold`] whose
 //! `push_run` makes two vectorised passes over a cache-resident block.
 
-use crate::element::{Element, Float};
+use crate::element::{CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
 use crate::ops::{max_nan, min_nan, valid_blocks, AMaxLanes, MeanLanes};
@@ -30,30 +30,30 @@ pub(crate) fn exp_of<R: Float, const FUSED: bool>(d: R) -> R {
 struct SoftLanes<R, const FUSED: bool> {
     shift: R,
 }
-impl<T: Element, const FUSED: bool> Lanes<T> for SoftLanes<T::Real, FUSED> {
-    type A = T::Real;
+impl<T: Element, const FUSED: bool> Lanes<T> for SoftLanes<CalcOf<T>, FUSED> {
+    type A = CalcOf<T>;
     const HEAVY: bool = true;
     #[inline(always)]
-    fn id(&self) -> T::Real {
-        <T::Real as Element>::ZERO
+    fn id(&self) -> CalcOf<T> {
+        <CalcOf<T> as Element>::ZERO
     }
     #[inline(always)]
-    fn lift(&self, x: T, _: i64) -> T::Real {
-        exp_of::<_, FUSED>(x.to_real() - self.shift)
+    fn lift(&self, x: T, _: i64) -> CalcOf<T> {
+        exp_of::<_, FUSED>(x.calc() - self.shift)
     }
     #[inline(always)]
-    fn comb(&self, a: T::Real, b: T::Real) -> T::Real {
+    fn comb(&self, a: CalcOf<T>, b: CalcOf<T>) -> CalcOf<T> {
         a + b
     }
 }
 
 /// `sum(exp(x - shift))` over the valid elements of a run (every `x <= shift`), in the
 /// fastest kernel with the fastest `exp` this CPU has.
-pub(crate) fn exp_sum<T: Element>(xs: &[T], bits: Option<Bits<'_>>, shift: T::Real) -> T::Real {
+pub(crate) fn exp_sum<T: Element>(xs: &[T], bits: Option<Bits<'_>>, shift: CalcOf<T>) -> CalcOf<T> {
     if fused_exp() {
-        fold_run(&SoftLanes::<T::Real, true> { shift }, xs, bits, 0)
+        fold_run(&SoftLanes::<CalcOf<T>, true> { shift }, xs, bits, 0)
     } else {
-        fold_run(&SoftLanes::<T::Real, false> { shift }, xs, bits, 0)
+        fold_run(&SoftLanes::<CalcOf<T>, false> { shift }, xs, bits, 0)
     }
 }
 
@@ -109,19 +109,19 @@ impl Moments {
 struct SqDevLanes<R> {
     c: R,
 }
-impl<T: Element> Lanes<T> for SqDevLanes<T::Real> {
-    type A = T::Real;
+impl<T: Element> Lanes<T> for SqDevLanes<CalcOf<T>> {
+    type A = CalcOf<T>;
     #[inline(always)]
-    fn id(&self) -> T::Real {
-        <T::Real as Element>::ZERO
+    fn id(&self) -> CalcOf<T> {
+        <CalcOf<T> as Element>::ZERO
     }
     #[inline(always)]
-    fn lift(&self, x: T, _: i64) -> T::Real {
-        let d = x.to_real() - self.c;
+    fn lift(&self, x: T, _: i64) -> CalcOf<T> {
+        let d = x.calc() - self.c;
         d * d
     }
     #[inline(always)]
-    fn comb(&self, a: T::Real, b: T::Real) -> T::Real {
+    fn comb(&self, a: CalcOf<T>, b: CalcOf<T>) -> CalcOf<T> {
         a + b
     }
 }
@@ -139,8 +139,8 @@ fn moments_run<T: Element>(m: &mut Moments, xs: &[T], bits: Option<Bits<'_>>, id
         let mean = sum / n as f64;
         // deviations from c = mean rounded to the lane type; then exactly
         // sum((x - mean)^2) = sum((x - c)^2) - n (mean - c)^2
-        let c = <T::Real as Float>::from_f64(mean);
-        let s: T::Real = fold_run(&SqDevLanes::<T::Real> { c }, b, bb, i);
+        let c = <CalcOf<T> as Float>::from_f64(mean);
+        let s: CalcOf<T> = fold_run(&SqDevLanes::<CalcOf<T>> { c }, b, bb, i);
         let off = mean - c.to_f64();
         let m2 = (s.to_f64() - n as f64 * off * off).max(0.0);
         let m2 = if s.to_f64().is_nan() { f64::NAN } else { m2 };
@@ -344,6 +344,14 @@ impl Norm {
     pub fn ord(&self) -> f64 {
         self.ord
     }
+    /// The norm from its (f64) fold state, before rounding to an output type.
+    pub fn finish_f64(&self, s: f64) -> f64 {
+        match self.kind {
+            kind::TWO => s.sqrt(),
+            kind::P => s.powf(1.0 / self.ord),
+            _ => s,
+        }
+    }
 }
 
 /// Lane monoid of a [`Norm`] of kind `K` (order `p` for the general kind).
@@ -387,12 +395,7 @@ impl<T: Element> Fold<T> for Norm {
         *s = with_kind!(self, K => norm_comb::<K>(*s, o));
     }
     fn finish(&self, s: &f64) -> T::Real {
-        let v = match self.kind {
-            kind::TWO => s.sqrt(),
-            kind::P => s.powf(1.0 / self.ord),
-            _ => *s,
-        };
-        <T::Real as Float>::from_f64(v)
+        <T::Real as Float>::from_f64(self.finish_f64(*s))
     }
     fn push_run(&self, s: &mut f64, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         *s = with_kind!(self, K => {
@@ -467,9 +470,9 @@ impl<T: Element> Fold<T> for LogSumExp {
                 lse_merge(s, (mf, if mf == f64::INFINITY { 1.0 } else { 0.0 }));
                 return;
             }
-            let shift = m.to_real();
+            let shift = m.calc();
             let sum = exp_sum(b, bb, shift);
-            // the shift was rounded to T::Real: account for it exactly in f64
+            // the shift is the block's max in the compute type: record it exactly in f64
             lse_merge(s, (shift.to_f64(), sum.to_f64()));
         };
         // with packing, max and exp see only the valid values

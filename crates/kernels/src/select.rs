@@ -262,6 +262,13 @@ impl SelectKey for u64 {
     const ONE: Self = 1;
 }
 
+/// Keys of the half-precision floats: the portable passes.
+impl SelectKey for u16 {
+    const MIN: Self = 0;
+    const MAX: Self = u16::MAX;
+    const ONE: Self = 1;
+}
+
 /// The keys of ranks `j` and `j + 1` (when there is one) of at most [`SMALL`] keys, by
 /// counting rather than sorting ([`ranks2`]); padding with `MAX` changes no answer.
 #[inline(always)]

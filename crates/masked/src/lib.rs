@@ -55,9 +55,9 @@ pub use layout_coo::{CooLanes, CooMask, CooPattern, MaskedCoo};
 pub use layout_csr::{to_csmat, to_csvec, CsrLanes, CsrMapped, CsrMask, MaskedCsr, Pattern};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
-    lane, ops, registry, stats, with_dyn_vec, BitMask, Bits, DType, Dims, DynVec, Element, Float,
-    Fold, Interpolation, LaneKernels, LaneMap, LaneStat, MaskedError, MaskedOps, MedianMode, Op,
-    ReducePlan, Result, SparseArray,
+    half, lane, ops, registry, stats, with_dtype, with_dyn_vec, BitMask, Bits, DType, Dims, DynVec,
+    Element, Float, Fold, Interpolation, LaneKernels, LaneMap, LaneStat, MaskedError, MaskedOps,
+    MedianMode, Op, ReducePlan, Result, SparseArray,
 };
 
 /// The README's examples, compiled and run as doctests.

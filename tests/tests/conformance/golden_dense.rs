@@ -3,7 +3,9 @@
 //! - `dense_reductions.json` (scripts/gen_fixtures.py): sum ... count, from torch.masked;
 //! - `dense_stats.json` (scripts/gen_fixtures_stats.py): var, std, norm, logsumexp,
 //!   median, quantile, the normalizations, nanmedian, nanquantile, from torch.masked
-//!   and numpy (see the script for the few deliberate differences).
+//!   and numpy (see the script for the few deliberate differences);
+//! - `dense_half.json` (scripts/gen_fixtures_half.py): every op on f16 and bf16, from
+//!   numpy in f64 rounded once to the half type.
 
 use masked::by_name::{apply_dense, OpRequest};
 use masked::{with_dyn_vec, BitMask, Dims, Element, MaskedArray};
@@ -69,6 +71,13 @@ fn dense_reductions_match_torch_masked() {
 #[test]
 fn dense_statistics_and_normalizations_match_torch_and_numpy() {
     check_all("dense_stats.json", 8000, 1e-9);
+}
+
+/// f16 and bf16 (stored as halves, computed in f32, rounded once) against numpy in f64
+/// rounded once to the half type: two half ulps (`compare`'s half tolerance).
+#[test]
+fn dense_half_dtypes_match_numpy_rounded_once() {
+    check_all("dense_half.json", 3000, 0.0);
 }
 
 fn check_all(file: &str, at_least: usize, rtol: f64) {

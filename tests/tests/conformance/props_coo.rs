@@ -160,6 +160,18 @@ proptest! {
         check::<f32>(&c, |v| v as f32)?;
     }
 
+    /// Half values stored as halves, computed in f32, rounded once: the sparse layout
+    /// agrees with the dense one within two half ulps.
+    #[test]
+    fn coo_f16_equals_dense_oracle(c in case(true)) {
+        check::<half::f16>(&c, half::f16::from_f64)?;
+    }
+
+    #[test]
+    fn coo_bf16_equals_dense_oracle(c in case(true)) {
+        check::<half::bf16>(&c, half::bf16::from_f64)?;
+    }
+
     /// dense -> COO -> dense keeps the mask and the valid values; for 2-D, COO -> CSR
     /// -> COO keeps the stored positions, values and mask, and dense -> CSR -> dense
     /// keeps the mask and valid values.
