@@ -31,14 +31,24 @@ pub(crate) struct Grouped<'a, T: Clone> {
 impl<T: Element> Grouped<'_, T> {
     /// The lanes the CSR kernels run on.
     pub fn lanes(&self, fill: bool) -> Result<CsrLanes<'_, T, usize>> {
-        CsrLanes::try_new(
-            (self.indptr.len() - 1, self.ncols),
-            &self.indptr,
-            &self.cols,
-            &self.values,
-            self.valid.as_deref(),
-            fill,
-        )
+        if self.valid.as_ref().is_some_and(|w| w.len() < self.cols.len().div_ceil(64)) {
+            return Err(masked_core::MaskedError::InvalidData("too few validity words".into()));
+        }
+        // SAFETY: `group` builds one row per kept position (or per group with entries)
+        // from a validated COO pattern (row-major sorted, no duplicates, in range): the
+        // row pointer runs from 0 to nnz without decreasing, and within a row the
+        // reduced positions are distinct, increasing (row-major order) and below
+        // `ncols`; one value per entry; the word count is checked above.
+        Ok(unsafe {
+            CsrLanes::new_unchecked(
+                (self.indptr.len() - 1, self.ncols),
+                &self.indptr,
+                &self.cols,
+                &self.values,
+                self.valid.as_deref(),
+                fill,
+            )
+        })
     }
 
     /// The kept position of row `r`.

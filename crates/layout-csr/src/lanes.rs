@@ -180,6 +180,41 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         })
     }
 
+    /// Lanes over raw parts that are not checked again: the trusted entry of a layout
+    /// that builds the parts itself (the COO layout's grouping), so structure validated
+    /// once at its public boundary is not validated in O(nnz) on every op. Debug builds
+    /// (and the tests) still run [`CsrLanes::try_new`]'s checks.
+    ///
+    /// # Safety
+    /// The parts keep every rule [`CsrLanes::try_new`] checks: `indptr` has `shape.0 + 1`
+    /// non-decreasing entries from 0 to `indices.len()`, the indices of each row are
+    /// strictly increasing and below `shape.1`, one value per index, and at least
+    /// `indices.len().div_ceil(64)` validity words. The kernels index without bounds
+    /// checks on these invariants.
+    #[doc(hidden)]
+    pub unsafe fn new_unchecked(
+        shape: (usize, usize),
+        indptr: &'a [usize],
+        indices: &'a [I],
+        values: &'a [T],
+        valid: Option<&'a [u64]>,
+        fill: bool,
+    ) -> Self {
+        debug_assert!(
+            Self::try_new(shape, indptr, indices, values, valid, fill).is_ok(),
+            "CsrLanes::new_unchecked: {:?}",
+            Self::try_new(shape, indptr, indices, values, valid, fill).err()
+        );
+        CsrLanes {
+            shape,
+            indptr,
+            indices,
+            values,
+            valid: valid.map(Cow::Borrowed),
+            fill,
+        }
+    }
+
     /// The same lanes with validity bits `!is_nan` ANDed in (unstored zeros stay
     /// valid); the bits are owned, the structure and values still borrowed.
     pub fn nan_masked(&self) -> CsrLanes<'a, T, I> {
