@@ -31,8 +31,14 @@ pub(crate) struct Grouped<'a, T: Clone> {
 impl<T: Element> Grouped<'_, T> {
     /// The lanes the CSR kernels run on.
     pub fn lanes(&self, fill: bool) -> Result<CsrLanes<'_, T, usize>> {
-        if self.valid.as_ref().is_some_and(|w| w.len() < self.cols.len().div_ceil(64)) {
-            return Err(masked_core::MaskedError::InvalidData("too few validity words".into()));
+        if self
+            .valid
+            .as_ref()
+            .is_some_and(|w| w.len() < self.cols.len().div_ceil(64))
+        {
+            return Err(masked_core::MaskedError::InvalidData(
+                "too few validity words".into(),
+            ));
         }
         // SAFETY: `group` builds one row per kept position (or per group with entries)
         // from a validated COO pattern (row-major sorted, no duplicates, in range): the

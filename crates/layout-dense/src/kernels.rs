@@ -6,8 +6,9 @@
 //!   ([`Fold::push_run`]). A lane too long for one task is split into fixed-size
 //!   chunks folded in parallel and merged in order.
 //! - **columns**: one block of reduced dims followed by kept dims (`dim=0` of a matrix):
-//!   sweep the reduced index, pushing each contiguous row into a row of states
-//!   ([`Fold::push_each`]); memory is read in order.
+//!   sweep the reduced index over blocks of columns, each block of rows going into a
+//!   row of states through the op's column fast path ([`Fold::push_columns`]); memory is
+//!   read in order.
 //! - **gather**: anything else (several separated reduced blocks): each lane's values
 //!   and bits are gathered into scratch buffers, then folded as a run.
 //!

@@ -1,0 +1,54 @@
+"""Old vs new binary, alternating in the same run: the regression check of a refactor.
+
+  python scripts/compare_binaries.py OLD_MASKED NEW_MASKED [ROUNDS]
+
+Runs the same `masked bench --json` commands (dense, CSR and COO, the README's main job
+ops) with the two binaries in turn, ROUNDS times (default 5), and prints per op and
+layout the median of new/old time ratios over the rounds, and each round's ratio. A
+ratio above 1.05 whose rounds mostly agree is a regression. Standard library only.
+"""
+import json
+import statistics
+import subprocess
+import sys
+
+JOBS = [
+    ("dense", ["--layout", "dense", "--op",
+               "sum,mean,amax,argmax,var,logsumexp,softmax,median", "--repeat", "7"]),
+    ("csr", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001", "--op",
+             "sum,mean,amax,var,softmax,median", "--repeat", "7"]),
+    ("csr-dim0", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001",
+                  "--op", "sum", "--dim", "0", "--repeat", "7"]),
+    ("coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01", "--dim", "2",
+             "--op", "sum,amax,median,softmax", "--repeat", "7"]),
+]
+
+
+def run(binary, args):
+    out = subprocess.run([binary, "bench", "--json", *args], check=True, capture_output=True,
+                         text=True).stdout
+    return {json.loads(l)["op"]: json.loads(l)["seconds"] for l in out.splitlines() if l.strip()}
+
+
+def main():
+    old, new = sys.argv[1], sys.argv[2]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    ratios = {}
+    for r in range(rounds):
+        for name, args in JOBS:
+            # alternate which binary goes first, so drift does not favour one
+            first, second = (old, new) if r % 2 == 0 else (new, old)
+            a = run(first, args)
+            b = run(second, args)
+            o, n = (a, b) if first == old else (b, a)
+            for op in o:
+                ratios.setdefault((name, op), []).append(n[op] / o[op])
+        print(f"round {r + 1} done", file=sys.stderr)
+    print(f"{'job':<10} {'op':<10} {'median new/old':>15}  rounds")
+    for (name, op), v in ratios.items():
+        rs = " ".join(f"{x:.2f}" for x in v)
+        print(f"{name:<10} {op:<10} {statistics.median(v):>15.3f}  {rs}")
+
+
+if __name__ == "__main__":
+    main()
