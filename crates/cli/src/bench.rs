@@ -58,6 +58,14 @@ pub struct BenchArgs {
     json: bool,
 }
 
+/// Writes one line of results to stdout; a closed pipe (`masked bench | head`) is an
+/// error with a message, not a panic.
+fn emit(line: String) -> Result<(), CliError> {
+    use std::io::Write;
+    writeln!(std::io::stdout().lock(), "{line}")
+        .map_err(|e| CliError::Usage(format!("cannot write the results to stdout: {e}")))
+}
+
 fn parse_list<T: std::str::FromStr>(s: &str, what: &str) -> Result<Vec<T>, CliError> {
     s.split(',')
         .map(|p| p.trim().parse::<T>())
@@ -100,10 +108,10 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         .map(|n| n.parse::<ops::Op>().map_err(CliError::from))
         .collect::<Result<Vec<_>, _>>()?;
     if !a.json {
-        println!(
+        emit(format!(
             "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12} {:>9} {:>10}",
             "op", "layout", "shape", "nnz", "threads", "seconds", "GB/s", "peak MB"
-        );
+        ))?;
     }
     let dtype: DType = a.dtype.parse()?;
     for (name, _) in &a.options.0 {
@@ -159,7 +167,7 @@ fn bench_layout<T: Element>(
             let (secs, peak) = pool.install(|| data.time(&req, a.repeat))?;
             let gbps = data.bytes / secs / 1e9;
             if a.json {
-                println!(
+                emit(format!(
                     "{}",
                     serde_json::json!({
                         "op": spec.name(), "layout": layout, "shape": shape, "nnz": data.nnz,
@@ -167,9 +175,9 @@ fn bench_layout<T: Element>(
                         "dim": dim_json, "threads": threads, "seconds": secs, "gbps": gbps,
                         "peak_bytes": peak, "input_bytes": data.bytes,
                     })
-                );
+                ))?;
             } else {
-                println!(
+                emit(format!(
                     "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12.6} {:>9.2} {:>10.1}",
                     spec.name(),
                     layout,
@@ -183,7 +191,7 @@ fn bench_layout<T: Element>(
                     secs,
                     gbps,
                     peak as f64 / 1e6
-                );
+                ))?;
             }
         }
     }
