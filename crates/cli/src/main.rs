@@ -12,8 +12,8 @@ use clap::Parser;
 use error::CliError;
 use masked::by_name::{self as ops, Kind, Op, OpRequest, OPTIONS};
 use masked::{
-    with_dyn_vec, BitMask, CooMask, CooPattern, Dims, DynVec, Element, MaskedArray, MaskedCoo,
-    MaskedCsr, Pattern,
+    with_dyn_vec, BitMask, CooMask, CooPattern, DType, Dims, DynVec, Element, MaskedArray,
+    MaskedCoo, MaskedCsr, Pattern,
 };
 use ndarray::{ArrayViewD, IxDyn};
 use sprs::CsMat;
@@ -51,6 +51,10 @@ struct RunArgs {
     /// Layout to run on: dense, csr or coo.
     #[arg(long)]
     layout: Option<String>,
+    /// Compute on the input cast to this dtype first (torch's `dtype=`: an f16 sum
+    /// accumulated and returned in f32); for `cast`, the target dtype.
+    #[arg(long)]
+    dtype: Option<String>,
     /// The op's options (`--correction`, `--ord`, ...), one flag per option of the registry.
     #[command(flatten)]
     options: OpOptions,
@@ -73,6 +77,10 @@ fn ops_help() -> String {
         }
         s.push('\n');
     }
+    s.push_str(&format!(
+        "  {:<12} the values converted to --dtype (mask and sparse positions kept)\n",
+        "cast"
+    ));
     s
 }
 
@@ -185,7 +193,49 @@ fn extension(p: &Path) -> String {
         .to_ascii_lowercase()
 }
 
+/// What a run computes: a registry op, or a cast.
+enum Job {
+    /// A registry op (with its dtype, if any).
+    Op(OpRequest),
+    /// The values cast to a dtype.
+    Cast(DType),
+}
+
+impl Job {
+    fn run<T: Element, L: ops::ByName<T>>(&self, a: &L) -> Result<L::Out, masked::MaskedError> {
+        match self {
+            Job::Op(req) => ops::apply(a, req),
+            Job::Cast(d) => ops::cast(a, *d),
+        }
+    }
+}
+
+fn parse_dtype(s: &str) -> Result<DType, CliError> {
+    s.parse().map_err(|_| {
+        CliError::Usage(format!(
+            "invalid --dtype value '{s}': expected one of f32, f64, f16, bf16, i32, i64"
+        ))
+    })
+}
+
 fn run(a: RunArgs) -> Result<(), CliError> {
+    let dtype = a.dtype.as_deref().map(parse_dtype).transpose()?;
+    if a.op == "cast" {
+        let Some(d) = dtype else {
+            return Err(CliError::Usage("cast needs --dtype".into()));
+        };
+        if let Some((name, _)) = a.options.0.first() {
+            return Err(CliError::Usage(format!(
+                "option --{name} has no meaning for cast"
+            )));
+        }
+        if a.dim.is_some() || a.keepdim {
+            return Err(CliError::Usage(
+                "cast takes no --dim or --keepdim: it converts every value".into(),
+            ));
+        }
+        return run_job(&a, &Job::Cast(d));
+    }
     let spec: Op = a.op.parse()?;
     // options that mean nothing for this op are errors
     for (name, _) in &a.options.0 {
@@ -217,6 +267,23 @@ fn run(a: RunArgs) -> Result<(), CliError> {
             )))
         }
     }
+    let mut req = OpRequest::from_op(spec).dims(dims).keepdim(a.keepdim);
+    if let Some(d) = dtype {
+        req = req.dtype(d);
+    }
+    for (name, text) in &a.options.0 {
+        req.set_option(name, text).map_err(|e| match e {
+            masked::MaskedError::InvalidArgument { reason, .. } => {
+                CliError::Usage(format!("invalid --{name} value '{text}': {reason}"))
+            }
+            e => e.into(),
+        })?;
+    }
+    run_job(&a, &Job::Op(req))
+}
+
+/// Runs a job on the input file's layout.
+fn run_job(a: &RunArgs, job: &Job) -> Result<(), CliError> {
     let ext = extension(&a.input);
     let layout = a.layout.clone().unwrap_or_else(|| match ext.as_str() {
         "mtx" => "csr".into(),
@@ -227,15 +294,6 @@ fn run(a: RunArgs) -> Result<(), CliError> {
         return Err(CliError::Usage(format!(
             "invalid --layout '{layout}': expected dense, csr or coo"
         )));
-    }
-    let mut req = OpRequest::from_op(spec).dims(dims).keepdim(a.keepdim);
-    for (name, text) in &a.options.0 {
-        req.set_option(name, text).map_err(|e| match e {
-            masked::MaskedError::InvalidArgument { reason, .. } => {
-                CliError::Usage(format!("invalid --{name} value '{text}': {reason}"))
-            }
-            e => e.into(),
-        })?;
     }
     match ext.as_str() {
         "npy" => {
@@ -250,10 +308,10 @@ fn run(a: RunArgs) -> Result<(), CliError> {
                     "--mask-from-pattern needs a sparse (.mtx or .npz) input".into(),
                 ));
             }
-            run_dense_file(&a, &req)
+            run_dense_file(a, job)
         }
         "mtx" | "npz" => match layout.as_str() {
-            "csr" | "coo" => run_sparse_file(&a, &req, &layout),
+            "csr" | "coo" => run_sparse_file(a, job, &layout),
             _ => Err(CliError::Usage(format!(
                 "{}: a sparse file cannot run on --layout dense (sparse in, sparse out)",
                 a.input.display()
@@ -266,7 +324,7 @@ fn run(a: RunArgs) -> Result<(), CliError> {
     }
 }
 
-fn run_dense_file(a: &RunArgs, req: &OpRequest) -> Result<(), CliError> {
+fn run_dense_file(a: &RunArgs, job: &Job) -> Result<(), CliError> {
     if extension(&a.output) != "npy" {
         return Err(CliError::file(
             &a.output,
@@ -295,7 +353,7 @@ fn run_dense_file(a: &RunArgs, req: &OpRequest) -> Result<(), CliError> {
         }
         None => None,
     };
-    let out = with_dyn_vec!(input.values, v => dense_apply(&input.shape, &v, mask, req)?);
+    let out = with_dyn_vec!(input.values, v => dense_apply(&input.shape, &v, mask, job)?);
     let mask_vals = out.mask.to_vec();
     // write the mask first to a temp, then values; a failure removes neither existing file
     npy::write_atomic(&a.output, |buf| {
@@ -311,7 +369,7 @@ fn dense_apply<T: Element>(
     shape: &[usize],
     v: &[T],
     mask: Option<BitMask>,
-    req: &OpRequest,
+    job: &Job,
 ) -> Result<ops::Outcome, CliError> {
     let view = ArrayViewD::from_shape(IxDyn(shape), v)
         .map_err(|e| CliError::Usage(format!("bad input shape: {e}")))?;
@@ -319,7 +377,7 @@ fn dense_apply<T: Element>(
         Some(m) => MaskedArray::new(view, m)?,
         None => MaskedArray::unmasked(view),
     };
-    Ok(ops::apply_dense(&a, req)?)
+    Ok(job.run(&a.view())?)
 }
 
 /// A stored 0 / false of a sparse mask file is not valid.
@@ -327,7 +385,7 @@ fn nonzero(v: &DynVec) -> Vec<bool> {
     with_dyn_vec!(v, v => v.iter().map(|x| x.to_f64() != 0.0).collect())
 }
 
-fn run_sparse_file(a: &RunArgs, req: &OpRequest, layout: &str) -> Result<(), CliError> {
+fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError> {
     if a.out_mask.is_some() {
         return Err(CliError::Usage(
             "--out-mask is for dense input: the stored positions of a sparse output are its mask"
@@ -382,9 +440,8 @@ fn run_sparse_file(a: &RunArgs, req: &OpRequest, layout: &str) -> Result<(), Cli
         };
         let (shape, coords) = (&input.shape, &input.coords);
         let coo = |e: masked::MaskedError| CliError::file(&a.input, e.to_string());
-        with_dyn_vec!(input.values, v => ops::apply(
+        with_dyn_vec!(input.values, v => job.run(
             &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
-            req,
         )?)
     } else {
         let (indptr, indices, values) = input.to_csr(&a.input)?;
@@ -401,7 +458,7 @@ fn run_sparse_file(a: &RunArgs, req: &OpRequest, layout: &str) -> Result<(), Cli
             }
         };
         with_dyn_vec!(values, v => {
-            csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, req)?
+            csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, job)?
         })
     };
     sparse_io::write_sparse(&a.output, &out)
@@ -414,7 +471,7 @@ fn csr_apply<T: Element>(
     values: Vec<T>,
     mask: Option<Pattern>,
     from_pattern: bool,
-    req: &OpRequest,
+    job: &Job,
 ) -> Result<ops::SparseOutcome, CliError> {
     let m = CsMat::try_new(shape, indptr, indices, values)
         .map_err(|(_, _, _, e)| CliError::Usage(format!("bad sparse input: {e}")))?;
@@ -423,5 +480,5 @@ fn csr_apply<T: Element>(
         (None, true) => MaskedCsr::from_pattern(m.view())?,
         (None, false) => MaskedCsr::unmasked(m.view())?,
     };
-    Ok(ops::apply(&a, req)?)
+    Ok(job.run(&a)?)
 }

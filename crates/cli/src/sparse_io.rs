@@ -127,26 +127,42 @@ enum Symmetry {
     Skew,
 }
 
-/// Reads a Matrix Market coordinate file (1-based; `real` as f64, `integer` as i64,
-/// `pattern` as 1.0; `symmetric` and `skew-symmetric` expanded). A duplicate or
-/// out-of-range index, a 0 index, a wrong entry count or an unparsable number is an
-/// error naming the line.
-pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
-    let file = std::fs::File::open(path).map_err(|e| CliError::file(path, e.to_string()))?;
-    let mut lines = std::io::BufReader::new(file).lines().enumerate();
-    let err = |line: usize, what: String| CliError::file(path, format!("line {line}: {what}"));
-    let next = |lines: &mut dyn Iterator<Item = (usize, std::io::Result<String>)>| -> Result<Option<(usize, String)>, CliError> {
-        match lines.next() {
+/// The numbered lines of a text file (1-based), I/O errors naming the line.
+struct Lines<'p> {
+    path: &'p Path,
+    inner: std::iter::Enumerate<std::io::Lines<std::io::BufReader<std::fs::File>>>,
+}
+
+impl Lines<'_> {
+    fn next(&mut self) -> Result<Option<(usize, String)>, CliError> {
+        match self.inner.next() {
             Some((i, l)) => {
-                let l = l.map_err(|e| CliError::file(path, format!("line {}: {e}", i + 1)))?;
+                let l = l.map_err(|e| CliError::file(self.path, format!("line {}: {e}", i + 1)))?;
                 Ok(Some((i + 1, l)))
             }
             None => Ok(None),
         }
-    };
-    let Some((_, header)) = next(&mut lines)? else {
+    }
+    /// The next line that is neither blank nor a `%` comment.
+    fn next_data(&mut self) -> Result<Option<(usize, String)>, CliError> {
+        while let Some((i, l)) = self.next()? {
+            let t = l.trim();
+            if !t.is_empty() && !t.starts_with('%') {
+                return Ok(Some((i, l)));
+            }
+        }
+        Ok(None)
+    }
+    fn err(&self, line: usize, what: String) -> CliError {
+        CliError::file(self.path, format!("line {line}: {what}"))
+    }
+}
+
+/// The banner line: `%%MatrixMarket matrix coordinate <field> <symmetry>`.
+fn mtx_banner(lines: &mut Lines<'_>) -> Result<(Field, Symmetry), CliError> {
+    let Some((_, header)) = lines.next()? else {
         return Err(CliError::file(
-            path,
+            lines.path,
             "empty file: expected a %%MatrixMarket header".into(),
         ));
     };
@@ -155,7 +171,7 @@ pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
         .map(str::to_ascii_lowercase)
         .collect();
     if h.len() != 5 || h[0] != "%%matrixmarket" || h[1] != "matrix" {
-        return Err(err(
+        return Err(lines.err(
             1,
             format!(
                 "expected '%%MatrixMarket matrix coordinate <field> <symmetry>', got '{header}'"
@@ -163,7 +179,7 @@ pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
         ));
     }
     if h[2] != "coordinate" {
-        return Err(err(
+        return Err(lines.err(
             1,
             format!("format '{}' is not supported: expected coordinate", h[2]),
         ));
@@ -173,7 +189,7 @@ pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
         "integer" => Field::Integer,
         "pattern" => Field::Pattern,
         f => {
-            return Err(err(
+            return Err(lines.err(
                 1,
                 format!("field '{f}' is not supported: expected real, integer or pattern"),
             ))
@@ -184,120 +200,150 @@ pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
         "symmetric" => Symmetry::Symmetric,
         "skew-symmetric" => Symmetry::Skew,
         s => {
-            return Err(err(
+            return Err(lines.err(
                 1,
                 format!(
-                "symmetry '{s}' is not supported: expected general, symmetric or skew-symmetric"
-            ),
+                    "symmetry '{s}' is not supported: expected general, symmetric or skew-symmetric"
+                ),
             ))
         }
     };
-    // the size line, after comments and blank lines
-    let (size_line, size) = loop {
-        match next(&mut lines)? {
-            None => return Err(CliError::file(path, "missing size line".into())),
-            Some((_, l)) if l.trim().is_empty() || l.trim_start().starts_with('%') => continue,
-            Some(x) => break x,
-        }
+    Ok((field, sym))
+}
+
+/// The size line (after comments and blank lines): rows, columns, entries.
+fn mtx_size(lines: &mut Lines<'_>, sym: Symmetry) -> Result<(usize, usize, usize), CliError> {
+    let Some((line, size)) = lines.next_data()? else {
+        return Err(CliError::file(lines.path, "missing size line".into()));
     };
     let nums: Vec<&str> = size.split_whitespace().collect();
-    let parse_usize = |t: &str, line: usize, what: &str| {
+    if nums.len() != 3 {
+        return Err(lines.err(
+            line,
+            format!("expected 'rows cols entries', got '{}'", size.trim()),
+        ));
+    }
+    let parse = |t: &str, what: &str| {
         t.parse::<usize>().map_err(|_| {
-            err(
+            lines.err(
                 line,
                 format!("cannot parse {what} '{t}' as a non-negative integer"),
             )
         })
     };
-    if nums.len() != 3 {
-        return Err(err(
-            size_line,
-            format!("expected 'rows cols entries', got '{}'", size.trim()),
-        ));
-    }
-    let nrows = parse_usize(nums[0], size_line, "row count")?;
-    let ncols = parse_usize(nums[1], size_line, "column count")?;
-    let nnz = parse_usize(nums[2], size_line, "entry count")?;
-    if sym != Symmetry::General && nrows != ncols {
-        return Err(err(
-            size_line,
-            format!("a {} matrix must be square, got {nrows} x {ncols}", h[4]),
-        ));
-    }
-    let (mut rows, mut cols, mut from) = (
-        Vec::with_capacity(nnz),
-        Vec::with_capacity(nnz),
-        Vec::with_capacity(nnz),
+    let (nrows, ncols) = (
+        parse(nums[0], "row count")?,
+        parse(nums[1], "column count")?,
     );
-    let mut fv = Vec::new();
-    let mut iv = Vec::new();
-    let mut seen = 0usize;
-    while let Some((line, l)) = next(&mut lines)? {
-        let t = l.trim();
-        if t.is_empty() || t.starts_with('%') {
-            continue;
+    let nnz = parse(nums[2], "entry count")?;
+    if sym != Symmetry::General && nrows != ncols {
+        let name = if sym == Symmetry::Skew {
+            "skew-symmetric"
+        } else {
+            "symmetric"
+        };
+        return Err(lines.err(
+            line,
+            format!("a {name} matrix must be square, got {nrows} x {ncols}"),
+        ));
+    }
+    Ok((nrows, ncols, nnz))
+}
+
+/// One entry line: 0-based row and column, and the value (`f64` for real and pattern
+/// files, `i64` for integer ones).
+fn mtx_entry(
+    lines: &Lines<'_>,
+    line: usize,
+    t: &str,
+    field: Field,
+    shape: (usize, usize),
+) -> Result<(usize, usize, f64, i64), CliError> {
+    let parts: Vec<&str> = t.split_whitespace().collect();
+    let want = if field == Field::Pattern { 2 } else { 3 };
+    if parts.len() != want {
+        return Err(lines.err(
+            line,
+            format!("expected {want} fields, got {}: '{t}'", parts.len()),
+        ));
+    }
+    let idx = |k: usize, size: usize, what: &str| -> Result<usize, CliError> {
+        let v: i64 = parts[k].parse().map_err(|_| {
+            lines.err(
+                line,
+                format!("cannot parse {what} index '{}' as an integer", parts[k]),
+            )
+        })?;
+        if v == 0 {
+            return Err(lines.err(
+                line,
+                format!("{what} index 0: Matrix Market indices are 1-based"),
+            ));
         }
+        if v < 0 || v as u64 > size as u64 {
+            return Err(lines.err(line, format!("{what} index {v} is out of range 1..={size}")));
+        }
+        Ok(v as usize - 1)
+    };
+    let r = idx(0, shape.0, "row")?;
+    let c = idx(1, shape.1, "column")?;
+    let (x, n) = match field {
+        Field::Pattern => (1.0, 1),
+        Field::Real => (
+            parts[2].parse::<f64>().map_err(|_| {
+                lines.err(
+                    line,
+                    format!("cannot parse value '{}' as a number", parts[2]),
+                )
+            })?,
+            0,
+        ),
+        Field::Integer => (
+            0.0,
+            parts[2].parse::<i64>().map_err(|_| {
+                lines.err(
+                    line,
+                    format!("cannot parse value '{}' as an integer", parts[2]),
+                )
+            })?,
+        ),
+    };
+    Ok((r, c, x, n))
+}
+
+/// Reads a Matrix Market coordinate file (1-based; `real` as f64, `integer` as i64,
+/// `pattern` as 1.0; `symmetric` and `skew-symmetric` expanded). A duplicate or
+/// out-of-range index, a 0 index, a wrong entry count or an unparsable number is an
+/// error naming the line. The entry count of the size line is checked against the
+/// lines present, never trusted for an allocation: storage grows with the entries read.
+pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
+    let file = std::fs::File::open(path).map_err(|e| CliError::file(path, e.to_string()))?;
+    let mut lines = Lines {
+        path,
+        inner: std::io::BufReader::new(file).lines().enumerate(),
+    };
+    let (field, sym) = mtx_banner(&mut lines)?;
+    let (nrows, ncols, nnz) = mtx_size(&mut lines, sym)?;
+    // a hint, capped: a size line that claims 10^11 entries must not reserve them
+    let hint = nnz.min(1 << 16);
+    let (mut rows, mut cols, mut from) = (
+        Vec::with_capacity(hint),
+        Vec::with_capacity(hint),
+        Vec::with_capacity(hint),
+    );
+    let (mut fv, mut iv) = (Vec::new(), Vec::new());
+    let mut seen = 0usize;
+    while let Some((line, l)) = lines.next_data()? {
         seen += 1;
         if seen > nnz {
-            return Err(err(
+            return Err(lines.err(
                 line,
                 format!("more entries than the {nnz} the size line declares"),
             ));
         }
-        let parts: Vec<&str> = t.split_whitespace().collect();
-        let want = if field == Field::Pattern { 2 } else { 3 };
-        if parts.len() != want {
-            return Err(err(
-                line,
-                format!("expected {want} fields, got {}: '{t}'", parts.len()),
-            ));
-        }
-        let idx = |k: usize, size: usize, what: &str| -> Result<usize, CliError> {
-            let v: i64 = parts[k].parse().map_err(|_| {
-                err(
-                    line,
-                    format!("cannot parse {what} index '{}' as an integer", parts[k]),
-                )
-            })?;
-            if v == 0 {
-                return Err(err(
-                    line,
-                    format!("{what} index 0: Matrix Market indices are 1-based"),
-                ));
-            }
-            if v < 0 || v as u64 > size as u64 {
-                return Err(err(
-                    line,
-                    format!("{what} index {v} is out of range 1..={size}"),
-                ));
-            }
-            Ok(v as usize - 1)
-        };
-        let r = idx(0, nrows, "row")?;
-        let c = idx(1, ncols, "column")?;
-        let (x, n) = match field {
-            Field::Pattern => (1.0, 1),
-            Field::Real => (
-                parts[2].parse::<f64>().map_err(|_| {
-                    err(
-                        line,
-                        format!("cannot parse value '{}' as a number", parts[2]),
-                    )
-                })?,
-                0,
-            ),
-            Field::Integer => (
-                0.0,
-                parts[2].parse::<i64>().map_err(|_| {
-                    err(
-                        line,
-                        format!("cannot parse value '{}' as an integer", parts[2]),
-                    )
-                })?,
-            ),
-        };
+        let (r, c, x, n) = mtx_entry(&lines, line, l.trim(), field, (nrows, ncols))?;
         if sym == Symmetry::Skew && r == c {
-            return Err(err(
+            return Err(lines.err(
                 line,
                 "a skew-symmetric matrix has no diagonal entries".into(),
             ));
@@ -314,17 +360,12 @@ pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
         };
         push(r, c, x, n);
         if sym != Symmetry::General && r != c {
-            let s = if sym == Symmetry::Skew { -1.0 } else { 1.0 };
-            push(
-                c,
-                r,
-                s * x,
-                if sym == Symmetry::Skew {
-                    n.wrapping_neg()
-                } else {
-                    n
-                },
-            );
+            // the mirrored entry: negated for skew-symmetric (integers wrap)
+            let (sx, sn) = match sym {
+                Symmetry::Skew => (-x, n.wrapping_neg()),
+                _ => (x, n),
+            };
+            push(c, r, sx, sn);
         }
     }
     if seen < nnz {

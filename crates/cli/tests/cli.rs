@@ -1055,3 +1055,117 @@ fn float16_npy_round_trips_through_ops() {
     let v: ArrayD<i64> = load(&d.path().join("out.npy"));
     assert_eq!(v.as_slice().unwrap(), &[2, 2]);
 }
+
+/// `--dtype` is torch's `dtype=` (cast, then the op); `cast` converts and keeps the mask.
+#[test]
+fn dtype_flag_and_cast_command() {
+    let d = tempfile::tempdir().unwrap();
+    save_f16(d.path(), "h.npy", &[2, 3], &[1.0, 2.0, 4.0, 0.1, 0.2, 0.3]);
+    save(
+        d.path(),
+        "m.npy",
+        &array![[true, true, false], [true, true, true]],
+    );
+    let o = run(
+        d.path(),
+        &[
+            "mean", "h.npy", "--mask", "m.npy", "--dim", "1", "--dtype", "f32", "-o", "out.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // f32 out, not rounded to f16
+    let v: ArrayD<f32> = load(&d.path().join("out.npy"));
+    let h = |x: f32| half::f16::from_f32(x).to_f32();
+    assert_eq!(
+        v.as_slice().unwrap(),
+        &[1.5, (h(0.1) + h(0.2) + h(0.3)) / 3.0]
+    );
+
+    // cast: f32 -> i32 truncates, masked-out NaN is no error, the mask is kept
+    save(
+        d.path(),
+        "x.npy",
+        &array![[1.9f32, -1.9, f32::NAN], [2.5, -0.5, 7.0]],
+    );
+    save(
+        d.path(),
+        "xm.npy",
+        &array![[true, true, false], [true, true, true]],
+    );
+    let o = run(
+        d.path(),
+        &[
+            "cast",
+            "x.npy",
+            "--mask",
+            "xm.npy",
+            "--dtype",
+            "i32",
+            "-o",
+            "out.npy",
+            "--out-mask",
+            "om.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: ArrayD<i32> = load(&d.path().join("out.npy"));
+    assert_eq!(v.as_slice().unwrap(), &[1, -1, 0, 2, 0, 7]);
+    let m: ArrayD<bool> = load(&d.path().join("om.npy"));
+    assert_eq!(
+        m.as_slice().unwrap(),
+        &[true, true, false, true, true, true]
+    );
+    std::fs::remove_file(d.path().join("out.npy")).unwrap();
+    // a valid NaN cannot be an i32
+    assert_bad(
+        d.path(),
+        &["cast", "x.npy", "--dtype", "i32", "-o", "out.npy"],
+        "cannot cast the valid value NaN from f32 to i32",
+    );
+    assert_bad(
+        d.path(),
+        &["cast", "x.npy", "-o", "out.npy"],
+        "cast needs --dtype",
+    );
+    assert_bad(
+        d.path(),
+        &["cast", "x.npy", "--dtype", "f8", "-o", "out.npy"],
+        "invalid --dtype value 'f8'",
+    );
+    assert_bad(
+        d.path(),
+        &[
+            "cast", "x.npy", "--dtype", "f64", "--dim", "0", "-o", "out.npy",
+        ],
+        "cast takes no --dim",
+    );
+    assert_bad(
+        d.path(),
+        &["sum", "x.npy", "--dtype", "i64", "-o", "out.npy"],
+        "cannot cast the valid value NaN",
+    );
+
+    // sparse: positions kept, values converted
+    write(
+        d.path(),
+        "a.mtx",
+        "%%MatrixMarket matrix coordinate real general\n2 3 3\n1 1 1.75\n1 3 -2.5\n2 2 9.0\n",
+    );
+    let o = run(
+        d.path(),
+        &[
+            "cast",
+            "a.mtx",
+            "--mask-from-pattern",
+            "--dtype",
+            "i64",
+            "-o",
+            "out.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (coords, data, shape) = load_npz::<i64>(&d.path().join("out.npz"));
+    assert_eq!(shape, vec![2, 3]);
+    assert_eq!(coords, ndarray::array![[0, 0, 1], [0, 2, 1]]);
+    assert_eq!(data, vec![1, -2, 9]);
+}

@@ -118,6 +118,16 @@ pub enum MaskedError {
         /// The op names of the registry, space separated.
         known: String,
     },
+    /// A valid value that the target dtype of a cast cannot hold.
+    #[error("cannot cast the valid value {value} from {from} to {to} (NaN, an infinity or out of the target's range)")]
+    CastOutOfRange {
+        /// The source dtype.
+        from: crate::element::DType,
+        /// The target dtype.
+        to: crate::element::DType,
+        /// The first such value found.
+        value: String,
+    },
     /// An op that this layout or dtype does not provide.
     #[error("{op} is not supported {context}")]
     Unsupported {

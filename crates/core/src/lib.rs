@@ -24,6 +24,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cast;
 pub mod dims;
 pub mod element;
 pub mod error;
@@ -37,7 +38,7 @@ pub mod sparse;
 pub mod stats;
 
 pub use dims::{wrap_dim, Dims, ReducePlan};
-pub use element::{Acc, DType, DynVec, Element, Float};
+pub use element::{Acc, DType, DynVec, Element, Float, Scalar};
 pub use error::{MaskedError, Result};
 pub use fold::{not_nan_words, Fold};
 /// The half-precision types (`half::f16`, `half::bf16`) the engine computes on.

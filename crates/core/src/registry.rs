@@ -24,7 +24,7 @@
 //! ```
 
 use crate::dims::Dims;
-use crate::element::Element;
+use crate::element::{DType, Element};
 use crate::error::{MaskedError, Result};
 use crate::lane::{
     Cumulative, Interpolation, MedianIndex, MedianMode, Normalize, Quantile, Softmax, SoftmaxKind,
@@ -111,6 +111,9 @@ pub struct OpRequest {
     pub keepdim: bool,
     /// Option values.
     pub options: Options,
+    /// The dtype the input is cast to before the op (torch's `dtype=`: an f16 sum
+    /// accumulated and returned in f32); `None` computes on the input's own dtype.
+    pub dtype: Option<DType>,
 }
 
 impl OpRequest {
@@ -128,7 +131,15 @@ impl OpRequest {
             dims: Dims::All,
             keepdim: false,
             options: Options::default(),
+            dtype: None,
         }
+    }
+    /// The same request computed on the input cast to `dtype` first (torch's `dtype=`
+    /// argument): `sum` of f16 values with `dtype(DType::F32)` accumulates and returns
+    /// f32, as `x.to(f32).sum()` would, and a cast the target cannot hold is an error.
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = Some(dtype);
+        self
     }
     /// The same request over `dims`.
     pub fn dims(mut self, dims: impl Into<Dims>) -> Self {
@@ -607,6 +618,19 @@ registry! {
     }
 
     extra {
+        /// The values converted to `D` (torch's `.to(dtype)`), with the same mask and, on a
+        /// sparse layout, the same positions. Floats round to nearest; into an integer
+        /// type a float is truncated toward zero.
+        ///
+        /// # Errors
+        /// [`MaskedError::CastOutOfRange`] where a valid value has no `D` value (NaN, an
+        /// infinity or an out-of-range value into an integer type).
+        fn cast<D: Element>(&self) -> Result<Self::Mapped<D>> {
+            let c = crate::cast::Cast::<D>::new();
+            let out = self.map_lanes(&c, -1)?;
+            c.finish(T::DTYPE)?;
+            Ok(out)
+        }
         /// The lower median along one `dim` and the lane position of that element (first
         /// among ties; a valid NaN gives NaN and the first NaN's position; -1 for a fully
         /// masked lane), as torch.median / torch.nanmedian with a dim return them.

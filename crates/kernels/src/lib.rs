@@ -10,7 +10,8 @@
 //!   columns, and the map / update / predicate / search loops;
 //! - [`pack`]: compress the valid elements of a run together and expand them back;
 //! - [`select`]: the element of a given rank of a slice of integer order keys;
-//! - [`buffer`]: large output vectors on transparent huge pages.
+//! - [`buffer`]: large output vectors on transparent huge pages;
+//! - [`widen`]: 16-bit floats to `f32`, one at a time or a block per instruction.
 //!
 //! The core crate (`masked-core`) builds dtypes and ops on top of these; layouts use them
 //! directly for their own fast paths. Nothing here is part of the user-facing API of
@@ -36,6 +37,7 @@ pub mod cpu;
 pub mod pack;
 pub mod run;
 pub mod select;
+pub mod widen;
 
 pub use bits::Bits;
 pub use buffer::fresh_vec;

@@ -16,8 +16,8 @@
 //! ```
 
 use crate::{
-    BitMask, CsrMapped, DynVec, Element, LaneKernels, MaskedArrayD, MaskedCoo, MaskedCsr,
-    MaskedError, MaskedView, SparseArray,
+    with_dtype, BitMask, CooMask, CooPattern, CsrMapped, DynVec, Element, LaneKernels,
+    MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView, SparseArray,
 };
 pub use masked_core::registry::{
     apply_to, markdown_table, op_names, Discard, Kind, Op, OpRequest, Options, Sink, OPTIONS,
@@ -63,6 +63,12 @@ pub trait ByName<T: Element>: LaneKernels<T> {
     fn reduced<O: Element>(r: Self::Reduced<O>) -> Self::Out;
     /// Converts a normalization result.
     fn mapped<O: Element>(m: Self::Mapped<O>) -> Self::Out;
+    /// Runs `req` on these values cast to `D` (the request's `dtype`): the cast result,
+    /// a container of this layout, is the op's input.
+    ///
+    /// # Errors
+    /// The cast's and the op's errors.
+    fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<Self::Out, MaskedError>;
 }
 
 /// The sink of [`apply`]: the layout's [`ByName`] conversion.
@@ -94,6 +100,10 @@ impl<T: Element> ByName<T> for MaskedView<'_, T, IxDyn> {
     }
     fn mapped<O: Element>(m: MaskedArrayD<O>) -> Outcome {
         Self::reduced(m)
+    }
+    fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<Outcome, MaskedError> {
+        let c = self.cast::<D>()?;
+        apply_to(&c.view(), req, &Convert)
     }
 }
 
@@ -127,6 +137,11 @@ impl<T: Element, I: SpIndex, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, Ip
     fn mapped<O: Element>(m: CsrMapped<'_, O, I>) -> SparseOutcome {
         sparse_mapped(m)
     }
+    fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<SparseOutcome, MaskedError> {
+        // stored exactly at the valid positions: its own pattern is the mask
+        let c = self.cast::<D>()?;
+        apply_to(&MaskedCsr::from_pattern(c.view())?, req, &Convert)
+    }
 }
 
 impl<T: Element> ByName<T> for MaskedCoo<T> {
@@ -136,6 +151,12 @@ impl<T: Element> ByName<T> for MaskedCoo<T> {
     }
     fn mapped<O: Element>(m: SparseArray<O>) -> SparseOutcome {
         sparse_reduced(m)
+    }
+    fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<SparseOutcome, MaskedError> {
+        let (shape, flat, values) = self.cast::<D>()?.into_parts();
+        let pattern = CooPattern::from_flat(&shape, &flat)?;
+        let c = MaskedCoo::from_parts(pattern, values, CooMask::Stored)?;
+        apply_to(&c, req, &Convert)
     }
 }
 
@@ -157,7 +178,19 @@ pub fn apply_dense<T: Element>(
 /// # Errors
 /// The op's own errors (bad dims, bad option values).
 pub fn apply<T: Element, L: ByName<T>>(a: &L, req: &OpRequest) -> Result<L::Out, MaskedError> {
-    apply_to(a, req, &Convert)
+    match req.dtype {
+        Some(d) if d != T::DTYPE => with_dtype!(d, D => a.apply_cast::<D>(req)),
+        _ => apply_to(a, req, &Convert),
+    }
+}
+
+/// The values of `a` cast to `dtype` ([`MaskedOps::cast`] with the dtype picked at run
+/// time), in the layout's [`ByName::Out`]: the mask and (sparse) the positions are kept.
+///
+/// # Errors
+/// [`MaskedError::CastOutOfRange`] where a valid value has no `dtype` value.
+pub fn cast<T: Element, L: ByName<T>>(a: &L, dtype: crate::DType) -> Result<L::Out, MaskedError> {
+    with_dtype!(dtype, D => Ok(L::mapped(a.cast::<D>()?)))
 }
 
 #[cfg(test)]

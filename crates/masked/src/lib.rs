@@ -57,7 +57,7 @@ pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
     half, lane, ops, registry, stats, with_dtype, with_dyn_vec, BitMask, Bits, DType, Dims, DynVec,
     Element, Float, Fold, Interpolation, LaneKernels, LaneMap, LaneStat, MaskedError, MaskedOps,
-    MedianMode, Op, ReducePlan, Result, SparseArray,
+    MedianMode, Op, ReducePlan, Result, Scalar, SparseArray,
 };
 
 /// The README's examples, compiled and run as doctests.

@@ -5,7 +5,9 @@
 //!   median, quantile, the normalizations, nanmedian, nanquantile, from torch.masked
 //!   and numpy (see the script for the few deliberate differences);
 //! - `dense_half.json` (scripts/gen_fixtures_half.py): every op on f16 and bf16, from
-//!   numpy in f64 rounded once to the half type.
+//!   numpy in f64 rounded once to the half type;
+//! - `dense_half_torch.json` (scripts/gen_fixtures_half_torch.py): the same inputs through
+//!   torch.masked on f16/bf16 tensors, torch's value at every valid output position.
 
 use masked::by_name::{apply_dense, OpRequest};
 use masked::{with_dyn_vec, BitMask, Dims, Element, MaskedArray};
@@ -39,6 +41,9 @@ fn run<T: Element>(xs: &[T], c: &Value) -> masked::by_name::Outcome {
         .unwrap()
         .dims(dims)
         .keepdim(c["keepdim"].as_bool().unwrap());
+    if let Some(d) = c.get("dtype_arg").and_then(Value::as_str) {
+        req = req.dtype(d.parse().unwrap());
+    }
     let p = &c["params"];
     if !p.is_null() {
         if let Some(v) = p.get("correction") {
@@ -78,6 +83,14 @@ fn dense_statistics_and_normalizations_match_torch_and_numpy() {
 #[test]
 fn dense_half_dtypes_match_numpy_rounded_once() {
     check_all("dense_half.json", 3000, 0.0);
+}
+
+/// f16 and bf16 against torch.masked's own half-precision results (valid positions; the
+/// script keeps the contract's value where torch rounds intermediates in half and differs
+/// by more than two half ulps, and says how often).
+#[test]
+fn dense_half_dtypes_match_torch_masked() {
+    check_all("dense_half_torch.json", 2000, 0.0);
 }
 
 fn check_all(file: &str, at_least: usize, rtol: f64) {

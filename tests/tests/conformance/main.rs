@@ -3,6 +3,7 @@
 //! binary, so the op table is compiled once per layout and dtype rather than once per
 //! test file.
 
+mod cast;
 mod golden_coo;
 mod golden_csr;
 mod golden_dense;

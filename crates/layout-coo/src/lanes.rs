@@ -1,0 +1,296 @@
+//! [`CooLanes`]: a masked COO array as the kernels see it, and its [`LaneKernels`]: a
+//! reduction groups the entries by their kept coordinates and runs the CSR layout's lane
+//! kernels on the groups; a normalization maps each lane the same way.
+
+use crate::group::{self, group, Grouped};
+use crate::{pattern, CooPattern};
+use masked_core::{
+    not_nan_words, wrap_dim, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError,
+    Result, SparseArray,
+};
+use masked_kernels::fresh_vec;
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// The lanes of a masked COO array as the kernels see them: entries (positions and
+/// values), optional validity bits per entry, and whether the unstored positions are
+/// valid zeros. Get one from [`MaskedCoo::lanes`]; every op of [`MaskedOps`](masked_core::MaskedOps) runs on
+/// it.
+#[derive(Debug, Clone)]
+pub struct CooLanes<'a, T> {
+    pub(crate) pattern: &'a CooPattern,
+    pub(crate) values: &'a [T],
+    pub(crate) valid: Option<Cow<'a, [u64]>>,
+    pub(crate) fill: bool,
+}
+
+impl<'a, T: Element> CooLanes<'a, T> {
+    /// The same lanes with validity bits `!is_nan` ANDed in.
+    pub fn nan_masked(&self) -> CooLanes<'a, T> {
+        CooLanes {
+            valid: Some(Cow::Owned(not_nan_words(
+                self.values,
+                self.valid.as_deref(),
+            ))),
+            ..*self
+        }
+    }
+
+    /// Logical shape.
+    pub fn shape(&self) -> &[usize] {
+        self.pattern.shape()
+    }
+
+    /// The entries grouped by the dims not in `reduced`.
+    fn grouped(&self, reduced: &[usize], full: bool) -> Result<Grouped<'_, T>> {
+        let coords: Vec<&[usize]> = (0..self.pattern.ndim())
+            .map(|d| self.pattern.coords(d))
+            .collect();
+        group(
+            self.shape(),
+            &coords,
+            self.values,
+            self.valid.as_deref(),
+            reduced,
+            full || self.fill,
+        )
+    }
+
+    /// A reduction over `dims`: `run` reduces the rows of the grouped lanes, whose
+    /// stored rows become the kept positions of the output.
+    fn reduce<O>(
+        &self,
+        dims: &Dims,
+        keepdim: bool,
+        full: bool,
+        run: impl FnOnce(&layout_csr::CsrLanes<'_, T, usize>) -> Result<SparseArray<O>>,
+    ) -> Result<SparseArray<O>> {
+        let reduced = dims.canonical(self.shape().len())?;
+        let g = self.grouped(&reduced, full)?;
+        let rows = run(&g.lanes(self.fill)?)?;
+        let (_, rows_at, values) = rows.into_parts();
+        let ids = rows_at.into_iter().map(|r| g.id(r)).collect();
+        SparseArray::new(self.out_shape(&reduced, keepdim), ids, values)
+    }
+
+    /// The shape of a reduction over `reduced`.
+    fn out_shape(&self, reduced: &[usize], keepdim: bool) -> Vec<usize> {
+        let shape = self.shape();
+        (0..shape.len())
+            .filter_map(|d| match (reduced.contains(&d), keepdim) {
+                (false, _) => Some(shape[d]),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect()
+    }
+
+    /// A fold by scattering: every entry, in stored order, is pushed into the state of
+    /// its kept position, so nothing is sorted. The entries are cut into at most
+    /// [`SCATTER_PARTS`] contiguous parts (fixed by the entry count, not the thread
+    /// count), each with a state per kept position, merged in order afterwards: the
+    /// result does not depend on the thread count, and within a lane the positions
+    /// still arrive in order (stored order is row-major).
+    ///
+    /// `None` where the grouped row kernels apply instead: the reduced dims trailing (no
+    /// reordering needed), no mask (unstored zeros count), or more kept positions than
+    /// entries (the states would outweigh the data).
+    fn scatter_fold<F: Fold<T>>(
+        &self,
+        op: &F,
+        reduced: &[usize],
+        keepdim: bool,
+    ) -> Result<Option<SparseArray<F::Output>>> {
+        let shape = self.shape();
+        let nnz = self.values.len();
+        let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
+        let nkept = kept.iter().map(|&d| shape[d]).product::<usize>();
+        let in_order = kept.iter().enumerate().all(|(i, &d)| i == d);
+        if in_order || self.fill || nkept > nnz.max(1 << 12) {
+            return Ok(None);
+        }
+        let coords = || (0..shape.len()).map(|d| self.pattern.coords(d));
+        let keys = pattern::flat_of(coords(), &group::sub_strides(shape, &kept), nnz);
+        let pos = op
+            .positional()
+            .then(|| pattern::flat_of(coords(), &group::sub_strides(shape, reduced), nnz));
+        let parts = nnz.div_ceil(1 << 16).clamp(1, SCATTER_PARTS);
+        let per = nnz.div_ceil(parts);
+        let valid = self.valid.as_deref();
+        let mut states: Vec<(Vec<F::State>, Vec<u64>)> = (0..parts)
+            .into_par_iter()
+            .map(|p| {
+                let mut st: Vec<F::State> = (0..nkept).map(|_| op.identity()).collect();
+                let mut seen = vec![0u64; nkept.div_ceil(64)];
+                for e in p * per..((p + 1) * per).min(nnz) {
+                    if valid.is_some_and(|w| (w[e / 64] >> (e % 64)) & 1 == 0) {
+                        continue;
+                    }
+                    let k = keys[e];
+                    let at = pos.as_ref().map_or(0, |c| c[e] as i64);
+                    op.push(&mut st[k], self.values[e], at);
+                    seen[k / 64] |= 1 << (k % 64);
+                }
+                (st, seen)
+            })
+            .collect();
+        let (mut st, mut seen) = states.remove(0);
+        for (other, other_seen) in states {
+            st.par_iter_mut()
+                .zip(other.into_par_iter())
+                .with_min_len(1 << 12)
+                .for_each(|(a, b)| op.merge(a, b));
+            for (a, b) in seen.iter_mut().zip(other_seen) {
+                *a |= b;
+            }
+        }
+        let every = op.valid_everywhere();
+        let (ids, values): (Vec<usize>, Vec<F::Output>) = st
+            .par_iter()
+            .enumerate()
+            .with_min_len(1 << 12)
+            .filter(|(k, _)| every || (seen[k / 64] >> (k % 64)) & 1 == 1)
+            .map(|(k, s)| (k, op.finish(s)))
+            .unzip();
+        SparseArray::new(self.out_shape(reduced, keepdim), ids, values).map(Some)
+    }
+
+    /// A map along `d` straight over the groups (no validity bits, no unstored valid
+    /// positions: every entry is mapped and stored), scattered back to stored order.
+    fn map_groups<M: LaneMap<T>>(&self, map: &M, d: usize) -> Result<SparseArray<M::Output>> {
+        let nnz = self.values.len();
+        let ndim = self.shape().len();
+        let g = if d + 1 == ndim {
+            let others: Vec<&[usize]> = (0..d).map(|k| self.pattern.coords(k)).collect();
+            group::along_last(&others, self.shape()[d], self.values)
+        } else {
+            self.grouped(&[d], false)?
+        };
+        let mut out: Vec<M::Output> = fresh_vec(nnz);
+        // blocks of whole groups of about 2^15 entries, mapped in parallel
+        let mut blocks = Vec::new();
+        let ngroups = g.indptr.len() - 1;
+        let (mut rest, mut r0): (&mut [M::Output], usize) = (&mut out, 0);
+        while r0 < ngroups {
+            let mut r1 = r0 + 1;
+            while r1 < ngroups && g.indptr[r1] - g.indptr[r0] < 1 << 15 {
+                r1 += 1;
+            }
+            let (a, b) = rest.split_at_mut(g.indptr[r1] - g.indptr[r0]);
+            blocks.push((r0..r1, a));
+            rest = b;
+            r0 = r1;
+        }
+        blocks.into_par_iter().for_each(|(rows, o)| {
+            let base = g.indptr[rows.start];
+            for r in rows {
+                let e = g.indptr[r]..g.indptr[r + 1];
+                map.map(
+                    &g.values[e.clone()],
+                    None,
+                    &mut o[e.start - base..e.end - base],
+                );
+            }
+        });
+        let values = match &g.perm {
+            None => out,
+            Some(perm) => {
+                let mut v: Vec<M::Output> = fresh_vec(nnz);
+                for (k, &p) in perm.iter().enumerate() {
+                    v[p] = out[k];
+                }
+                v
+            }
+        };
+        SparseArray::new(self.shape().to_vec(), self.pattern.flat(), values)
+    }
+}
+
+/// At most this many parts in a scatter fold (each holds a state per kept position).
+const SCATTER_PARTS: usize = 4;
+
+impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
+    type Reduced<O: Element> = SparseArray<O>;
+    type Mapped<O: Element> = SparseArray<O>;
+    type NanMasked<'b>
+        = CooLanes<'b, T>
+    where
+        Self: 'b;
+
+    fn without_nans(&self) -> Result<CooLanes<'_, T>> {
+        Ok(self.nan_masked())
+    }
+
+    fn fold_lanes<F: Fold<T>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<F::Output>> {
+        let reduced = dims.canonical(self.shape().len())?;
+        if let Some(r) = self.scatter_fold(op, &reduced, keepdim)? {
+            return Ok(r);
+        }
+        self.reduce(dims, keepdim, op.valid_everywhere(), |l| {
+            l.fold_lanes(op, &Dims::from(1), false)
+        })
+    }
+
+    fn stat_lanes<S: LaneStat<T>>(
+        &self,
+        stat: &S,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<S::Output>> {
+        self.reduce(dims, keepdim, false, |l| {
+            l.stat_lanes(stat, &Dims::from(1), false)
+        })
+    }
+
+    /// Along any one dim; the output stores exactly the valid entries (every element
+    /// without a mask).
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<SparseArray<M::Output>> {
+        let shape = self.shape();
+        if shape.is_empty() {
+            return Err(MaskedError::Unsupported {
+                op: "a normalization",
+                context: "on a 0-d array".into(),
+            });
+        }
+        let d = wrap_dim(dim, shape.len())?;
+        if !self.fill && self.valid.is_none() {
+            return self.map_groups(map, d);
+        }
+        let g = self.grouped(&[d], false)?;
+        let out = g.lanes(self.fill)?.map_lanes(map, 1)?;
+        let (len, inner) = (shape[d], shape[d + 1..].iter().product::<usize>());
+        let indptr = out.indptr();
+        let indptr = indptr.raw_storage();
+        let cols = out.indices();
+        let flat: Vec<usize> = (0..indptr.len() - 1)
+            .into_par_iter()
+            .with_min_len(1 << 12)
+            .flat_map_iter(|r| {
+                let gid = g.id(r);
+                let (outer, low) = if inner == 1 {
+                    (gid, 0)
+                } else {
+                    (gid / inner, gid % inner)
+                };
+                cols[indptr[r]..indptr[r + 1]]
+                    .iter()
+                    .map(move |&c| (outer * len + c) * inner + low)
+            })
+            .collect();
+        let (_, _, values) = out.into_raw_storage();
+        if inner == 1 {
+            return SparseArray::new(shape.to_vec(), flat, values);
+        }
+        // entries are in (kept, position) order; the output is row-major
+        let mut order: Vec<usize> = (0..flat.len()).collect();
+        order.par_sort_unstable_by_key(|&k| flat[k]);
+        let f = order.iter().map(|&k| flat[k]).collect();
+        let v = order.iter().map(|&k| values[k]).collect();
+        SparseArray::new(shape.to_vec(), f, v)
+    }
+}

@@ -1,0 +1,157 @@
+//! Lane statistics (median, quantile) of a CSR matrix: the valid values of each row,
+//! column (gathered in column order) or of the whole matrix, handed to the statistic.
+
+use super::*;
+
+impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
+    /// The valid entries of `ents` (values, and positions from `pos` when asked).
+    pub(super) fn gather(
+        &self,
+        ents: Range<usize>,
+        pos: Option<&dyn Fn(usize) -> i64>,
+        vals: &mut Vec<T>,
+        at: &mut Vec<i64>,
+    ) {
+        vals.clear();
+        at.clear();
+        compress_into(&self.values[ents.clone()], self.bits_at(ents.start), vals);
+        if let Some(pos) = pos {
+            at.extend(ents.filter(|&k| self.is_valid(k)).map(pos));
+        }
+    }
+
+    pub(super) fn stat_rows<S: LaneStat<T>>(&self, stat: &S) -> Vec<Option<S::Output>> {
+        let ncols = self.shape.1;
+        let parts: Vec<Vec<Option<S::Output>>> = row_tasks(self.indptr)
+            .par_iter()
+            .map(|t| {
+                let (mut vals, mut at) = (Vec::new(), Vec::new());
+                t.rows
+                    .clone()
+                    .map(|r| {
+                        let e = self.row(r);
+                        if !self.lane_valid(e.clone(), ncols) {
+                            return None;
+                        }
+                        let col = |k: usize| self.col(k) as i64;
+                        self.gather(
+                            e.clone(),
+                            stat.positions().then_some(&col as _),
+                            &mut vals,
+                            &mut at,
+                        );
+                        let (zeros, first) = if self.fill {
+                            (ncols - e.len(), first_gap(e.map(|k| self.col(k))) as i64)
+                        } else {
+                            (0, -1)
+                        };
+                        Some(stat.compute_sparse(&mut vals, &at, zeros, first))
+                    })
+                    .collect()
+            })
+            .collect();
+        parts.into_iter().flatten().collect()
+    }
+
+    /// Every entry's slot in column-major order (a counting sort by column: O(nnz)),
+    /// and the column pointer.
+    pub(super) fn column_order(&self) -> (Vec<usize>, Vec<usize>) {
+        let ncols = self.shape.1;
+        let mut colptr = vec![0usize; ncols + 1];
+        for k in 0..self.nnz() {
+            colptr[self.col(k) + 1] += 1;
+        }
+        for c in 0..ncols {
+            colptr[c + 1] += colptr[c];
+        }
+        let mut next = colptr.clone();
+        let mut slot = vec![0usize; self.nnz()];
+        for (k, s) in slot.iter_mut().enumerate() {
+            let c = self.col(k);
+            *s = next[c];
+            next[c] += 1;
+        }
+        (slot, colptr)
+    }
+
+    /// The entries of each column in row order: (entry index by column-major slot,
+    /// column pointer).
+    pub(super) fn by_column(&self) -> (Vec<usize>, Vec<usize>) {
+        let (slot, colptr) = self.column_order();
+        let mut entry = vec![0usize; self.nnz()];
+        for (k, &s) in slot.iter().enumerate() {
+            entry[s] = k;
+        }
+        (entry, colptr)
+    }
+
+    pub(super) fn row_of_entries(&self) -> Vec<u32> {
+        let mut rows = vec![0u32; self.nnz()];
+        for r in 0..self.shape.0 {
+            rows[self.row(r)].fill(r as u32);
+        }
+        rows
+    }
+
+    pub(super) fn stat_cols<S: LaneStat<T>>(&self, stat: &S) -> Vec<Option<S::Output>> {
+        let nrows = self.shape.0;
+        let (entry, colptr) = self.by_column();
+        let row_of = self.row_of_entries();
+        (0..self.shape.1)
+            .into_par_iter()
+            .with_min_len(256)
+            .map_init(
+                || (Vec::new(), Vec::new()),
+                |(vals, at), c| {
+                    let ents = &entry[colptr[c]..colptr[c + 1]];
+                    vals.clear();
+                    at.clear();
+                    for &k in ents {
+                        if self.is_valid(k) {
+                            vals.push(self.values[k]);
+                            if stat.positions() {
+                                at.push(row_of[k] as i64);
+                            }
+                        }
+                    }
+                    let (zeros, first) = if self.fill {
+                        (
+                            nrows - ents.len(),
+                            first_gap(ents.iter().map(|&k| row_of[k] as usize)) as i64,
+                        )
+                    } else {
+                        (0, -1)
+                    };
+                    (vals.len() + zeros > 0).then(|| stat.compute_sparse(vals, at, zeros, first))
+                },
+            )
+            .collect()
+    }
+
+    pub(super) fn stat_all<S: LaneStat<T>>(&self, stat: &S) -> Option<S::Output> {
+        let (nrows, ncols) = self.shape;
+        let total = nrows * ncols;
+        if !self.lane_valid(0..self.nnz(), total) {
+            return None;
+        }
+        let (mut vals, mut at) = (Vec::with_capacity(self.nnz()), Vec::new());
+        let mut first = -1i64;
+        for r in 0..nrows {
+            let e = self.row(r);
+            let base = r * ncols;
+            let flat = |k: usize| (base + self.col(k)) as i64;
+            compress_into(&self.values[e.clone()], self.bits_at(e.start), &mut vals);
+            if stat.positions() {
+                at.extend(e.clone().filter(|&k| self.is_valid(k)).map(flat));
+            }
+            if self.fill && first < 0 {
+                let g = first_gap(e.map(|k| self.col(k)));
+                if g < ncols {
+                    first = (base + g) as i64;
+                }
+            }
+        }
+        let zeros = if self.fill { total - self.nnz() } else { 0 };
+        Some(stat.compute_sparse(&mut vals, &at, zeros, first))
+    }
+}
