@@ -245,6 +245,11 @@ fn run(a: RunArgs) -> Result<(), CliError> {
             )));
         }
     }
+    if spec.kind() == Kind::Unary && (a.dim.is_some() || a.keepdim) {
+        return Err(CliError::Usage(format!(
+            "{spec} is elementwise: it takes no --dim or --keepdim"
+        )));
+    }
     if a.keepdim && spec.kind() == Kind::Normalize {
         return Err(CliError::Usage(format!(
             "option --keepdim has no meaning for {spec}"
@@ -252,7 +257,9 @@ fn run(a: RunArgs) -> Result<(), CliError> {
     }
     let dims = parse_dims(a.dim.as_deref())?;
     match (spec.kind(), dims.given_len()) {
-        (Kind::Normalize, Some(1)) | (Kind::Reduce, _) | (Kind::ReduceOne, None | Some(1)) => {}
+        (Kind::Normalize, Some(1))
+        | (Kind::Reduce | Kind::Unary, _)
+        | (Kind::ReduceOne, None | Some(1)) => {}
         (Kind::Normalize, n) => {
             return Err(CliError::Usage(format!(
                 "{} needs exactly one --dim (got {})",
@@ -386,6 +393,17 @@ fn nonzero(v: &DynVec) -> Vec<bool> {
 }
 
 fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError> {
+    let elementwise = match job {
+        Job::Op(req) => req.op.kind() == Kind::Unary,
+        Job::Cast(_) => true,
+    };
+    if elementwise && a.mask.is_none() && !a.mask_from_pattern {
+        return Err(CliError::Usage(format!(
+            "{}: an elementwise op on a sparse file needs --mask or --mask-from-pattern \
+             (which positions are valid must be explicit)",
+            a.input.display()
+        )));
+    }
     if a.out_mask.is_some() {
         return Err(CliError::Usage(
             "--out-mask is for dense input: the stored positions of a sparse output are its mask"

@@ -1169,3 +1169,118 @@ fn dtype_flag_and_cast_command() {
     assert_eq!(coords, ndarray::array![[0, 0, 1], [0, 2, 1]]);
     assert_eq!(data, vec![1, -2, 9]);
 }
+
+/// Unary elementwise ops: the mask kept, 0 at invalid positions (no NaN leaks), integer
+/// promotion, sparse in / sparse out with an explicit mask, and their bad inputs.
+#[test]
+fn unary_elementwise_ops() {
+    let d = tempfile::tempdir().unwrap();
+    save(
+        d.path(),
+        "x.npy",
+        &array![[-1.5f32, 0.25, f32::NAN], [4.0, f32::INFINITY, -0.0]],
+    );
+    save(
+        d.path(),
+        "m.npy",
+        &array![[true, true, false], [true, false, true]],
+    );
+    let o = run(
+        d.path(),
+        &[
+            "exp",
+            "x.npy",
+            "--mask",
+            "m.npy",
+            "-o",
+            "out.npy",
+            "--out-mask",
+            "om.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: ArrayD<f32> = load(&d.path().join("out.npy"));
+    let want = [(-1.5f32).exp(), 0.25f32.exp(), 0.0, 4.0f32.exp(), 0.0, 1.0];
+    for (g, w) in v.iter().zip(want) {
+        assert!((g - w).abs() <= 4.0 * f32::EPSILON * w.abs(), "{v:?}");
+    }
+    let m: ArrayD<bool> = load(&d.path().join("om.npy"));
+    assert_eq!(
+        m.as_slice().unwrap(),
+        &[true, true, false, true, false, true]
+    );
+    // clamp with both bounds; NaN under the mask stays hidden
+    let o = run(
+        d.path(),
+        &[
+            "clamp", "x.npy", "--mask", "m.npy", "--min", "0", "--max", "1", "-o", "out.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: ArrayD<f32> = load(&d.path().join("out.npy"));
+    assert_eq!(v.as_slice().unwrap(), &[0.0, 0.25, 0.0, 1.0, 0.0, 0.0]);
+    // integers: abs keeps i32 (wrapping), sqrt gives f64
+    save(d.path(), "i.npy", &array![-7i32, 9, i32::MIN]);
+    let o = run(d.path(), &["abs", "i.npy", "-o", "out.npy"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: ArrayD<i32> = load(&d.path().join("out.npy"));
+    assert_eq!(v.as_slice().unwrap(), &[7, 9, i32::MIN]);
+    let o = run(d.path(), &["sqrt", "i.npy", "-o", "out.npy"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: ArrayD<f64> = load(&d.path().join("out.npy"));
+    assert!(v[0].is_nan() && v[1] == 3.0 && v[2].is_nan());
+    let o = run(
+        d.path(),
+        &["pow", "i.npy", "--exponent", "2", "-o", "out.npy"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: ArrayD<i32> = load(&d.path().join("out.npy"));
+    assert_eq!(v.as_slice().unwrap(), &[49, 81, 0]); // MIN^2 wraps to 0
+    std::fs::remove_file(d.path().join("out.npy")).unwrap();
+    assert_bad(
+        d.path(),
+        &["pow", "i.npy", "--exponent", "-1", "-o", "out.npy"],
+        "negative integer power",
+    );
+    assert_bad(
+        d.path(),
+        &["pow", "x.npy", "-o", "out.npy"],
+        "pow needs a numeric exponent",
+    );
+    assert_bad(
+        d.path(),
+        &["exp", "x.npy", "--dim", "0", "-o", "out.npy"],
+        "exp is elementwise: it takes no --dim",
+    );
+    assert_bad(
+        d.path(),
+        &["clamp", "x.npy", "-o", "out.npy"],
+        "clamp needs min, max or both",
+    );
+    assert_bad(
+        d.path(),
+        &["exp", "x.npy", "--q", "0.5", "-o", "out.npy"],
+        "option --q has no meaning for exp",
+    );
+    // sparse: the stored pattern as the mask, positions kept; no mask is an error
+    write(
+        d.path(),
+        "a.mtx",
+        "%%MatrixMarket matrix coordinate real general\n2 3 3\n1 1 -1.5\n1 3 4\n2 2 0.25\n",
+    );
+    let o = run(
+        d.path(),
+        &["relu", "a.mtx", "--mask-from-pattern", "-o", "out.npz"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (coords, data, _) = load_npz::<f64>(&d.path().join("out.npz"));
+    assert_eq!(coords, ndarray::array![[0, 0, 1], [0, 2, 1]]);
+    assert_eq!(data, vec![0.0, 4.0, 0.25]);
+    let o = run(d.path(), &["exp", "a.mtx", "-o", "out.npz"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("needs --mask or --mask-from-pattern"),
+        "{}",
+        stderr(&o)
+    );
+}

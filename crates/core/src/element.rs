@@ -287,6 +287,15 @@ pub trait Element:
     fn from_f64_lossy(v: f64) -> Self;
     /// Whether this is a NaN (always false for integers).
     fn is_nan(self) -> bool;
+    /// The largest finite value, as f64 (`nan_to_num`'s default for +inf).
+    const MAX_FINITE: f64;
+    /// A type-keeping elementwise function ([`crate::unary`]): floats through their
+    /// compute type, rounded once back; integers through `i64`, wrapping back.
+    fn map_keep(
+        self,
+        float: impl Fn(CalcOf<Self>) -> CalcOf<Self>,
+        int: impl Fn(i64) -> i64,
+    ) -> Self;
     /// This value as a cast source: integers exactly, floats as `f64` (exact for every
     /// float dtype).
     fn to_scalar(self) -> Scalar;
@@ -453,7 +462,7 @@ pub trait Float:
     fn from_f64(v: f64) -> Self;
     /// The type this float computes in: itself for `f32` and `f64`, `f32` for the half
     /// types (accumulators, `exp`, scratch lanes), so a half result is rounded once.
-    type Calc: Float;
+    type Calc: Float + crate::math::Math;
     /// Into the compute type (exact).
     fn to_calc(self) -> Self::Calc;
     /// From the compute type, rounding to nearest.
@@ -587,6 +596,15 @@ macro_rules! element_float {
             #[inline(always)]
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
+            }
+            const MAX_FINITE: f64 = <$t>::MAX as f64;
+            #[inline(always)]
+            fn map_keep(
+                self,
+                float: impl Fn(CalcOf<Self>) -> CalcOf<Self>,
+                _: impl Fn(i64) -> i64,
+            ) -> Self {
+                float(self)
             }
             #[inline(always)]
             fn to_scalar(self) -> Scalar {
@@ -761,6 +779,15 @@ macro_rules! element_half {
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
             }
+            const MAX_FINITE: f64 = <$t>::MAX.to_f64_const();
+            #[inline(always)]
+            fn map_keep(
+                self,
+                float: impl Fn(CalcOf<Self>) -> CalcOf<Self>,
+                _: impl Fn(i64) -> i64,
+            ) -> Self {
+                <$t>::from_f32(float($to32(self.to_bits())))
+            }
             #[inline(always)]
             fn to_scalar(self) -> Scalar {
                 Scalar::Float($to32(self.to_bits()) as f64)
@@ -901,6 +928,15 @@ macro_rules! element_int {
             #[inline(always)]
             fn is_nan(self) -> bool {
                 false
+            }
+            const MAX_FINITE: f64 = <$t>::MAX as f64;
+            #[inline(always)]
+            fn map_keep(
+                self,
+                _: impl Fn(CalcOf<Self>) -> CalcOf<Self>,
+                int: impl Fn(i64) -> i64,
+            ) -> Self {
+                int(self as i64) as $t
             }
             #[inline(always)]
             fn to_scalar(self) -> Scalar {

@@ -69,4 +69,24 @@ pub trait LaneKernels<T: Element> {
     /// # Errors
     /// Bad dim.
     fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<Self::Mapped<M::Output>>;
+
+    /// Maps every element on its own (an elementwise op, a cast): `map` sees runs of
+    /// consecutive elements, and its output at a position depends on that element only.
+    /// `zero_preserving` says whether `map` takes 0 to 0, which a sparse layout without a
+    /// mask needs to keep its stored positions as the result's.
+    ///
+    /// The default runs [`LaneKernels::map_lanes`] along the last dim; a layout overrides
+    /// it where it has a faster flat path.
+    ///
+    /// # Errors
+    /// [`MaskedError::Unsupported`](crate::MaskedError::Unsupported) where the layout
+    /// cannot hold the result without storing every position.
+    fn map_elements<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        zero_preserving: bool,
+    ) -> Result<Self::Mapped<M::Output>> {
+        let _ = zero_preserving;
+        self.map_lanes(map, -1)
+    }
 }

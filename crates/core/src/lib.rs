@@ -32,10 +32,12 @@ pub mod fold;
 pub mod lane;
 pub mod layout;
 pub mod mask;
+pub mod math;
 pub mod ops;
 pub mod registry;
 pub mod sparse;
 pub mod stats;
+pub mod unary;
 
 pub use dims::{wrap_dim, Dims, ReducePlan};
 pub use element::{Acc, DType, DynVec, Element, Float, Scalar};

@@ -32,6 +32,12 @@ use crate::lane::{
 use crate::layout::LaneKernels;
 use crate::ops::{AMax, AMin, ArgMax, ArgMin, Count, Mean, Prod, Ptp, Sum};
 use crate::stats::{check_correction, LogSumExp, Norm, Std, Var};
+use crate::unary::{
+    Abs, Acos, Acosh, Asin, Asinh, Atan, Atanh, Ceil, Clamp, Cos, Cosh, Erf, Erfc, Exp, Exp2,
+    Expm1, FloatFn, FloatMap, Floor, Frac, Gelu, KeepFn, KeepMap, Log, Log10, Log1p, Log2, Logit,
+    NanToNum, Neg, Pow, Reciprocal, Relu, Round, Rsqrt, Sigmoid, Sign, Silu, Sin, Sinh, Softplus,
+    Sqrt, Square, Tan, Tanh, Trunc, Unary,
+};
 
 /// How an op uses its dims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,6 +48,9 @@ pub enum Kind {
     ReduceOne,
     /// Shape-preserving along exactly one dim; no `keepdim`.
     Normalize,
+    /// Elementwise on one operand (masked algebra): no dims, no `keepdim`; the output
+    /// mask is the input mask.
+    Unary,
 }
 
 impl Kind {
@@ -51,6 +60,7 @@ impl Kind {
             Kind::Reduce => "reduction (any dims)",
             Kind::ReduceOne => "reduction (one dim or all)",
             Kind::Normalize => "normalization (one dim)",
+            Kind::Unary => "elementwise (unary)",
         }
     }
 }
@@ -73,6 +83,12 @@ impl OptionValue for f64 {
                 value: text.to_string(),
                 reason: "expected a number",
             })
+    }
+}
+
+impl OptionValue for Option<f64> {
+    fn parse_option(name: &'static str, text: &str) -> Result<Self> {
+        f64::parse_option(name, text).map(Some)
     }
 }
 
@@ -252,6 +268,12 @@ declare_options! {
     interpolation: Interpolation = Interpolation::Linear,
         "quantile interpolation: linear, lower, higher, midpoint or nearest (default linear).";
     mode: MedianMode = MedianMode::Avg, "median of an even count: avg or lower (default avg).";
+    min: Option<f64> = None, "clamp lower bound (clamp needs min, max or both).";
+    max: Option<f64> = None, "clamp upper bound.";
+    exponent: f64 = f64::NAN, "pow's scalar exponent (required by pow).";
+    nan: f64 = 0.0, "nan_to_num: the value for NaN (default 0).";
+    posinf: Option<f64> = None, "nan_to_num: the value for +inf (default the type's largest finite).";
+    neginf: Option<f64> = None, "nan_to_num: the value for -inf (default the type's lowest finite).";
 }
 
 /// Where [`apply_to`] sends the typed result of an op on layout `L`.
@@ -412,6 +434,7 @@ macro_rules! registry {
     (@kind reduce) => { Kind::Reduce };
     (@kind reduce_one) => { Kind::ReduceOne };
     (@kind normalize) => { Kind::Normalize };
+    (@kind unary) => { Kind::Unary };
     (@nan all) => { false };
     (@nan nan_free) => { true };
 
@@ -456,6 +479,35 @@ macro_rules! registry {
         }
     };
 
+    (@method unary all $name:ident [$($doc:literal)+] ($value:expr) -> $out:ty,
+        [$($opt:ident : $oty:ty),*] $kernel:ident) => {
+        $(#[doc = $doc])+
+        ///
+        /// Keeps the input's mask; 0 at invalid dense positions, a sparse result stores
+        /// exactly the valid positions.
+        ///
+        /// # Errors
+        /// Bad option values; a mask-free sparse input with an op that does not keep 0 at 0
+        /// ([`MaskedError::Unsupported`]: the result would store every position).
+        fn $name(&self $(, $opt: $oty)*) -> Result<Self::Mapped<$out>> {
+            let f = $value;
+            self.map_elements(&f, f.0.zero_preserving())
+        }
+    };
+
+    (@call unary $a:ident $req:ident $sink:ident pow [$($opt:ident),*]) => {
+        // an integer input with a non-negative integer exponent keeps its type
+        match Pow::new($req.options.exponent)?.keeps_integers() {
+            Some(_) if !T::DTYPE.is_float() => {
+                let f = KeepMap(KeepFn::Pow(Pow::new($req.options.exponent)?));
+                $sink.mapped($a.map_elements(&f, f.0.zero_preserving())?)
+            }
+            _ => $sink.mapped($a.pow($($req.options.$opt),*)?),
+        }
+    };
+    (@call unary $a:ident $req:ident $sink:ident $name:ident [$($opt:ident),*]) => {
+        $sink.mapped($a.$name($($req.options.$opt),*)?)
+    };
     (@call normalize $a:ident $req:ident $sink:ident $name:ident [$($opt:ident),*]) => {
         $sink.mapped($a.$name($req.one_dim()? $(, $req.options.$opt)*)?)
     };
@@ -488,9 +540,10 @@ impl std::fmt::Display for Op {
 //
 //     /// doc (also the op's summary in the docs' table and the CLI help)
 //     name => Variant {
-//         kind: reduce | reduce_one | normalize,
+//         kind: reduce | reduce_one | normalize | unary,
 //         on: all | nan_free,           // nan_free: the data with NaN masked out
-//         run: kernel(op value) -> output type,   // fold_lanes, stat_lanes or map_lanes
+//         run: kernel(op value) -> output type,   // fold_lanes, stat_lanes, map_lanes
+//                                                 // or map_elements (unary)
 //         options: [name: type, ...],   // declared in `declare_options!` above
 //         grad: true | false,
 //     }
@@ -617,6 +670,104 @@ registry! {
         options: [q: f64, interpolation: Interpolation], grad: true,
     }
 
+    /// `|x|` (integers keep their type and wrap: `abs(MIN) = MIN`).
+    abs => Abs { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Abs(Abs))) -> T, options: [], grad: true }
+    /// `-x` (integers keep their type and wrap).
+    neg => Neg { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Neg(Neg))) -> T, options: [], grad: true }
+    /// -1, 0 or 1 (`sign(±0) = 0`, `sign(NaN) = 0`, as torch; integers keep their type).
+    sign => Sign { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Sign(Sign))) -> T, options: [], grad: true }
+    /// `x * x` (integers keep their type and wrap).
+    square => Square { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Square(Square))) -> T, options: [], grad: true }
+    /// Square root (NaN below 0; integers give `f64`).
+    sqrt => Sqrt { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sqrt(Sqrt))) -> T::Real, options: [], grad: true }
+    /// `1 / sqrt(x)`.
+    rsqrt => Rsqrt { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Rsqrt(Rsqrt))) -> T::Real, options: [], grad: true }
+    /// `1 / x`.
+    reciprocal => Reciprocal { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Reciprocal(Reciprocal))) -> T::Real, options: [], grad: true }
+    /// `e^x`.
+    exp => Exp { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Exp(Exp))) -> T::Real, options: [], grad: true }
+    /// `2^x`.
+    exp2 => Exp2 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Exp2(Exp2))) -> T::Real, options: [], grad: true }
+    /// `e^x - 1`, accurate near 0.
+    expm1 => Expm1 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Expm1(Expm1))) -> T::Real, options: [], grad: true }
+    /// Natural logarithm (a valid negative gives a valid NaN, 0 gives `-inf`).
+    log => Log { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log(Log))) -> T::Real, options: [], grad: true }
+    /// Base-2 logarithm.
+    log2 => Log2 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log2(Log2))) -> T::Real, options: [], grad: true }
+    /// Base-10 logarithm.
+    log10 => Log10 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log10(Log10))) -> T::Real, options: [], grad: true }
+    /// `ln(1 + x)`, accurate near 0.
+    log1p => Log1p { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log1p(Log1p))) -> T::Real, options: [], grad: true }
+    /// Sine.
+    sin => Sin { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sin(Sin))) -> T::Real, options: [], grad: true }
+    /// Cosine.
+    cos => Cos { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Cos(Cos))) -> T::Real, options: [], grad: true }
+    /// Tangent.
+    tan => Tan { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Tan(Tan))) -> T::Real, options: [], grad: true }
+    /// Arcsine.
+    asin => Asin { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Asin(Asin))) -> T::Real, options: [], grad: true }
+    /// Arccosine.
+    acos => Acos { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Acos(Acos))) -> T::Real, options: [], grad: true }
+    /// Arctangent.
+    atan => Atan { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Atan(Atan))) -> T::Real, options: [], grad: true }
+    /// Hyperbolic sine.
+    sinh => Sinh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sinh(Sinh))) -> T::Real, options: [], grad: true }
+    /// Hyperbolic cosine.
+    cosh => Cosh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Cosh(Cosh))) -> T::Real, options: [], grad: true }
+    /// Hyperbolic tangent.
+    tanh => Tanh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Tanh(Tanh))) -> T::Real, options: [], grad: true }
+    /// Inverse hyperbolic sine.
+    asinh => Asinh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Asinh(Asinh))) -> T::Real, options: [], grad: true }
+    /// Inverse hyperbolic cosine.
+    acosh => Acosh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Acosh(Acosh))) -> T::Real, options: [], grad: true }
+    /// Inverse hyperbolic tangent.
+    atanh => Atanh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Atanh(Atanh))) -> T::Real, options: [], grad: true }
+    /// Logistic sigmoid `1 / (1 + e^-x)`.
+    sigmoid => Sigmoid { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sigmoid(Sigmoid))) -> T::Real, options: [], grad: true }
+    /// `ln(x / (1 - x))`, the inverse of sigmoid.
+    logit => Logit { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Logit(Logit))) -> T::Real, options: [], grad: true }
+    /// The error function.
+    erf => Erf { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Erf(Erf))) -> T::Real, options: [], grad: true }
+    /// `1 - erf(x)`, accurate for large `x`.
+    erfc => Erfc { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Erfc(Erfc))) -> T::Real, options: [], grad: true }
+    /// Round toward -inf (integers unchanged).
+    floor => Floor { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Floor(Floor))) -> T, options: [], grad: true }
+    /// Round toward +inf (integers unchanged).
+    ceil => Ceil { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Ceil(Ceil))) -> T, options: [], grad: true }
+    /// Round to nearest, ties to even (integers unchanged).
+    round => Round { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Round(Round))) -> T, options: [], grad: true }
+    /// Round toward 0 (integers unchanged).
+    trunc => Trunc { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Trunc(Trunc))) -> T, options: [], grad: true }
+    /// `x - trunc(x)`, with the sign of `x`.
+    frac => Frac { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Frac(Frac))) -> T::Real, options: [], grad: true }
+    /// `max(x, 0)`; NaN propagates (integers keep their type).
+    relu => Relu { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Relu(Relu))) -> T, options: [], grad: true }
+    /// `ln(1 + e^x)` (`x` above 20, as torch).
+    softplus => Softplus { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Softplus(Softplus))) -> T::Real, options: [], grad: true }
+    /// GELU, `x Φ(x)` with the exact normal CDF.
+    gelu => Gelu { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Gelu(Gelu))) -> T::Real, options: [], grad: true }
+    /// SiLU (swish), `x σ(x)`.
+    silu => Silu { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Silu(Silu))) -> T::Real, options: [], grad: true }
+    /// `min(max(x, min), max)` (either bound may be absent, not both; NaN propagates;
+    /// `min > max` gives `max`; integers keep their type, bounds rounded inward).
+    clamp => Clamp {
+        kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Clamp(Clamp::new(min, max)?))) -> T,
+        options: [min: Option<f64>, max: Option<f64>], grad: true,
+    }
+    /// `x^exponent` for a scalar exponent (an integer input with a non-negative integer
+    /// exponent keeps its type and wraps; a negative integer exponent of an integer is an
+    /// error; `pow(-inf, 0.5)` is NaN).
+    pow => Pow {
+        kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Pow(Pow::float_of::<T>(exponent)?))) -> T::Real,
+        options: [exponent: f64], grad: true,
+    }
+    /// NaN, +inf and -inf replaced by `nan` (default 0), `posinf` and `neginf` (default
+    /// the type's largest and lowest finite values); integers unchanged.
+    nan_to_num => NanToNum {
+        kind: unary, on: all, run: map_elements(KeepMap(KeepFn::NanToNum(NanToNum::new(nan, posinf, neginf)))) -> T,
+        options: [nan: f64, posinf: Option<f64>, neginf: Option<f64>], grad: true,
+    }
+
     extra {
         /// The values converted to `D` (torch's `.to(dtype)`), with the same mask and, on a
         /// sparse layout, the same positions. Floats round to nearest; into an integer
@@ -627,7 +778,7 @@ registry! {
         /// infinity or an out-of-range value into an integer type).
         fn cast<D: Element>(&self) -> Result<Self::Mapped<D>> {
             let c = crate::cast::Cast::<D>::new();
-            let out = self.map_lanes(&c, -1)?;
+            let out = self.map_elements(&c, true)?;
             c.finish(T::DTYPE)?;
             Ok(out)
         }

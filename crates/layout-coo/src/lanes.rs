@@ -8,7 +8,7 @@ use masked_core::{
     not_nan_words, wrap_dim, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError,
     Result, SparseArray,
 };
-use masked_kernels::fresh_vec;
+use masked_kernels::{fresh_vec, Bits};
 use rayon::prelude::*;
 use std::borrow::Cow;
 
@@ -249,6 +249,48 @@ impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
 
     /// Along any one dim; the output stores exactly the valid entries (every element
     /// without a mask).
+    /// The stored entries mapped in storage order (no grouping: each element is on its
+    /// own), in parallel chunks; the result stores the valid ones at their positions.
+    /// Without a mask, an op that keeps 0 at 0 maps the stored entries (unstored ones
+    /// stay the implicit 0), and any other op is an error rather than a result storing
+    /// every position.
+    fn map_elements<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        zero_preserving: bool,
+    ) -> Result<SparseArray<M::Output>> {
+        if self.fill && !zero_preserving {
+            return Err(MaskedError::Unsupported {
+                op: map.name(),
+                context: "on a sparse input without a mask: it does not keep 0 at 0, so the \
+                          result would store every position (give a mask, or use the stored \
+                          pattern as the mask)"
+                    .into(),
+            });
+        }
+        // a multiple of 64, so every chunk starts on a word of the validity bits
+        const CHUNK: usize = 1 << 14;
+        let mut out = fresh_vec::<M::Output>(self.values.len());
+        let valid = self.valid.as_deref();
+        out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+            let lo = c * CHUNK;
+            let bits = valid.map(|w| Bits::new(w, lo));
+            map.map(&self.values[lo..lo + o.len()], bits, o);
+        });
+        let flat = self.pattern.flat();
+        let (flat, out) = match valid {
+            None => (flat, out),
+            Some(w) => {
+                let bits = Bits::new(w, 0);
+                let keep = |k: &usize| bits.get(*k);
+                let f = (0..flat.len()).filter(keep).map(|k| flat[k]).collect();
+                let v = (0..out.len()).filter(keep).map(|k| out[k]).collect();
+                (f, v)
+            }
+        };
+        SparseArray::new(self.shape().to_vec(), flat, out)
+    }
+
     fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<SparseArray<M::Output>> {
         let shape = self.shape();
         if shape.is_empty() {

@@ -272,4 +272,12 @@ impl<T: Element> LaneKernels<T> for MaskedCoo<T> {
     fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<SparseArray<M::Output>> {
         self.lanes().map_lanes(map, dim)
     }
+
+    fn map_elements<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        zero_preserving: bool,
+    ) -> Result<SparseArray<M::Output>> {
+        self.lanes().map_elements(map, zero_preserving)
+    }
 }

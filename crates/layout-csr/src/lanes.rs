@@ -318,6 +318,34 @@ impl<'a, T: Element, I: SpIndex> LaneKernels<T> for CsrLanes<'a, T, I> {
 
     /// Along dim 1 or 0; the output stores exactly the valid entries. Without a mask
     /// every element is valid, so the output then stores every element (dense-sized).
+    /// Rows are runs of consecutive elements. Without a mask (`fill`), an op that keeps 0
+    /// at 0 maps the stored entries only (the result, like the input, stores those
+    /// positions; unstored ones stay the implicit 0), and any other op is an error rather
+    /// than a result storing every position.
+    fn map_elements<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        zero_preserving: bool,
+    ) -> Result<CsrMapped<'a, O<M, T>, I>> {
+        if self.fill {
+            if !zero_preserving {
+                return Err(MaskedError::Unsupported {
+                    op: map.name(),
+                    context: "on a sparse input without a mask: it does not keep 0 at 0, so \
+                              the result would store every position (give a mask, or use the \
+                              stored pattern as the mask)"
+                        .into(),
+                });
+            }
+            let stored = CsrLanes {
+                fill: false,
+                ..self.clone()
+            };
+            return stored.map_lanes(map, 1);
+        }
+        self.map_lanes(map, 1)
+    }
+
     fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsrMapped<'a, O<M, T>, I>> {
         let d = wrap_dim(dim, 2)?;
         if self.fill {

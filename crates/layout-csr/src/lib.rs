@@ -262,7 +262,24 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> LaneKernels<T> for MaskedCsr<'m,
     }
 
     fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsrMapped<'m, M::Output, I>> {
-        let (indptr, indices, values) = self.lanes().map_lanes(map, dim)?.into_raw_storage();
+        self.owned_by_input(self.lanes().map_lanes(map, dim)?)
+    }
+
+    fn map_elements<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        zero_preserving: bool,
+    ) -> Result<CsrMapped<'m, M::Output, I>> {
+        self.owned_by_input(self.lanes().map_elements(map, zero_preserving)?)
+    }
+}
+
+impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
+    /// A map of this value's lanes, re-tied to the input's lifetime: indices borrowed
+    /// from the lanes are the input's own (kept borrowed) or the mask pattern's, which
+    /// this value owns (copied).
+    fn owned_by_input<O>(&self, out: CsrMapped<'_, O, I>) -> Result<CsrMapped<'m, O, I>> {
+        let (indptr, indices, values) = out.into_raw_storage();
         let indices = match (indices, &self.mask) {
             (Cow::Owned(v), _) => Cow::Owned(v),
             // the lanes' own indices are the mask pattern's, which this value owns

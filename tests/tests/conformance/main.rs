@@ -4,9 +4,11 @@
 //! test file.
 
 mod cast;
+mod elementwise;
 mod golden_coo;
 mod golden_csr;
 mod golden_dense;
+mod golden_unary;
 mod props_coo;
 mod props_csr;
 mod props_dense;

@@ -1,0 +1,471 @@
+//! Elementwise unary ops (masked algebra): each written once as a [`Unary`] value, a
+//! function on the compute type, and run by every layout through its `map_lanes` kernel
+//! ([`FloatMap`] / [`KeepMap`]). The output mask is the input mask; an invalid dense
+//! position holds 0 (so NaN or garbage under the mask never leaks), and a sparse output
+//! stores exactly the valid positions.
+//!
+//! Two families, by output type (semantics.md, "Elementwise ops"):
+//! - **type-keeping** ops (abs, neg, sign, square, relu, clamp, floor, ceil, round, trunc,
+//!   nan_to_num, integer pow): the input type; integers compute in `i64` and wrap back;
+//! - **float functions** (exp, log, sin, sigmoid, gelu, ...): the input's float type, `f64`
+//!   for integers ([`Element::Real`]).
+//!
+//! Floats compute in their compute type ([`Float::Calc`]: `f32` for `f32` and the halves,
+//! `f64` for `f64` and integers) and round once to the output type.
+
+use crate::element::{CalcOf, Element, Float};
+use crate::error::{MaskedError, Result};
+use crate::lane::LaneMap;
+use crate::math::Math;
+use masked_kernels::run::map_run;
+use masked_kernels::Bits;
+
+/// An elementwise function, written once.
+pub trait Unary: Copy + Send + Sync {
+    /// The op's name, for messages.
+    fn name(&self) -> &'static str;
+    /// The value at a valid position, in `T`'s compute type (`T` for type-dependent
+    /// constants such as `nan_to_num`'s largest finite value).
+    fn float<T: Element>(&self, x: CalcOf<T>) -> CalcOf<T>;
+    /// The integer function of a type-keeping op, in `i64` (wrapping); the identity by
+    /// default (floor, ceil, round, trunc, nan_to_num).
+    fn int(&self, x: i64) -> i64 {
+        x
+    }
+    /// Whether `f(0) == 0` (a mask-free sparse input then keeps its stored positions).
+    fn zero_preserving(&self) -> bool;
+
+    /// Maps a run as a float function (output [`Element::Real`], 0 where invalid). The
+    /// [`FloatFn`] enum overrides this to pick the variant once per run, so the loop is
+    /// compiled per function while the layouts' map kernels are compiled once per dtype.
+    fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+        let u = *self;
+        map_run(xs, bits, out, move |x: T, valid| {
+            if valid {
+                <T::Real as Float>::from_calc(u.float::<T>(x.calc()))
+            } else {
+                <T::Real as Element>::ZERO
+            }
+        });
+    }
+
+    /// Maps a run as a type-keeping op (output `T`, 0 where invalid); [`KeepFn`]
+    /// overrides it as [`FloatFn`] does [`Unary::map_float`].
+    fn map_keep<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
+        let u = *self;
+        map_run(xs, bits, out, move |x: T, valid| {
+            if valid {
+                x.map_keep(|c| u.float::<T>(c), |i| u.int(i))
+            } else {
+                T::ZERO
+            }
+        });
+    }
+}
+
+/// Declares an enum over unary functions that dispatches once per run.
+macro_rules! fn_enum {
+    ($(#[$doc:meta])* $name:ident { $($v:ident),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub enum $name {
+            $(
+                #[doc = concat!("[`", stringify!($v), "`].")]
+                $v($v),
+            )*
+        }
+        impl Unary for $name {
+            fn name(&self) -> &'static str {
+                match self { $( Self::$v(u) => u.name(), )* }
+            }
+            #[inline]
+            fn float<T: Element>(&self, x: CalcOf<T>) -> CalcOf<T> {
+                match self { $( Self::$v(u) => u.float::<T>(x), )* }
+            }
+            #[inline]
+            fn int(&self, x: i64) -> i64 {
+                match self { $( Self::$v(u) => u.int(x), )* }
+            }
+            fn zero_preserving(&self) -> bool {
+                match self { $( Self::$v(u) => u.zero_preserving(), )* }
+            }
+            fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+                match self { $( Self::$v(u) => u.map_float(xs, bits, out), )* }
+            }
+            fn map_keep<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
+                match self { $( Self::$v(u) => u.map_keep(xs, bits, out), )* }
+            }
+        }
+    };
+}
+
+/// The lane map of a float function: output [`Element::Real`] (the input float type,
+/// `f64` for integers).
+#[derive(Debug, Clone, Copy)]
+pub struct FloatMap<U>(pub U);
+
+impl<T: Element, U: Unary> LaneMap<T> for FloatMap<U> {
+    type Output = T::Real;
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+        self.0.map_float(xs, bits, out);
+    }
+}
+
+/// The lane map of a type-keeping op: output `T`.
+#[derive(Debug, Clone, Copy)]
+pub struct KeepMap<U>(pub U);
+
+impl<T: Element, U: Unary> LaneMap<T> for KeepMap<U> {
+    type Output = T;
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
+        self.0.map_keep(xs, bits, out);
+    }
+}
+
+/// Declares a stateless unary op: `Name, "name", zero_preserving, |x| float body
+/// [, |i| integer body]`.
+macro_rules! unary {
+    ($(#[$doc:meta])* $ty:ident, $name:literal, $zero:literal, |$x:ident| $body:expr $(, |$i:ident| $ibody:expr)?) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct $ty;
+        impl Unary for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+            #[inline(always)]
+            fn float<T: Element>(&self, $x: CalcOf<T>) -> CalcOf<T> {
+                $body
+            }
+            $(
+                #[inline(always)]
+                fn int(&self, $i: i64) -> i64 {
+                    $ibody
+                }
+            )?
+            fn zero_preserving(&self) -> bool {
+                $zero
+            }
+        }
+    };
+}
+
+/// `C::of(v)` for the compute type `C` of `T`.
+macro_rules! c {
+    ($v:expr) => {
+        <CalcOf<T> as Math>::of($v)
+    };
+}
+
+unary!(/// `|x|` (integers wrap: `|MIN| = MIN`).
+    Abs, "abs", true, |x| x.abs(), |i| i.wrapping_abs());
+unary!(/// `-x` (integers wrap).
+    Neg, "neg", true, |x| -x, |i| i.wrapping_neg());
+unary!(/// -1, 0 or 1; `sign(±0) = 0` and `sign(NaN) = 0`, as torch.
+    Sign, "sign", true,
+    |x| if x > c!(0.0) { c!(1.0) } else if x < c!(0.0) { c!(-1.0) } else { c!(0.0) },
+    |i| i.signum());
+unary!(/// `x * x` (integers wrap).
+    Square, "square", true, |x| x * x, |i| i.wrapping_mul(i));
+unary!(/// `max(x, 0)`; NaN propagates.
+    Relu, "relu", true, |x| if x > c!(0.0) || x.is_nan() { x } else { c!(0.0) }, |i| i.max(0));
+unary!(/// Round toward -inf (integers unchanged).
+    Floor, "floor", true, |x| x.floor());
+unary!(/// Round toward +inf (integers unchanged).
+    Ceil, "ceil", true, |x| x.ceil());
+unary!(/// Round to nearest, ties to even (integers unchanged).
+    Round, "round", true, |x| x.round_even());
+unary!(/// Round toward 0 (integers unchanged).
+    Trunc, "trunc", true, |x| x.trunc());
+unary!(/// `sqrt(x)` (NaN below 0).
+    Sqrt, "sqrt", true, |x| x.sqrt());
+unary!(/// `1 / sqrt(x)`.
+    Rsqrt, "rsqrt", false, |x| c!(1.0) / x.sqrt());
+unary!(/// `1 / x`.
+    Reciprocal, "reciprocal", false, |x| c!(1.0) / x);
+unary!(/// `e^x`.
+    Exp, "exp", false, |x| x.exp_full());
+unary!(/// `2^x`.
+    Exp2, "exp2", false, |x| x.exp2());
+unary!(/// `e^x - 1`.
+    Expm1, "expm1", true, |x| x.exp_m1());
+unary!(/// Natural logarithm (NaN below 0, -inf at 0).
+    Log, "log", false, |x| x.ln());
+unary!(/// Base-2 logarithm.
+    Log2, "log2", false, |x| x.log2());
+unary!(/// Base-10 logarithm.
+    Log10, "log10", false, |x| x.log10());
+unary!(/// `ln(1 + x)`.
+    Log1p, "log1p", true, |x| x.ln_1p());
+unary!(/// Sine.
+    Sin, "sin", true, |x| x.sin());
+unary!(/// Cosine.
+    Cos, "cos", false, |x| x.cos());
+unary!(/// Tangent.
+    Tan, "tan", true, |x| x.tan());
+unary!(/// Arcsine.
+    Asin, "asin", true, |x| x.asin());
+unary!(/// Arccosine.
+    Acos, "acos", false, |x| x.acos());
+unary!(/// Arctangent.
+    Atan, "atan", true, |x| x.atan());
+unary!(/// Hyperbolic sine.
+    Sinh, "sinh", true, |x| x.sinh());
+unary!(/// Hyperbolic cosine.
+    Cosh, "cosh", false, |x| x.cosh());
+unary!(/// Hyperbolic tangent.
+    Tanh, "tanh", true, |x| x.tanh());
+unary!(/// Inverse hyperbolic sine.
+    Asinh, "asinh", true, |x| x.asinh());
+unary!(/// Inverse hyperbolic cosine.
+    Acosh, "acosh", false, |x| x.acosh());
+unary!(/// Inverse hyperbolic tangent.
+    Atanh, "atanh", true, |x| x.atanh());
+unary!(/// `1 / (1 + e^-x)`.
+    Sigmoid, "sigmoid", false, |x| c!(1.0) / (c!(1.0) + (-x).exp_full()));
+unary!(/// `ln(x / (1 - x))`; on [0.25, 1] as `2 atanh(2x - 1)` (exact argument, no
+    /// cancellation near x = 0.5).
+    Logit, "logit", false,
+    |x| if x >= c!(0.25) { c!(2.0) * (c!(2.0) * x - c!(1.0)).atanh() } else { (x / (c!(1.0) - x)).ln() });
+unary!(/// The error function.
+    Erf, "erf", true, |x| x.erf());
+unary!(/// `1 - erf(x)`.
+    Erfc, "erfc", false, |x| x.erfc());
+unary!(/// `x - trunc(x)` (the sign of `x`; 0 for integers).
+    Frac, "frac", true, |x| x - x.trunc());
+unary!(/// `ln(1 + e^x)`, and `x` itself above 20 (torch's threshold).
+    Softplus, "softplus", false,
+    |x| if x > c!(20.0) { x } else { x.exp_full().ln_1p() });
+unary!(/// `x Φ(x) = x (1 + erf(x / √2)) / 2` (the exact GELU), computed as
+    /// `x erfc(-x / √2) / 2`, which has no cancellation for negative `x`, with the argument carried to twice the
+    /// working precision (erfc magnifies its rounding).
+    Gelu, "gelu", true, |x| gelu::<CalcOf<T>>(x));
+
+/// `x erfc(y) / 2` with `y = -x / √2` carried to twice the working precision: `erfc`
+/// magnifies the rounding of its argument by `2y²` (24 ulp at `x = -5`), so the rounding
+/// error `dy` of `y` is computed exactly (a fused multiply-add and the low part of
+/// `1/√2`) and applied as the first-order term `erfc(y + dy) = erfc(y) - 2/√π e^(-y²) dy`.
+#[inline(always)]
+fn gelu<C: Float + Math>(x: C) -> C {
+    const R: f64 = std::f64::consts::FRAC_1_SQRT_2;
+    // 1/√2 - R as f64 (R is 1/√2 rounded to f64)
+    const R_LO: f64 = -4.833_646_656_726_457e-17;
+    let hi = C::of(R);
+    let lo = C::of((R - Math::to_f64(hi)) + R_LO);
+    let y = -x * hi;
+    let dy = (-x).mul_add(hi, -y) + (-x) * lo;
+    // at x = ±inf the correction is inf - inf: there is nothing to correct
+    let dy = if dy.is_nan() { C::of(0.0) } else { dy };
+    let slope = C::of(std::f64::consts::FRAC_2_SQRT_PI) * (-(y * y)).exp_full();
+    C::of(0.5) * x * (y.erfc() - slope * dy)
+}
+unary!(/// `x σ(x) = x / (1 + e^-x)` (SiLU, swish).
+    Silu, "silu", true, |x| x / (c!(1.0) + (-x).exp_full()));
+
+/// `min(max(x, min), max)`: NaN propagates, and `min > max` gives `max` everywhere (as
+/// torch). Integers compare with the bounds rounded inward (`ceil(min)`, `floor(max)`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Clamp {
+    min: Option<f64>,
+    max: Option<f64>,
+}
+
+impl Clamp {
+    /// A clamp to `[min, max]` (either may be absent, not both).
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`] when both are absent or a bound is NaN.
+    pub fn new(min: Option<f64>, max: Option<f64>) -> Result<Self> {
+        if min.is_none() && max.is_none() {
+            return Err(MaskedError::InvalidArgument {
+                name: "min",
+                value: "none".into(),
+                reason: "clamp needs min, max or both",
+            });
+        }
+        for (name, v) in [("min", min), ("max", max)] {
+            if v.is_some_and(f64::is_nan) {
+                return Err(MaskedError::InvalidArgument {
+                    name,
+                    value: "NaN".into(),
+                    reason: "a clamp bound must be a number",
+                });
+            }
+        }
+        Ok(Clamp { min, max })
+    }
+}
+
+impl Unary for Clamp {
+    fn name(&self) -> &'static str {
+        "clamp"
+    }
+    #[inline(always)]
+    fn float<T: Element>(&self, x: CalcOf<T>) -> CalcOf<T> {
+        let mut y = x;
+        if let Some(lo) = self.min {
+            let lo = <CalcOf<T> as Float>::from_f64(lo);
+            y = if y < lo { lo } else { y };
+        }
+        if let Some(hi) = self.max {
+            let hi = <CalcOf<T> as Float>::from_f64(hi);
+            y = if y > hi { hi } else { y };
+        }
+        y
+    }
+    #[inline(always)]
+    fn int(&self, i: i64) -> i64 {
+        let mut y = i;
+        if let Some(lo) = self.min {
+            let lo = lo.ceil();
+            y = if (y as f64) < lo { lo as i64 } else { y };
+        }
+        if let Some(hi) = self.max {
+            let hi = hi.floor();
+            y = if (y as f64) > hi { hi as i64 } else { y };
+        }
+        y
+    }
+    fn zero_preserving(&self) -> bool {
+        self.float::<f64>(0.0) == 0.0
+    }
+}
+
+/// `x^p` for a scalar exponent: a float function, or type-keeping for an integer input
+/// and a non-negative integer exponent ([`Pow::keeps_integers`]); `pow(-inf, 0.5)` is
+/// NaN, as torch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pow {
+    p: f64,
+}
+
+impl Pow {
+    /// `x^p`.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`] for a NaN exponent.
+    pub fn new(p: f64) -> Result<Self> {
+        if p.is_nan() {
+            return Err(MaskedError::InvalidArgument {
+                name: "exponent",
+                value: "NaN".into(),
+                reason: "pow needs a numeric exponent (--exponent)",
+            });
+        }
+        Ok(Pow { p })
+    }
+    /// `x^p` as a float function of `T` values.
+    ///
+    /// # Errors
+    /// A NaN exponent; an integer `T` with a negative integer exponent (semantics.md: an
+    /// error, as torch).
+    pub fn float_of<T: Element>(p: f64) -> Result<Self> {
+        let pow = Pow::new(p)?;
+        if !T::DTYPE.is_float() && p < 0.0 && p.fract() == 0.0 {
+            return Err(MaskedError::InvalidArgument {
+                name: "exponent",
+                value: p.to_string(),
+                reason: "integers cannot be raised to a negative integer power",
+            });
+        }
+        Ok(pow)
+    }
+    /// The exponent as a non-negative integer, if it is one (then integer inputs keep
+    /// their type).
+    pub fn keeps_integers(&self) -> Option<u32> {
+        (self.p >= 0.0 && self.p.fract() == 0.0 && self.p <= u32::MAX as f64)
+            .then_some(self.p as u32)
+    }
+}
+
+impl Unary for Pow {
+    fn name(&self) -> &'static str {
+        "pow"
+    }
+    #[inline(always)]
+    fn float<T: Element>(&self, x: CalcOf<T>) -> CalcOf<T> {
+        let p = self.p;
+        if p == 2.0 {
+            x * x
+        } else if p.fract() == 0.0 && p.abs() <= i32::MAX as f64 {
+            x.powi(p as i32)
+        } else if x == <CalcOf<T> as Float>::NEG_INFINITY && p.fract() != 0.0 && p > 0.0 {
+            <CalcOf<T> as Float>::NAN
+        } else {
+            x.powf(<CalcOf<T> as Float>::from_f64(p))
+        }
+    }
+    #[inline(always)]
+    fn int(&self, i: i64) -> i64 {
+        i.wrapping_pow(self.keeps_integers().unwrap_or(1))
+    }
+    fn zero_preserving(&self) -> bool {
+        self.p > 0.0
+    }
+}
+
+/// NaN, +inf and -inf replaced by given finite values (defaults: 0, the type's largest
+/// and lowest finite value); integers unchanged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NanToNum {
+    nan: f64,
+    posinf: Option<f64>,
+    neginf: Option<f64>,
+}
+
+impl NanToNum {
+    /// The replacement values (`None`: the type's largest / lowest finite value).
+    pub fn new(nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Self {
+        NanToNum {
+            nan,
+            posinf,
+            neginf,
+        }
+    }
+}
+
+impl Unary for NanToNum {
+    fn name(&self) -> &'static str {
+        "nan_to_num"
+    }
+    #[inline(always)]
+    fn float<T: Element>(&self, x: CalcOf<T>) -> CalcOf<T> {
+        let f = <CalcOf<T> as Float>::from_f64;
+        if x.is_nan() {
+            f(self.nan)
+        } else if x == <CalcOf<T> as Float>::INFINITY {
+            f(self.posinf.unwrap_or(T::MAX_FINITE))
+        } else if x == <CalcOf<T> as Float>::NEG_INFINITY {
+            f(self.neginf.unwrap_or(-T::MAX_FINITE))
+        } else {
+            x
+        }
+    }
+    fn zero_preserving(&self) -> bool {
+        true
+    }
+}
+
+fn_enum! {
+    /// Every float function: the one [`FloatMap`] type the layouts' map kernels are
+    /// compiled for (per dtype), whichever function runs.
+    FloatFn {
+        Sqrt, Rsqrt, Reciprocal, Exp, Exp2, Expm1, Log, Log2, Log10, Log1p, Sin, Cos, Tan,
+        Asin, Acos, Atan, Sinh, Cosh, Tanh, Asinh, Acosh, Atanh, Sigmoid, Logit, Erf, Erfc,
+        Frac, Softplus, Gelu, Silu, Pow,
+    }
+}
+
+fn_enum! {
+    /// Every type-keeping op: the one [`KeepMap`] type the layouts' map kernels are
+    /// compiled for (per dtype).
+    KeepFn {
+        Abs, Neg, Sign, Square, Relu, Floor, Ceil, Round, Trunc, Clamp, NanToNum, Pow,
+    }
+}
