@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 /// The lanes of a masked COO array as the kernels see them: entries (positions and
 /// values), optional validity bits per entry, and whether the unstored positions are
-/// valid zeros. Get one from [`MaskedCoo::lanes`]; every op of [`MaskedOps`](masked_core::MaskedOps) runs on
+/// valid zeros. Get one from [`MaskedCoo::lanes`](crate::MaskedCoo::lanes); every op of [`MaskedOps`](masked_core::MaskedOps) runs on
 /// it.
 #[derive(Debug, Clone)]
 pub struct CooLanes<'a, T> {
