@@ -328,9 +328,12 @@ pub trait Element:
     /// `xs` as [`Element::Unpacked`] values without a copy, where the two types are the
     /// same (every type but the halves).
     fn as_unpacked(xs: &[Self]) -> Option<&[Self::Unpacked]>;
-    /// Widens `xs` into `out` (same length), exactly; only called where
-    /// [`Element::as_unpacked`] gives `None`.
-    fn unpack(xs: &[Self], out: &mut [Self::Unpacked]);
+    /// Widens `xs` into `out` (same length, possibly uninitialised), exactly, and
+    /// returns it initialised; only called where [`Element::as_unpacked`] gives `None`.
+    fn unpack<'o>(
+        xs: &[Self],
+        out: &'o mut [std::mem::MaybeUninit<Self::Unpacked>],
+    ) -> &'o [Self::Unpacked];
     /// Absolute value as f64.
     #[inline(always)]
     fn abs_f64(self) -> f64 {
@@ -625,8 +628,12 @@ macro_rules! element_float {
             fn as_unpacked(xs: &[Self]) -> Option<&[Self]> {
                 Some(xs)
             }
-            fn unpack(xs: &[Self], out: &mut [Self]) {
-                out.copy_from_slice(xs);
+            fn unpack<'o>(xs: &[Self], out: &'o mut [std::mem::MaybeUninit<Self>]) -> &'o [Self] {
+                for (o, &x) in out.iter_mut().zip(xs) {
+                    o.write(x);
+                }
+                // SAFETY: every element written above (equal lengths by contract)
+                unsafe { &*(out as *const [std::mem::MaybeUninit<Self>] as *const [Self]) }
             }
             #[inline(always)]
             fn to_real(self) -> Self::Real {
@@ -712,9 +719,9 @@ macro_rules! element_half {
         fn as_unpacked(_: &[Self]) -> Option<&[f32]> {
             None
         }
-        fn unpack(xs: &[Self], out: &mut [f32]) {
+        fn unpack<'o>(xs: &[Self], out: &'o mut [std::mem::MaybeUninit<f32>]) -> &'o [f32] {
             use half::slice::HalfFloatSliceExt;
-            $widen(xs.reinterpret_cast(), out);
+            $widen(xs.reinterpret_cast(), out)
         }
     };
     (@unpack) => {
@@ -723,8 +730,12 @@ macro_rules! element_half {
         fn as_unpacked(xs: &[Self]) -> Option<&[Self]> {
             Some(xs)
         }
-        fn unpack(xs: &[Self], out: &mut [Self]) {
-            out.copy_from_slice(xs);
+        fn unpack<'o>(xs: &[Self], out: &'o mut [std::mem::MaybeUninit<Self>]) -> &'o [Self] {
+            for (o, &x) in out.iter_mut().zip(xs) {
+                o.write(x);
+            }
+            // SAFETY: every element written above (equal lengths by contract)
+            unsafe { &*(out as *const [std::mem::MaybeUninit<Self>] as *const [Self]) }
         }
     };
     ($t:ty, $dt:expr, $var:ident, $to32:ident $(, $widen:path)?) => {
@@ -962,8 +973,12 @@ macro_rules! element_int {
             fn as_unpacked(xs: &[Self]) -> Option<&[Self]> {
                 Some(xs)
             }
-            fn unpack(xs: &[Self], out: &mut [Self]) {
-                out.copy_from_slice(xs);
+            fn unpack<'o>(xs: &[Self], out: &'o mut [std::mem::MaybeUninit<Self>]) -> &'o [Self] {
+                for (o, &x) in out.iter_mut().zip(xs) {
+                    o.write(x);
+                }
+                // SAFETY: every element written above (equal lengths by contract)
+                unsafe { &*(out as *const [std::mem::MaybeUninit<Self>] as *const [Self]) }
             }
             #[inline(always)]
             fn to_real(self) -> f64 {

@@ -63,18 +63,10 @@ fn widened_blocks<T: Element>(
     idx0: i64,
     f: &mut impl FnMut(&[T::Unpacked], Option<Bits<'_>>, i64),
 ) {
-    // initialise only what the longest block needs (a short lane must not pay for a
-    // whole block of zeros)
-    let n = xs.len().min(BLOCK);
+    // uninitialised: `unpack` writes every element it hands back
     let mut raw = [std::mem::MaybeUninit::<T::Unpacked>::uninit(); BLOCK];
-    for v in &mut raw[..n] {
-        v.write(<T::Unpacked as Element>::ZERO);
-    }
-    // SAFETY: the first `n` elements are initialised just above.
-    let buf = unsafe { &mut *(&mut raw[..n] as *mut [_] as *mut [T::Unpacked]) };
     blocks(xs, bits, idx0, |b, m, i| {
-        let u = &mut buf[..b.len()];
-        T::unpack(b, u);
+        let u = T::unpack(b, &mut raw[..b.len()]);
         f(u, m, i);
     });
 }

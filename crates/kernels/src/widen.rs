@@ -5,6 +5,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
 /// `f16` bits to `f32`, exactly, without branches or a per-call CPU feature check (the
 /// `half` crate checks for F16C on every call unless the whole crate is compiled with
@@ -31,62 +32,67 @@ pub fn bf16_bits_to_f32(h: u16) -> f32 {
     f32::from_bits((h as u32) << 16)
 }
 
-/// Widens the `f16` bit patterns of `src` into `dst` (same length), exactly: AVX-512 or
-/// F16C where the CPU has them (checked at run time), else [`f16_bits_to_f32`].
+/// Widens the `f16` bit patterns of `src` into `dst` (same length), exactly, and returns
+/// `dst` as initialised values: AVX-512 or F16C where the CPU has them (checked at run
+/// time), else [`f16_bits_to_f32`]. `dst` may be uninitialised (a stack block): every
+/// element is written, none read.
 ///
 /// # Panics
 /// When the lengths differ.
-pub fn widen_f16(src: &[u16], dst: &mut [f32]) {
+pub fn widen_f16<'d>(src: &[u16], dst: &'d mut [MaybeUninit<f32>]) -> &'d [f32] {
     assert_eq!(src.len(), dst.len(), "widen_f16: lengths differ");
-    #[cfg(target_arch = "x86_64")]
-    {
-        if crate::cpu::has_avx512() {
-            // SAFETY: the CPU has AVX-512F (checked above).
-            unsafe { widen_f16_avx512(src, dst) };
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("f16c") && std::arch::is_x86_feature_detected!("avx")
+    let done = 'simd: {
+        #[cfg(target_arch = "x86_64")]
         {
-            // SAFETY: the CPU has F16C and AVX (checked above).
-            unsafe { widen_f16_f16c(src, dst) };
-            return;
+            if crate::cpu::has_avx512() {
+                // SAFETY: the CPU has AVX-512F (checked above).
+                break 'simd unsafe { widen_f16_avx512(src, dst) };
+            }
+            if std::arch::is_x86_feature_detected!("f16c")
+                && std::arch::is_x86_feature_detected!("avx")
+            {
+                // SAFETY: the CPU has F16C and AVX (checked above).
+                break 'simd unsafe { widen_f16_f16c(src, dst) };
+            }
         }
+        0
+    };
+    for (d, &s) in dst[done..].iter_mut().zip(&src[done..]) {
+        d.write(f16_bits_to_f32(s));
     }
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = f16_bits_to_f32(s);
-    }
+    // SAFETY: every element of `dst` was written above (the vector part up to `done`,
+    // the scalar loop after it); `f32` and `MaybeUninit<f32>` have the same layout.
+    unsafe { &*(dst as *const [MaybeUninit<f32>] as *const [f32]) }
 }
 
+/// The whole 16-value groups of `src` into `dst`; returns how many values it wrote.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn widen_f16_avx512(src: &[u16], dst: &mut [f32]) {
+unsafe fn widen_f16_avx512(src: &[u16], dst: &mut [MaybeUninit<f32>]) -> usize {
     let n = src.len() / 16 * 16;
     for k in (0..n).step_by(16) {
         // SAFETY: k + 16 <= n <= len of both slices; unaligned loads and stores.
         unsafe {
             let h = _mm256_loadu_si256(src.as_ptr().add(k) as *const __m256i);
-            _mm512_storeu_ps(dst.as_mut_ptr().add(k), _mm512_cvtph_ps(h));
+            _mm512_storeu_ps(dst.as_mut_ptr().add(k) as *mut f32, _mm512_cvtph_ps(h));
         }
     }
-    for k in n..src.len() {
-        dst[k] = f16_bits_to_f32(src[k]);
-    }
+    n
 }
 
+/// The whole 8-value groups of `src` into `dst`; returns how many values it wrote.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx,f16c")]
-unsafe fn widen_f16_f16c(src: &[u16], dst: &mut [f32]) {
+unsafe fn widen_f16_f16c(src: &[u16], dst: &mut [MaybeUninit<f32>]) -> usize {
     let n = src.len() / 8 * 8;
     for k in (0..n).step_by(8) {
         // SAFETY: k + 8 <= n <= len of both slices; unaligned loads and stores.
         unsafe {
             let h = _mm_loadu_si128(src.as_ptr().add(k) as *const __m128i);
-            _mm256_storeu_ps(dst.as_mut_ptr().add(k), _mm256_cvtph_ps(h));
+            _mm256_storeu_ps(dst.as_mut_ptr().add(k) as *mut f32, _mm256_cvtph_ps(h));
         }
     }
-    for k in n..src.len() {
-        dst[k] = f16_bits_to_f32(src[k]);
-    }
+    n
 }
 
 #[cfg(test)]
@@ -101,9 +107,9 @@ mod tests {
         // odd lengths and offsets exercise the tails
         for (lo, hi) in [(0usize, all.len()), (3, all.len() - 5), (7, 20)] {
             let src = &all[lo..hi];
-            let mut got = vec![0f32; src.len()];
-            widen_f16(src, &mut got);
-            for (k, (&h, g)) in src.iter().zip(&got).enumerate() {
+            let mut buf = vec![MaybeUninit::<f32>::uninit(); src.len()];
+            let got = widen_f16(src, &mut buf);
+            for (k, (&h, g)) in src.iter().zip(got).enumerate() {
                 let want = f16_bits_to_f32(h);
                 let same = g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan());
                 assert!(same, "at {k}: {h:#06x} gave {g:?}, want {want:?}");
