@@ -472,30 +472,16 @@ pub trait Float:
     fn from_calc(c: Self::Calc) -> Self;
 }
 
+use crate::math::{exp_parts_f32, exp_parts_f64, EXP_F32_DEG6, EXP_F64_DEG12};
+
 /// `e^x` for `x <= 0` in f32 (see [`Float::exp_nonpos`]), with fused multiply-adds when
 /// `FUSED`.
 #[inline(always)]
 fn exp_nonpos_f32<const FUSED: bool>(x: f32) -> f32 {
-    // `a * b + c`, with one rounding when FUSED
-    let fma = |a: f32, b: f32, c: f32| if FUSED { a.mul_add(b, c) } else { a * b + c };
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     let xc = if x < -87.0 { -87.0 } else { x };
     let xc = if xc > 0.0 { 0.0 } else { xc };
-    let t = fma(xc, LOG2E, MAGIC);
-    let n = t - MAGIC;
-    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, xc));
-    let mut p = 1.0 / 720.0;
-    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
-        p = fma(p, r, c);
-    }
-    // the integer n sits in the low mantissa bits of t: no float-to-int conversion
-    // (Rust's saturating `as` does not vectorise well)
-    let ni = t.to_bits().wrapping_sub(MAGIC.to_bits());
-    let scale = f32::from_bits(ni.wrapping_add(127) << 23);
-    let y = p * scale;
+    let (p, ni) = exp_parts_f32::<FUSED>(xc, &EXP_F32_DEG6);
+    let y = p * f32::from_bits((ni as u32).wrapping_add(127) << 23);
     // NaN propagates through the arithmetic above; -inf and tiny results flush to 0
     if x < -87.0 {
         0.0
@@ -508,43 +494,33 @@ fn exp_nonpos_f32<const FUSED: bool>(x: f32) -> f32 {
 /// `FUSED`.
 #[inline(always)]
 fn exp_nonpos_f64<const FUSED: bool>(x: f64) -> f64 {
-    let fma = |a: f64, b: f64, c: f64| if FUSED { a.mul_add(b, c) } else { a * b + c };
-    const LOG2E: f64 = std::f64::consts::LOG2_E;
-    // fdlibm's split of ln 2: the high part has trailing zero bits so n * LN2_HI is exact
-    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
-    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
-    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
     let xc = if x < -708.0 { -708.0 } else { x };
     let xc = if xc > 0.0 { 0.0 } else { xc };
-    let t = fma(xc, LOG2E, MAGIC);
-    let n = t - MAGIC;
-    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, xc));
-    // Taylor to degree 12 on |r| <= ln2 / 2: truncation below 1e-16 relative
-    let mut p = 1.0 / 479_001_600.0;
-    for c in [
-        1.0 / 39_916_800.0,
-        1.0 / 3_628_800.0,
-        1.0 / 362_880.0,
-        1.0 / 40_320.0,
-        1.0 / 5_040.0,
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = fma(p, r, c);
-    }
-    let ni = t.to_bits().wrapping_sub(MAGIC.to_bits());
-    let scale = f64::from_bits(ni.wrapping_add(1023) << 52);
-    let y = p * scale;
+    let (p, ni) = exp_parts_f64::<FUSED>(xc, &EXP_F64_DEG12);
+    let y = p * f64::from_bits((ni as u64).wrapping_add(1023) << 52);
     if x < -708.0 {
         0.0
     } else {
         y
     }
+}
+
+/// `Element::Unpacked = Self`: the type's own slice, never copied.
+macro_rules! unpack_self {
+    () => {
+        type Unpacked = Self;
+        #[inline(always)]
+        fn as_unpacked(xs: &[Self]) -> Option<&[Self]> {
+            Some(xs)
+        }
+        fn unpack<'o>(xs: &[Self], out: &'o mut [std::mem::MaybeUninit<Self>]) -> &'o [Self] {
+            for (o, &x) in out.iter_mut().zip(xs) {
+                o.write(x);
+            }
+            // SAFETY: every element written above (equal lengths by contract)
+            unsafe { &*(out as *const [std::mem::MaybeUninit<Self>] as *const [Self]) }
+        }
+    };
 }
 
 macro_rules! element_float {
@@ -623,18 +599,7 @@ macro_rules! element_float {
             fn into_dyn(v: Vec<Self>) -> DynVec {
                 DynVec::$var(v)
             }
-            type Unpacked = Self;
-            #[inline(always)]
-            fn as_unpacked(xs: &[Self]) -> Option<&[Self]> {
-                Some(xs)
-            }
-            fn unpack<'o>(xs: &[Self], out: &'o mut [std::mem::MaybeUninit<Self>]) -> &'o [Self] {
-                for (o, &x) in out.iter_mut().zip(xs) {
-                    o.write(x);
-                }
-                // SAFETY: every element written above (equal lengths by contract)
-                unsafe { &*(out as *const [std::mem::MaybeUninit<Self>] as *const [Self]) }
-            }
+            unpack_self!();
             #[inline(always)]
             fn to_real(self) -> Self::Real {
                 self as Self::Real
@@ -725,18 +690,7 @@ macro_rules! element_half {
         }
     };
     (@unpack) => {
-        type Unpacked = Self;
-        #[inline(always)]
-        fn as_unpacked(xs: &[Self]) -> Option<&[Self]> {
-            Some(xs)
-        }
-        fn unpack<'o>(xs: &[Self], out: &'o mut [std::mem::MaybeUninit<Self>]) -> &'o [Self] {
-            for (o, &x) in out.iter_mut().zip(xs) {
-                o.write(x);
-            }
-            // SAFETY: every element written above (equal lengths by contract)
-            unsafe { &*(out as *const [std::mem::MaybeUninit<Self>] as *const [Self]) }
-        }
+        unpack_self!();
     };
     ($t:ty, $dt:expr, $var:ident, $to32:ident $(, $widen:path)?) => {
         impl Element for $t {
@@ -968,18 +922,7 @@ macro_rules! element_int {
             fn into_dyn(v: Vec<Self>) -> DynVec {
                 DynVec::$var(v)
             }
-            type Unpacked = Self;
-            #[inline(always)]
-            fn as_unpacked(xs: &[Self]) -> Option<&[Self]> {
-                Some(xs)
-            }
-            fn unpack<'o>(xs: &[Self], out: &'o mut [std::mem::MaybeUninit<Self>]) -> &'o [Self] {
-                for (o, &x) in out.iter_mut().zip(xs) {
-                    o.write(x);
-                }
-                // SAFETY: every element written above (equal lengths by contract)
-                unsafe { &*(out as *const [std::mem::MaybeUninit<Self>] as *const [Self]) }
-            }
+            unpack_self!();
             #[inline(always)]
             fn to_real(self) -> f64 {
                 self as f64

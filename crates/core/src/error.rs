@@ -137,3 +137,17 @@ pub enum MaskedError {
         context: String,
     },
 }
+
+impl MaskedError {
+    /// The error of an elementwise op that does not keep 0 at 0 on a sparse input without
+    /// a mask: its result would store every position, which the engine never does.
+    pub fn densifying(op: &'static str) -> Self {
+        MaskedError::Unsupported {
+            op,
+            context: "on a sparse input without a mask: it does not keep 0 at 0, so the \
+                      result would store every position (give a mask, or use the stored \
+                      pattern as the mask)"
+                .into(),
+        }
+    }
+}

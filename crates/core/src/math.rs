@@ -3,6 +3,79 @@
 //! come from the standard library (and `libm` for erf / erfc); `exp` is the engine's own
 //! branch-free version, so that a loop over it vectorises.
 
+/// The reduction and polynomial every `exp` of the engine shares, in f32: for `xc`
+/// (clamped by the caller to where its scaling is valid), `x = n ln2 + r` with
+/// `|r| <= ln2 / 2` (Cody-Waite; `n * LN2_HI` is exact), the Taylor polynomial of `e^r`
+/// with the `coeffs` given highest degree first (the constant terms last), and `n`.
+/// Fused multiply-adds when `FUSED`. Branch-free: loops over it vectorise.
+#[inline(always)]
+pub(crate) fn exp_parts_f32<const FUSED: bool>(xc: f32, coeffs: &[f32]) -> (f32, i32) {
+    // `a * b + c`, with one rounding when FUSED
+    let fma = |a: f32, b: f32, c: f32| if FUSED { a.mul_add(b, c) } else { a * b + c };
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let t = fma(xc, LOG2E, MAGIC);
+    let n = t - MAGIC;
+    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, xc));
+    let mut p = coeffs[0];
+    for &c in &coeffs[1..] {
+        p = fma(p, r, c);
+    }
+    // the integer n sits in the low mantissa bits of t: no float-to-int conversion
+    // (Rust's saturating `as` does not vectorise well)
+    (p, t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32)
+}
+
+/// [`exp_parts_f32`] in f64 (fdlibm's split of ln 2).
+#[inline(always)]
+pub(crate) fn exp_parts_f64<const FUSED: bool>(xc: f64, coeffs: &[f64]) -> (f64, i64) {
+    let fma = |a: f64, b: f64, c: f64| if FUSED { a.mul_add(b, c) } else { a * b + c };
+    const LOG2E: f64 = std::f64::consts::LOG2_E;
+    // the high part has trailing zero bits so n * LN2_HI is exact
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+    let t = fma(xc, LOG2E, MAGIC);
+    let n = t - MAGIC;
+    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, xc));
+    let mut p = coeffs[0];
+    for &c in &coeffs[1..] {
+        p = fma(p, r, c);
+    }
+    (p, t.to_bits().wrapping_sub(MAGIC.to_bits()) as i64)
+}
+
+/// Taylor coefficients of `e^r` to degree 6 (f32 `exp_nonpos`), highest first.
+pub(crate) const EXP_F32_DEG6: [f32; 7] = [
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
+
+/// Taylor coefficients of `e^r` to degree 12 (every f64 exp: truncation below 1e-16
+/// relative on `|r| <= ln2 / 2`), highest first.
+pub(crate) const EXP_F64_DEG12: [f64; 13] = [
+    1.0 / 479_001_600.0,
+    1.0 / 39_916_800.0,
+    1.0 / 3_628_800.0,
+    1.0 / 362_880.0,
+    1.0 / 40_320.0,
+    1.0 / 5_040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
+
 /// The scalar math the unary ops compute with, on the compute types `f32` and `f64`.
 pub trait Math: Copy {
     /// Largest finite value.
@@ -190,24 +263,14 @@ macro_rules! math {
 math!(f32, libm::erff, libm::erfcf, exp_f32);
 math!(f64, libm::erf, libm::erfc, exp_f64);
 
-/// `e^x` in f32 over the whole range, branch-free (vectorises): `x = n ln2 + r` with
-/// `|r| <= ln2 / 2` (Cody-Waite), a degree-7 Taylor polynomial (truncation 5e-9
-/// relative), and `2^n` applied as two factors so that overflow gives inf and the
-/// subnormal range is rounded by the final multiply. NaN propagates.
+/// `e^x` in f32 over the whole range, branch-free (vectorises): the engine's shared
+/// reduction ([`exp_parts_f32`]) with a degree-7 polynomial (truncation 5e-9 relative),
+/// and `2^n` applied as two factors so that overflow gives inf and the subnormal range is
+/// rounded by the final multiply. NaN propagates.
 #[inline(always)]
 fn exp_f32(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-                                     // beyond these e^x is inf / 0 in f32; NaN fails both compares and stays NaN
-    let xc = if x < -104.0 { -104.0 } else { x };
-    let xc = if xc > 89.0 { 89.0 } else { xc };
-    let t = xc * LOG2E + MAGIC;
-    let n = t - MAGIC;
-    let r = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, xc));
-    let mut p = 1.0 / 5040.0;
-    for c in [
+    const DEG7: [f32; 8] = [
+        1.0 / 5040.0,
         1.0 / 720.0,
         1.0 / 120.0,
         1.0 / 24.0,
@@ -215,46 +278,23 @@ fn exp_f32(x: f32) -> f32 {
         0.5,
         1.0,
         1.0,
-    ] {
-        p = p * r + c;
-    }
-    let ni = t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32;
+    ];
+    // beyond these e^x is inf / 0 in f32; NaN fails both compares and stays NaN
+    let xc = if x < -104.0 { -104.0 } else { x };
+    let xc = if xc > 89.0 { 89.0 } else { xc };
+    let (p, ni) = exp_parts_f32::<false>(xc, &DEG7);
     let h = ni >> 1;
     let s1 = f32::from_bits(((h + 127) as u32) << 23);
     let s2 = f32::from_bits(((ni - h + 127) as u32) << 23);
     p * s1 * s2
 }
 
-/// `e^x` in f64 over the whole range, as [`exp_f32`] with a degree-12 polynomial.
+/// `e^x` in f64 over the whole range, as [`exp_f32`] with the degree-12 polynomial.
 #[inline(always)]
 fn exp_f64(x: f64) -> f64 {
-    const LOG2E: f64 = std::f64::consts::LOG2_E;
-    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
-    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
-    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
     let xc = if x < -746.0 { -746.0 } else { x };
     let xc = if xc > 710.0 { 710.0 } else { xc };
-    let t = xc * LOG2E + MAGIC;
-    let n = t - MAGIC;
-    let r = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, xc));
-    let mut p = 1.0 / 479_001_600.0;
-    for c in [
-        1.0 / 39_916_800.0,
-        1.0 / 3_628_800.0,
-        1.0 / 362_880.0,
-        1.0 / 40_320.0,
-        1.0 / 5_040.0,
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = p * r + c;
-    }
-    let ni = t.to_bits().wrapping_sub(MAGIC.to_bits()) as i64;
+    let (p, ni) = exp_parts_f64::<false>(xc, &EXP_F64_DEG12);
     let h = ni >> 1;
     let s1 = f64::from_bits(((h + 1023) as u64) << 52);
     let s2 = f64::from_bits(((ni - h + 1023) as u64) << 52);

@@ -260,13 +260,7 @@ impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
         zero_preserving: bool,
     ) -> Result<SparseArray<M::Output>> {
         if self.fill && !zero_preserving {
-            return Err(MaskedError::Unsupported {
-                op: map.name(),
-                context: "on a sparse input without a mask: it does not keep 0 at 0, so the \
-                          result would store every position (give a mask, or use the stored \
-                          pattern as the mask)"
-                    .into(),
-            });
+            return Err(MaskedError::densifying(map.name()));
         }
         // a multiple of 64, so every chunk starts on a word of the validity bits
         const CHUNK: usize = 1 << 14;

@@ -329,13 +329,7 @@ impl<'a, T: Element, I: SpIndex> LaneKernels<T> for CsrLanes<'a, T, I> {
     ) -> Result<CsrMapped<'a, O<M, T>, I>> {
         if self.fill {
             if !zero_preserving {
-                return Err(MaskedError::Unsupported {
-                    op: map.name(),
-                    context: "on a sparse input without a mask: it does not keep 0 at 0, so \
-                              the result would store every position (give a mask, or use the \
-                              stored pattern as the mask)"
-                        .into(),
-                });
+                return Err(MaskedError::densifying(map.name()));
             }
             let stored = CsrLanes {
                 fill: false,
