@@ -18,23 +18,18 @@ import itertools
 import json
 import math
 import os
+import sys
 
 import ml_dtypes
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_json import enc  # noqa: E402
 
 np.seterr(all="ignore")
 
 rng = np.random.default_rng(1616)
 HALF = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
-
-
-def enc(v):
-    v = float(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
 
 
 def first_arg(v, better):

@@ -24,11 +24,15 @@ torch.masked has no median, quantile, ptp, count or nan-family; those stay with 
 import json
 import math
 import os
+import sys
 import warnings
 
 import numpy as np
 import torch
 import torch.masked as M
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_json import enc  # noqa: E402
 
 warnings.filterwarnings("ignore")
 HERE = os.path.dirname(__file__)
@@ -39,15 +43,6 @@ ULP_BITS = {"f16": 10, "bf16": 7}
 
 def dec(v):
     return {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}.get(v, v) if isinstance(v, str) else float(v)
-
-
-def enc(v):
-    v = float(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
 
 
 def close(a, b, dt):

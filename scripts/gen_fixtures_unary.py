@@ -26,12 +26,16 @@ inward and keeps the integer type (torch promotes to float); sign(NaN) = 0 is to
 import json
 import math
 import os
+import sys
 import warnings
 
 import mpmath
 import numpy as np
 import torch
 from torch.masked import masked_tensor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_json import enc  # noqa: E402
 
 warnings.filterwarnings("ignore")
 rng = np.random.default_rng(2718)
@@ -47,15 +51,6 @@ PLAIN = {"relu": torch.relu, "softplus": F.softplus, "gelu": F.gelu, "silu": F.s
 NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.int32, "i64": np.int64}
 TT = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "i32": torch.int32,
       "i64": torch.int64}
-
-
-def enc(v):
-    v = float(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
 
 
 def inputs(dt, shape):
