@@ -158,7 +158,7 @@ fn bench_layout<T: Element>(
                     d => d.clone(),
                 },
                 Kind::Reduce => dims.clone(),
-                Kind::Unary => Dims::All,
+                Kind::Unary | Kind::Binary => Dims::All,
             });
             for (name, text) in &a.options.0 {
                 if spec.options().contains(name) {

@@ -4,6 +4,7 @@
 
 mod alloc;
 mod bench;
+mod binary;
 mod error;
 mod npy;
 mod sparse_io;
@@ -12,8 +13,8 @@ use clap::Parser;
 use error::CliError;
 use masked::by_name::{self as ops, Kind, Op, OpRequest, OPTIONS};
 use masked::{
-    with_dyn_vec, BitMask, CooMask, CooPattern, DType, Dims, DynVec, Element, MaskedArray,
-    MaskedCoo, MaskedCsr, Pattern,
+    with_dyn_vec, BitMask, CooMask, DType, Dims, DynVec, Element, MaskedArray, MaskedCoo,
+    MaskedCsr, Pattern,
 };
 use ndarray::{ArrayViewD, IxDyn};
 use sprs::CsMat;
@@ -31,11 +32,26 @@ static ALLOC: alloc::Counting = alloc::Counting;
     about = "Masked reductions and normalizations on .npy / .mtx / .npz files",
     after_help = ops_help()
 )]
-struct RunArgs {
+pub(crate) struct RunArgs {
     /// The op.
     op: String,
-    /// Input file (.npy dense; .mtx / .npz sparse).
+    /// Input file (.npy dense; .mtx / .npz sparse); A of a binary op.
     input: PathBuf,
+    /// The second operand B of a binary op (.npy dense; .mtx / .npz sparse).
+    b: Option<PathBuf>,
+    /// A scalar second operand of a binary op (`3` is an integer, `3.0` a float).
+    #[arg(long, allow_hyphen_values = true)]
+    scalar: Option<String>,
+    /// Compute `op(scalar, A)` instead of `op(A, scalar)` (`1 - x`, `2 / x`).
+    #[arg(long)]
+    scalar_first: bool,
+    /// Mask file of B (binary ops).
+    #[arg(long)]
+    mask_b: Option<PathBuf>,
+    /// Mask rule of a binary op: strict (equal masks, the default) or and (valid where
+    /// both are).
+    #[arg(long)]
+    masks: Option<String>,
     /// Mask file (.npy bool broadcastable to the input for dense input).
     #[arg(long)]
     mask: Option<PathBuf>,
@@ -186,7 +202,7 @@ pub(crate) fn parse_dims(s: Option<&str>) -> Result<Dims, CliError> {
     }
 }
 
-fn extension(p: &Path) -> String {
+pub(crate) fn extension(p: &Path) -> String {
     p.extension()
         .and_then(|e| e.to_str())
         .unwrap_or("")
@@ -237,6 +253,21 @@ fn run(a: RunArgs) -> Result<(), CliError> {
         return run_job(&a, &Job::Cast(d));
     }
     let spec: Op = a.op.parse()?;
+    let two = a.b.is_some() || a.scalar.is_some();
+    if spec.kind() == Kind::Binary || (two && spec.binary().is_some()) {
+        if let Some((name, _)) = a.options.0.first() {
+            return Err(CliError::Usage(format!(
+                "option --{name} has no meaning for the binary op {spec}"
+            )));
+        }
+        let op = spec.binary().expect("a binary op");
+        return binary::run(&a, op);
+    }
+    if two || a.mask_b.is_some() || a.masks.is_some() || a.scalar_first {
+        return Err(CliError::Usage(format!(
+            "{spec} takes one operand: B, --scalar, --scalar-first, --mask-b and --masks are for binary ops"
+        )));
+    }
     // options that mean nothing for this op are errors
     for (name, _) in &a.options.0 {
         if !spec.options().contains(name) {
@@ -258,7 +289,7 @@ fn run(a: RunArgs) -> Result<(), CliError> {
     let dims = parse_dims(a.dim.as_deref())?;
     match (spec.kind(), dims.given_len()) {
         (Kind::Normalize, Some(1))
-        | (Kind::Reduce | Kind::Unary, _)
+        | (Kind::Reduce | Kind::Unary | Kind::Binary, _)
         | (Kind::ReduceOne, None | Some(1)) => {}
         (Kind::Normalize, n) => {
             return Err(CliError::Usage(format!(
@@ -388,7 +419,7 @@ fn dense_apply<T: Element>(
 }
 
 /// A stored 0 / false of a sparse mask file is not valid.
-fn nonzero(v: &DynVec) -> Vec<bool> {
+pub(crate) fn nonzero(v: &DynVec) -> Vec<bool> {
     with_dyn_vec!(v, v => v.iter().map(|x| x.to_f64() != 0.0).collect())
 }
 
@@ -443,18 +474,7 @@ fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError>
         let mask = match mask {
             None if a.mask_from_pattern => CooMask::Stored,
             None => CooMask::All,
-            Some((p, m)) => {
-                let keep = nonzero(&m.values);
-                let coords: Vec<Vec<usize>> = m
-                    .coords
-                    .iter()
-                    .map(|c| c.iter().zip(&keep).filter(|x| *x.1).map(|x| *x.0).collect())
-                    .collect();
-                CooMask::Pattern(
-                    CooPattern::from_coords(&m.shape, &coords)
-                        .map_err(|e| CliError::file(p, e.to_string()))?,
-                )
-            }
+            Some((p, m)) => CooMask::Pattern(binary::coo_mask(p, &m)?),
         };
         let (shape, coords) = (&input.shape, &input.coords);
         let coo = |e: masked::MaskedError| CliError::file(&a.input, e.to_string());
@@ -466,14 +486,7 @@ fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError>
         let shape = (input.shape[0], input.shape[1]);
         let mask = match mask {
             None => None,
-            Some((p, m)) => {
-                let (mptr, mind, mval) = m.to_csr(p)?;
-                let bools = CsMat::new(shape, mptr, mind, nonzero(&mval));
-                Some(
-                    Pattern::from_predicate(&bools.view(), |&b| b)
-                        .map_err(|e| CliError::file(p, e.to_string()))?,
-                )
-            }
+            Some((p, m)) => Some(binary::csr_mask(p, &m)?),
         };
         with_dyn_vec!(values, v => {
             csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, job)?

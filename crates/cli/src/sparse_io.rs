@@ -5,6 +5,7 @@ use crate::error::CliError;
 use crate::npy::write_atomic;
 use crate::npy::FileValue;
 use masked::by_name::SparseOutcome;
+use masked::sparse::unravel as masked_core_unravel;
 use masked::DynVec;
 use ndarray::{Array1, Array2};
 use ndarray_npy::{NpzReader, NpzWriter, ReadNpzError};
@@ -518,9 +519,40 @@ pub fn read_sparse(path: &Path) -> Result<SparseFile, CliError> {
     }
 }
 
+/// The positions of a sparse output.
+struct Entries<'a> {
+    shape: &'a [usize],
+    indices: &'a [usize],
+}
+
+impl Entries<'_> {
+    fn coords(&self) -> Vec<Vec<usize>> {
+        masked_core_unravel(self.shape, self.indices)
+    }
+}
+
 /// Writes a sparse result as a COO `.npz` (`coords` int64 ndim x nnz, `data`, `shape`)
 /// or, for a 2-D result, a Matrix Market file; atomically.
 pub fn write_sparse(path: &Path, out: &SparseOutcome) -> Result<(), CliError> {
+    write_entries(path, &out.shape, &out.indices, Data::Num(&out.values))
+}
+
+/// The values of a sparse output: numbers, or bools (comparisons).
+pub enum Data<'a> {
+    /// Numbers of any dtype.
+    Num(&'a DynVec),
+    /// Bools: `.npz` data of dtype bool, `.mtx` integers 0 / 1.
+    Bool(&'a [bool]),
+}
+
+/// Writes stored entries (flat row-major `indices`) of `shape` as `.npz` or `.mtx`.
+pub fn write_entries(
+    path: &Path,
+    shape: &[usize],
+    indices: &[usize],
+    data: Data<'_>,
+) -> Result<(), CliError> {
+    let out = Entries { shape, indices };
     match crate::extension(path).as_str() {
         "npz" => write_atomic(path, |buf| {
             let coords = out.coords();
@@ -538,7 +570,18 @@ pub fn write_sparse(path: &Path, out: &SparseOutcome) -> Result<(), CliError> {
                 let mut w = NpzWriter::new(&mut cur);
                 let e = |e: ndarray_npy::WriteNpzError| e.to_string();
                 w.add_array("coords", &c).map_err(e)?;
-                match &out.values {
+                let values = match data {
+                    Data::Num(v) => v,
+                    Data::Bool(b) => {
+                        w.add_array("data", &Array1::from_vec(b.to_vec()))
+                            .map_err(e)?;
+                        w.add_array("shape", &shape).map_err(e)?;
+                        w.finish().map_err(e)?;
+                        *buf = cur.into_inner();
+                        return Ok(());
+                    }
+                };
+                match values {
                     DynVec::F32(v) => w.add_array("data", &Array1::from_vec(v.clone())),
                     DynVec::F64(v) => w.add_array("data", &Array1::from_vec(v.clone())),
                     DynVec::I32(v) => w.add_array("data", &Array1::from_vec(v.clone())),
@@ -570,8 +613,8 @@ pub fn write_sparse(path: &Path, out: &SparseOutcome) -> Result<(), CliError> {
             }
             write_atomic(path, |buf| {
                 use std::fmt::Write;
-                let field = match out.values {
-                    DynVec::I32(_) | DynVec::I64(_) => "integer",
+                let field = match data {
+                    Data::Num(DynVec::I32(_) | DynVec::I64(_)) | Data::Bool(_) => "integer",
                     _ => "real",
                 };
                 let mut s = format!("%%MatrixMarket matrix coordinate {field} general\n");
@@ -579,7 +622,12 @@ pub fn write_sparse(path: &Path, out: &SparseOutcome) -> Result<(), CliError> {
                 let ncols = out.shape[1].max(1);
                 for (k, &flat) in out.indices.iter().enumerate() {
                     let (r, c) = (flat / ncols + 1, flat % ncols + 1);
-                    let text = masked::with_dyn_vec!(&out.values, v => FileValue::mtx_text(v[k]));
+                    let text = match data {
+                        Data::Num(values) => {
+                            masked::with_dyn_vec!(values, v => FileValue::mtx_text(v[k]))
+                        }
+                        Data::Bool(b) => u8::from(b[k]).to_string(),
+                    };
                     let _ = writeln!(s, "{r} {c} {text}");
                 }
                 *buf = s.into_bytes();

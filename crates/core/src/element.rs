@@ -296,6 +296,13 @@ pub trait Element:
         float: impl Fn(CalcOf<Self>) -> CalcOf<Self>,
         int: impl Fn(i64) -> i64,
     ) -> Self;
+    /// A type-keeping binary function ([`crate::binary`]), as [`Element::map_keep`].
+    fn zip_keep(
+        self,
+        other: Self,
+        float: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
+        int: impl Fn(i64, i64) -> i64,
+    ) -> Self;
     /// This value as a cast source: integers exactly, floats as `f64` (exact for every
     /// float dtype).
     fn to_scalar(self) -> Scalar;
@@ -586,6 +593,15 @@ macro_rules! element_float {
                 float(self)
             }
             #[inline(always)]
+            fn zip_keep(
+                self,
+                other: Self,
+                float: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
+                _: impl Fn(i64, i64) -> i64,
+            ) -> Self {
+                float(self, other)
+            }
+            #[inline(always)]
             fn to_scalar(self) -> Scalar {
                 Scalar::Float(self as f64)
             }
@@ -754,6 +770,15 @@ macro_rules! element_half {
                 <$t>::from_f32(float($to32(self.to_bits())))
             }
             #[inline(always)]
+            fn zip_keep(
+                self,
+                other: Self,
+                float: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
+                _: impl Fn(i64, i64) -> i64,
+            ) -> Self {
+                <$t>::from_f32(float($to32(self.to_bits()), $to32(other.to_bits())))
+            }
+            #[inline(always)]
             fn to_scalar(self) -> Scalar {
                 Scalar::Float($to32(self.to_bits()) as f64)
             }
@@ -902,6 +927,15 @@ macro_rules! element_int {
                 int: impl Fn(i64) -> i64,
             ) -> Self {
                 int(self as i64) as $t
+            }
+            #[inline(always)]
+            fn zip_keep(
+                self,
+                other: Self,
+                _: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
+                int: impl Fn(i64, i64) -> i64,
+            ) -> Self {
+                int(self as i64, other as i64) as $t
             }
             #[inline(always)]
             fn to_scalar(self) -> Scalar {

@@ -128,6 +128,26 @@ pub enum MaskedError {
         /// The first such value found.
         value: String,
     },
+    /// The strict mask rule of a binary op: the operands' masks differ.
+    #[error("{op}: the operands' masks differ at position {position:?} (valid in the {} operand only); the strict rule needs equal masks: use the `and` rule (--masks and) to intersect them", if *left_valid { "left" } else { "right" })]
+    MaskMismatch {
+        /// The op.
+        op: &'static str,
+        /// The first differing position (coordinates in the output shape).
+        position: Vec<usize>,
+        /// Whether the left operand is the valid one there.
+        left_valid: bool,
+    },
+    /// An integer op undefined at a valid position (division by zero, a negative power).
+    #[error("{op}: {reason} at position {position:?}")]
+    IntegerDomain {
+        /// The op.
+        op: &'static str,
+        /// What is undefined, in words.
+        reason: &'static str,
+        /// The position (coordinates in the output shape).
+        position: Vec<usize>,
+    },
     /// An op that this layout or dtype does not provide.
     #[error("{op} is not supported {context}")]
     Unsupported {

@@ -2,6 +2,7 @@
 //! Every op of the registry then comes with [`MaskedOps`](crate::MaskedOps), a blanket
 //! impl over this trait: a new layout writes these kernels and gets every op.
 
+use crate::binary::{MaskRule, Value, ZipMap};
 use crate::dims::Dims;
 use crate::element::Element;
 use crate::error::Result;
@@ -89,4 +90,35 @@ pub trait LaneKernels<T: Element> {
         let _ = zero_preserving;
         self.map_lanes(map, -1)
     }
+}
+
+/// What a layout implements for binary elementwise ops: combine its values with an
+/// operand `Rhs` (another masked container of its own layout, a dense array, or a scalar
+/// `T`) element by element. Every binary op of the registry
+/// ([`MaskedBinaryOps`](crate::MaskedBinaryOps): `add`, `mul`, `lt`, ...) is written once
+/// over it.
+///
+/// The output has the broadcast shape of the operands (a sparse layout never broadcasts
+/// beyond its own shape) and the mask that `rule` gives; it is of the layout's own kind:
+/// sparse when either operand is sparse.
+pub trait ZipKernels<T: Element, Rhs: ?Sized> {
+    /// The layout's result of a binary op with values of type `O`.
+    type Zipped<O: Value>;
+
+    /// `z(self, rhs)` at every valid output position.
+    ///
+    /// # Errors
+    /// Shapes that do not broadcast ([`MaskedError::ShapeMismatch`](crate::MaskedError::ShapeMismatch)),
+    /// masks that differ under [`MaskRule::Strict`]
+    /// ([`MaskedError::MaskMismatch`](crate::MaskedError::MaskMismatch)), an integer op
+    /// undefined at a valid position
+    /// ([`MaskedError::IntegerDomain`](crate::MaskedError::IntegerDomain)), a sparse
+    /// operand without a mask where the result would store every position
+    /// ([`MaskedError::Unsupported`](crate::MaskedError::Unsupported)).
+    fn zip_elements<Z: ZipMap<T>>(
+        &self,
+        rhs: &Rhs,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<Self::Zipped<Z::Output>>;
 }

@@ -24,6 +24,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod binary;
 pub mod cast;
 pub mod dims;
 pub mod element;
@@ -39,6 +40,7 @@ pub mod sparse;
 pub mod stats;
 pub mod unary;
 
+pub use binary::{MaskRule, Splat, Value, Values, ZipMap};
 pub use dims::{wrap_dim, Dims, ReducePlan};
 pub use element::{Acc, DType, DynVec, Element, Float, Scalar};
 pub use error::{MaskedError, Result};
@@ -46,7 +48,7 @@ pub use fold::{not_nan_words, Fold};
 /// The half-precision types (`half::f16`, `half::bf16`) the engine computes on.
 pub use half;
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
-pub use layout::LaneKernels;
+pub use layout::{LaneKernels, ZipKernels};
 pub use mask::{BitMask, Bits};
-pub use registry::{apply_to, Kind, MaskedOps, Op, OpRequest, Options, Sink};
+pub use registry::{apply_to, Kind, MaskedBinaryOps, MaskedOps, Op, OpRequest, Options, Sink};
 pub use sparse::SparseArray;

@@ -108,6 +108,12 @@ pub trait Math: Copy {
     fn acos(self) -> Self;
     /// Arctangent.
     fn atan(self) -> Self;
+    /// The angle of the point `(other, self)`: `atan2(self, other)`, in `[-pi, pi]`.
+    fn atan2(self, other: Self) -> Self;
+    /// `sqrt(self^2 + other^2)` without undue overflow.
+    fn hypot(self, other: Self) -> Self;
+    /// C `fmod`: `self - n * other` with `n` truncated, the sign of `self`.
+    fn fmod(self, other: Self) -> Self;
     /// Hyperbolic sine.
     fn sinh(self) -> Self;
     /// Hyperbolic cosine.
@@ -196,6 +202,18 @@ macro_rules! math {
             #[inline(always)]
             fn atan(self) -> Self {
                 <$t>::atan(self)
+            }
+            #[inline(always)]
+            fn atan2(self, other: Self) -> Self {
+                <$t>::atan2(self, other)
+            }
+            #[inline(always)]
+            fn hypot(self, other: Self) -> Self {
+                <$t>::hypot(self, other)
+            }
+            #[inline(always)]
+            fn fmod(self, other: Self) -> Self {
+                self % other
             }
             #[inline(always)]
             fn sinh(self) -> Self {

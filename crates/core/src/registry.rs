@@ -23,13 +23,14 @@
 //! # Ok::<(), masked_core::MaskedError>(())
 //! ```
 
+use crate::binary::{BinOp, CmpBin, CmpZip, FloatBin, FloatZip, KeepBin, KeepZip, MaskRule};
 use crate::dims::Dims;
 use crate::element::{DType, Element};
 use crate::error::{MaskedError, Result};
 use crate::lane::{
     Cumulative, Interpolation, MedianIndex, MedianMode, Normalize, Quantile, Softmax, SoftmaxKind,
 };
-use crate::layout::LaneKernels;
+use crate::layout::{LaneKernels, ZipKernels};
 use crate::ops::{AMax, AMin, ArgMax, ArgMin, Count, Mean, Prod, Ptp, Sum};
 use crate::stats::{check_correction, LogSumExp, Norm, Std, Var};
 use crate::unary::{
@@ -51,6 +52,9 @@ pub enum Kind {
     /// Elementwise on one operand (masked algebra): no dims, no `keepdim`; the output
     /// mask is the input mask.
     Unary,
+    /// Elementwise on two operands (masked algebra): the output mask follows the call's
+    /// [`MaskRule`].
+    Binary,
 }
 
 impl Kind {
@@ -61,6 +65,7 @@ impl Kind {
             Kind::ReduceOne => "reduction (one dim or all)",
             Kind::Normalize => "normalization (one dim)",
             Kind::Unary => "elementwise (unary)",
+            Kind::Binary => "elementwise (binary)",
         }
     }
 }
@@ -359,6 +364,7 @@ macro_rules! registry {
             grad: $grad:literal $(,)?
         }
     )*
+
     extra { $($extra:tt)* }
     ) => {
         /// The typed identity of an op: what code outside the host kernels (the CLI, a
@@ -395,6 +401,14 @@ macro_rules! registry {
             pub fn ignores_nan(self) -> bool {
                 match self { $( Op::$variant => registry!(@nan $on), )* }
             }
+            /// The binary elementwise op of this name: the `binary` entries, and `pow`
+            /// (a unary op with a scalar exponent, a binary op with an array one).
+            pub fn binary(self) -> Option<BinOp> {
+                if self == Op::Pow {
+                    return Some(BinOp::Keep(KeepBin::Pow));
+                }
+                match self { $( Op::$variant => registry!(@bin $kind $value), )* }
+            }
             /// The op's documentation in one line (the docs' op table, the CLI help).
             pub fn summary(self) -> &'static str {
                 match self { $( Op::$variant => concat!($($doc),+).trim_ascii(), )* }
@@ -414,6 +428,29 @@ macro_rules! registry {
         }
 
         impl<T: Element, L: LaneKernels<T> + ?Sized> MaskedOps<T> for L {}
+
+        /// Every binary elementwise op, on every layout and operand kind the layout
+        /// zips with (`Rhs`: a masked container of the layout, a dense array, a scalar
+        /// `T`): a blanket impl over [`ZipKernels`], generated from the op registry.
+        ///
+        /// `rule` picks the output mask ([`MaskRule::Strict`], MaskedTensor's, or
+        /// [`MaskRule::And`], numpy.ma's). A scalar on the left (`1 - x`) is
+        /// [`ZipKernels::zip_elements`] with the [`Swapped`](crate::binary::Swapped) op.
+        pub trait MaskedBinaryOps<T: Element, Rhs: ?Sized>: ZipKernels<T, Rhs> {
+            $( registry!(@bmethod $kind $name [$($doc)+] ($value) -> $out); )*
+            /// `x^y` elementwise with an array (or scalar) of exponents (the binary
+            /// `pow`; [`MaskedOps::pow`] takes one scalar exponent). Integers keep their
+            /// type and wrap; an integer raised to a negative power at a valid position
+            /// is an error.
+            ///
+            /// # Errors
+            /// As [`ZipKernels::zip_elements`].
+            fn pow_by(&self, rhs: &Rhs, rule: MaskRule) -> Result<Self::Zipped<T>> {
+                self.zip_elements(rhs, &KeepZip(KeepBin::Pow), rule)
+            }
+        }
+
+        impl<T: Element, Rhs: ?Sized, L: ZipKernels<T, Rhs> + ?Sized> MaskedBinaryOps<T, Rhs> for L {}
 
         /// Runs the request on any layout and hands the typed result to `sink`: one
         /// match over the registry for every layout and every use.
@@ -435,6 +472,30 @@ macro_rules! registry {
     (@kind reduce_one) => { Kind::ReduceOne };
     (@kind normalize) => { Kind::Normalize };
     (@kind unary) => { Kind::Unary };
+    (@kind binary) => { Kind::Binary };
+    (@bin binary $value:expr) => { Some(BinOp::from($value)) };
+    (@bin $kind:ident $value:expr) => { None };
+    (@bmethod binary $name:ident [$($doc:literal)+] ($value:expr) -> $out:ty) => {
+        $(#[doc = $doc])+
+        ///
+        /// The output mask follows `rule`; 0 (false) at invalid dense positions, a sparse
+        /// result stores exactly the valid positions.
+        ///
+        /// # Errors
+        /// As [`ZipKernels::zip_elements`].
+        fn $name(&self, rhs: &Rhs, rule: MaskRule) -> Result<Self::Zipped<$out>> {
+            self.zip_elements(rhs, &$value, rule)
+        }
+    };
+    (@bmethod $kind:ident $name:ident [$($doc:literal)+] ($value:expr) -> $out:ty) => {};
+    (@method binary $on:ident $name:ident [$($doc:literal)+] ($value:expr) -> $out:ty,
+        [$($opt:ident : $oty:ty),*] $kernel:ident) => {};
+    (@call binary $a:ident $req:ident $sink:ident $name:ident [$($opt:ident),*]) => {
+        return Err(MaskedError::Unsupported {
+            op: stringify!($name),
+            context: "with one operand: a binary op needs two (apply_binary_to)".into(),
+        })
+    };
     (@nan all) => { false };
     (@nan nan_free) => { true };
 
@@ -767,6 +828,50 @@ registry! {
         kind: unary, on: all, run: map_elements(KeepMap(KeepFn::NanToNum(NanToNum::new(nan, posinf, neginf)))) -> T,
         options: [nan: f64, posinf: Option<f64>, neginf: Option<f64>], grad: true,
     }
+
+    /// `x + y` (integers wrap).
+    add => Add { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Add)) -> T, options: [], grad: true }
+    /// `x - y` (integers wrap).
+    sub => Sub { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Sub)) -> T, options: [], grad: true }
+    /// `x * y` (integers wrap).
+    mul => Mul { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Mul)) -> T, options: [], grad: true }
+    /// True division `x / y` (integers give `f64`).
+    div => Div { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Div)) -> T::Real, options: [], grad: true }
+    /// `floor(x / y)` (torch's rounding; an integer division by 0 at a valid position is
+    /// an error).
+    floor_divide => FloorDivide { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::FloorDivide)) -> T, options: [], grad: false }
+    /// The larger of `x` and `y`; NaN propagates.
+    maximum => Maximum { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Maximum)) -> T, options: [], grad: true }
+    /// The smaller of `x` and `y`; NaN propagates.
+    minimum => Minimum { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Minimum)) -> T, options: [], grad: true }
+    /// The larger of `x` and `y`; a NaN operand gives the other.
+    fmax => Fmax { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Fmax)) -> T, options: [], grad: true }
+    /// The smaller of `x` and `y`; a NaN operand gives the other.
+    fmin => Fmin { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Fmin)) -> T, options: [], grad: true }
+    /// `atan2(x, y)`, the angle of the point `(y, x)`.
+    atan2 => Atan2 { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Atan2)) -> T::Real, options: [], grad: true }
+    /// `sqrt(x^2 + y^2)` without undue overflow.
+    hypot => Hypot { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Hypot)) -> T::Real, options: [], grad: true }
+    /// `log(e^x + e^y)` without overflow.
+    logaddexp => LogAddExp { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::LogAddExp)) -> T::Real, options: [], grad: true }
+    /// `x * log(y)`, 0 where `x == 0` (unless `y` is NaN).
+    xlogy => Xlogy { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Xlogy)) -> T::Real, options: [], grad: true }
+    /// C `fmod`: the remainder with the sign of the dividend `x`.
+    fmod => Fmod { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Fmod)) -> T, options: [], grad: true }
+    /// `x - y * floor(x / y)`: the remainder with the sign of the divisor `y` (torch).
+    remainder => Remainder { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Remainder)) -> T, options: [], grad: true }
+    /// `x == y` (bool).
+    eq => Eq { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Eq)) -> bool, options: [], grad: false }
+    /// `x != y` (bool).
+    ne => Ne { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Ne)) -> bool, options: [], grad: false }
+    /// `x < y` (bool).
+    lt => Lt { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Lt)) -> bool, options: [], grad: false }
+    /// `x <= y` (bool).
+    le => Le { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Le)) -> bool, options: [], grad: false }
+    /// `x > y` (bool).
+    gt => Gt { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Gt)) -> bool, options: [], grad: false }
+    /// `x >= y` (bool).
+    ge => Ge { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Ge)) -> bool, options: [], grad: false }
 
     extra {
         /// The values converted to `D` (torch's `.to(dtype)`), with the same mask and, on a

@@ -70,6 +70,49 @@ fn map_kernel<T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy>(
 }
 
 #[inline(always)]
+fn zip_kernel<A: Copy, B: Copy, O: Copy, F: Fn(A, B, bool) -> O + Copy>(
+    xs: &[A],
+    ys: &[B],
+    bits: Option<Bits<'_>>,
+    out: &mut [O],
+    f: F,
+) {
+    let n = xs.len().min(ys.len()).min(out.len());
+    match bits {
+        None => {
+            for ((o, &x), &y) in out[..n].iter_mut().zip(&xs[..n]).zip(&ys[..n]) {
+                *o = f(x, y, true);
+            }
+        }
+        Some(b) => {
+            let full = n - n % 64;
+            let (oh, ot) = out[..n].split_at_mut(full);
+            let chunks = oh
+                .chunks_exact_mut(64)
+                .zip(xs.chunks_exact(64))
+                .zip(ys.chunks_exact(64));
+            for (c, ((oc, xc), yc)) in chunks.enumerate() {
+                let w = b.word_at(c * 64);
+                for h in 0..2 {
+                    let hw = (w >> (32 * h)) as u32;
+                    for j in 0..32 {
+                        oc[32 * h + j] = f(xc[32 * h + j], yc[32 * h + j], (hw >> j) & 1 == 1);
+                    }
+                }
+            }
+            if !ot.is_empty() {
+                let w = b.word_at(full);
+                for (k, ((o, &x), &y)) in
+                    ot.iter_mut().zip(&xs[full..]).zip(&ys[full..]).enumerate()
+                {
+                    *o = f(x, y, (w >> k) & 1 == 1);
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
 fn pred_kernel<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred: P) {
     for (w, ch) in out.iter_mut().zip(xs.chunks(64)) {
         let mut bits = 0u64;
@@ -207,6 +250,13 @@ multiversion! {
 /// to `out` (they might alias it), which keeps the loop scalar (8x slower for
 /// log_softmax).
     pub fn map_run[T: Copy, O: Copy, F: Fn(T, bool) -> O + Copy](xs: &[T], bits: Option<Bits<'_>>, out: &mut [O], f: F) = map_kernel;
+}
+
+multiversion! {
+/// Writes `out[k] = f(xs[k], ys[k], valid_k)` for two runs of one length: the binary
+/// elementwise ops (`add`, `mul`, comparisons). As for [`map_run`], pass a `move`
+/// closure.
+    pub fn zip_run[A: Copy, B: Copy, O: Copy, F: Fn(A, B, bool) -> O + Copy](xs: &[A], ys: &[B], bits: Option<Bits<'_>>, out: &mut [O], f: F) = zip_kernel;
 }
 
 multiversion! {

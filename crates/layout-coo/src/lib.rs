@@ -43,6 +43,7 @@ mod convert;
 mod group;
 mod lanes;
 mod pattern;
+mod zip;
 
 pub use convert::{csr_to_dense, dense_to_csr};
 pub use lanes::CooLanes;

@@ -16,6 +16,9 @@ use std::ops::Range;
 mod fold;
 mod map;
 mod stat;
+mod zip;
+
+pub(crate) use zip::Other;
 
 /// The output of a CSR normalization (softmax, cumsum, ...): a sprs CSR matrix whose
 /// stored entries are exactly the mask's valid positions. When every stored entry is

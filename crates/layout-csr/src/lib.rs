@@ -49,7 +49,11 @@ pub use lanes::{CsrLanes, CsrMapped};
 pub use masked_core::SparseArray;
 pub use pattern::Pattern;
 
-use masked_core::{Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError, Result};
+use lanes::Other;
+use masked_core::{
+    Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskRule, MaskedError, Result, Splat,
+    Value, ZipKernels, ZipMap,
+};
 use rayon::prelude::*;
 use sprs::{CsMatBase, CsMatViewI, SpIndex};
 use std::borrow::Cow;
@@ -298,6 +302,114 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
                 values,
             )
         })
+    }
+}
+
+impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
+    /// A zip's rows as this input's result (see [`MaskedCsr::owned_by_input`]).
+    fn zipped<O>(&self, rows: (Vec<usize>, Cow<'_, [I]>, Vec<O>)) -> Result<CsrMapped<'m, O, I>> {
+        let (indptr, indices, values) = rows;
+        if indptr.len() != self.mat.rows() + 1
+            || indices.len() != values.len()
+            || indptr.last() != Some(&indices.len())
+        {
+            return Err(MaskedError::InvalidData(
+                "inconsistent zipped structure".into(),
+            ));
+        }
+        // SAFETY: the rows are a subset, in order, of validated rows (this input's
+        // structure or its mask pattern, or a merge of two such): sorted, unique, in
+        // range; the row pointer was just checked for its length and ends.
+        let out = unsafe {
+            CsMatBase::new_unchecked(
+                sprs::CompressedStorage::CSR,
+                self.mat.shape(),
+                indptr,
+                indices,
+                values,
+            )
+        };
+        self.owned_by_input(out)
+    }
+}
+
+/// With a scalar: the result stores this matrix's valid positions. Without a mask, the
+/// stored entries are kept when `z(0, s) == 0`, and any other op is an error.
+impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> ZipKernels<T, Splat<T>>
+    for MaskedCsr<'m, T, I, Iptr>
+{
+    type Zipped<O: Value> = CsrMapped<'m, O, I>;
+    fn zip_elements<Z: ZipMap<T>>(
+        &self,
+        s: &Splat<T>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<CsrMapped<'m, Z::Output, I>> {
+        let s = &s.0;
+        let l = self.lanes();
+        if l.fill && !z.keeps_zero(T::ZERO, *s) {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        let l = CsrLanes { fill: false, ..l };
+        self.zipped(l.zip_entries(Other::Scalar(*s), z, rule)?)
+    }
+}
+
+/// With another CSR matrix of the same shape: values only on a shared structure (the
+/// result shares it too), else one merge pass per row.
+impl<'m, 'b, T: Element, I: SpIndex, Iptr: SpIndex, Iptr2: SpIndex>
+    ZipKernels<T, MaskedCsr<'b, T, I, Iptr2>> for MaskedCsr<'m, T, I, Iptr>
+{
+    type Zipped<O: Value> = CsrMapped<'m, O, I>;
+    fn zip_elements<Z: ZipMap<T>>(
+        &self,
+        rhs: &MaskedCsr<'b, T, I, Iptr2>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<CsrMapped<'m, Z::Output, I>> {
+        if self.mat.shape() != rhs.mat.shape() {
+            let (a, b) = (self.mat.shape(), rhs.mat.shape());
+            return Err(MaskedError::ShapeMismatch {
+                what: format!("{}: sparse operands must have one shape", z.name()),
+                left: vec![a.0, a.1],
+                right: vec![b.0, b.1],
+            });
+        }
+        let (a, b) = (self.lanes(), rhs.lanes());
+        if a.same_structure(&b) && !a.fill {
+            self.zipped(a.zip_entries(Other::Same(b.values, b.valid.as_deref()), z, rule)?)
+        } else {
+            self.zipped(a.zip_merge(&b, z, rule)?)
+        }
+    }
+}
+
+/// With a dense array broadcastable to this matrix's shape: read only at the valid
+/// entries (under `and`, those where the dense operand is valid too). A mask-free CSR
+/// matrix is an error: every position would be valid and stored.
+impl<'m, T, I, Iptr, S, D> ZipKernels<T, layout_dense::MaskedArray<S, D>>
+    for MaskedCsr<'m, T, I, Iptr>
+where
+    T: Element,
+    I: SpIndex,
+    Iptr: SpIndex,
+    S: ndarray::Data<Elem = T>,
+    D: ndarray::Dimension,
+{
+    type Zipped<O: Value> = CsrMapped<'m, O, I>;
+    fn zip_elements<Z: ZipMap<T>>(
+        &self,
+        rhs: &layout_dense::MaskedArray<S, D>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<CsrMapped<'m, Z::Output, I>> {
+        let l = self.lanes();
+        if l.fill {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        let (r, c) = self.mat.shape();
+        let d = layout_dense::DenseOperand::new(z.name(), rhs, &[r, c])?;
+        self.zipped(l.zip_entries(Other::Dense(&d), z, rule)?)
     }
 }
 

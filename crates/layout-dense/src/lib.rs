@@ -21,6 +21,11 @@
 
 mod array;
 mod kernels;
+mod zip;
 
 pub use array::{MaskedArray, MaskedArrayD, MaskedView};
-pub use masked_core::{BitMask, Dims, LaneKernels, MaskedError, MaskedOps, Result};
+pub use masked_core::{
+    BitMask, Dims, LaneKernels, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, Result,
+    ZipKernels,
+};
+pub use zip::DenseOperand;

@@ -19,9 +19,12 @@ use crate::{
     with_dtype, BitMask, CooMask, CooPattern, CsrMapped, DynVec, Element, LaneKernels,
     MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView, SparseArray,
 };
+pub use masked_core::binary::{promote, promote_scalar, BinOp};
+use masked_core::binary::{CmpZip, FloatZip, KeepZip, Swapped};
 pub use masked_core::registry::{
     apply_to, markdown_table, op_names, Discard, Kind, Op, OpRequest, Options, Sink, OPTIONS,
 };
+use masked_core::{MaskRule, Splat, Value, Values, ZipKernels};
 use ndarray::IxDyn;
 use sprs::SpIndex;
 
@@ -191,6 +194,132 @@ pub fn apply<T: Element, L: ByName<T>>(a: &L, req: &OpRequest) -> Result<L::Out,
 /// [`MaskedError::CastOutOfRange`] where a valid value has no `dtype` value.
 pub fn cast<T: Element, L: ByName<T>>(a: &L, dtype: crate::DType) -> Result<L::Out, MaskedError> {
     with_dtype!(dtype, D => Ok(L::mapped(a.cast::<D>()?)))
+}
+
+/// The result of a binary op on the dense layout: output shape, values (numbers or
+/// bools), output mask.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ZipOutcome {
+    /// Output shape.
+    pub shape: Vec<usize>,
+    /// Output values (row-major; 0 / false at invalid positions).
+    pub values: Values,
+    /// Output mask, same shape.
+    pub mask: BitMask,
+}
+
+/// The result of a binary op on a sparse layout: exactly the valid outputs are stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseZipOutcome {
+    /// Output shape.
+    pub shape: Vec<usize>,
+    /// Stored (valid) positions as row-major flat indices, increasing.
+    pub indices: Vec<usize>,
+    /// Values at the stored positions.
+    pub values: Values,
+}
+
+/// A layout and operand kind whose binary results the dispatcher hands back in one type.
+pub trait ZipByName<T: Element, R: ?Sized>: ZipKernels<T, R> {
+    /// What a named binary op returns.
+    type Out;
+    /// Converts a binary op's result.
+    fn zipped<O: Value>(z: Self::Zipped<O>) -> Self::Out;
+}
+
+fn dense_zipped<O: Value>(r: MaskedArrayD<O>) -> ZipOutcome {
+    let shape = r.shape().to_vec();
+    let (vals, mask) = r.into_parts();
+    let mask = mask.unwrap_or_else(|| BitMask::filled(&shape, true));
+    let (v, _) = vals.into_raw_vec_and_offset();
+    ZipOutcome {
+        shape,
+        values: O::into_values(v),
+        mask,
+    }
+}
+
+fn sparse_zipped<O: Value>(r: SparseArray<O>) -> SparseZipOutcome {
+    let (shape, indices, values) = r.into_parts();
+    SparseZipOutcome {
+        shape,
+        indices,
+        values: O::into_values(values),
+    }
+}
+
+fn csr_zipped<O: Value, I: SpIndex>(m: CsrMapped<'_, O, I>) -> SparseZipOutcome {
+    let ncols = m.cols();
+    let mut indices = Vec::with_capacity(m.nnz());
+    for (r, row) in m.outer_iterator().enumerate() {
+        indices.extend(row.indices().iter().map(|c| r * ncols + c.index()));
+    }
+    SparseZipOutcome {
+        shape: vec![m.rows(), ncols],
+        indices,
+        values: O::into_values(m.data().to_vec()),
+    }
+}
+
+/// `impl ZipByName` for a layout and operand kind with one conversion.
+macro_rules! zip_by_name {
+    ($([$($g:tt)*] $l:ty, $r:ty => $out:ty, $conv:ident;)*) => {$(
+        impl<$($g)*> ZipByName<T, $r> for $l {
+            type Out = $out;
+            fn zipped<O: Value>(z: Self::Zipped<O>) -> $out {
+                $conv(z)
+            }
+        }
+    )*};
+}
+
+zip_by_name! {
+    ['a, 'b, T: Element] MaskedView<'a, T, IxDyn>, MaskedView<'b, T, IxDyn> => ZipOutcome, dense_zipped;
+    ['a, T: Element] MaskedView<'a, T, IxDyn>, Splat<T> => ZipOutcome, dense_zipped;
+    ['a, 'b, T: Element, I: SpIndex, P: SpIndex, P2: SpIndex] MaskedCsr<'a, T, I, P>, MaskedCsr<'b, T, I, P2> => SparseZipOutcome, csr_zipped;
+    ['a, T: Element, I: SpIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, Splat<T> => SparseZipOutcome, csr_zipped;
+    ['a, 'b, T: Element, I: SpIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, csr_zipped;
+    [T: Element] MaskedCoo<T>, MaskedCoo<T> => SparseZipOutcome, sparse_zipped;
+    [T: Element] MaskedCoo<T>, Splat<T> => SparseZipOutcome, sparse_zipped;
+    ['b, T: Element] MaskedCoo<T>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, sparse_zipped;
+}
+
+/// Runs the binary op `op` on `a` and `b` (`op(b, a)` when `swapped`: a scalar or dense
+/// operand on the left of a sparse one) under `rule`. Both operands have one type here:
+/// promote first ([`promote`], [`promote_scalar`], then [`cast`]).
+///
+/// ```
+/// use masked::by_name::{apply_binary, BinOp};
+/// use masked::{MaskRule, MaskedArray, Splat, Values, DynVec};
+/// use masked::binary::KeepBin;
+/// use ndarray::array;
+///
+/// let x = array![1.0f64, 2.0, 3.0].into_dyn();
+/// let a = MaskedArray::from_bool_mask(x.view(), array![true, false, true].view())?;
+/// // 1 - x (the scalar on the left), valid where x is
+/// let out = apply_binary(&a, &Splat(1.0), BinOp::Keep(KeepBin::Sub), MaskRule::Strict, true)?;
+/// assert_eq!(out.values, Values::Num(DynVec::F64(vec![0.0, 0.0, -2.0])));
+/// assert_eq!(out.mask.to_vec(), vec![true, false, true]);
+/// # Ok::<(), masked::MaskedError>(())
+/// ```
+///
+/// # Errors
+/// As [`ZipKernels::zip_elements`].
+pub fn apply_binary<T: Element, R: ?Sized, L: ZipByName<T, R>>(
+    a: &L,
+    b: &R,
+    op: BinOp,
+    rule: MaskRule,
+    swapped: bool,
+) -> Result<L::Out, MaskedError> {
+    Ok(match (op, swapped) {
+        (BinOp::Keep(k), false) => L::zipped(a.zip_elements(b, &KeepZip(k), rule)?),
+        (BinOp::Keep(k), true) => L::zipped(a.zip_elements(b, &Swapped(KeepZip(k)), rule)?),
+        (BinOp::Float(f), false) => L::zipped(a.zip_elements(b, &FloatZip(f), rule)?),
+        (BinOp::Float(f), true) => L::zipped(a.zip_elements(b, &Swapped(FloatZip(f)), rule)?),
+        (BinOp::Cmp(c), false) => L::zipped(a.zip_elements(b, &CmpZip(c), rule)?),
+        (BinOp::Cmp(c), true) => L::zipped(a.zip_elements(b, &Swapped(CmpZip(c)), rule)?),
+    })
 }
 
 #[cfg(test)]

@@ -55,9 +55,10 @@ pub use layout_coo::{CooLanes, CooMask, CooPattern, MaskedCoo};
 pub use layout_csr::{to_csmat, to_csvec, CsrLanes, CsrMapped, CsrMask, MaskedCsr, Pattern};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
-    half, lane, ops, registry, stats, with_dtype, with_dyn_vec, BitMask, Bits, DType, Dims, DynVec,
-    Element, Float, Fold, Interpolation, LaneKernels, LaneMap, LaneStat, MaskedError, MaskedOps,
-    MedianMode, Op, ReducePlan, Result, Scalar, SparseArray,
+    binary, half, lane, ops, registry, sparse, stats, unary, with_dtype, with_dyn_vec, BitMask,
+    Bits, DType, Dims, DynVec, Element, Float, Fold, Interpolation, LaneKernels, LaneMap, LaneStat,
+    MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MedianMode, Op, ReducePlan, Result, Scalar,
+    SparseArray, Splat, Value, Values, ZipKernels,
 };
 
 /// The README's examples, compiled and run as doctests.
@@ -68,8 +69,8 @@ pub struct ReadmeDoctests;
 /// Everything a user of the engine needs in scope.
 pub mod prelude {
     pub use crate::{
-        BitMask, CooMask, CooPattern, DType, Dims, Element, Interpolation, MaskedArray,
-        MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView, MedianMode, Op,
-        Pattern, Result, SparseArray,
+        BitMask, CooMask, CooPattern, DType, Dims, Element, Interpolation, MaskRule, MaskedArray,
+        MaskedArrayD, MaskedBinaryOps, MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView,
+        MedianMode, Op, Pattern, Result, SparseArray, Splat, ZipKernels,
     };
 }

@@ -1,0 +1,413 @@
+//! `masked <BINARY> A (B | --scalar V)`: binary elementwise ops on files (docs/cli.md,
+//! "Elementwise ops"). Operands are promoted by torch's rules, then run by name.
+
+use crate::error::CliError;
+use crate::{extension, nonzero, npy, sparse_io, RunArgs};
+use masked::by_name::{apply_binary, promote, promote_scalar, BinOp, SparseZipOutcome, ZipOutcome};
+use masked::{
+    with_dtype, with_dyn_vec, BitMask, CooMask, CooPattern, DType, DynVec, Element, MaskRule,
+    MaskedArray, MaskedCoo, MaskedCsr, Pattern, Scalar, Splat, Values,
+};
+use ndarray::{ArrayViewD, IxDyn};
+use sparse_io::SparseFile;
+use sprs::CsMat;
+use std::path::{Path, PathBuf};
+
+/// A dense operand as read: shape, values, mask.
+struct DenseIn {
+    shape: Vec<usize>,
+    values: DynVec,
+    mask: Option<BitMask>,
+}
+
+/// A sparse operand as read, with the file of its mask (or its own pattern).
+struct SparseIn {
+    path: PathBuf,
+    file: SparseFile,
+    mask: Option<(PathBuf, SparseFile)>,
+}
+
+/// The second operand.
+enum Rhs {
+    Dense(DenseIn),
+    Sparse(SparseIn),
+    Scalar(Scalar),
+}
+
+/// Parses `--scalar`: a literal without a decimal point or exponent is an integer.
+fn parse_scalar(s: &str) -> Result<Scalar, CliError> {
+    let t = s.trim();
+    let bad = || CliError::Usage(format!("invalid --scalar value '{s}': expected a number"));
+    if !t.contains(['.', 'e', 'E'])
+        && !t.to_ascii_lowercase().contains("inf")
+        && !t.eq_ignore_ascii_case("nan")
+    {
+        if let Ok(i) = t.parse::<i64>() {
+            return Ok(Scalar::Int(i));
+        }
+    }
+    t.parse::<f64>().map(Scalar::Float).map_err(|_| bad())
+}
+
+fn read_dense(path: &Path, mask: Option<&PathBuf>) -> Result<DenseIn, CliError> {
+    let a = npy::read_values(path)?;
+    let mask = match mask {
+        None => None,
+        Some(p) => {
+            if extension(p) != "npy" {
+                return Err(CliError::file(
+                    p,
+                    "a mask for dense input must be a .npy file".into(),
+                ));
+            }
+            let m = npy::read_mask(p)?;
+            Some(
+                m.broadcast_to(&a.shape)
+                    .map_err(|e| CliError::file(p, e.to_string()))?,
+            )
+        }
+    };
+    Ok(DenseIn {
+        shape: a.shape,
+        values: a.values,
+        mask,
+    })
+}
+
+fn read_sparse(
+    path: &Path,
+    mask: Option<&PathBuf>,
+    from_pattern: bool,
+    flag: &str,
+) -> Result<SparseIn, CliError> {
+    if mask.is_none() && !from_pattern {
+        return Err(CliError::Usage(format!(
+            "{}: a sparse operand of an elementwise op needs {flag} or --mask-from-pattern \
+             (which positions are valid must be explicit)",
+            path.display()
+        )));
+    }
+    let file = sparse_io::read_sparse(path)?;
+    let mask = match mask {
+        None => None,
+        Some(p) => {
+            let m = sparse_io::read_sparse(p)?;
+            if m.shape != file.shape {
+                return Err(CliError::file(
+                    p,
+                    format!(
+                        "mask shape {:?} differs from input shape {:?}",
+                        m.shape, file.shape
+                    ),
+                ));
+            }
+            Some((p.clone(), m))
+        }
+    };
+    Ok(SparseIn {
+        path: path.to_path_buf(),
+        file,
+        mask,
+    })
+}
+
+/// The values of `v` as `T` (a widening after promotion: exact, or rounding an `i64`
+/// beyond 2^53 to a float).
+fn values_as<T: Element>(v: &DynVec) -> Result<Vec<T>, CliError> {
+    with_dyn_vec!(v, v => v
+        .iter()
+        .map(|x| T::from_scalar(x.to_scalar()))
+        .collect::<Option<Vec<T>>>()
+        .ok_or_else(|| CliError::Usage(format!("cannot convert the values to {}", T::DTYPE.name()))))
+}
+
+/// A COO mask pattern from a mask file's non-zero entries.
+pub(crate) fn coo_mask(p: &Path, m: &SparseFile) -> Result<CooPattern, CliError> {
+    let keep = nonzero(&m.values);
+    let coords: Vec<Vec<usize>> = m
+        .coords
+        .iter()
+        .map(|c| c.iter().zip(&keep).filter(|x| *x.1).map(|x| *x.0).collect())
+        .collect();
+    CooPattern::from_coords(&m.shape, &coords).map_err(|e| CliError::file(p, e.to_string()))
+}
+
+/// A CSR mask pattern from a mask file's non-zero entries.
+pub(crate) fn csr_mask(p: &Path, m: &SparseFile) -> Result<Pattern, CliError> {
+    let (mptr, mind, mval) = m.to_csr(p)?;
+    let bools = CsMat::new((m.shape[0], m.shape[1]), mptr, mind, nonzero(&mval));
+    Pattern::from_predicate(&bools.view(), |&b| b).map_err(|e| CliError::file(p, e.to_string()))
+}
+
+impl SparseIn {
+    fn coo<T: Element>(&self) -> Result<MaskedCoo<T>, CliError> {
+        let mask = match &self.mask {
+            None => CooMask::Stored,
+            Some((p, m)) => CooMask::Pattern(coo_mask(p, m)?),
+        };
+        let values = values_as::<T>(&self.file.values)?;
+        MaskedCoo::try_new(&self.file.shape, &self.file.coords, values, mask)
+            .map_err(|e| CliError::file(&self.path, e.to_string()))
+    }
+
+    fn csr_parts<T: Element>(&self) -> Result<CsMat<T>, CliError> {
+        if self.file.shape.len() != 2 {
+            return Err(CliError::file(
+                &self.path,
+                "the csr layout needs a 2-d array: use --layout coo".into(),
+            ));
+        }
+        let (indptr, indices, values) = self.file.to_csr(&self.path)?;
+        let shape = (self.file.shape[0], self.file.shape[1]);
+        CsMat::try_new(shape, indptr, indices, values_as::<T>(&values)?)
+            .map_err(|(_, _, _, e)| CliError::file(&self.path, format!("bad sparse input: {e}")))
+    }
+
+    fn csr<'m, T: Element>(&self, m: &'m CsMat<T>) -> Result<MaskedCsr<'m, T>, CliError> {
+        Ok(match &self.mask {
+            None => MaskedCsr::from_pattern(m.view())?,
+            Some((p, f)) => MaskedCsr::with_mask(m.view(), csr_mask(p, f)?)?,
+        })
+    }
+}
+
+/// Runs a binary op from the command line.
+pub(crate) fn run(a: &RunArgs, op: BinOp) -> Result<(), CliError> {
+    let rule: MaskRule = match a.masks.as_deref() {
+        None => MaskRule::Strict,
+        Some(s) => s.parse().map_err(|_| {
+            CliError::Usage(format!(
+                "invalid --masks value '{s}': expected strict or and"
+            ))
+        })?,
+    };
+    if a.dim.is_some() || a.keepdim {
+        return Err(CliError::Usage(format!(
+            "{} is elementwise: it takes no --dim or --keepdim",
+            op.name()
+        )));
+    }
+    if a.dtype.is_some() {
+        return Err(CliError::Usage(format!(
+            "{} promotes its operands by torch's rules: it takes no --dtype (cast a file first)",
+            op.name()
+        )));
+    }
+    if a.scalar_first && a.scalar.is_none() {
+        return Err(CliError::Usage("--scalar-first needs --scalar".into()));
+    }
+    if a.mask.is_some() && a.mask_from_pattern && a.mask_b.is_some() {
+        return Err(CliError::Usage(
+            "--mask, --mask-b and --mask-from-pattern: give each operand one mask".into(),
+        ));
+    }
+    let rhs = match (&a.b, &a.scalar) {
+        (Some(_), Some(_)) => return Err(CliError::Usage("give B or --scalar, not both".into())),
+        (None, None) => {
+            return Err(CliError::Usage(format!(
+                "{} needs a second operand: a file B or --scalar V",
+                op.name()
+            )))
+        }
+        (None, Some(s)) => {
+            if a.mask_b.is_some() {
+                return Err(CliError::Usage(
+                    "--mask-b belongs to B: a scalar has no mask".into(),
+                ));
+            }
+            Rhs::Scalar(parse_scalar(s)?)
+        }
+        (Some(p), None) => match extension(p).as_str() {
+            "npy" => Rhs::Dense(read_dense(p, a.mask_b.as_ref())?),
+            "mtx" | "npz" => Rhs::Sparse(read_sparse(
+                p,
+                a.mask_b.as_ref(),
+                a.mask_from_pattern,
+                "--mask-b",
+            )?),
+            _ => {
+                return Err(CliError::file(
+                    p,
+                    "unknown input extension: expected .npy, .mtx or .npz".into(),
+                ))
+            }
+        },
+    };
+    let ext = extension(&a.input);
+    match ext.as_str() {
+        "npy" => {
+            let x = read_dense(&a.input, a.mask.as_ref())?;
+            match rhs {
+                // sparse wins: the sparse operand runs on the left with the op swapped
+                Rhs::Sparse(s) => sparse_out(a, &s, Rhs::Dense(x), op, rule, true),
+                rhs => dense_out(a, &x, rhs, op, rule),
+            }
+        }
+        "mtx" | "npz" => {
+            let s = read_sparse(&a.input, a.mask.as_ref(), a.mask_from_pattern, "--mask")?;
+            sparse_out(a, &s, rhs, op, rule, a.scalar_first)
+        }
+        _ => Err(CliError::file(
+            &a.input,
+            "unknown input extension: expected .npy, .mtx or .npz".into(),
+        )),
+    }
+}
+
+/// The dtype both operands compute in.
+fn result_dtype(a: DType, rhs: &Rhs) -> DType {
+    match rhs {
+        Rhs::Dense(d) => promote(a, d.values.dtype()),
+        Rhs::Sparse(s) => promote(a, s.file.values.dtype()),
+        Rhs::Scalar(s) => promote_scalar(a, *s),
+    }
+}
+
+fn scalar_as<T: Element>(s: Scalar) -> Result<T, CliError> {
+    T::from_scalar(s)
+        .ok_or_else(|| CliError::Usage(format!("the scalar does not fit in {}", T::DTYPE.name())))
+}
+
+fn dense_out(
+    a: &RunArgs,
+    x: &DenseIn,
+    rhs: Rhs,
+    op: BinOp,
+    rule: MaskRule,
+) -> Result<(), CliError> {
+    if extension(&a.output) != "npy" {
+        return Err(CliError::file(
+            &a.output,
+            "dense output must be a .npy file".into(),
+        ));
+    }
+    let dtype = result_dtype(x.values.dtype(), &rhs);
+    let out: ZipOutcome =
+        with_dtype!(dtype, T => dense_zip::<T>(x, &rhs, op, rule, a.scalar_first)?);
+    let mask = out.mask.to_vec();
+    npy::write_atomic(&a.output, |buf| match out.values {
+        Values::Num(v) => npy::encode_dyn(&out.shape, v, buf),
+        Values::Bool(b) => npy::encode(&out.shape, b, buf),
+    })?;
+    if let Some(m) = &a.out_mask {
+        npy::write_atomic(m, |buf| npy::encode(&out.shape, mask, buf))?;
+    }
+    Ok(())
+}
+
+fn view_of<'v, T: Element>(
+    d: &DenseIn,
+    v: &'v [T],
+) -> Result<MaskedArray<ndarray::ViewRepr<&'v T>, IxDyn>, CliError> {
+    let view = ArrayViewD::from_shape(IxDyn(&d.shape), v)
+        .map_err(|e| CliError::Usage(format!("bad input shape: {e}")))?;
+    Ok(match &d.mask {
+        Some(m) => MaskedArray::new(view, m.clone())?,
+        None => MaskedArray::unmasked(view),
+    })
+}
+
+fn dense_zip<T: Element>(
+    x: &DenseIn,
+    rhs: &Rhs,
+    op: BinOp,
+    rule: MaskRule,
+    swapped: bool,
+) -> Result<ZipOutcome, CliError> {
+    let xv = values_as::<T>(&x.values)?;
+    let a = view_of(x, &xv)?;
+    Ok(match rhs {
+        Rhs::Dense(y) => {
+            let yv = values_as::<T>(&y.values)?;
+            apply_binary(&a, &view_of(y, &yv)?, op, rule, false)?
+        }
+        Rhs::Scalar(s) => apply_binary(&a, &Splat(scalar_as::<T>(*s)?), op, rule, swapped)?,
+        Rhs::Sparse(_) => unreachable!("a sparse operand runs on the left"),
+    })
+}
+
+fn sparse_out(
+    a: &RunArgs,
+    s: &SparseIn,
+    rhs: Rhs,
+    op: BinOp,
+    rule: MaskRule,
+    swapped: bool,
+) -> Result<(), CliError> {
+    if a.out_mask.is_some() {
+        return Err(CliError::Usage(
+            "--out-mask is for dense output: the stored positions of a sparse output are its mask"
+                .into(),
+        ));
+    }
+    let out_ext = extension(&a.output);
+    if out_ext != "npz" && out_ext != "mtx" {
+        return Err(CliError::file(
+            &a.output,
+            "sparse output must be a .npz or .mtx file".into(),
+        ));
+    }
+    let ext = extension(&s.path);
+    let layout = a.layout.clone().unwrap_or_else(|| {
+        if ext == "mtx" {
+            "csr".into()
+        } else {
+            "coo".into()
+        }
+    });
+    let dtype = result_dtype(s.file.values.dtype(), &rhs);
+    let out: SparseZipOutcome = match layout.as_str() {
+        "csr" => with_dtype!(dtype, T => csr_zip::<T>(s, &rhs, op, rule, swapped)?),
+        "coo" => with_dtype!(dtype, T => coo_zip::<T>(s, &rhs, op, rule, swapped)?),
+        other => {
+            return Err(CliError::Usage(format!(
+                "invalid --layout '{other}' for a sparse operand: expected csr or coo"
+            )))
+        }
+    };
+    let data = match &out.values {
+        Values::Num(v) => sparse_io::Data::Num(v),
+        Values::Bool(b) => sparse_io::Data::Bool(b),
+    };
+    sparse_io::write_entries(&a.output, &out.shape, &out.indices, data)
+}
+
+fn csr_zip<T: Element>(
+    s: &SparseIn,
+    rhs: &Rhs,
+    op: BinOp,
+    rule: MaskRule,
+    swapped: bool,
+) -> Result<SparseZipOutcome, CliError> {
+    let m = s.csr_parts::<T>()?;
+    let a = s.csr(&m)?;
+    Ok(match rhs {
+        Rhs::Scalar(v) => apply_binary(&a, &Splat(scalar_as::<T>(*v)?), op, rule, swapped)?,
+        Rhs::Dense(d) => {
+            let dv = values_as::<T>(&d.values)?;
+            apply_binary(&a, &view_of(d, &dv)?, op, rule, swapped)?
+        }
+        Rhs::Sparse(b) => {
+            let mb = b.csr_parts::<T>()?;
+            apply_binary(&a, &b.csr(&mb)?, op, rule, swapped)?
+        }
+    })
+}
+
+fn coo_zip<T: Element>(
+    s: &SparseIn,
+    rhs: &Rhs,
+    op: BinOp,
+    rule: MaskRule,
+    swapped: bool,
+) -> Result<SparseZipOutcome, CliError> {
+    let a = s.coo::<T>()?;
+    Ok(match rhs {
+        Rhs::Scalar(v) => apply_binary(&a, &Splat(scalar_as::<T>(*v)?), op, rule, swapped)?,
+        Rhs::Dense(d) => {
+            let dv = values_as::<T>(&d.values)?;
+            apply_binary(&a, &view_of(d, &dv)?, op, rule, swapped)?
+        }
+        Rhs::Sparse(b) => apply_binary(&a, &b.coo::<T>()?, op, rule, swapped)?,
+    })
+}

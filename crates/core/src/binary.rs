@@ -1,0 +1,998 @@
+//! Elementwise binary ops (masked algebra): each written once, as a variant of one of
+//! three enums by output type, and run by every layout through its
+//! [`ZipKernels`](crate::ZipKernels) kernel:
+//!
+//! - [`KeepBin`] (add, sub, mul, floor_divide, pow, maximum, minimum, fmax, fmin, fmod,
+//!   remainder): the operands' type; integers compute in `i64` and wrap back;
+//! - [`FloatBin`] (div, atan2, hypot, logaddexp, xlogy): the float type, `f64` for
+//!   integers ([`Element::Real`]);
+//! - [`CmpBin`] (eq, ne, lt, le, gt, ge): `bool`.
+//!
+//! Both operands have one type `T` here: promotion (torch's `result_type`, semantics.md)
+//! happens before, by casting, in the by-name layer. A scalar operand is a
+//! [`Src::Splat`]; a scalar on the left is the [`Swapped`] op.
+//!
+//! The output mask follows the [`MaskRule`] of the call; an invalid dense position holds
+//! `0` (`false` for comparisons), so NaN or garbage under a mask never leaks, and a
+//! sparse output stores exactly the valid positions. An integer `floor_divide`, `fmod` or
+//! `remainder` by 0, or an integer raised to a negative power, **at a valid position** is
+//! an error naming the position ([`MaskedError::IntegerDomain`]); at an invalid position
+//! it is no error.
+//!
+//! ```
+//! use masked_core::binary::{KeepBin, KeepZip, Src, ZipMap};
+//! let (xs, ys) = ([7i32, -7, 5, 1], [2i32, 2, 0, 0]);
+//! let valid = [0b1011u64]; // position 2 (5 / 0) is masked out: no error there
+//! let mut out = [0i32; 4];
+//! let z = KeepZip(KeepBin::FloorDivide);
+//! let bad = z.run(Src::Slice(&xs), Src::Slice(&ys), Some(masked_core::Bits::new(&valid, 0)), &mut out);
+//! assert_eq!(bad, Some(3)); // 1 // 0 at a valid position
+//! let valid = [0b0011u64];
+//! assert_eq!(z.run(Src::Slice(&xs), Src::Slice(&ys), Some(masked_core::Bits::new(&valid, 0)), &mut out), None);
+//! assert_eq!(out, [3, -4, 0, 0]); // floor division; 0 where invalid
+//! ```
+
+use crate::element::{CalcOf, DType, DynVec, Element, Float, Scalar};
+use crate::error::{MaskedError, Result};
+use crate::math::Math;
+use masked_kernels::run::{map_run, zip_run};
+use masked_kernels::Bits;
+
+/// How a binary op combines its operands' masks; chosen per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MaskRule {
+    /// MaskedTensor's rule: the masks of two masked operands must be equal (after
+    /// broadcasting), else an error naming the first differing position; a plain array
+    /// or a scalar takes the masked operand's mask. Keeps `sum(a + b) == sum(a) + sum(b)`.
+    #[default]
+    Strict,
+    /// numpy.ma's rule: an output position is valid where both operands are valid.
+    And,
+}
+
+impl MaskRule {
+    /// The rule's name (`strict`, `and`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MaskRule::Strict => "strict",
+            MaskRule::And => "and",
+        }
+    }
+}
+
+impl std::str::FromStr for MaskRule {
+    type Err = MaskedError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "strict" => Ok(MaskRule::Strict),
+            "and" => Ok(MaskRule::And),
+            _ => Err(MaskedError::InvalidArgument {
+                name: "masks",
+                value: s.to_string(),
+                reason: "expected strict or and",
+            }),
+        }
+    }
+}
+
+/// Output values of an elementwise op, tagged at run time: numbers of any dtype, or
+/// `bool` (comparisons, predicates).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Values {
+    /// Numbers.
+    Num(DynVec),
+    /// Booleans.
+    Bool(Vec<bool>),
+}
+
+/// A value an elementwise op may produce: every [`Element`], and `bool`.
+pub trait Value: Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
+    /// The values, tagged with their type.
+    fn into_values(v: Vec<Self>) -> Values;
+}
+
+impl<T: Element> Value for T {
+    fn into_values(v: Vec<Self>) -> Values {
+        Values::Num(T::into_dyn(v))
+    }
+}
+
+impl Value for bool {
+    fn into_values(v: Vec<Self>) -> Values {
+        Values::Bool(v)
+    }
+}
+
+/// A scalar operand of a binary op: `x.mul(&Splat(2.0), rule)`; it is valid everywhere
+/// and takes the other operand's mask under either rule. A scalar on the left (`1 - x`)
+/// is the [`Swapped`] op.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Splat<T>(pub T);
+
+/// One operand of a run: consecutive values, or one value standing for every element
+/// (a scalar, or a broadcast dim).
+#[derive(Debug, Clone, Copy)]
+pub enum Src<'a, T> {
+    /// One value per element.
+    Slice(&'a [T]),
+    /// The same value for every element.
+    Splat(T),
+}
+
+impl<T: Copy> Src<'_, T> {
+    /// The value of element `k`.
+    #[inline(always)]
+    pub fn get(&self, k: usize) -> T {
+        match self {
+            Src::Slice(s) => s[k],
+            Src::Splat(v) => *v,
+        }
+    }
+}
+
+/// A binary elementwise op on `T` operands, as the layouts run it.
+pub trait ZipMap<T: Element>: Copy + Send + Sync {
+    /// The output value type.
+    type Output: Value;
+    /// The op's name, for messages.
+    fn name(&self) -> &'static str;
+    /// The value at one valid position, `None` where the op fails there (an integer
+    /// division by 0, an integer raised to a negative power).
+    fn one(&self, x: T, y: T) -> Option<Self::Output>;
+    /// Why [`ZipMap::one`] fails, in words (for the error message).
+    fn failure(&self) -> &'static str {
+        "undefined"
+    }
+    /// Writes `out[k] = op(x_k, y_k)` at valid `k` and the zero value elsewhere, for a
+    /// run of `out.len()` elements; returns the first valid `k` where the op fails (the
+    /// run's output is then unspecified).
+    fn run(
+        &self,
+        xs: Src<'_, T>,
+        ys: Src<'_, T>,
+        bits: Option<Bits<'_>>,
+        out: &mut [Self::Output],
+    ) -> Option<usize>;
+    /// Whether `op(x, y)` is the zero value (`0`, `false`): a sparse operand without a
+    /// mask keeps its stored positions only for such ops.
+    fn keeps_zero(&self, x: T, y: T) -> bool {
+        self.one(x, y) == Some(Self::Output::default())
+    }
+}
+
+/// An op with its operands swapped: `Swapped(sub)` computes `y - x`, so a scalar on the
+/// left (`1 - x`) runs as a scalar on the right.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Swapped<Z>(pub Z);
+
+impl<T: Element, Z: ZipMap<T>> ZipMap<T> for Swapped<Z> {
+    type Output = Z::Output;
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn one(&self, x: T, y: T) -> Option<Z::Output> {
+        self.0.one(y, x)
+    }
+    fn failure(&self) -> &'static str {
+        self.0.failure()
+    }
+    fn run(
+        &self,
+        xs: Src<'_, T>,
+        ys: Src<'_, T>,
+        bits: Option<Bits<'_>>,
+        out: &mut [Z::Output],
+    ) -> Option<usize> {
+        self.0.run(ys, xs, bits, out)
+    }
+}
+
+/// Runs `f` over a run, `O::default()` at invalid positions: the one loop every binary
+/// op compiles to (vectorised by the kernels crate).
+#[inline(always)]
+fn run_with<T: Copy, O: Value>(
+    xs: Src<'_, T>,
+    ys: Src<'_, T>,
+    bits: Option<Bits<'_>>,
+    out: &mut [O],
+    f: impl Fn(T, T) -> O + Copy,
+) {
+    let n = out.len();
+    let pick = move |r: O, v: bool| if v { r } else { O::default() };
+    match (xs, ys) {
+        (Src::Slice(a), Src::Slice(b)) => {
+            zip_run(&a[..n], &b[..n], bits, out, move |x, y, v| pick(f(x, y), v))
+        }
+        (Src::Slice(a), Src::Splat(y)) => map_run(&a[..n], bits, out, move |x, v| pick(f(x, y), v)),
+        (Src::Splat(x), Src::Slice(b)) => map_run(&b[..n], bits, out, move |y, v| pick(f(x, y), v)),
+        (Src::Splat(x), Src::Splat(y)) => {
+            let r = f(x, y);
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = pick(r, bits.is_none_or(|b| b.get(k)));
+            }
+        }
+    }
+}
+
+/// The first valid position of a run where `fails(x, y)`.
+fn first_failure<T: Copy>(
+    xs: Src<'_, T>,
+    ys: Src<'_, T>,
+    bits: Option<Bits<'_>>,
+    n: usize,
+    fails: impl Fn(T, T) -> bool,
+) -> Option<usize> {
+    (0..n).find(|&k| bits.is_none_or(|b| b.get(k)) && fails(xs.get(k), ys.get(k)))
+}
+
+/// Declares an op enum with its names and a `dispatch!` helper that picks the variant
+/// once per run (the loop is then compiled per op, the layouts' kernels once per dtype).
+macro_rules! bin_enum {
+    ($(#[$doc:meta])* $name:ident { $( $(#[$vdoc:meta])* $v:ident = $s:literal ),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $( $(#[$vdoc])* $v, )*
+        }
+        impl $name {
+            /// Every op of this family.
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+            /// The op's name.
+            pub fn name(self) -> &'static str {
+                match self { $( $name::$v => $s, )* }
+            }
+            /// The op of this family with this name.
+            pub fn from_name(s: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|o| o.name() == s)
+            }
+        }
+        impl $name {
+            /// Runs `body` with `op` bound to this variant as a constant.
+            #[inline(always)]
+            fn dispatch<R>(self, mut body: impl FnMut($name) -> R) -> R {
+                match self { $( $name::$v => body($name::$v), )* }
+            }
+        }
+    };
+}
+
+bin_enum! {
+    /// Binary ops that keep the operands' type (integers wrap).
+    KeepBin {
+        /// `x + y`.
+        Add = "add",
+        /// `x - y`.
+        Sub = "sub",
+        /// `x * y`.
+        Mul = "mul",
+        /// `floor(x / y)` (torch's rounding: from `fmod`, exact); integers by 0 fail.
+        FloorDivide = "floor_divide",
+        /// `x^y`; `pow(-inf, y)` for a positive non-integer `y` is NaN (as the unary
+        /// `pow`); an integer to a negative power fails.
+        Pow = "pow",
+        /// The larger; NaN propagates.
+        Maximum = "maximum",
+        /// The smaller; NaN propagates.
+        Minimum = "minimum",
+        /// The larger; a NaN operand gives the other.
+        Fmax = "fmax",
+        /// The smaller; a NaN operand gives the other.
+        Fmin = "fmin",
+        /// C `fmod`: the sign of the dividend; integers by 0 fail.
+        Fmod = "fmod",
+        /// `x - y * floor(x / y)`: the sign of the divisor (torch's `remainder`); integers
+        /// by 0 fail.
+        Remainder = "remainder",
+    }
+}
+
+bin_enum! {
+    /// Binary float functions: the output is the float type (`f64` for integers).
+    FloatBin {
+        /// True division `x / y`.
+        Div = "div",
+        /// The angle of `(y, x)`: `atan2(x, y)`.
+        Atan2 = "atan2",
+        /// `sqrt(x^2 + y^2)`.
+        Hypot = "hypot",
+        /// `log(e^x + e^y)` without overflow.
+        LogAddExp = "logaddexp",
+        /// `x * log(y)`, 0 where `x == 0` (unless `y` is NaN).
+        Xlogy = "xlogy",
+    }
+}
+
+bin_enum! {
+    /// Comparisons: the output is `bool` (false at invalid positions).
+    CmpBin {
+        /// `x == y`.
+        Eq = "eq",
+        /// `x != y`.
+        Ne = "ne",
+        /// `x < y`.
+        Lt = "lt",
+        /// `x <= y`.
+        Le = "le",
+        /// `x > y`.
+        Gt = "gt",
+        /// `x >= y`.
+        Ge = "ge",
+    }
+}
+
+/// `C::of(v)`.
+#[inline(always)]
+fn c<C: Math>(v: f64) -> C {
+    C::of(v)
+}
+
+impl KeepBin {
+    /// The float function, in the compute type.
+    #[inline(always)]
+    pub fn float<C: Float + Math>(self, a: C, b: C) -> C {
+        match self {
+            KeepBin::Add => a + b,
+            KeepBin::Sub => a - b,
+            KeepBin::Mul => a * b,
+            KeepBin::FloorDivide => floor_div(a, b),
+            KeepBin::Pow => {
+                if a == C::NEG_INFINITY && b > c(0.0) && b.trunc() != b {
+                    C::NAN
+                } else {
+                    a.powf(b)
+                }
+            }
+            KeepBin::Maximum => {
+                if a.is_nan() || b.is_nan() {
+                    C::NAN
+                } else if a > b {
+                    a
+                } else {
+                    b
+                }
+            }
+            KeepBin::Minimum => {
+                if a.is_nan() || b.is_nan() {
+                    C::NAN
+                } else if a < b {
+                    a
+                } else {
+                    b
+                }
+            }
+            KeepBin::Fmax => {
+                if b.is_nan() || a > b {
+                    a
+                } else {
+                    b
+                }
+            }
+            KeepBin::Fmin => {
+                if b.is_nan() || a < b {
+                    a
+                } else {
+                    b
+                }
+            }
+            KeepBin::Fmod => Math::fmod(a, b),
+            KeepBin::Remainder => {
+                let m = Math::fmod(a, b);
+                if m != c(0.0) && ((b < c(0.0)) != (m < c(0.0))) {
+                    m + b
+                } else {
+                    m
+                }
+            }
+        }
+    }
+
+    /// The integer function (wrapping); 0 where [`KeepBin::int_fails`].
+    #[inline(always)]
+    pub fn int(self, a: i64, b: i64) -> i64 {
+        match self {
+            KeepBin::Add => a.wrapping_add(b),
+            KeepBin::Sub => a.wrapping_sub(b),
+            KeepBin::Mul => a.wrapping_mul(b),
+            KeepBin::FloorDivide => {
+                if b == 0 {
+                    0
+                } else {
+                    let q = a.wrapping_div(b);
+                    if (a < 0) != (b < 0) && a.wrapping_rem(b) != 0 {
+                        q.wrapping_sub(1)
+                    } else {
+                        q
+                    }
+                }
+            }
+            KeepBin::Pow => {
+                if b < 0 {
+                    0
+                } else {
+                    ipow(a, b as u64)
+                }
+            }
+            KeepBin::Maximum | KeepBin::Fmax => a.max(b),
+            KeepBin::Minimum | KeepBin::Fmin => a.min(b),
+            KeepBin::Fmod => {
+                if b == 0 {
+                    0
+                } else {
+                    a.wrapping_rem(b)
+                }
+            }
+            KeepBin::Remainder => {
+                if b == 0 {
+                    0
+                } else {
+                    let r = a.wrapping_rem(b);
+                    if r != 0 && ((r < 0) != (b < 0)) {
+                        r.wrapping_add(b)
+                    } else {
+                        r
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the integer function fails at `(a, b)`.
+    #[inline(always)]
+    pub fn int_fails(self, b: i64) -> bool {
+        match self {
+            KeepBin::FloorDivide | KeepBin::Fmod | KeepBin::Remainder => b == 0,
+            KeepBin::Pow => b < 0,
+            _ => false,
+        }
+    }
+
+    /// Why the integer function fails, in words.
+    pub fn failure(self) -> &'static str {
+        match self {
+            KeepBin::Pow => "an integer raised to a negative power",
+            _ => "integer division by zero",
+        }
+    }
+
+    #[inline(always)]
+    fn apply<T: Element>(self, x: T, y: T) -> T {
+        x.zip_keep(y, |a, b| self.float(a, b), |i, j| self.int(i, j))
+    }
+}
+
+/// `a^b` for `b >= 0`, wrapping.
+#[inline(always)]
+fn ipow(mut a: i64, mut b: u64) -> i64 {
+    let mut r = 1i64;
+    while b > 0 {
+        if b & 1 == 1 {
+            r = r.wrapping_mul(a);
+        }
+        a = a.wrapping_mul(a);
+        b >>= 1;
+    }
+    r
+}
+
+/// torch's floating floor division: from `fmod`, so that `floor_divide(a, b) * b +
+/// remainder(a, b) == a` holds where it can.
+#[inline(always)]
+fn floor_div<C: Float + Math>(a: C, b: C) -> C {
+    if b == c(0.0) {
+        return a / b;
+    }
+    let m = a.fmod(b);
+    let mut div = (a - m) / b;
+    if m != c(0.0) && ((b < c(0.0)) != (m < c(0.0))) {
+        div = div - c(1.0);
+    }
+    if div != c(0.0) {
+        let mut f = div.floor();
+        if div - f > c(0.5) {
+            f = f + c(1.0);
+        }
+        f
+    } else {
+        // a signed zero with the sign of a / b
+        let q = a / b;
+        if q < c(0.0) || (q == c(0.0) && c::<C>(1.0) / q < c(0.0)) {
+            c(-0.0)
+        } else {
+            c(0.0)
+        }
+    }
+}
+
+impl FloatBin {
+    /// The function, in the compute type.
+    #[inline(always)]
+    pub fn float<C: Float + Math>(self, a: C, b: C) -> C {
+        match self {
+            FloatBin::Div => a / b,
+            FloatBin::Atan2 => a.atan2(b),
+            FloatBin::Hypot => a.hypot(b),
+            FloatBin::LogAddExp => {
+                if a.is_nan() || b.is_nan() {
+                    C::NAN
+                } else if a == b {
+                    // inf + inf, -inf + -inf, and equal finite values
+                    a + c(std::f64::consts::LN_2)
+                } else {
+                    let (m, d) = if a > b { (a, b - a) } else { (b, a - b) };
+                    m + d.exp_full().ln_1p()
+                }
+            }
+            FloatBin::Xlogy => {
+                if b.is_nan() {
+                    C::NAN
+                } else if a == c(0.0) {
+                    c(0.0)
+                } else {
+                    a * b.ln()
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn apply<T: Element>(self, x: T, y: T) -> T::Real {
+        <T::Real as Float>::from_calc(self.float::<CalcOf<T>>(x.calc(), y.calc()))
+    }
+}
+
+impl CmpBin {
+    /// The comparison (false with a NaN operand, except `ne`).
+    #[inline(always)]
+    pub fn apply<T: PartialOrd>(self, x: T, y: T) -> bool {
+        match self {
+            CmpBin::Eq => x == y,
+            CmpBin::Ne => x != y,
+            CmpBin::Lt => x < y,
+            CmpBin::Le => x <= y,
+            CmpBin::Gt => x > y,
+            CmpBin::Ge => x >= y,
+        }
+    }
+}
+
+/// The zip map of a type-keeping op: output `T`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeepZip(pub KeepBin);
+
+impl<T: Element> ZipMap<T> for KeepZip {
+    type Output = T;
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    #[inline]
+    fn one(&self, x: T, y: T) -> Option<T> {
+        if !T::DTYPE.is_float() && self.0.int_fails(int_of(y)) {
+            return None;
+        }
+        Some(self.0.apply(x, y))
+    }
+    fn failure(&self) -> &'static str {
+        self.0.failure()
+    }
+    fn run(
+        &self,
+        xs: Src<'_, T>,
+        ys: Src<'_, T>,
+        bits: Option<Bits<'_>>,
+        out: &mut [T],
+    ) -> Option<usize> {
+        let op = self.0;
+        if !T::DTYPE.is_float()
+            && matches!(
+                op,
+                KeepBin::FloorDivide | KeepBin::Fmod | KeepBin::Remainder | KeepBin::Pow
+            )
+        {
+            if let Some(k) =
+                first_failure(xs, ys, bits, out.len(), |_, y: T| op.int_fails(int_of(y)))
+            {
+                return Some(k);
+            }
+        }
+        op.dispatch(|op| run_with(xs, ys, bits, out, move |x: T, y: T| op.apply(x, y)));
+        None
+    }
+}
+
+/// An integer value as `i64` (only called for integer types).
+#[inline(always)]
+fn int_of<T: Element>(v: T) -> i64 {
+    match v.to_scalar() {
+        crate::element::Scalar::Int(i) => i,
+        crate::element::Scalar::Float(f) => f as i64,
+    }
+}
+
+/// The zip map of a float function: output [`Element::Real`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FloatZip(pub FloatBin);
+
+impl<T: Element> ZipMap<T> for FloatZip {
+    type Output = T::Real;
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    #[inline]
+    fn one(&self, x: T, y: T) -> Option<T::Real> {
+        Some(self.0.apply(x, y))
+    }
+    fn run(
+        &self,
+        xs: Src<'_, T>,
+        ys: Src<'_, T>,
+        bits: Option<Bits<'_>>,
+        out: &mut [T::Real],
+    ) -> Option<usize> {
+        self.0
+            .dispatch(|op| run_with(xs, ys, bits, out, move |x: T, y: T| op.apply(x, y)));
+        None
+    }
+}
+
+/// The zip map of a comparison: output `bool`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmpZip(pub CmpBin);
+
+impl<T: Element> ZipMap<T> for CmpZip {
+    type Output = bool;
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    #[inline]
+    fn one(&self, x: T, y: T) -> Option<bool> {
+        Some(self.0.apply(x, y))
+    }
+    fn run(
+        &self,
+        xs: Src<'_, T>,
+        ys: Src<'_, T>,
+        bits: Option<Bits<'_>>,
+        out: &mut [bool],
+    ) -> Option<usize> {
+        self.0
+            .dispatch(|op| run_with(xs, ys, bits, out, move |x: T, y: T| op.apply(x, y)));
+        None
+    }
+}
+
+/// A binary op of any family: what the by-name layer dispatches on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    /// A type-keeping op.
+    Keep(KeepBin),
+    /// A float function.
+    Float(FloatBin),
+    /// A comparison.
+    Cmp(CmpBin),
+}
+
+impl BinOp {
+    /// The op's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinOp::Keep(o) => o.name(),
+            BinOp::Float(o) => o.name(),
+            BinOp::Cmp(o) => o.name(),
+        }
+    }
+}
+
+impl From<KeepZip> for BinOp {
+    fn from(z: KeepZip) -> Self {
+        BinOp::Keep(z.0)
+    }
+}
+impl From<FloatZip> for BinOp {
+    fn from(z: FloatZip) -> Self {
+        BinOp::Float(z.0)
+    }
+}
+impl From<CmpZip> for BinOp {
+    fn from(z: CmpZip) -> Self {
+        BinOp::Cmp(z.0)
+    }
+}
+
+/// The dtype two arrays compute in (torch's `result_type` for arrays): the same type;
+/// `i64` for two integer types; the float type where a float meets an integer; the wider
+/// float of two floats, and `f32` where `f16` meets `bf16`.
+pub fn promote(a: DType, b: DType) -> DType {
+    use DType::*;
+    if a == b {
+        return a;
+    }
+    match (a.is_float(), b.is_float()) {
+        (false, false) => I64,
+        (true, false) => a,
+        (false, true) => b,
+        (true, true) if a == F64 || b == F64 => F64,
+        (true, true) => F32,
+    }
+}
+
+/// The dtype an array of `a` computes in with a scalar: the array's type (a scalar is
+/// weak), except an integer array with a float scalar, which gives `f64`.
+pub fn promote_scalar(a: DType, s: Scalar) -> DType {
+    match s {
+        Scalar::Float(_) if !a.is_float() => DType::F64,
+        _ => a,
+    }
+}
+
+/// The error of an op that failed at a valid position.
+pub fn failed_at<T: Element, Z: ZipMap<T>>(z: &Z, position: Vec<usize>) -> MaskedError {
+    MaskedError::IntegerDomain {
+        op: z.name(),
+        reason: z.failure(),
+        position,
+    }
+}
+
+/// The error of the strict rule: the masks differ at `position`.
+pub fn mask_mismatch(op: &'static str, position: Vec<usize>, left_valid: bool) -> MaskedError {
+    MaskedError::MaskMismatch {
+        op,
+        position,
+        left_valid,
+    }
+}
+
+/// The broadcast shape of two shapes (NumPy rules).
+///
+/// # Errors
+/// [`MaskedError::ShapeMismatch`] when they do not broadcast.
+pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for (k, o) in out.iter_mut().enumerate() {
+        let da = if k + a.len() >= n {
+            a[k + a.len() - n]
+        } else {
+            1
+        };
+        let db = if k + b.len() >= n {
+            b[k + b.len() - n]
+        } else {
+            1
+        };
+        *o = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(MaskedError::ShapeMismatch {
+                    what: format!("operands of {op} do not broadcast"),
+                    left: a.to_vec(),
+                    right: b.to_vec(),
+                })
+            }
+        };
+    }
+    Ok(out)
+}
+
+/// One side of a sparse merge: sorted positions, their values, optional validity bits,
+/// and whether the unstored positions are valid zeros (no mask).
+#[derive(Debug, Clone, Copy)]
+pub struct Side<'a, I, T> {
+    /// Stored positions, strictly increasing.
+    pub pos: &'a [I],
+    /// Their values.
+    pub values: &'a [T],
+    /// Validity of each stored entry (all valid for `None`).
+    pub valid: Option<Bits<'a>>,
+    /// Whether unstored positions are valid (value 0).
+    pub fill: bool,
+}
+
+/// Where a sparse merge stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeStop {
+    /// The strict rule: validity differs at this position (`left_valid` says which side
+    /// is valid).
+    Mismatch {
+        /// The position (in the merge's own numbering).
+        pos: usize,
+        /// Whether the left operand is the valid one.
+        left_valid: bool,
+    },
+    /// The op fails at this valid position.
+    Fails {
+        /// The position.
+        pos: usize,
+    },
+}
+
+/// Merges two sparse operands over positions `0..len` (a CSR row, or the flat positions
+/// of a COO array): appends the output positions (those valid under `rule`) and their
+/// values, in one pass over both. Unstored positions take part as 0 where valid.
+/// Positions stored on neither side are left out: the caller allows two mask-free sides
+/// only for an op that keeps 0 at `(0, 0)`.
+///
+/// # Errors
+/// [`MergeStop`] at the first mismatch (strict) or failing position.
+#[allow(clippy::too_many_arguments)]
+pub fn merge<I: Copy + Ord, T: Element, Z: ZipMap<T>>(
+    a: Side<'_, I, T>,
+    b: Side<'_, I, T>,
+    z: &Z,
+    rule: MaskRule,
+    len: usize,
+    index: impl Fn(I) -> usize,
+    pos_out: &mut Vec<I>,
+    val_out: &mut Vec<Z::Output>,
+) -> std::result::Result<(), MergeStop> {
+    let (mut i, mut j) = (0usize, 0usize);
+    let va = |k: usize| a.valid.is_none_or(|bits| bits.get(k));
+    let vb = |k: usize| b.valid.is_none_or(|bits| bits.get(k));
+    // strict with exactly one mask-free side: a position stored on neither side is valid
+    // on one side only
+    let gaps = rule == MaskRule::Strict && a.fill != b.fill;
+    let mut next = 0usize;
+    loop {
+        let (p, x, xv, y, yv) = match (a.pos.get(i), b.pos.get(j)) {
+            (None, None) => break,
+            (Some(&pa), None) => {
+                i += 1;
+                (pa, a.values[i - 1], va(i - 1), T::ZERO, b.fill)
+            }
+            (None, Some(&pb)) => {
+                j += 1;
+                (pb, T::ZERO, a.fill, b.values[j - 1], vb(j - 1))
+            }
+            (Some(&pa), Some(&pb)) => {
+                if pa < pb {
+                    i += 1;
+                    (pa, a.values[i - 1], va(i - 1), T::ZERO, b.fill)
+                } else if pb < pa {
+                    j += 1;
+                    (pb, T::ZERO, a.fill, b.values[j - 1], vb(j - 1))
+                } else {
+                    i += 1;
+                    j += 1;
+                    (pa, a.values[i - 1], va(i - 1), b.values[j - 1], vb(j - 1))
+                }
+            }
+        };
+        let at = index(p);
+        if gaps && at > next {
+            return Err(MergeStop::Mismatch {
+                pos: next,
+                left_valid: a.fill,
+            });
+        }
+        next = at + 1;
+        let valid = match rule {
+            MaskRule::And => xv && yv,
+            MaskRule::Strict => {
+                if xv != yv {
+                    return Err(MergeStop::Mismatch {
+                        pos: at,
+                        left_valid: xv,
+                    });
+                }
+                xv
+            }
+        };
+        if valid {
+            match z.one(x, y) {
+                Some(o) => {
+                    pos_out.push(p);
+                    val_out.push(o);
+                }
+                None => return Err(MergeStop::Fails { pos: at }),
+            }
+        }
+    }
+    if gaps && next < len {
+        return Err(MergeStop::Mismatch {
+            pos: next,
+            left_valid: a.fill,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keep(op: KeepBin, x: f64, y: f64) -> f64 {
+        op.float(x, y)
+    }
+
+    #[test]
+    fn sign_rules_of_fmod_remainder_floor_divide() {
+        // fmod: the dividend's sign; remainder: the divisor's (torch, numpy)
+        assert_eq!(keep(KeepBin::Fmod, -7.0, 3.0), -1.0);
+        assert_eq!(keep(KeepBin::Remainder, -7.0, 3.0), 2.0);
+        assert_eq!(keep(KeepBin::Remainder, 7.0, -3.0), -2.0);
+        assert_eq!(keep(KeepBin::FloorDivide, -7.0, 2.0), -4.0);
+        assert_eq!(keep(KeepBin::FloorDivide, 7.0, -2.0), -4.0);
+        assert!(keep(KeepBin::FloorDivide, -0.0, 3.0).is_sign_negative());
+        assert_eq!(KeepBin::FloorDivide.int(-7, 2), -4);
+        assert_eq!(KeepBin::Remainder.int(-7, 3), 2);
+        assert_eq!(KeepBin::Fmod.int(-7, 3), -1);
+        assert_eq!(KeepBin::Fmod.int(i64::MIN, -1), 0);
+        assert_eq!(KeepBin::Pow.int(3, 4), 81);
+        assert_eq!(KeepBin::Pow.int(2, 64), 0); // wraps
+    }
+
+    #[test]
+    fn nan_rules() {
+        assert!(keep(KeepBin::Maximum, f64::NAN, 1.0).is_nan());
+        assert!(keep(KeepBin::Minimum, 1.0, f64::NAN).is_nan());
+        assert_eq!(keep(KeepBin::Fmax, f64::NAN, 1.0), 1.0);
+        assert_eq!(keep(KeepBin::Fmin, 1.0, f64::NAN), 1.0);
+        assert!(keep(KeepBin::Pow, f64::NEG_INFINITY, 0.5).is_nan());
+        let inf = f64::INFINITY;
+        assert_eq!(FloatBin::LogAddExp.float(inf, inf), inf);
+        assert_eq!(FloatBin::LogAddExp.float(-inf, -inf), -inf);
+        assert_eq!(FloatBin::LogAddExp.float(0.0, 0.0), std::f64::consts::LN_2);
+        assert_eq!(FloatBin::Xlogy.float(0.0, 0.0), 0.0);
+        assert!(FloatBin::Xlogy.float(0.0, f64::NAN).is_nan());
+        assert!(!CmpBin::Eq.apply(f64::NAN, f64::NAN));
+        assert!(CmpBin::Ne.apply(f64::NAN, f64::NAN));
+    }
+
+    #[test]
+    fn promotion_follows_result_type() {
+        use DType::*;
+        assert_eq!(promote(I32, I64), I64);
+        assert_eq!(promote(I64, F32), F32);
+        assert_eq!(promote(F16, BF16), F32);
+        assert_eq!(promote(F16, F64), F64);
+        assert_eq!(promote(BF16, BF16), BF16);
+        assert_eq!(promote_scalar(I32, Scalar::Int(3)), I32);
+        assert_eq!(promote_scalar(I32, Scalar::Float(2.5)), F64);
+        assert_eq!(promote_scalar(F16, Scalar::Float(2.5)), F16);
+    }
+
+    #[test]
+    fn merge_rules() {
+        let z = KeepZip(KeepBin::Add);
+        let a = Side {
+            pos: &[0usize, 2, 3][..],
+            values: &[1.0f64, 2.0, 3.0][..],
+            valid: None,
+            fill: false,
+        };
+        let b = Side {
+            pos: &[2usize, 3, 4][..],
+            values: &[10.0f64, 20.0, 30.0][..],
+            valid: None,
+            fill: false,
+        };
+        let (mut p, mut v) = (vec![], vec![]);
+        merge(a, b, &z, MaskRule::And, 5, |i| i, &mut p, &mut v).unwrap();
+        assert_eq!((p, v), (vec![2, 3], vec![12.0, 23.0]));
+        let (mut p, mut v) = (vec![], vec![]);
+        let e = merge(a, b, &z, MaskRule::Strict, 5, |i| i, &mut p, &mut v);
+        assert_eq!(
+            e,
+            Err(MergeStop::Mismatch {
+                pos: 0,
+                left_valid: true
+            })
+        );
+        // a mask-free right side: valid everywhere, so strict fails at the first gap of a
+        let b = Side { fill: true, ..b };
+        let (mut p, mut v) = (vec![], vec![]);
+        let e = merge(a, b, &z, MaskRule::Strict, 5, |i| i, &mut p, &mut v);
+        assert_eq!(
+            e,
+            Err(MergeStop::Mismatch {
+                pos: 1,
+                left_valid: false
+            })
+        );
+        let (mut p, mut v) = (vec![], vec![]);
+        merge(a, b, &z, MaskRule::And, 5, |i| i, &mut p, &mut v).unwrap();
+        assert_eq!((p, v), (vec![0, 2, 3], vec![1.0, 12.0, 23.0]));
+    }
+}

@@ -1,0 +1,271 @@
+//! Binary elementwise ops on COO arrays (masked algebra, sparse in → sparse out): with a
+//! scalar, with a dense operand read at the valid entries only, with another COO array
+//! of the same pattern (values only) or of another (one merge pass over the flat
+//! positions). Work is O(nnz + output); nothing is densified.
+
+use crate::lanes::CooLanes;
+use crate::pattern::size_of;
+use crate::MaskedCoo;
+use layout_dense::{DenseOperand, MaskedArray};
+use masked_core::binary::{failed_at, mask_mismatch, merge, MergeStop, Side, Src};
+use masked_core::{
+    Element, MaskRule, MaskedError, Result, SparseArray, Splat, Value, ZipKernels, ZipMap,
+};
+use masked_kernels::{fresh_vec, Bits};
+use ndarray::{Data, Dimension};
+use rayon::prelude::*;
+
+/// Entries per parallel task (a multiple of 64: tasks start on validity words).
+const CHUNK: usize = 1 << 14;
+
+/// What the entries are zipped with.
+enum Other<'x, T: Element> {
+    Scalar(T),
+    Same(&'x [T], Option<&'x [u64]>),
+    Dense(&'x DenseOperand<'x, T>),
+}
+
+impl<T: Element> CooLanes<'_, T> {
+    fn coords_of(&self, k: usize) -> Vec<usize> {
+        (0..self.pattern.ndim())
+            .map(|d| self.pattern.coords(d)[k])
+            .collect()
+    }
+
+    /// `z(x, other)` at every entry valid under `rule`.
+    fn zip_entries<Z: ZipMap<T>>(
+        &self,
+        other: Other<'_, T>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<SparseArray<Z::Output>> {
+        let n = self.values.len();
+        let own = self.valid.as_deref();
+        let (obits, dense) = match &other {
+            Other::Same(_, b) => (*b, None),
+            Other::Dense(d) => (None, Some(*d)),
+            Other::Scalar(_) => (None, None),
+        };
+        if rule == MaskRule::Strict {
+            self.check_strict(z.name(), own, obits, dense)?;
+        }
+        // the entries' validity under the rule
+        let mut bits: Option<Vec<u64>> = match (rule, own, obits) {
+            (MaskRule::And, Some(a), Some(b)) => {
+                Some(a.iter().zip(b).map(|(x, y)| x & y).collect())
+            }
+            (MaskRule::And, None, Some(b)) => Some(b.to_vec()),
+            (_, Some(a), _) => Some(a.to_vec()),
+            _ => None,
+        };
+        if let Some(d) = dense.filter(|d| rule == MaskRule::And && d.has_mask()) {
+            let w = bits.get_or_insert_with(|| vec![u64::MAX; n.div_ceil(64)]);
+            for k in 0..n {
+                if !d.valid(self.offset(d, k)) {
+                    w[k / 64] &= !(1u64 << (k % 64));
+                }
+            }
+        }
+        let mut out = fresh_vec::<Z::Output>(n);
+        let bad = out
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .filter_map(|(c, o)| {
+                let lo = c * CHUNK;
+                let hi = lo + o.len();
+                let mut ys = Vec::new();
+                let y = match &other {
+                    Other::Scalar(s) => Src::Splat(*s),
+                    Other::Same(v, _) => Src::Slice(&v[lo..hi]),
+                    Other::Dense(d) => {
+                        ys.extend((lo..hi).map(|k| d.value(self.offset(d, k))));
+                        Src::Slice(&ys[..])
+                    }
+                };
+                let b = bits.as_deref().map(|w| Bits::new(w, lo));
+                z.run(Src::Slice(&self.values[lo..hi]), y, b, o)
+                    .map(|k| lo + k)
+            })
+            .min();
+        if let Some(k) = bad {
+            return Err(failed_at(z, self.coords_of(k)));
+        }
+        let flat = self.pattern.flat();
+        let (flat, out) = match bits {
+            None => (flat, out),
+            Some(w) => {
+                let b = Bits::new(&w, 0);
+                let f = (0..n).filter(|&k| b.get(k)).map(|k| flat[k]).collect();
+                let v = (0..n).filter(|&k| b.get(k)).map(|k| out[k]).collect();
+                (f, v)
+            }
+        };
+        SparseArray::new(self.shape().to_vec(), flat, out)
+    }
+
+    /// The dense operand's offset of entry `k`.
+    #[inline]
+    fn offset(&self, d: &DenseOperand<'_, T>, k: usize) -> usize {
+        (0..self.pattern.ndim())
+            .map(|dim| self.pattern.coords(dim)[k] * d.strides()[dim])
+            .sum()
+    }
+
+    /// The strict rule: the other side's validity must equal this one's.
+    fn check_strict(
+        &self,
+        op: &'static str,
+        own: Option<&[u64]>,
+        obits: Option<&[u64]>,
+        dense: Option<&DenseOperand<'_, T>>,
+    ) -> Result<()> {
+        let n = self.values.len();
+        let valid =
+            |b: Option<&[u64]>, k: usize| b.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);
+        if let Some(k) = (own.is_some() || obits.is_some())
+            .then(|| (0..n).find(|&k| valid(own, k) != valid(obits, k)))
+            .flatten()
+        {
+            return Err(mask_mismatch(op, self.coords_of(k), valid(own, k)));
+        }
+        let Some(d) = dense.filter(|d| d.has_mask()) else {
+            return Ok(());
+        };
+        if let Some(k) = (0..n).find(|&k| valid(own, k) && !d.valid(self.offset(d, k))) {
+            return Err(mask_mismatch(op, self.coords_of(k), true));
+        }
+        let count = (0..n).filter(|&k| valid(own, k)).count();
+        if d.valid_count() != count {
+            // the first position valid in the dense operand only (the error path only
+            // walks the whole shape)
+            let shape = self.shape();
+            let flat = self.pattern.flat();
+            let mine: Vec<usize> = (0..n).filter(|&k| valid(own, k)).map(|k| flat[k]).collect();
+            let size = size_of(shape)?;
+            let mut c = vec![0usize; shape.len()];
+            for p in 0..size {
+                let off: usize = c.iter().zip(d.strides()).map(|(i, s)| i * s).sum();
+                if d.valid(off) && mine.binary_search(&p).is_err() {
+                    return Err(mask_mismatch(op, c, false));
+                }
+                for dim in (0..shape.len()).rev() {
+                    c[dim] += 1;
+                    if c[dim] < shape[dim] {
+                        break;
+                    }
+                    c[dim] = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `z(self, other)` for two patterns of one shape: one merge over the flat positions.
+    fn zip_merge<Z: ZipMap<T>>(
+        &self,
+        other: &CooLanes<'_, T>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<SparseArray<Z::Output>> {
+        if self.fill && other.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        let shape = self.shape().to_vec();
+        let (fa, fb) = (self.pattern.flat(), other.pattern.flat());
+        let a = Side {
+            pos: &fa[..],
+            values: self.values,
+            valid: self.valid.as_deref().map(|w| Bits::new(w, 0)),
+            fill: self.fill,
+        };
+        let b = Side {
+            pos: &fb[..],
+            values: other.values,
+            valid: other.valid.as_deref().map(|w| Bits::new(w, 0)),
+            fill: other.fill,
+        };
+        let (mut pos, mut val) = (Vec::new(), Vec::new());
+        let size = size_of(&shape)?;
+        let unravel = |p: usize| {
+            let mut c = vec![0; shape.len()];
+            let mut p = p;
+            for d in (0..shape.len()).rev() {
+                c[d] = p % shape[d].max(1);
+                p /= shape[d].max(1);
+            }
+            c
+        };
+        merge(a, b, z, rule, size, |p| p, &mut pos, &mut val).map_err(|s| match s {
+            MergeStop::Mismatch { pos, left_valid } => {
+                mask_mismatch(z.name(), unravel(pos), left_valid)
+            }
+            MergeStop::Fails { pos } => failed_at(z, unravel(pos)),
+        })?;
+        SparseArray::new(shape, pos, val)
+    }
+}
+
+/// With a scalar: the result stores the valid positions. Without a mask, the stored
+/// entries are kept when `z(0, s) == 0`, and any other op is an error.
+impl<T: Element> ZipKernels<T, Splat<T>> for MaskedCoo<T> {
+    type Zipped<O: Value> = SparseArray<O>;
+    fn zip_elements<Z: ZipMap<T>>(
+        &self,
+        s: &Splat<T>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<SparseArray<Z::Output>> {
+        let l = self.lanes();
+        if l.fill && !z.keeps_zero(T::ZERO, s.0) {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        CooLanes { fill: false, ..l }.zip_entries(Other::Scalar(s.0), z, rule)
+    }
+}
+
+/// With another COO array of the same shape: values only on one pattern, else one merge.
+impl<T: Element> ZipKernels<T, MaskedCoo<T>> for MaskedCoo<T> {
+    type Zipped<O: Value> = SparseArray<O>;
+    fn zip_elements<Z: ZipMap<T>>(
+        &self,
+        rhs: &MaskedCoo<T>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<SparseArray<Z::Output>> {
+        if self.shape() != rhs.shape() {
+            return Err(MaskedError::ShapeMismatch {
+                what: format!("{}: sparse operands must have one shape", z.name()),
+                left: self.shape().to_vec(),
+                right: rhs.shape().to_vec(),
+            });
+        }
+        let (a, b) = (self.lanes(), rhs.lanes());
+        let same = std::ptr::eq(a.pattern, b.pattern) || a.pattern.same_as(b.pattern);
+        if same && !a.fill && !b.fill {
+            a.zip_entries(Other::Same(b.values, b.valid.as_deref()), z, rule)
+        } else {
+            a.zip_merge(&b, z, rule)
+        }
+    }
+}
+
+/// With a dense array broadcastable to this array's shape: read only at the valid
+/// entries. A mask-free COO array is an error: every position would be valid and stored.
+impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, MaskedArray<S, D>>
+    for MaskedCoo<T>
+{
+    type Zipped<O: Value> = SparseArray<O>;
+    fn zip_elements<Z: ZipMap<T>>(
+        &self,
+        rhs: &MaskedArray<S, D>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<SparseArray<Z::Output>> {
+        let l = self.lanes();
+        if l.fill {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        let d = DenseOperand::new(z.name(), rhs, self.shape())?;
+        l.zip_entries(Other::Dense(&d), z, rule)
+    }
+}

@@ -1,0 +1,306 @@
+//! Binary elementwise ops on CSR lanes (masked algebra, sparse in → sparse out): with a
+//! scalar, with a dense operand read at the valid entries only, with another CSR matrix
+//! of the same structure (values only, the structure shared) or of another (one merge
+//! pass per row). Work is O(nnz + output); nothing is densified.
+
+use super::*;
+use layout_dense::DenseOperand;
+use masked_core::binary::{failed_at, mask_mismatch, merge, MergeStop, Side, Src};
+use masked_core::{MaskRule, ZipMap};
+
+/// What the entries of a CSR structure are zipped with.
+pub(crate) enum Other<'x, T: Element> {
+    /// One value for every entry.
+    Scalar(T),
+    /// The values of another operand on the very same entries, with its validity.
+    Same(&'x [T], Option<&'x [u64]>),
+    /// A dense operand, read at each entry's position.
+    Dense(&'x DenseOperand<'x, T>),
+}
+
+/// A zip's output rows: row pointer, column indices (shared when every entry is kept),
+/// values.
+type Rows<'a, O, I> = (Vec<usize>, Cow<'a, [I]>, Vec<O>);
+
+impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
+    /// The error of the op `z` failing at entry `k` (row `r`).
+    fn fail_at<Z: ZipMap<T>>(&self, z: &Z, r: usize, k: usize) -> MaskedError {
+        failed_at(z, vec![r, self.col(k)])
+    }
+
+    /// The row of entry `k`.
+    fn row_of(&self, k: usize) -> usize {
+        self.indptr.partition_point(|&p| p <= k) - 1
+    }
+
+    /// `z(x, other)` at every entry valid under `rule`; the output stores exactly those
+    /// entries (this structure, shared, when all are).
+    pub(crate) fn zip_entries<Z: ZipMap<T>>(
+        &self,
+        other: Other<'_, T>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<Rows<'a, Z::Output, I>> {
+        let own = self.valid.as_deref();
+        // the other side's validity per entry: bits (same structure) or a dense mask
+        let (obits, dense) = match &other {
+            Other::Same(_, b) => (*b, None),
+            Other::Dense(d) => (None, Some(*d)),
+            Other::Scalar(_) => (None, None),
+        };
+        if rule == MaskRule::Strict {
+            self.check_strict(z.name(), own, obits, dense)?;
+        }
+        // combined validity of the entries (strict: the own bits, checked equal)
+        let and_bits: Option<Vec<u64>> = match (rule, own, obits) {
+            (MaskRule::And, Some(a), Some(b)) => {
+                Some(a.iter().zip(b).map(|(x, y)| x & y).collect())
+            }
+            (MaskRule::And, None, Some(b)) => Some(b.to_vec()),
+            _ => None,
+        };
+        let bits = and_bits.as_deref().or(own);
+        let dense_mask = rule == MaskRule::And && dense.is_some_and(|d| d.has_mask());
+        let shared = bits.is_none() && !dense_mask;
+        let nrows = self.shape.0;
+        let tasks = row_tasks(self.indptr);
+        if shared {
+            let mut values = fresh_vec::<Z::Output>(self.nnz());
+            let mut pieces = Vec::with_capacity(tasks.len());
+            let mut rest: &mut [Z::Output] = &mut values;
+            for t in &tasks {
+                let (v, r) = rest.split_at_mut(t.entries.len());
+                pieces.push((t.rows.clone(), t.entries.start, v));
+                rest = r;
+            }
+            let bad = pieces
+                .into_par_iter()
+                .filter_map(|(rows, base, out)| {
+                    let mut ys = Vec::new();
+                    for r in rows {
+                        let e = self.row(r);
+                        let o = &mut out[e.start - base..e.end - base];
+                        let y = self.other_run(&other, r, e.clone(), &mut ys);
+                        if let Some(k) = z.run(Src::Slice(&self.values[e.clone()]), y, None, o) {
+                            return Some((r, e.start + k));
+                        }
+                    }
+                    None
+                })
+                .min_by_key(|&(_, k)| k);
+            if let Some((r, k)) = bad {
+                return Err(self.fail_at(z, r, k));
+            }
+            return Ok((self.indptr.to_vec(), Cow::Borrowed(self.indices), values));
+        }
+        // some entries drop out: each task keeps its valid entries, then they are joined
+        let parts: Vec<_> = tasks
+            .par_iter()
+            .map(|t| {
+                let (mut ptr, mut idx, mut val) = (Vec::new(), Vec::new(), Vec::new());
+                let (mut ys, mut tmp, mut rb) = (Vec::new(), Vec::new(), Vec::new());
+                for r in t.rows.clone() {
+                    let e = self.row(r);
+                    let y = self.other_run(&other, r, e.clone(), &mut ys);
+                    // this row's validity bits, from bit 0
+                    rb.clear();
+                    rb.resize(e.len().div_ceil(64), u64::MAX);
+                    if let Some(b) = bits {
+                        let b = Bits::new(b, e.start);
+                        for (w, word) in rb.iter_mut().enumerate() {
+                            *word = b.word_at(w * 64);
+                        }
+                    }
+                    if dense_mask {
+                        if let Some(d) = dense {
+                            for (q, k) in e.clone().enumerate() {
+                                if !d.valid(d.offset([r, self.col(k)])) {
+                                    rb[q / 64] &= !(1u64 << (q % 64));
+                                }
+                            }
+                        }
+                    }
+                    tmp.clear();
+                    tmp.resize(e.len(), Z::Output::default());
+                    let rbits = Some(Bits::new(&rb, 0));
+                    if let Some(q) = z.run(Src::Slice(&self.values[e.clone()]), y, rbits, &mut tmp)
+                    {
+                        return Err((r, e.start + q));
+                    }
+                    for (q, k) in e.clone().enumerate() {
+                        if (rb[q / 64] >> (q % 64)) & 1 == 1 {
+                            idx.push(self.indices[k]);
+                            val.push(tmp[q]);
+                        }
+                    }
+                    ptr.push(idx.len());
+                }
+                Ok((ptr, idx, val))
+            })
+            .collect();
+        let mut out = (Vec::with_capacity(nrows + 1), Vec::new(), Vec::new());
+        join_parts(parts, &mut out).map_err(|(r, k)| self.fail_at(z, r, k))?;
+        Ok((out.0, Cow::Owned(out.1), out.2))
+    }
+
+    /// The other operand's run for row `r` (entries `e`): gathered from a dense operand
+    /// into `ys`.
+    fn other_run<'y>(
+        &self,
+        other: &'y Other<'_, T>,
+        r: usize,
+        e: Range<usize>,
+        ys: &'y mut Vec<T>,
+    ) -> Src<'y, T> {
+        match other {
+            Other::Scalar(s) => Src::Splat(*s),
+            Other::Same(v, _) => Src::Slice(&v[e]),
+            Other::Dense(d) => {
+                ys.clear();
+                let st = d.strides();
+                let base = r * st[0];
+                ys.extend(e.map(|k| d.value(base + self.col(k) * st[1])));
+                Src::Slice(ys)
+            }
+        }
+    }
+
+    /// The strict rule for a zip on these entries: the other side's validity must equal
+    /// this one's.
+    fn check_strict(
+        &self,
+        op: &'static str,
+        own: Option<&[u64]>,
+        obits: Option<&[u64]>,
+        dense: Option<&DenseOperand<'_, T>>,
+    ) -> Result<()> {
+        let n = self.nnz();
+        let valid =
+            |b: Option<&[u64]>, k: usize| b.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);
+        if own.is_some() || obits.is_some() {
+            let word = |b: Option<&[u64]>, w: usize| b.map_or(u64::MAX, |b| b[w]);
+            for w in 0..n.div_ceil(64) {
+                let mut d = word(own, w) ^ word(obits, w);
+                if (w + 1) * 64 > n {
+                    d &= (1u64 << (n % 64)) - 1;
+                }
+                if d != 0 {
+                    let k = w * 64 + d.trailing_zeros() as usize;
+                    let r = self.row_of(k);
+                    return Err(mask_mismatch(op, vec![r, self.col(k)], valid(own, k)));
+                }
+            }
+        }
+        let Some(d) = dense.filter(|d| d.has_mask()) else {
+            return Ok(());
+        };
+        // every valid entry must be valid in the dense operand ...
+        let bad = (0..self.shape.0).into_par_iter().find_map_first(|r| {
+            self.row(r)
+                .find(|&k| valid(own, k) && !d.valid(d.offset([r, self.col(k)])))
+                .map(|k| (r, self.col(k)))
+        });
+        if let Some((r, c)) = bad {
+            return Err(mask_mismatch(op, vec![r, c], true));
+        }
+        // ... and the dense operand valid nowhere else
+        let count = own.map_or(n, |_| (0..n).filter(|&k| valid(own, k)).count());
+        if d.valid_count() != count {
+            for r in 0..self.shape.0 {
+                let cols: Vec<usize> = self
+                    .row(r)
+                    .filter(|&k| valid(own, k))
+                    .map(|k| self.col(k))
+                    .collect();
+                for c in 0..self.shape.1 {
+                    if d.valid(d.offset([r, c])) && cols.binary_search(&c).is_err() {
+                        return Err(mask_mismatch(op, vec![r, c], false));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `z(self, other)` for two structures of one shape: one merge pass per row.
+    pub(crate) fn zip_merge<Z: ZipMap<T>>(
+        &self,
+        other: &CsrLanes<'_, T, I>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<Rows<'a, Z::Output, I>> {
+        if self.fill && other.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        let ncols = self.shape.1;
+        let tasks = row_tasks(self.indptr);
+        let parts: Vec<_> = tasks
+            .par_iter()
+            .map(|t| {
+                let (mut ptr, mut idx, mut val) = (Vec::new(), Vec::new(), Vec::new());
+                for r in t.rows.clone() {
+                    let (ea, eb) = (self.row(r), other.row(r));
+                    merge(
+                        self.side(ea),
+                        other.side(eb),
+                        z,
+                        rule,
+                        ncols,
+                        |i: I| i.index_unchecked(),
+                        &mut idx,
+                        &mut val,
+                    )
+                    .map_err(|s| (r, s))?;
+                    ptr.push(idx.len());
+                }
+                Ok((ptr, idx, val))
+            })
+            .collect();
+        let mut out = (Vec::with_capacity(self.shape.0 + 1), Vec::new(), Vec::new());
+        join_parts(parts, &mut out).map_err(|(r, s)| match s {
+            MergeStop::Mismatch { pos, left_valid } => {
+                mask_mismatch(z.name(), vec![r, pos], left_valid)
+            }
+            MergeStop::Fails { pos } => failed_at(z, vec![r, pos]),
+        })?;
+        Ok((out.0, Cow::Owned(out.1), out.2))
+    }
+
+    /// Entries `e` (one row) as a side of a merge.
+    fn side(&self, e: Range<usize>) -> Side<'_, I, T> {
+        Side {
+            pos: &self.indices[e.clone()],
+            values: &self.values[e.clone()],
+            valid: self.valid.as_deref().map(|w| Bits::new(w, e.start)),
+            fill: self.fill,
+        }
+    }
+
+    /// Whether two lane structures have the same entries (the same rows and columns).
+    pub(crate) fn same_structure(&self, other: &CsrLanes<'_, T, I>) -> bool {
+        self.shape == other.shape
+            && self.fill == other.fill
+            && (std::ptr::eq(self.indices.as_ptr(), other.indices.as_ptr())
+                || self.indices == other.indices)
+            && (std::ptr::eq(self.indptr.as_ptr(), other.indptr.as_ptr())
+                || self.indptr == other.indptr)
+    }
+}
+
+/// Joins per-task rows (`ptr`: the running entry count after each row) into one
+/// structure, or passes on the first task's error.
+#[allow(clippy::type_complexity)]
+fn join_parts<O, I, E>(
+    parts: Vec<std::result::Result<(Vec<usize>, Vec<I>, Vec<O>), E>>,
+    out: &mut (Vec<usize>, Vec<I>, Vec<O>),
+) -> std::result::Result<(), E> {
+    out.0.push(0);
+    for p in parts {
+        let (ptr, idx, val) = p?;
+        let base = out.1.len();
+        out.0.extend(ptr.iter().map(|&c| base + c));
+        out.1.extend(idx);
+        out.2.extend(val);
+    }
+    Ok(())
+}

@@ -1,0 +1,428 @@
+//! Binary elementwise ops on the dense layout: NumPy broadcasting, the mask rules, a
+//! scalar on either side, and output into a caller's buffer.
+
+use crate::array::{MaskedArray, MaskedArrayD};
+use masked_core::binary::{broadcast_shapes, failed_at, mask_mismatch, Src};
+use masked_core::{
+    BitMask, Bits, Element, MaskRule, MaskedError, Result, Splat, ZipKernels, ZipMap,
+};
+use masked_kernels::buffer::fresh_vec;
+use ndarray::{ArrayD, Data, Dimension, IxDyn};
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// Elements per parallel task of a flat zip (a multiple of 64: tasks start on mask words).
+const CHUNK: usize = 1 << 16;
+
+/// The row-major coordinates of flat index `i` in `shape`.
+pub(crate) fn unravel(shape: &[usize], mut i: usize) -> Vec<usize> {
+    let mut c = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        let s = shape[d].max(1);
+        c[d] = i % s;
+        i /= s;
+    }
+    c
+}
+
+/// A dense operand in standard layout: its values (borrowed when already row-major),
+/// shape and mask.
+struct Operand<'a, T: Clone> {
+    values: Cow<'a, [T]>,
+    shape: &'a [usize],
+    mask: Option<&'a BitMask>,
+}
+
+fn operand<T: Element, S: Data<Elem = T>, D: Dimension>(a: &MaskedArray<S, D>) -> Operand<'_, T> {
+    let data = a.values();
+    let values = match data.as_slice() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(data.iter().copied().collect()),
+    };
+    Operand {
+        values,
+        shape: data.shape(),
+        mask: a.mask(),
+    }
+}
+
+/// The output mask of a binary op on two dense masks (`None`: all valid).
+fn out_mask(
+    op: &'static str,
+    shape: &[usize],
+    a: Option<&BitMask>,
+    b: Option<&BitMask>,
+    rule: MaskRule,
+) -> Result<Option<BitMask>> {
+    let widen = |m: &BitMask| -> Result<BitMask> { m.broadcast_to(shape) };
+    match (a, b) {
+        (None, None) => Ok(None),
+        (Some(m), None) | (None, Some(m)) => Ok(Some(widen(m)?)),
+        (Some(x), Some(y)) => {
+            let x: Cow<'_, BitMask> = if x.shape() == shape {
+                Cow::Borrowed(x)
+            } else {
+                Cow::Owned(widen(x)?)
+            };
+            let y: Cow<'_, BitMask> = if y.shape() == shape {
+                Cow::Borrowed(y)
+            } else {
+                Cow::Owned(widen(y)?)
+            };
+            match rule {
+                MaskRule::And => Ok(Some(x.and(&y)?)),
+                MaskRule::Strict => {
+                    let n = x.len();
+                    let diff =
+                        x.words()
+                            .iter()
+                            .zip(y.words())
+                            .enumerate()
+                            .find_map(|(w, (p, q))| {
+                                let d = p ^ q;
+                                (d != 0).then(|| w * 64 + d.trailing_zeros() as usize)
+                            });
+                    if let Some(i) = diff.filter(|&i| i < n) {
+                        return Err(mask_mismatch(op, unravel(shape, i), x.get(i)));
+                    }
+                    Ok(Some(x.into_owned()))
+                }
+            }
+        }
+    }
+}
+
+/// Row-major strides of `src` (a shape broadcast to `shape`, aligned from the right),
+/// 0 along the dims it stretches.
+fn broadcast_strides(src: &[usize], shape: &[usize]) -> Vec<usize> {
+    let n = shape.len();
+    let mut st = vec![0usize; n];
+    let mut stride = 1usize;
+    for k in 0..src.len() {
+        let (sd, td) = (src.len() - 1 - k, n - 1 - k);
+        st[td] = if src[sd] == 1 && shape[td] != 1 {
+            0
+        } else {
+            stride
+        };
+        stride *= src[sd];
+    }
+    st
+}
+
+/// The operand's run for output row `r` (rows of length `len` along the last dim).
+struct Rows<'a, T> {
+    values: &'a [T],
+    strides: Vec<usize>,
+    shape: &'a [usize],
+    len: usize,
+}
+
+impl<'a, T: Copy> Rows<'a, T> {
+    fn new(values: &'a [T], src: &[usize], shape: &'a [usize]) -> Self {
+        let len = shape.last().copied().unwrap_or(1);
+        Rows {
+            values,
+            strides: broadcast_strides(src, shape),
+            shape,
+            len,
+        }
+    }
+    #[inline]
+    fn row(&self, mut r: usize) -> Src<'a, T> {
+        let n = self.shape.len();
+        let mut off = 0;
+        for d in (0..n.saturating_sub(1)).rev() {
+            let s = self.shape[d];
+            off += (r % s) * self.strides[d];
+            r /= s;
+        }
+        match self.strides.last() {
+            Some(&st) if st != 0 => Src::Slice(&self.values[off..off + self.len]),
+            _ => Src::Splat(self.values[off]),
+        }
+    }
+}
+
+/// One side of a zip: a dense operand, or a scalar.
+enum Side<'a, T: Clone> {
+    Array(&'a Operand<'a, T>),
+    Scalar(T),
+}
+
+/// The whole operand as one run, where it needs no broadcasting.
+fn flat<'s, T: Element>(s: &'s Side<'_, T>, shape: &[usize]) -> Option<Src<'s, T>> {
+    match s {
+        Side::Array(o) if o.shape == shape => Some(Src::Slice(&o.values[..])),
+        Side::Array(o) if o.values.len() == 1 => Some(Src::Splat(o.values[0])),
+        Side::Array(_) => None,
+        Side::Scalar(v) => Some(Src::Splat(*v)),
+    }
+}
+
+/// Elements `lo..hi` of a run.
+fn part<T: Copy>(s: Src<'_, T>, lo: usize, hi: usize) -> Src<'_, T> {
+    match s {
+        Src::Slice(v) => Src::Slice(&v[lo..hi]),
+        Src::Splat(v) => Src::Splat(v),
+    }
+}
+
+/// The rows of an array operand broadcast to `shape`.
+fn rows<'s, T: Element>(s: &'s Side<'_, T>, shape: &'s [usize]) -> Option<Rows<'s, T>> {
+    match s {
+        Side::Array(o) => Some(Rows::new(&o.values[..], o.shape, shape)),
+        Side::Scalar(_) => None,
+    }
+}
+
+/// Row `row` of a side.
+fn src<'s, T: Element>(r: &Option<Rows<'s, T>>, s: &Side<'_, T>, row: usize) -> Src<'s, T> {
+    match (r, s) {
+        (Some(r), _) => r.row(row),
+        (None, Side::Scalar(v)) => Src::Splat(*v),
+        (None, Side::Array(_)) => unreachable!("arrays have rows"),
+    }
+}
+
+/// Computes `z(a, b)` into `out` (the output shape's element count) with validity
+/// `bits`; the flat position of the first failure, if any.
+fn zip_values<T: Element, Z: ZipMap<T>>(
+    z: &Z,
+    shape: &[usize],
+    a: &Side<'_, T>,
+    b: &Side<'_, T>,
+    bits: Option<Bits<'_>>,
+    out: &mut [Z::Output],
+) -> Option<usize> {
+    let n = out.len();
+    if n == 0 {
+        return None;
+    }
+    if let (Some(x), Some(y)) = (flat(a, shape), flat(b, shape)) {
+        return out
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .filter_map(|(c, o)| {
+                let lo = c * CHUNK;
+                let hi = lo + o.len();
+                z.run(
+                    part(x, lo, hi),
+                    part(y, lo, hi),
+                    bits.map(|b| b.offset(lo)),
+                    o,
+                )
+                .map(|k| lo + k)
+            })
+            .min();
+    }
+    let (ra, rb) = (rows(a, shape), rows(b, shape));
+    let len = shape.last().copied().unwrap_or(1).max(1);
+    let per = (CHUNK / len).max(1);
+    out.par_chunks_mut(per * len)
+        .enumerate()
+        .filter_map(|(c, o)| {
+            for (k, orow) in o.chunks_mut(len).enumerate() {
+                let row = c * per + k;
+                let lo = row * len;
+                if let Some(f) = z.run(
+                    src(&ra, a, row),
+                    src(&rb, b, row),
+                    bits.map(|b| b.offset(lo)),
+                    orow,
+                ) {
+                    return Some(lo + f);
+                }
+            }
+            None
+        })
+        .min()
+}
+
+impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
+    /// The binary op `z(self, rhs)` written into `out` (a caller's buffer of the output
+    /// shape's element count, row-major: no fresh pages for a large result); returns
+    /// the output mask (`None`: every position valid).
+    ///
+    /// # Errors
+    /// As [`ZipKernels::zip_elements`]; [`MaskedError::InvalidData`] for a buffer of
+    /// another length.
+    pub fn zip_into<S2: Data<Elem = T>, D2: Dimension, Z: ZipMap<T>>(
+        &self,
+        rhs: &MaskedArray<S2, D2>,
+        z: &Z,
+        rule: MaskRule,
+        out: &mut [Z::Output],
+    ) -> Result<(Vec<usize>, Option<BitMask>)> {
+        let (a, b) = (operand(self), operand(rhs));
+        let shape = broadcast_shapes(z.name(), a.shape, b.shape)?;
+        let mask = out_mask(z.name(), &shape, a.mask, b.mask, rule)?;
+        finish_into(z, &shape, &Side::Array(&a), &Side::Array(&b), mask, out)
+    }
+
+    /// The binary op `z(self, s)` with a scalar, written into `out` as
+    /// [`MaskedArray::zip_into`]; a scalar on the left is the
+    /// [`Swapped`](masked_core::binary::Swapped) op.
+    ///
+    /// # Errors
+    /// As [`MaskedArray::zip_into`].
+    pub fn zip_scalar_into<Z: ZipMap<T>>(
+        &self,
+        s: T,
+        z: &Z,
+        out: &mut [Z::Output],
+    ) -> Result<(Vec<usize>, Option<BitMask>)> {
+        let a = operand(self);
+        let shape = a.shape.to_vec();
+        let mask = a.mask.cloned();
+        finish_into(z, &shape, &Side::Array(&a), &Side::Scalar(s), mask, out)
+    }
+}
+
+fn finish_into<T: Element, Z: ZipMap<T>>(
+    z: &Z,
+    shape: &[usize],
+    a: &Side<'_, T>,
+    b: &Side<'_, T>,
+    mask: Option<BitMask>,
+    out: &mut [Z::Output],
+) -> Result<(Vec<usize>, Option<BitMask>)> {
+    let n: usize = shape.iter().product();
+    if out.len() != n {
+        return Err(MaskedError::InvalidData(format!(
+            "{}: an output buffer of {} elements for shape {shape:?} ({n} elements)",
+            z.name(),
+            out.len()
+        )));
+    }
+    if let Some(i) = zip_values(z, shape, a, b, mask.as_ref().map(BitMask::bits), out) {
+        return Err(failed_at(z, unravel(shape, i)));
+    }
+    Ok((shape.to_vec(), mask))
+}
+
+fn build<O>(shape: Vec<usize>, values: Vec<O>, mask: Option<BitMask>) -> Result<MaskedArrayD<O>> {
+    let data = ArrayD::from_shape_vec(IxDyn(&shape), values)
+        .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+    let mask = mask.unwrap_or_else(|| BitMask::filled(&shape, true));
+    MaskedArray::new(data, mask)
+}
+
+impl<T, S, D, S2, D2> ZipKernels<T, MaskedArray<S2, D2>> for MaskedArray<S, D>
+where
+    T: Element,
+    S: Data<Elem = T>,
+    D: Dimension,
+    S2: Data<Elem = T>,
+    D2: Dimension,
+{
+    type Zipped<O: masked_core::Value> = MaskedArrayD<O>;
+
+    fn zip_elements<Z: ZipMap<T>>(
+        &self,
+        rhs: &MaskedArray<S2, D2>,
+        z: &Z,
+        rule: MaskRule,
+    ) -> Result<MaskedArrayD<Z::Output>> {
+        let shape = broadcast_shapes(z.name(), self.shape(), rhs.shape())?;
+        let mut out = fresh_vec(shape.iter().product());
+        let (shape, mask) = self.zip_into(rhs, z, rule, &mut out)?;
+        build(shape, out, mask)
+    }
+}
+
+impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, Splat<T>> for MaskedArray<S, D> {
+    type Zipped<O: masked_core::Value> = MaskedArrayD<O>;
+
+    /// A scalar operand takes this array's mask (either rule).
+    fn zip_elements<Z: ZipMap<T>>(
+        &self,
+        s: &Splat<T>,
+        z: &Z,
+        _rule: MaskRule,
+    ) -> Result<MaskedArrayD<Z::Output>> {
+        let mut out = fresh_vec(self.values().len());
+        let (shape, mask) = self.zip_scalar_into(s.0, z, &mut out)?;
+        build(shape, out, mask)
+    }
+}
+
+/// A dense operand read at the positions of a sparse one (sparse ⊙ dense): its values in
+/// row-major order and its mask, broadcast (NumPy rules) to the sparse shape, never
+/// beyond it. The sparse layouts read it only at their valid positions.
+pub struct DenseOperand<'a, T: Clone> {
+    values: Cow<'a, [T]>,
+    mask: Option<&'a BitMask>,
+    /// Stride of each dim of the sparse shape in the operand (0 where it broadcasts).
+    strides: Vec<usize>,
+    /// How many times broadcasting repeats each operand element.
+    repeat: usize,
+}
+
+impl<'a, T: Element> DenseOperand<'a, T> {
+    /// The operand `a` broadcast to `shape`.
+    ///
+    /// # Errors
+    /// [`MaskedError::ShapeMismatch`] when `a` does not broadcast to `shape` (or only
+    /// beyond it).
+    pub fn new<S: Data<Elem = T>, D: Dimension>(
+        op: &'static str,
+        a: &'a MaskedArray<S, D>,
+        shape: &[usize],
+    ) -> Result<Self> {
+        let o = operand(a);
+        let b = broadcast_shapes(op, o.shape, shape)?;
+        if b != shape {
+            return Err(MaskedError::ShapeMismatch {
+                what: format!("{op}: a dense operand broadcasts beyond the sparse shape"),
+                left: shape.to_vec(),
+                right: o.shape.to_vec(),
+            });
+        }
+        let own: usize = o.shape.iter().product();
+        let total: usize = shape.iter().product();
+        Ok(DenseOperand {
+            strides: broadcast_strides(o.shape, shape),
+            repeat: if own == 0 { 0 } else { total / own },
+            values: o.values,
+            mask: o.mask,
+        })
+    }
+
+    /// The operand offset of the position with these coordinates (in the sparse shape).
+    #[inline]
+    pub fn offset(&self, coords: impl IntoIterator<Item = usize>) -> usize {
+        coords
+            .into_iter()
+            .zip(&self.strides)
+            .map(|(c, s)| c * s)
+            .sum()
+    }
+
+    /// The value at an operand offset.
+    #[inline]
+    pub fn value(&self, off: usize) -> T {
+        self.values[off]
+    }
+
+    /// Whether the operand is valid at an offset.
+    #[inline]
+    pub fn valid(&self, off: usize) -> bool {
+        self.mask.is_none_or(|m| m.get(off))
+    }
+
+    /// Whether the operand has a mask.
+    pub fn has_mask(&self) -> bool {
+        self.mask.is_some()
+    }
+
+    /// Number of valid positions of the operand broadcast to the sparse shape.
+    pub fn valid_count(&self) -> usize {
+        self.mask.map_or(self.values.len(), BitMask::count_ones) * self.repeat
+    }
+
+    /// Strides of the sparse shape's dims in the operand (0 where it broadcasts).
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+}
