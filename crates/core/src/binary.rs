@@ -503,6 +503,20 @@ fn floor_div<C: Float + Math>(a: C, b: C) -> C {
     }
 }
 
+/// `log(e^a + e^b)` in f64.
+#[inline(always)]
+fn logaddexp(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        // inf + inf, -inf + -inf, and equal finite values
+        a + std::f64::consts::LN_2
+    } else {
+        let (m, d) = if a > b { (a, b - a) } else { (b, a - b) };
+        m + d.exp().ln_1p()
+    }
+}
+
 impl FloatBin {
     /// The function, in the compute type.
     #[inline(always)]
@@ -511,17 +525,8 @@ impl FloatBin {
             FloatBin::Div => a / b,
             FloatBin::Atan2 => a.atan2(b),
             FloatBin::Hypot => a.hypot(b),
-            FloatBin::LogAddExp => {
-                if a.is_nan() || b.is_nan() {
-                    C::NAN
-                } else if a == b {
-                    // inf + inf, -inf + -inf, and equal finite values
-                    a + c(std::f64::consts::LN_2)
-                } else {
-                    let (m, d) = if a > b { (a, b - a) } else { (b, a - b) };
-                    m + d.exp_full().ln_1p()
-                }
-            }
+            // in f64 for f32 too: `m + log1p(e^-d)` cancels where the result is near 0
+            FloatBin::LogAddExp => c(logaddexp(Math::to_f64(a), Math::to_f64(b))),
             FloatBin::Xlogy => {
                 if b.is_nan() {
                     C::NAN

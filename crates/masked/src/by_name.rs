@@ -16,8 +16,9 @@
 //! ```
 
 use crate::{
-    with_dtype, BitMask, CooMask, CooPattern, CsrMapped, DynVec, Element, LaneKernels,
-    MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView, SparseArray,
+    with_dtype, with_dyn_vec, BitMask, CooMask, CooPattern, CsrMapped, DynVec, Element,
+    LaneKernels, MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView,
+    SparseArray,
 };
 pub use masked_core::binary::{promote, promote_scalar, BinOp};
 use masked_core::binary::{CmpZip, FloatZip, KeepZip, Swapped};
@@ -194,6 +195,31 @@ pub fn apply<T: Element, L: ByName<T>>(a: &L, req: &OpRequest) -> Result<L::Out,
 /// [`MaskedError::CastOutOfRange`] where a valid value has no `dtype` value.
 pub fn cast<T: Element, L: ByName<T>>(a: &L, dtype: crate::DType) -> Result<L::Out, MaskedError> {
     with_dtype!(dtype, D => Ok(L::mapped(a.cast::<D>()?)))
+}
+
+/// Values converted to `to` (promotion before a binary op: [`promote`]); the same
+/// conversion as [`MaskedOps::cast`] on every value.
+///
+/// # Errors
+/// [`MaskedError::CastOutOfRange`] for a value `to` cannot hold (NaN or an infinity into
+/// an integer type, an out-of-range value).
+pub fn cast_values(v: &DynVec, to: crate::DType) -> Result<DynVec, MaskedError> {
+    fn conv<S: Element, D: Element>(v: &[S]) -> Result<DynVec, MaskedError> {
+        v.iter()
+            .map(|&x| {
+                D::from_scalar(x.to_scalar()).ok_or_else(|| MaskedError::CastOutOfRange {
+                    from: S::DTYPE,
+                    to: D::DTYPE,
+                    value: format!("{x:?}"),
+                })
+            })
+            .collect::<Result<Vec<D>, _>>()
+            .map(D::into_dyn)
+    }
+    if v.dtype() == to {
+        return Ok(v.clone());
+    }
+    with_dyn_vec!(v, v => with_dtype!(to, D => conv::<_, D>(v)))
 }
 
 /// The result of a binary op on the dense layout: output shape, values (numbers or

@@ -5,10 +5,12 @@
 
 mod cast;
 mod elementwise;
+mod golden_binary;
 mod golden_coo;
 mod golden_csr;
 mod golden_dense;
 mod golden_unary;
+mod props_binary;
 mod props_coo;
 mod props_csr;
 mod props_dense;

@@ -134,6 +134,7 @@ fn check<T: Element>(c: &Case, conv: impl Fn(f64) -> T) -> Result<(), TestCaseEr
     let ndim = c.shape.len();
     let choices = |kind: Kind| match kind {
         Kind::Unary => vec![(Dims::All, false)],
+        Kind::Binary => vec![],
         Kind::Normalize => (-1..ndim as isize)
             .map(|d| (Dims::from(d), false))
             .collect(),

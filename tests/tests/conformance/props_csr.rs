@@ -135,6 +135,7 @@ fn check<T: Element>(c: &Case, conv: impl Fn(f64) -> T) -> Result<(), TestCaseEr
     let oracle: masked::MaskedView<'_, T, IxDyn> = oracle;
     let choices = |kind: Kind| match kind {
         Kind::Unary => vec![(Dims::All, false)],
+        Kind::Binary => vec![],
         Kind::Normalize => vec![
             (Dims::from(1isize), false),
             (Dims::from(0isize), false),
