@@ -32,6 +32,7 @@
 //! assert_eq!(out, [3, -4, 0, 0]); // floor division; 0 where invalid
 //! ```
 
+pub use crate::dims::broadcast_shapes;
 use crate::element::{CalcOf, DType, DynVec, Element, Float, Scalar};
 use crate::error::{MaskedError, Result};
 use crate::math::Math;
@@ -665,6 +666,131 @@ impl<T: Element> ZipMap<T> for CmpZip {
     }
 }
 
+/// A predicate of one value: masks from predicates (numpy.ma's `masked_where`,
+/// `masked_invalid`, `masked_greater`, ...). The mask of a predicate is true where it
+/// holds **and** the input is valid.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Predicate {
+    /// `x` is NaN.
+    IsNan,
+    /// `x` is finite (integers always).
+    IsFinite,
+    /// `x` is +inf or -inf.
+    IsInf,
+    /// `x` is +inf.
+    IsPosInf,
+    /// `x` is -inf.
+    IsNegInf,
+    /// `x <op> value`, compared as `f64` (exact for every dtype but `i64` beyond 2^53).
+    Cmp(CmpBin, f64),
+}
+
+impl Predicate {
+    /// Whether the predicate holds for `x`.
+    #[inline(always)]
+    pub fn holds<T: Element>(self, x: T) -> bool {
+        let v = x.to_f64();
+        match self {
+            Predicate::IsNan => v.is_nan(),
+            Predicate::IsFinite => v.is_finite(),
+            Predicate::IsInf => v.is_infinite(),
+            Predicate::IsPosInf => v == f64::INFINITY,
+            Predicate::IsNegInf => v == f64::NEG_INFINITY,
+            Predicate::Cmp(c, s) => c.apply(v, s),
+        }
+    }
+
+    /// The predicate of a name: `isnan`, `isfinite`, `isinf`, `isposinf`, `isneginf`, or
+    /// a comparison with a value, `gt:0.5` (`eq ne lt le gt ge`).
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`] naming the text.
+    pub fn parse(text: &str) -> Result<Self> {
+        let bad = || {
+            MaskedError::InvalidArgument {
+            name: "predicate",
+            value: text.to_string(),
+            reason: "expected isnan, isfinite, isinf, isposinf, isneginf or OP:VALUE with OP one of eq ne lt le gt ge",
+        }
+        };
+        Ok(match text {
+            "isnan" => Predicate::IsNan,
+            "isfinite" => Predicate::IsFinite,
+            "isinf" => Predicate::IsInf,
+            "isposinf" => Predicate::IsPosInf,
+            "isneginf" => Predicate::IsNegInf,
+            t => {
+                let (op, v) = t.split_once(':').ok_or_else(bad)?;
+                let op = CmpBin::from_name(op).ok_or_else(bad)?;
+                Predicate::Cmp(op, v.trim().parse().map_err(|_| bad())?)
+            }
+        })
+    }
+}
+
+/// The zip map of a predicate (its second operand is ignored): `bool` output, false at
+/// invalid positions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PredZip(pub Predicate);
+
+impl<T: Element> ZipMap<T> for PredZip {
+    type Output = bool;
+    fn name(&self) -> &'static str {
+        "predicate"
+    }
+    #[inline]
+    fn one(&self, x: T, _: T) -> Option<bool> {
+        Some(self.0.holds(x))
+    }
+    fn run(
+        &self,
+        xs: Src<'_, T>,
+        ys: Src<'_, T>,
+        bits: Option<Bits<'_>>,
+        out: &mut [bool],
+    ) -> Option<usize> {
+        let p = self.0;
+        run_with(xs, ys, bits, out, move |x: T, _| p.holds(x));
+        None
+    }
+}
+
+/// Merges two sparse operands of `where(cond, a, b)` over positions `0..len`: the output
+/// holds `a`'s valid entries where `cond` is true and `b`'s where it is false (positions
+/// valid in neither are left out), in order.
+pub fn select_merge<I: Copy + Ord, T: Element>(
+    a: Side<'_, I, T>,
+    b: Side<'_, I, T>,
+    cond: impl Fn(I) -> bool,
+    pos_out: &mut Vec<I>,
+    val_out: &mut Vec<T>,
+) {
+    let va = |k: usize| a.valid.is_none_or(|bits| bits.get(k));
+    let vb = |k: usize| b.valid.is_none_or(|bits| bits.get(k));
+    let (mut i, mut j) = (0usize, 0usize);
+    loop {
+        let (p, from_a, from_b) = match (a.pos.get(i), b.pos.get(j)) {
+            (None, None) => break,
+            (Some(&x), Some(&y)) if x == y => (x, Some(i), Some(j)),
+            (Some(&x), Some(&y)) if x < y => (x, Some(i), None),
+            (Some(_), Some(&y)) => (y, None, Some(j)),
+            (Some(&x), None) => (x, Some(i), None),
+            (None, Some(&y)) => (y, None, Some(j)),
+        };
+        i += usize::from(from_a.is_some());
+        j += usize::from(from_b.is_some());
+        let pick = if cond(p) {
+            from_a.filter(|&k| va(k)).map(|k| a.values[k])
+        } else {
+            from_b.filter(|&k| vb(k)).map(|k| b.values[k])
+        };
+        if let Some(v) = pick {
+            pos_out.push(p);
+            val_out.push(v);
+        }
+    }
+}
+
 /// A binary op of any family: what the by-name layer dispatches on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BinOp {
@@ -747,40 +873,6 @@ pub fn mask_mismatch(op: &'static str, position: Vec<usize>, left_valid: bool) -
     }
 }
 
-/// The broadcast shape of two shapes (NumPy rules).
-///
-/// # Errors
-/// [`MaskedError::ShapeMismatch`] when they do not broadcast.
-pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
-    let n = a.len().max(b.len());
-    let mut out = vec![0; n];
-    for (k, o) in out.iter_mut().enumerate() {
-        let da = if k + a.len() >= n {
-            a[k + a.len() - n]
-        } else {
-            1
-        };
-        let db = if k + b.len() >= n {
-            b[k + b.len() - n]
-        } else {
-            1
-        };
-        *o = match (da, db) {
-            (x, y) if x == y => x,
-            (1, y) => y,
-            (x, 1) => x,
-            _ => {
-                return Err(MaskedError::ShapeMismatch {
-                    what: format!("operands of {op} do not broadcast"),
-                    left: a.to_vec(),
-                    right: b.to_vec(),
-                })
-            }
-        };
-    }
-    Ok(out)
-}
-
 /// One side of a sparse merge: sorted positions, their values, optional validity bits,
 /// and whether the unstored positions are valid zeros (no mask).
 #[derive(Debug, Clone, Copy)]
@@ -793,6 +885,25 @@ pub struct Side<'a, I, T> {
     pub valid: Option<Bits<'a>>,
     /// Whether unstored positions are valid (value 0).
     pub fill: bool,
+}
+
+impl<'a, I, T> Side<'a, I, T> {
+    /// A side over positions `pos` with their `values`; `valid` are validity words whose
+    /// bit `start + k` belongs to entry `k`.
+    pub fn new(
+        pos: &'a [I],
+        values: &'a [T],
+        valid: Option<&'a [u64]>,
+        start: usize,
+        fill: bool,
+    ) -> Self {
+        Side {
+            pos,
+            values,
+            valid: valid.map(|w| Bits::new(w, start)),
+            fill,
+        }
+    }
 }
 
 /// Where a sparse merge stopped.

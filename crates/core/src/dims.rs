@@ -213,6 +213,40 @@ impl ReducePlan {
     }
 }
 
+/// The broadcast shape of two shapes (NumPy rules).
+///
+/// # Errors
+/// [`MaskedError::ShapeMismatch`] when they do not broadcast.
+pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for (k, o) in out.iter_mut().enumerate() {
+        let da = if k + a.len() >= n {
+            a[k + a.len() - n]
+        } else {
+            1
+        };
+        let db = if k + b.len() >= n {
+            b[k + b.len() - n]
+        } else {
+            1
+        };
+        *o = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(MaskedError::ShapeMismatch {
+                    what: format!("operands of {op} do not broadcast"),
+                    left: a.to_vec(),
+                    right: b.to_vec(),
+                })
+            }
+        };
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

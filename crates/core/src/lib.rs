@@ -49,6 +49,6 @@ pub use fold::{not_nan_words, Fold};
 pub use half;
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use layout::{LaneKernels, ZipKernels};
-pub use mask::{BitMask, Bits};
+pub use mask::{BitMask, Bits, MaskLogic};
 pub use registry::{apply_to, Kind, MaskedBinaryOps, MaskedOps, Op, OpRequest, Options, Sink};
 pub use sparse::SparseArray;

@@ -320,6 +320,97 @@ impl BitMask {
     }
 }
 
+/// A logical op on two masks (mask algebra): on dense masks bit by bit, on sparse
+/// patterns as a merge of their sorted positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MaskLogic {
+    /// Valid in both (intersection).
+    And,
+    /// Valid in either (union).
+    Or,
+    /// Valid in exactly one (symmetric difference).
+    Xor,
+    /// Valid in the first and not in the second (difference).
+    AndNot,
+}
+
+impl MaskLogic {
+    /// The op on one word (or one bit) of each mask.
+    #[inline(always)]
+    pub fn word(self, a: u64, b: u64) -> u64 {
+        match self {
+            MaskLogic::And => a & b,
+            MaskLogic::Or => a | b,
+            MaskLogic::Xor => a ^ b,
+            MaskLogic::AndNot => a & !b,
+        }
+    }
+
+    /// The op on one position: whether the result holds it, given which sides do.
+    #[inline(always)]
+    pub fn keeps(self, a: bool, b: bool) -> bool {
+        self.word(u64::from(a), u64::from(b)) == 1
+    }
+}
+
+/// The positions of `logic(a, b)` for two strictly increasing position lists (a sparse
+/// pattern's row, or its flat positions), appended to `out` in order: one merge pass.
+pub fn merge_positions<I: Copy + Ord>(a: &[I], b: &[I], logic: MaskLogic, out: &mut Vec<I>) {
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let (p, ina, inb) = match (a.get(i), b.get(j)) {
+            (Some(&x), Some(&y)) if x == y => (x, true, true),
+            (Some(&x), Some(&y)) if x < y => (x, true, false),
+            (Some(_), Some(&y)) => (y, false, true),
+            (Some(&x), None) => (x, true, false),
+            (None, Some(&y)) => (y, false, true),
+            (None, None) => unreachable!(),
+        };
+        i += usize::from(ina);
+        j += usize::from(inb);
+        if logic.keeps(ina, inb) {
+            out.push(p);
+        }
+    }
+}
+
+impl BitMask {
+    /// `logic(self, other)`, the two masks broadcast to one shape (NumPy rules).
+    ///
+    /// # Errors
+    /// [`MaskedError::MaskNotBroadcastable`] when the shapes do not broadcast.
+    ///
+    /// ```
+    /// use masked_core::{BitMask, MaskLogic};
+    /// let a = BitMask::from_bools(&[2, 2], [true, true, false, false]).unwrap();
+    /// let col = BitMask::from_bools(&[2], [true, false]).unwrap();
+    /// assert_eq!(a.logic(&col, MaskLogic::AndNot).unwrap().to_vec(), vec![false, true, false, false]);
+    /// assert_eq!(a.not().to_vec(), vec![false, false, true, true]);
+    /// ```
+    pub fn logic(&self, other: &BitMask, logic: MaskLogic) -> Result<BitMask> {
+        let shape = crate::dims::broadcast_shapes("mask logic", &self.shape, &other.shape)
+            .map_err(|_| MaskedError::MaskNotBroadcastable {
+                mask: other.shape.clone(),
+                input: self.shape.clone(),
+            })?;
+        let x = self.broadcast_to(&shape)?;
+        let y = other.broadcast_to(&shape)?;
+        let words = x
+            .words()
+            .iter()
+            .zip(y.words())
+            .map(|(&a, &b)| logic.word(a, b))
+            .collect();
+        Self::from_words(&shape, words)
+    }
+
+    /// The complement: valid where this mask is not.
+    pub fn not(&self) -> BitMask {
+        let words = self.words().iter().map(|w| !w).collect();
+        Self::from_words(&self.shape, words).expect("a word per 64 elements")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,12 +39,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod algebra;
 mod convert;
 mod group;
 mod lanes;
 mod pattern;
 mod zip;
 
+pub use algebra::select;
 pub use convert::{csr_to_dense, dense_to_csr};
 pub use lanes::CooLanes;
 pub use masked_core::SparseArray;

@@ -172,18 +172,8 @@ impl<T: Element> CooLanes<'_, T> {
         }
         let shape = self.shape().to_vec();
         let (fa, fb) = (self.pattern.flat(), other.pattern.flat());
-        let a = Side {
-            pos: &fa[..],
-            values: self.values,
-            valid: self.valid.as_deref().map(|w| Bits::new(w, 0)),
-            fill: self.fill,
-        };
-        let b = Side {
-            pos: &fb[..],
-            values: other.values,
-            valid: other.valid.as_deref().map(|w| Bits::new(w, 0)),
-            fill: other.fill,
-        };
+        let a = Side::new(&fa, self.values, self.valid.as_deref(), 0, self.fill);
+        let b = Side::new(&fb, other.values, other.valid.as_deref(), 0, other.fill);
         let (mut pos, mut val) = (Vec::new(), Vec::new());
         let size = size_of(&shape)?;
         let unravel = |p: usize| {

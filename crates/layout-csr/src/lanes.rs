@@ -256,7 +256,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         collect_sparse(out_shape(self.shape, ax, keepdim), lanes(ax))
     }
 
-    fn row(&self, r: usize) -> Range<usize> {
+    pub(crate) fn row(&self, r: usize) -> Range<usize> {
         self.indptr[r]..self.indptr[r + 1]
     }
 
@@ -264,7 +264,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         self.valid.as_deref().map(|w| Bits::new(w, start))
     }
 
-    fn is_valid(&self, k: usize) -> bool {
+    pub(crate) fn is_valid(&self, k: usize) -> bool {
         self.valid
             .as_deref()
             .is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1)
@@ -275,7 +275,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             .map_or(e.len(), |b| b.count_ones(e.len()))
     }
 
-    fn col(&self, k: usize) -> usize {
+    pub(crate) fn col(&self, k: usize) -> usize {
         self.indices[k].index_unchecked()
     }
 }

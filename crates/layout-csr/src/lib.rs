@@ -41,10 +41,12 @@
 //! ```
 #![deny(missing_docs)]
 
+mod algebra;
 mod lanes;
 mod partition;
 mod pattern;
 
+pub use algebra::select;
 pub use lanes::{CsrLanes, CsrMapped};
 pub use masked_core::SparseArray;
 pub use pattern::Pattern;

@@ -19,10 +19,12 @@
 //! ```
 #![deny(missing_docs)]
 
+mod algebra;
 mod array;
 mod kernels;
 mod zip;
 
+pub use algebra::select;
 pub use array::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
     BitMask, Dims, LaneKernels, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, Result,

@@ -57,8 +57,8 @@ pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
     binary, half, lane, ops, registry, sparse, stats, unary, with_dtype, with_dyn_vec, BitMask,
     Bits, DType, Dims, DynVec, Element, Float, Fold, Interpolation, LaneKernels, LaneMap, LaneStat,
-    MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MedianMode, Op, ReducePlan, Result, Scalar,
-    SparseArray, Splat, Value, Values, ZipKernels,
+    MaskLogic, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MedianMode, Op, ReducePlan,
+    Result, Scalar, SparseArray, Splat, Value, Values, ZipKernels,
 };
 
 /// The README's examples, compiled and run as doctests.
@@ -69,8 +69,8 @@ pub struct ReadmeDoctests;
 /// Everything a user of the engine needs in scope.
 pub mod prelude {
     pub use crate::{
-        BitMask, CooMask, CooPattern, DType, Dims, Element, Interpolation, MaskRule, MaskedArray,
-        MaskedArrayD, MaskedBinaryOps, MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView,
-        MedianMode, Op, Pattern, Result, SparseArray, Splat, ZipKernels,
+        BitMask, CooMask, CooPattern, DType, Dims, Element, Interpolation, MaskLogic, MaskRule,
+        MaskedArray, MaskedArrayD, MaskedBinaryOps, MaskedCoo, MaskedCsr, MaskedError, MaskedOps,
+        MaskedView, MedianMode, Op, Pattern, Result, SparseArray, Splat, ZipKernels,
     };
 }

@@ -309,3 +309,91 @@ fn strict_errors_name_the_position() {
     assert_eq!(p.mask().unwrap().to_vec(), vec![true, true, true, false]);
     assert_eq!(p.values().as_slice().unwrap(), &[1.0, 4.0, 9.0, 0.0]);
 }
+
+fn positions(m: &BitMask) -> Vec<usize> {
+    (0..m.len()).filter(|&i| m.get(i)).collect()
+}
+
+fn csr_positions(p: &Pattern, cols: usize) -> Vec<usize> {
+    (0..p.shape().0)
+        .flat_map(|r| p.row(r).iter().map(move |&c| r * cols + c))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Mask algebra on every layout equals the dense bit ops: predicates,
+    /// masked_where, and/or/xor/and_not, where, fill(0), to_dense, compress.
+    #[test]
+    fn mask_algebra_equals_dense(c in case(), conds in prop::collection::vec(any::<bool>(), 64)) {
+        use masked::binary::Predicate;
+        use masked::MaskLogic;
+        let (da, ma) = dense(&c, &c.a);
+        let (db, mb) = dense(&c, &c.b);
+        let xa = MaskedArray::new(da.view().into_dyn(), ma.clone()).unwrap();
+        let xb = MaskedArray::new(db.view().into_dyn(), mb.clone()).unwrap();
+        let ((mat_a, pa), (mat_b, pb)) = (csr(&c, &c.a), csr(&c, &c.b));
+        let sa = MaskedCsr::with_mask(mat_a.view(), pa.clone()).unwrap();
+        let sb = MaskedCsr::with_mask(mat_b.view(), pb.clone()).unwrap();
+        let (oa, ob) = (coo(&c, &c.a), coo(&c, &c.b));
+        for text in ["isnan", "isinf", "isfinite", "gt:0.5", "le:0", "eq:0"] {
+            let p = Predicate::parse(text).unwrap();
+            let want = positions(&xa.predicate(p));
+            prop_assert_eq!(csr_positions(&sa.predicate(p).unwrap(), c.cols), want.clone(), "csr {}", text);
+            prop_assert_eq!(oa.predicate(p).unwrap().flat(), want.clone(), "coo {}", text);
+            let w = positions(xa.masked_where(p).mask().unwrap());
+            prop_assert_eq!(csr_positions(&sa.masked_where(p).unwrap().valid_pattern().unwrap(), c.cols), w.clone(), "csr masked_where {}", text);
+            prop_assert_eq!(oa.masked_where(p).unwrap().valid_pattern().unwrap().flat(), w, "coo masked_where {}", text);
+        }
+        for logic in [MaskLogic::And, MaskLogic::Or, MaskLogic::Xor, MaskLogic::AndNot] {
+            let want = positions(&ma.logic(&mb, logic).unwrap());
+            prop_assert_eq!(csr_positions(&pa.logic(&pb, logic).unwrap(), c.cols), want.clone(), "{:?}", logic);
+            let (qa, qb) = (oa.valid_pattern().unwrap(), ob.valid_pattern().unwrap());
+            prop_assert_eq!(qa.logic(&qb, logic).unwrap().flat(), want, "coo {:?}", logic);
+        }
+        // where, with a random condition; an all-true condition is the identity
+        let n = c.rows * c.cols;
+        let cond = BitMask::from_bools(&[c.rows, c.cols], conds.iter().cycle().take(n).copied()).unwrap();
+        let w = masked::dense::select(&cond, None, &xa, &xb).unwrap();
+        let valid = positions(w.mask().unwrap());
+        let wv = w.values().as_slice().unwrap().to_vec();
+        let sw = masked::csr::select(&cond, &sa, &sb).unwrap();
+        let sflat: Vec<usize> = sw.iter().map(|(_, (r, col))| r * c.cols + col).collect();
+        prop_assert_eq!(&sflat, &valid, "csr where");
+        for (k, (v, _)) in sw.iter().enumerate() {
+            prop_assert!(same(*v, wv[valid[k]]), "csr where value");
+        }
+        let ow = masked::coo::select(&cond, &oa, &ob).unwrap();
+        prop_assert_eq!(ow.indices(), &valid[..], "coo where");
+        for (k, v) in ow.values().iter().enumerate() {
+            prop_assert!(same(*v, wv[valid[k]]), "coo where value");
+        }
+        let all = BitMask::filled(&[c.rows, c.cols], true);
+        let id = masked::dense::select(&all, None, &xa, &xb).unwrap();
+        prop_assert_eq!(id.mask().unwrap(), &ma);
+        for i in positions(&ma) {
+            prop_assert!(same(id.values().as_slice().unwrap()[i], da.as_slice().unwrap()[i]));
+        }
+        // fill(0), to_dense, compress
+        let comp = xa.compress();
+        let cs = sa.compress().unwrap();
+        prop_assert_eq!(cs.len(), comp.len());
+        for (x, y) in cs.iter().zip(&comp) {
+            prop_assert!(same(*x, *y), "csr compress");
+        }
+        let co = oa.compress().unwrap();
+        for (x, y) in co.iter().zip(&comp) {
+            prop_assert!(same(*x, *y), "coo compress");
+        }
+        let fz = oa.fill_zero().unwrap();
+        prop_assert_eq!(fz.indices(), &positions(&ma)[..]);
+        let filled = xa.filled(-7.0);
+        for (x, y) in sa.to_dense(-7.0).iter().zip(filled.iter()) {
+            prop_assert!(same(*x, *y), "csr to_dense");
+        }
+        for (x, y) in oa.to_dense(-7.0).unwrap().iter().zip(filled.iter()) {
+            prop_assert!(same(*x, *y), "coo to_dense");
+        }
+    }
+}

@@ -267,13 +267,14 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     }
 
     /// Entries `e` (one row) as a side of a merge.
-    fn side(&self, e: Range<usize>) -> Side<'_, I, T> {
-        Side {
-            pos: &self.indices[e.clone()],
-            values: &self.values[e.clone()],
-            valid: self.valid.as_deref().map(|w| Bits::new(w, e.start)),
-            fill: self.fill,
-        }
+    pub(crate) fn side(&self, e: Range<usize>) -> Side<'_, I, T> {
+        Side::new(
+            &self.indices[e.clone()],
+            &self.values[e.clone()],
+            self.valid.as_deref(),
+            e.start,
+            self.fill,
+        )
     }
 
     /// Whether two lane structures have the same entries (the same rows and columns).
