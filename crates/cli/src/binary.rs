@@ -14,17 +14,17 @@ use sprs::CsMat;
 use std::path::{Path, PathBuf};
 
 /// A dense operand as read: shape, values, mask.
-struct DenseIn {
-    shape: Vec<usize>,
-    values: DynVec,
-    mask: Option<BitMask>,
+pub(crate) struct DenseIn {
+    pub(crate) shape: Vec<usize>,
+    pub(crate) values: DynVec,
+    pub(crate) mask: Option<BitMask>,
 }
 
 /// A sparse operand as read, with the file of its mask (or its own pattern).
-struct SparseIn {
-    path: PathBuf,
-    file: SparseFile,
-    mask: Option<(PathBuf, SparseFile)>,
+pub(crate) struct SparseIn {
+    pub(crate) path: PathBuf,
+    pub(crate) file: SparseFile,
+    pub(crate) mask: Option<(PathBuf, SparseFile)>,
 }
 
 /// The second operand.
@@ -35,7 +35,7 @@ enum Rhs {
 }
 
 /// Parses `--scalar`: a literal without a decimal point or exponent is an integer.
-fn parse_scalar(s: &str) -> Result<Scalar, CliError> {
+pub(crate) fn parse_scalar(s: &str) -> Result<Scalar, CliError> {
     let t = s.trim();
     let bad = || CliError::Usage(format!("invalid --scalar value '{s}': expected a number"));
     if !t.contains(['.', 'e', 'E'])
@@ -49,7 +49,7 @@ fn parse_scalar(s: &str) -> Result<Scalar, CliError> {
     t.parse::<f64>().map(Scalar::Float).map_err(|_| bad())
 }
 
-fn read_dense(path: &Path, mask: Option<&PathBuf>) -> Result<DenseIn, CliError> {
+pub(crate) fn read_dense(path: &Path, mask: Option<&PathBuf>) -> Result<DenseIn, CliError> {
     let a = npy::read_values(path)?;
     let mask = match mask {
         None => None,
@@ -74,7 +74,7 @@ fn read_dense(path: &Path, mask: Option<&PathBuf>) -> Result<DenseIn, CliError> 
     })
 }
 
-fn read_sparse(
+pub(crate) fn read_sparse(
     path: &Path,
     mask: Option<&PathBuf>,
     from_pattern: bool,
@@ -113,7 +113,7 @@ fn read_sparse(
 
 /// The values of `v` as `T` (a widening after promotion: exact, or rounding an `i64`
 /// beyond 2^53 to a float).
-fn values_as<T: Element>(v: &DynVec) -> Result<Vec<T>, CliError> {
+pub(crate) fn values_as<T: Element>(v: &DynVec) -> Result<Vec<T>, CliError> {
     with_dyn_vec!(v, v => v
         .iter()
         .map(|x| T::from_scalar(x.to_scalar()))
@@ -140,7 +140,7 @@ pub(crate) fn csr_mask(p: &Path, m: &SparseFile) -> Result<Pattern, CliError> {
 }
 
 impl SparseIn {
-    fn coo<T: Element>(&self) -> Result<MaskedCoo<T>, CliError> {
+    pub(crate) fn coo<T: Element>(&self) -> Result<MaskedCoo<T>, CliError> {
         let mask = match &self.mask {
             None => CooMask::Stored,
             Some((p, m)) => CooMask::Pattern(coo_mask(p, m)?),
@@ -150,7 +150,7 @@ impl SparseIn {
             .map_err(|e| CliError::file(&self.path, e.to_string()))
     }
 
-    fn csr_parts<T: Element>(&self) -> Result<CsMat<T>, CliError> {
+    pub(crate) fn csr_parts<T: Element>(&self) -> Result<CsMat<T>, CliError> {
         if self.file.shape.len() != 2 {
             return Err(CliError::file(
                 &self.path,
@@ -163,7 +163,10 @@ impl SparseIn {
             .map_err(|(_, _, _, e)| CliError::file(&self.path, format!("bad sparse input: {e}")))
     }
 
-    fn csr<'m, T: Element>(&self, m: &'m CsMat<T>) -> Result<MaskedCsr<'m, T>, CliError> {
+    pub(crate) fn csr<'m, T: Element>(
+        &self,
+        m: &'m CsMat<T>,
+    ) -> Result<MaskedCsr<'m, T>, CliError> {
         Ok(match &self.mask {
             None => MaskedCsr::from_pattern(m.view())?,
             Some((p, f)) => MaskedCsr::with_mask(m.view(), csr_mask(p, f)?)?,
@@ -263,7 +266,7 @@ fn result_dtype(a: DType, rhs: &Rhs) -> DType {
     }
 }
 
-fn scalar_as<T: Element>(s: Scalar) -> Result<T, CliError> {
+pub(crate) fn scalar_as<T: Element>(s: Scalar) -> Result<T, CliError> {
     T::from_scalar(s)
         .ok_or_else(|| CliError::Usage(format!("the scalar does not fit in {}", T::DTYPE.name())))
 }
@@ -295,7 +298,7 @@ fn dense_out(
     Ok(())
 }
 
-fn view_of<'v, T: Element>(
+pub(crate) fn view_of<'v, T: Element>(
     d: &DenseIn,
     v: &'v [T],
 ) -> Result<MaskedArray<ndarray::ViewRepr<&'v T>, IxDyn>, CliError> {

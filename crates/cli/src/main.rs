@@ -2,6 +2,7 @@
 //! The contract is docs/cli.md; every bad input exits with status 2 and a one-line
 //! message naming the problem.
 
+mod algebra;
 mod alloc;
 mod bench;
 mod binary;
@@ -37,8 +38,14 @@ pub(crate) struct RunArgs {
     op: String,
     /// Input file (.npy dense; .mtx / .npz sparse); A of a binary op.
     input: PathBuf,
-    /// The second operand B of a binary op (.npy dense; .mtx / .npz sparse).
+    /// The second operand B of a binary op (.npy dense; .mtx / .npz sparse); A of
+    /// `where COND A B`.
     b: Option<PathBuf>,
+    /// B of `where COND A B`.
+    c: Option<PathBuf>,
+    /// The fill value of `fill`.
+    #[arg(long, allow_hyphen_values = true)]
+    value: Option<String>,
     /// A scalar second operand of a binary op (`3` is an integer, `3.0` a float).
     #[arg(long, allow_hyphen_values = true)]
     scalar: Option<String>,
@@ -96,6 +103,14 @@ fn ops_help() -> String {
     s.push_str(&format!(
         "  {:<12} the values converted to --dtype (mask and sparse positions kept)\n",
         "cast"
+    ));
+    s.push_str(&format!(
+        "  {:<12} COND A B: A where COND is true, B where false (values and validity)\n",
+        "where"
+    ));
+    s.push_str(&format!(
+        "  {:<12} a plain array with the invalid positions set to --value\n",
+        "fill"
     ));
     s
 }
@@ -235,6 +250,17 @@ fn parse_dtype(s: &str) -> Result<DType, CliError> {
 }
 
 fn run(a: RunArgs) -> Result<(), CliError> {
+    match a.op.as_str() {
+        "where" => return algebra::run_where(&a),
+        "fill" => return algebra::run_fill(&a),
+        _ => {}
+    }
+    if a.c.is_some() || a.value.is_some() {
+        return Err(CliError::Usage(format!(
+            "{}: a third file and --value are for where and fill",
+            a.op
+        )));
+    }
     let dtype = a.dtype.as_deref().map(parse_dtype).transpose()?;
     if a.op == "cast" {
         let Some(d) = dtype else {

@@ -1284,3 +1284,317 @@ fn unary_elementwise_ops() {
         stderr(&o)
     );
 }
+
+#[test]
+fn binary_ops_rules_scalars_and_errors() {
+    let d = setup();
+    let p = d.path();
+    save(p, "y.npy", &array![10.0f32, 20.0, 30.0]);
+    save(p, "my.npy", &array![true, true, false]);
+    // a plain B broadcasts and takes A's mask (strict)
+    let o = run(
+        p,
+        &[
+            "add",
+            "x.npy",
+            "y.npy",
+            "--mask",
+            "m.npy",
+            "-o",
+            "out.npy",
+            "--out-mask",
+            "om.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f32>(&p.join("out.npy")).into_raw_vec_and_offset().0,
+        vec![7.0, 0.0, 29.0, 0.0, 0.0, 0.0]
+    );
+    assert_eq!(
+        load::<bool>(&p.join("om.npy")).into_raw_vec_and_offset().0,
+        vec![true, false, true, false, false, false]
+    );
+    std::fs::remove_file(p.join("out.npy")).unwrap();
+    // differing masks: strict exits 2 naming the position; and intersects
+    assert_bad(
+        p,
+        &[
+            "add", "x.npy", "y.npy", "--mask", "m.npy", "--mask-b", "my.npy", "-o", "out.npy",
+        ],
+        "masks differ at position [0, 1]",
+    );
+    let o = run(
+        p,
+        &[
+            "mul",
+            "x.npy",
+            "y.npy",
+            "--mask",
+            "m.npy",
+            "--mask-b",
+            "my.npy",
+            "--masks",
+            "and",
+            "-o",
+            "out.npy",
+            "--out-mask",
+            "om.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f32>(&p.join("out.npy")).into_raw_vec_and_offset().0,
+        vec![-30.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    );
+    assert_eq!(
+        load::<bool>(&p.join("om.npy")).into_raw_vec_and_offset().0,
+        vec![true, false, false, false, false, false]
+    );
+    std::fs::remove_file(p.join("out.npy")).unwrap();
+    // a scalar on the left; comparisons write bools; integer scalars keep integer arrays
+    let o = run(
+        p,
+        &[
+            "sub",
+            "x.npy",
+            "--scalar",
+            "1",
+            "--scalar-first",
+            "-o",
+            "out.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f32>(&p.join("out.npy")).into_raw_vec_and_offset().0,
+        vec![4.0, 3.0, 2.0, 1.0, 0.0, -1.0]
+    );
+    let o = run(p, &["gt", "x.npy", "--scalar", "-1.5", "-o", "out.npy"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<bool>(&p.join("out.npy")).into_raw_vec_and_offset().0,
+        vec![false, false, true, true, true, true]
+    );
+    save(p, "i.npy", &array![7i32, -7, 5]);
+    save(p, "j.npy", &array![2i32, 2, 0]);
+    save(p, "mi.npy", &array![true, true, false]);
+    let o = run(
+        p,
+        &[
+            "remainder",
+            "i.npy",
+            "j.npy",
+            "--mask",
+            "mi.npy",
+            "-o",
+            "out.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<i32>(&p.join("out.npy")).into_raw_vec_and_offset().0,
+        vec![1, 1, 0]
+    );
+    let o = run(p, &["div", "i.npy", "--scalar", "2", "-o", "out.npy"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f64>(&p.join("out.npy")).into_raw_vec_and_offset().0,
+        vec![3.5, -3.5, 2.5]
+    );
+    let o = run(p, &["mul", "i.npy", "--scalar", "2.5", "-o", "out.npy"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f64>(&p.join("out.npy")).into_raw_vec_and_offset().0,
+        vec![17.5, -17.5, 12.5]
+    );
+    std::fs::remove_file(p.join("out.npy")).unwrap();
+    // errors
+    assert_bad(
+        p,
+        &["fmod", "i.npy", "j.npy", "-o", "out.npy"],
+        "integer division by zero at position [2]",
+    );
+    save(p, "k.npy", &array![1i32, 2]);
+    assert_bad(
+        p,
+        &["add", "x.npy", "k.npy", "-o", "out.npy"],
+        "do not broadcast",
+    );
+    assert_bad(
+        p,
+        &["add", "x.npy", "-o", "out.npy"],
+        "needs a second operand",
+    );
+    assert_bad(
+        p,
+        &["add", "x.npy", "y.npy", "--masks", "or", "-o", "out.npy"],
+        "invalid --masks value 'or'",
+    );
+    assert_bad(
+        p,
+        &["sum", "x.npy", "y.npy", "-o", "out.npy"],
+        "takes one operand",
+    );
+    assert_bad(
+        p,
+        &["pow", "i.npy", "--scalar", "-1", "-o", "out.npy"],
+        "negative power at position [0]",
+    );
+    // pow: unary with --exponent, binary with B
+    let o = run(p, &["pow", "i.npy", "j.npy", "-o", "out.npy"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<i32>(&p.join("out.npy")).into_raw_vec_and_offset().0,
+        vec![49, 49, 1]
+    );
+}
+
+#[test]
+fn sparse_binary_ops_where_and_fill() {
+    let d = setup();
+    let p = d.path();
+    write(p, "a.mtx", A_MTX);
+    // shared structure: values only
+    let o = run(
+        p,
+        &[
+            "mul",
+            "a.mtx",
+            "a.mtx",
+            "--mask-from-pattern",
+            "-o",
+            "s.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (coords, data, shape) = load_npz::<f64>(&p.join("s.npz"));
+    assert_eq!(shape, vec![3, 3]);
+    assert_eq!(coords.row(0).to_vec(), vec![0, 0, 2, 2]);
+    assert_eq!(data, vec![9.0, 1.0, 25.0, 0.0]);
+    // sparse with a dense operand, read at the stored positions only
+    save(p, "col.npy", &array![1.0f64, 10.0, 100.0]);
+    let o = run(
+        p,
+        &[
+            "add",
+            "a.mtx",
+            "col.npy",
+            "--mask-from-pattern",
+            "-o",
+            "s.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load_npz::<f64>(&p.join("s.npz")).1,
+        vec![-2.0, 99.0, 15.0, 100.0]
+    );
+    // comparisons of sparse input write bool data
+    let o = run(
+        p,
+        &[
+            "lt",
+            "a.mtx",
+            "--scalar",
+            "0",
+            "--mask-from-pattern",
+            "-o",
+            "b.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load_npz::<bool>(&p.join("b.npz")).1,
+        vec![true, true, false, false]
+    );
+    // a sparse operand needs explicit validity
+    assert_bad(
+        p,
+        &["add", "a.mtx", "--scalar", "1", "-o", "s2.npz"],
+        "needs --mask or --mask-from-pattern",
+    );
+    // fill: 0 keeps the sparse file, another value densifies explicitly
+    let o = run(
+        p,
+        &[
+            "fill",
+            "a.mtx",
+            "--mask-from-pattern",
+            "--value",
+            "7",
+            "-o",
+            "f.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f64>(&p.join("f.npy")).into_raw_vec_and_offset().0,
+        vec![-3.0, 7.0, -1.0, 7.0, 7.0, 7.0, 7.0, 5.0, 0.0]
+    );
+    let o = run(
+        p,
+        &[
+            "fill", "x.npy", "--mask", "m.npy", "--value", "0", "-o", "f0.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f32>(&p.join("f0.npy")).into_raw_vec_and_offset().0,
+        vec![-3.0, 0.0, -1.0, 0.0, 0.0, 0.0]
+    );
+    // where on dense files and on sparse ones
+    save(
+        p,
+        "c.npy",
+        &array![[true, false, true], [true, true, false]],
+    );
+    save(p, "z.npy", &array![[9.0f32, 8.0, 7.0], [6.0, 5.0, 4.0]]);
+    let o = run(
+        p,
+        &[
+            "where",
+            "c.npy",
+            "x.npy",
+            "z.npy",
+            "--mask",
+            "m.npy",
+            "-o",
+            "w.npy",
+            "--out-mask",
+            "wm.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f32>(&p.join("w.npy")).into_raw_vec_and_offset().0,
+        vec![-3.0, 8.0, -1.0, 0.0, 0.0, 4.0]
+    );
+    assert_eq!(
+        load::<bool>(&p.join("wm.npy")).into_raw_vec_and_offset().0,
+        vec![true, true, true, false, false, true]
+    );
+    save(p, "c3.npy", &array![true, false, false]);
+    let o = run(
+        p,
+        &[
+            "where",
+            "c3.npy",
+            "a.mtx",
+            "a.mtx",
+            "--mask-from-pattern",
+            "-o",
+            "w.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load_npz::<f64>(&p.join("w.npz")).1,
+        vec![-3.0, -1.0, 5.0, 0.0]
+    );
+    assert_bad(
+        p,
+        &["where", "c.npy", "x.npy", "-o", "out.npy"],
+        "three files",
+    );
+}
