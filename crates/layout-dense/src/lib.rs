@@ -22,10 +22,12 @@
 mod algebra;
 mod array;
 mod kernels;
+mod lazy;
 mod zip;
 
 pub use algebra::select;
 pub use array::{MaskedArray, MaskedArrayD, MaskedView};
+pub use lazy::{Unary, ZipView, BLOCK};
 pub use masked_core::{
     BitMask, Dims, LaneKernels, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, Result,
     ZipKernels,

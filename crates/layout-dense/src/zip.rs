@@ -27,13 +27,15 @@ pub(crate) fn unravel(shape: &[usize], mut i: usize) -> Vec<usize> {
 
 /// A dense operand in standard layout: its values (borrowed when already row-major),
 /// shape and mask.
-struct Operand<'a, T: Clone> {
-    values: Cow<'a, [T]>,
-    shape: &'a [usize],
-    mask: Option<&'a BitMask>,
+pub(crate) struct Operand<'a, T: Clone> {
+    pub(crate) values: Cow<'a, [T]>,
+    pub(crate) shape: &'a [usize],
+    pub(crate) mask: Option<&'a BitMask>,
 }
 
-fn operand<T: Element, S: Data<Elem = T>, D: Dimension>(a: &MaskedArray<S, D>) -> Operand<'_, T> {
+pub(crate) fn operand<T: Element, S: Data<Elem = T>, D: Dimension>(
+    a: &MaskedArray<S, D>,
+) -> Operand<'_, T> {
     let data = a.values();
     let values = match data.as_slice() {
         Some(s) => Cow::Borrowed(s),
@@ -47,7 +49,7 @@ fn operand<T: Element, S: Data<Elem = T>, D: Dimension>(a: &MaskedArray<S, D>) -
 }
 
 /// The output mask of a binary op on two dense masks (`None`: all valid).
-fn out_mask(
+pub(crate) fn out_mask(
     op: &'static str,
     shape: &[usize],
     a: Option<&BitMask>,
@@ -145,7 +147,7 @@ impl<'a, T: Copy> Rows<'a, T> {
 }
 
 /// One side of a zip: a dense operand, or a scalar.
-enum Side<'a, T: Clone> {
+pub(crate) enum Side<'a, T: Clone> {
     Array(&'a Operand<'a, T>),
     Scalar(T),
 }
@@ -187,13 +189,14 @@ fn src<'s, T: Element>(r: &Option<Rows<'s, T>>, s: &Side<'_, T>, row: usize) -> 
 
 /// Computes `z(a, b)` into `out` (the output shape's element count) with validity
 /// `bits`; the flat position of the first failure, if any.
-fn zip_values<T: Element, Z: ZipMap<T>>(
+pub(crate) fn zip_values<T: Element, Z: ZipMap<T>>(
     z: &Z,
     shape: &[usize],
     a: &Side<'_, T>,
     b: &Side<'_, T>,
     bits: Option<Bits<'_>>,
     out: &mut [Z::Output],
+    start: usize,
 ) -> Option<usize> {
     let n = out.len();
     if n == 0 {
@@ -204,7 +207,7 @@ fn zip_values<T: Element, Z: ZipMap<T>>(
             .par_chunks_mut(CHUNK)
             .enumerate()
             .filter_map(|(c, o)| {
-                let lo = c * CHUNK;
+                let lo = start + c * CHUNK;
                 let hi = lo + o.len();
                 z.run(
                     part(x, lo, hi),
@@ -218,12 +221,14 @@ fn zip_values<T: Element, Z: ZipMap<T>>(
     }
     let (ra, rb) = (rows(a, shape), rows(b, shape));
     let len = shape.last().copied().unwrap_or(1).max(1);
+    debug_assert_eq!(start % len, 0, "a zip over whole rows");
+    let first = start / len;
     let per = (CHUNK / len).max(1);
     out.par_chunks_mut(per * len)
         .enumerate()
         .filter_map(|(c, o)| {
             for (k, orow) in o.chunks_mut(len).enumerate() {
-                let row = c * per + k;
+                let row = first + c * per + k;
                 let lo = row * len;
                 if let Some(f) = z.run(
                     src(&ra, a, row),
@@ -279,7 +284,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     }
 }
 
-fn finish_into<T: Element, Z: ZipMap<T>>(
+pub(crate) fn finish_into<T: Element, Z: ZipMap<T>>(
     z: &Z,
     shape: &[usize],
     a: &Side<'_, T>,
@@ -295,7 +300,7 @@ fn finish_into<T: Element, Z: ZipMap<T>>(
             out.len()
         )));
     }
-    if let Some(i) = zip_values(z, shape, a, b, mask.as_ref().map(BitMask::bits), out) {
+    if let Some(i) = zip_values(z, shape, a, b, mask.as_ref().map(BitMask::bits), out, 0) {
         return Err(failed_at(z, unravel(shape, i)));
     }
     Ok((shape.to_vec(), mask))

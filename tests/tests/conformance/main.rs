@@ -5,6 +5,7 @@
 
 mod cast;
 mod elementwise;
+mod fused;
 mod golden_binary;
 mod golden_coo;
 mod golden_csr;

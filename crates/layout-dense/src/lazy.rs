@@ -1,0 +1,349 @@
+//! Fused elementwise-then-reduce: [`ZipView`], a lazy `z(a, b)` (or a lazy unary map)
+//! that every reduction and normalization of the registry consumes without
+//! materialising the elementwise result. The view implements [`LaneKernels`], so
+//! `a.zip_view(&b, &mul, rule)?.sum(1, false)` is the ordinary `sum`, run block by
+//! block: a block of whole rows along dim 0 (about [`BLOCK`] elements, L2-resident) is
+//! computed into a scratch buffer and folded at once; blocks run in parallel and, where
+//! dim 0 is reduced, their fold states merge in block order (results do not depend on
+//! the thread count).
+//!
+//! Where a kernel needs more than one block at a time (a median or quantile over dim 0,
+//! a normalization along dim 0, the nan-family's NaN mask), the view materialises the
+//! result once and runs the ordinary kernel on it.
+
+use crate::array::{MaskedArray, MaskedArrayD, MaskedView};
+use crate::kernels;
+use crate::zip::{operand, out_mask, zip_values, Operand, Side};
+use masked_core::binary::{broadcast_shapes, failed_at, Src};
+use masked_core::{
+    wrap_dim, BitMask, Bits, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskRule,
+    MaskedError, ReducePlan, Result, ZipMap,
+};
+use masked_kernels::fresh_vec;
+use ndarray::{ArrayD, Data, Dimension, IxDyn};
+use rayon::prelude::*;
+use std::sync::OnceLock;
+
+/// Elements of one block of rows (a multiple of 64; at least one row).
+pub const BLOCK: usize = 1 << 16;
+
+/// A unary elementwise map as a [`ZipMap`] whose second operand is ignored: the unary
+/// ops (`abs`, `exp`, ...) as lazy views (`amax(abs(x))`).
+#[derive(Debug, Clone, Copy)]
+pub struct Unary<M>(pub M);
+
+impl<T: Element, M: LaneMap<T> + Copy + Send + Sync> ZipMap<T> for Unary<M>
+where
+    M::Output: masked_core::Value,
+{
+    type Output = M::Output;
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn one(&self, x: T, _: T) -> Option<M::Output> {
+        let mut o = [M::Output::default()];
+        self.0.map(&[x], None, &mut o);
+        Some(o[0])
+    }
+    fn run(
+        &self,
+        xs: Src<'_, T>,
+        _: Src<'_, T>,
+        bits: Option<Bits<'_>>,
+        out: &mut [M::Output],
+    ) -> Option<usize> {
+        match xs {
+            Src::Slice(x) => self.0.map(&x[..out.len()], bits, out),
+            Src::Splat(x) => {
+                let v = vec![x; out.len()];
+                self.0.map(&v, bits, out);
+            }
+        }
+        None
+    }
+}
+
+/// The second operand of a view.
+enum Rhs<'a, T: Clone> {
+    Array(Operand<'a, T>),
+    Scalar(T),
+}
+
+/// A lazy `z(a, b)` over dense operands (NumPy broadcasting, a mask rule), or a lazy
+/// unary map: a masked container of `Z::Output` values that are computed only when a
+/// kernel reads them. See the [module docs](self).
+///
+/// ```
+/// use layout_dense::{MaskedArray, MaskedArrayD};
+/// use masked_core::binary::{KeepBin, KeepZip};
+/// use masked_core::{MaskRule, MaskedOps};
+/// use ndarray::array;
+/// let a = array![[1.0f64, 2.0], [3.0, 4.0]].into_dyn();
+/// let w = array![[10.0f64, 20.0], [30.0, 40.0]].into_dyn();
+/// let m = array![[true, false], [true, true]];
+/// let x = MaskedArray::from_bool_mask(a.view(), m.view()).unwrap();
+/// let y = MaskedArray::unmasked(w.view());
+/// // sum(x * w, dim 1) without the product array
+/// let s: MaskedArrayD<f64> = x.zip_view(&y, KeepZip(KeepBin::Mul), MaskRule::Strict).unwrap().sum(1, false).unwrap();
+/// assert_eq!(s.values().as_slice().unwrap(), &[10.0, 250.0]);
+/// ```
+pub struct ZipView<'a, T: Element, Z: ZipMap<T>> {
+    a: Operand<'a, T>,
+    b: Rhs<'a, T>,
+    z: Z,
+    shape: Vec<usize>,
+    mask: Option<BitMask>,
+    cache: OnceLock<MaskedArrayD<Z::Output>>,
+}
+
+impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
+    /// The lazy `z(self, rhs)` under `rule`: the output mask is computed now (a bit per
+    /// element), the values only when a reduction or normalization reads them.
+    ///
+    /// # Errors
+    /// Shapes that do not broadcast, masks that differ under [`MaskRule::Strict`].
+    pub fn zip_view<'s, S2: Data<Elem = T>, D2: Dimension, Z: ZipMap<T>>(
+        &'s self,
+        rhs: &'s MaskedArray<S2, D2>,
+        z: Z,
+        rule: MaskRule,
+    ) -> Result<ZipView<'s, T, Z>> {
+        let a = operand(self);
+        let b = operand(rhs);
+        let shape = broadcast_shapes(z.name(), a.shape, b.shape)?;
+        let mask = out_mask(z.name(), &shape, a.mask, b.mask, rule)?;
+        Ok(ZipView {
+            a,
+            b: Rhs::Array(b),
+            z,
+            shape,
+            mask,
+            cache: OnceLock::new(),
+        })
+    }
+
+    /// The lazy `z(self, s)` with a scalar (a scalar on the left is the
+    /// [`Swapped`](masked_core::binary::Swapped) op).
+    pub fn zip_scalar_view<Z: ZipMap<T>>(&self, s: T, z: Z) -> ZipView<'_, T, Z> {
+        let a = operand(self);
+        let shape = a.shape.to_vec();
+        let mask = a.mask.cloned();
+        ZipView {
+            a,
+            b: Rhs::Scalar(s),
+            z,
+            shape,
+            mask,
+            cache: OnceLock::new(),
+        }
+    }
+
+    /// The lazy unary map `m(self)` (`abs`, `exp`, `FloatMap(FloatFn::Exp(Exp))` ...).
+    pub fn map_view<M: LaneMap<T> + Copy + Send + Sync>(&self, m: M) -> ZipView<'_, T, Unary<M>>
+    where
+        M::Output: masked_core::Value,
+    {
+        self.zip_scalar_view(T::ZERO, Unary(m))
+    }
+}
+
+impl<'a, T: Element, Z: ZipMap<T>> ZipView<'a, T, Z>
+where
+    Z::Output: Element,
+{
+    /// The output shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The output mask (`None`: every position valid).
+    pub fn mask(&self) -> Option<&BitMask> {
+        self.mask.as_ref()
+    }
+
+    fn bits(&self) -> Option<Bits<'_>> {
+        self.mask.as_ref().map(BitMask::bits)
+    }
+
+    /// Computes elements `start .. start + out.len()` (whole rows) into `out`.
+    fn produce(&self, start: usize, out: &mut [Z::Output]) -> Result<()> {
+        let a = Side::Array(&self.a);
+        let b = match &self.b {
+            Rhs::Array(o) => Side::Array(o),
+            Rhs::Scalar(s) => Side::Scalar(*s),
+        };
+        match zip_values(&self.z, &self.shape, &a, &b, self.bits(), out, start) {
+            Some(i) => Err(failed_at(&self.z, crate::zip::unravel(&self.shape, i))),
+            None => Ok(()),
+        }
+    }
+
+    /// The whole result, computed once (the fallback of kernels that need more than one
+    /// block at a time).
+    pub fn materialize(&self) -> Result<&MaskedArrayD<Z::Output>> {
+        if let Some(m) = self.cache.get() {
+            return Ok(m);
+        }
+        let n: usize = self.shape.iter().product();
+        let mut out = fresh_vec(n);
+        self.produce(0, &mut out)?;
+        let data = ArrayD::from_shape_vec(IxDyn(&self.shape), out)
+            .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+        let mask = self
+            .mask
+            .clone()
+            .unwrap_or_else(|| BitMask::filled(&self.shape, true));
+        let _ = self.cache.set(MaskedArray::new(data, mask)?);
+        Ok(self.cache.get().expect("just set"))
+    }
+
+    /// The row blocks along dim 0: `(first row, end row)`, about [`BLOCK`] elements each.
+    fn blocks(&self) -> (Vec<(usize, usize)>, usize) {
+        let rows = self.shape.first().copied().unwrap_or(1);
+        let inner: usize = self.shape.iter().skip(1).product();
+        let per = (BLOCK / inner.max(1)).max(1);
+        let blocks = (0..rows)
+            .step_by(per)
+            .map(|r| (r, (r + per).min(rows)))
+            .collect();
+        (blocks, inner)
+    }
+
+    /// Runs `f` on every block (computed into a per-task scratch buffer) in parallel,
+    /// in block order: `f(block shape, values, bits)`.
+    fn each_block<R: Send>(
+        &self,
+        f: impl Fn(&[usize], &[Z::Output], Option<Bits<'_>>) -> Result<R> + Sync,
+    ) -> Result<Vec<R>> {
+        let (blocks, inner) = self.blocks();
+        blocks
+            .par_iter()
+            .map_init(Vec::new, |buf: &mut Vec<Z::Output>, &(r0, r1)| {
+                let n = (r1 - r0) * inner;
+                buf.clear();
+                buf.resize(n, Z::Output::default());
+                self.produce(r0 * inner, buf)?;
+                let mut shape = self.shape.clone();
+                if let Some(s) = shape.first_mut() {
+                    *s = r1 - r0;
+                }
+                f(&shape, buf, self.bits().map(|b| b.offset(r0 * inner)))
+            })
+            .collect()
+    }
+}
+
+impl<'a, T: Element, Z: ZipMap<T>> LaneKernels<Z::Output> for ZipView<'a, T, Z>
+where
+    Z::Output: Element,
+{
+    type Reduced<O: Element> = MaskedArrayD<O>;
+    type Mapped<O: Element> = MaskedArrayD<O>;
+    type NanMasked<'b>
+        = MaskedView<'b, Z::Output, IxDyn>
+    where
+        Self: 'b;
+
+    /// Materialises the values (the NaN mask needs them).
+    fn without_nans(&self) -> Result<MaskedView<'_, Z::Output, IxDyn>> {
+        Ok(self.materialize()?.and_not_nan())
+    }
+
+    fn fold_lanes<F: Fold<Z::Output>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<MaskedArrayD<F::Output>> {
+        let plan = ReducePlan::new(&self.shape, dims, keepdim)?;
+        if self.shape.is_empty() {
+            return self.materialize()?.fold_lanes(op, dims, keepdim);
+        }
+        let across = plan.reduced[0];
+        let parts = self.each_block(|shape, xs, bits| {
+            let sub = ReducePlan::new(shape, dims, keepdim)?;
+            Ok(kernels::fold_all(op, xs, bits, &sub))
+        })?;
+        let (states, any) = if across {
+            // every block folds into the same outputs: merge in block order
+            let mut it = parts.into_iter();
+            let (mut states, mut any) = it
+                .next()
+                .unwrap_or_else(|| (vec![op.identity(); plan.lanes], vec![false; plan.lanes]));
+            for (s, a) in it {
+                for (x, y) in states.iter_mut().zip(s) {
+                    op.merge(x, y);
+                }
+                for (x, y) in any.iter_mut().zip(a) {
+                    *x |= y;
+                }
+            }
+            (states, any)
+        } else {
+            let mut states = Vec::with_capacity(plan.lanes);
+            let mut any = Vec::with_capacity(plan.lanes);
+            for (s, a) in parts {
+                states.extend(s);
+                any.extend(a);
+            }
+            (states, any)
+        };
+        let values: Vec<F::Output> = states.iter().map(|s| op.finish(s)).collect();
+        let mask = if op.valid_everywhere() {
+            BitMask::filled(&plan.out_shape, true)
+        } else {
+            BitMask::from_bools(&plan.out_shape, any)?
+        };
+        let data = ArrayD::from_shape_vec(IxDyn(&plan.out_shape), values)
+            .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+        MaskedArray::new(data, mask)
+    }
+
+    fn stat_lanes<St: LaneStat<Z::Output>>(
+        &self,
+        stat: &St,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<MaskedArrayD<St::Output>> {
+        let plan = ReducePlan::new(&self.shape, dims, keepdim)?;
+        if self.shape.is_empty() || plan.reduced[0] {
+            return self.materialize()?.stat_lanes(stat, dims, keepdim);
+        }
+        let parts = self.each_block(|shape, xs, bits| {
+            let sub = ReducePlan::new(shape, dims, keepdim)?;
+            Ok(kernels::stat_all(stat, xs, bits, &sub))
+        })?;
+        let (mut values, mut any) = (
+            Vec::with_capacity(plan.lanes),
+            Vec::with_capacity(plan.lanes),
+        );
+        for (v, a) in parts {
+            values.extend(v);
+            any.extend(a);
+        }
+        let data = ArrayD::from_shape_vec(IxDyn(&plan.out_shape), values)
+            .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+        MaskedArray::new(data, BitMask::from_bools(&plan.out_shape, any)?)
+    }
+
+    fn map_lanes<M: LaneMap<Z::Output>>(
+        &self,
+        map: &M,
+        dim: isize,
+    ) -> Result<MaskedArrayD<M::Output>> {
+        let d = wrap_dim(dim, self.shape.len())?;
+        if self.shape.len() < 2 || d == 0 {
+            return self.materialize()?.map_lanes(map, dim);
+        }
+        let parts =
+            self.each_block(|shape, xs, bits| Ok(kernels::map_all(map, xs, bits, shape, d)))?;
+        let values: Vec<M::Output> = parts.into_iter().flatten().collect();
+        let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values)
+            .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+        let mask = self
+            .mask
+            .clone()
+            .unwrap_or_else(|| BitMask::filled(&self.shape, true));
+        MaskedArray::new(data, mask)
+    }
+}
