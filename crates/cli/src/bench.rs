@@ -2,9 +2,11 @@
 
 use crate::error::CliError;
 use clap::Parser;
-use masked::by_name::{self as ops, Kind, OpRequest};
+use masked::binary::{CmpZip, FloatZip, KeepZip};
+use masked::by_name::{self as ops, BinOp, Kind, OpRequest};
 use masked::{
-    BitMask, CooMask, CooPattern, DType, Dims, Element, MaskedArray, MaskedCoo, MaskedCsr, Pattern,
+    BitMask, CooMask, CooPattern, DType, Dims, Element, MaskRule, MaskedArray, MaskedCoo,
+    MaskedCsr, Pattern, ZipKernels,
 };
 use ndarray::{ArrayViewD, IxDyn};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -13,7 +15,7 @@ use sprs::CsMatI;
 use std::time::Instant;
 
 /// Time the layouts on generated data.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(name = "masked bench")]
 pub struct BenchArgs {
     /// Ops, comma separated.
@@ -50,6 +52,14 @@ pub struct BenchArgs {
     /// rounded).
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Mask rule of binary ops: strict (the second operand has the first's mask and
+    /// structure) or and (an independent mask and pattern of the same densities).
+    #[arg(long, default_value = "strict")]
+    masks: String,
+    /// Binary ops on the dense layout write into one output buffer allocated before the
+    /// timing (a caller's buffer: no fresh pages per run).
+    #[arg(long)]
+    into: bool,
     /// The op options (`--q`, `--correction`, ...), as for the op commands.
     #[command(flatten)]
     options: crate::OpOptions,
@@ -105,8 +115,14 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     let op_names: Vec<&str> = a.op.split(',').map(str::trim).collect();
     let specs = op_names
         .iter()
-        .map(|n| n.parse::<ops::Op>().map_err(CliError::from))
+        .map(|n| Job::parse(n))
         .collect::<Result<Vec<_>, _>>()?;
+    let rule: MaskRule = a.masks.parse().map_err(|_| {
+        CliError::Usage(format!(
+            "invalid --masks value '{}': expected strict or and",
+            a.masks
+        ))
+    })?;
     if !a.json {
         emit(format!(
             "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12} {:>9} {:>10}",
@@ -123,7 +139,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         }
     }
     for layout in a.layout.split(',').map(str::trim) {
-        masked::with_dtype!(dtype, T => bench_layout::<T>(&a, layout, &shape, &dims, &specs, &pool, &dim_json, threads))?;
+        masked::with_dtype!(dtype, T => bench_layout::<T>(&a, layout, &shape, &dims, &specs, rule, &pool, &dim_json, threads))?;
     }
     Ok(())
 }
@@ -135,7 +151,8 @@ fn bench_layout<T: Element>(
     layout: &str,
     shape: &[usize],
     dims: &Dims,
-    specs: &[ops::Op],
+    specs: &[Job],
+    rule: MaskRule,
     pool: &rayon::ThreadPool,
     dim_json: &serde_json::Value,
     threads: usize,
@@ -151,8 +168,18 @@ fn bench_layout<T: Element>(
                 )))
             }
         };
-        for spec in specs {
-            let mut req = OpRequest::from_op(*spec).dims(match spec.kind() {
+        // the second operand of binary and fused ops, generated once
+        let partner = if specs.iter().any(|s| !matches!(s, Job::Op(_))) {
+            Some(data.partner(a, rule)?)
+        } else {
+            None
+        };
+        for job in specs {
+            let spec = match job {
+                Job::Op(o) | Job::Fused(o, _) => *o,
+                Job::Binary(o) => *o,
+            };
+            let mut req = OpRequest::from_op(spec).dims(match spec.kind() {
                 Kind::ReduceOne | Kind::Normalize => match dims {
                     Dims::Set(v) if v.len() > 1 => Dims::from(v[v.len() - 1]),
                     d => d.clone(),
@@ -165,22 +192,43 @@ fn bench_layout<T: Element>(
                     req.set_option(name, text)?;
                 }
             }
-            let (secs, peak) = pool.install(|| data.time(&req, a.repeat))?;
-            let gbps = data.bytes / secs / 1e9;
+            let (secs, peak) = match (job, &partner) {
+                (Job::Op(_), _) => pool.install(|| data.time(&req, a.repeat))?,
+                (Job::Binary(_), Some(b)) => {
+                    pool.install(|| data.time_binary(b, job, rule, a.repeat, a.into))?
+                }
+                (Job::Fused(..), Some(b)) => {
+                    pool.install(|| data.time_fused(b, &req, job, rule, a.repeat))?
+                }
+                _ => unreachable!("a partner for every binary job"),
+            };
+            let bytes = if matches!(job, Job::Op(_)) {
+                data.bytes
+            } else {
+                2.0 * data.bytes
+            };
+            let gbps = bytes / secs / 1e9;
+            let name = job.name();
+            let elementwise = matches!(job, Job::Binary(_)) || spec.kind() == Kind::Unary;
+            let dim_json = if elementwise {
+                &serde_json::Value::Null
+            } else {
+                dim_json
+            };
             if a.json {
                 emit(format!(
                     "{}",
                     serde_json::json!({
-                        "op": spec.name(), "layout": layout, "shape": shape, "nnz": data.nnz,
+                        "op": name, "layout": layout, "shape": shape, "nnz": data.nnz,
                         "dtype": T::DTYPE.name(),
                         "dim": dim_json, "threads": threads, "seconds": secs, "gbps": gbps,
-                        "peak_bytes": peak, "input_bytes": data.bytes,
+                        "peak_bytes": peak, "input_bytes": bytes,
                     })
                 ))?;
             } else {
                 emit(format!(
                     "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12.6} {:>9.2} {:>10.1}",
-                    spec.name(),
+                    name,
                     layout,
                     shape
                         .iter()
@@ -197,6 +245,59 @@ fn bench_layout<T: Element>(
         }
     }
     Ok(())
+}
+
+/// What one `--op` name times.
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    /// A one-operand op of the registry (reduction, normalization, unary).
+    Op(ops::Op),
+    /// A binary elementwise op on generated operand pairs.
+    Binary(ops::Op),
+    /// `R-of-B`: reduction or normalization `R` of the binary op `B`, fused.
+    Fused(ops::Op, ops::Op),
+}
+
+impl Job {
+    fn parse(name: &str) -> Result<Job, CliError> {
+        if let Some((r, b)) = name.split_once("-of-") {
+            let (r, b): (ops::Op, ops::Op) = (r.parse()?, b.parse()?);
+            if !matches!(r.kind(), Kind::Reduce | Kind::ReduceOne | Kind::Normalize)
+                || b.binary().is_none()
+            {
+                return Err(CliError::Usage(format!(
+                    "invalid fused op '{name}': expected R-of-B with R a reduction or normalization and B a binary op"
+                )));
+            }
+            return Ok(Job::Fused(r, b));
+        }
+        let op: ops::Op = name.parse()?;
+        Ok(if op.kind() == Kind::Binary {
+            Job::Binary(op)
+        } else {
+            Job::Op(op)
+        })
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Job::Op(o) | Job::Binary(o) => o.name().to_string(),
+            Job::Fused(r, b) => format!("{}-of-{}", r.name(), b.name()),
+        }
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        match self {
+            Job::Op(o) | Job::Binary(o) | Job::Fused(o, _) => o.options(),
+        }
+    }
+
+    fn binary(&self) -> BinOp {
+        match self {
+            Job::Binary(b) | Job::Fused(_, b) => b.binary().expect("a binary op"),
+            Job::Op(o) => unreachable!("{o} is not binary"),
+        }
+    }
 }
 
 /// The generated input of one layout.
@@ -400,6 +501,251 @@ impl<T: Element> Data<T> {
             Input::Coo(c) => time_op(|| ops::apply_to(c, req, &ops::Discard), repeat),
         }
     }
+}
+
+impl<T: Element> Data<T> {
+    /// The second operand of a binary op: new values on the same mask and structure
+    /// (strict), or an independent mask and pattern of the same densities (and).
+    fn partner(&self, a: &BenchArgs, rule: MaskRule) -> Result<Data<T>, CliError> {
+        let mut rng = SmallRng::seed_from_u64(a.seed.wrapping_add(1));
+        let shape = match &self.input {
+            Input::Dense { shape, .. } => shape.clone(),
+            Input::Csr { mat, .. } => vec![mat.rows(), mat.cols()],
+            Input::Coo(c) => c.shape().to_vec(),
+        };
+        if rule == MaskRule::And {
+            let b = BenchArgs {
+                seed: a.seed.wrapping_add(1),
+                ..a.clone()
+            };
+            return match &self.input {
+                Input::Dense { .. } => Data::dense(&shape, &b),
+                Input::Csr { .. } => Data::csr(&shape, &b),
+                Input::Coo(_) => Data::coo(&shape, &b),
+            };
+        }
+        let input = match &self.input {
+            Input::Dense {
+                shape,
+                values,
+                mask,
+            } => Input::Dense {
+                shape: shape.clone(),
+                values: (0..values.len()).map(|_| normal(&mut rng)).collect(),
+                mask: mask.clone(),
+            },
+            Input::Csr { mat, mask } => {
+                let values = (0..mat.nnz()).map(|_| normal(&mut rng)).collect();
+                let m = CsMatI::try_new(
+                    mat.shape(),
+                    mat.indptr().raw_storage().to_vec(),
+                    mat.indices().to_vec(),
+                    values,
+                )
+                .map_err(|(_, _, _, e)| CliError::Usage(format!("generated matrix: {e}")))?;
+                Input::Csr {
+                    mat: m,
+                    mask: mask.clone(),
+                }
+            }
+            Input::Coo(c) => {
+                let values = (0..c.nnz()).map(|_| normal(&mut rng)).collect();
+                Input::Coo(MaskedCoo::from_parts(
+                    c.pattern().clone(),
+                    values,
+                    c.mask(),
+                )?)
+            }
+        };
+        Ok(Data {
+            input,
+            nnz: self.nnz,
+            bytes: self.bytes,
+        })
+    }
+
+    /// Times the binary op of `job` on this operand and `other`.
+    fn time_binary(
+        &self,
+        other: &Data<T>,
+        job: &Job,
+        rule: MaskRule,
+        repeat: usize,
+        into: bool,
+    ) -> Result<(f64, usize), CliError> {
+        let op = job.binary();
+        match (&self.input, &other.input) {
+            (
+                Input::Dense {
+                    shape,
+                    values,
+                    mask,
+                },
+                Input::Dense {
+                    values: v2,
+                    mask: m2,
+                    ..
+                },
+            ) => {
+                let x = MaskedArray::new(
+                    ArrayViewD::from_shape(IxDyn(shape), &values[..]).map_err(shape_err)?,
+                    mask.clone(),
+                )?;
+                let y = MaskedArray::new(
+                    ArrayViewD::from_shape(IxDyn(shape), &v2[..]).map_err(shape_err)?,
+                    m2.clone(),
+                )?;
+                if into {
+                    return match op {
+                        BinOp::Keep(k) => {
+                            let mut out = vec![T::ZERO; values.len()];
+                            let cell = std::sync::Mutex::new(&mut out);
+                            time_op(
+                                || {
+                                    x.zip_into(
+                                        &y,
+                                        &KeepZip(k),
+                                        rule,
+                                        &mut cell.lock().expect("one user"),
+                                    )
+                                    .map(drop)
+                                },
+                                repeat,
+                            )
+                        }
+                        BinOp::Float(f) => {
+                            let mut out = vec![T::Real::default(); values.len()];
+                            let cell = std::sync::Mutex::new(&mut out);
+                            time_op(
+                                || {
+                                    x.zip_into(
+                                        &y,
+                                        &FloatZip(f),
+                                        rule,
+                                        &mut cell.lock().expect("one user"),
+                                    )
+                                    .map(drop)
+                                },
+                                repeat,
+                            )
+                        }
+                        BinOp::Cmp(c) => {
+                            let mut out = vec![false; values.len()];
+                            let cell = std::sync::Mutex::new(&mut out);
+                            time_op(
+                                || {
+                                    x.zip_into(
+                                        &y,
+                                        &CmpZip(c),
+                                        rule,
+                                        &mut cell.lock().expect("one user"),
+                                    )
+                                    .map(drop)
+                                },
+                                repeat,
+                            )
+                        }
+                    };
+                }
+                time_op(|| zip_discard(&x, &y, op, rule), repeat)
+            }
+            (Input::Csr { mat, mask }, Input::Csr { mat: m2, mask: k2 }) => {
+                let (x, y) = (csr_of(mat, mask)?, csr_of(m2, k2)?);
+                time_op(|| zip_discard(&x, &y, op, rule), repeat)
+            }
+            (Input::Coo(x), Input::Coo(y)) => time_op(|| zip_discard(x, y, op, rule), repeat),
+            _ => unreachable!("a partner of the same layout"),
+        }
+    }
+
+    /// Times `R-of-B`: the reduction of a lazy binary op (dense layout).
+    fn time_fused(
+        &self,
+        other: &Data<T>,
+        req: &OpRequest,
+        job: &Job,
+        rule: MaskRule,
+        repeat: usize,
+    ) -> Result<(f64, usize), CliError> {
+        let (
+            Input::Dense {
+                shape,
+                values,
+                mask,
+            },
+            Input::Dense {
+                values: v2,
+                mask: m2,
+                ..
+            },
+        ) = (&self.input, &other.input)
+        else {
+            return Err(CliError::Usage(format!(
+                "fused {} runs on the dense layout (sparse results are values on a shared structure: time {} then the reduction)",
+                job.name(),
+                job.binary().name()
+            )));
+        };
+        let x = MaskedArray::new(
+            ArrayViewD::from_shape(IxDyn(shape), &values[..]).map_err(shape_err)?,
+            mask.clone(),
+        )?;
+        let y = MaskedArray::new(
+            ArrayViewD::from_shape(IxDyn(shape), &v2[..]).map_err(shape_err)?,
+            m2.clone(),
+        )?;
+        match job.binary() {
+            BinOp::Keep(k) => time_op(
+                || ops::apply_to(&x.zip_view(&y, KeepZip(k), rule)?, req, &ops::Discard),
+                repeat,
+            ),
+            BinOp::Float(f) => time_op(
+                || ops::apply_to(&x.zip_view(&y, FloatZip(f), rule)?, req, &ops::Discard),
+                repeat,
+            ),
+            BinOp::Cmp(_) => Err(CliError::Usage(format!(
+                "{}: a comparison has bool values, which reductions do not take",
+                job.name()
+            ))),
+        }
+    }
+}
+
+/// Runs a binary op and drops its typed result unconverted (the op alone is timed).
+fn zip_discard<T: Element, R, L: ZipKernels<T, R>>(
+    a: &L,
+    b: &R,
+    op: BinOp,
+    rule: MaskRule,
+) -> Result<(), masked::MaskedError> {
+    match op {
+        BinOp::Keep(k) => drop(std::hint::black_box(a.zip_elements(
+            b,
+            &KeepZip(k),
+            rule,
+        )?)),
+        BinOp::Float(f) => drop(std::hint::black_box(a.zip_elements(
+            b,
+            &FloatZip(f),
+            rule,
+        )?)),
+        BinOp::Cmp(c) => drop(std::hint::black_box(a.zip_elements(b, &CmpZip(c), rule)?)),
+    }
+    Ok(())
+}
+
+fn shape_err(e: ndarray::ShapeError) -> CliError {
+    CliError::Usage(format!("bad --shape: {e}"))
+}
+
+fn csr_of<'m, T: Element>(
+    mat: &'m CsMatI<T, u32, usize>,
+    mask: &Option<Pattern<u32>>,
+) -> Result<MaskedCsr<'m, T, u32, usize>, CliError> {
+    Ok(match mask {
+        None => MaskedCsr::from_pattern(mat.view())?,
+        Some(p) => MaskedCsr::with_mask(mat.view(), p.clone())?,
+    })
 }
 
 fn time_op(

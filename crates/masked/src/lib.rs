@@ -66,6 +66,11 @@ pub use masked_core::{
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// The guide's pipelines (docs/guide.md), compiled and run as doctests.
+#[doc = include_str!("../../../docs/guide.md")]
+#[cfg(doctest)]
+pub struct GuideDoctests;
+
 /// Everything a user of the engine needs in scope.
 pub mod prelude {
     pub use crate::{
