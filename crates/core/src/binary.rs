@@ -226,10 +226,12 @@ fn first_failure<T: Copy>(
     (0..n).find(|&k| bits.is_none_or(|b| b.get(k)) && fails(xs.get(k), ys.get(k)))
 }
 
-/// Declares an op enum with its names and a `dispatch!` helper that picks the variant
-/// once per run (the loop is then compiled per op, the layouts' kernels once per dtype).
+/// Declares an op enum with its names, and a macro `$mac!(op, C => body)` that runs
+/// `body` with the constant `C` bound to `op`'s variant: one copy of `body` per variant,
+/// so the op's function is resolved at compile time inside the loop (a runtime `op`
+/// inside the loop left a jump table per element and a scalar loop).
 macro_rules! bin_enum {
-    ($(#[$doc:meta])* $name:ident { $( $(#[$vdoc:meta])* $v:ident = $s:literal ),* $(,)? }) => {
+    ($d:tt $mac:ident; $(#[$doc:meta])* $name:ident { $( $(#[$vdoc:meta])* $v:ident = $s:literal ),* $(,)? }) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum $name {
@@ -247,17 +249,16 @@ macro_rules! bin_enum {
                 Self::ALL.iter().copied().find(|o| o.name() == s)
             }
         }
-        impl $name {
-            /// Runs `body` with `op` bound to this variant as a constant.
-            #[inline(always)]
-            fn dispatch<R>(self, mut body: impl FnMut($name) -> R) -> R {
-                match self { $( $name::$v => body($name::$v), )* }
-            }
+        macro_rules! $mac {
+            ($d op:expr, $d c:ident => $d body:expr) => {
+                match $d op { $( $name::$v => { const $d c: $name = $name::$v; $d body } )* }
+            };
         }
     };
 }
 
 bin_enum! {
+    $ keep_dispatch;
     /// Binary ops that keep the operands' type (integers wrap).
     KeepBin {
         /// `x + y`.
@@ -288,6 +289,7 @@ bin_enum! {
 }
 
 bin_enum! {
+    $ float_dispatch;
     /// Binary float functions: the output is the float type (`f64` for integers).
     FloatBin {
         /// True division `x / y`.
@@ -304,6 +306,7 @@ bin_enum! {
 }
 
 bin_enum! {
+    $ cmp_dispatch;
     /// Comparisons: the output is `bool` (false at invalid positions).
     CmpBin {
         /// `x == y`.
@@ -600,7 +603,7 @@ impl<T: Element> ZipMap<T> for KeepZip {
                 return Some(k);
             }
         }
-        op.dispatch(|op| run_with(xs, ys, bits, out, move |x: T, y: T| op.apply(x, y)));
+        keep_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
         None
     }
 }
@@ -634,8 +637,7 @@ impl<T: Element> ZipMap<T> for FloatZip {
         bits: Option<Bits<'_>>,
         out: &mut [T::Real],
     ) -> Option<usize> {
-        self.0
-            .dispatch(|op| run_with(xs, ys, bits, out, move |x: T, y: T| op.apply(x, y)));
+        float_dispatch!(self.0, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
         None
     }
 }
@@ -660,8 +662,7 @@ impl<T: Element> ZipMap<T> for CmpZip {
         bits: Option<Bits<'_>>,
         out: &mut [bool],
     ) -> Option<usize> {
-        self.0
-            .dispatch(|op| run_with(xs, ys, bits, out, move |x: T, y: T| op.apply(x, y)));
+        cmp_dispatch!(self.0, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
         None
     }
 }

@@ -220,7 +220,7 @@ where
             .par_iter()
             .map_init(Vec::new, |buf: &mut Vec<Z::Output>, &(r0, r1)| {
                 let n = (r1 - r0) * inner;
-                buf.clear();
+                // every element is written by `produce`: no clearing pass
                 buf.resize(n, Z::Output::default());
                 self.produce(r0 * inner, buf)?;
                 let mut shape = self.shape.clone();
