@@ -4,7 +4,7 @@ import json, os, subprocess, sys, statistics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "..", "shared", "bench", "peers.py")
-MASKED = os.path.join(ROOT, "target", "release", "masked")
+MASKED = os.environ.get("MASKED_BIN", os.path.join(ROOT, "target", "release", "masked"))
 
 def peers(**env):
     """The peers' median seconds by (peer, work); `env` sizes or switches off parts."""

@@ -161,10 +161,11 @@ pub trait ZipMap<T: Element>: Copy + Send + Sync {
     }
 }
 
-/// An op with its operands swapped: `Swapped(sub)` computes `y - x`, so a scalar on the
-/// left (`1 - x`) runs as a scalar on the right.
+/// An op with its operands swapped when the flag is set: `Swapped(sub, true)` computes
+/// `y - x`, so a scalar on the left (`1 - x`) runs as a scalar on the right. The flag is
+/// a run-time value, so one compiled kernel serves both orders.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Swapped<Z>(pub Z);
+pub struct Swapped<Z>(pub Z, pub bool);
 
 impl<T: Element, Z: ZipMap<T>> ZipMap<T> for Swapped<Z> {
     type Output = Z::Output;
@@ -172,7 +173,11 @@ impl<T: Element, Z: ZipMap<T>> ZipMap<T> for Swapped<Z> {
         self.0.name()
     }
     fn one(&self, x: T, y: T) -> Option<Z::Output> {
-        self.0.one(y, x)
+        if self.1 {
+            self.0.one(y, x)
+        } else {
+            self.0.one(x, y)
+        }
     }
     fn failure(&self) -> &'static str {
         self.0.failure()
@@ -184,7 +189,11 @@ impl<T: Element, Z: ZipMap<T>> ZipMap<T> for Swapped<Z> {
         bits: Option<Bits<'_>>,
         out: &mut [Z::Output],
     ) -> Option<usize> {
-        self.0.run(ys, xs, bits, out)
+        if self.1 {
+            self.0.run(ys, xs, bits, out)
+        } else {
+            self.0.run(xs, ys, bits, out)
+        }
     }
 }
 

@@ -71,7 +71,8 @@ enum Rhs<'a, T: Clone> {
 
 /// A lazy `z(a, b)` over dense operands (NumPy broadcasting, a mask rule), or a lazy
 /// unary map: a masked container of `Z::Output` values that are computed only when a
-/// kernel reads them. See the [module docs](self).
+/// kernel reads them. Every reduction and normalization runs on it, a block of rows at
+/// a time (see docs/semantics.md, "Fused elementwise-then-reduce").
 ///
 /// ```
 /// use layout_dense::{MaskedArray, MaskedArrayD};

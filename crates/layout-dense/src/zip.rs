@@ -388,7 +388,7 @@ impl<'a, T: Element> DenseOperand<'a, T> {
         let total: usize = shape.iter().product();
         Ok(DenseOperand {
             strides: broadcast_strides(o.shape, shape),
-            repeat: if own == 0 { 0 } else { total / own },
+            repeat: total.checked_div(own).unwrap_or(0),
             values: o.values,
             mask: o.mask,
         })

@@ -338,13 +338,11 @@ pub fn apply_binary<T: Element, R: ?Sized, L: ZipByName<T, R>>(
     rule: MaskRule,
     swapped: bool,
 ) -> Result<L::Out, MaskedError> {
-    Ok(match (op, swapped) {
-        (BinOp::Keep(k), false) => L::zipped(a.zip_elements(b, &KeepZip(k), rule)?),
-        (BinOp::Keep(k), true) => L::zipped(a.zip_elements(b, &Swapped(KeepZip(k)), rule)?),
-        (BinOp::Float(f), false) => L::zipped(a.zip_elements(b, &FloatZip(f), rule)?),
-        (BinOp::Float(f), true) => L::zipped(a.zip_elements(b, &Swapped(FloatZip(f)), rule)?),
-        (BinOp::Cmp(c), false) => L::zipped(a.zip_elements(b, &CmpZip(c), rule)?),
-        (BinOp::Cmp(c), true) => L::zipped(a.zip_elements(b, &Swapped(CmpZip(c)), rule)?),
+    // one kernel per family: the operand order is a run-time flag
+    Ok(match op {
+        BinOp::Keep(k) => L::zipped(a.zip_elements(b, &Swapped(KeepZip(k), swapped), rule)?),
+        BinOp::Float(f) => L::zipped(a.zip_elements(b, &Swapped(FloatZip(f), swapped), rule)?),
+        BinOp::Cmp(c) => L::zipped(a.zip_elements(b, &Swapped(CmpZip(c), swapped), rule)?),
     })
 }
 
