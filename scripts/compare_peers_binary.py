@@ -16,7 +16,6 @@ and scipy (a venv outside the repo) and a release build.
 """
 import os
 import sys
-import time
 import warnings
 
 import numpy as np
@@ -25,21 +24,12 @@ import torch
 from torch.masked import masked_tensor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers_common import ours, show, medians  # noqa: E402
+from peers_common import ours, show, medians, tmed  # noqa: E402
 
 warnings.filterwarnings("ignore")
 torch.set_num_threads(2)
 
 
-def tmed(fn, reps=7):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 rng = np.random.default_rng(0)

@@ -11,7 +11,6 @@ numpy (a venv outside the repo) and a release build.
 """
 import os
 import sys
-import time
 import warnings
 
 import numpy as np
@@ -19,7 +18,7 @@ import torch
 from torch.masked import masked_tensor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers_common import ours, show, medians  # noqa: E402
+from peers_common import ours, show, medians, tmed  # noqa: E402
 
 warnings.filterwarnings("ignore")
 torch.set_num_threads(2)
@@ -32,15 +31,6 @@ OPS = {  # ours -> (numpy, torch)
 }
 
 
-def tmed(fn, reps=7):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 rng = np.random.default_rng(0)

@@ -25,6 +25,18 @@ def ours(ops, *args):
                          capture_output=True, text=True, check=True).stdout
     return {json.loads(l)["op"]: json.loads(l) for l in out.splitlines()}
 
+def tmed(fn, reps=7):
+    """The median seconds of `reps` calls of `fn` after one warm-up call."""
+    import time
+    fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    ts.sort()
+    return ts[len(ts) // 2]
+
 def show(row):
     """Prints one round's row."""
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
