@@ -384,3 +384,23 @@ pub fn check_cases(cases: &[Value], check: impl Fn(&Value) -> Result<(), String>
         failures[..failures.len().min(20)].join("\n")
     );
 }
+
+/// `|got - want|` in units in the last place of `want` (`bits` mantissa bits), with the
+/// smallest normal's ulp as the floor; NaN = NaN, infinities exact, ±0 equal.
+pub fn ulps(got: f64, want: f64, bits: i32, min_exp: i32) -> f64 {
+    if got.is_nan() || want.is_nan() {
+        return if got.is_nan() && want.is_nan() {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+    }
+    if got == want {
+        return 0.0;
+    }
+    if got.is_infinite() || want.is_infinite() {
+        return f64::INFINITY;
+    }
+    let e = (want.abs().log2().floor() as i32).max(min_exp);
+    (got - want).abs() / (2f64.powi(e) * 2f64.powi(-bits))
+}

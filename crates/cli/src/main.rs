@@ -400,23 +400,8 @@ fn run_dense_file(a: &RunArgs, job: &Job) -> Result<(), CliError> {
             return Err(CliError::file(m, "output mask must be a .npy file".into()));
         }
     }
-    let input = npy::read_values(&a.input)?;
-    let mask = match &a.mask {
-        Some(p) => {
-            if extension(p) != "npy" {
-                return Err(CliError::file(
-                    p,
-                    "a mask for dense input must be a .npy file".into(),
-                ));
-            }
-            let m = npy::read_mask(p)?;
-            Some(
-                m.broadcast_to(&input.shape)
-                    .map_err(|e| CliError::file(p, e.to_string()))?,
-            )
-        }
-        None => None,
-    };
+    let input = binary::read_dense(&a.input, a.mask.as_ref())?;
+    let mask = input.mask;
     let out = with_dyn_vec!(input.values, v => dense_apply(&input.shape, &v, mask, job)?);
     let mask_vals = out.mask.to_vec();
     // write the mask first to a temp, then values; a failure removes neither existing file

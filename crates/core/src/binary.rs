@@ -469,7 +469,13 @@ impl KeepBin {
 
     #[inline(always)]
     fn apply<T: Element>(self, x: T, y: T) -> T {
-        x.zip_keep(y, |a, b| self.float(a, b), |i, j| self.int(i, j))
+        x.zip_keep(
+            y,
+            #[inline(always)]
+            |a, b| self.float(a, b),
+            #[inline(always)]
+            |i, j| self.int(i, j),
+        )
     }
 }
 

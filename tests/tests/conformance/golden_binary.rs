@@ -13,7 +13,7 @@ use masked::{
     with_dtype, with_dyn_vec, BitMask, DynVec, Element, MaskRule, MaskedArray, MaskedCoo,
     MaskedCsr, MaskedError, Op, Scalar, Splat, Values,
 };
-use masked_tests::{at, check_cases, values};
+use masked_tests::{at, check_cases, ulps, values};
 use ndarray::{ArrayViewD, IxDyn};
 use serde_json::Value;
 use sprs::CsMat;
@@ -175,24 +175,6 @@ fn run_sparse<T: Element>(
         }
     }
     Ok(())
-}
-
-fn ulps(got: f64, want: f64, bits: i32, min_exp: i32) -> f64 {
-    if got.is_nan() || want.is_nan() {
-        return if got.is_nan() && want.is_nan() {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    if got == want {
-        return 0.0;
-    }
-    if got.is_infinite() || want.is_infinite() {
-        return f64::INFINITY;
-    }
-    let e = (want.abs().log2().floor() as i32).max(min_exp);
-    (got - want).abs() / (2f64.powi(e) * 2f64.powi(-bits))
 }
 
 #[test]

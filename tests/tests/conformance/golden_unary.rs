@@ -8,29 +8,9 @@
 
 use masked::by_name::{apply_dense, OpRequest};
 use masked::{with_dyn_vec, BitMask, DynVec, Element, MaskedArray};
-use masked_tests::{at, check_cases, values};
+use masked_tests::{at, check_cases, ulps, values};
 use ndarray::{ArrayViewD, IxDyn};
 use serde_json::Value;
-
-/// `|got - want|` in units in the last place of `want` (`bits` mantissa bits), with the
-/// smallest normal's ulp as the floor; NaN = NaN, infinities exact, ±0 equal.
-fn ulps(got: f64, want: f64, bits: i32, min_exp: i32) -> f64 {
-    if got.is_nan() || want.is_nan() {
-        return if got.is_nan() && want.is_nan() {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    if got == want {
-        return 0.0;
-    }
-    if got.is_infinite() || want.is_infinite() {
-        return f64::INFINITY;
-    }
-    let e = (want.abs().log2().floor() as i32).max(min_exp);
-    (got - want).abs() / (2f64.powi(e) * 2f64.powi(-bits))
-}
 
 fn run<T: Element>(xs: &[T], c: &Value) -> Result<masked::by_name::Outcome, masked::MaskedError> {
     let shape: Vec<usize> = serde_json::from_value(c["shape"].clone()).unwrap();
