@@ -18,19 +18,6 @@
 //! `remainder` by 0, or an integer raised to a negative power, **at a valid position** is
 //! an error naming the position ([`MaskedError::IntegerDomain`]); at an invalid position
 //! it is no error.
-//!
-//! ```
-//! use masked_core::binary::{KeepBin, KeepZip, Src, ZipMap};
-//! let (xs, ys) = ([7i32, -7, 5, 1], [2i32, 2, 0, 0]);
-//! let valid = [0b1011u64]; // position 2 (5 / 0) is masked out: no error there
-//! let mut out = [0i32; 4];
-//! let z = KeepZip(KeepBin::FloorDivide);
-//! let bad = z.run(Src::Slice(&xs), Src::Slice(&ys), Some(masked_core::Bits::new(&valid, 0)), &mut out);
-//! assert_eq!(bad, Some(3)); // 1 // 0 at a valid position
-//! let valid = [0b0011u64];
-//! assert_eq!(z.run(Src::Slice(&xs), Src::Slice(&ys), Some(masked_core::Bits::new(&valid, 0)), &mut out), None);
-//! assert_eq!(out, [3, -4, 0, 0]); // floor division; 0 where invalid
-//! ```
 
 pub use crate::dims::broadcast_shapes;
 use crate::element::{CalcOf, DType, DynVec, Element, Float, Scalar};

@@ -379,14 +379,6 @@ impl BitMask {
     ///
     /// # Errors
     /// [`MaskedError::MaskNotBroadcastable`] when the shapes do not broadcast.
-    ///
-    /// ```
-    /// use masked_core::{BitMask, MaskLogic};
-    /// let a = BitMask::from_bools(&[2, 2], [true, true, false, false]).unwrap();
-    /// let col = BitMask::from_bools(&[2], [true, false]).unwrap();
-    /// assert_eq!(a.logic(&col, MaskLogic::AndNot).unwrap().to_vec(), vec![false, true, false, false]);
-    /// assert_eq!(a.not().to_vec(), vec![false, false, true, true]);
-    /// ```
     pub fn logic(&self, other: &BitMask, logic: MaskLogic) -> Result<BitMask> {
         let shape = crate::dims::broadcast_shapes("mask logic", &self.shape, &other.shape)
             .map_err(|_| MaskedError::MaskNotBroadcastable {

@@ -15,14 +15,6 @@ impl CooPattern {
     /// `logic(self, other)` of two patterns of one shape: one merge of the flat
     /// positions.
     ///
-    /// ```
-    /// use layout_coo::CooPattern;
-    /// use masked_core::MaskLogic;
-    /// let a = CooPattern::from_flat(&[2, 3], &[0, 2, 4]).unwrap();
-    /// let b = CooPattern::from_flat(&[2, 3], &[2, 5]).unwrap();
-    /// assert_eq!(a.logic(&b, MaskLogic::Xor).unwrap().flat(), vec![0, 4, 5]);
-    /// ```
-    ///
     /// # Errors
     /// [`MaskedError::ShapeMismatch`] for patterns of different shapes.
     pub fn logic(&self, other: &CooPattern, logic: MaskLogic) -> Result<CooPattern> {

@@ -14,16 +14,6 @@ use sprs::SpIndex;
 impl<I: SpIndex> Pattern<I> {
     /// `logic(self, other)` of two patterns of one shape: one merge per row.
     ///
-    /// ```
-    /// use layout_csr::Pattern;
-    /// use masked_core::MaskLogic;
-    /// let a = Pattern::<usize>::from_coords((2, 3), &[0, 0, 1], &[0, 2, 1]).unwrap();
-    /// let b = Pattern::<usize>::from_coords((2, 3), &[0, 1], &[2, 2]).unwrap();
-    /// assert_eq!(a.logic(&b, MaskLogic::And).unwrap().indices(), &[2]);
-    /// assert_eq!(a.logic(&b, MaskLogic::Or).unwrap().nnz(), 4);
-    /// assert_eq!(a.logic(&b, MaskLogic::AndNot).unwrap().indices(), &[0, 1]);
-    /// ```
-    ///
     /// # Errors
     /// [`MaskedError::ShapeMismatch`] for patterns of different shapes.
     pub fn logic(&self, other: &Pattern<I>, logic: MaskLogic) -> Result<Pattern<I>> {

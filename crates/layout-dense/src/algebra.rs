@@ -9,16 +9,6 @@ use ndarray::{ArrayD, Data, Dimension, IxDyn};
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// The mask of a predicate: true where `p` holds and the element is valid
     /// (`isnan`, `isfinite`, a comparison with a value, ...).
-    ///
-    /// ```
-    /// use layout_dense::MaskedArray;
-    /// use masked_core::binary::Predicate;
-    /// use ndarray::array;
-    /// let x = array![1.0f64, f64::NAN, 5.0, 7.0].into_dyn();
-    /// let a = MaskedArray::from_bool_mask(x.view(), array![true, true, true, false].view()).unwrap();
-    /// assert_eq!(a.predicate(Predicate::IsNan).to_vec(), vec![false, true, false, false]);
-    /// assert_eq!(a.predicate(Predicate::parse("gt:2").unwrap()).to_vec(), vec![false, false, true, false]);
-    /// ```
     pub fn predicate(&self, p: Predicate) -> BitMask {
         let mut out = vec![false; self.values().len()];
         let (shape, _) = self
@@ -83,19 +73,6 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 /// of `a` where `cond` is true and of `b` where it is false; `cond_valid` (a masked
 /// condition) makes the output invalid where the condition is. A scalar operand is a
 /// 0-d array (valid everywhere). Invalid output positions hold 0.
-///
-/// ```
-/// use layout_dense::{select, MaskedArray};
-/// use masked_core::BitMask;
-/// use ndarray::{arr0, array};
-/// let x = array![1.0f32, 2.0, 3.0].into_dyn();
-/// let a = MaskedArray::from_bool_mask(x.view(), array![true, false, true].view()).unwrap();
-/// let zero = arr0(0.0f32).into_dyn();
-/// let cond = BitMask::from_bools(&[3], [true, true, false]).unwrap();
-/// let r = select(&cond, None, &a, &MaskedArray::unmasked(zero.view())).unwrap();
-/// assert_eq!(r.values().as_slice().unwrap(), &[1.0, 0.0, 0.0]);
-/// assert_eq!(r.mask().unwrap().to_vec(), vec![true, false, true]);
-/// ```
 ///
 /// # Errors
 /// [`MaskedError::ShapeMismatch`] when the shapes do not broadcast.

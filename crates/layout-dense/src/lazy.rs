@@ -73,21 +73,6 @@ enum Rhs<'a, T: Clone> {
 /// unary map: a masked container of `Z::Output` values that are computed only when a
 /// kernel reads them. Every reduction and normalization runs on it, a block of rows at
 /// a time (see docs/semantics.md, "Fused elementwise-then-reduce").
-///
-/// ```
-/// use layout_dense::{MaskedArray, MaskedArrayD};
-/// use masked_core::binary::{KeepBin, KeepZip};
-/// use masked_core::{MaskRule, MaskedOps};
-/// use ndarray::array;
-/// let a = array![[1.0f64, 2.0], [3.0, 4.0]].into_dyn();
-/// let w = array![[10.0f64, 20.0], [30.0, 40.0]].into_dyn();
-/// let m = array![[true, false], [true, true]];
-/// let x = MaskedArray::from_bool_mask(a.view(), m.view()).unwrap();
-/// let y = MaskedArray::unmasked(w.view());
-/// // sum(x * w, dim 1) without the product array
-/// let s: MaskedArrayD<f64> = x.zip_view(&y, KeepZip(KeepBin::Mul), MaskRule::Strict).unwrap().sum(1, false).unwrap();
-/// assert_eq!(s.values().as_slice().unwrap(), &[10.0, 250.0]);
-/// ```
 pub struct ZipView<'a, T: Element, Z: ZipMap<T>> {
     a: Operand<'a, T>,
     b: Rhs<'a, T>,
@@ -124,7 +109,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     }
 
     /// The lazy `z(self, s)` with a scalar (a scalar on the left is the
-    /// [`Swapped`](masked_core::binary::Swapped) op).
+    /// `Swapped` op (`masked::binary::Swapped`)).
     pub fn zip_scalar_view<Z: ZipMap<T>>(&self, s: T, z: Z) -> ZipView<'_, T, Z> {
         let a = operand(self);
         let shape = a.shape.to_vec();

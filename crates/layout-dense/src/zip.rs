@@ -267,7 +267,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 
     /// The binary op `z(self, s)` with a scalar, written into `out` as
     /// [`MaskedArray::zip_into`]; a scalar on the left is the
-    /// [`Swapped`](masked_core::binary::Swapped) op.
+    /// `Swapped` op (`masked::binary::Swapped`).
     ///
     /// # Errors
     /// As [`MaskedArray::zip_into`].

@@ -58,7 +58,7 @@ pub use masked_core::{
     binary, half, lane, ops, registry, sparse, stats, unary, with_dtype, with_dyn_vec, BitMask,
     Bits, DType, Dims, DynVec, Element, Float, Fold, Interpolation, LaneKernels, LaneMap, LaneStat,
     MaskLogic, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MedianMode, Op, ReducePlan,
-    Result, Scalar, SparseArray, Splat, Value, Values, ZipKernels,
+    Result, Scalar, SparseArray, Splat, Value, Values, ZipKernels, ZipMap,
 };
 
 /// The README's examples, compiled and run as doctests.

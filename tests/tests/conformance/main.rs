@@ -5,6 +5,7 @@
 
 mod cast;
 mod elementwise;
+mod examples_algebra;
 mod fused;
 mod golden_binary;
 mod golden_coo;
