@@ -88,12 +88,15 @@ for r in range(rounds):
     row["fused/(mul+sum)"] = of["sum-of-mul"] / (o["mul"] + os_["sum"])
     # CSR against scipy
     c = ours(["add"], "--layout", "csr", "--shape", "100000,100000", "--density", "0.001", "--repeat", "7")
+    ci = ours(["add"], "--layout", "csr", "--shape", "100000,100000", "--density", "0.001", "--repeat", "7", "--into")
     ca = ours(["mul"], "--layout", "csr", "--shape", "100000,100000", "--density", "0.001", "--repeat", "7", "--masks", "and")
     s_same = tmed(lambda: A + B_same, reps=5)
     s_mul = tmed(lambda: A.multiply(B_other), reps=5)
     row["csr_add_shared_ms"] = c["add"]["seconds"] * 1e3
     row["scipy_add_same_pattern_ms"] = s_same * 1e3
     row["scipy_add_same/ours"] = s_same / c["add"]["seconds"]
+    row["csr_add_into_ms"] = ci["add"]["seconds"] * 1e3
+    row["scipy_add_same/ours_into"] = s_same / ci["add"]["seconds"]
     row["csr_mul_and_ms"] = ca["mul"]["seconds"] * 1e3
     row["scipy_multiply_ms"] = s_mul * 1e3
     row["scipy_multiply/ours_and"] = s_mul / ca["mul"]["seconds"]

@@ -11,7 +11,7 @@ use masked::{
 use ndarray::{ArrayViewD, IxDyn};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rand_distr::{Poisson, StandardNormal};
-use sprs::CsMatI;
+use sprs::{CsMatI, CsMatViewI};
 use std::time::Instant;
 
 /// Time the layouts on generated data.
@@ -45,6 +45,10 @@ pub struct BenchArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Memory ceiling (bytes; K, M, G suffixes); default MASKED_MAX_MEMORY, else 80% of
+    /// physical memory. The generated data is checked against it before it is built.
+    #[arg(long)]
+    max_memory: Option<String>,
     /// Seed of the generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -56,8 +60,9 @@ pub struct BenchArgs {
     /// structure) or and (an independent mask and pattern of the same densities).
     #[arg(long, default_value = "strict")]
     masks: String,
-    /// Binary ops on the dense layout write into one output buffer allocated before the
-    /// timing (a caller's buffer: no fresh pages per run).
+    /// Binary ops write into one output buffer allocated before the timing (a caller's
+    /// buffer: no fresh pages per run). Dense, and CSR when the result keeps every
+    /// entry (the strict rule: the partner shares the structure).
     #[arg(long)]
     into: bool,
     /// The op options (`--q`, `--correction`, ...), as for the op commands.
@@ -92,6 +97,27 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
             a.mask_density
         )));
     }
+    crate::limits::init(a.max_memory.as_deref())?;
+    // two operands and an output: dense values (at most 8 bytes) and mask bits; sparse
+    // entries (value and coordinates, at most 24 bytes) and CSR row pointers
+    let elements = shape
+        .iter()
+        .fold(1u128, |n, &d| n.saturating_mul(d as u128));
+    let dense = elements.saturating_mul(8 * 8 + 1) / 8;
+    let entries = (elements as f64 * a.density.clamp(0.0, 1.0)) as u128;
+    let rows = shape.first().map_or(1, |&r| r as u128 + 1);
+    let sparse = entries
+        .saturating_mul(24)
+        .saturating_add(rows.saturating_mul(8));
+    let per_layout = if a.layout.contains("dense") {
+        dense.max(sparse)
+    } else {
+        sparse
+    };
+    crate::limits::check(
+        format!("bench data of shape {:?}", shape),
+        per_layout.saturating_mul(3),
+    )?;
     if a.repeat == 0 {
         return Err(CliError::Usage(
             "invalid --repeat 0: expected at least 1".into(),
@@ -596,63 +622,38 @@ impl<T: Element> Data<T> {
                     m2.clone(),
                 )?;
                 if into {
-                    return match op {
-                        BinOp::Keep(k) => {
-                            let mut out = vec![T::ZERO; values.len()];
-                            let cell = std::sync::Mutex::new(&mut out);
-                            time_op(
-                                || {
-                                    x.zip_into(
-                                        &y,
-                                        &KeepZip(k),
-                                        rule,
-                                        &mut cell.lock().expect("one user"),
-                                    )
-                                    .map(drop)
-                                },
-                                repeat,
-                            )
-                        }
-                        BinOp::Float(f) => {
-                            let mut out = vec![T::Real::default(); values.len()];
-                            let cell = std::sync::Mutex::new(&mut out);
-                            time_op(
-                                || {
-                                    x.zip_into(
-                                        &y,
-                                        &FloatZip(f),
-                                        rule,
-                                        &mut cell.lock().expect("one user"),
-                                    )
-                                    .map(drop)
-                                },
-                                repeat,
-                            )
-                        }
-                        BinOp::Cmp(c) => {
-                            let mut out = vec![false; values.len()];
-                            let cell = std::sync::Mutex::new(&mut out);
-                            time_op(
-                                || {
-                                    x.zip_into(
-                                        &y,
-                                        &CmpZip(c),
-                                        rule,
-                                        &mut cell.lock().expect("one user"),
-                                    )
-                                    .map(drop)
-                                },
-                                repeat,
-                            )
-                        }
-                    };
+                    return by_family!(op, values.len(), repeat, |z, out| x
+                        .zip_into(&y, z, rule, out)
+                        .map(drop));
                 }
                 time_op(|| zip_discard(&x, &y, op, rule), repeat)
             }
             (Input::Csr { mat, mask }, Input::Csr { mat: m2, mask: k2 }) => {
-                let (x, y) = (csr_of(mat, mask)?, csr_of(m2, k2)?);
+                // a partner on the same entries shares the index arrays (values only),
+                // as scipy's same-pattern `A + B` of the peer scripts does
+                let same = m2.indptr().raw_storage() == mat.indptr().raw_storage()
+                    && m2.indices() == mat.indices();
+                let view = if same {
+                    CsMatViewI::try_new(
+                        mat.shape(),
+                        mat.indptr().into_raw_storage(),
+                        mat.indices(),
+                        m2.data(),
+                    )
+                    .map_err(|(_, _, _, e)| CliError::Usage(format!("partner: {e}")))?
+                } else {
+                    m2.view()
+                };
+                let (x, y) = (csr_of(mat.view(), mask)?, csr_of(view, k2)?);
+                if into {
+                    let n = x.lanes().nnz();
+                    return by_family!(op, n, repeat, |z, out| x.zip_into(&y, z, rule, out));
+                }
                 time_op(|| zip_discard(&x, &y, op, rule), repeat)
             }
+            (Input::Coo(_), _) if into => Err(CliError::Usage(
+                "bench --into: dense and CSR layouts only".into(),
+            )),
             (Input::Coo(x), Input::Coo(y)) => time_op(|| zip_discard(x, y, op, rule), repeat),
             _ => unreachable!("a partner of the same layout"),
         }
@@ -739,14 +740,46 @@ fn shape_err(e: ndarray::ShapeError) -> CliError {
 }
 
 fn csr_of<'m, T: Element>(
-    mat: &'m CsMatI<T, u32, usize>,
+    mat: CsMatViewI<'m, T, u32, usize>,
     mask: &Option<Pattern<u32>>,
 ) -> Result<MaskedCsr<'m, T, u32, usize>, CliError> {
     Ok(match mask {
-        None => MaskedCsr::from_pattern(mat.view())?,
-        Some(p) => MaskedCsr::with_mask(mat.view(), p.clone())?,
+        None => MaskedCsr::from_pattern(mat)?,
+        Some(p) => MaskedCsr::with_mask(mat, p.clone())?,
     })
 }
+
+/// Times `f` writing into one reused buffer of `n` outputs.
+fn time_into<O: Clone + Default>(
+    n: usize,
+    repeat: usize,
+    f: impl Fn(&mut [O]) -> Result<(), masked::MaskedError>,
+) -> Result<(f64, usize), CliError> {
+    let cell = std::sync::Mutex::new(vec![O::default(); n]);
+    time_op(|| f(&mut cell.lock().expect("one user")), repeat)
+}
+
+/// Times `body` (with `z` the op of `op`'s family, `out` the reused buffer) by
+/// [`time_into`], one arm per family of binary ops.
+macro_rules! by_family {
+    ($op:expr, $n:expr, $repeat:expr, |$z:ident, $out:ident| $body:expr) => {
+        match $op {
+            BinOp::Keep(k) => {
+                let $z = &KeepZip(k);
+                time_into($n, $repeat, |$out: &mut [_]| $body)
+            }
+            BinOp::Float(f) => {
+                let $z = &FloatZip(f);
+                time_into($n, $repeat, |$out: &mut [_]| $body)
+            }
+            BinOp::Cmp(c) => {
+                let $z = &CmpZip(c);
+                time_into($n, $repeat, |$out: &mut [_]| $body)
+            }
+        }
+    };
+}
+use by_family;
 
 fn time_op(
     f: impl Fn() -> Result<(), masked::MaskedError>,

@@ -285,6 +285,18 @@ fn dense_out(
         ));
     }
     let dtype = result_dtype(x.values.dtype(), &rhs);
+    if let Rhs::Dense(y) = &rhs {
+        // a broadcast output can be far larger than both inputs ([n, 1] + [1, n]): its
+        // size is checked before it is allocated (values, mask bit, the encoded file)
+        let shape = masked::binary::broadcast_shapes(op.name(), &x.shape, &y.shape)?;
+        let n = shape
+            .iter()
+            .fold(1u128, |n, &d| n.saturating_mul(d as u128));
+        crate::limits::check(
+            format!("{}: an output of shape {shape:?}", op.name()),
+            n.saturating_mul(2 * dtype.size() as u128 + 1),
+        )?;
+    }
     let out: ZipOutcome =
         with_dtype!(dtype, T => dense_zip::<T>(x, &rhs, op, rule, a.scalar_first)?);
     let mask = out.mask.to_vec();

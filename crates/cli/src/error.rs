@@ -17,6 +17,16 @@ pub enum CliError {
         /// What is wrong.
         what: String,
     },
+    /// Work above the memory ceiling, refused before allocating.
+    #[error("{what} needs {size}, over the memory limit of {limit} (raise it with --max-memory or MASKED_MAX_MEMORY)")]
+    TooLarge {
+        /// What would be allocated.
+        what: String,
+        /// Its size.
+        size: String,
+        /// The ceiling.
+        limit: String,
+    },
     /// An error of the engine (bad dim, mask shape...).
     #[error(transparent)]
     Engine(#[from] masked::MaskedError),

@@ -7,6 +7,7 @@ mod alloc;
 mod bench;
 mod binary;
 mod error;
+mod limits;
 mod npy;
 mod sparse_io;
 
@@ -87,6 +88,10 @@ pub(crate) struct RunArgs {
     /// Output mask file (.npy bool).
     #[arg(long)]
     out_mask: Option<PathBuf>,
+    /// Memory ceiling of this command (bytes; K, M, G suffixes); default
+    /// MASKED_MAX_MEMORY, else 80% of physical memory.
+    #[arg(long)]
+    max_memory: Option<String>,
 }
 
 /// The help text after the flags: every op of the registry with its options.
@@ -250,6 +255,7 @@ fn parse_dtype(s: &str) -> Result<DType, CliError> {
 }
 
 fn run(a: RunArgs) -> Result<(), CliError> {
+    limits::init(a.max_memory.as_deref())?;
     match a.op.as_str() {
         "where" => return algebra::run_where(&a),
         "fill" => return algebra::run_fill(&a),
@@ -465,6 +471,7 @@ fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError>
         ));
     }
     let input = sparse_io::read_sparse(&a.input)?;
+    check_sparse_output(a, job, &input.shape, input.nnz())?;
     let mask = match &a.mask {
         None => None,
         Some(p) => {
@@ -504,6 +511,40 @@ fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError>
         })
     };
     sparse_io::write_sparse(&a.output, &out)
+}
+
+/// Refuses up front a sparse run whose output could pass the memory ceiling: at most
+/// one entry per stored input entry, except a reduction of an input without a mask,
+/// whose every output position is valid (a sum over dim 0 of a 4e9-column matrix holds
+/// 4e9 values, zeros included).
+fn check_sparse_output(
+    a: &RunArgs,
+    job: &Job,
+    shape: &[usize],
+    nnz: usize,
+) -> Result<(), CliError> {
+    let Job::Op(req) = job else {
+        return Ok(());
+    };
+    let mask_free = a.mask.is_none() && !a.mask_from_pattern;
+    let outputs = match req.op.kind() {
+        Kind::Reduce | Kind::ReduceOne if mask_free => {
+            let reduced = req.dims.canonical(shape.len())?;
+            (0..shape.len())
+                .filter(|d| !reduced.contains(d))
+                .fold(1u128, |n, d| n.saturating_mul(shape[d] as u128))
+        }
+        _ => nnz as u128,
+    };
+    // an output entry: its value and index, and the engine's per-lane state
+    limits::check(
+        format!(
+            "{} of {}: an output of {outputs} entries",
+            req.op.name(),
+            a.input.display()
+        ),
+        outputs.saturating_mul(32),
+    )
 }
 
 fn csr_apply<T: Element>(

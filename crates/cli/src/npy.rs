@@ -15,7 +15,122 @@ pub struct DynArray {
 }
 
 fn read_bytes(path: &Path) -> Result<Vec<u8>, CliError> {
-    std::fs::read(path).map_err(|e| CliError::file(path, e.to_string()))
+    let bytes = std::fs::read(path).map_err(|e| CliError::file(path, e.to_string()))?;
+    preflight(path, &bytes)?;
+    Ok(bytes)
+}
+
+/// The shape and item size a `.npy` header declares, and where its data starts (`None`
+/// for what is not a `.npy` header the reader would accept: it reports that itself).
+fn declared(bytes: &[u8]) -> Option<(Vec<u128>, usize, usize)> {
+    let magic = bytes.get(..8)?;
+    if &magic[..6] != b"\x93NUMPY" {
+        return None;
+    }
+    let (len, start): (usize, usize) = match magic[6] {
+        1 => {
+            let b = bytes.get(8..10)?;
+            (u16::from_le_bytes([b[0], b[1]]) as usize, 10)
+        }
+        2 | 3 => {
+            let b = bytes.get(8..12)?;
+            (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, 12)
+        }
+        _ => return None,
+    };
+    let header = std::str::from_utf8(bytes.get(start..start.checked_add(len)?)?).ok()?;
+    // 'descr': '<f4' -> 4 bytes an item (the digits after the type letter)
+    let d = header.find("'descr'")?;
+    let q = d + header[d..].find(':')?;
+    let open = q + header[q..].find('\'')? + 1;
+    let descr = &header[open..open + header[open..].find('\'')?];
+    let digits: String = descr.chars().skip_while(|c| !c.is_ascii_digit()).collect();
+    let item: usize = digits.parse().ok()?;
+    let sh = header.find("'shape'")?;
+    let lp = sh + header[sh..].find('(')?;
+    let rp = lp + header[lp..].find(')')?;
+    let shape = header[lp + 1..rp]
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.trim_end_matches('L').parse::<u128>().ok())
+        .collect::<Option<Vec<_>>>()?;
+    Some((shape, item, start + len))
+}
+
+/// Reads one `.npy` stream (a member of an `.npz` archive, compressed or not) without
+/// trusting its sizes: the header first, its declared data size checked against the
+/// memory ceiling, then at most that many bytes (and one more, to see extra data), the
+/// buffer growing with the bytes that actually arrive.
+pub fn read_stream(
+    path: &Path,
+    what: &str,
+    r: &mut impl std::io::Read,
+) -> Result<Vec<u8>, CliError> {
+    use std::io::Read;
+    let io = |e: std::io::Error| CliError::file(path, format!("array '{what}': {e}"));
+    let mut head = Vec::new();
+    r.by_ref().take(12).read_to_end(&mut head).map_err(io)?;
+    let len = match (head.get(6), head.get(8..12)) {
+        (Some(1), Some(b)) => u64::from(u16::from_le_bytes([b[0], b[1]])).saturating_sub(2),
+        (Some(2 | 3), Some(b)) => u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        _ => 0,
+    };
+    const MAX_HEADER: u64 = 1 << 20;
+    if len > MAX_HEADER {
+        return Err(CliError::file(
+            path,
+            format!("array '{what}': a .npy header of {len} bytes (at most 1 MiB is read)"),
+        ));
+    }
+    r.by_ref().take(len).read_to_end(&mut head).map_err(io)?;
+    let rest = match declared(&head) {
+        Some((shape, item, _)) => {
+            let need = shape
+                .iter()
+                .fold(1u128, |n, &d| n.saturating_mul(d))
+                .saturating_mul(item as u128);
+            crate::limits::check(
+                format!("{}: array '{what}' of shape {shape:?}", path.display()),
+                need,
+            )?;
+            u64::try_from(need).unwrap_or(u64::MAX)
+        }
+        None => crate::limits::limit(),
+    };
+    r.by_ref()
+        .take(rest.saturating_add(1))
+        .read_to_end(&mut head)
+        .map_err(io)?;
+    preflight(path, &head)?;
+    Ok(head)
+}
+
+/// Checks the size a `.npy` header declares against the bytes the file holds and the
+/// memory ceiling, before a reader allocates from it: a 200-byte file that claims
+/// 10^16 values is an error naming both sizes, not an allocation.
+pub fn preflight(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    let Some((shape, item, data)) = declared(bytes) else {
+        return Ok(());
+    };
+    let count = shape.iter().fold(1u128, |n, &d| n.saturating_mul(d));
+    let need = count.saturating_mul(item as u128);
+    let have = bytes.len().saturating_sub(data) as u128;
+    if need > have {
+        return Err(CliError::file(
+            path,
+            format!(
+                "truncated .npy data: the header declares shape {shape:?} of {item}-byte \
+                 values ({}), the file holds {}",
+                crate::limits::human(need),
+                crate::limits::human(have)
+            ),
+        ));
+    }
+    crate::limits::check(
+        format!("{}: an array of shape {shape:?}", path.display()),
+        need,
+    )
 }
 
 fn try_read<T: ReadableElement>(bytes: &[u8]) -> Result<ArrayD<T>, ReadNpyError> {

@@ -2,13 +2,14 @@
 //! name the line or entry, and written atomically.
 
 use crate::error::CliError;
+use crate::npy;
 use crate::npy::write_atomic;
 use crate::npy::FileValue;
 use masked::by_name::SparseOutcome;
 use masked::sparse::unravel as masked_core_unravel;
 use masked::DynVec;
 use ndarray::{Array1, Array2};
-use ndarray_npy::{NpzReader, NpzWriter, ReadNpzError};
+use ndarray_npy::{NpzWriter, ReadNpyError, ReadNpyExt};
 use std::io::{BufRead, Cursor};
 use std::path::Path;
 
@@ -90,8 +91,24 @@ impl SparseFile {
                 ),
             ));
         }
+        let rows = self.shape[0];
+        crate::limits::check(
+            format!(
+                "{}: CSR row pointers for {rows} rows (--layout coo needs memory for the \
+                 stored entries only)",
+                path.display()
+            ),
+            (rows as u128 + 1) * std::mem::size_of::<usize>() as u128,
+        )?;
         let order = self.sorted_order(path)?;
-        let mut indptr = vec![0usize; self.shape[0] + 1];
+        let mut indptr = Vec::new();
+        indptr.try_reserve_exact(rows + 1).map_err(|_| {
+            CliError::file(
+                path,
+                format!("cannot allocate CSR row pointers for {rows} rows: use --layout coo"),
+            )
+        })?;
+        indptr.resize(rows + 1, 0usize);
         for &k in &order {
             indptr[self.coords[0][k] + 1] += 1;
         }
@@ -387,41 +404,61 @@ pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
     })
 }
 
-fn npz_err(path: &Path, what: &str, e: ReadNpzError) -> CliError {
+fn npz_err(path: &Path, what: &str, e: ReadNpyError) -> CliError {
     CliError::file(path, format!("array '{what}': {e}"))
+}
+
+/// The members of an `.npz` archive, each read by [`npy::read_stream`] (sizes checked
+/// before anything is allocated from them).
+struct Npz<'p> {
+    zip: zip::ZipArchive<std::fs::File>,
+    path: &'p Path,
+}
+
+impl Npz<'_> {
+    fn has(&self, n: &str) -> bool {
+        self.zip
+            .file_names()
+            .any(|x| x == n || x == format!("{n}.npy"))
+    }
+
+    fn bytes(&mut self, n: &str) -> Result<Vec<u8>, CliError> {
+        let name = if self.zip.index_for_name(n).is_some() {
+            n.to_string()
+        } else {
+            format!("{n}.npy")
+        };
+        let mut f = self
+            .zip
+            .by_name(&name)
+            .map_err(|e| CliError::file(self.path, format!("array '{n}': {e}")))?;
+        npy::read_stream(self.path, n, &mut f)
+    }
 }
 
 /// Reads a COO `.npz` (`coords` int64 ndim x nnz, `data`, `shape` int64, optional
 /// `fill_value` that must be 0); compressed or not.
 pub fn read_npz(path: &Path) -> Result<SparseFile, CliError> {
     let file = std::fs::File::open(path).map_err(|e| CliError::file(path, e.to_string()))?;
-    let mut npz = NpzReader::new(file)
+    let zip = zip::ZipArchive::new(file)
         .map_err(|e| CliError::file(path, format!("not a readable .npz archive: {e}")))?;
-    let names = npz
-        .names()
-        .map_err(|e| CliError::file(path, e.to_string()))?;
-    let has = |n: &str| names.iter().any(|x| x == n || x == &format!("{n}.npy"));
+    let mut npz = Npz { zip, path };
     for n in ["coords", "data", "shape"] {
-        if !has(n) {
+        if !npz.has(n) {
             return Err(CliError::file(
                 path,
                 format!("missing array '{n}' (a COO .npz holds coords, data and shape)"),
             ));
         }
     }
-    let shape: Array1<i64> = npz
-        .by_name("shape")
-        .map_err(|e| npz_err(path, "shape", e))?;
-    let coords: Array2<i64> = npz
-        .by_name("coords")
-        .map_err(|e| npz_err(path, "coords", e))?;
-    if has("fill_value") {
-        let fv: ndarray::ArrayD<f64> = npz
-            .by_name("fill_value")
-            .or_else(|_| {
-                npz.by_name::<ndarray::OwnedRepr<i64>, ndarray::IxDyn>("fill_value")
-                    .map(|a| a.mapv(|x| x as f64))
-            })
+    let b = npz.bytes("shape")?;
+    let shape = Array1::<i64>::read_npy(&b[..]).map_err(|e| npz_err(path, "shape", e))?;
+    let b = npz.bytes("coords")?;
+    let coords = Array2::<i64>::read_npy(&b[..]).map_err(|e| npz_err(path, "coords", e))?;
+    if npz.has("fill_value") {
+        let b = npz.bytes("fill_value")?;
+        let fv: ndarray::ArrayD<f64> = ndarray::ArrayD::<f64>::read_npy(&b[..])
+            .or_else(|_| ndarray::ArrayD::<i64>::read_npy(&b[..]).map(|a| a.mapv(|x| x as f64)))
             .map_err(|e| npz_err(path, "fill_value", e))?;
         if fv.iter().any(|&x| x != 0.0) {
             return Err(CliError::file(
@@ -430,12 +467,13 @@ pub fn read_npz(path: &Path) -> Result<SparseFile, CliError> {
             ));
         }
     }
+    let data = npz.bytes("data")?;
     macro_rules! data_as {
         ($($t:ty => $v:ident),*) => {{
             let mut got = None;
             $(
                 if got.is_none() {
-                    if let Ok(a) = npz.by_name::<ndarray::OwnedRepr<$t>, ndarray::Ix1>("data") {
+                    if let Ok(a) = ndarray::Array1::<$t>::read_npy(&data[..]) {
                         got = Some(DynVec::$v(a.to_vec()));
                     }
                 }
@@ -446,7 +484,7 @@ pub fn read_npz(path: &Path) -> Result<SparseFile, CliError> {
     // a bool `data` (a mask file) reads as 0 / 1
     let values = data_as!(f32 => F32, f64 => F64, i32 => I32, i64 => I64);
     let values = values.or_else(|| {
-        npz.by_name::<ndarray::OwnedRepr<bool>, ndarray::Ix1>("data")
+        ndarray::Array1::<bool>::read_npy(&data[..])
             .ok()
             .map(|a| DynVec::I32(a.iter().map(|&b| i32::from(b)).collect()))
     });

@@ -1598,3 +1598,158 @@ fn sparse_binary_ops_where_and_fill() {
         "three files",
     );
 }
+
+/// A `.npy` file whose header declares `shape` of f4 values, followed by `body` bytes.
+fn npy_claiming(dir: &Path, name: &str, shape: &str, body: usize) -> PathBuf {
+    let mut h = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend((h.len() as u16).to_le_bytes());
+    b.extend(h.as_bytes());
+    b.extend(vec![0u8; body]);
+    let p = dir.join(name);
+    std::fs::write(&p, b).unwrap();
+    p
+}
+
+#[test]
+fn hostile_sizes_exit_2_before_allocating() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    // a 200-byte .npy that claims 10^16 values: named sizes, no allocation, no abort
+    npy_claiming(dir, "big.npy", "(100000000000, 100000)", 40);
+    assert_bad(
+        dir,
+        &["sum", "big.npy", "-o", "out.npy"],
+        "declares shape [100000000000, 100000] of 4-byte values",
+    );
+    // a truthful header over the memory ceiling
+    npy_claiming(dir, "fits.npy", "(1000, 1000)", 4_000_000);
+    assert_bad(
+        dir,
+        &["sum", "fits.npy", "-o", "out.npy", "--max-memory", "1M"],
+        "over the memory limit of 1.0 MiB",
+    );
+    let o = run(
+        dir,
+        &["sum", "fits.npy", "-o", "out.npy", "--max-memory", "1G"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    std::fs::remove_file(dir.join("out.npy")).unwrap();
+    // the environment variable, and a bad value of it
+    let o = bin()
+        .current_dir(dir)
+        .env("MASKED_MAX_MEMORY", "2M")
+        .args(["sum", "fits.npy", "-o", "out.npy"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("MASKED_MAX_MEMORY"), "{}", stderr(&o));
+    let o = bin()
+        .current_dir(dir)
+        .env("MASKED_MAX_MEMORY", "lots")
+        .args(["sum", "fits.npy", "-o", "out.npy"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("invalid MASKED_MAX_MEMORY 'lots'"),
+        "{}",
+        stderr(&o)
+    );
+    // a mask file with a lying header
+    npy_claiming(dir, "m.npy", "(1000000000000,)", 8);
+    assert_bad(
+        dir,
+        &["sum", "fits.npy", "--mask", "m.npy", "-o", "out.npy"],
+        "truncated .npy data",
+    );
+    // Matrix Market: 4e9 x 4e9 with three entries
+    let mm = "%%MatrixMarket matrix coordinate real general\n4000000000 4000000000 3\n\
+              1 1 1.0\n2 2 2.0\n3 3 3.0\n";
+    write(dir, "big.mtx", mm);
+    // CSR row pointers of 32 GB: refused with the COO suggestion
+    assert_bad(
+        dir,
+        &[
+            "sum",
+            "big.mtx",
+            "--dim",
+            "1",
+            "--mask-from-pattern",
+            "-o",
+            "out.npz",
+            "--max-memory",
+            "8G",
+        ],
+        "--layout coo",
+    );
+    // COO keeps memory O(nnz): the per-row sums of the three entries
+    let o = run(
+        dir,
+        &[
+            "sum",
+            "big.mtx",
+            "--dim",
+            "1",
+            "--mask-from-pattern",
+            "--layout",
+            "coo",
+            "-o",
+            "out.npz",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (coords, data, shape) = load_npz::<f64>(&dir.join("out.npz"));
+    assert_eq!(shape, vec![4_000_000_000]);
+    assert_eq!(coords.into_raw_vec_and_offset().0, vec![0, 1, 2]);
+    assert_eq!(data, vec![1.0, 2.0, 3.0]);
+    // without a mask every one of the 4e9 sums is valid: an output refused up front
+    std::fs::remove_file(dir.join("out.npz")).unwrap();
+    assert_bad(
+        dir,
+        &[
+            "sum",
+            "big.mtx",
+            "--dim",
+            "1",
+            "--layout",
+            "coo",
+            "-o",
+            "out.npz",
+            "--max-memory",
+            "8G",
+        ],
+        "an output of 4000000000 entries",
+    );
+    // a size line that claims 10^11 entries: no reservation, the count is checked
+    write(
+        dir,
+        "many.mtx",
+        "%%MatrixMarket matrix coordinate real general\n10 10 99999999999\n1 1 1.0\n",
+    );
+    assert_bad(
+        dir,
+        &["sum", "many.mtx", "-o", "out.npz"],
+        "declares 99999999999 entries but the file holds 1",
+    );
+    // a broadcast output far larger than its inputs
+    save(dir, "col.npy", &ndarray::Array2::<f32>::zeros((100_000, 1)));
+    save(dir, "row.npy", &ndarray::Array2::<f32>::zeros((1, 100_000)));
+    assert_bad(
+        dir,
+        &[
+            "add",
+            "col.npy",
+            "row.npy",
+            "-o",
+            "out.npy",
+            "--max-memory",
+            "1G",
+        ],
+        "add: an output of shape [100000, 100000] needs",
+    );
+}

@@ -949,6 +949,26 @@ pub fn merge<I: Copy + Ord, T: Element, Z: ZipMap<T>>(
     let (mut i, mut j) = (0usize, 0usize);
     let va = |k: usize| a.valid.is_none_or(|bits| bits.get(k));
     let vb = |k: usize| b.valid.is_none_or(|bits| bits.get(k));
+    if rule == MaskRule::And && !a.fill && !b.fill {
+        // only positions stored on both sides can be valid on both: a branch-free
+        // intersection (both cursors step on their comparison, not on a branch)
+        let (pa, pb) = (a.pos, b.pos);
+        while i < pa.len() && j < pb.len() {
+            let (x, y) = (pa[i], pb[j]);
+            if x == y && va(i) && vb(j) {
+                match z.one(a.values[i], b.values[j]) {
+                    Some(o) => {
+                        pos_out.push(x);
+                        val_out.push(o);
+                    }
+                    None => return Err(MergeStop::Fails { pos: index(x) }),
+                }
+            }
+            i += usize::from(x <= y);
+            j += usize::from(y <= x);
+        }
+        return Ok(());
+    }
     // strict with exactly one mask-free side: a position stored on neither side is valid
     // on one side only
     let gaps = rule == MaskRule::Strict && a.fill != b.fill;

@@ -23,10 +23,49 @@ use serde::{Deserialize, Serialize};
 /// let full = rows.broadcast_to(&[2, 3]).unwrap();
 /// assert_eq!(full.to_vec(), vec![true, true, true, false, false, false]);
 /// ```
+///
+/// Serialised (serde) as `{"shape": [...], "words": [...]}`: the packed words of the
+/// layout above, readable outside Rust (numpy: `np.unpackbits(np.array(words,
+/// dtype="<u8").view(np.uint8), bitorder="little")[:n]`). Deserialising re-validates:
+/// a shape whose size overflows or words too few for it are an error, and the unused
+/// high bits are cleared.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "MaskRepr", into = "MaskRepr")]
 pub struct BitMask {
     shape: Vec<usize>,
     bits: BitVec<u64, Lsb0>,
+}
+
+/// The portable serialised form of a [`BitMask`].
+#[derive(Serialize, Deserialize)]
+struct MaskRepr {
+    shape: Vec<usize>,
+    words: Vec<u64>,
+}
+
+impl TryFrom<MaskRepr> for BitMask {
+    type Error = MaskedError;
+    fn try_from(r: MaskRepr) -> Result<Self> {
+        BitMask::from_words(&r.shape, r.words)
+    }
+}
+
+impl From<BitMask> for MaskRepr {
+    fn from(m: BitMask) -> Self {
+        let words = m.words().to_vec();
+        MaskRepr {
+            shape: m.shape,
+            words,
+        }
+    }
+}
+
+/// The element count of `shape`, or an error when it overflows `usize`.
+pub(crate) fn element_count(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| MaskedError::InvalidData(format!("shape {shape:?}: size overflows")))
 }
 
 impl BitMask {
@@ -165,14 +204,20 @@ impl BitMask {
     ///
     /// # Errors
     /// [`MaskedError::MaskLength`] when there are too few words.
-    pub fn from_words(shape: &[usize], words: Vec<u64>) -> Result<Self> {
-        let n: usize = shape.iter().product();
-        if words.len() * 64 < n {
+    pub fn from_words(shape: &[usize], mut words: Vec<u64>) -> Result<Self> {
+        let n = element_count(shape)?;
+        if words.len() < n.div_ceil(64) {
             return Err(MaskedError::MaskLength {
                 shape: shape.to_vec(),
                 expected: n,
-                got: words.len() * 64,
+                got: words.len().saturating_mul(64),
             });
+        }
+        // only the words the elements need, their unused high bits cleared (the kernels
+        // read whole words)
+        words.truncate(n.div_ceil(64));
+        if let (Some(w), r @ 1..) = (words.last_mut(), n % 64) {
+            *w &= (1u64 << r) - 1;
         }
         let mut bits = BitVec::<u64, Lsb0>::from_vec(words);
         bits.truncate(n);

@@ -15,11 +15,30 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(a.get(&[1, 2]), Some(&8.0));
 /// assert_eq!(a.get(&[0, 0]), None);
 /// ```
+///
+/// Serialised (serde) as `{"shape", "indices", "values"}`; deserialising re-validates
+/// through [`SparseArray::new`] (lengths, increasing positions inside the shape).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "SparseRepr<O>")]
 pub struct SparseArray<O> {
     shape: Vec<usize>,
     indices: Vec<usize>,
     values: Vec<O>,
+}
+
+/// The serialised form of a [`SparseArray`], checked on the way in.
+#[derive(Deserialize)]
+struct SparseRepr<O> {
+    shape: Vec<usize>,
+    indices: Vec<usize>,
+    values: Vec<O>,
+}
+
+impl<O> TryFrom<SparseRepr<O>> for SparseArray<O> {
+    type Error = MaskedError;
+    fn try_from(r: SparseRepr<O>) -> Result<Self> {
+        SparseArray::new(r.shape, r.indices, r.values)
+    }
 }
 
 impl<O> SparseArray<O> {
@@ -36,7 +55,7 @@ impl<O> SparseArray<O> {
                 values.len()
             )));
         }
-        let size: usize = shape.iter().product();
+        let size = crate::mask::element_count(&shape)?;
         if indices.windows(2).any(|w| w[0] >= w[1]) || indices.last().is_some_and(|&i| i >= size) {
             return Err(MaskedError::InvalidData(format!(
                 "positions must be strictly increasing and below {size}"

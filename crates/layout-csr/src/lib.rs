@@ -333,6 +333,55 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
         };
         self.owned_by_input(out)
     }
+
+    /// The binary op `z(self, rhs)` on two matrices of one structure, its values written
+    /// into `out`, a caller's buffer of one value per entry (no fresh pages for a large
+    /// result, and nothing allocated in a loop over a fixed pattern). The result's
+    /// structure is this matrix's valid entries, all kept, which the caller already
+    /// holds: its stored entries, or its mask pattern.
+    ///
+    /// # Errors
+    /// As [`ZipKernels::zip_elements`]; [`MaskedError::InvalidData`] when the two
+    /// structures differ, when an entry is not valid under `rule` (the result would drop
+    /// it: use `zip_elements`), or for a buffer of another length.
+    pub fn zip_into<Iptr2: SpIndex, Z: ZipMap<T>>(
+        &self,
+        rhs: &MaskedCsr<'_, T, I, Iptr2>,
+        z: &Z,
+        rule: MaskRule,
+        out: &mut [Z::Output],
+    ) -> Result<()> {
+        let (a, b) = (self.lanes(), rhs.lanes());
+        if a.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        // two mask-free matrices of one structure under a zero-keeping op: the stored
+        // entries
+        let a = CsrLanes { fill: false, ..a };
+        let b = CsrLanes { fill: false, ..b };
+        if !a.same_structure(&b) || self.lanes().fill != rhs.lanes().fill {
+            return Err(MaskedError::InvalidData(format!(
+                "{}: the two matrices' structures differ (or have no mask): the result \
+                 does not keep this structure, use zip_elements",
+                z.name()
+            )));
+        }
+        a.zip_entries_into(Other::Same(b.values, b.valid.as_deref()), z, rule, out)
+    }
+
+    /// The binary op `z(self, s)` with a scalar, its values written into `out` as
+    /// [`MaskedCsr::zip_into`] (a scalar on the left is the `Swapped` op).
+    ///
+    /// # Errors
+    /// As [`MaskedCsr::zip_into`].
+    pub fn zip_scalar_into<Z: ZipMap<T>>(&self, s: T, z: &Z, out: &mut [Z::Output]) -> Result<()> {
+        let l = self.lanes();
+        if l.fill && !z.keeps_zero(T::ZERO, s) {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        let l = CsrLanes { fill: false, ..l };
+        l.zip_entries_into(Other::Scalar(s), z, MaskRule::Strict, out)
+    }
 }
 
 /// With a scalar: the result stores this matrix's valid positions. Without a mask, the

@@ -22,6 +22,7 @@ use masked_core::{
 use masked_kernels::fresh_vec;
 use ndarray::{ArrayD, Data, Dimension, IxDyn};
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::sync::OnceLock;
 
 /// Elements of one block of rows (a multiple of 64; at least one row).
@@ -78,7 +79,7 @@ pub struct ZipView<'a, T: Element, Z: ZipMap<T>> {
     b: Rhs<'a, T>,
     z: Z,
     shape: Vec<usize>,
-    mask: Option<BitMask>,
+    mask: Option<Cow<'a, BitMask>>,
     cache: OnceLock<MaskedArrayD<Z::Output>>,
 }
 
@@ -113,7 +114,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     pub fn zip_scalar_view<Z: ZipMap<T>>(&self, s: T, z: Z) -> ZipView<'_, T, Z> {
         let a = operand(self);
         let shape = a.shape.to_vec();
-        let mask = a.mask.cloned();
+        let mask = a.mask.map(Cow::Borrowed);
         ZipView {
             a,
             b: Rhs::Scalar(s),
@@ -144,11 +145,11 @@ where
 
     /// The output mask (`None`: every position valid).
     pub fn mask(&self) -> Option<&BitMask> {
-        self.mask.as_ref()
+        self.mask.as_deref()
     }
 
     fn bits(&self) -> Option<Bits<'_>> {
-        self.mask.as_ref().map(BitMask::bits)
+        self.mask.as_deref().map(BitMask::bits)
     }
 
     /// Computes elements `start .. start + out.len()` (whole rows) into `out`.
@@ -177,7 +178,8 @@ where
             .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
         let mask = self
             .mask
-            .clone()
+            .as_deref()
+            .cloned()
             .unwrap_or_else(|| BitMask::filled(&self.shape, true));
         let _ = self.cache.set(MaskedArray::new(data, mask)?);
         Ok(self.cache.get().expect("just set"))
@@ -328,7 +330,8 @@ where
             .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
         let mask = self
             .mask
-            .clone()
+            .as_deref()
+            .cloned()
             .unwrap_or_else(|| BitMask::filled(&self.shape, true));
         MaskedArray::new(data, mask)
     }

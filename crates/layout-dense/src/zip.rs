@@ -49,30 +49,28 @@ pub(crate) fn operand<T: Element, S: Data<Elem = T>, D: Dimension>(
 }
 
 /// The output mask of a binary op on two dense masks (`None`: all valid).
-pub(crate) fn out_mask(
+pub(crate) fn out_mask<'m>(
     op: &'static str,
     shape: &[usize],
-    a: Option<&BitMask>,
-    b: Option<&BitMask>,
+    a: Option<&'m BitMask>,
+    b: Option<&'m BitMask>,
     rule: MaskRule,
-) -> Result<Option<BitMask>> {
-    let widen = |m: &BitMask| -> Result<BitMask> { m.broadcast_to(shape) };
+) -> Result<Option<Cow<'m, BitMask>>> {
+    // an operand's mask of the output shape is borrowed, not copied
+    let widen = |m: &'m BitMask| -> Result<Cow<'m, BitMask>> {
+        Ok(if m.shape() == shape {
+            Cow::Borrowed(m)
+        } else {
+            Cow::Owned(m.broadcast_to(shape)?)
+        })
+    };
     match (a, b) {
         (None, None) => Ok(None),
         (Some(m), None) | (None, Some(m)) => Ok(Some(widen(m)?)),
         (Some(x), Some(y)) => {
-            let x: Cow<'_, BitMask> = if x.shape() == shape {
-                Cow::Borrowed(x)
-            } else {
-                Cow::Owned(widen(x)?)
-            };
-            let y: Cow<'_, BitMask> = if y.shape() == shape {
-                Cow::Borrowed(y)
-            } else {
-                Cow::Owned(widen(y)?)
-            };
+            let (x, y) = (widen(x)?, widen(y)?);
             match rule {
-                MaskRule::And => Ok(Some(x.and(&y)?)),
+                MaskRule::And => Ok(Some(Cow::Owned(x.and(&y)?))),
                 MaskRule::Strict => {
                     let n = x.len();
                     let diff =
@@ -87,7 +85,7 @@ pub(crate) fn out_mask(
                     if let Some(i) = diff.filter(|&i| i < n) {
                         return Err(mask_mismatch(op, unravel(shape, i), x.get(i)));
                     }
-                    Ok(Some(x.into_owned()))
+                    Ok(Some(x))
                 }
             }
         }
@@ -261,7 +259,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     ) -> Result<(Vec<usize>, Option<BitMask>)> {
         let (a, b) = (operand(self), operand(rhs));
         let shape = broadcast_shapes(z.name(), a.shape, b.shape)?;
-        let mask = out_mask(z.name(), &shape, a.mask, b.mask, rule)?;
+        let mask = out_mask(z.name(), &shape, a.mask, b.mask, rule)?.map(Cow::into_owned);
         finish_into(z, &shape, &Side::Array(&a), &Side::Array(&b), mask, out)
     }
 

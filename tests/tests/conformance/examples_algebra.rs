@@ -87,3 +87,51 @@ fn predicates_where_and_fused() {
         .unwrap();
     assert_eq!(s.values().as_slice().unwrap(), &[10.0, 250.0]);
 }
+
+#[test]
+fn csr_zip_into_a_callers_buffer() {
+    use masked::{MaskedBinaryOps, MaskedCsr};
+    use sprs::CsMat;
+    let x = CsMat::new((2, 3), vec![0, 2, 3], vec![0, 2, 1], vec![1.0f32, 2.0, 3.0]);
+    let w = CsMat::new(
+        (2, 3),
+        vec![0, 2, 3],
+        vec![0, 2, 1],
+        vec![10.0f32, 20.0, 30.0],
+    );
+    let (a, b) = (
+        MaskedCsr::from_pattern(x.view()).unwrap(),
+        MaskedCsr::from_pattern(w.view()).unwrap(),
+    );
+    let mul = KeepZip(KeepBin::Mul);
+    let mut out = vec![0.0f32; 3];
+    a.zip_into(&b, &mul, MaskRule::Strict, &mut out).unwrap();
+    assert_eq!(out, [10.0, 40.0, 90.0]);
+    // the same values as the allocating form, whose structure is x's
+    let full = a.mul(&b, MaskRule::Strict).unwrap();
+    assert_eq!(full.data(), &out[..]);
+    assert_eq!(full.indices(), x.indices());
+    a.zip_scalar_into(2.0, &KeepZip(KeepBin::Sub), &mut out)
+        .unwrap();
+    assert_eq!(out, [-1.0, 0.0, 1.0]);
+    // a buffer of another length, another structure, an entry dropped by `and`
+    let mut short = vec![0.0f32; 2];
+    assert!(a.zip_into(&b, &mul, MaskRule::Strict, &mut short).is_err());
+    let y = CsMat::new((2, 3), vec![0, 1, 2], vec![0, 1], vec![1.0f32, 1.0]);
+    let c = MaskedCsr::from_pattern(y.view()).unwrap();
+    let e = a.zip_into(&c, &mul, MaskRule::And, &mut out).unwrap_err();
+    assert!(e.to_string().contains("structures differ"), "{e}");
+    let half = Pattern::<usize>::try_from_parts((2, 3), vec![0, 1, 2], vec![0, 1]).unwrap();
+    let d = MaskedCsr::with_mask(w.view(), half).unwrap();
+    let e = a.zip_into(&d, &mul, MaskRule::And, &mut out).unwrap_err();
+    assert!(e.to_string().contains("structures differ"), "{e}");
+    // a matrix masked by a sub-pattern writes one value per valid entry
+    let sub = Pattern::<usize>::try_from_parts((2, 3), vec![0, 1, 2], vec![2, 1]).unwrap();
+    let (p, q) = (
+        MaskedCsr::with_mask(x.view(), sub.clone()).unwrap(),
+        MaskedCsr::with_mask(w.view(), sub).unwrap(),
+    );
+    let mut two = vec![0.0f32; 2];
+    p.zip_into(&q, &mul, MaskRule::Strict, &mut two).unwrap();
+    assert_eq!(two, [40.0, 90.0]);
+}

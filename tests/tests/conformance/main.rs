@@ -4,6 +4,7 @@
 //! test file.
 
 mod cast;
+mod concurrency;
 mod elementwise;
 mod examples_algebra;
 mod fused;

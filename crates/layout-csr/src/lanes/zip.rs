@@ -41,58 +41,19 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         z: &Z,
         rule: MaskRule,
     ) -> Result<Rows<'a, Z::Output, I>> {
-        let own = self.valid.as_deref();
-        // the other side's validity per entry: bits (same structure) or a dense mask
-        let (obits, dense) = match &other {
-            Other::Same(_, b) => (*b, None),
-            Other::Dense(d) => (None, Some(*d)),
-            Other::Scalar(_) => (None, None),
+        let Some(bits) = self.entry_validity(&other, z.name(), rule)? else {
+            let mut values = fresh_vec::<Z::Output>(self.nnz());
+            self.zip_shared(&other, z, &mut values)?;
+            return Ok((self.indptr.to_vec(), Cow::Borrowed(self.indices), values));
         };
-        if rule == MaskRule::Strict {
-            self.check_strict(z.name(), own, obits, dense)?;
-        }
-        // combined validity of the entries (strict: the own bits, checked equal)
-        let and_bits: Option<Vec<u64>> = match (rule, own, obits) {
-            (MaskRule::And, Some(a), Some(b)) => {
-                Some(a.iter().zip(b).map(|(x, y)| x & y).collect())
-            }
-            (MaskRule::And, None, Some(b)) => Some(b.to_vec()),
+        let dense = match &other {
+            Other::Dense(d) => Some(*d),
             _ => None,
         };
-        let bits = and_bits.as_deref().or(own);
         let dense_mask = rule == MaskRule::And && dense.is_some_and(|d| d.has_mask());
-        let shared = bits.is_none() && !dense_mask;
+        let bits = bits.as_deref();
         let nrows = self.shape.0;
         let tasks = row_tasks(self.indptr);
-        if shared {
-            let mut values = fresh_vec::<Z::Output>(self.nnz());
-            let mut pieces = Vec::with_capacity(tasks.len());
-            let mut rest: &mut [Z::Output] = &mut values;
-            for t in &tasks {
-                let (v, r) = rest.split_at_mut(t.entries.len());
-                pieces.push((t.rows.clone(), t.entries.start, v));
-                rest = r;
-            }
-            let bad = pieces
-                .into_par_iter()
-                .filter_map(|(rows, base, out)| {
-                    let mut ys = Vec::new();
-                    for r in rows {
-                        let e = self.row(r);
-                        let o = &mut out[e.start - base..e.end - base];
-                        let y = self.other_run(&other, r, e.clone(), &mut ys);
-                        if let Some(k) = z.run(Src::Slice(&self.values[e.clone()]), y, None, o) {
-                            return Some((r, e.start + k));
-                        }
-                    }
-                    None
-                })
-                .min_by_key(|&(_, k)| k);
-            if let Some((r, k)) = bad {
-                return Err(self.fail_at(z, r, k));
-            }
-            return Ok((self.indptr.to_vec(), Cow::Borrowed(self.indices), values));
-        }
         // some entries drop out: each task keeps its valid entries, then they are joined
         let parts: Vec<_> = tasks
             .par_iter()
@@ -141,6 +102,118 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         let mut out = (Vec::with_capacity(nrows + 1), Vec::new(), Vec::new());
         join_parts(parts, &mut out).map_err(|(r, k)| self.fail_at(z, r, k))?;
         Ok((out.0, Cow::Owned(out.1), out.2))
+    }
+
+    /// The entries' validity under `rule` after its checks: `None` when every entry is
+    /// valid (the result keeps this structure), else `Some(bits)` (`Some(None)`: the
+    /// dense operand's mask decides per entry).
+    #[allow(clippy::type_complexity)]
+    fn entry_validity(
+        &self,
+        other: &Other<'_, T>,
+        op: &'static str,
+        rule: MaskRule,
+    ) -> Result<Option<Option<Vec<u64>>>> {
+        let own = self.valid.as_deref();
+        // the other side's validity per entry: bits (same structure) or a dense mask
+        let (obits, dense) = match other {
+            Other::Same(_, b) => (*b, None),
+            Other::Dense(d) => (None, Some(*d)),
+            Other::Scalar(_) => (None, None),
+        };
+        if rule == MaskRule::Strict {
+            self.check_strict(op, own, obits, dense)?;
+        }
+        // combined validity of the entries (strict: the own bits, checked equal)
+        let bits: Option<Vec<u64>> = match (rule, own, obits) {
+            (MaskRule::And, Some(a), Some(b)) => {
+                Some(a.iter().zip(b).map(|(x, y)| x & y).collect())
+            }
+            (MaskRule::And, None, Some(b)) => Some(b.to_vec()),
+            (_, Some(a), _) => Some(a.to_vec()),
+            _ => None,
+        };
+        let dense_mask = rule == MaskRule::And && dense.is_some_and(|d| d.has_mask());
+        Ok(match (bits, dense_mask) {
+            (None, false) => None,
+            (b, _) => Some(b),
+        })
+    }
+
+    /// `z(x, other)` at every entry (all valid), written into `out` (one value per entry).
+    fn zip_shared<Z: ZipMap<T>>(
+        &self,
+        other: &Other<'_, T>,
+        z: &Z,
+        out: &mut [Z::Output],
+    ) -> Result<()> {
+        let tasks = row_tasks(self.indptr);
+        let mut pieces = Vec::with_capacity(tasks.len());
+        let mut rest: &mut [Z::Output] = out;
+        for t in &tasks {
+            let (v, r) = rest.split_at_mut(t.entries.len());
+            pieces.push((t.rows.clone(), t.entries.start, v));
+            rest = r;
+        }
+        let bad = pieces
+            .into_par_iter()
+            .filter_map(|(rows, base, out)| {
+                // a scalar or an operand on the same entries: the task's entries are
+                // one contiguous run (no per-row calls)
+                let whole = match other {
+                    Other::Scalar(s) => Some(Src::Splat(*s)),
+                    Other::Same(v, _) => Some(Src::Slice(&v[base..base + out.len()])),
+                    Other::Dense(_) => None,
+                };
+                if let Some(y) = whole {
+                    let x = Src::Slice(&self.values[base..base + out.len()]);
+                    return z
+                        .run(x, y, None, out)
+                        .map(|k| (self.row_of(base + k), base + k));
+                }
+                let mut ys = Vec::new();
+                for r in rows {
+                    let e = self.row(r);
+                    let o = &mut out[e.start - base..e.end - base];
+                    let y = self.other_run(other, r, e.clone(), &mut ys);
+                    if let Some(k) = z.run(Src::Slice(&self.values[e.clone()]), y, None, o) {
+                        return Some((r, e.start + k));
+                    }
+                }
+                None
+            })
+            .min_by_key(|&(_, k)| k);
+        match bad {
+            Some((r, k)) => Err(self.fail_at(z, r, k)),
+            None => Ok(()),
+        }
+    }
+
+    /// As [`CsrLanes::zip_entries`] when the result keeps every entry, its values written
+    /// into `out` (one per entry); an error when some entry is not valid under `rule`.
+    pub(crate) fn zip_entries_into<Z: ZipMap<T>>(
+        &self,
+        other: Other<'_, T>,
+        z: &Z,
+        rule: MaskRule,
+        out: &mut [Z::Output],
+    ) -> Result<()> {
+        if out.len() != self.nnz() {
+            return Err(MaskedError::InvalidData(format!(
+                "{}: an output buffer of {} values for {} entries",
+                z.name(),
+                out.len(),
+                self.nnz()
+            )));
+        }
+        if self.entry_validity(&other, z.name(), rule)?.is_some() {
+            return Err(MaskedError::InvalidData(format!(
+                "{}: the result does not keep every entry of this structure (some are not \
+                 valid under the mask rule): use the allocating form",
+                z.name()
+            )));
+        }
+        self.zip_shared(&other, z, out)
     }
 
     /// The other operand's run for row `r` (entries `e`): gathered from a dense operand
@@ -281,10 +354,8 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     pub(crate) fn same_structure(&self, other: &CsrLanes<'_, T, I>) -> bool {
         self.shape == other.shape
             && self.fill == other.fill
-            && (std::ptr::eq(self.indices.as_ptr(), other.indices.as_ptr())
-                || self.indices == other.indices)
-            && (std::ptr::eq(self.indptr.as_ptr(), other.indptr.as_ptr())
-                || self.indptr == other.indptr)
+            && par_eq(self.indptr, other.indptr)
+            && par_eq(self.indices, other.indices)
     }
 }
 
@@ -304,4 +375,15 @@ fn join_parts<O, I, E>(
         out.2.extend(val);
     }
     Ok(())
+}
+
+/// Whether two slices are equal: the same memory at once, else compared in parallel
+/// chunks (two separately built index arrays of one pattern are common and large).
+fn par_eq<X: PartialEq + Sync>(a: &[X], b: &[X]) -> bool {
+    const CHUNK: usize = 1 << 16;
+    a.len() == b.len()
+        && (std::ptr::eq(a.as_ptr(), b.as_ptr())
+            || a.par_chunks(CHUNK)
+                .zip(b.par_chunks(CHUNK))
+                .all(|(x, y)| x == y))
 }
