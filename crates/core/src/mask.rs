@@ -29,11 +29,28 @@ use serde::{Deserialize, Serialize};
 /// dtype="<u8").view(np.uint8), bitorder="little")[:n]`). Deserialising re-validates:
 /// a shape whose size overflows or words too few for it are an error, and the unused
 /// high bits are cleared.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "MaskRepr", into = "MaskRepr")]
 pub struct BitMask {
     shape: Vec<usize>,
     bits: BitVec<u64, Lsb0>,
+}
+
+/// `BitMask { shape: [2, 3], valid: 3, bits: "101001" }`: the bits in row-major order
+/// (`1` = valid), no storage details.
+impl std::fmt::Debug for BitMask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bits: String = self
+            .bits
+            .iter()
+            .map(|b| if *b { '1' } else { '0' })
+            .collect();
+        f.debug_struct("BitMask")
+            .field("shape", &self.shape)
+            .field("valid", &self.count_ones())
+            .field("bits", &bits)
+            .finish()
+    }
 }
 
 /// The portable serialised form of a [`BitMask`].

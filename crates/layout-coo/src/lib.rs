@@ -56,7 +56,7 @@ use masked_core::{Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedErr
 use rayon::prelude::*;
 
 /// The mask of a [`MaskedCoo`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CooMask {
     /// The input's own stored positions ("mask from indices"): every stored entry is
     /// valid, explicit zeros included.
@@ -76,7 +76,17 @@ enum Resolved<T> {
 }
 
 /// An n-D COO array with a sparse mask. See the [crate docs](crate).
-#[derive(Debug, Clone)]
+///
+/// Serialised (serde) as `{"pattern", "values", "mask"}` ([`CooPattern`], the values in
+/// its sorted order, a [`CooMask`]); deserialising re-validates the pattern and goes
+/// through [`MaskedCoo::from_parts`] (one value per stored position, a mask pattern of
+/// the same shape).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(
+    try_from = "CooArrayRepr<T>",
+    into = "CooArrayRepr<T>",
+    bound(serialize = "T: Element", deserialize = "T: Element")
+)]
 pub struct MaskedCoo<T> {
     pattern: CooPattern,
     values: Vec<T>,
@@ -282,5 +292,32 @@ impl<T: Element> LaneKernels<T> for MaskedCoo<T> {
         zero_preserving: bool,
     ) -> Result<SparseArray<M::Output>> {
         self.lanes().map_elements(map, zero_preserving)
+    }
+}
+
+/// The serialised form of a [`MaskedCoo`].
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(bound(serialize = "T: Element", deserialize = "T: Element"))]
+struct CooArrayRepr<T> {
+    pattern: CooPattern,
+    values: Vec<T>,
+    mask: CooMask,
+}
+
+impl<T: Element> TryFrom<CooArrayRepr<T>> for MaskedCoo<T> {
+    type Error = MaskedError;
+    fn try_from(r: CooArrayRepr<T>) -> Result<Self> {
+        MaskedCoo::from_parts(r.pattern, r.values, r.mask)
+    }
+}
+
+impl<T: Element> From<MaskedCoo<T>> for CooArrayRepr<T> {
+    fn from(a: MaskedCoo<T>) -> Self {
+        let mask = a.mask();
+        CooArrayRepr {
+            pattern: a.pattern,
+            values: a.values,
+            mask,
+        }
     }
 }

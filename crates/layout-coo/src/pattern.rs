@@ -21,7 +21,13 @@ use rayon::prelude::*;
 /// assert!(CooPattern::from_coords(&[2, 3], &[vec![1, 1], vec![2, 2]]).is_err());
 /// assert!(CooPattern::from_coords(&[2, 3], &[vec![2], vec![0]]).is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Serialised (serde) as `{"shape": [...], "coords": [[...], ...]}` (one coordinate
+/// array per dim, a COO file's `coords`). Deserialising re-validates through
+/// [`CooPattern::from_coords`] (in range, no duplicate; sorted on the way in): a
+/// corrupted or hostile pattern is an error, never undefined behaviour.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "CooRepr", into = "CooRepr")]
 pub struct CooPattern {
     shape: Vec<usize>,
     nnz: usize,
@@ -356,5 +362,29 @@ mod tests {
             vec![0, 1, 2, 3]
         );
         assert!(CooPattern::from_bools(&[2, 2], &[true]).is_err());
+    }
+}
+
+/// The portable serialised form of a [`CooPattern`].
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CooRepr {
+    shape: Vec<usize>,
+    coords: Vec<Vec<usize>>,
+}
+
+impl TryFrom<CooRepr> for CooPattern {
+    type Error = MaskedError;
+    fn try_from(r: CooRepr) -> Result<Self> {
+        CooPattern::from_coords(&r.shape, &r.coords)
+    }
+}
+
+impl From<CooPattern> for CooRepr {
+    fn from(p: CooPattern) -> Self {
+        let coords = (0..p.ndim()).map(|d| p.coords(d).to_vec()).collect();
+        CooRepr {
+            shape: p.shape,
+            coords,
+        }
     }
 }

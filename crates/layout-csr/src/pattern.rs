@@ -27,6 +27,11 @@ use sprs::{CsMatViewI, SpIndex};
 /// assert_eq!(q.indptr(), &[0, 1, 2]);
 /// assert!(Pattern::<usize>::from_coords((2, 3), &[1, 1], &[2, 2]).is_err());
 /// ```
+///
+/// Serialised (serde) as `{"shape": [nrows, ncols], "indptr": [...], "indices": [...]}`
+/// (scipy's CSR arrays). Deserialising re-validates through
+/// [`Pattern::try_from_parts`]: the kernels index without bounds checks on these
+/// invariants, so a corrupted or hostile pattern is an error, never undefined behaviour.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pattern<I: SpIndex = usize> {
     shape: (usize, usize),
@@ -413,5 +418,39 @@ mod tests {
         let p = Pattern::from_predicate(&m.view(), |&b| b).unwrap();
         assert_eq!(p.indices(), &[0, 1]);
         assert_eq!(Pattern::of(&m.view()).unwrap().nnz(), 3);
+    }
+}
+
+/// The portable serialised form of a [`Pattern`].
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PatternRepr {
+    shape: (usize, usize),
+    indptr: Vec<usize>,
+    indices: Vec<usize>,
+}
+
+impl<I: SpIndex> serde::Serialize for Pattern<I> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        PatternRepr {
+            shape: self.shape,
+            indptr: self.indptr.clone(),
+            indices: self.indices.iter().map(|i| i.index()).collect(),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de, I: SpIndex> serde::Deserialize<'de> for Pattern<I> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error;
+        let r = PatternRepr::deserialize(d)?;
+        let indices = r
+            .indices
+            .iter()
+            .enumerate()
+            .map(|(k, &c)| to_index::<I>(c, k, r.shape.1))
+            .collect::<Result<Vec<I>>>()
+            .map_err(D::Error::custom)?;
+        Pattern::try_from_parts(r.shape, r.indptr, indices).map_err(D::Error::custom)
     }
 }

@@ -220,3 +220,43 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray
         })
     }
 }
+
+/// Serialised (serde) as `{"values": <ndarray's form>, "mask": <BitMask> | null}`; any
+/// storage serialises, an owned array deserialises.
+impl<S: Data, D: Dimension + serde::Serialize> serde::Serialize for MaskedArray<S, D>
+where
+    S::Elem: serde::Serialize,
+{
+    fn serialize<Se: serde::Serializer>(&self, s: Se) -> std::result::Result<Se::Ok, Se::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("MaskedArray", 2)?;
+        st.serialize_field("values", &self.data)?;
+        st.serialize_field("mask", &self.mask)?;
+        st.end()
+    }
+}
+
+/// Deserialising re-validates: the mask must broadcast to the values' shape
+/// ([`MaskedArray::new`]), and the mask itself is checked as [`BitMask`]'s form is.
+impl<'de, T, D> serde::Deserialize<'de> for MaskedArray<ndarray::OwnedRepr<T>, D>
+where
+    T: serde::Deserialize<'de>,
+    D: Dimension + serde::Deserialize<'de>,
+{
+    fn deserialize<De: serde::Deserializer<'de>>(d: De) -> std::result::Result<Self, De::Error> {
+        use serde::de::Error;
+        #[derive(serde::Deserialize)]
+        #[serde(bound(
+            deserialize = "T: serde::Deserialize<'de>, D: Dimension + serde::Deserialize<'de>"
+        ))]
+        struct Repr<T, D: Dimension> {
+            values: ndarray::Array<T, D>,
+            mask: Option<BitMask>,
+        }
+        let r = Repr::<T, D>::deserialize(d)?;
+        match r.mask {
+            Some(m) => MaskedArray::new(r.values, m).map_err(De::Error::custom),
+            None => Ok(MaskedArray::unmasked(r.values)),
+        }
+    }
+}

@@ -67,11 +67,25 @@ fn run_all(x: &[f64], valid: &[bool]) -> Vec<String> {
     let coo = MaskedCoo::try_new(&shape, &[rows, cols], vals, CooMask::Stored).unwrap();
     let mut out = Vec::new();
     for req in requests() {
-        out.push(format!("{:?}", apply(&dense, &req).unwrap()));
-        out.push(format!("{:?}", apply(&csr, &req).unwrap()));
-        out.push(format!("{:?}", apply(&coo, &req).unwrap()));
+        let tag = format!("{} {:?}", req.op.name(), req.dims);
+        let d = apply(&dense, &req).unwrap();
+        out.push(format!(
+            "dense {tag}: {:?} {:?} {:?}",
+            d.shape, d.values, d.mask
+        ));
+        out.push(format!("csr {tag}: {:?}", apply(&csr, &req).unwrap()));
+        out.push(format!("coo {tag}: {:?}", apply(&coo, &req).unwrap()));
     }
     out
+}
+
+/// Asserts equal runs, naming the first op and layout that differ.
+fn same(got: &[String], want: &[String]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        let tag = |s: &str| s.split(':').next().unwrap_or("").to_string();
+        assert!(g == w, "{}: differs from one thread", tag(w));
+    }
 }
 
 fn one_thread(x: &[f64], m: &[bool]) -> Vec<String> {
@@ -89,7 +103,7 @@ fn many_threads_at_once_equal_one_thread() {
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..6).map(|_| s.spawn(|| run_all(&x, &m))).collect();
         for h in handles {
-            assert_eq!(h.join().expect("no panic"), want);
+            same(&h.join().expect("no panic"), &want);
         }
     });
 }
@@ -107,6 +121,6 @@ fn ops_inside_a_callers_rayon_tasks_equal_one_thread() {
     let got: Vec<Vec<String>> =
         pool.install(|| (0..4).into_par_iter().map(|_| run_all(&x, &m)).collect());
     for g in got {
-        assert_eq!(g, want);
+        same(&g, &want);
     }
 }

@@ -17,3 +17,4 @@ mod props_binary;
 mod props_coo;
 mod props_csr;
 mod props_dense;
+mod serde;
