@@ -8,54 +8,22 @@ use masked::binary::{KeepBin, KeepZip};
 use masked::by_name::{apply, OpRequest};
 use masked::{CooMask, Dims, MaskRule, MaskedCoo, MaskedCsr, Pattern, ZipKernels};
 use sprs::CsMat;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call forwards to `System` unchanged; the counters do not touch memory.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: forwarded unchanged.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(l.size(), Relaxed) + l.size();
-            PEAK.fetch_max(now, Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded unchanged.
-        unsafe { System.dealloc(p, l) };
-        LIVE.fetch_sub(l.size(), Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        // SAFETY: forwarded unchanged.
-        let q = unsafe { System.realloc(p, l, new) };
-        if !q.is_null() {
-            if new >= l.size() {
-                let now = LIVE.fetch_add(new - l.size(), Relaxed) + new - l.size();
-                PEAK.fetch_max(now, Relaxed);
-            } else {
-                LIVE.fetch_sub(l.size() - new, Relaxed);
-            }
-        }
-        q
-    }
-}
+// the CLI's counting allocator (the one `masked bench` reports peaks with), shared
+#[path = "../../crates/cli/src/alloc.rs"]
+mod alloc;
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: alloc::Counting = alloc::Counting;
 
 /// The most bytes `f` had allocated at once above what was live before it.
 fn peak_of<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    let base = LIVE.load(Relaxed);
-    PEAK.store(base, Relaxed);
-    let r = f();
-    (r, PEAK.load(Relaxed).saturating_sub(base))
+    let mut out = None;
+    let peak = alloc::measure_peak(|| {
+        out = Some(f());
+        Ok::<(), ()>(())
+    })
+    .unwrap_or(0);
+    (out.expect("ran"), peak)
 }
 
 const N: usize = 1_000_000;

@@ -1640,26 +1640,19 @@ fn hostile_sizes_exit_2_before_allocating() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     std::fs::remove_file(dir.join("out.npy")).unwrap();
     // the environment variable, and a bad value of it
-    let o = bin()
-        .current_dir(dir)
-        .env("MASKED_MAX_MEMORY", "2M")
-        .args(["sum", "fits.npy", "-o", "out.npy"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("MASKED_MAX_MEMORY"), "{}", stderr(&o));
-    let o = bin()
-        .current_dir(dir)
-        .env("MASKED_MAX_MEMORY", "lots")
-        .args(["sum", "fits.npy", "-o", "out.npy"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("invalid MASKED_MAX_MEMORY 'lots'"),
-        "{}",
-        stderr(&o)
-    );
+    for (value, needle) in [
+        ("2M", "over the memory limit of 2.0 MiB"),
+        ("lots", "invalid MASKED_MAX_MEMORY 'lots'"),
+    ] {
+        let o = bin()
+            .current_dir(dir)
+            .env("MASKED_MAX_MEMORY", value)
+            .args(["sum", "fits.npy", "-o", "out.npy"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+    }
     // a mask file with a lying header
     npy_claiming(dir, "m.npy", "(1000000000000,)", 8);
     assert_bad(
@@ -1671,37 +1664,13 @@ fn hostile_sizes_exit_2_before_allocating() {
     let mm = "%%MatrixMarket matrix coordinate real general\n4000000000 4000000000 3\n\
               1 1 1.0\n2 2 2.0\n3 3 3.0\n";
     write(dir, "big.mtx", mm);
+    let big = |more: &[&'static str]| [&["sum", "big.mtx", "--dim", "1"], more].concat();
     // CSR row pointers of 32 GB: refused with the COO suggestion
-    assert_bad(
-        dir,
-        &[
-            "sum",
-            "big.mtx",
-            "--dim",
-            "1",
-            "--mask-from-pattern",
-            "-o",
-            "out.npz",
-            "--max-memory",
-            "8G",
-        ],
-        "--layout coo",
-    );
+    let csr = big(&["--mask-from-pattern", "-o", "out.npz", "--max-memory", "8G"]);
+    assert_bad(dir, &csr, "--layout coo");
     // COO keeps memory O(nnz): the per-row sums of the three entries
-    let o = run(
-        dir,
-        &[
-            "sum",
-            "big.mtx",
-            "--dim",
-            "1",
-            "--mask-from-pattern",
-            "--layout",
-            "coo",
-            "-o",
-            "out.npz",
-        ],
-    );
+    let coo = big(&["--mask-from-pattern", "--layout", "coo", "-o", "out.npz"]);
+    let o = run(dir, &coo);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let (coords, data, shape) = load_npz::<f64>(&dir.join("out.npz"));
     assert_eq!(shape, vec![4_000_000_000]);
@@ -1709,22 +1678,8 @@ fn hostile_sizes_exit_2_before_allocating() {
     assert_eq!(data, vec![1.0, 2.0, 3.0]);
     // without a mask every one of the 4e9 sums is valid: an output refused up front
     std::fs::remove_file(dir.join("out.npz")).unwrap();
-    assert_bad(
-        dir,
-        &[
-            "sum",
-            "big.mtx",
-            "--dim",
-            "1",
-            "--layout",
-            "coo",
-            "-o",
-            "out.npz",
-            "--max-memory",
-            "8G",
-        ],
-        "an output of 4000000000 entries",
-    );
+    let all = big(&["--layout", "coo", "-o", "out.npz", "--max-memory", "8G"]);
+    assert_bad(dir, &all, "an output of 4000000000 entries");
     // a size line that claims 10^11 entries: no reservation, the count is checked
     write(
         dir,
