@@ -77,11 +77,13 @@ impl From<BitMask> for MaskRepr {
     }
 }
 
-/// The element count of `shape`, or an error when it overflows `usize`.
+/// The element count of `shape`, or an error when it overflows `usize` or passes the
+/// most bits a mask can address (`usize::MAX / 8`).
 pub(crate) fn element_count(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| n <= usize::MAX >> 3)
         .ok_or_else(|| MaskedError::InvalidData(format!("shape {shape:?}: size overflows")))
 }
 
@@ -193,7 +195,9 @@ impl BitMask {
     /// [`MaskedError::MaskLength`] when the iterator does not yield exactly one value per
     /// element.
     pub fn from_bools(shape: &[usize], values: impl IntoIterator<Item = bool>) -> Result<Self> {
-        let bits: BitVec<u64, Lsb0> = values.into_iter().collect();
+        // at most one value past the count: an endless iterator is a length error
+        let n = element_count(shape)?;
+        let bits: BitVec<u64, Lsb0> = values.into_iter().take(n.saturating_add(1)).collect();
         Self::from_bitvec(shape, bits)
     }
 
@@ -202,7 +206,7 @@ impl BitMask {
     /// # Errors
     /// [`MaskedError::MaskLength`] when the length does not match the shape.
     pub fn from_bitvec(shape: &[usize], bits: BitVec<u64, Lsb0>) -> Result<Self> {
-        let n: usize = shape.iter().product();
+        let n = element_count(shape)?;
         if bits.len() != n {
             return Err(MaskedError::MaskLength {
                 shape: shape.to_vec(),
@@ -313,6 +317,7 @@ impl BitMask {
                 input_ndim: n,
             });
         }
+        element_count(shape)?;
         // source stride of each target dim (0 where the mask stretches)
         let mut src_strides = vec![0usize; n];
         let mut stride = 1usize;

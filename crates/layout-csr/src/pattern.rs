@@ -72,14 +72,14 @@ impl<I: SpIndex> Pattern<I> {
         indices: Vec<I>,
     ) -> Result<Self> {
         let (nrows, ncols) = shape;
-        if indptr.len() != nrows + 1
+        if indptr.len() != nrows.saturating_add(1)
             || indptr[0] != 0
             || indptr[nrows] != indices.len()
             || indptr.windows(2).any(|w| w[0] > w[1])
         {
             return Err(MaskedError::InvalidData(format!(
                 "row pointer must have {} non-decreasing entries from 0 to {}",
-                nrows + 1,
+                nrows as u128 + 1,
                 indices.len()
             )));
         }
@@ -135,7 +135,15 @@ impl<I: SpIndex> Pattern<I> {
             )));
         }
         check_width::<I>(ncols)?;
-        let mut counts = vec![0usize; nrows + 1];
+        let mut counts = Vec::new();
+        counts
+            .try_reserve_exact(nrows.saturating_add(1))
+            .map_err(|_| {
+                MaskedError::InvalidData(format!(
+                    "a pattern of {nrows} rows: too many row pointers to allocate"
+                ))
+            })?;
+        counts.resize(nrows + 1, 0usize);
         for (e, (&r, &c)) in rows.iter().zip(cols).enumerate() {
             for (dim, index, size) in [(0, r, nrows), (1, c, ncols)] {
                 if index >= size {
@@ -273,9 +281,7 @@ impl<I: SpIndex> Pattern<I> {
                 size: ncols,
             });
         }
-        Ok(Self::from_row_ranges((lengths.len(), ncols), |r| {
-            0..lengths[r]
-        }))
+        Self::from_row_ranges((lengths.len(), ncols), |r| 0..lengths[r])
     }
 
     /// A causal (lower-triangular) attention mask of `n` x `n`: row `i` is valid at
@@ -294,34 +300,49 @@ impl<I: SpIndex> Pattern<I> {
     /// More columns than the index type holds.
     pub fn banded(shape: (usize, usize), lower: usize, upper: usize) -> Result<Self> {
         check_width::<I>(shape.1)?;
-        Ok(Self::from_row_ranges(shape, |r| {
+        Self::from_row_ranges(shape, |r| {
             let lo = r.saturating_sub(lower).min(shape.1);
             let hi = r.saturating_add(upper).saturating_add(1).min(shape.1);
             lo..hi.max(lo)
-        }))
+        })
     }
 
-    /// Every row valid on one contiguous column range (width already checked).
+    /// Every row valid on one contiguous column range (width already checked). The
+    /// row pointer and the entries are reserved fallibly: a shape too large for memory
+    /// is an error, not an abort.
     fn from_row_ranges(
         shape: (usize, usize),
         range: impl Fn(usize) -> std::ops::Range<usize>,
-    ) -> Self {
-        let mut indptr = Vec::with_capacity(shape.0 + 1);
+    ) -> Result<Self> {
+        let too_large = |what: &str, n: u128| {
+            MaskedError::InvalidData(format!(
+                "a pattern of shape {shape:?} needs {n} {what}: too large to allocate"
+            ))
+        };
+        let mut indptr = Vec::new();
+        indptr
+            .try_reserve_exact(shape.0.saturating_add(1))
+            .map_err(|_| too_large("row pointers", shape.0 as u128 + 1))?;
         indptr.push(0);
-        let mut total = 0;
+        let mut total = 0usize;
         for r in 0..shape.0 {
-            total += range(r).len();
+            total = total
+                .checked_add(range(r).len())
+                .ok_or_else(|| too_large("entries", u128::MAX))?;
             indptr.push(total);
         }
-        let mut indices = Vec::with_capacity(total);
+        let mut indices = Vec::new();
+        indices
+            .try_reserve_exact(total)
+            .map_err(|_| too_large("entries", total as u128))?;
         for r in 0..shape.0 {
             indices.extend(range(r).map(I::from_usize_unchecked));
         }
-        Pattern {
+        Ok(Pattern {
             shape,
             indptr,
             indices,
-        }
+        })
     }
 
     /// Every position of `shape` (dense-sized: for tests and small shapes).
@@ -330,7 +351,7 @@ impl<I: SpIndex> Pattern<I> {
     /// More columns than the index type holds.
     pub fn full(shape: (usize, usize)) -> Result<Self> {
         check_width::<I>(shape.1)?;
-        Ok(Self::from_row_ranges(shape, |_| 0..shape.1))
+        Self::from_row_ranges(shape, |_| 0..shape.1)
     }
 
     /// `(nrows, ncols)`.

@@ -13,6 +13,7 @@ mod golden_coo;
 mod golden_csr;
 mod golden_dense;
 mod golden_unary;
+mod no_panic;
 mod props_binary;
 mod props_coo;
 mod props_csr;
