@@ -293,10 +293,21 @@ pub(crate) fn flat_of<'c>(
         .zip(st.iter().copied())
         .filter(|p| p.1 != 0)
         .collect();
+    // the first dim writes and only the others add: a large buffer comes from the
+    // allocator as untouched pages, and reading one before writing it maps the shared
+    // zero page first, so every page would fault twice, the second time with a TLB
+    // shootdown across the threads (at 2^22 entries, 7x the time of the whole op)
     let mut out = vec![0usize; nnz];
     const CHUNK: usize = 1 << 15;
     out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
-        for (cd, s) in &dims {
+        let Some(((first, s0), rest)) = dims.split_first() else {
+            o.fill(0);
+            return;
+        };
+        for (x, &i) in o.iter_mut().zip(&first[c * CHUNK..]) {
+            *x = i * s0;
+        }
+        for (cd, s) in rest {
             for (x, &i) in o.iter_mut().zip(&cd[c * CHUNK..]) {
                 *x += i * s;
             }
