@@ -10,6 +10,7 @@ mod error;
 mod limits;
 mod npy;
 mod sparse_io;
+mod sweep;
 
 use clap::Parser;
 use error::CliError;
@@ -96,7 +97,9 @@ pub(crate) struct RunArgs {
 
 /// The help text after the flags: every op of the registry with its options.
 fn ops_help() -> String {
-    let mut s = String::from("Run `masked bench --help` for the benchmark.\n\nOPs:\n");
+    let mut s = String::from(
+        "Run `masked sweep --help` for the layout sweep (which layout for my data), `masked bench --help` for the benchmark.\n\nOPs:\n",
+    );
     for op in Op::ALL {
         let opts: Vec<String> = op.options().iter().map(|o| format!("--{o}")).collect();
         s.push_str(&format!("  {:<12} {}", op.name(), op.summary()));
@@ -164,6 +167,13 @@ fn main() -> ExitCode {
         rest.extend(argv[2..].iter().cloned());
         match bench::BenchArgs::try_parse_from(rest) {
             Ok(a) => bench::run(a),
+            Err(e) => return clap_exit(e),
+        }
+    } else if argv.get(1).map(String::as_str) == Some("sweep") {
+        let mut rest = vec!["masked sweep".to_string()];
+        rest.extend(argv[2..].iter().cloned());
+        match sweep::SweepArgs::try_parse_from(rest) {
+            Ok(a) => sweep::run(a),
             Err(e) => return clap_exit(e),
         }
     } else {
