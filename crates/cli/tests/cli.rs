@@ -1708,3 +1708,106 @@ fn hostile_sizes_exit_2_before_allocating() {
         "add: an output of shape [100000, 100000] needs",
     );
 }
+
+#[test]
+fn sweep_prints_a_table_and_the_crossovers() {
+    let d = tempfile::tempdir().unwrap();
+    let o = run(
+        d.path(),
+        &[
+            "sweep",
+            "--shape",
+            "32,32",
+            "--grid",
+            "0.05,1",
+            "--op",
+            "sum",
+            "--series",
+            "stored:pattern",
+            "--repeat",
+            "1",
+            "--budget",
+            "0",
+            "--no-convert",
+            "--out",
+            "s",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("series") && lines[0].contains("GB/s"),
+        "{out}"
+    );
+    // 2 points x 3 layouts, then the crossover table
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("stored-pattern"))
+            .count(),
+        6,
+        "{out}"
+    );
+    assert!(
+        out.contains("crossover") && out.contains("byte model"),
+        "{out}"
+    );
+    assert!(d.path().join("s/report.md").exists());
+    assert!(d.path().join("s/sum-stored-pattern.svg").exists());
+    assert!(!d.path().join("s/convert-stored-pattern.svg").exists());
+    // the report again from the results, without timing
+    std::fs::remove_file(d.path().join("s/report.md")).unwrap();
+    let o = run(d.path(), &["sweep", "--report-only", "--out", "s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(d.path().join("s/report.md").exists());
+}
+
+#[test]
+fn sweep_bad_arguments_exit_2() {
+    let d = tempfile::tempdir().unwrap();
+    for (args, needle) in [
+        (vec!["sweep", "--grid", "0:1:1"], "invalid --grid"),
+        (
+            vec!["sweep", "--grid", "1e-3,2"],
+            "densities must be in (0, 1]",
+        ),
+        (
+            vec!["sweep", "--series", "mask:causal"],
+            "no density to vary",
+        ),
+        (
+            vec!["sweep", "--series", "stored:diagonal"],
+            "unknown mask structure",
+        ),
+        (
+            vec!["sweep", "--op", "add"],
+            "reductions and normalizations",
+        ),
+        (vec!["sweep", "--op", "nope"], "nope"),
+        (vec!["sweep", "--layout", "bsr"], "invalid --layout"),
+        (vec!["sweep", "--shape", "10,10,10"], "2-d shape"),
+        (vec!["sweep", "--size", "lots"], "invalid --size"),
+        (vec!["sweep", "--dim", "2"], "invalid --dim"),
+        (vec!["sweep", "--threads", "0"], "invalid --threads"),
+        (
+            vec!["sweep", "--max-memory", "1M", "--shape", "4096,4096"],
+            "over the memory limit",
+        ),
+        (
+            vec!["sweep", "--report-only", "--out", "nothing-here"],
+            "no results",
+        ),
+    ] {
+        let mut a = args.clone();
+        a.extend(["--out", "o"].iter().filter(|_| !args.contains(&"--out")));
+        let o = run(d.path(), &a);
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", stderr(&o));
+        let first = stderr(&o).lines().next().unwrap_or("").to_string();
+        assert!(first.contains(needle), "{a:?}: {first:?} lacks {needle:?}");
+        assert!(!stderr(&o).contains("panicked"), "{a:?}");
+    }
+    let o = bin().args(["sweep", "--help"]).output().unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("--series"));
+}

@@ -298,7 +298,10 @@ mod tests {
                 v.len()
             );
         }
-        assert_eq!(bernoulli_positions(&mut rng, 10, 1.0), (0..10).collect::<Vec<_>>());
+        assert_eq!(
+            bernoulli_positions(&mut rng, 10, 1.0),
+            (0..10).collect::<Vec<_>>()
+        );
         assert!(bernoulli_positions(&mut rng, 10, 0.0).is_empty());
     }
 

@@ -419,16 +419,16 @@ impl Plan {
                 let v: Vec<usize> = crate::bench::parse_list(s, "shape")?;
                 match v[..] {
                     [r, c] if r > 0 && c > 0 => [r, c],
-                    _ => {
-                        return Err(CliError::Usage(format!(
-                            "invalid --shape '{s}': the sweep takes a 2-d shape R,C of positive sizes"
-                        )))
-                    }
+                    _ => return Err(CliError::Usage(format!(
+                        "invalid --shape '{s}': the sweep takes a 2-d shape R,C of positive sizes"
+                    ))),
                 }
             }
             (None, Some(s)) => {
                 let bytes = crate::limits::parse_bytes(s).ok_or_else(|| {
-                    CliError::Usage(format!("invalid --size '{s}': expected a byte count such as 1G"))
+                    CliError::Usage(format!(
+                        "invalid --size '{s}': expected a byte count such as 1G"
+                    ))
                 })?;
                 shape_for_size(bytes, std::mem::size_of::<T>())
             }
@@ -441,11 +441,12 @@ impl Plan {
                 a.dim
             )));
         }
-        let grid = parse_grid(a.grid.as_deref().unwrap_or(if a.full {
-            "1e-5:1:4"
-        } else {
-            "1e-5:1:1"
-        }))?;
+        let grid =
+            parse_grid(
+                a.grid
+                    .as_deref()
+                    .unwrap_or(if a.full { "1e-5:1:4" } else { "1e-5:1:1" }),
+            )?;
         let series = a
             .series
             .as_deref()
@@ -635,12 +636,7 @@ impl<T: Element> Built<T> {
         self.coo.as_ref().expect("the COO layout is built")
     }
 
-    fn time_op(
-        &self,
-        layout: &str,
-        req: &OpRequest,
-        t: &Timing,
-    ) -> Result<(f64, usize), CliError> {
+    fn time_op(&self, layout: &str, req: &OpRequest, t: &Timing) -> Result<(f64, usize), CliError> {
         match layout {
             "dense" => {
                 let a = self.dense()?;
@@ -801,8 +797,7 @@ fn export_point<T: Element>(
             w.add_array("shape", &i64s(&l.shape)).map_err(e)?;
             if let Some(p) = &mask {
                 w.add_array("mask_indptr", &i64s(p.indptr())).map_err(e)?;
-                w.add_array("mask_indices", &i32s(p.indices()))
-                    .map_err(e)?;
+                w.add_array("mask_indices", &i32s(p.indices())).map_err(e)?;
             }
             w.finish().map_err(e)?;
         }

@@ -195,9 +195,7 @@ fn line<'r>(
 ) -> Vec<&'r Record> {
     let mut v: Vec<&Record> = rs
         .iter()
-        .filter(|r| {
-            r.series == series && r.op == op && r.layout == layout && r.threads == threads
-        })
+        .filter(|r| r.series == series && r.op == op && r.layout == layout && r.threads == threads)
         .collect();
     v.sort_by(|a, b| a.x.total_cmp(&b.x));
     v
@@ -373,7 +371,11 @@ fn conversion_table(rs: &[Record], series: &str, threads: usize, first_op: &str)
         let _ = write!(s, "| {x:.0e} |");
         for (f, t) in CONVERSIONS {
             let v = time("convert", &format!("{f}->{t}"), x);
-            let _ = write!(s, " {} |", v.map_or("".into(), |v| format!("{:.3}", v * 1e3)));
+            let _ = write!(
+                s,
+                " {} |",
+                v.map_or("".into(), |v| format!("{:.3}", v * 1e3))
+            );
         }
         for to in ["csr", "coo"] {
             let pays = match (
@@ -423,7 +425,9 @@ fn scaling_table(rs: &[Record], threads: &[usize]) -> String {
                     .filter_map(|r| b.iter().find(|q| q.x == r.x).map(|q| q.seconds / r.seconds))
                     .collect();
                 sp.sort_by(f64::total_cmp);
-                let v = sp.get(sp.len() / 2).map_or("".into(), |v| format!("{v:.2}x"));
+                let v = sp
+                    .get(sp.len() / 2)
+                    .map_or("".into(), |v| format!("{v:.2}x"));
                 let _ = write!(s, " {v} |");
             }
             s.push('\n');
@@ -527,11 +531,7 @@ pub fn write_all(dir: &Path, meta: Option<&Meta>) -> Result<String, CliError> {
     let mut current = String::new();
     for (series, file, title) in &svgs {
         if *series != current {
-            let _ = writeln!(
-                md,
-                "\n## {series}: {}\n",
-                describe_series(series, &meta)
-            );
+            let _ = writeln!(md, "\n## {series}: {}\n", describe_series(series, &meta));
             current = series.clone();
         }
         let _ = writeln!(md, "![{title}]({file})\n");

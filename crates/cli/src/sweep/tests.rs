@@ -79,8 +79,14 @@ fn every_layout_holds_the_same_data_and_computes_the_same() {
                 assert_eq!(other.values(), dense.values(), "{structure:?} d {d}");
                 assert_eq!(other.mask_vec(), dense.mask_vec(), "{structure:?} d {d}");
             }
-            assert_eq!(dense.values().iter().filter(|v| **v != 0.0).count(), l.stored.len());
-            assert_eq!(dense.mask_vec().iter().filter(|v| **v).count(), l.valid().len());
+            assert_eq!(
+                dense.values().iter().filter(|v| **v != 0.0).count(),
+                l.stored.len()
+            );
+            assert_eq!(
+                dense.mask_vec().iter().filter(|v| **v).count(),
+                l.valid().len()
+            );
             // the work: the ops of the sweep give the same valid outputs
             for dim in [0usize, 1] {
                 let ds = dense_valid(&dense.sum(dim, false).unwrap());
@@ -90,7 +96,10 @@ fn every_layout_holds_the_same_data_and_computes_the_same() {
                 assert_eq!(sparse_valid(&csr.amax(dim, false).unwrap()), da);
                 assert_eq!(sparse_valid(&coo.amax(dim, false).unwrap()), da);
                 let dm = dense_valid(&dense.median(dim, false, masked::MedianMode::Avg).unwrap());
-                assert_eq!(sparse_valid(&csr.median(dim, false, masked::MedianMode::Avg).unwrap()), dm);
+                assert_eq!(
+                    sparse_valid(&csr.median(dim, false, masked::MedianMode::Avg).unwrap()),
+                    dm
+                );
             }
         }
     }
@@ -105,7 +114,10 @@ fn ideal_bytes_follow_the_byte_model() {
     assert_eq!(l.ideal_bytes("csr"), 3.0 * 8.0 + 11.0 * 8.0);
     assert_eq!(l.ideal_bytes("coo"), 3.0 * 20.0);
     l.mask = Some(vec![1, 2]);
-    assert_eq!(l.ideal_bytes("csr"), 3.0 * 8.0 + 11.0 * 8.0 + 2.0 * 4.0 + 11.0 * 8.0);
+    assert_eq!(
+        l.ideal_bytes("csr"),
+        3.0 * 8.0 + 11.0 * 8.0 + 2.0 * 4.0 + 11.0 * 8.0
+    );
     assert_eq!(l.ideal_bytes("coo"), 3.0 * 20.0 + 2.0 * 16.0);
 }
 
@@ -122,8 +134,14 @@ fn crossings_interpolate_between_grid_points() {
         Cross::At(x) => assert!(close(x, 0.055, 1e-12), "{x}"),
         c => panic!("{c:?}"),
     }
-    assert_eq!(crossing(&xs, &[0.1, 0.2, 0.3], true), Some(Cross::Above(1e-1)));
-    assert_eq!(crossing(&xs, &[1.5, 2.0, 3.0], true), Some(Cross::Below(1e-3)));
+    assert_eq!(
+        crossing(&xs, &[0.1, 0.2, 0.3], true),
+        Some(Cross::Above(1e-1))
+    );
+    assert_eq!(
+        crossing(&xs, &[1.5, 2.0, 3.0], true),
+        Some(Cross::Below(1e-3))
+    );
     assert_eq!(crossing(&[], &[], true), None);
     assert_eq!(interpolate(&xs, &[1.0, 10.0, 100.0], 1e-2), Some(10.0));
     assert!(close(
@@ -200,7 +218,11 @@ fn crossovers_are_measured_and_modelled() {
     assert!(matches!(csr.measured, Cross::At(x) if close(x, 0.1, 1e-9)));
     // model: 8e6 x + 8e3 = 4.125e6 between 0.1 (0.196) and 1 (1.94): x = 0.5146...
     let expect = 0.1 + 0.9 * (1.0 - (0.808e6 / 4.125e6)) / ((8.008e6 - 0.808e6) / 4.125e6);
-    assert!(matches!(csr.model, Cross::At(x) if close(x, expect, 1e-9)), "{:?}", csr.model);
+    assert!(
+        matches!(csr.model, Cross::At(x) if close(x, expect, 1e-9)),
+        "{:?}",
+        csr.model
+    );
     // dense / CSR time: 10 ms / 0.1 ms at 1e-3, 10 / 1 at 1e-2
     assert!(close(csr.speedup[0].unwrap(), 100.0, 1e-9));
     assert!(close(csr.speedup[1].unwrap(), 10.0, 1e-9));
@@ -214,7 +236,10 @@ fn crossovers_are_measured_and_modelled() {
 fn report_has_its_fields_and_well_formed_svgs() {
     let dir = tempfile::tempdir().unwrap();
     let (rs, meta) = synthetic();
-    let lines: Vec<String> = rs.iter().map(|r| serde_json::to_string(r).unwrap()).collect();
+    let lines: Vec<String> = rs
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap())
+        .collect();
     std::fs::write(dir.path().join("results.jsonl"), lines.join("\n")).unwrap();
     let peers = [1e-3, 1e-2, 1e-1, 1.0].map(|x| PeerRecord {
         series: "stored-pattern".into(),
@@ -225,7 +250,10 @@ fn report_has_its_fields_and_well_formed_svgs() {
         seconds: 0.5 * x + 1e-3,
         threads: 2,
     });
-    let plines: Vec<String> = peers.iter().map(|r| serde_json::to_string(r).unwrap()).collect();
+    let plines: Vec<String> = peers
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap())
+        .collect();
     std::fs::write(dir.path().join("peers.jsonl"), plines.join("\n")).unwrap();
     let text = report::write_all(dir.path(), Some(&meta)).unwrap();
     assert!(text.contains("stored-pattern"), "{text}");
@@ -256,7 +284,13 @@ fn report_has_its_fields_and_well_formed_svgs() {
         let all = texts.join("|");
         assert!(all.contains("density"), "{svg}: no x label in {all}");
         if svg.starts_with("sum") {
-            for needle in ["time per op, ms", "masked dense", "masked csr", "torch.masked csr", "CSR crossover 1.0e-1"] {
+            for needle in [
+                "time per op, ms",
+                "masked dense",
+                "masked csr",
+                "torch.masked csr",
+                "CSR crossover 1.0e-1",
+            ] {
                 assert!(all.contains(needle), "{svg}: no {needle:?} in {all}");
             }
         } else {
@@ -294,24 +328,27 @@ fn a_tiny_sweep_writes_every_output() {
     let rs: Vec<Record> = read_jsonl(&dir.path().join("results.jsonl")).unwrap();
     // 2 series x 3 points x 2 thread counts x (2 ops x 3 layouts + 6 conversions)
     assert_eq!(rs.len(), 2 * 3 * 2 * 12);
-    assert!(rs.iter().all(|r| r.seconds > 0.0 && r.gbps > 0.0 && r.shape == [48, 40]));
+    assert!(rs
+        .iter()
+        .all(|r| r.seconds > 0.0 && r.gbps > 0.0 && r.shape == [48, 40]));
     let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
     assert_eq!(csv.lines().count(), rs.len() + 1);
     assert_eq!(csv.lines().next().unwrap(), Record::CSV_HEADER);
     // the stored series stores the grid's density; the mask series keeps 0.01 stored
     for r in &rs {
         let target = if r.vary == Vary::Stored { r.x } else { 0.01 };
-        assert!(
-            (r.density - target).abs() < 0.2 + 0.5 * target,
-            "{r:?}"
-        );
+        assert!((r.density - target).abs() < 0.2 + 0.5 * target, "{r:?}");
     }
     let points: Vec<Exported> = read_jsonl(&dir.path().join("points.jsonl")).unwrap();
     assert_eq!(points.len(), 6);
     assert!(points.iter().all(|p| dir.path().join(&p.file).exists()));
     let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     assert!(md.contains("## Thread scaling") && md.contains("| sum | mask-banded | csr |"));
-    for f in ["sum-stored-pattern.svg", "softmax-mask-banded.svg", "convert-mask-banded.svg"] {
+    for f in [
+        "sum-stored-pattern.svg",
+        "softmax-mask-banded.svg",
+        "convert-mask-banded.svg",
+    ] {
         let text = std::fs::read_to_string(dir.path().join(f)).unwrap();
         roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
     }
