@@ -419,9 +419,11 @@ impl Plan {
                 let v: Vec<usize> = crate::bench::parse_list(s, "shape")?;
                 match v[..] {
                     [r, c] if r > 0 && c > 0 => [r, c],
-                    _ => return Err(CliError::Usage(format!(
+                    _ => {
+                        return Err(CliError::Usage(format!(
                         "invalid --shape '{s}': the sweep takes a 2-d shape R,C of positive sizes"
-                    ))),
+                    )))
+                    }
                 }
             }
             (None, Some(s)) => {
