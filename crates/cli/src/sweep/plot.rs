@@ -174,6 +174,14 @@ fn draw(
     Ok(())
 }
 
+/// The (density, ms) points of one line of the records.
+fn millis(rs: &[Record], series: &str, op: &str, layout: &str, threads: usize) -> Vec<(f64, f64)> {
+    super::report::line(rs, series, op, layout, threads)
+        .iter()
+        .map(|r| (r.x, r.seconds * 1e3))
+        .collect()
+}
+
 /// Writes one SVG per (series, op) and one of the conversions per series; returns
 /// `(series, file name, title)` of each, in order.
 pub fn write_plots(
@@ -193,17 +201,7 @@ pub fn write_plots(
         for op in &meta.ops {
             let mut lines = Vec::new();
             for layout in &meta.layouts {
-                let mut pts: Vec<(f64, f64)> = rs
-                    .iter()
-                    .filter(|r| {
-                        &r.series == series
-                            && &r.op == op
-                            && &r.layout == layout
-                            && r.threads == threads
-                    })
-                    .map(|r| (r.x, r.seconds * 1e3))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let pts = millis(rs, series, op, layout, threads);
                 if !pts.is_empty() {
                     lines.push(Line {
                         label: format!("masked {layout}"),
@@ -267,18 +265,7 @@ pub fn write_plots(
         // the conversions
         let mut lines = Vec::new();
         for (k, (from, to)) in CONVERSIONS.iter().enumerate() {
-            let name = format!("{from}->{to}");
-            let mut pts: Vec<(f64, f64)> = rs
-                .iter()
-                .filter(|r| {
-                    &r.series == series
-                        && r.op == "convert"
-                        && r.layout == name
-                        && r.threads == threads
-                })
-                .map(|r| (r.x, r.seconds * 1e3))
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let pts = millis(rs, series, "convert", &format!("{from}->{to}"), threads);
             if !pts.is_empty() {
                 lines.push(Line {
                     label: format!("{from} → {to}"),

@@ -186,7 +186,7 @@ pub struct Crossover {
 }
 
 /// The records of one op on one layout of one series at one thread count, sorted by x.
-fn line<'r>(
+pub(crate) fn line<'r>(
     rs: &'r [Record],
     series: &str,
     op: &str,
@@ -297,46 +297,50 @@ fn fmt_speedup(v: Option<f64>) -> String {
     v.map_or("".into(), |v| format!("{v:.2}x"))
 }
 
-/// The crossover table as Markdown.
+/// A crossover's cells: op, series, layout, measured, model, speedups at 1e-3 and 1e-2.
+fn cells(c: &Crossover) -> [String; 7] {
+    [
+        c.op.clone(),
+        c.series.clone(),
+        c.layout.clone(),
+        c.measured.text(),
+        c.model.text(),
+        fmt_speedup(c.speedup[0]),
+        fmt_speedup(c.speedup[1]),
+    ]
+}
+
+/// The crossover table as Markdown, with the reason for each difference from the model.
 pub fn crossover_table(cs: &[Crossover]) -> String {
     let mut s = String::from(
         "| op | series | layout | measured crossover | byte model | dense/sparse time at 1e-3 | at 1e-2 | why they differ |\n|---|---|---|---|---|---|---|---|\n",
     );
     for c in cs {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            c.op,
-            c.series,
-            c.layout,
-            c.measured.text(),
-            c.model.text(),
-            fmt_speedup(c.speedup[0]),
-            fmt_speedup(c.speedup[1]),
-            explain(c)
-        );
+        let _ = writeln!(s, "| {} | {} |", cells(c).join(" | "), explain(c));
     }
     s
 }
 
 /// The crossover table as plain text for stdout.
 fn crossover_text(cs: &[Crossover]) -> String {
-    let mut s = format!(
-        "{:<10} {:<16} {:<6} {:>14} {:>12} {:>14} {:>10}\n",
-        "op", "series", "layout", "crossover", "byte model", "speedup@1e-3", "@1e-2"
-    );
+    let row = |v: [&str; 7]| {
+        format!(
+            "{:<10} {:<16} {:<6} {:>14} {:>12} {:>14} {:>10}\n",
+            v[0], v[1], v[2], v[3], v[4], v[5], v[6]
+        )
+    };
+    let mut s = row([
+        "op",
+        "series",
+        "layout",
+        "crossover",
+        "byte model",
+        "speedup@1e-3",
+        "@1e-2",
+    ]);
     for c in cs {
-        let _ = writeln!(
-            s,
-            "{:<10} {:<16} {:<6} {:>14} {:>12} {:>14} {:>10}",
-            c.op,
-            c.series,
-            c.layout,
-            c.measured.text(),
-            c.model.text(),
-            fmt_speedup(c.speedup[0]),
-            fmt_speedup(c.speedup[1])
-        );
+        let v = cells(c);
+        s.push_str(&row(std::array::from_fn(|i| v[i].as_str())));
     }
     s
 }
@@ -353,8 +357,12 @@ fn conversion_table(rs: &[Record], series: &str, threads: usize, first_op: &str)
         " dense→CSR pays off after (runs of {first_op}) | dense→COO pays off after |"
     );
     let _ = writeln!(s, "|---|{}---|---|", "---|".repeat(CONVERSIONS.len()));
-    let conv = line_all(rs, series, "convert", threads);
-    let mut xs: Vec<f64> = conv.iter().map(|r| r.x).collect();
+    let mut xs: Vec<f64> = rs
+        .iter()
+        .filter(|r| r.series == series && r.op == "convert" && r.threads == threads)
+        .map(|r| r.x)
+        .collect();
+    xs.sort_by(f64::total_cmp);
     xs.dedup();
     let time = |op: &str, layout: &str, x: f64| {
         rs.iter()
@@ -392,15 +400,6 @@ fn conversion_table(rs: &[Record], series: &str, threads: usize, first_op: &str)
         s.push('\n');
     }
     s
-}
-
-fn line_all<'r>(rs: &'r [Record], series: &str, op: &str, threads: usize) -> Vec<&'r Record> {
-    let mut v: Vec<&Record> = rs
-        .iter()
-        .filter(|r| r.series == series && r.op == op && r.threads == threads)
-        .collect();
-    v.sort_by(|a, b| a.x.total_cmp(&b.x));
-    v
 }
 
 /// Thread scaling: time at the fewest threads over time at each count, median over the
