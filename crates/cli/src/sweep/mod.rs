@@ -179,7 +179,7 @@ pub fn parse_grid(s: &str) -> Result<Vec<f64>, CliError> {
         let lo: f64 = lo.trim().parse().map_err(|_| bad("LO is not a number"))?;
         let hi: f64 = hi.trim().parse().map_err(|_| bad("HI is not a number"))?;
         let k: usize = k.trim().parse().map_err(|_| bad("K is not a count"))?;
-        if !(lo > 0.0 && hi >= lo) || k == 0 {
+        if lo.is_nan() || hi.is_nan() || lo <= 0.0 || hi < lo || k == 0 {
             return Err(bad("expected 0 < LO <= HI and K >= 1"));
         }
         let steps = ((hi / lo).log10() * k as f64).round() as usize;
@@ -197,7 +197,7 @@ pub fn parse_grid(s: &str) -> Result<Vec<f64>, CliError> {
             .collect::<Result<_, _>>()
             .map_err(|_| bad("not a list of numbers"))?
     };
-    if g.iter().any(|&v| !(v > 0.0 && v <= 1.0)) {
+    if g.iter().any(|&v| v.is_nan() || v <= 0.0 || v > 1.0) {
         return Err(bad("densities must be in (0, 1]"));
     }
     g.sort_by(f64::total_cmp);

@@ -41,6 +41,20 @@ fn err<E: std::fmt::Debug>(path: &Path) -> impl Fn(E) -> CliError + '_ {
     move |e| CliError::file(path, format!("cannot draw the plot: {e:?}"))
 }
 
+/// A tick label as a plain number of up to three significant digits: 200, 90, 1, 0.03.
+pub(crate) fn tick(y: f64) -> String {
+    if y.is_nan() || y <= 0.0 {
+        return "0".into();
+    }
+    let digits = (2 - y.log10().floor() as i32).max(0) as usize;
+    let s = format!("{y:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 /// One named line of a plot: points (density, ms), colour, dashed or solid.
 struct Line {
     label: String,
@@ -91,14 +105,7 @@ fn draw(
         .x_desc(x_label)
         .y_desc("time per op, ms (median, log)")
         .x_label_formatter(&|x| format!("{x:.0e}"))
-        .y_label_formatter(&|y| {
-            // ticks are powers of ten: 100, 1, 0.01 (1e-4 below a thousandth)
-            if *y >= 1.0 || *y < 1e-3 {
-                format!("{y:.0e}").replace("e0", "")
-            } else {
-                format!("{}", (y * 1e6).round() / 1e6)
-            }
-        })
+        .y_label_formatter(&|y| tick(*y))
         .label_style(("sans-serif", 13))
         .axis_desc_style(("sans-serif", 14))
         .light_line_style(RGBColor(235, 235, 235))

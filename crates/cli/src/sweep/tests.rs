@@ -30,6 +30,24 @@ fn grid_is_log_spaced_with_both_ends() {
 }
 
 #[test]
+fn tick_labels_are_plain_numbers() {
+    let t = super::plot::tick;
+    assert_eq!(
+        [
+            t(200.0),
+            t(90.0),
+            t(10.0),
+            t(1.0),
+            t(0.1),
+            t(0.03),
+            t(1e-5),
+            t(1234.0)
+        ],
+        ["200", "90", "10", "1", "0.1", "0.03", "0.00001", "1234"]
+    );
+}
+
+#[test]
 fn series_and_sizes_parse() {
     let s = Series::parse("mask:lengths").unwrap();
     assert_eq!((s.vary, s.structure), (Vary::Mask, Structure::Lengths));
