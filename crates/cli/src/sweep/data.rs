@@ -69,6 +69,10 @@ impl std::str::FromStr for Structure {
     }
 }
 
+/// The CSR layout of a point: the stored matrix (`u32` column indices) and the mask as a
+/// separate pattern, `None` when it is the stored pattern.
+pub type CsrParts<T> = (CsMatI<T, u32, usize>, Option<Pattern<u32>>);
+
 /// A masked `R x C` matrix as positions and values, the source of every layout.
 #[derive(Debug, Clone)]
 pub struct Logical<T> {
@@ -207,7 +211,7 @@ impl<T: Element> Logical<T> {
 
     /// The CSR layout: the stored entries, and the mask as a separate [`Pattern`] unless it
     /// is the stored pattern.
-    pub fn csr(&self) -> Result<(CsMatI<T, u32, usize>, Option<Pattern<u32>>), CliError> {
+    pub fn csr(&self) -> Result<CsrParts<T>, CliError> {
         if u32::try_from(self.shape[1]).is_err() {
             return Err(CliError::Usage(format!(
                 "{} columns exceed the sweep's u32 column indices",

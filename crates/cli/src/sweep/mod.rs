@@ -599,7 +599,7 @@ impl Point {
 /// The layouts of one point, built from one [`Logical`].
 pub struct Built<T: Element> {
     dense: Option<(Vec<T>, masked::BitMask)>,
-    csr: Option<(sprs::CsMatI<T, u32, usize>, Option<masked::Pattern<u32>>)>,
+    csr: Option<data::CsrParts<T>>,
     coo: Option<MaskedCoo<T>>,
     shape: Vec<usize>,
 }
@@ -664,7 +664,13 @@ impl<T: Element> Built<T> {
             }
             ("dense", "coo") => {
                 let a = self.dense()?;
-                measure(|| Ok(done(MaskedCoo::from(&a))), t)
+                measure(
+                    || {
+                        done(MaskedCoo::from(&a));
+                        Ok(())
+                    },
+                    t,
+                )
             }
             ("csr", "coo") => {
                 let a = self.csr()?;
