@@ -14,8 +14,9 @@ pub(crate) struct Grouped<'a, T: Clone> {
     pub ncols: usize,
     /// Row pointer over the groups.
     pub indptr: Vec<usize>,
-    /// Each entry's row-major position along the reduced dims.
-    pub cols: Vec<usize>,
+    /// Each entry's row-major position along the reduced dims (borrowed: the
+    /// coordinates of the one reduced dim, in stored order).
+    pub cols: Cow<'a, [usize]>,
     /// Values in group order (borrowed when the order did not change).
     pub values: Cow<'a, [T]>,
     /// Validity bits in group order (borrowed when the order did not change).
@@ -74,6 +75,25 @@ pub(crate) fn sub_strides(shape: &[usize], dims: &[usize]) -> Vec<usize> {
     st
 }
 
+/// The linear index over `dims` of each of `nnz` entries: one dim's coordinates are
+/// that index already and are borrowed (a 2-D array's rows and columns, an n-D array
+/// reduced over one dim); several dims are combined by [`flat_of`] into a new array.
+fn index_over<'c>(
+    shape: &[usize],
+    coords: &[&'c [usize]],
+    dims: &[usize],
+    nnz: usize,
+) -> Cow<'c, [usize]> {
+    match dims {
+        [d] => Cow::Borrowed(&coords[*d][..nnz]),
+        _ => Cow::Owned(flat_of(
+            coords.iter().copied(),
+            &sub_strides(shape, dims),
+            nnz,
+        )),
+    }
+}
+
 /// Groups `nnz` entries (coordinates per dim, row-major sorted) by the dims not in
 /// `reduced` (sorted). With `full`, there is a row for every kept position (the output
 /// is dense-sized anyway); otherwise only for the positions that have entries.
@@ -84,7 +104,7 @@ pub(crate) fn sub_strides(shape: &[usize], dims: &[usize]) -> Vec<usize> {
 /// row-major order is already the order of the reduced position.
 pub(crate) fn group<'a, T: Element>(
     shape: &[usize],
-    coords: &[&[usize]],
+    coords: &[&'a [usize]],
     values: &'a [T],
     valid: Option<&'a [u64]>,
     reduced: &[usize],
@@ -94,8 +114,8 @@ pub(crate) fn group<'a, T: Element>(
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
     let nkept = size_of(&kept.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
     let ncols = size_of(&reduced.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
-    let keys = flat_of(coords.iter().copied(), &sub_strides(shape, &kept), nnz);
-    let cols = flat_of(coords.iter().copied(), &sub_strides(shape, reduced), nnz);
+    let keys = index_over(shape, coords, &kept, nnz);
+    let cols = index_over(shape, coords, reduced, nnz);
     let in_order = kept.iter().enumerate().all(|(i, &d)| i == d);
     let (keys, cols, values, valid, perm) = if in_order || nnz <= 1 {
         (
@@ -117,8 +137,8 @@ pub(crate) fn group<'a, T: Element>(
             out
         });
         (
-            gather(&keys),
-            gather(&cols),
+            Cow::Owned(gather(&keys)),
+            Cow::Owned(gather(&cols)),
             Cow::Owned(vals),
             bits.map(Cow::Owned),
             Some(perm),
@@ -126,7 +146,7 @@ pub(crate) fn group<'a, T: Element>(
     };
     let (indptr, ids) = if full {
         let mut indptr = vec![0usize; nkept + 1];
-        for &k in &keys {
+        for &k in keys.iter() {
             indptr[k + 1] += 1;
         }
         for g in 0..nkept {
@@ -173,7 +193,7 @@ pub(crate) fn along_last<'a, T: Element>(
     Grouped {
         ncols: len,
         indptr,
-        cols: Vec::new(),
+        cols: Cow::Borrowed(&[]),
         values: Cow::Borrowed(values),
         valid: None,
         perm: None,
@@ -226,13 +246,13 @@ mod tests {
         // reduce dim 1: groups are rows, no reordering
         let g = group(&[2, 3], &[&c0, &c1], &v, None, &[1], false).unwrap();
         assert_eq!(g.indptr, vec![0, 2, 4]);
-        assert_eq!(g.cols, vec![1, 2, 0, 2]);
+        assert_eq!(g.cols[..], [1, 2, 0, 2]);
         assert!(matches!(g.values, Cow::Borrowed(_)));
         // reduce dim 0: groups are columns 0, 1, 2 (compressed: all three have entries)
         let g = group(&[2, 3], &[&c0, &c1], &v, Some(&[0b1010]), &[0], false).unwrap();
         assert_eq!(g.ids, Some(vec![0, 1, 2]));
         assert_eq!(g.indptr, vec![0, 1, 2, 4]);
-        assert_eq!(g.cols, vec![1, 0, 0, 1]);
+        assert_eq!(g.cols[..], [1, 0, 0, 1]);
         assert_eq!(&g.values[..], &[3.0, 1.0, 2.0, 4.0]);
         // entry bits follow their entries: entries 1 and 3 were valid, now at 2 and 3
         assert_eq!(g.valid.as_deref(), Some(&[0b1100u64][..]));
