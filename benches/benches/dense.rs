@@ -19,7 +19,7 @@ fn dense(c: &mut Criterion) {
     let (r, k) = (4096usize, 4096usize);
     let mut s = 0x9E37_79B9_7F4A_7C15u64;
     let x = Array2::from_shape_fn((r, k), |_| (lcg(&mut s) % 20_000) as f32 / 1000.0 - 10.0);
-    let m = BitMask::from_bools(&[r, k], (0..r * k).map(|_| lcg(&mut s) & 1 == 1)).unwrap();
+    let m = BitMask::from_bools([r, k], (0..r * k).map(|_| lcg(&mut s) & 1 == 1)).unwrap();
     let a = MaskedArray::new(x.view(), m).unwrap();
     let mut g = c.benchmark_group("dense_4096x4096_f32_mask50");
     g.throughput(Throughput::Bytes((r * k * 4 + r * k / 8) as u64));

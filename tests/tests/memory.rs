@@ -6,7 +6,7 @@
 
 use masked::binary::{KeepBin, KeepZip};
 use masked::by_name::{apply, OpRequest};
-use masked::{CooMask, Dims, MaskRule, MaskedCoo, MaskedCsr, Pattern, ZipKernels};
+use masked::{CooMask, Dims, MaskRule, MaskedCoo, MaskedCsr, PatternI, ZipKernels};
 use sprs::CsMat;
 // the CLI's counting allocator (the one `masked bench` reports peaks with), shared
 #[path = "../../crates/cli/src/alloc.rs"]
@@ -52,13 +52,13 @@ fn sparse_ops_stay_within_o_nnz_on_a_terabyte_shape() {
     let budget = 96 * nnz + 16 * N;
 
     let coo = MaskedCoo::try_new(
-        &[N, N],
+        [N, N],
         &[rows.clone(), cols.clone()],
         vals.clone(),
         CooMask::Stored,
     )
     .unwrap();
-    let pattern = Pattern::<usize>::from_coords((N, N), &rows, &cols).unwrap();
+    let pattern = PatternI::<usize>::from_coords((N, N), &[rows.to_vec(), cols.to_vec()]).unwrap();
     let m = CsMat::new(
         (N, N),
         pattern.indptr().to_vec(),

@@ -99,7 +99,7 @@ fn dense_where<T: Element>(
     let r = masked::dense::select(cond, None, &view_of(x, &xv)?, &view_of(y, &yv)?)?;
     let shape = r.shape().to_vec();
     let (v, m) = r.into_parts();
-    let mask = m.unwrap_or_else(|| BitMask::filled(&shape, true));
+    let mask = m.map_or_else(|| BitMask::filled(&shape, true), Ok)?;
     Ok((shape, T::into_dyn(v.into_raw_vec_and_offset().0), mask))
 }
 
@@ -203,7 +203,7 @@ pub(crate) fn run_fill(a: &RunArgs) -> Result<(), CliError> {
             }
             let (shape, values) = with_dtype!(dt, T => {
                 let v = T::from_scalar(value).ok_or_else(|| cast_err(dt))?;
-                let d = x.coo::<T>()?.to_dense(v)?;
+                let d = x.coo::<T>()?.filled(v)?;
                 (d.shape().to_vec(), T::into_dyn(d.into_raw_vec_and_offset().0))
             });
             npy::write_atomic(&a.output, |buf| npy::encode_dyn(&shape, values, buf))
@@ -231,6 +231,10 @@ fn sparse_fill_zero<T: Element>(
             T::into_dyn(r.data().to_vec()),
         ));
     }
-    let (shape, indices, values) = x.coo::<T>()?.fill_zero().map_err(to_cli)?.into_parts();
-    Ok((shape, indices, T::into_dyn(values)))
+    let (pattern, values, _) = x.coo::<T>()?.fill_zero().map_err(to_cli)?.into_parts();
+    Ok((
+        pattern.shape().to_vec(),
+        pattern.flat(),
+        T::into_dyn(values),
+    ))
 }

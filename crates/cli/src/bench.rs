@@ -6,7 +6,7 @@ use masked::binary::{CmpZip, FloatZip, KeepZip};
 use masked::by_name::{self as ops, BinOp, Kind, OpRequest};
 use masked::{
     BitMask, CooMask, CooPattern, DType, Dims, Element, MaskRule, MaskedArray, MaskedCoo,
-    MaskedCsr, Pattern, ZipKernels,
+    MaskedCsr, PatternI, ZipKernels,
 };
 use ndarray::{ArrayViewD, IxDyn};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -343,7 +343,7 @@ enum Input<T: Element> {
     },
     Csr {
         mat: CsMatI<T, u32, usize>,
-        mask: Option<Pattern<u32>>,
+        mask: Option<PatternI<u32>>,
     },
     Coo(MaskedCoo<T>),
 }
@@ -452,7 +452,7 @@ impl<T: Element> Data<T> {
             "pattern" => None,
             "random" => {
                 let (mp, mi) = random_rows(&mut rng, nrows, ncols, a.density * ncols as f64)?;
-                Some(Pattern::try_from_parts((nrows, ncols), mp, mi)?)
+                Some(PatternI::try_from_parts((nrows, ncols), mp, mi)?)
             }
             other => {
                 return Err(CliError::Usage(format!(
@@ -741,7 +741,7 @@ fn shape_err(e: ndarray::ShapeError) -> CliError {
 
 fn csr_of<'m, T: Element>(
     mat: CsMatViewI<'m, T, u32, usize>,
-    mask: &Option<Pattern<u32>>,
+    mask: &Option<PatternI<u32>>,
 ) -> Result<MaskedCsr<'m, T, u32, usize>, CliError> {
     Ok(match mask {
         None => MaskedCsr::from_pattern(mat)?,

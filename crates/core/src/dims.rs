@@ -9,7 +9,7 @@ use crate::error::{MaskedError, Result};
 /// as in `torch.masked`.
 ///
 /// ```
-/// use masked_core::Dims;
+/// use masked::Dims;
 /// assert_eq!(Dims::from(-1).canonical(3).unwrap(), vec![2]);
 /// assert_eq!(Dims::from([2, 0]).canonical(3).unwrap(), vec![0, 2]);
 /// assert_eq!(Dims::All.canonical(2).unwrap(), vec![0, 1]);
@@ -139,6 +139,126 @@ impl<const N: usize> From<[i32; N]> for Dims {
         Dims::Set(v.iter().map(|&d| d as isize).collect())
     }
 }
+impl From<Vec<usize>> for Dims {
+    fn from(v: Vec<usize>) -> Self {
+        Dims::Set(v.into_iter().map(DimLike::dim_index).collect())
+    }
+}
+impl From<&[usize]> for Dims {
+    fn from(v: &[usize]) -> Self {
+        Dims::Set(v.iter().map(|&d| d.dim_index()).collect())
+    }
+}
+impl<const N: usize> From<[usize; N]> for Dims {
+    fn from(v: [usize; N]) -> Self {
+        Dims::from(&v[..])
+    }
+}
+impl From<Vec<i32>> for Dims {
+    fn from(v: Vec<i32>) -> Self {
+        Dims::Set(v.into_iter().map(DimLike::dim_index).collect())
+    }
+}
+impl From<&Dims> for Dims {
+    fn from(d: &Dims) -> Self {
+        d.clone()
+    }
+}
+
+/// One dim, possibly negative (counted from the end): the argument of ops along a single
+/// dim (softmax, cumsum, `median_with_index`). Every primitive integer type is one, so a
+/// `usize` loop variable and a literal `-1` both work.
+///
+/// ```
+/// use masked::DimLike;
+/// assert_eq!((-1i32).dim_index(), -1);
+/// assert_eq!(2usize.dim_index(), 2);
+/// ```
+pub trait DimLike: Copy {
+    /// The dim as a signed index (a value past `isize::MAX` saturates, and is then out of
+    /// range for every input).
+    fn dim_index(self) -> isize;
+}
+
+macro_rules! dim_like {
+    ($($t:ty),*) => {$(
+        impl DimLike for $t {
+            #[inline]
+            fn dim_index(self) -> isize {
+                isize::try_from(self).unwrap_or(isize::MAX)
+            }
+        }
+        impl From<$t> for OneDim {
+            fn from(d: $t) -> Self {
+                OneDim(d.dim_index())
+            }
+        }
+    )*};
+}
+dim_like!(isize, i8, i16, i32, i64, usize, u8, u16, u32, u64);
+
+/// A single dim as a value (what a [`DimLike`] argument becomes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OneDim(pub isize);
+
+/// A shape argument: a slice, an array, a `Vec` of `usize`, or a `(rows, cols)` pair. Every
+/// mask constructor of every layout takes its shape as one of these.
+///
+/// ```
+/// use masked::ShapeLike;
+/// assert_eq!([2, 3].to_shape(), vec![2, 3]);
+/// assert_eq!((2, 3).to_shape(), vec![2, 3]);
+/// assert_eq!(vec![4usize].to_shape(), vec![4]);
+/// ```
+pub trait ShapeLike {
+    /// The dims, outermost first.
+    fn to_shape(&self) -> Vec<usize>;
+
+    /// The shape as `(rows, cols)`.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`] when the shape is not 2-D.
+    fn to_shape2(&self) -> Result<(usize, usize)> {
+        match self.to_shape()[..] {
+            [r, c] => Ok((r, c)),
+            ref s => Err(MaskedError::InvalidArgument {
+                name: "shape",
+                value: format!("{s:?}"),
+                reason: "expected a 2-d shape (rows, cols)",
+            }),
+        }
+    }
+}
+
+impl ShapeLike for [usize] {
+    fn to_shape(&self) -> Vec<usize> {
+        self.to_vec()
+    }
+}
+impl<const N: usize> ShapeLike for [usize; N] {
+    fn to_shape(&self) -> Vec<usize> {
+        self.to_vec()
+    }
+}
+impl ShapeLike for Vec<usize> {
+    fn to_shape(&self) -> Vec<usize> {
+        self.clone()
+    }
+}
+impl ShapeLike for (usize, usize) {
+    fn to_shape(&self) -> Vec<usize> {
+        vec![self.0, self.1]
+    }
+}
+impl<S: ShapeLike + ?Sized> ShapeLike for &S {
+    fn to_shape(&self) -> Vec<usize> {
+        (**self).to_shape()
+    }
+    fn to_shape2(&self) -> Result<(usize, usize)> {
+        (**self).to_shape2()
+    }
+}
+
 impl<T: Into<Dims>> From<Option<T>> for Dims {
     fn from(v: Option<T>) -> Self {
         v.map_or(Dims::All, Into::into)

@@ -79,7 +79,7 @@ macro_rules! dtypes {
         /// dtype in turn, so the expression is written once instead of once per dtype.
         ///
         /// ```
-        /// use masked_core::{with_dyn_vec, DynVec, Element};
+        /// use masked::{with_dyn_vec, DynVec, Element};
         /// let v = DynVec::I32(vec![1, 2, 3]);
         /// assert_eq!(with_dyn_vec!(&v, x => x.len()), 3);
         /// let total: f64 = with_dyn_vec!(v, x => x.iter().map(|e| e.to_f64()).sum());
@@ -98,7 +98,7 @@ macro_rules! dtypes {
         /// [`Element`] type of a [`DType`] (a dtype chosen at run time, e.g. by a flag).
         ///
         /// ```
-        /// use masked_core::{with_dtype, DType, Element};
+        /// use masked::{with_dtype, DType, Element};
         /// fn zero<T: Element>() -> f64 { T::ZERO.to_f64() }
         /// assert_eq!(with_dtype!(DType::F16, T => zero::<T>()), 0.0);
         /// ```
@@ -983,7 +983,7 @@ multiversion! {
 /// vector pass, no buffer.
 ///
 /// ```
-/// use masked_core::element::keys_in_place;
+/// use masked::element::keys_in_place;
 /// let mut v = [2.5f32, -1.0, 0.0];
 /// let keys = keys_in_place(&mut v).unwrap();
 /// assert!(keys[1] < keys[2] && keys[2] < keys[0]);

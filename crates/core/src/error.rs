@@ -40,7 +40,10 @@ pub enum MaskedError {
         got: usize,
     },
     /// A mask whose shape does not broadcast to the input shape.
-    #[error("mask of shape {mask:?} does not broadcast to input shape {input:?}")]
+    #[error(
+        "mask of shape {mask:?} does not broadcast to input shape {input:?}{}",
+        leading_dims_hint(mask, input)
+    )]
     MaskNotBroadcastable {
         /// Mask shape.
         mask: Vec<usize>,
@@ -96,6 +99,24 @@ pub enum MaskedError {
         index: i64,
         /// The dim's size.
         size: usize,
+    },
+    /// A sequence length above the padded length (a padding mask from lengths).
+    #[error("length {length} of sequence {row} is above the padded length {max}")]
+    LengthOutOfRange {
+        /// The sequence (row of the batch).
+        row: usize,
+        /// Its length as given.
+        length: usize,
+        /// The padded length (the mask's dim 1).
+        max: usize,
+    },
+    /// Too few or too many values for a sparse pattern.
+    #[error("{got} values for {expected} stored positions")]
+    ValueCount {
+        /// The positions the pattern (coordinates) holds.
+        expected: usize,
+        /// The values given.
+        got: usize,
     },
     /// The same sparse position given twice.
     #[error("duplicate entry at position {coords:?} (entries {first} and {second})")]
@@ -156,6 +177,22 @@ pub enum MaskedError {
         /// Where (layout or dtype), in words.
         context: String,
     },
+}
+
+/// The fix for the commonest broadcasting mistake: a mask over the leading dims (a
+/// `[batch, len]` padding mask on `[batch, len, features]` data) needs trailing unit dims,
+/// since NumPy rules align dims from the right.
+fn leading_dims_hint(mask: &[usize], input: &[usize]) -> String {
+    if mask.len() < input.len() && input.starts_with(mask) {
+        let mut fixed = mask.to_vec();
+        fixed.resize(input.len(), 1);
+        format!(
+            " (dims align from the right; a mask over the leading dims needs trailing unit \
+             dims: reshape it to {fixed:?})"
+        )
+    } else {
+        String::new()
+    }
 }
 
 impl MaskedError {

@@ -23,7 +23,7 @@ use std::fmt::Debug;
 /// - `finish(identity())` is the op's value for a fully masked lane (semantics table).
 ///
 /// The state is serde-serialisable so partial results can travel.
-pub trait Fold<T: Element>: Send + Sync {
+pub trait Fold<T: Element>: Send + Sync + 'static {
     /// The mergeable partial result.
     type State: Clone + Send + Sync + Debug + Serialize + DeserializeOwned;
     /// The finished value of a lane.
@@ -170,7 +170,7 @@ pub trait Fold<T: Element>: Send + Sync {
 /// per parallel task.
 ///
 /// ```
-/// use masked_core::not_nan_words;
+/// use masked::not_nan_words;
 /// let w = not_nan_words(&[1.0f64, f64::NAN, 3.0, 4.0], Some(&[0b0111]));
 /// assert_eq!(w, vec![0b0101]);
 /// ```

@@ -22,7 +22,7 @@ use masked_kernels::BLOCK;
 /// [`LaneStat::positions`] is true) plus a number of valid zeros that are not
 /// materialised: a sparse lane's unstored elements when every position is valid. A
 /// statistic counts those zeros without the layout ever writing them out.
-pub trait LaneStat<T: Element>: Send + Sync {
+pub trait LaneStat<T: Element>: Send + Sync + 'static {
     /// The statistic's type.
     type Output: Element;
     /// Name of the op, for messages.
@@ -92,7 +92,7 @@ impl<T: Element> LaneStat<T> for MedianIndex {
 }
 
 /// A shape-preserving map of one lane (the softmax family, normalize, cumulative ops).
-pub trait LaneMap<T: Element>: Send + Sync {
+pub trait LaneMap<T: Element>: Send + Sync + 'static {
     /// Output element type.
     type Output: Element;
     /// Name of the op, for messages.

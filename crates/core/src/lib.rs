@@ -16,7 +16,7 @@
 //! - [`MaskedError`]: the one error type.
 //!
 //! ```
-//! use masked_core::{ops::Sum, Bits, Fold};
+//! use masked::{ops::Sum, Bits, Fold};
 //! let xs = [1.0f32, 2.0, f32::NAN, 4.0];
 //! let valid = [0b1011u64]; // element 2 (the NaN) is masked out
 //! let state = Sum.fold_slice(&xs, Some(Bits::new(&valid, 0)));
@@ -35,20 +35,22 @@ pub mod layout;
 pub mod mask;
 pub mod math;
 pub mod ops;
+pub mod prebuilt;
 pub mod registry;
 pub mod sparse;
 pub mod stats;
 pub mod unary;
 
 pub use binary::{MaskRule, Splat, Value, Values, ZipMap};
-pub use dims::{wrap_dim, Dims, ReducePlan};
+pub use dims::{wrap_dim, DimLike, Dims, OneDim, ReducePlan, ShapeLike};
 pub use element::{Acc, DType, DynVec, Element, Float, Scalar};
 pub use error::{MaskedError, Result};
 pub use fold::{not_nan_words, Fold};
 /// The half-precision types (`half::f16`, `half::bf16`) the engine computes on.
+#[doc(no_inline)]
 pub use half;
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use layout::{LaneKernels, ZipKernels};
-pub use mask::{BitMask, Bits, MaskLogic};
+pub use mask::{check_lengths, BitMask, Bits, BoolArray, MaskLogic};
 pub use registry::{apply_to, Kind, MaskedBinaryOps, MaskedOps, Op, OpRequest, Options, Sink};
 pub use sparse::SparseArray;

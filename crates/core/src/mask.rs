@@ -6,15 +6,18 @@
 //! `i / 64`. A 64-element chunk of values therefore meets its validity as one word,
 //! which is what a vector mask register wants.
 
+use crate::dims::ShapeLike;
 use crate::error::{MaskedError, Result};
 use bitvec::prelude::{BitVec, Lsb0};
 pub use masked_kernels::Bits;
+use ndarray::ArrayViewD;
 use serde::{Deserialize, Serialize};
+use std::borrow::Borrow;
 
 /// An owned bit mask with a shape: `true` marks a valid element.
 ///
 /// ```
-/// use masked_core::BitMask;
+/// use masked::BitMask;
 /// let m = BitMask::from_bools(&[2, 3], [true, false, true, false, false, false]).unwrap();
 /// assert_eq!(m.count_ones(), 2);
 /// assert!(m.get(2) && !m.get(1));
@@ -87,98 +90,167 @@ pub(crate) fn element_count(shape: &[usize]) -> Result<usize> {
         .ok_or_else(|| MaskedError::InvalidData(format!("shape {shape:?}: size overflows")))
 }
 
+/// Anything a mask can be made from as an array of bools: an `ndarray` bool array of any
+/// rank, owned, a view or a reference. Every layout's `from_array` and the dense
+/// `from_bool_mask` take one.
+pub trait BoolArray {
+    /// The bools as a view (row-major iteration order is the mask's order).
+    fn bool_view(&self) -> ArrayViewD<'_, bool>;
+}
+
+impl<S: ndarray::Data<Elem = bool>, D: ndarray::Dimension> BoolArray for ndarray::ArrayBase<S, D> {
+    fn bool_view(&self) -> ArrayViewD<'_, bool> {
+        self.view().into_dyn()
+    }
+}
+
+impl<A: BoolArray + ?Sized> BoolArray for &A {
+    fn bool_view(&self) -> ArrayViewD<'_, bool> {
+        (**self).bool_view()
+    }
+}
+
+/// Checks a padding mask's lengths against its shape `[batch, len, ...]`.
+///
+/// # Errors
+/// [`MaskedError::InvalidArgument`] for a rank below 2 or a lengths array not of the
+/// batch size, [`MaskedError::LengthOutOfRange`] for a length above `len`.
+pub fn check_lengths(shape: &[usize], lengths: &[usize]) -> Result<()> {
+    if shape.len() < 2 || lengths.len() != shape[0] {
+        return Err(MaskedError::InvalidArgument {
+            name: "lengths",
+            value: format!("{} lengths for shape {shape:?}", lengths.len()),
+            reason: "expected a shape [batch, len, ...] with one length per batch row",
+        });
+    }
+    if let Some((row, &length)) = lengths.iter().enumerate().find(|(_, &l)| l > shape[1]) {
+        return Err(MaskedError::LengthOutOfRange {
+            row,
+            length,
+            max: shape[1],
+        });
+    }
+    Ok(())
+}
+
 impl BitMask {
     /// A mask of `shape` with every element set to `value`.
-    pub fn filled(shape: &[usize], value: bool) -> Self {
-        let n = shape.iter().product();
-        BitMask {
-            shape: shape.to_vec(),
-            bits: BitVec::repeat(value, n),
-        }
-    }
-
-    /// A padding mask of shape `[lengths.len(), len]`: row `r` is valid at positions
-    /// `0..lengths[r]` (a batch of sequences padded to `len`). Broadcasts over trailing
-    /// feature dims when reshaped to `[batch, len, 1]`.
     ///
     /// # Errors
-    /// [`MaskedError::IndexOutOfRange`] for a length above `len`, naming the row.
+    /// [`MaskedError::InvalidData`] when the shape's size overflows.
+    pub fn filled(shape: impl ShapeLike, value: bool) -> Result<Self> {
+        let shape = shape.to_shape();
+        let n = element_count(&shape)?;
+        Ok(BitMask {
+            shape,
+            bits: BitVec::repeat(value, n),
+        })
+    }
+
+    /// A mask of `shape` valid everywhere.
+    ///
+    /// # Errors
+    /// As [`BitMask::filled`].
+    pub fn full(shape: impl ShapeLike) -> Result<Self> {
+        Self::filled(shape, true)
+    }
+
+    /// A padding mask of shape `[batch, len, ...]`: batch row `r` is valid at positions
+    /// `0..lengths[r]` along dim 1, over every trailing dim. Give `[batch, len, 1]` for a
+    /// mask that broadcasts over the features of `[batch, len, features]` data.
+    ///
+    /// # Errors
+    /// As [`check_lengths`]: [`MaskedError::LengthOutOfRange`] naming the sequence whose
+    /// length passes `len`.
     ///
     /// ```
-    /// use masked_core::BitMask;
-    /// let m = BitMask::from_lengths(3, &[2, 0]).unwrap();
+    /// use masked::BitMask;
+    /// let m = BitMask::from_lengths([2, 3], &[2, 0]).unwrap();
     /// assert_eq!(m.to_vec(), vec![true, true, false, false, false, false]);
+    /// let e = BitMask::from_lengths([2, 3], &[1, 9]).unwrap_err();
+    /// assert_eq!(e.to_string(), "length 9 of sequence 1 is above the padded length 3");
     /// ```
-    pub fn from_lengths(len: usize, lengths: &[usize]) -> Result<Self> {
-        if let Some((r, &l)) = lengths.iter().enumerate().find(|(_, &l)| l > len) {
-            return Err(MaskedError::IndexOutOfRange {
-                entry: r,
-                dim: 1,
-                index: l as i64,
-                size: len,
-            });
-        }
+    pub fn from_lengths(shape: impl ShapeLike, lengths: &[usize]) -> Result<Self> {
+        let shape = shape.to_shape();
+        check_lengths(&shape, lengths)?;
+        let inner = element_count(&shape[2..])?;
+        let len = shape[1];
+        element_count(&shape)?;
         Self::from_bools(
-            &[lengths.len(), len],
-            lengths.iter().flat_map(|&l| (0..len).map(move |c| c < l)),
+            &shape,
+            lengths
+                .iter()
+                .flat_map(|&l| (0..len * inner).map(move |k| k < l * inner)),
         )
     }
 
     /// A banded mask of `shape` (rows, cols): row `i` is valid at columns
-    /// `i - lower ..= i + upper` (clipped). `banded((n, n), n, 0)` is causal.
-    pub fn banded(shape: (usize, usize), lower: usize, upper: usize) -> Self {
-        let (r, c) = shape;
+    /// `i - lower ..= i + upper` (clipped). `banded([n, n], n, 0)` is causal.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`] for a shape that is not 2-D; a size that overflows.
+    ///
+    /// ```
+    /// use masked::BitMask;
+    /// let m = BitMask::banded([2, 4], 0, 1).unwrap();
+    /// assert_eq!(m.to_vec(), [true, true, false, false, false, true, true, false]);
+    /// ```
+    pub fn banded(shape: impl ShapeLike, lower: usize, upper: usize) -> Result<Self> {
+        let (r, c) = shape.to_shape2()?;
         let bits = (0..r)
             .flat_map(|i| (0..c).map(move |j| j + lower >= i && j <= i.saturating_add(upper)));
-        BitMask {
-            shape: vec![r, c],
-            bits: bits.collect(),
-        }
+        Self::from_bools([r, c], bits)
     }
 
     /// A causal (lower-triangular, diagonal included) attention mask of `n` x `n`.
-    pub fn causal(n: usize) -> Self {
-        Self::banded((n, n), n, 0)
+    ///
+    /// # Errors
+    /// A size that overflows.
+    pub fn causal(n: usize) -> Result<Self> {
+        Self::banded([n, n], n, 0)
     }
 
-    /// A mask of `shape` valid exactly at the given coordinates (one vector per dim,
+    /// A mask of `shape` valid exactly at the given coordinates (one index array per dim,
     /// equal lengths), in any order.
     ///
     /// # Errors
     /// [`MaskedError::IndexOutOfRange`] or [`MaskedError::DuplicateIndex`] naming the
     /// entry; [`MaskedError::InvalidData`] for ragged coordinate vectors.
-    pub fn from_coords(shape: &[usize], coords: &[Vec<usize>]) -> Result<Self> {
+    pub fn from_coords<C: AsRef<[usize]>>(shape: impl ShapeLike, coords: &[C]) -> Result<Self> {
+        let shape = shape.to_shape();
         if coords.len() != shape.len() {
             return Err(MaskedError::InvalidData(format!(
-                "{} coordinate vectors for a {}-d shape",
+                "{} coordinate arrays for a {}-d shape",
                 coords.len(),
                 shape.len()
             )));
         }
-        let nnz = coords.first().map_or(0, Vec::len);
-        if coords.iter().any(|c| c.len() != nnz) {
-            return Err(MaskedError::InvalidData(
-                "coordinate vectors of different lengths".into(),
-            ));
+        let nnz = coords.first().map_or(0, |c| c.as_ref().len());
+        if let Some(d) = coords.iter().position(|c| c.as_ref().len() != nnz) {
+            return Err(MaskedError::InvalidData(format!(
+                "coordinate array {d} has {} entries, expected {nnz} (as array 0)",
+                coords[d].as_ref().len()
+            )));
         }
-        let mut m = Self::filled(shape, false);
+        let mut m = Self::filled(&shape, false)?;
         let mut first = std::collections::HashMap::new();
         for e in 0..nnz {
             let mut flat = 0usize;
-            for (d, (c, &size)) in coords.iter().zip(shape).enumerate() {
-                if c[e] >= size {
+            for (d, (c, &size)) in coords.iter().zip(&shape).enumerate() {
+                let i = c.as_ref()[e];
+                if i >= size {
                     return Err(MaskedError::IndexOutOfRange {
                         entry: e,
                         dim: d,
-                        index: c[e] as i64,
+                        index: i64::try_from(i).unwrap_or(i64::MAX),
                         size,
                     });
                 }
-                flat = flat * size + c[e];
+                flat = flat * size + i;
             }
             if m.get(flat) {
                 return Err(MaskedError::DuplicateIndex {
-                    coords: coords.iter().map(|c| c[e]).collect(),
+                    coords: coords.iter().map(|c| c.as_ref()[e]).collect(),
                     first: first[&flat],
                     second: e,
                 });
@@ -189,16 +261,39 @@ impl BitMask {
         Ok(m)
     }
 
-    /// A mask of `shape` from its elements in row-major order.
+    /// A mask of `shape` from its elements in row-major order: any iterable of `bool`
+    /// or `&bool` (an array, a slice, a `Vec`, an iterator).
     ///
     /// # Errors
-    /// [`MaskedError::MaskLength`] when the iterator does not yield exactly one value per
-    /// element.
-    pub fn from_bools(shape: &[usize], values: impl IntoIterator<Item = bool>) -> Result<Self> {
+    /// [`MaskedError::MaskLength`] when there is not exactly one value per element.
+    pub fn from_bools<B: Borrow<bool>>(
+        shape: impl ShapeLike,
+        values: impl IntoIterator<Item = B>,
+    ) -> Result<Self> {
+        let shape = shape.to_shape();
         // at most one value past the count: an endless iterator is a length error
-        let n = element_count(shape)?;
-        let bits: BitVec<u64, Lsb0> = values.into_iter().take(n.saturating_add(1)).collect();
-        Self::from_bitvec(shape, bits)
+        let n = element_count(&shape)?;
+        let bits: BitVec<u64, Lsb0> = values
+            .into_iter()
+            .take(n.saturating_add(1))
+            .map(|b| *b.borrow())
+            .collect();
+        Self::from_bitvec(&shape, bits)
+    }
+
+    /// A mask from an `ndarray` bool array (owned, a view or a reference), of its shape.
+    ///
+    /// # Errors
+    /// A size that overflows.
+    ///
+    /// ```
+    /// use masked::BitMask;
+    /// let m = BitMask::from_array(ndarray::array![[true, false], [false, true]]).unwrap();
+    /// assert_eq!((m.shape(), m.count_ones()), (&[2, 2][..], 2));
+    /// ```
+    pub fn from_array(mask: impl BoolArray) -> Result<Self> {
+        let v = mask.bool_view();
+        Self::from_bools(v.shape(), v.iter())
     }
 
     /// A mask of `shape` from a bit vector in row-major order.
@@ -296,8 +391,8 @@ impl BitMask {
     ///
     /// # Errors
     /// [`MaskedError::MaskLength`] when the sizes differ.
-    pub fn reshape(self, shape: &[usize]) -> Result<Self> {
-        Self::from_bitvec(shape, self.bits)
+    pub fn reshape(self, shape: impl ShapeLike) -> Result<Self> {
+        Self::from_bitvec(&shape.to_shape(), self.bits)
     }
 
     /// Broadcasts this mask to `shape` by NumPy rules (dims aligned from the right; a
@@ -364,26 +459,36 @@ impl BitMask {
         })
     }
 
-    /// Elementwise AND with another mask of the same shape.
+    /// Valid where both are: the two masks broadcast to one shape (NumPy rules), as `&a & &b`.
     ///
     /// # Errors
-    /// [`MaskedError::ShapeMismatch`] when the shapes differ.
+    /// [`MaskedError::MaskNotBroadcastable`] when the shapes do not broadcast.
     pub fn and(&self, other: &BitMask) -> Result<BitMask> {
-        if self.shape != other.shape {
-            return Err(MaskedError::ShapeMismatch {
-                what: "mask AND".into(),
-                left: self.shape.clone(),
-                right: other.shape.clone(),
-            });
-        }
-        // word by word (bitvec's `&=` on slices goes bit by bit)
-        let words: Vec<u64> = self
-            .words()
-            .iter()
-            .zip(other.words())
-            .map(|(a, b)| a & b)
-            .collect();
-        Self::from_words(&self.shape, words)
+        self.logic(other, MaskLogic::And)
+    }
+
+    /// Valid where either is (broadcasting), as `&a | &b`.
+    ///
+    /// # Errors
+    /// As [`BitMask::and`].
+    pub fn or(&self, other: &BitMask) -> Result<BitMask> {
+        self.logic(other, MaskLogic::Or)
+    }
+
+    /// Valid where exactly one is (broadcasting), as `&a ^ &b`.
+    ///
+    /// # Errors
+    /// As [`BitMask::and`].
+    pub fn xor(&self, other: &BitMask) -> Result<BitMask> {
+        self.logic(other, MaskLogic::Xor)
+    }
+
+    /// Valid where this one is and `other` is not (broadcasting), as `&a & &!&b`.
+    ///
+    /// # Errors
+    /// As [`BitMask::and`].
+    pub fn and_not(&self, other: &BitMask) -> Result<BitMask> {
+        self.logic(other, MaskLogic::AndNot)
     }
 }
 
@@ -470,6 +575,37 @@ impl BitMask {
     }
 }
 
+/// Implements `&a OP &b` for a mask type through its `logic` method. The result is a
+/// `Result`: shapes that do not match (or, for dense masks, do not broadcast) are an
+/// error, never a panic.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! mask_operators {
+    ($t:ty $(, $($g:tt)*)?) => {
+        $crate::mask_operators!(@one $t, BitAnd, bitand, And $(, $($g)*)?);
+        $crate::mask_operators!(@one $t, BitOr, bitor, Or $(, $($g)*)?);
+        $crate::mask_operators!(@one $t, BitXor, bitxor, Xor $(, $($g)*)?);
+    };
+    (@one $t:ty, $tr:ident, $f:ident, $l:ident $(, $($g:tt)*)?) => {
+        impl<$($($g)*)?> std::ops::$tr<&$t> for &$t {
+            type Output = $crate::Result<$t>;
+            fn $f(self, rhs: &$t) -> $crate::Result<$t> {
+                self.logic(rhs, $crate::MaskLogic::$l)
+            }
+        }
+    };
+}
+
+mask_operators!(BitMask);
+
+/// `!&mask`: the complement.
+impl std::ops::Not for &BitMask {
+    type Output = BitMask;
+    fn not(self) -> BitMask {
+        BitMask::not(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -488,10 +624,10 @@ mod tests {
 
     #[test]
     fn broadcast_shapes() {
-        let m = BitMask::from_bools(&[3], [true, false, true]).unwrap();
+        let m = BitMask::from_bools([3], [true, false, true]).unwrap();
         let b = m.broadcast_to(&[2, 3]).unwrap();
         assert_eq!(b.to_vec(), [true, false, true, true, false, true]);
-        let m = BitMask::from_bools(&[1, 2, 1], [true, false]).unwrap();
+        let m = BitMask::from_bools([1, 2, 1], [true, false]).unwrap();
         let b = m.broadcast_to(&[2, 2, 2]).unwrap();
         assert_eq!(
             b.to_vec(),
@@ -505,26 +641,26 @@ mod tests {
             m.broadcast_to(&[2, 1]),
             Err(MaskedError::MaskRank { .. })
         ));
-        let s = BitMask::from_bools(&[], [false]).unwrap();
+        let s = BitMask::from_bools([], [false]).unwrap();
         assert_eq!(s.broadcast_to(&[2, 2]).unwrap().count_ones(), 0);
-        let e = BitMask::from_bools(&[1], [true]).unwrap();
+        let e = BitMask::from_bools([1], [true]).unwrap();
         assert_eq!(e.broadcast_to(&[0, 3]).unwrap().len(), 0);
     }
 
     #[test]
     fn mask_constructors() {
         assert_eq!(
-            BitMask::causal(3).to_vec(),
+            BitMask::causal(3).unwrap().to_vec(),
             vec![true, false, false, true, true, false, true, true, true]
         );
         assert_eq!(
-            BitMask::banded((2, 4), 0, 1).to_vec(),
+            BitMask::banded((2, 4), 0, 1).unwrap().to_vec(),
             vec![true, true, false, false, false, true, true, false]
         );
-        let m = BitMask::from_coords(&[2, 3], &[vec![1, 0], vec![2, 0]]).unwrap();
+        let m = BitMask::from_coords([2, 3], &[vec![1, 0], vec![2, 0]]).unwrap();
         assert_eq!(m.to_vec(), vec![true, false, false, false, false, true]);
         assert!(matches!(
-            BitMask::from_coords(&[2, 3], &[vec![1, 1], vec![2, 2]]),
+            BitMask::from_coords([2, 3], &[vec![1, 1], vec![2, 2]]),
             Err(MaskedError::DuplicateIndex {
                 first: 0,
                 second: 1,
@@ -532,23 +668,35 @@ mod tests {
             })
         ));
         assert!(matches!(
-            BitMask::from_coords(&[2, 3], &[vec![2], vec![0]]),
+            BitMask::from_coords([2, 3], &[vec![2], vec![0]]),
             Err(MaskedError::IndexOutOfRange {
                 entry: 0,
                 dim: 0,
                 ..
             })
         ));
-        assert!(BitMask::from_coords(&[2, 3], &[vec![0]]).is_err());
+        assert!(BitMask::from_coords([2, 3], &[vec![0]]).is_err());
         assert!(matches!(
-            BitMask::from_lengths(2, &[1, 3]),
-            Err(MaskedError::IndexOutOfRange { entry: 1, .. })
+            BitMask::from_lengths([2, 2], &[1, 3]),
+            Err(MaskedError::LengthOutOfRange {
+                row: 1,
+                length: 3,
+                max: 2
+            })
         ));
+        // trailing dims: a [batch, len, 1] mask broadcasts over features
+        let m = BitMask::from_lengths([2, 3, 1], &[1, 2]).unwrap();
+        assert_eq!(m.shape(), &[2, 3, 1]);
+        assert_eq!(m.to_vec(), [true, false, false, true, true, false]);
+        let m = BitMask::from_lengths([1, 2, 2], &[1]).unwrap();
+        assert_eq!(m.to_vec(), [true, true, false, false]);
+        assert!(BitMask::from_lengths([2], &[1, 1]).is_err());
+        assert!(BitMask::banded([2, 2, 2], 0, 0).is_err());
     }
 
     #[test]
     fn serde_round_trip() {
-        let m = BitMask::from_bools(&[2, 2], [true, false, false, true]).unwrap();
+        let m = BitMask::from_bools([2, 2], [true, false, false, true]).unwrap();
         let s = serde_json::to_string(&m).unwrap();
         let back: BitMask = serde_json::from_str(&s).unwrap();
         assert_eq!(m, back);

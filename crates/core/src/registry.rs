@@ -14,17 +14,17 @@
 //! [`LaneStat`](crate::LaneStat) or [`LaneMap`](crate::LaneMap)) and one entry here.
 //!
 //! ```
-//! use masked_core::{Kind, Op};
+//! use masked::{Kind, Op};
 //! let op: Op = "quantile".parse()?;
 //! assert_eq!(op.kind(), Kind::Reduce);
 //! assert_eq!(op.options(), &["q", "interpolation"]);
 //! assert!(op.differentiable());
 //! assert!(!Op::ArgMax.differentiable());
-//! # Ok::<(), masked_core::MaskedError>(())
+//! # Ok::<(), masked::MaskedError>(())
 //! ```
 
 use crate::binary::{BinOp, CmpBin, CmpZip, FloatBin, FloatZip, KeepBin, KeepZip, MaskRule};
-use crate::dims::Dims;
+use crate::dims::{DimLike, Dims};
 use crate::element::{DType, Element};
 use crate::error::{MaskedError, Result};
 use crate::lane::{
@@ -535,8 +535,8 @@ macro_rules! registry {
         ///
         /// # Errors
         /// Bad dim ([`MaskedError::DimOutOfRange`]), bad option values.
-        fn $name(&self, dim: isize $(, $opt: $oty)*) -> Result<Self::Mapped<$out>> {
-            self.$kernel(&$value, dim)
+        fn $name(&self, dim: impl DimLike $(, $opt: $oty)*) -> Result<Self::Mapped<$out>> {
+            self.$kernel(&$value, dim.dim_index())
         }
     };
 
@@ -896,10 +896,10 @@ registry! {
         #[allow(clippy::type_complexity)]
         fn median_with_index(
             &self,
-            dim: isize,
+            dim: impl DimLike,
             keepdim: bool,
         ) -> Result<(Self::Reduced<T::Real>, Self::Reduced<i64>)> {
-            let d = Dims::from(dim);
+            let d = Dims::from(dim.dim_index());
             let v = self.stat_lanes(&Quantile::median(MedianMode::Lower), &d, keepdim)?;
             let i = self.stat_lanes(&MedianIndex, &d, keepdim)?;
             Ok((v, i))
@@ -912,11 +912,11 @@ registry! {
         #[allow(clippy::type_complexity)]
         fn nanmedian_with_index(
             &self,
-            dim: isize,
+            dim: impl DimLike,
             keepdim: bool,
         ) -> Result<(Self::Reduced<T::Real>, Self::Reduced<i64>)> {
             let a = self.without_nans()?;
-            let d = Dims::from(dim);
+            let d = Dims::from(dim.dim_index());
             let v = a.stat_lanes(&Quantile::median(MedianMode::Lower), &d, keepdim)?;
             let i = a.stat_lanes(&MedianIndex, &d, keepdim)?;
             Ok((v, i))

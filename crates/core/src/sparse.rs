@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// position 0 or nothing.
 ///
 /// ```
-/// use masked_core::SparseArray;
+/// use masked::SparseArray;
 /// let a = SparseArray::new(vec![2, 3], vec![1, 5], vec![7.0f32, 8.0]).unwrap();
 /// assert_eq!(a.coords(), vec![vec![0, 1], vec![1, 2]]);
 /// assert_eq!(a.get(&[1, 2]), Some(&8.0));
@@ -110,6 +110,23 @@ impl<O> SparseArray<O> {
 }
 
 impl<O: Clone> SparseArray<O> {
+    /// The dense array with `fill` at unstored (invalid) positions, as every container's
+    /// `filled`: a result handed to code that wants plain arrays (dense-sized).
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] when the shape's size overflows.
+    ///
+    /// ```
+    /// use masked::SparseArray;
+    /// let s = SparseArray::new(vec![2, 2], vec![1, 2], vec![5.0, 6.0]).unwrap();
+    /// assert_eq!(s.filled(0.0).unwrap(), ndarray::array![[0.0, 5.0], [6.0, 0.0]].into_dyn());
+    /// ```
+    pub fn filled(&self, fill: O) -> Result<ndarray::ArrayD<O>> {
+        crate::mask::element_count(&self.shape)?;
+        ndarray::ArrayD::from_shape_vec(self.shape.clone(), self.to_dense_vec(fill))
+            .map_err(|e| MaskedError::InvalidData(e.to_string()))
+    }
+
     /// Row-major dense values with `fill` at unstored positions (for tests and small
     /// outputs; dense-sized).
     pub fn to_dense_vec(&self, fill: O) -> Vec<O> {

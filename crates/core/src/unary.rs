@@ -104,7 +104,7 @@ macro_rules! fn_enum {
 #[derive(Debug, Clone, Copy)]
 pub struct FloatMap<U>(pub U);
 
-impl<T: Element, U: Unary> LaneMap<T> for FloatMap<U> {
+impl<T: Element, U: Unary + 'static> LaneMap<T> for FloatMap<U> {
     type Output = T::Real;
     fn name(&self) -> &'static str {
         self.0.name()
@@ -118,7 +118,7 @@ impl<T: Element, U: Unary> LaneMap<T> for FloatMap<U> {
 #[derive(Debug, Clone, Copy)]
 pub struct KeepMap<U>(pub U);
 
-impl<T: Element, U: Unary> LaneMap<T> for KeepMap<U> {
+impl<T: Element, U: Unary + 'static> LaneMap<T> for KeepMap<U> {
     type Output = T;
     fn name(&self) -> &'static str {
         self.0.name()

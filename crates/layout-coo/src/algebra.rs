@@ -1,6 +1,6 @@
 //! Mask algebra on the COO layout: pattern logic (one merge of the flat positions),
-//! masks from predicates, `masked_where`, `where`, `fill` / `to_dense` and `compress`.
-//! Nothing is densified except by `to_dense`, which says so.
+//! masks from predicates, `masked_where`, `where`, `fill` / `filled` and `compress`.
+//! Nothing is densified except by `filled`, which says so.
 
 use crate::{CooMask, CooPattern, MaskedCoo};
 use masked_core::binary::{select_merge, PredZip, Predicate, Side};
@@ -88,7 +88,7 @@ impl<T: Element> MaskedCoo<T> {
     ///
     /// # Errors
     /// Without a mask: every position is valid ([`MaskedError::Unsupported`]).
-    pub fn fill_zero(&self) -> Result<SparseArray<T>> {
+    pub fn fill_zero(&self) -> Result<MaskedCoo<T>> {
         self.valid_pattern()?;
         self.cast::<T>()
     }
@@ -98,7 +98,7 @@ impl<T: Element> MaskedCoo<T> {
     ///
     /// # Errors
     /// A shape whose element count overflows.
-    pub fn to_dense(&self, value: T) -> Result<ArrayD<T>> {
+    pub fn filled(&self, value: T) -> Result<ArrayD<T>> {
         let all = matches!(self.mask(), CooMask::All);
         let (shape, flat, vals) = if all {
             (
@@ -107,7 +107,8 @@ impl<T: Element> MaskedCoo<T> {
                 self.values().to_vec(),
             )
         } else {
-            self.fill_zero()?.into_parts()
+            let f = self.fill_zero()?;
+            (f.shape().to_vec(), f.pattern().flat(), f.values().to_vec())
         };
         let n = crate::pattern::size_of(&shape)?;
         let mut out = vec![if all { T::ZERO } else { value }; n];
@@ -124,7 +125,7 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// Without a mask: every position is valid ([`MaskedError::Unsupported`]).
     pub fn compress(&self) -> Result<Vec<T>> {
-        Ok(self.fill_zero()?.into_parts().2)
+        Ok(self.fill_zero()?.into_parts().1)
     }
 }
 
@@ -162,3 +163,4 @@ pub fn select<T: Element>(
     );
     SparseArray::new(a.shape().to_vec(), pos, val)
 }
+masked_core::mask_operators!(CooPattern);

@@ -14,9 +14,9 @@ use sprs::{CsMat, SpIndex};
 /// and every element stays valid ([`CooMask::All`]; a `-0.0` is then read back as `0.0`).
 ///
 /// ```
-/// use layout_coo::MaskedCoo;
-/// use layout_dense::MaskedArray;
-/// use masked_core::{BitMask, MaskedOps};
+/// use masked::MaskedCoo;
+/// use masked::MaskedArray;
+/// use masked::{BitMask, MaskedOps};
 /// use ndarray::array;
 /// let d = MaskedArray::new(array![[1.0f64, 2.0], [3.0, 4.0]],
 ///     BitMask::from_bools(&[2, 2], [true, false, false, true]).unwrap()).unwrap();
@@ -71,12 +71,12 @@ fn scatter<T: Element>(pattern: &CooPattern, values: &[T], size: usize) -> Resul
     Ok(out)
 }
 
-fn bits_at(pattern: &CooPattern) -> BitMask {
-    let mut m = BitMask::filled(pattern.shape(), false);
+fn bits_at(pattern: &CooPattern) -> Result<BitMask> {
+    let mut m = BitMask::filled(pattern.shape(), false)?;
     for f in pattern.flat() {
         m.set(f, true);
     }
-    m
+    Ok(m)
 }
 
 /// A COO array densified: zeros where unstored, the mask kept (a stored pattern or a
@@ -93,8 +93,8 @@ impl<T: Element> TryFrom<&MaskedCoo<T>> for MaskedArrayD<T> {
         let data = ArrayD::from_shape_vec(IxDyn(shape), data)
             .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
         match a.mask() {
-            CooMask::Stored => MaskedArray::new(data, bits_at(a.pattern())),
-            CooMask::Pattern(p) => MaskedArray::new(data, bits_at(&p)),
+            CooMask::Stored => MaskedArray::new(data, bits_at(a.pattern())?),
+            CooMask::Pattern(p) => MaskedArray::new(data, bits_at(&p)?),
             CooMask::All => Ok(MaskedArray::unmasked(data)),
         }
     }
@@ -112,7 +112,7 @@ fn csr_pattern<I: SpIndex>(
         rows.extend(std::iter::repeat_n(r, ptr[r + 1] - ptr[r]));
     }
     let cols: Vec<usize> = indices[..ptr[shape.0]].iter().map(|i| i.index()).collect();
-    CooPattern::from_coords(&[shape.0, shape.1], &[rows, cols])
+    CooPattern::from_coords([shape.0, shape.1], &[rows, cols])
 }
 
 /// A masked CSR matrix as 2-D COO (stored entries, values and mask kind carried).
@@ -167,9 +167,9 @@ impl<T: Element> MaskedCoo<T> {
     /// [`MaskedError::InvalidData`] when the array is not 2-D.
     ///
     /// ```
-    /// use layout_coo::MaskedCoo;
-    /// use layout_csr::MaskedCsr;
-    /// use masked_core::MaskedOps;
+    /// use masked::MaskedCoo;
+    /// use masked::MaskedCsr;
+    /// use masked::MaskedOps;
     /// let c = MaskedCoo::from_pattern(&[2, 3], &[vec![1, 0], vec![2, 1]], vec![5.0f32, 7.0]).unwrap();
     /// let (m, mask) = c.to_csr().unwrap();
     /// assert_eq!(m.indptr().raw_storage(), &[0, 1, 2]);
@@ -229,7 +229,7 @@ mod tests {
     fn round_trips_keep_values_and_masks() {
         let d = MaskedArray::new(
             array![[0.0f64, 2.0, 0.0], [3.0, 0.0, -1.0]].into_dyn(),
-            BitMask::from_bools(&[2, 3], [true, true, false, false, true, true]).unwrap(),
+            BitMask::from_bools([2, 3], [true, true, false, false, true, true]).unwrap(),
         )
         .unwrap();
         let c = MaskedCoo::from(&d);
@@ -254,9 +254,9 @@ mod tests {
         assert_eq!(cu.count(Dims::all(), false).unwrap().values(), &[4]);
         assert!(MaskedArrayD::try_from(&cu).unwrap().mask().is_none());
         // a separate mask survives COO -> CSR -> COO
-        let p = CooPattern::from_coords(&[2, 2], &[vec![0, 1], vec![0, 1]]).unwrap();
+        let p = CooPattern::from_coords([2, 2], &[vec![0, 1], vec![0, 1]]).unwrap();
         let cp = MaskedCoo::try_new(
-            &[2, 2],
+            [2, 2],
             &[vec![0], vec![1]],
             vec![5.0f32],
             CooMask::Pattern(p.clone()),
@@ -267,7 +267,7 @@ mod tests {
         let again = MaskedCoo::try_from(&csr2).unwrap();
         assert_eq!(again.mask(), CooMask::Pattern(p));
         assert_eq!(again.pattern(), cp.pattern());
-        assert!(MaskedCoo::from_pattern(&[2], &[vec![0]], vec![1.0f32])
+        assert!(MaskedCoo::from_pattern([2], &[vec![0]], vec![1.0f32])
             .unwrap()
             .to_csr()
             .is_err());

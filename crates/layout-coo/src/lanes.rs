@@ -2,8 +2,12 @@
 //! reduction groups the entries by their kept coordinates and runs the CSR layout's lane
 //! kernels on the groups; a normalization maps each lane the same way.
 
+// named by the docs' links (a plain import: links of items inlined into the facade
+// resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::group::{self, group, Grouped};
-use crate::{pattern, CooPattern};
+use crate::{pattern, prebuilt, CooPattern};
+#[allow(unused_imports)]
+use masked_core::MaskedOps;
 use masked_core::{
     not_nan_words, wrap_dim, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError,
     Result, SparseArray,
@@ -14,7 +18,7 @@ use std::borrow::Cow;
 
 /// The lanes of a masked COO array as the kernels see them: entries (positions and
 /// values), optional validity bits per entry, and whether the unstored positions are
-/// valid zeros. Get one from [`MaskedCoo::lanes`](crate::MaskedCoo::lanes); every op of [`MaskedOps`](masked_core::MaskedOps) runs on
+/// valid zeros. Get one from [`MaskedCoo::lanes`](crate::MaskedCoo::lanes); every op of [`MaskedOps`] runs on
 /// it.
 #[derive(Debug, Clone)]
 pub struct CooLanes<'a, T> {
@@ -227,6 +231,47 @@ impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
         dims: &Dims,
         keepdim: bool,
     ) -> Result<SparseArray<F::Output>> {
+        prebuilt::fold_lanes(op, self, dims, keepdim)
+    }
+
+    fn stat_lanes<S: LaneStat<T>>(
+        &self,
+        stat: &S,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<S::Output>> {
+        prebuilt::stat_lanes(stat, self, dims, keepdim)
+    }
+
+    /// The stored entries mapped in storage order (no grouping: each element is on its
+    /// own), in parallel chunks; the result stores the valid ones at their positions.
+    /// Without a mask, an op that keeps 0 at 0 maps the stored entries (unstored ones
+    /// stay the implicit 0), and any other op is an error rather than a result storing
+    /// every position.
+    fn map_elements<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        zero_preserving: bool,
+    ) -> Result<SparseArray<M::Output>> {
+        prebuilt::map_elements(map, self, zero_preserving)
+    }
+
+    /// Along any one dim; the output stores exactly the valid entries (every element
+    /// without a mask).
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<SparseArray<M::Output>> {
+        prebuilt::map_lanes(map, self, dim)
+    }
+}
+
+/// The lane kernels themselves; the trait methods above dispatch to them through
+/// `prebuilt` (compiled in this crate for `f32`/`f64`).
+impl<'a, T: Element> CooLanes<'a, T> {
+    pub(crate) fn kernel_fold_lanes<F: Fold<T>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<F::Output>> {
         let reduced = dims.canonical(self.shape().len())?;
         if let Some(r) = self.scatter_fold(op, &reduced, keepdim)? {
             return Ok(r);
@@ -236,7 +281,7 @@ impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
         })
     }
 
-    fn stat_lanes<S: LaneStat<T>>(
+    pub(crate) fn kernel_stat_lanes<S: LaneStat<T>>(
         &self,
         stat: &S,
         dims: &Dims,
@@ -254,7 +299,7 @@ impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
     /// Without a mask, an op that keeps 0 at 0 maps the stored entries (unstored ones
     /// stay the implicit 0), and any other op is an error rather than a result storing
     /// every position.
-    fn map_elements<M: LaneMap<T>>(
+    pub(crate) fn kernel_map_elements<M: LaneMap<T>>(
         &self,
         map: &M,
         zero_preserving: bool,
@@ -285,7 +330,11 @@ impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
         SparseArray::new(self.shape().to_vec(), flat, out)
     }
 
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<SparseArray<M::Output>> {
+    pub(crate) fn kernel_map_lanes<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        dim: isize,
+    ) -> Result<SparseArray<M::Output>> {
         let shape = self.shape();
         if shape.is_empty() {
             return Err(MaskedError::Unsupported {

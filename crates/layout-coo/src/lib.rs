@@ -10,7 +10,7 @@
 //! fast path), a separate [`CooPattern`] (a valid position not stored takes part as 0,
 //! a stored value outside the mask is ignored), or none (every element valid).
 //!
-//! Every op of [`MaskedOps`](masked_core::MaskedOps) runs over any set of dims with keepdim either way, and
+//! Every op of [`MaskedOps`] runs over any set of dims with keepdim either way, and
 //! the normalizations along any one dim. A reduction groups the entries by their kept
 //! coordinates (no data moves when the reduced dims are the trailing ones; otherwise an
 //! O(nnz) counting sort by group, or an O(nnz log nnz) sort when groups far outnumber
@@ -21,8 +21,8 @@
 //! with [`dense_to_csr`] / [`csr_to_dense`]; masks are carried along.
 //!
 //! ```
-//! use layout_coo::MaskedCoo;
-//! use masked_core::MaskedOps;
+//! use masked::MaskedCoo;
+//! use masked::MaskedOps;
 //!
 //! // a [2, 2, 3] tensor with 4 stored entries, given unsorted
 //! let coords = [vec![1, 0, 0, 1], vec![1, 0, 1, 1], vec![2, 0, 2, 0]];
@@ -33,8 +33,8 @@
 //! let m = a.amax(1, true).unwrap();              // keepdim: shape [2, 1, 3]
 //! assert_eq!(m.indices(), &[0, 2, 3, 5]);        // only lanes with a valid element
 //! assert_eq!(m.values(), &[1.0, 2.0, 3.0, 4.0]);
-//! let p = a.softmax(2).unwrap();                 // stores exactly the valid entries
-//! assert_eq!(p.indices(), &[0, 5, 9, 11]);
+//! let p = a.softmax(2).unwrap();                 // a MaskedCoo, the input's positions
+//! assert_eq!(p.pattern().flat(), &[0, 5, 9, 11]);
 //! assert!((p.values()[2] - 1.0 / (1.0 + 1f64.exp())).abs() < 1e-15);
 //! ```
 #![deny(missing_docs)]
@@ -44,6 +44,7 @@ mod convert;
 mod group;
 mod lanes;
 mod pattern;
+mod prebuilt;
 mod zip;
 
 pub use algebra::select;
@@ -52,7 +53,13 @@ pub use lanes::CooLanes;
 pub use masked_core::SparseArray;
 pub use pattern::CooPattern;
 
-use masked_core::{Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError, Result};
+// named by the docs' links (a plain import: links of items inlined into the facade
+// resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
+#[allow(unused_imports)]
+use masked_core::MaskedOps;
+use masked_core::{
+    Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError, Result, ShapeLike,
+};
 use rayon::prelude::*;
 
 /// The mask of a [`MaskedCoo`].
@@ -102,12 +109,20 @@ impl<T: Element> MaskedCoo<T> {
     /// [`MaskedError::IndexOutOfRange`] / [`MaskedError::DuplicateIndex`] naming the
     /// entry, [`MaskedError::ShapeMismatch`] for a mask pattern of another shape.
     pub fn try_new<C: AsRef<[usize]>>(
-        shape: &[usize],
+        shape: impl ShapeLike,
         coords: &[C],
         values: Vec<T>,
         mask: CooMask,
     ) -> Result<Self> {
-        let (pattern, perm) = CooPattern::canonical(shape, coords, values.len())?;
+        // the coordinates give the entry count (a 0-d array has no coordinate arrays)
+        let nnz = coords.first().map_or(values.len(), |c| c.as_ref().len());
+        if values.len() != nnz && coords.iter().all(|c| c.as_ref().len() == nnz) {
+            return Err(MaskedError::ValueCount {
+                expected: nnz,
+                got: values.len(),
+            });
+        }
+        let (pattern, perm) = CooPattern::canonical(&shape.to_shape(), coords, nnz)?;
         let values = match perm {
             Some(p) => p.par_iter().map(|&e| values[e]).collect(),
             None => values,
@@ -122,11 +137,10 @@ impl<T: Element> MaskedCoo<T> {
     /// A value count other than the pattern's, a mask pattern of another shape.
     pub fn from_parts(pattern: CooPattern, values: Vec<T>, mask: CooMask) -> Result<Self> {
         if values.len() != pattern.nnz() {
-            return Err(MaskedError::InvalidData(format!(
-                "{} values for {} stored positions",
-                values.len(),
-                pattern.nnz()
-            )));
+            return Err(MaskedError::ValueCount {
+                expected: pattern.nnz(),
+                got: values.len(),
+            });
         }
         let mask = match mask {
             CooMask::Stored => Resolved::Stored,
@@ -156,7 +170,7 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// As [`MaskedCoo::try_new`].
     pub fn from_pattern<C: AsRef<[usize]>>(
-        shape: &[usize],
+        shape: impl ShapeLike,
         coords: &[C],
         values: Vec<T>,
     ) -> Result<Self> {
@@ -168,7 +182,7 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// As [`MaskedCoo::try_new`].
     pub fn unmasked<C: AsRef<[usize]>>(
-        shape: &[usize],
+        shape: impl ShapeLike,
         coords: &[C],
         values: Vec<T>,
     ) -> Result<Self> {
@@ -181,7 +195,7 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// As [`MaskedCoo::try_new`].
     pub fn with_mask<C: AsRef<[usize]>>(
-        shape: &[usize],
+        shape: impl ShapeLike,
         coords: &[C],
         values: Vec<T>,
         mask: CooPattern,
@@ -212,6 +226,13 @@ impl<T: Element> MaskedCoo<T> {
             Resolved::Own { pattern, .. } => CooMask::Pattern(pattern.clone()),
             Resolved::All => CooMask::All,
         }
+    }
+
+    /// The parts: the stored pattern, its values, the mask ([`MaskedCoo::from_parts`]
+    /// takes them back).
+    pub fn into_parts(self) -> (CooPattern, Vec<T>, CooMask) {
+        let mask = self.mask();
+        (self.pattern, self.values, mask)
     }
 
     /// The lanes the kernels run on: the valid positions (a separate mask's positions
@@ -254,7 +275,7 @@ fn resolve<T: Element>(pattern: &CooPattern, values: &[T], mask: &CooPattern) ->
 
 impl<T: Element> LaneKernels<T> for MaskedCoo<T> {
     type Reduced<O: Element> = SparseArray<O>;
-    type Mapped<O: Element> = SparseArray<O>;
+    type Mapped<O: Element> = MaskedCoo<O>;
     type NanMasked<'a>
         = CooLanes<'a, T>
     where
@@ -282,16 +303,39 @@ impl<T: Element> LaneKernels<T> for MaskedCoo<T> {
         self.lanes().stat_lanes(stat, dims, keepdim)
     }
 
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<SparseArray<M::Output>> {
-        self.lanes().map_lanes(map, dim)
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<MaskedCoo<M::Output>> {
+        Ok(self.lanes().map_lanes(map, dim)?.into())
     }
 
     fn map_elements<M: LaneMap<T>>(
         &self,
         map: &M,
         zero_preserving: bool,
-    ) -> Result<SparseArray<M::Output>> {
-        self.lanes().map_elements(map, zero_preserving)
+    ) -> Result<MaskedCoo<M::Output>> {
+        Ok(self.lanes().map_elements(map, zero_preserving)?.into())
+    }
+}
+
+/// A sparse result (a reduction, a normalization, an elementwise op) as a masked COO
+/// array stored exactly at its valid positions, with those positions as its mask: the
+/// input of the next op.
+///
+/// ```
+/// use masked::prelude::*;
+/// let x = MaskedCoo::from_pattern([2, 3], &[vec![0, 0, 1], vec![0, 2, 1]], vec![1.0f64, 3.0, 5.0])?;
+/// let s = x.softmax(1)?; // a MaskedCoo again
+/// let total: MaskedCoo<f64> = s.sum(1, false)?.into();
+/// assert!(total.values().iter().all(|v| (v - 1.0).abs() < 1e-12));
+/// # Ok::<(), MaskedError>(())
+/// ```
+impl<O: Element> From<SparseArray<O>> for MaskedCoo<O> {
+    fn from(a: SparseArray<O>) -> Self {
+        let (shape, flat, values) = a.into_parts();
+        MaskedCoo {
+            pattern: CooPattern::from_sorted_flat(&shape, &flat),
+            values,
+            mask: Resolved::Stored,
+        }
     }
 }
 

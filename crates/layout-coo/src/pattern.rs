@@ -1,7 +1,8 @@
 //! The validated n-D coordinate pattern: canonical (row-major sorted), duplicate-free.
 
-use masked_core::{MaskedError, Result};
+use masked_core::{check_lengths, BoolArray, MaskedError, Result, ShapeLike};
 use rayon::prelude::*;
+use std::borrow::Borrow;
 
 /// An n-D COO index pattern: a shape and the stored positions, sorted in row-major order
 /// without duplicates. It is the stored structure of a [`crate::MaskedCoo`] and, on its
@@ -11,7 +12,7 @@ use rayon::prelude::*;
 /// in torch's and pydata sparse's `[ndim, nnz]` index arrays.
 ///
 /// ```
-/// use layout_coo::CooPattern;
+/// use masked::CooPattern;
 /// // given unsorted; stored sorted
 /// let p = CooPattern::from_coords(&[2, 3], &[vec![1, 0, 1], vec![0, 2, 2]]).unwrap();
 /// assert_eq!(p.coords(0), &[0, 1, 1]);
@@ -64,9 +65,9 @@ impl CooPattern {
     /// [`MaskedError::InvalidData`] for a wrong number of arrays or unequal lengths,
     /// [`MaskedError::IndexOutOfRange`] and [`MaskedError::DuplicateIndex`] naming the
     /// entry (in the order given).
-    pub fn from_coords<C: AsRef<[usize]>>(shape: &[usize], coords: &[C]) -> Result<Self> {
+    pub fn from_coords<C: AsRef<[usize]>>(shape: impl ShapeLike, coords: &[C]) -> Result<Self> {
         let nnz = coords.first().map_or(0, |c| c.as_ref().len());
-        Ok(Self::canonical(shape, coords, nnz)?.0)
+        Ok(Self::canonical(&shape.to_shape(), coords, nnz)?.0)
     }
 
     /// Sorts `coords` (one array per dim, `nnz` entries) into a pattern and returns the
@@ -96,7 +97,7 @@ impl CooPattern {
             let c = c.as_ref();
             if c.len() != nnz {
                 return Err(MaskedError::InvalidData(format!(
-                    "coordinate array {d} has {} entries, expected {nnz}",
+                    "coordinate array {d} has {} entries, expected {nnz} (as array 0)",
                     c.len()
                 )));
             }
@@ -152,18 +153,9 @@ impl CooPattern {
         ))
     }
 
-    /// A pattern from strictly increasing row-major flat positions.
-    ///
-    /// # Errors
-    /// [`MaskedError::InvalidData`] when they are not strictly increasing or not inside
-    /// the shape.
-    pub fn from_flat(shape: &[usize], flat: &[usize]) -> Result<Self> {
-        let size = size_of(shape)?;
-        if flat.windows(2).any(|w| w[0] >= w[1]) || flat.last().is_some_and(|&f| f >= size) {
-            return Err(MaskedError::InvalidData(format!(
-                "flat positions must be strictly increasing and below {size}"
-            )));
-        }
+    /// A pattern from flat positions already known to be strictly increasing and inside
+    /// `shape` (a `SparseArray`'s, validated when built).
+    pub(crate) fn from_sorted_flat(shape: &[usize], flat: &[usize]) -> Self {
         let nnz = flat.len();
         let mut coords = vec![0usize; shape.len() * nnz];
         let st = strides(shape);
@@ -174,78 +166,134 @@ impl CooPattern {
                 rest %= st[d];
             }
         }
-        Ok(CooPattern {
+        CooPattern {
             shape: shape.to_vec(),
             nnz,
             coords,
-        })
+        }
     }
 
-    /// The positions where `mask` (row-major bools of `shape`) is true: a dense bool
-    /// mask as a COO pattern.
+    /// A pattern from strictly increasing row-major flat positions.
     ///
     /// # Errors
-    /// [`MaskedError::InvalidData`] when the mask's length is not the shape's size.
-    ///
-    /// ```
-    /// use layout_coo::CooPattern;
-    /// let p = CooPattern::from_bools(&[2, 2], &[true, false, false, true]).unwrap();
-    /// assert_eq!(p.flat(), vec![0, 3]);
-    /// ```
-    pub fn from_bools(shape: &[usize], mask: &[bool]) -> Result<Self> {
+    /// [`MaskedError::InvalidData`] when they are not strictly increasing or not inside
+    /// the shape.
+    pub fn from_flat(shape: impl ShapeLike, flat: &[usize]) -> Result<Self> {
+        let shape = &shape.to_shape()[..];
         let size = size_of(shape)?;
-        if mask.len() != size {
+        if flat.windows(2).any(|w| w[0] >= w[1]) || flat.last().is_some_and(|&f| f >= size) {
             return Err(MaskedError::InvalidData(format!(
-                "{} mask values for shape {shape:?}",
-                mask.len()
+                "flat positions must be strictly increasing and below {size}"
             )));
         }
-        let flat: Vec<usize> = (0..size).filter(|&i| mask[i]).collect();
+        Ok(Self::from_sorted_flat(shape, flat))
+    }
+
+    /// The positions where `mask` (row-major bools of `shape`: any iterable of `bool` or
+    /// `&bool`) is true: a dense bool mask as a COO pattern.
+    ///
+    /// # Errors
+    /// [`MaskedError::MaskLength`] when there is not exactly one value per element.
+    ///
+    /// ```
+    /// use masked::CooPattern;
+    /// let p = CooPattern::from_bools([2, 2], [true, false, false, true]).unwrap();
+    /// assert_eq!(p.flat(), vec![0, 3]);
+    /// ```
+    pub fn from_bools<B: Borrow<bool>>(
+        shape: impl ShapeLike,
+        mask: impl IntoIterator<Item = B>,
+    ) -> Result<Self> {
+        let shape = shape.to_shape();
+        let size = size_of(&shape)?;
+        let mut flat = Vec::new();
+        let mut n = 0usize;
+        // at most one value past the count: an endless iterator is a length error
+        for (i, b) in mask.into_iter().take(size.saturating_add(1)).enumerate() {
+            if *b.borrow() {
+                flat.push(i);
+            }
+            n = i + 1;
+        }
+        if n != size {
+            return Err(MaskedError::MaskLength {
+                shape,
+                expected: size,
+                got: n,
+            });
+        }
         Self::from_flat(shape, &flat)
+    }
+
+    /// The `true` positions of an `ndarray` bool array (owned, a view or a reference).
+    ///
+    /// # Errors
+    /// A size that overflows.
+    pub fn from_array(mask: impl BoolArray) -> Result<Self> {
+        let v = mask.bool_view();
+        Self::from_bools(v.shape(), v.iter())
     }
 
     /// Padding masks: for a `[batch, len, ...]` shape, the positions whose index along
     /// dim 1 is below its batch row's length (every position of the trailing dims).
     ///
     /// # Errors
-    /// [`MaskedError::InvalidData`] for a shape of rank < 2 or a lengths array not of
-    /// the batch size, [`MaskedError::IndexOutOfRange`] for a length above `len`.
+    /// As [`check_lengths`]: a shape of rank < 2 or a
+    /// lengths array not of the batch size, a length above `len`
+    /// ([`MaskedError::LengthOutOfRange`]).
     ///
     /// ```
-    /// use layout_coo::CooPattern;
-    /// let p = CooPattern::from_lengths(&[2, 3, 2], &[1, 2]).unwrap();
+    /// use masked::CooPattern;
+    /// let p = CooPattern::from_lengths([2, 3, 2], &[1, 2]).unwrap();
     /// assert_eq!(p.flat(), vec![0, 1, 6, 7, 8, 9]);
     /// ```
-    pub fn from_lengths(shape: &[usize], lengths: &[usize]) -> Result<Self> {
-        if shape.len() < 2 || lengths.len() != shape[0] {
-            return Err(MaskedError::InvalidData(format!(
-                "lengths of {} sequences for shape {shape:?} (expected [batch, len, ...] with batch = lengths)",
-                lengths.len()
-            )));
-        }
-        if let Some(b) = lengths.iter().position(|&l| l > shape[1]) {
-            return Err(MaskedError::IndexOutOfRange {
-                entry: b,
-                dim: 1,
-                index: i64::try_from(lengths[b]).unwrap_or(i64::MAX),
-                size: shape[1],
-            });
-        }
+    pub fn from_lengths(shape: impl ShapeLike, lengths: &[usize]) -> Result<Self> {
+        let shape = shape.to_shape();
+        check_lengths(&shape, lengths)?;
         let inner = size_of(&shape[2..])?;
         let row = size_of(&shape[1..])?;
-        let mut flat = Vec::with_capacity(lengths.iter().sum::<usize>() * inner);
+        size_of(&shape)?;
+        let total = lengths.iter().map(|&l| l * inner).sum::<usize>();
+        let mut flat = Vec::with_capacity(total);
         for (b, &l) in lengths.iter().enumerate() {
             flat.extend(b * row..b * row + l * inner);
         }
         Self::from_flat(shape, &flat)
     }
 
+    /// A banded mask of a 2-D `shape`: row `i` is valid at columns
+    /// `i - lower ..= i + upper` (clipped). `banded([n, n], w, 0)` is a causal sliding
+    /// window of `w + 1` positions.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`] for a shape that is not 2-D; a size that overflows.
+    pub fn banded(shape: impl ShapeLike, lower: usize, upper: usize) -> Result<Self> {
+        let (r, c) = shape.to_shape2()?;
+        size_of(&[r, c])?;
+        let mut flat = Vec::new();
+        for i in 0..r {
+            let lo = i.saturating_sub(lower).min(c);
+            let hi = i.saturating_add(upper).saturating_add(1).min(c);
+            flat.extend(i * c + lo..i * c + hi.max(lo));
+        }
+        Self::from_flat([r, c], &flat)
+    }
+
+    /// A causal (lower-triangular, diagonal included) attention mask of `n` x `n`.
+    ///
+    /// # Errors
+    /// A size that overflows.
+    pub fn causal(n: usize) -> Result<Self> {
+        Self::banded([n, n], n, 0)
+    }
+
     /// Every position of `shape` (dense-sized).
     ///
     /// # Errors
     /// As [`CooPattern::from_flat`].
-    pub fn full(shape: &[usize]) -> Result<Self> {
-        let flat: Vec<usize> = (0..size_of(shape)?).collect();
+    pub fn full(shape: impl ShapeLike) -> Result<Self> {
+        let shape = shape.to_shape();
+        let flat: Vec<usize> = (0..size_of(&shape)?).collect();
         Self::from_flat(shape, &flat)
     }
 
@@ -328,7 +376,7 @@ mod tests {
         let (q, none) = CooPattern::canonical(&[3, 2], &[vec![0, 2], vec![1, 0]], 2).unwrap();
         assert_eq!(q.flat(), vec![1, 4]);
         assert!(none.is_none());
-        match CooPattern::from_coords(&[3, 2], &[vec![2, 0, 2], vec![1, 1, 1]]) {
+        match CooPattern::from_coords([3, 2], &[vec![2, 0, 2], vec![1, 1, 1]]) {
             Err(MaskedError::DuplicateIndex {
                 coords,
                 first,
@@ -340,7 +388,7 @@ mod tests {
             other => panic!("expected a duplicate, got {other:?}"),
         }
         assert!(matches!(
-            CooPattern::from_coords(&[3, 2], &[vec![0, 1], vec![1, 2]]),
+            CooPattern::from_coords([3, 2], &[vec![0, 1], vec![1, 2]]),
             Err(MaskedError::IndexOutOfRange {
                 entry: 1,
                 dim: 1,
@@ -348,9 +396,9 @@ mod tests {
                 size: 2
             })
         ));
-        assert!(CooPattern::from_coords(&[3, 2], &[vec![0, 1], vec![1]]).is_err());
-        assert!(CooPattern::from_coords(&[3], &[vec![0], vec![1]]).is_err());
-        assert!(CooPattern::from_coords(&[usize::MAX, 3], &[vec![0], vec![1]]).is_err());
+        assert!(CooPattern::from_coords([3, 2], &[vec![0, 1], vec![1]]).is_err());
+        assert!(CooPattern::from_coords([3], &[vec![0], vec![1]]).is_err());
+        assert!(CooPattern::from_coords([usize::MAX, 3], &[vec![0], vec![1]]).is_err());
         // rank 0: one position at most
         let (z, _) = CooPattern::canonical::<Vec<usize>>(&[], &[], 1).unwrap();
         assert_eq!(z.flat(), vec![0]);
@@ -359,20 +407,20 @@ mod tests {
 
     #[test]
     fn constructors() {
-        let p = CooPattern::from_flat(&[2, 3, 4], &[0, 5, 23]).unwrap();
+        let p = CooPattern::from_flat([2, 3, 4], &[0, 5, 23]).unwrap();
         assert_eq!(p.coords(0), &[0, 0, 1]);
         assert_eq!(p.coords(1), &[0, 1, 2]);
         assert_eq!(p.coords(2), &[0, 1, 3]);
-        assert!(CooPattern::from_flat(&[2, 3], &[3, 3]).is_err());
-        assert!(CooPattern::from_flat(&[2, 3], &[6]).is_err());
-        assert_eq!(CooPattern::full(&[2, 2]).unwrap().nnz(), 4);
-        assert!(CooPattern::from_lengths(&[2, 3], &[4, 0]).is_err());
-        assert!(CooPattern::from_lengths(&[2, 3], &[1]).is_err());
+        assert!(CooPattern::from_flat([2, 3], &[3, 3]).is_err());
+        assert!(CooPattern::from_flat([2, 3], &[6]).is_err());
+        assert_eq!(CooPattern::full([2, 2]).unwrap().nnz(), 4);
+        assert!(CooPattern::from_lengths([2, 3], &[4, 0]).is_err());
+        assert!(CooPattern::from_lengths([2, 3], &[1]).is_err());
         assert_eq!(
-            CooPattern::from_lengths(&[2, 3], &[3, 1]).unwrap().flat(),
+            CooPattern::from_lengths([2, 3], &[3, 1]).unwrap().flat(),
             vec![0, 1, 2, 3]
         );
-        assert!(CooPattern::from_bools(&[2, 2], &[true]).is_err());
+        assert!(CooPattern::from_bools([2, 2], [true]).is_err());
     }
 }
 

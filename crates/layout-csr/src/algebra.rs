@@ -1,8 +1,8 @@
 //! Mask algebra on the CSR layout: pattern logic (merges of sorted rows), masks from
-//! predicates, `masked_where`, `where`, `fill` / `to_dense` and `compress`. Nothing is
-//! densified except by `to_dense`, which says so.
+//! predicates, `masked_where`, `where`, `fill` / `filled` and `compress`. Nothing is
+//! densified except by `filled`, which says so.
 
-use crate::{CsrMapped, MaskedCsr, Pattern};
+use crate::{CsrMapped, MaskedCsr, PatternI};
 use masked_core::binary::{select_merge, PredZip, Predicate};
 use masked_core::mask::merge_positions;
 use masked_core::{
@@ -11,12 +11,12 @@ use masked_core::{
 use ndarray::Array2;
 use sprs::SpIndex;
 
-impl<I: SpIndex> Pattern<I> {
+impl<I: SpIndex> PatternI<I> {
     /// `logic(self, other)` of two patterns of one shape: one merge per row.
     ///
     /// # Errors
     /// [`MaskedError::ShapeMismatch`] for patterns of different shapes.
-    pub fn logic(&self, other: &Pattern<I>, logic: MaskLogic) -> Result<Pattern<I>> {
+    pub fn logic(&self, other: &PatternI<I>, logic: MaskLogic) -> Result<PatternI<I>> {
         if self.shape() != other.shape() {
             let (a, b) = (self.shape(), other.shape());
             return Err(MaskedError::ShapeMismatch {
@@ -32,23 +32,23 @@ impl<I: SpIndex> Pattern<I> {
             merge_positions(self.row(r), other.row(r), logic, &mut indices);
             indptr.push(indices.len());
         }
-        Pattern::try_from_parts(self.shape(), indptr, indices)
+        PatternI::try_from_parts(self.shape(), indptr, indices)
     }
 }
 
-impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
+impl<'a, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// The valid positions as a pattern.
     ///
     /// # Errors
     /// [`MaskedError::Unsupported`] without a mask (every position valid).
-    pub fn valid_pattern(&self) -> Result<Pattern<I>> {
+    pub fn valid_pattern(&self) -> Result<PatternI<I>> {
         if let Some(p) = self.mask_pattern() {
             return Ok(p.clone());
         }
         if matches!(self.mask_kind(), crate::CsrMask::All) {
             return Err(MaskedError::densifying("valid_pattern"));
         }
-        Pattern::of(self.matrix())
+        PatternI::of(self.matrix())
     }
 
     /// The mask of a predicate: the valid positions where `p` holds (a valid but
@@ -57,7 +57,7 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// # Errors
     /// Without a mask, a predicate true at 0 ([`MaskedError::Unsupported`]: it would
     /// hold at every unstored position).
-    pub fn predicate(&self, p: Predicate) -> Result<Pattern<I>> {
+    pub fn predicate(&self, p: Predicate) -> Result<PatternI<I>> {
         let m = self.zip_elements(&Splat(T::ZERO), &PredZip(p), MaskRule::Strict)?;
         let (nrows, _) = self.matrix().shape();
         let mut indptr = Vec::with_capacity(nrows + 1);
@@ -72,7 +72,7 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
             );
             indptr.push(indices.len());
         }
-        Pattern::try_from_parts(m.shape(), indptr, indices)
+        PatternI::try_from_parts(m.shape(), indptr, indices)
     }
 
     /// numpy.ma's `masked_where(p, x)`: the same matrix with the valid positions where
@@ -90,10 +90,10 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// The same matrix with its valid positions combined with `other` by `logic`.
     ///
     /// # Errors
-    /// As [`Pattern::logic`] and [`MaskedCsr::valid_pattern`].
+    /// As [`PatternI::logic`] and [`MaskedCsr::valid_pattern`].
     pub fn mask_logic(
         &self,
-        other: &Pattern<I>,
+        other: &PatternI<I>,
         logic: MaskLogic,
     ) -> Result<MaskedCsr<'a, T, I, Iptr>> {
         MaskedCsr::with_mask(*self.matrix(), self.valid_pattern()?.logic(other, logic)?)
@@ -110,8 +110,8 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     }
 
     /// An explicit densification: a dense matrix with the valid values and `value` at
-    /// every other position (`to_dense(0)` of a mask-free matrix is its dense form).
-    pub fn to_dense(&self, value: T) -> Array2<T> {
+    /// every other position (`filled(0)` of a mask-free matrix is its dense form).
+    pub fn filled(&self, value: T) -> Array2<T> {
         let (r, c) = self.matrix().shape();
         let l = self.lanes();
         let mut out = Array2::from_elem((r, c), if l.fill { T::ZERO } else { value });
@@ -174,3 +174,4 @@ pub fn select<'a, T: Element, I: SpIndex, P1: SpIndex, P2: SpIndex>(
     sprs::CsMatI::try_new(shape, indptr, idx, val)
         .map_err(|(_, _, _, e)| MaskedError::InvalidData(e.to_string()))
 }
+masked_core::mask_operators!(PatternI<I>, I: SpIndex);

@@ -1,7 +1,13 @@
 //! The kernels of the CSR layout: fold, gather and map each lane of a resolved masked
 //! CSR matrix, along dim 1 (rows), dim 0 (columns) or all dims.
 
+// named by the docs' links (a plain import: links of items inlined into the facade
+// resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::partition::{groups, row_tasks};
+use crate::prebuilt;
+use masked_core::prebuilt::{is, same};
+#[allow(unused_imports)]
+use masked_core::MaskedOps;
 use masked_core::{
     not_nan_words, wrap_dim, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError,
     Result, SparseArray,
@@ -24,7 +30,8 @@ pub(crate) use zip::Other;
 /// stored entries are exactly the mask's valid positions. When every stored entry is
 /// valid (mask = the input's pattern, no NaN dropped) its column indices are the input's
 /// own, borrowed rather than copied, as torch's sparse softmax shares its input's
-/// indices; otherwise they are owned. `to_owned()` gives a plain [`sprs::CsMatI`].
+/// indices; otherwise they are owned. [`IntoCsMat::into_csmat`](crate::IntoCsMat::into_csmat) gives a plain
+/// `sprs::CsMatI` (moving the values; copying the indices only when borrowed).
 pub type CsrMapped<'a, O, I> = CsMatBase<O, I, Vec<usize>, Cow<'a, [I]>, Vec<O>, usize>;
 
 /// The lanes of a masked CSR matrix as the kernels see them: a row structure whose
@@ -36,7 +43,7 @@ pub type CsrMapped<'a, O, I> = CsMatBase<O, I, Vec<usize>, Cow<'a, [I]>, Vec<O>,
 /// - no mask: the input's entries plus every unstored position as a valid 0;
 /// - the nan-family adds validity bits `!is_nan` to any of these.
 ///
-/// Get one from [`crate::MaskedCsr::lanes`]; every op of [`MaskedOps`](masked_core::MaskedOps) runs on it.
+/// Get one from [`crate::MaskedCsr::lanes`]; every op of [`MaskedOps`] runs on it.
 ///
 /// Invariant (kept by [`CsrLanes::try_new`], by sprs's safe constructors and by
 /// [`crate::Pattern`]): every column index is below `shape.1`; the column fold indexes
@@ -126,8 +133,8 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     /// [`MaskedError::InvalidData`] naming the first broken rule.
     ///
     /// ```
-    /// use layout_csr::CsrLanes;
-    /// use masked_core::MaskedOps;
+    /// use masked::CsrLanes;
+    /// use masked::MaskedOps;
     /// let (indptr, cols, vals) = ([0, 2, 2], [1usize, 3], [4.0f64, 5.0]);
     /// let l = CsrLanes::try_new((2, 4), &indptr, &cols, &vals, None, false).unwrap();
     /// assert_eq!(l.sum(1, false).unwrap().values(), &[9.0]);
@@ -280,7 +287,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     }
 }
 
-impl<'a, T: Element, I: SpIndex> LaneKernels<T> for CsrLanes<'a, T, I> {
+impl<'a, T: Element, I: SpIndex + 'static> LaneKernels<T> for CsrLanes<'a, T, I> {
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = CsrMapped<'a, O, I>;
     type NanMasked<'b>
@@ -299,11 +306,10 @@ impl<'a, T: Element, I: SpIndex> LaneKernels<T> for CsrLanes<'a, T, I> {
         dims: &Dims,
         keepdim: bool,
     ) -> Result<SparseArray<F::Output>> {
-        self.reduce(dims, keepdim, |ax| match ax {
-            Axis::Rows => self.fold_rows(op),
-            Axis::Cols => self.fold_cols(op),
-            Axis::All => vec![self.fold_all(op)],
-        })
+        match self.with_usize_indices() {
+            Some(l) => prebuilt::fold_lanes(op, l, dims, keepdim),
+            None => self.kernel_fold_lanes(op, dims, keepdim),
+        }
     }
 
     fn stat_lanes<S: LaneStat<T>>(
@@ -312,11 +318,10 @@ impl<'a, T: Element, I: SpIndex> LaneKernels<T> for CsrLanes<'a, T, I> {
         dims: &Dims,
         keepdim: bool,
     ) -> Result<SparseArray<S::Output>> {
-        self.reduce(dims, keepdim, |ax| match ax {
-            Axis::Rows => self.stat_rows(stat),
-            Axis::Cols => self.stat_cols(stat),
-            Axis::All => vec![self.stat_all(stat)],
-        })
+        match self.with_usize_indices() {
+            Some(l) => prebuilt::stat_lanes(stat, l, dims, keepdim),
+            None => self.kernel_stat_lanes(stat, dims, keepdim),
+        }
     }
 
     /// Along dim 1 or 0; the output stores exactly the valid entries. Without a mask
@@ -330,6 +335,63 @@ impl<'a, T: Element, I: SpIndex> LaneKernels<T> for CsrLanes<'a, T, I> {
         map: &M,
         zero_preserving: bool,
     ) -> Result<CsrMapped<'a, O<M, T>, I>> {
+        match self.with_usize_indices() {
+            // SAFETY: I is usize (checked by `with_usize_indices`).
+            Some(l) => unsafe { same(prebuilt::map_elements(map, l, zero_preserving)) },
+            None => self.kernel_map_elements(map, zero_preserving),
+        }
+    }
+
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsrMapped<'a, O<M, T>, I>> {
+        match self.with_usize_indices() {
+            // SAFETY: I is usize (checked by `with_usize_indices`).
+            Some(l) => unsafe { same(prebuilt::map_lanes(map, l, dim)) },
+            None => self.kernel_map_lanes(map, dim),
+        }
+    }
+}
+
+/// The lane kernels themselves; the trait methods above dispatch to them through
+/// `prebuilt` (compiled in this crate for `f32`/`f64` with `usize` indices).
+impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
+    /// These lanes with their index type named `usize`, when it is.
+    fn with_usize_indices(&self) -> Option<&CsrLanes<'a, T, usize>> {
+        // SAFETY: I is usize (equal TypeIds): an identity cast.
+        is::<I, usize>()
+            .then(|| unsafe { &*(self as *const Self as *const CsrLanes<'a, T, usize>) })
+    }
+
+    pub(crate) fn kernel_fold_lanes<F: Fold<T>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<F::Output>> {
+        self.reduce(dims, keepdim, |ax| match ax {
+            Axis::Rows => self.fold_rows(op),
+            Axis::Cols => self.fold_cols(op),
+            Axis::All => vec![self.fold_all(op)],
+        })
+    }
+
+    pub(crate) fn kernel_stat_lanes<S: LaneStat<T>>(
+        &self,
+        stat: &S,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<S::Output>> {
+        self.reduce(dims, keepdim, |ax| match ax {
+            Axis::Rows => self.stat_rows(stat),
+            Axis::Cols => self.stat_cols(stat),
+            Axis::All => vec![self.stat_all(stat)],
+        })
+    }
+
+    pub(crate) fn kernel_map_elements<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        zero_preserving: bool,
+    ) -> Result<CsrMapped<'a, O<M, T>, I>> {
         if self.fill {
             if !zero_preserving {
                 return Err(MaskedError::densifying(map.name()));
@@ -338,12 +400,16 @@ impl<'a, T: Element, I: SpIndex> LaneKernels<T> for CsrLanes<'a, T, I> {
                 fill: false,
                 ..self.clone()
             };
-            return stored.map_lanes(map, 1);
+            return stored.kernel_map_lanes(map, 1);
         }
-        self.map_lanes(map, 1)
+        self.kernel_map_lanes(map, 1)
     }
 
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsrMapped<'a, O<M, T>, I>> {
+    pub(crate) fn kernel_map_lanes<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        dim: isize,
+    ) -> Result<CsrMapped<'a, O<M, T>, I>> {
         let d = wrap_dim(dim, 2)?;
         if self.fill {
             let (indptr, indices, values, words) = self.filled();
@@ -355,7 +421,7 @@ impl<'a, T: Element, I: SpIndex> LaneKernels<T> for CsrLanes<'a, T, I> {
                 valid: Some(Cow::Owned(words)),
                 fill: false,
             };
-            let out = full.map_lanes(map, dim)?;
+            let out = full.kernel_map_lanes(map, dim)?;
             let (indptr, indices, values) = out.into_raw_storage();
             // SAFETY: unchanged from a structure just built by `map_lanes`.
             return Ok(unsafe {

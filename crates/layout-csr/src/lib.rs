@@ -15,13 +15,13 @@
 //!   then stores every lane and a normalization every element (dense-sized, by the
 //!   rules); medians count the unstored zeros without writing them out.
 //!
-//! Every op of [`MaskedOps`](masked_core::MaskedOps) runs along dim 1 (rows), dim 0 (columns) or both, with
+//! Every op of [`MaskedOps`] runs along dim 1 (rows), dim 0 (columns) or both, with
 //! keepdim either way, on all threads, with results that do not depend on the thread
 //! count.
 //!
 //! ```
-//! use layout_csr::{MaskedCsr, Pattern};
-//! use masked_core::MaskedOps;
+//! use masked::{MaskedCsr, Pattern};
+//! use masked::MaskedOps;
 //! use sprs::CsMat;
 //!
 //! // [[-3, ., -1], [., ., .], [., 5, 0]] with an explicit stored zero
@@ -35,7 +35,7 @@
 //! assert_eq!(c.values(), &[-3.0, 5.0, -1.0]);
 //!
 //! // a separate mask: row 0 all valid, so its unstored middle takes part as 0
-//! let mask = Pattern::from_coords((3, 3), &[0, 0, 0, 2], &[0, 1, 2, 1]).unwrap();
+//! let mask = Pattern::from_coords((3, 3), &[vec![0, 0, 0, 2], vec![0, 1, 2, 1]]).unwrap();
 //! let b = MaskedCsr::with_mask(m.view(), mask).unwrap();
 //! assert_eq!(b.amax(1, false).unwrap().values(), &[0.0, 5.0]);
 //! ```
@@ -45,13 +45,18 @@ mod algebra;
 mod lanes;
 mod partition;
 mod pattern;
+mod prebuilt;
 
 pub use algebra::select;
 pub use lanes::{CsrLanes, CsrMapped};
 pub use masked_core::SparseArray;
-pub use pattern::Pattern;
+pub use pattern::{Pattern, PatternI};
 
+// named by the docs' links (a plain import: links of items inlined into the facade
+// resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use lanes::Other;
+#[allow(unused_imports)]
+use masked_core::MaskedOps;
 use masked_core::{
     Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskRule, MaskedError, Result, Splat,
     Value, ZipKernels, ZipMap,
@@ -66,7 +71,10 @@ enum Mask<T, I: SpIndex> {
     /// The input's stored pattern.
     Stored,
     /// A separate pattern, with the input's values resolved onto it (0 where unstored).
-    Own { pattern: Pattern<I>, values: Vec<T> },
+    Own {
+        pattern: PatternI<I>,
+        values: Vec<T>,
+    },
     /// Every element valid.
     All,
 }
@@ -78,7 +86,7 @@ pub enum CsrMask<I: SpIndex = usize> {
     /// The input's own stored pattern.
     Stored,
     /// A separate pattern of the input's shape.
-    Pattern(Pattern<I>),
+    Pattern(PatternI<I>),
     /// No mask: every element valid, unstored ones as 0.
     All,
 }
@@ -90,6 +98,68 @@ pub struct MaskedCsr<'a, T, I: SpIndex = usize, Iptr: SpIndex = I> {
     mat: CsMatViewI<'a, T, I, Iptr>,
     indptr: Vec<usize>,
     mask: Mask<T, I>,
+}
+
+/// A CSR matrix a [`MaskedCsr`] can borrow: a `sprs` view, or a reference to any CSR
+/// matrix (an owned `CsMat`, a [`CsrMapped`] result, another view).
+pub trait IntoCsrView<'a, T, I: SpIndex, Iptr: SpIndex> {
+    /// The matrix as a view.
+    fn into_csr_view(self) -> CsMatViewI<'a, T, I, Iptr>;
+}
+
+impl<'a, T, I: SpIndex, Iptr: SpIndex> IntoCsrView<'a, T, I, Iptr> for CsMatViewI<'a, T, I, Iptr> {
+    fn into_csr_view(self) -> CsMatViewI<'a, T, I, Iptr> {
+        self
+    }
+}
+
+impl<'a, T, I, Iptr, IptrS, IndS, DataS> IntoCsrView<'a, T, I, Iptr>
+    for &'a CsMatBase<T, I, IptrS, IndS, DataS, Iptr>
+where
+    I: SpIndex,
+    Iptr: SpIndex,
+    IptrS: std::ops::Deref<Target = [Iptr]>,
+    IndS: std::ops::Deref<Target = [I]>,
+    DataS: std::ops::Deref<Target = [T]>,
+{
+    fn into_csr_view(self) -> CsMatViewI<'a, T, I, Iptr> {
+        self.view()
+    }
+}
+
+/// Turns a CSR result ([`CsrMapped`], whose column indices may be borrowed from the
+/// input) into a plain owned `sprs` matrix: values and row pointers move, indices are
+/// copied only when borrowed. In the prelude.
+///
+/// ```
+/// use masked::prelude::*;
+/// let m = sprs::CsMat::new((2, 3), vec![0, 2, 3], vec![0, 2, 1], vec![1.0f32, 2.0, 3.0]);
+/// let sm: sprs::CsMat<f32> = MaskedCsr::from_pattern(&m)?.softmax(1)?.into_csmat();
+/// // a result is the next op's input, by reference
+/// let total = MaskedCsr::from_pattern(&sm)?.sum(1, false)?;
+/// assert!((total.values()[0] - 1.0).abs() < 1e-6);
+/// # Ok::<(), MaskedError>(())
+/// ```
+pub trait IntoCsMat<O, I: SpIndex> {
+    /// The owned matrix.
+    fn into_csmat(self) -> sprs::CsMatI<O, I, usize>;
+}
+
+impl<O, I: SpIndex> IntoCsMat<O, I> for CsrMapped<'_, O, I> {
+    fn into_csmat(self) -> sprs::CsMatI<O, I, usize> {
+        let shape = self.shape();
+        let (indptr, indices, values) = self.into_raw_storage();
+        // SAFETY: the parts of a CSR matrix that was valid, unchanged.
+        unsafe {
+            CsMatBase::new_unchecked(
+                sprs::CompressedStorage::CSR,
+                shape,
+                indptr,
+                indices.into_owned(),
+                values,
+            )
+        }
+    }
 }
 
 impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
@@ -111,7 +181,7 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     ///
     /// # Errors
     /// As those.
-    pub fn new(mat: CsMatViewI<'a, T, I, Iptr>, mask: CsrMask<I>) -> Result<Self> {
+    pub fn new(mat: impl IntoCsrView<'a, T, I, Iptr>, mask: CsrMask<I>) -> Result<Self> {
         match mask {
             CsrMask::Stored => Self::from_pattern(mat),
             CsrMask::Pattern(p) => Self::with_mask(mat, p),
@@ -133,16 +203,16 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     ///
     /// # Errors
     /// [`MaskedError::InvalidData`] when `mat` is stored as CSC.
-    pub fn from_pattern(mat: CsMatViewI<'a, T, I, Iptr>) -> Result<Self> {
-        Self::build(mat, Mask::Stored)
+    pub fn from_pattern(mat: impl IntoCsrView<'a, T, I, Iptr>) -> Result<Self> {
+        Self::build(mat.into_csr_view(), Mask::Stored)
     }
 
     /// No mask: every element is valid, unstored ones with value 0.
     ///
     /// # Errors
     /// [`MaskedError::InvalidData`] when `mat` is stored as CSC.
-    pub fn unmasked(mat: CsMatViewI<'a, T, I, Iptr>) -> Result<Self> {
-        Self::build(mat, Mask::All)
+    pub fn unmasked(mat: impl IntoCsrView<'a, T, I, Iptr>) -> Result<Self> {
+        Self::build(mat.into_csr_view(), Mask::All)
     }
 
     /// Masks `mat` with a separate pattern: a valid position not stored in `mat` takes
@@ -151,7 +221,8 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     ///
     /// # Errors
     /// CSC storage, or a mask of another shape ([`MaskedError::ShapeMismatch`]).
-    pub fn with_mask(mat: CsMatViewI<'a, T, I, Iptr>, mask: Pattern<I>) -> Result<Self> {
+    pub fn with_mask(mat: impl IntoCsrView<'a, T, I, Iptr>, mask: PatternI<I>) -> Result<Self> {
+        let mat = mat.into_csr_view();
         if mask.shape() != mat.shape() {
             return Err(MaskedError::ShapeMismatch {
                 what: "CSR mask pattern vs input".into(),
@@ -169,7 +240,7 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     }
 
     /// The input's values at the mask's positions (0 where unstored).
-    fn resolve(&self, mask: &Pattern<I>) -> Vec<T> {
+    fn resolve(&self, mask: &PatternI<I>) -> Vec<T> {
         let mut values = vec![T::default(); mask.nnz()];
         let mptr = mask.indptr();
         let mut pieces = Vec::with_capacity(self.mat.rows());
@@ -206,7 +277,7 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     }
 
     /// The separate mask pattern, if one was given.
-    pub fn mask_pattern(&self) -> Option<&Pattern<I>> {
+    pub fn mask_pattern(&self) -> Option<&PatternI<I>> {
         match &self.mask {
             Mask::Own { pattern, .. } => Some(pattern),
             _ => None,
@@ -237,7 +308,9 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     }
 }
 
-impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> LaneKernels<T> for MaskedCsr<'m, T, I, Iptr> {
+impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> LaneKernels<T>
+    for MaskedCsr<'m, T, I, Iptr>
+{
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = CsrMapped<'m, O, I>;
     type NanMasked<'a>
@@ -471,8 +544,8 @@ where
 /// [`MaskedError::InvalidData`] when `a` is not 2-D.
 ///
 /// ```
-/// use layout_csr::{to_csmat, MaskedCsr};
-/// use masked_core::MaskedOps;
+/// use masked::{to_csmat, MaskedCsr};
+/// use masked::MaskedOps;
 /// use sprs::CsMat;
 /// let m = CsMat::new((3, 2), vec![0, 1, 1, 3], vec![1, 0, 1], vec![2.0f64, 3.0, 4.0]);
 /// let s = MaskedCsr::from_pattern(m.view()).unwrap().sum(1, true).unwrap();
@@ -619,7 +692,7 @@ mod tests {
         assert!(!same(&nan));
         assert_eq!(nan.indices(), &[0, 0, 1, 2]);
         assert_eq!(nan.data(), &[1.0, 2.0, 5.0, 9.0]);
-        let p = Pattern::from_coords((3, 4), &[0, 2], &[3, 1]).unwrap();
+        let p = PatternI::from_coords((3, 4), &[vec![0, 2], vec![3, 1]]).unwrap();
         let b = MaskedCsr::with_mask(m.view(), p).unwrap();
         let out = b.cumsum(1).unwrap();
         assert!(!same(&out));

@@ -1,8 +1,8 @@
 //! A validated 2-D sparse index pattern: the mask of a CSR matrix ("mask from indices").
 
-use masked_core::{MaskedError, Result};
-use ndarray::ArrayView2;
+use masked_core::{check_lengths, BoolArray, MaskedError, Result, ShapeLike};
 use sprs::{CsMatViewI, SpIndex};
+use std::borrow::Borrow;
 
 /// A validated compressed-row index pattern: for every row, the strictly increasing
 /// column indices of its valid positions. A position in the pattern is valid; any other
@@ -13,19 +13,19 @@ use sprs::{CsMatViewI, SpIndex};
 /// [`MaskedError::DuplicateIndex`] for a position given twice.
 ///
 /// ```
-/// use layout_csr::Pattern;
+/// use masked::{Pattern, PatternI};
 /// // a padding mask for a batch of 3 sequences of lengths 2, 0, 4 padded to 4
-/// let p = Pattern::<usize>::from_lengths(4, &[2, 0, 4]).unwrap();
+/// let p = Pattern::from_lengths([3, 4], &[2, 0, 4]).unwrap();
 /// assert_eq!(p.row(0), &[0, 1]);
 /// assert!(p.row(1).is_empty());
 /// assert_eq!(p.nnz(), 6);
-/// // a causal attention mask
-/// let c = Pattern::<u32>::causal(3).unwrap();
+/// // a causal attention mask with u32 column indices
+/// let c = PatternI::<u32>::causal(3).unwrap();
 /// assert_eq!(c.row(2), &[0, 1, 2]);
-/// // from coordinates in any order; a duplicate is an error
-/// let q = Pattern::<usize>::from_coords((2, 3), &[1, 0], &[2, 1]).unwrap();
+/// // from coordinates (one array per dim) in any order; a duplicate is an error
+/// let q = Pattern::from_coords([2, 3], &[[1, 0], [2, 1]]).unwrap();
 /// assert_eq!(q.indptr(), &[0, 1, 2]);
-/// assert!(Pattern::<usize>::from_coords((2, 3), &[1, 1], &[2, 2]).is_err());
+/// assert!(Pattern::from_coords([2, 3], &[[1, 1], [2, 2]]).is_err());
 /// ```
 ///
 /// Serialised (serde) as `{"shape": [nrows, ncols], "indptr": [...], "indices": [...]}`
@@ -33,11 +33,16 @@ use sprs::{CsMatViewI, SpIndex};
 /// [`Pattern::try_from_parts`]: the kernels index without bounds checks on these
 /// invariants, so a corrupted or hostile pattern is an error, never undefined behaviour.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pattern<I: SpIndex = usize> {
+pub struct PatternI<I: SpIndex = usize> {
     shape: (usize, usize),
     indptr: Vec<usize>,
     indices: Vec<I>,
 }
+
+/// A CSR index pattern with `usize` column indices, the common case (as `sprs`'s `CsMat`
+/// is `CsMatI` with `usize` indices): `Pattern::from_lengths(...)` needs no type
+/// annotation. [`PatternI`] with another index type (`u32` halves the index memory).
+pub type Pattern = PatternI<usize>;
 
 /// Converts a column index to the pattern's index type, or says it does not fit.
 fn to_index<I: SpIndex>(c: usize, entry: usize, ncols: usize) -> Result<I> {
@@ -59,7 +64,7 @@ fn check_width<I: SpIndex>(ncols: usize) -> Result<()> {
     Ok(())
 }
 
-impl<I: SpIndex> Pattern<I> {
+impl<I: SpIndex> PatternI<I> {
     /// A pattern from a zero-based row pointer (`nrows + 1` entries) and the column
     /// indices of every row, strictly increasing within a row.
     ///
@@ -113,25 +118,35 @@ impl<I: SpIndex> Pattern<I> {
                 }
             }
         }
-        Ok(Pattern {
+        Ok(PatternI {
             shape,
             indptr,
             indices,
         })
     }
 
-    /// A pattern from row and column index arrays of equal length, in any order.
+    /// A pattern from its coordinates, one index array per dim (`[rows, cols]`, of
+    /// equal length), in any order: the same arguments as every layout's `from_coords`.
     ///
     /// # Errors
-    /// Arrays of different lengths ([`MaskedError::InvalidData`]), an index out of range,
-    /// a position given twice (naming both entries).
-    pub fn from_coords(shape: (usize, usize), rows: &[usize], cols: &[usize]) -> Result<Self> {
+    /// A shape that is not 2-D or not two arrays of one length
+    /// ([`MaskedError::InvalidData`]), an index out of range, a position given twice
+    /// (naming both entries).
+    pub fn from_coords<C: AsRef<[usize]>>(shape: impl ShapeLike, coords: &[C]) -> Result<Self> {
+        let shape = shape.to_shape2()?;
         let (nrows, ncols) = shape;
+        let [rows, cols] = coords else {
+            return Err(MaskedError::InvalidData(format!(
+                "{} coordinate arrays for a 2-d shape",
+                coords.len()
+            )));
+        };
+        let (rows, cols) = (rows.as_ref(), cols.as_ref());
         if rows.len() != cols.len() {
             return Err(MaskedError::InvalidData(format!(
-                "{} row indices but {} column indices",
-                rows.len(),
-                cols.len()
+                "coordinate array 1 has {} entries, expected {} (as array 0)",
+                cols.len(),
+                rows.len()
             )));
         }
         check_width::<I>(ncols)?;
@@ -184,7 +199,7 @@ impl<I: SpIndex> Pattern<I> {
                 indices.push(to_index(row[k].0, row[k].1, ncols)?);
             }
         }
-        Ok(Pattern {
+        Ok(PatternI {
             shape,
             indptr,
             indices,
@@ -234,54 +249,92 @@ impl<I: SpIndex> Pattern<I> {
             }
             indptr.push(indices.len());
         }
-        Ok(Pattern {
+        Ok(PatternI {
             shape: (m.rows(), m.cols()),
             indptr,
             indices,
         })
     }
 
-    /// The `true` positions of a dense bool array.
+    /// The `true` positions of a 2-D `ndarray` bool array (owned, a view or a
+    /// reference).
     ///
     /// # Errors
-    /// More columns than the index type holds.
-    pub fn from_dense(mask: ArrayView2<'_, bool>) -> Result<Self> {
-        let (nrows, ncols) = mask.dim();
+    /// An array that is not 2-D, more columns than the index type holds.
+    pub fn from_array(mask: impl BoolArray) -> Result<Self> {
+        let v = mask.bool_view();
+        Self::from_bools(v.shape(), v.iter())
+    }
+
+    /// The `true` positions of a 2-D mask given as its bools in row-major order (any
+    /// iterable of `bool` or `&bool`).
+    ///
+    /// # Errors
+    /// A shape that is not 2-D, more columns than the index type holds,
+    /// [`MaskedError::MaskLength`] when there is not exactly one value per element.
+    pub fn from_bools<B: Borrow<bool>>(
+        shape: impl ShapeLike,
+        bools: impl IntoIterator<Item = B>,
+    ) -> Result<Self> {
+        let (nrows, ncols) = shape.to_shape2()?;
         check_width::<I>(ncols)?;
-        let mut indptr = Vec::with_capacity(nrows + 1);
+        let expected = nrows.checked_mul(ncols).ok_or_else(|| {
+            MaskedError::InvalidData(format!("shape ({nrows}, {ncols}): size overflows"))
+        })?;
+        let mut indptr = Vec::with_capacity(nrows.min(1 << 20) + 1);
         let mut indices = Vec::new();
         indptr.push(0);
-        for row in mask.rows() {
-            for (c, &b) in row.iter().enumerate() {
-                if b {
-                    indices.push(I::from_usize_unchecked(c));
-                }
+        let mut n = 0usize;
+        for (k, b) in bools
+            .into_iter()
+            .take(expected.saturating_add(1))
+            .enumerate()
+        {
+            n = k + 1;
+            if k >= expected {
+                break;
             }
-            indptr.push(indices.len());
+            let c = k % ncols;
+            if *b.borrow() {
+                indices.push(I::from_usize_unchecked(c));
+            }
+            if c + 1 == ncols {
+                indptr.push(indices.len());
+            }
         }
-        Ok(Pattern {
+        if n != expected {
+            return Err(MaskedError::MaskLength {
+                shape: vec![nrows, ncols],
+                expected,
+                got: n,
+            });
+        }
+        // rows of a zero-column shape hold nothing
+        indptr.resize(nrows + 1, indices.len());
+        Ok(PatternI {
             shape: (nrows, ncols),
             indptr,
             indices,
         })
     }
 
-    /// A padding mask: row `r` is valid at columns `0..lengths[r]` (a batch of
-    /// sequences of these lengths padded to `ncols`).
+    /// A padding mask of shape `[batch, len]`: row `r` is valid at columns
+    /// `0..lengths[r]` (a batch of sequences of these lengths padded to `len`).
     ///
     /// # Errors
-    /// A length above `ncols` ([`MaskedError::IndexOutOfRange`] naming the row).
-    pub fn from_lengths(ncols: usize, lengths: &[usize]) -> Result<Self> {
-        check_width::<I>(ncols)?;
-        if let Some((r, &len)) = lengths.iter().enumerate().find(|(_, &l)| l > ncols) {
-            return Err(MaskedError::IndexOutOfRange {
-                entry: r,
-                dim: 1,
-                index: len as i64,
-                size: ncols,
-            });
-        }
-        Self::from_row_ranges((lengths.len(), ncols), |r| 0..lengths[r])
+    /// A shape that is not 2-D or not of `lengths.len()` rows, a length above `len`
+    /// ([`MaskedError::LengthOutOfRange`] naming the sequence).
+    ///
+    /// ```
+    /// use masked::Pattern;
+    /// let e = Pattern::from_lengths([2, 5], &[1, 9]).unwrap_err();
+    /// assert_eq!(e.to_string(), "length 9 of sequence 1 is above the padded length 5");
+    /// ```
+    pub fn from_lengths(shape: impl ShapeLike, lengths: &[usize]) -> Result<Self> {
+        let shape = shape.to_shape2()?;
+        check_lengths(&[shape.0, shape.1], lengths)?;
+        check_width::<I>(shape.1)?;
+        Self::from_row_ranges(shape, |r| 0..lengths[r])
     }
 
     /// A causal (lower-triangular) attention mask of `n` x `n`: row `i` is valid at
@@ -290,15 +343,16 @@ impl<I: SpIndex> Pattern<I> {
     /// # Errors
     /// More columns than the index type holds.
     pub fn causal(n: usize) -> Result<Self> {
-        Self::banded((n, n), n, 0)
+        Self::banded([n, n], n, 0)
     }
 
     /// A banded mask: row `i` is valid at columns `i - lower ..= i + upper` (clipped to
     /// the shape). `banded(shape, w, 0)` is a causal sliding window of `w + 1` positions.
     ///
     /// # Errors
-    /// More columns than the index type holds.
-    pub fn banded(shape: (usize, usize), lower: usize, upper: usize) -> Result<Self> {
+    /// A shape that is not 2-D, more columns than the index type holds.
+    pub fn banded(shape: impl ShapeLike, lower: usize, upper: usize) -> Result<Self> {
+        let shape = shape.to_shape2()?;
         check_width::<I>(shape.1)?;
         Self::from_row_ranges(shape, |r| {
             let lo = r.saturating_sub(lower).min(shape.1);
@@ -338,7 +392,7 @@ impl<I: SpIndex> Pattern<I> {
         for r in 0..shape.0 {
             indices.extend(range(r).map(I::from_usize_unchecked));
         }
-        Ok(Pattern {
+        Ok(PatternI {
             shape,
             indptr,
             indices,
@@ -349,7 +403,8 @@ impl<I: SpIndex> Pattern<I> {
     ///
     /// # Errors
     /// More columns than the index type holds.
-    pub fn full(shape: (usize, usize)) -> Result<Self> {
+    pub fn full(shape: impl ShapeLike) -> Result<Self> {
+        let shape = shape.to_shape2()?;
         check_width::<I>(shape.1)?;
         Self::from_row_ranges(shape, |_| 0..shape.1)
     }
@@ -387,7 +442,7 @@ mod tests {
     #[test]
     fn constructors_validate() {
         assert!(matches!(
-            Pattern::<usize>::from_coords((2, 3), &[0, 2], &[0, 0]),
+            PatternI::<usize>::from_coords((2, 3), &[vec![0, 2], vec![0, 0]]),
             Err(MaskedError::IndexOutOfRange {
                 entry: 1,
                 dim: 0,
@@ -396,39 +451,59 @@ mod tests {
             })
         ));
         assert!(matches!(
-            Pattern::<usize>::from_coords((2, 3), &[0, 1, 0], &[1, 0, 1]),
+            PatternI::<usize>::from_coords((2, 3), &[vec![0, 1, 0], vec![1, 0, 1]]),
             Err(MaskedError::DuplicateIndex {
                 first: 0,
                 second: 2,
                 ..
             })
         ));
-        assert!(Pattern::<usize>::from_coords((2, 3), &[0], &[]).is_err());
+        assert!(PatternI::<usize>::from_coords((2, 3), &[vec![0], vec![]]).is_err());
         assert!(matches!(
-            Pattern::<usize>::try_from_parts((1, 3), vec![0, 2], vec![1, 1]),
+            PatternI::<usize>::try_from_parts((1, 3), vec![0, 2], vec![1, 1]),
             Err(MaskedError::DuplicateIndex { .. })
         ));
-        assert!(Pattern::<usize>::try_from_parts((1, 3), vec![0, 2], vec![2, 1]).is_err());
-        assert!(Pattern::<usize>::try_from_parts((1, 3), vec![0, 1], vec![3]).is_err());
-        assert!(Pattern::<usize>::try_from_parts((2, 3), vec![0, 1], vec![0]).is_err());
-        assert!(Pattern::<usize>::from_lengths(2, &[1, 3]).is_err());
-        assert!(Pattern::<u16>::full((1, 70_000)).is_err());
-        assert!(Pattern::<u16>::from_coords((1, 70_000), &[0], &[69_999]).is_err());
+        assert!(PatternI::<usize>::try_from_parts((1, 3), vec![0, 2], vec![2, 1]).is_err());
+        assert!(PatternI::<usize>::try_from_parts((1, 3), vec![0, 1], vec![3]).is_err());
+        assert!(PatternI::<usize>::try_from_parts((2, 3), vec![0, 1], vec![0]).is_err());
+        assert_eq!(
+            Pattern::from_lengths([2, 2], &[1, 3]).unwrap_err(),
+            MaskedError::LengthOutOfRange {
+                row: 1,
+                length: 3,
+                max: 2
+            }
+        );
+        assert!(Pattern::from_lengths([3, 2], &[1, 1]).is_err());
+        assert!(Pattern::from_bools([2, 2], [true, false, true]).is_err());
+        assert!(Pattern::from_bools([2, 2], [true; 5]).is_err());
+        assert_eq!(
+            Pattern::from_bools([3, 0], [false; 0]).unwrap().indptr(),
+            &[0, 0, 0, 0]
+        );
+        assert!(PatternI::<u16>::full((1, 70_000)).is_err());
+        assert!(PatternI::<u16>::from_coords((1, 70_000), &[vec![0], vec![69_999]]).is_err());
     }
 
     #[test]
     fn shapes_of_the_generated_masks() {
-        let b = Pattern::<usize>::banded((4, 5), 1, 1).unwrap();
+        let b = PatternI::<usize>::banded((4, 5), 1, 1).unwrap();
         assert_eq!(b.indptr(), &[0, 2, 5, 8, 11]);
         assert_eq!(b.row(3), &[2, 3, 4]);
-        let c = Pattern::<usize>::causal(3).unwrap();
+        let c = PatternI::<usize>::causal(3).unwrap();
         assert_eq!(c.indices(), &[0, 0, 1, 0, 1, 2]);
-        let d = Pattern::<usize>::from_dense(
-            ndarray::arr2(&[[true, false], [false, false], [true, true]]).view(),
-        )
+        let d = Pattern::from_array(ndarray::arr2(&[
+            [true, false],
+            [false, false],
+            [true, true],
+        ]))
         .unwrap();
+        assert_eq!(
+            Pattern::from_bools([3, 2], [true, false, false, false, true, true]).unwrap(),
+            d
+        );
         assert_eq!(d.indptr(), &[0, 1, 1, 3]);
-        let q = Pattern::<usize>::from_coords((3, 2), &[2, 0, 2], &[1, 0, 0]).unwrap();
+        let q = PatternI::<usize>::from_coords((3, 2), &[vec![2, 0, 2], vec![1, 0, 0]]).unwrap();
         assert_eq!(q, d);
         let m = CsMat::new(
             (2, 2),
@@ -436,9 +511,9 @@ mod tests {
             vec![0, 1, 1],
             vec![true, false, true],
         );
-        let p = Pattern::from_predicate(&m.view(), |&b| b).unwrap();
+        let p = PatternI::from_predicate(&m.view(), |&b| b).unwrap();
         assert_eq!(p.indices(), &[0, 1]);
-        assert_eq!(Pattern::of(&m.view()).unwrap().nnz(), 3);
+        assert_eq!(PatternI::of(&m.view()).unwrap().nnz(), 3);
     }
 }
 
@@ -450,7 +525,7 @@ struct PatternRepr {
     indices: Vec<usize>,
 }
 
-impl<I: SpIndex> serde::Serialize for Pattern<I> {
+impl<I: SpIndex> serde::Serialize for PatternI<I> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         PatternRepr {
             shape: self.shape,
@@ -461,7 +536,7 @@ impl<I: SpIndex> serde::Serialize for Pattern<I> {
     }
 }
 
-impl<'de, I: SpIndex> serde::Deserialize<'de> for Pattern<I> {
+impl<'de, I: SpIndex> serde::Deserialize<'de> for PatternI<I> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         use serde::de::Error;
         let r = PatternRepr::deserialize(d)?;
@@ -472,6 +547,6 @@ impl<'de, I: SpIndex> serde::Deserialize<'de> for Pattern<I> {
             .map(|(k, &c)| to_index::<I>(c, k, r.shape.1))
             .collect::<Result<Vec<I>>>()
             .map_err(D::Error::custom)?;
-        Pattern::try_from_parts(r.shape, r.indptr, indices).map_err(D::Error::custom)
+        PatternI::try_from_parts(r.shape, r.indptr, indices).map_err(D::Error::custom)
     }
 }

@@ -28,7 +28,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         let own = self
             .mask()
             .cloned()
-            .unwrap_or_else(|| BitMask::filled(self.shape(), true));
+            .map_or_else(|| BitMask::filled(self.shape(), true), Ok)?;
         let other = other.broadcast_to(self.shape())?;
         MaskedArray::new(self.values().view(), own.logic(&other, logic)?)
     }
@@ -43,8 +43,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 
     /// A plain array with every invalid position set to `value` (MaskedTensor's
     /// `to_tensor`, numpy.ma's `filled`).
-    pub fn filled(&self, value: T) -> ArrayD<T> {
-        let mut out = self.values().to_owned().into_dyn();
+    pub fn filled(&self, value: T) -> ndarray::Array<T, D> {
+        let mut out = self.values().to_owned();
         if let Some(m) = self.mask() {
             for (o, v) in out.iter_mut().zip(m.as_bitvec().iter().by_vals()) {
                 if !v {
@@ -139,6 +139,6 @@ fn widen_array<T: Element, S: Data<Elem = T>, D: Dimension>(
     let m = x
         .mask()
         .cloned()
-        .unwrap_or_else(|| BitMask::filled(x.shape(), true));
+        .map_or_else(|| BitMask::filled(x.shape(), true), Ok)?;
     Ok((v, m.broadcast_to(shape)?))
 }

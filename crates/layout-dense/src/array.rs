@@ -1,11 +1,11 @@
 //! The dense masked array type.
 
-use crate::kernels;
+use crate::prebuilt;
 use masked_core::{
-    not_nan_words, wrap_dim, BitMask, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat,
-    MaskedError, ReducePlan, Result,
+    not_nan_words, wrap_dim, BitMask, BoolArray, Dims, Element, Fold, LaneKernels, LaneMap,
+    LaneStat, MaskedError, ReducePlan, Result,
 };
-use ndarray::{ArrayBase, ArrayD, ArrayView, Data, Dimension, IxDyn, OwnedRepr, RawData, ViewRepr};
+use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn, OwnedRepr, RawData, ViewRepr};
 
 /// A dense array with an optional validity mask (`true` = valid).
 ///
@@ -61,16 +61,13 @@ impl<S: RawData, D: Dimension> MaskedArray<S, D> {
         })
     }
 
-    /// An array with a mask given as a bool array of any broadcastable shape.
+    /// An array with a mask given as a bool array (owned, a view or a reference) of any
+    /// shape that broadcasts to the data's.
     ///
     /// # Errors
     /// As [`MaskedArray::new`].
-    pub fn from_bool_mask<D2: Dimension>(
-        data: ArrayBase<S, D>,
-        mask: ArrayView<'_, bool, D2>,
-    ) -> Result<Self> {
-        let bits = BitMask::from_bools(mask.shape(), mask.iter().copied())?;
-        Self::new(data, bits)
+    pub fn from_bool_mask(data: ArrayBase<S, D>, mask: impl BoolArray) -> Result<Self> {
+        Self::new(data, BitMask::from_array(mask)?)
     }
 
     /// The values (including those at masked-out positions).
@@ -93,10 +90,41 @@ impl<S: RawData, D: Dimension> MaskedArray<S, D> {
         }
     }
     /// The mask as a bool array of the data's shape (all true when there is no mask).
-    pub fn mask_array(&self) -> ArrayD<bool> {
-        ArrayD::from_shape_vec(IxDyn(self.data.shape()), self.mask_vec())
+    pub fn mask_array(&self) -> ndarray::Array<bool, D> {
+        ndarray::Array::from_shape_vec(self.data.raw_dim(), self.mask_vec())
             .expect("mask length equals the data's element count")
     }
+    /// The same array with a static dimension type (`Ix1`, `Ix2`, ...): a reduction
+    /// returns [`MaskedArrayD`] since its rank depends on `dims` and `keepdim`; where the
+    /// caller knows it, one call gives the typed array.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`] when the rank is not `D2`'s.
+    ///
+    /// ```
+    /// use masked::prelude::*;
+    /// use ndarray::{Array3, Ix2};
+    /// let x = MaskedArray::unmasked(Array3::<f32>::ones((2, 3, 4)));
+    /// let s = x.sum(1, false)?.into_dimensionality::<Ix2>()?;
+    /// assert_eq!(s.values().dim(), (2, 4));
+    /// # Ok::<(), MaskedError>(())
+    /// ```
+    pub fn into_dimensionality<D2: Dimension>(self) -> Result<MaskedArray<S, D2>> {
+        let ndim = self.data.ndim();
+        let data =
+            self.data
+                .into_dimensionality::<D2>()
+                .map_err(|_| MaskedError::InvalidArgument {
+                    name: "dimension",
+                    value: format!("a {ndim}-d array"),
+                    reason: "the array's rank is not the requested dimension type's",
+                })?;
+        Ok(MaskedArray {
+            data,
+            mask: self.mask,
+        })
+    }
+
     /// The values and the mask.
     pub fn into_parts(self) -> (ArrayBase<S, D>, Option<BitMask>) {
         (self.data, self.mask)
@@ -112,8 +140,9 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         }
     }
 
-    /// This array with the extra mask `!is_nan(x)` ANDed into its mask (the nan-family).
-    pub fn and_not_nan(&self) -> MaskedView<'_, T, D> {
+    /// This array with the extra mask `!is_nan(x)` ANDed into its mask (the nan-family;
+    /// users call [`LaneKernels::without_nans`]).
+    pub(crate) fn and_not_nan(&self) -> MaskedView<'_, T, D> {
         let words = not_nan_words(&self.row_major(), self.mask.as_ref().map(BitMask::words));
         MaskedArray {
             data: self.data.view(),
@@ -134,6 +163,21 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         }
     }
 
+    /// An owned result with an output mask, of this array's dimension type (a map keeps
+    /// the shape).
+    fn build_like<O: Element>(
+        &self,
+        values: Vec<O>,
+        mask: BitMask,
+    ) -> Result<MaskedArray<OwnedRepr<O>, D>> {
+        let data = ndarray::Array::from_shape_vec(self.data.raw_dim(), values)
+            .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+        Ok(MaskedArray {
+            data,
+            mask: Some(mask),
+        })
+    }
+
     /// An owned result with an output mask.
     fn build<O: Element>(
         shape: &[usize],
@@ -151,7 +195,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 
 impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray<S, D> {
     type Reduced<O: Element> = MaskedArrayD<O>;
-    type Mapped<O: Element> = MaskedArrayD<O>;
+    type Mapped<O: Element> = MaskedArray<OwnedRepr<O>, D>;
     type NanMasked<'a>
         = MaskedView<'a, T, D>
     where
@@ -170,22 +214,26 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
         let xs = self.row_major();
         let bits = self.mask.as_ref().map(BitMask::bits);
-        let (values, any) = kernels::stat_all(stat, &xs, bits, &plan);
+        let (values, any) = prebuilt::stat_all(stat, &xs, bits, &plan);
         let mask = BitMask::from_bools(&plan.out_shape, any)?;
         Self::build(&plan.out_shape, values, mask)
     }
 
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<MaskedArrayD<M::Output>> {
+    fn map_lanes<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        dim: isize,
+    ) -> Result<MaskedArray<OwnedRepr<M::Output>, D>> {
         let shape = self.data.shape().to_vec();
         let d = wrap_dim(dim, shape.len())?;
         let xs = self.row_major();
         let bits = self.mask.as_ref().map(BitMask::bits);
-        let values = kernels::map_all(map, &xs, bits, &shape, d);
+        let values = prebuilt::map_all(map, &xs, bits, &shape, d);
         let mask = self
             .mask
             .clone()
-            .unwrap_or_else(|| BitMask::filled(&shape, true));
-        Self::build(&shape, values, mask)
+            .map_or_else(|| BitMask::filled(&shape, true), Ok)?;
+        self.build_like(values, mask)
     }
 
     fn fold_lanes<F: Fold<T>>(
@@ -205,10 +253,10 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray
             }
         };
         let bits = self.mask.as_ref().map(BitMask::bits);
-        let (states, any) = kernels::fold_all(op, xs, bits, &plan);
+        let (states, any) = prebuilt::fold_all(op, xs, bits, &plan);
         let values: Vec<F::Output> = states.iter().map(|s| op.finish(s)).collect();
         let mask = if op.valid_everywhere() {
-            BitMask::filled(&plan.out_shape, true)
+            BitMask::filled(&plan.out_shape, true)?
         } else {
             BitMask::from_bools(&plan.out_shape, any)?
         };

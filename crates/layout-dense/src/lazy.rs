@@ -12,7 +12,7 @@
 //! result once and runs the ordinary kernel on it.
 
 use crate::array::{MaskedArray, MaskedArrayD, MaskedView};
-use crate::kernels;
+use crate::prebuilt;
 use crate::zip::{operand, out_mask, zip_values, Operand, Side};
 use masked_core::binary::{broadcast_shapes, failed_at, Src};
 use masked_core::{
@@ -180,7 +180,7 @@ where
             .mask
             .as_deref()
             .cloned()
-            .unwrap_or_else(|| BitMask::filled(&self.shape, true));
+            .map_or_else(|| BitMask::filled(&self.shape, true), Ok)?;
         let _ = self.cache.set(MaskedArray::new(data, mask)?);
         Ok(self.cache.get().expect("just set"))
     }
@@ -250,7 +250,7 @@ where
         let across = plan.reduced[0];
         let parts = self.each_block(|shape, xs, bits| {
             let sub = ReducePlan::new(shape, dims, keepdim)?;
-            Ok(kernels::fold_all(op, xs, bits, &sub))
+            Ok(prebuilt::fold_all(op, xs, bits, &sub))
         })?;
         let (states, any) = if across {
             // every block folds into the same outputs: merge in block order
@@ -278,7 +278,7 @@ where
         };
         let values: Vec<F::Output> = states.iter().map(|s| op.finish(s)).collect();
         let mask = if op.valid_everywhere() {
-            BitMask::filled(&plan.out_shape, true)
+            BitMask::filled(&plan.out_shape, true)?
         } else {
             BitMask::from_bools(&plan.out_shape, any)?
         };
@@ -299,7 +299,7 @@ where
         }
         let parts = self.each_block(|shape, xs, bits| {
             let sub = ReducePlan::new(shape, dims, keepdim)?;
-            Ok(kernels::stat_all(stat, xs, bits, &sub))
+            Ok(prebuilt::stat_all(stat, xs, bits, &sub))
         })?;
         let (mut values, mut any) = (
             Vec::with_capacity(plan.lanes),
@@ -324,7 +324,7 @@ where
             return self.materialize()?.map_lanes(map, dim);
         }
         let parts =
-            self.each_block(|shape, xs, bits| Ok(kernels::map_all(map, xs, bits, shape, d)))?;
+            self.each_block(|shape, xs, bits| Ok(prebuilt::map_all(map, xs, bits, shape, d)))?;
         let values: Vec<M::Output> = parts.into_iter().flatten().collect();
         let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values)
             .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
@@ -332,7 +332,7 @@ where
             .mask
             .as_deref()
             .cloned()
-            .unwrap_or_else(|| BitMask::filled(&self.shape, true));
+            .map_or_else(|| BitMask::filled(&self.shape, true), Ok)?;
         MaskedArray::new(data, mask)
     }
 }

@@ -6,8 +6,8 @@
 //! It implements [`MaskedOps`], so every op of the engine is available.
 //!
 //! ```
-//! use layout_dense::MaskedArray;
-//! use masked_core::MaskedOps;
+//! use masked::MaskedArray;
+//! use masked::MaskedOps;
 //! use ndarray::array;
 //!
 //! let x = array![[-3.0f32, -2.0, -1.0], [0.0, 1.0, 2.0]];
@@ -23,6 +23,7 @@ mod algebra;
 mod array;
 mod kernels;
 mod lazy;
+mod prebuilt;
 mod zip;
 
 pub use algebra::select;

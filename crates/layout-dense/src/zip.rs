@@ -307,7 +307,7 @@ pub(crate) fn finish_into<T: Element, Z: ZipMap<T>>(
 fn build<O>(shape: Vec<usize>, values: Vec<O>, mask: Option<BitMask>) -> Result<MaskedArrayD<O>> {
     let data = ArrayD::from_shape_vec(IxDyn(&shape), values)
         .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
-    let mask = mask.unwrap_or_else(|| BitMask::filled(&shape, true));
+    let mask = mask.map_or_else(|| BitMask::filled(&shape, true), Ok)?;
     MaskedArray::new(data, mask)
 }
 

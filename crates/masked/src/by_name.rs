@@ -16,9 +16,8 @@
 //! ```
 
 use crate::{
-    with_dtype, with_dyn_vec, BitMask, CooMask, CooPattern, CsrMapped, DynVec, Element,
-    LaneKernels, MaskedArrayD, MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView,
-    SparseArray,
+    with_dtype, with_dyn_vec, BitMask, CsrMapped, DynVec, Element, LaneKernels, MaskedArrayD,
+    MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView, SparseArray,
 };
 pub use masked_core::binary::{promote, promote_scalar, BinOp};
 use masked_core::binary::{CmpZip, FloatZip, KeepZip, Swapped};
@@ -94,7 +93,7 @@ impl<T: Element> ByName<T> for MaskedView<'_, T, IxDyn> {
     fn reduced<O: Element>(r: MaskedArrayD<O>) -> Outcome {
         let shape = r.shape().to_vec();
         let (vals, mask) = r.into_parts();
-        let mask = mask.unwrap_or_else(|| BitMask::filled(&shape, true));
+        let mask = mask.unwrap_or_else(|| all_valid(&shape));
         let (v, _) = vals.into_raw_vec_and_offset();
         Outcome {
             shape,
@@ -133,7 +132,7 @@ fn sparse_mapped<O: Element, I: SpIndex>(m: CsrMapped<'_, O, I>) -> SparseOutcom
     }
 }
 
-impl<T: Element, I: SpIndex, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, Iptr> {
+impl<T: Element, I: SpIndex + 'static, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, Iptr> {
     type Out = SparseOutcome;
     fn reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
         sparse_reduced(r)
@@ -153,14 +152,17 @@ impl<T: Element> ByName<T> for MaskedCoo<T> {
     fn reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
         sparse_reduced(r)
     }
-    fn mapped<O: Element>(m: SparseArray<O>) -> SparseOutcome {
-        sparse_reduced(m)
+    fn mapped<O: Element>(m: MaskedCoo<O>) -> SparseOutcome {
+        let (pattern, values, _) = m.into_parts();
+        SparseOutcome {
+            shape: pattern.shape().to_vec(),
+            indices: pattern.flat(),
+            values: O::into_dyn(values),
+        }
     }
     fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<SparseOutcome, MaskedError> {
-        let (shape, flat, values) = self.cast::<D>()?.into_parts();
-        let pattern = CooPattern::from_flat(&shape, &flat)?;
-        let c = MaskedCoo::from_parts(pattern, values, CooMask::Stored)?;
-        apply_to(&c, req, &Convert)
+        // stored exactly at the valid positions, with those as its mask
+        apply_to(&self.cast::<D>()?, req, &Convert)
     }
 }
 
@@ -253,10 +255,15 @@ pub trait ZipByName<T: Element, R: ?Sized>: ZipKernels<T, R> {
     fn zipped<O: Value>(z: Self::Zipped<O>) -> Self::Out;
 }
 
+/// The all-valid mask of a result array's shape (whose size fits: the array exists).
+fn all_valid(shape: &[usize]) -> BitMask {
+    BitMask::filled(shape, true).expect("the shape of an allocated array has a size that fits")
+}
+
 fn dense_zipped<O: Value>(r: MaskedArrayD<O>) -> ZipOutcome {
     let shape = r.shape().to_vec();
     let (vals, mask) = r.into_parts();
-    let mask = mask.unwrap_or_else(|| BitMask::filled(&shape, true));
+    let mask = mask.unwrap_or_else(|| all_valid(&shape));
     let (v, _) = vals.into_raw_vec_and_offset();
     ZipOutcome {
         shape,

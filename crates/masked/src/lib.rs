@@ -24,22 +24,53 @@
 //! # Ok::<(), MaskedError>(())
 //! ```
 //!
-//! Masks from indices, for the layout they apply to:
+//! Masks, for the layout they apply to, with one vocabulary: the same name and the same
+//! arguments build the same positions in each, and every constructor returns a
+//! [`Result`]. A shape is anything [`ShapeLike`]: `[2, 3]`, `&shape[..]`, a `Vec`,
+//! `(rows, cols)`.
 //!
 //! | mask | dense ([`BitMask`]) | CSR ([`Pattern`]) | COO ([`CooPattern`]) |
 //! |---|---|---|---|
-//! | from index arrays | [`BitMask::from_coords`] | [`Pattern::from_coords`] | [`CooPattern::from_coords`], [`CooPattern::from_flat`] |
-//! | an array's own stored pattern | | [`Pattern::of`], or [`MaskedCsr::from_pattern`] (no copy) | [`MaskedCoo::pattern`], or [`MaskedCoo::from_pattern`] |
-//! | padding, from sequence lengths | [`BitMask::from_lengths`] | [`Pattern::from_lengths`] | [`CooPattern::from_lengths`] (`[batch, len, ...]`) |
-//! | causal / banded attention | [`BitMask::causal`], [`BitMask::banded`] | [`Pattern::causal`], [`Pattern::banded`] | via CSR: [`MaskedCoo::try_from`] a [`MaskedCsr`] |
-//! | from a dense bool array | [`BitMask::from_bools`] | [`Pattern::from_dense`] | [`CooPattern::from_bools`] |
-//! | from a predicate over values | `BitMask::from_bools(shape, x.iter().map(pred))` | [`Pattern::from_predicate`] | `CooPattern::from_flat` of the positions kept |
+//! | from index arrays, one per dim | [`BitMask::from_coords`] | [`Pattern::from_coords`](PatternI::from_coords) | [`CooPattern::from_coords`] |
+//! | from bools in row-major order | [`BitMask::from_bools`] | [`Pattern::from_bools`](PatternI::from_bools) | [`CooPattern::from_bools`] |
+//! | from an `ndarray` bool array | [`BitMask::from_array`] | [`Pattern::from_array`](PatternI::from_array) | [`CooPattern::from_array`] |
+//! | padding, `[batch, len, ...]` from lengths | [`BitMask::from_lengths`] | [`Pattern::from_lengths`](PatternI::from_lengths) | [`CooPattern::from_lengths`] |
+//! | causal / banded attention | [`BitMask::causal`], [`BitMask::banded`] | [`Pattern::causal`](PatternI::causal), [`Pattern::banded`](PatternI::banded) | [`CooPattern::causal`], [`CooPattern::banded`] |
+//! | every position | [`BitMask::full`] | [`Pattern::full`](PatternI::full) | [`CooPattern::full`] |
+//! | an array's own stored pattern | | [`Pattern::of`](PatternI::of), or [`MaskedCsr::from_pattern`] (no copy) | [`MaskedCoo::pattern`], or [`MaskedCoo::from_pattern`] |
+//! | from a predicate over values | [`MaskedArray::predicate`] | [`Pattern::from_predicate`](PatternI::from_predicate) | [`MaskedCoo::predicate`] |
+//!
+//! Masks combine with `&`, `|`, `^` on references and `!` (dense): the result is a
+//! [`Result`], never a panic. Dense masks broadcast by NumPy rules, so a `[batch, 1, len]`
+//! padding mask and a `[len, len]` causal mask give the `[batch, len, len]` attention
+//! mask:
+//!
+//! ```
+//! use masked::prelude::*;
+//! let pad = BitMask::from_lengths([2, 3], &[3, 1])?.reshape([2, 1, 3])?;
+//! let attention = (&pad & &BitMask::causal(3)?)?;
+//! assert_eq!(attention.shape(), &[2, 3, 3]);
+//! assert_eq!(attention.count_ones(), 6 + 3);
+//! # Ok::<(), MaskedError>(())
+//! ```
+//!
+//! Results are inputs: a dense normalization keeps the input's dimension type, a
+//! reduction's [`MaskedArrayD`] takes one [`MaskedArray::into_dimensionality`] call; a
+//! CSR result ([`CsrMapped`]) is the next op's input by reference or a plain `CsMat`
+//! with [`IntoCsMat::into_csmat`]; a COO normalization is a [`MaskedCoo`] and a sparse
+//! reduction's [`SparseArray`] becomes one with `From`. Every result has `filled(value)`
+//! for code that wants plain arrays.
 //!
 //! Conversions carry masks along: dense ↔ COO with `From` / `TryFrom`, CSR ↔ COO with
-//! `TryFrom` and [`MaskedCoo::to_csr`], dense ↔ CSR with [`coo::dense_to_csr`] and
-//! [`coo::csr_to_dense`].
+//! `TryFrom` and [`MaskedCoo::to_csr`], dense ↔ CSR with [`dense_to_csr`] and
+//! [`csr_to_dense`].
 //!
 //! Each validates and returns a typed error naming the bad entry.
+//!
+//! Depending on `masked` from another crate: the kernels are generic, so they are
+//! compiled in the crate that uses them, at its optimisation level; a debug build of a
+//! dependent runs them 5-100x slower. `docs/guide.md` ("Using masked from your crate")
+//! has the profile settings that fix it, measured.
 //!
 //! The semantics (masks, dims, fully masked lanes, NaN, integer widening) are in
 //! `docs/semantics.md`; the design in `docs/architecture.md`.
@@ -47,18 +78,32 @@
 
 pub mod by_name;
 
+/// The COO layout: n-D coordinate arrays with a sparse mask, and the conversions between
+/// the layouts.
+#[doc(inline)]
 pub use layout_coo as coo;
+/// The CSR layout: `sprs` matrices with a sparse mask.
+#[doc(inline)]
 pub use layout_csr as csr;
+/// The dense layout: `ndarray` arrays with a bit-packed mask.
+#[doc(inline)]
 pub use layout_dense as dense;
+/// The layout-independent core: the op registry, folds, lane statistics, masks, dtypes.
+#[doc(inline)]
+pub use masked_core as core;
 
-pub use layout_coo::{CooLanes, CooMask, CooPattern, MaskedCoo};
-pub use layout_csr::{to_csmat, to_csvec, CsrLanes, CsrMapped, CsrMask, MaskedCsr, Pattern};
+pub use layout_coo::{csr_to_dense, dense_to_csr, CooLanes, CooMask, CooPattern, MaskedCoo};
+pub use layout_csr::{
+    to_csmat, to_csvec, CsrLanes, CsrMapped, CsrMask, IntoCsMat, IntoCsrView, MaskedCsr, Pattern,
+    PatternI,
+};
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
-    binary, half, lane, ops, registry, sparse, stats, unary, with_dtype, with_dyn_vec, BitMask,
-    Bits, DType, Dims, DynVec, Element, Float, Fold, Interpolation, LaneKernels, LaneMap, LaneStat,
-    MaskLogic, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MedianMode, Op, ReducePlan,
-    Result, Scalar, SparseArray, Splat, Value, Values, ZipKernels, ZipMap,
+    binary, cast, check_lengths, dims, element, fold, half, lane, mask, math, not_nan_words, ops,
+    registry, sparse, stats, unary, with_dtype, with_dyn_vec, BitMask, Bits, BoolArray, DType,
+    DimLike, Dims, DynVec, Element, Float, Fold, Interpolation, Kind, LaneKernels, LaneMap,
+    LaneStat, MaskLogic, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MedianMode, OneDim, Op,
+    ReducePlan, Result, Scalar, ShapeLike, SparseArray, Splat, Value, Values, ZipKernels, ZipMap,
 };
 
 /// The README's examples, compiled and run as doctests.
@@ -74,8 +119,9 @@ pub struct GuideDoctests;
 /// Everything a user of the engine needs in scope.
 pub mod prelude {
     pub use crate::{
-        BitMask, CooMask, CooPattern, DType, Dims, Element, Interpolation, MaskLogic, MaskRule,
-        MaskedArray, MaskedArrayD, MaskedBinaryOps, MaskedCoo, MaskedCsr, MaskedError, MaskedOps,
-        MaskedView, MedianMode, Op, Pattern, Result, SparseArray, Splat, ZipKernels,
+        BitMask, CooMask, CooPattern, CsrMask, DType, Dims, Element, Interpolation, IntoCsMat,
+        LaneKernels, MaskLogic, MaskRule, MaskedArray, MaskedArrayD, MaskedBinaryOps, MaskedCoo,
+        MaskedCsr, MaskedError, MaskedOps, MaskedView, MedianMode, Op, Pattern, PatternI, Result,
+        SparseArray, Splat, ZipKernels,
     };
 }

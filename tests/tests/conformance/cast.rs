@@ -60,7 +60,7 @@ fn a_valid_value_the_target_cannot_hold_is_an_error_naming_it() {
         x.cast::<i32>(),
         Err(MaskedError::CastOutOfRange { .. })
     ));
-    let m = BitMask::from_bools(&[3], [true, true, false]).unwrap();
+    let m = BitMask::from_bools([3], [true, true, false]).unwrap();
     let x = MaskedArray::new(a.view(), m).unwrap();
     assert_eq!(
         x.cast::<i32>().unwrap().values().as_slice().unwrap(),
@@ -112,7 +112,7 @@ fn sparse_casts_keep_positions_and_match_dense() {
         vec![0, 2, 1, 2],
         vec![1.5f32, -2.7, f32::NAN, 4.2],
     );
-    let mask = Pattern::from_coords((2, 3), &[0, 0, 1, 0], &[0, 2, 2, 1]).unwrap();
+    let mask = Pattern::from_coords((2, 3), &[vec![0, 0, 1, 0], vec![0, 2, 2, 1]]).unwrap();
     let csr = MaskedCsr::with_mask(mat.view(), mask).unwrap();
     let out = by_name::cast(&csr, DType::I32).unwrap();
     // valid: (0,0) 1.5, (0,1) unstored 0, (0,2) -2.7, (1,2) 4.2
@@ -120,7 +120,7 @@ fn sparse_casts_keep_positions_and_match_dense() {
     assert_eq!(out.values, DynVec::I32(vec![1, 0, -2, 4]));
 
     let coo = MaskedCoo::try_new(
-        &[2, 3],
+        [2, 3],
         &[vec![0, 0, 1, 1], vec![0, 2, 1, 2]],
         vec![1.5f32, -2.7, f32::NAN, 4.2],
         CooMask::Stored,
@@ -170,7 +170,7 @@ fn dtype_of_a_request_is_cast_then_op_on_every_layout() {
     let out = apply(&csr, &req.clone().dtype(DType::F32)).unwrap();
     assert_eq!(out.values, DynVec::F32(vec![exact as f32]));
     let coo =
-        MaskedCoo::try_new(&[40], &[(0..40).collect::<Vec<_>>()], vals, CooMask::Stored).unwrap();
+        MaskedCoo::try_new([40], &[(0..40).collect::<Vec<_>>()], vals, CooMask::Stored).unwrap();
     let out = apply(&coo, &req.clone().dtype(DType::F32)).unwrap();
     assert_eq!(out.values, DynVec::F32(vec![exact as f32]));
     // normalizations too: softmax of halves in f32

@@ -3,7 +3,7 @@
 //! layout, and finish (no deadlock from the engine's nested parallelism).
 
 use masked::by_name::{apply, OpRequest};
-use masked::{BitMask, CooMask, Dims, MaskedArray, MaskedCoo, MaskedCsr, Pattern};
+use masked::{BitMask, CooMask, Dims, MaskedArray, MaskedCoo, MaskedCsr, PatternI};
 use ndarray::ArrayD;
 use rayon::prelude::*;
 use sprs::CsMat;
@@ -45,7 +45,7 @@ fn requests() -> Vec<OpRequest> {
 fn run_all(x: &[f64], valid: &[bool]) -> Vec<String> {
     let shape = [ROWS, COLS];
     let values = ArrayD::from_shape_vec(shape.to_vec(), x.to_vec()).unwrap();
-    let mask = BitMask::from_bools(&shape, valid.iter().copied()).unwrap();
+    let mask = BitMask::from_bools(shape, valid.iter().copied()).unwrap();
     let dense = MaskedArray::new(values.view(), mask).unwrap();
     // sparse: the valid positions are the stored entries
     let (mut rows, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
@@ -56,7 +56,8 @@ fn run_all(x: &[f64], valid: &[bool]) -> Vec<String> {
             vals.push(v);
         }
     }
-    let pattern = Pattern::<usize>::from_coords((ROWS, COLS), &rows, &cols).unwrap();
+    let pattern =
+        PatternI::<usize>::from_coords((ROWS, COLS), &[rows.to_vec(), cols.to_vec()]).unwrap();
     let csmat = CsMat::new(
         (ROWS, COLS),
         pattern.indptr().to_vec(),
@@ -64,7 +65,7 @@ fn run_all(x: &[f64], valid: &[bool]) -> Vec<String> {
         vals.clone(),
     );
     let csr = MaskedCsr::from_pattern(csmat.view()).unwrap();
-    let coo = MaskedCoo::try_new(&shape, &[rows, cols], vals, CooMask::Stored).unwrap();
+    let coo = MaskedCoo::try_new(shape, &[rows, cols], vals, CooMask::Stored).unwrap();
     let mut out = Vec::new();
     for req in requests() {
         let tag = format!("{} {:?}", req.op.name(), req.dims);

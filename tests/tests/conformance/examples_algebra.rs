@@ -4,7 +4,8 @@
 
 use masked::binary::{KeepBin, KeepZip, Predicate, Src};
 use masked::{
-    BitMask, CooPattern, MaskLogic, MaskRule, MaskedArray, MaskedArrayD, MaskedOps, Pattern, ZipMap,
+    BitMask, CooPattern, MaskLogic, MaskRule, MaskedArray, MaskedArrayD, MaskedOps, PatternI,
+    ZipMap,
 };
 use ndarray::{arr0, array};
 
@@ -36,18 +37,18 @@ fn floor_divide_fails_only_at_valid_positions() {
 
 #[test]
 fn mask_logic_on_every_layout() {
-    let a = BitMask::from_bools(&[2, 2], [true, true, false, false]).unwrap();
-    let col = BitMask::from_bools(&[2], [true, false]).unwrap();
+    let a = BitMask::from_bools([2, 2], [true, true, false, false]).unwrap();
+    let col = BitMask::from_bools([2], [true, false]).unwrap();
     assert_eq!(
         a.logic(&col, MaskLogic::AndNot).unwrap().to_vec(),
         vec![false, true, false, false]
     );
     assert_eq!(a.not().to_vec(), vec![false, false, true, true]);
-    let a = CooPattern::from_flat(&[2, 3], &[0, 2, 4]).unwrap();
-    let b = CooPattern::from_flat(&[2, 3], &[2, 5]).unwrap();
+    let a = CooPattern::from_flat([2, 3], &[0, 2, 4]).unwrap();
+    let b = CooPattern::from_flat([2, 3], &[2, 5]).unwrap();
     assert_eq!(a.logic(&b, MaskLogic::Xor).unwrap().flat(), vec![0, 4, 5]);
-    let a = Pattern::<usize>::from_coords((2, 3), &[0, 0, 1], &[0, 2, 1]).unwrap();
-    let b = Pattern::<usize>::from_coords((2, 3), &[0, 1], &[2, 2]).unwrap();
+    let a = PatternI::<usize>::from_coords((2, 3), &[vec![0, 0, 1], vec![0, 2, 1]]).unwrap();
+    let b = PatternI::<usize>::from_coords((2, 3), &[vec![0, 1], vec![2, 2]]).unwrap();
     assert_eq!(a.logic(&b, MaskLogic::And).unwrap().indices(), &[2]);
     assert_eq!(a.logic(&b, MaskLogic::Or).unwrap().nnz(), 4);
     assert_eq!(a.logic(&b, MaskLogic::AndNot).unwrap().indices(), &[0, 1]);
@@ -69,7 +70,7 @@ fn predicates_where_and_fused() {
     let x = array![1.0f32, 2.0, 3.0].into_dyn();
     let a = MaskedArray::from_bool_mask(x.view(), array![true, false, true].view()).unwrap();
     let zero = arr0(0.0f32).into_dyn();
-    let cond = BitMask::from_bools(&[3], [true, true, false]).unwrap();
+    let cond = BitMask::from_bools([3], [true, true, false]).unwrap();
     let r = masked::dense::select(&cond, None, &a, &MaskedArray::unmasked(zero.view())).unwrap();
     assert_eq!(r.values().as_slice().unwrap(), &[1.0, 0.0, 0.0]);
     assert_eq!(r.mask().unwrap().to_vec(), vec![true, false, true]);
@@ -121,12 +122,12 @@ fn csr_zip_into_a_callers_buffer() {
     let c = MaskedCsr::from_pattern(y.view()).unwrap();
     let e = a.zip_into(&c, &mul, MaskRule::And, &mut out).unwrap_err();
     assert!(e.to_string().contains("structures differ"), "{e}");
-    let half = Pattern::<usize>::try_from_parts((2, 3), vec![0, 1, 2], vec![0, 1]).unwrap();
+    let half = PatternI::<usize>::try_from_parts((2, 3), vec![0, 1, 2], vec![0, 1]).unwrap();
     let d = MaskedCsr::with_mask(w.view(), half).unwrap();
     let e = a.zip_into(&d, &mul, MaskRule::And, &mut out).unwrap_err();
     assert!(e.to_string().contains("structures differ"), "{e}");
     // a matrix masked by a sub-pattern writes one value per valid entry
-    let sub = Pattern::<usize>::try_from_parts((2, 3), vec![0, 1, 2], vec![2, 1]).unwrap();
+    let sub = PatternI::<usize>::try_from_parts((2, 3), vec![0, 1, 2], vec![2, 1]).unwrap();
     let (p, q) = (
         MaskedCsr::with_mask(x.view(), sub.clone()).unwrap(),
         MaskedCsr::with_mask(w.view(), sub).unwrap(),

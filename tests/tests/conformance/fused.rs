@@ -152,7 +152,7 @@ fn fused_checks_rules_and_domain_errors() {
         v.sum(1, false),
         Err(MaskedError::IntegerDomain { .. })
     ));
-    let m = BitMask::from_bools(&[2, 2], [true, false, true, true]).unwrap();
+    let m = BitMask::from_bools([2, 2], [true, false, true, true]).unwrap();
     let am = MaskedArray::new(x.view(), m).unwrap();
     assert!(matches!(
         am.zip_view(&b, KeepZip(KeepBin::Add), MaskRule::Strict)
@@ -161,7 +161,7 @@ fn fused_checks_rules_and_domain_errors() {
     ));
     let bm = MaskedArray::new(
         y.view(),
-        BitMask::from_bools(&[2, 2], [true, true, false, true]).unwrap(),
+        BitMask::from_bools([2, 2], [true, true, false, true]).unwrap(),
     )
     .unwrap();
     assert!(matches!(

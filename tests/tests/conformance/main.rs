@@ -3,6 +3,7 @@
 //! binary, so the op table is compiled once per layout and dtype rather than once per
 //! test file.
 
+mod api;
 mod cast;
 mod concurrency;
 mod elementwise;

@@ -4,7 +4,7 @@
 //! Every call must return `Ok` or a typed `Err`, never panic.
 
 use masked::by_name::{apply, Op, OpRequest};
-use masked::{BitMask, CooMask, DType, Dims, MaskedArray, MaskedCoo, MaskedCsr, Pattern};
+use masked::{BitMask, CooMask, DType, Dims, MaskedArray, MaskedCoo, MaskedCsr, PatternI};
 use ndarray::ArrayD;
 use proptest::prelude::*;
 use sprs::CsMat;
@@ -91,7 +91,7 @@ proptest! {
         }
         // CSR for 2-d shapes
         if let [r, c] = shape[..] {
-            let p = Pattern::<usize>::from_coords((r, c), &coords[0], &coords[1]).unwrap();
+            let p = PatternI::<usize>::from_coords((r, c), &[coords[0].to_vec(), coords[1].to_vec()]).unwrap();
             let mat = CsMat::new((r, c), p.indptr().to_vec(), p.indices().to_vec(), vals.clone());
             let csr = MaskedCsr::from_pattern(mat.view()).unwrap();
             no_panic(&format!("csr {what}"), || apply(&csr, &req));

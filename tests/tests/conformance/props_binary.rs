@@ -90,7 +90,7 @@ fn csr(c: &Case, e: &[(bool, f64, bool)]) -> (CsMat<f64>, Pattern) {
     let mat = CsMat::new((c.rows, c.cols), ptr, cols, vals);
     (
         mat,
-        Pattern::from_coords((c.rows, c.cols), &mr, &mc).unwrap(),
+        Pattern::from_coords((c.rows, c.cols), &[mr.to_vec(), mc.to_vec()]).unwrap(),
     )
 }
 
@@ -99,14 +99,14 @@ fn coo(c: &Case, e: &[(bool, f64, bool)]) -> MaskedCoo<f64> {
     let coords = masked::sparse::unravel(&[c.rows, c.cols], &stored);
     let vals = stored.iter().map(|&k| e[k].1).collect();
     let masked: Vec<usize> = (0..e.len()).filter(|&k| e[k].2).collect();
-    let mask = CooPattern::from_flat(&[c.rows, c.cols], &masked).unwrap();
-    MaskedCoo::try_new(&[c.rows, c.cols], &coords, vals, CooMask::Pattern(mask)).unwrap()
+    let mask = CooPattern::from_flat([c.rows, c.cols], &masked).unwrap();
+    MaskedCoo::try_new([c.rows, c.cols], &coords, vals, CooMask::Pattern(mask)).unwrap()
 }
 
 /// The dense oracle: unstored positions are 0.
 fn dense(c: &Case, e: &[(bool, f64, bool)]) -> (Array2<f64>, BitMask) {
     let v = e.iter().map(|&(s, v, _)| if s { v } else { 0.0 }).collect();
-    let m = BitMask::from_bools(&[c.rows, c.cols], e.iter().map(|x| x.2)).unwrap();
+    let m = BitMask::from_bools([c.rows, c.cols], e.iter().map(|x| x.2)).unwrap();
     (Array2::from_shape_vec((c.rows, c.cols), v).unwrap(), m)
 }
 
@@ -354,7 +354,7 @@ proptest! {
         }
         // where, with a random condition; an all-true condition is the identity
         let n = c.rows * c.cols;
-        let cond = BitMask::from_bools(&[c.rows, c.cols], conds.iter().cycle().take(n).copied()).unwrap();
+        let cond = BitMask::from_bools([c.rows, c.cols], conds.iter().cycle().take(n).copied()).unwrap();
         let w = masked::dense::select(&cond, None, &xa, &xb).unwrap();
         let valid = positions(w.mask().unwrap());
         let wv = w.values().as_slice().unwrap().to_vec();
@@ -369,7 +369,7 @@ proptest! {
         for (k, v) in ow.values().iter().enumerate() {
             prop_assert!(same(*v, wv[valid[k]]), "coo where value");
         }
-        let all = BitMask::filled(&[c.rows, c.cols], true);
+        let all = BitMask::filled([c.rows, c.cols], true).unwrap();
         let id = masked::dense::select(&all, None, &xa, &xb).unwrap();
         prop_assert_eq!(id.mask().unwrap(), &ma);
         for i in positions(&ma) {
@@ -387,12 +387,12 @@ proptest! {
             prop_assert!(same(*x, *y), "coo compress");
         }
         let fz = oa.fill_zero().unwrap();
-        prop_assert_eq!(fz.indices(), &positions(&ma)[..]);
+        prop_assert_eq!(&fz.pattern().flat()[..], &positions(&ma)[..]);
         let filled = xa.filled(-7.0);
-        for (x, y) in sa.to_dense(-7.0).iter().zip(filled.iter()) {
+        for (x, y) in sa.filled(-7.0).iter().zip(filled.iter()) {
             prop_assert!(same(*x, *y), "csr to_dense");
         }
-        for (x, y) in oa.to_dense(-7.0).unwrap().iter().zip(filled.iter()) {
+        for (x, y) in oa.filled(-7.0).unwrap().iter().zip(filled.iter()) {
             prop_assert!(same(*x, *y), "coo to_dense");
         }
     }

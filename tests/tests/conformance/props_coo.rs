@@ -240,9 +240,9 @@ fn sparse_groups_and_long_lanes() {
         dense[p] = v;
         valid[p] = true;
     }
-    let pat = CooPattern::from_flat(&shape, &flat).unwrap();
+    let pat = CooPattern::from_flat(shape, &flat).unwrap();
     let coords: Vec<Vec<usize>> = (0..3).map(|d| pat.coords(d).to_vec()).collect();
-    let coo = MaskedCoo::from_pattern(&shape, &coords, vals).unwrap();
+    let coo = MaskedCoo::from_pattern(shape, &coords, vals).unwrap();
     let oracle = MaskedArray::from_bool_mask(
         ArrayD::from_shape_vec(IxDyn(&shape), dense).unwrap(),
         ArrayD::from_shape_vec(IxDyn(&shape), valid).unwrap().view(),

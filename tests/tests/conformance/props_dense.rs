@@ -250,7 +250,7 @@ proptest! {
     fn no_mask_equals_plain_op_and_all_true_mask_equals_no_mask(c in case(false)) {
         let x = c.array(|v| v);
         let plain = MaskedArray::unmasked(x.view());
-        let ones = MaskedArray::new(x.view(), BitMask::filled(&c.shape, true)).unwrap();
+        let ones = MaskedArray::new(x.view(), BitMask::filled(&c.shape, true).unwrap()).unwrap();
         let d = c.dims();
         let s0 = plain.sum(d.clone(), c.keepdim).unwrap();
         let s1 = ones.sum(d.clone(), c.keepdim).unwrap();
@@ -330,7 +330,7 @@ fn results_do_not_depend_on_thread_count() {
     let x: Vec<f32> = (0..n)
         .map(|i| ((i * 7919) % 1013) as f32 * 0.37 - 150.0)
         .collect();
-    let m = BitMask::from_bools(&[n], (0..n).map(|i| i % 3 != 0)).unwrap();
+    let m = BitMask::from_bools([n], (0..n).map(|i| i % 3 != 0)).unwrap();
     let x1 = ndarray::ArrayView1::from(&x[..]);
     let a = MaskedArray::new(x1, m).unwrap();
     let x2 = ndarray::ArrayView2::from_shape((512, 1024), &x[..]).unwrap();

@@ -3,7 +3,7 @@
 //! invalid value the unchecked kernels would index with).
 
 use masked::{
-    BitMask, CooMask, CooPattern, MaskedArray, MaskedCoo, MaskedOps, Pattern, SparseArray,
+    BitMask, CooMask, CooPattern, MaskedArray, MaskedCoo, MaskedOps, PatternI, SparseArray,
 };
 use ndarray::{array, Array2};
 
@@ -18,7 +18,7 @@ fn rejects<T: serde::de::DeserializeOwned + std::fmt::Debug>(json: &str, needle:
 
 #[test]
 fn bit_masks_are_shape_and_words() {
-    let m = BitMask::from_bools(&[2, 3], [true, false, true, false, false, true]).unwrap();
+    let m = BitMask::from_bools([2, 3], [true, false, true, false, false, true]).unwrap();
     // bit k of word k / 64 is element k, row-major: 0b100101
     assert_eq!(
         serde_json::to_string(&m).unwrap(),
@@ -26,7 +26,7 @@ fn bit_masks_are_shape_and_words() {
     );
     assert_eq!(round(&m), m);
     // 130 elements: three words, the unused high bits of the last one cleared
-    let big = BitMask::from_bools(&[130], (0..130).map(|i| i % 3 == 0)).unwrap();
+    let big = BitMask::from_bools([130], (0..130).map(|i| i % 3 == 0)).unwrap();
     assert_eq!(round(&big), big);
     let m: BitMask = serde_json::from_str(r#"{"shape":[3],"words":[255]}"#).unwrap();
     assert_eq!(m.words(), &[0b111]);
@@ -40,32 +40,32 @@ fn bit_masks_are_shape_and_words() {
 
 #[test]
 fn csr_patterns_round_trip_and_are_checked() {
-    let p = Pattern::<u32>::from_coords((3, 4), &[0, 2, 0], &[1, 3, 2]).unwrap();
+    let p = PatternI::<u32>::from_coords((3, 4), &[vec![0, 2, 0], vec![1, 3, 2]]).unwrap();
     let j = serde_json::to_string(&p).unwrap();
     assert_eq!(j, r#"{"shape":[3,4],"indptr":[0,2,2,3],"indices":[1,2,3]}"#);
     assert_eq!(round(&p), p);
     let bad = |indptr: &str, indices: &str| {
         format!(r#"{{"shape":[3,4],"indptr":{indptr},"indices":{indices}}}"#)
     };
-    rejects::<Pattern<u32>>(&bad("[0,2,2,3]", "[2,1,3]"), "");
-    rejects::<Pattern<u32>>(&bad("[0,2,2,3]", "[1,2,4]"), "out of range");
-    rejects::<Pattern<u32>>(&bad("[0,2,1,3]", "[1,2,3]"), "");
-    rejects::<Pattern<u32>>(&bad("[0,2,3]", "[1,2,3]"), "");
-    rejects::<Pattern<u32>>(&bad("[0,2,2,9]", "[1,2,3]"), "");
-    rejects::<Pattern<u32>>(&bad("[0,2,2,2]", "[1,1]"), "");
+    rejects::<PatternI<u32>>(&bad("[0,2,2,3]", "[2,1,3]"), "");
+    rejects::<PatternI<u32>>(&bad("[0,2,2,3]", "[1,2,4]"), "out of range");
+    rejects::<PatternI<u32>>(&bad("[0,2,1,3]", "[1,2,3]"), "");
+    rejects::<PatternI<u32>>(&bad("[0,2,3]", "[1,2,3]"), "");
+    rejects::<PatternI<u32>>(&bad("[0,2,2,9]", "[1,2,3]"), "");
+    rejects::<PatternI<u32>>(&bad("[0,2,2,2]", "[1,1]"), "");
     // an index that does not fit the pattern's index type
-    rejects::<Pattern<u16>>(
+    rejects::<PatternI<u16>>(
         r#"{"shape":[1,100000],"indptr":[0,1],"indices":[70000]}"#,
         "",
     );
     // every rejection above is an error value, and a valid pattern still works
-    let q: Pattern<u32> = serde_json::from_str(&bad("[0,1,1,2]", "[0,3]")).unwrap();
+    let q: PatternI<u32> = serde_json::from_str(&bad("[0,1,1,2]", "[0,3]")).unwrap();
     assert_eq!(q.nnz(), 2);
 }
 
 #[test]
 fn coo_patterns_and_arrays_round_trip_and_are_checked() {
-    let p = CooPattern::from_coords(&[2, 3, 4], &[vec![1, 0], vec![2, 0], vec![3, 1]]).unwrap();
+    let p = CooPattern::from_coords([2, 3, 4], &[vec![1, 0], vec![2, 0], vec![3, 1]]).unwrap();
     assert_eq!(round(&p), p);
     rejects::<CooPattern>(r#"{"shape":[2,3],"coords":[[0,0],[1,1]]}"#, "duplicate");
     rejects::<CooPattern>(r#"{"shape":[2,3],"coords":[[0,2],[1,1]]}"#, "out of range");
@@ -75,9 +75,7 @@ fn coo_patterns_and_arrays_round_trip_and_are_checked() {
     for mask in [
         CooMask::Stored,
         CooMask::All,
-        CooMask::Pattern(
-            CooPattern::from_coords(&[2, 3, 4], &[vec![1], vec![2], vec![3]]).unwrap(),
-        ),
+        CooMask::Pattern(CooPattern::from_coords([2, 3, 4], &[vec![1], vec![2], vec![3]]).unwrap()),
     ] {
         let a = MaskedCoo::from_parts(p.clone(), vec![5.0f64, -1.0], mask).unwrap();
         let b = round(&a);
@@ -93,7 +91,7 @@ fn coo_patterns_and_arrays_round_trip_and_are_checked() {
     // one value too many; a mask of another shape
     rejects::<MaskedCoo<f64>>(&j.replace("[1.0,2.0]", "[1.0,2.0,3.0]"), "3 values for 2");
     let other = serde_json::to_string(&CooMask::Pattern(
-        CooPattern::from_coords(&[9, 9], &[vec![1], vec![2]]).unwrap(),
+        CooPattern::from_coords([9, 9], &[vec![1], vec![2]]).unwrap(),
     ))
     .unwrap();
     rejects::<MaskedCoo<f64>>(&j.replace(r#""Stored""#, &other), "");
@@ -102,13 +100,13 @@ fn coo_patterns_and_arrays_round_trip_and_are_checked() {
 #[test]
 fn dense_arrays_and_sparse_results_round_trip_and_are_checked() {
     let x: Array2<f32> = array![[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]];
-    let m = BitMask::from_bools(&[2, 1], [true, false]).unwrap();
+    let m = BitMask::from_bools([2, 1], [true, false]).unwrap();
     let a = MaskedArray::new(x.clone(), m).unwrap();
     let b = round(&a);
     assert_eq!(b.values(), a.values());
     assert_eq!(b.mask(), a.mask());
     // a view serialises too, as the same form
-    let v = MaskedArray::new(x.view(), BitMask::filled(&[2, 3], true)).unwrap();
+    let v = MaskedArray::new(x.view(), BitMask::filled([2, 3], true).unwrap()).unwrap();
     let c: MaskedArray<ndarray::OwnedRepr<f32>, ndarray::Ix2> =
         serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
     assert_eq!(c.values(), &x);

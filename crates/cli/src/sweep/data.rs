@@ -3,7 +3,7 @@
 //! same work.
 
 use crate::error::CliError;
-use masked::{BitMask, CooMask, CooPattern, Element, MaskedCoo, Pattern};
+use masked::{BitMask, CooMask, CooPattern, Element, MaskedCoo, PatternI};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use sprs::CsMatI;
 
@@ -71,7 +71,7 @@ impl std::str::FromStr for Structure {
 
 /// The CSR layout of a point: the stored matrix (`u32` column indices) and the mask as a
 /// separate pattern, `None` when it is the stored pattern.
-pub type CsrParts<T> = (CsMatI<T, u32, usize>, Option<Pattern<u32>>);
+pub type CsrParts<T> = (CsMatI<T, u32, usize>, Option<PatternI<u32>>);
 
 /// A masked `R x C` matrix as positions and values, the source of every layout.
 #[derive(Debug, Clone)]
@@ -230,7 +230,7 @@ impl<T: Element> Logical<T> {
             None => None,
             Some(m) => {
                 let (p, i) = self.csr_parts(m);
-                Some(Pattern::try_from_parts(
+                Some(PatternI::try_from_parts(
                     (self.shape[0], self.shape[1]),
                     p,
                     i,
@@ -242,10 +242,10 @@ impl<T: Element> Logical<T> {
 
     /// The COO layout: the stored entries, the mask their pattern or a separate one.
     pub fn coo(&self) -> Result<MaskedCoo<T>, CliError> {
-        let pattern = CooPattern::from_flat(&self.shape, &self.stored)?;
+        let pattern = CooPattern::from_flat(self.shape, &self.stored)?;
         let mask = match &self.mask {
             None => CooMask::Stored,
-            Some(m) => CooMask::Pattern(CooPattern::from_flat(&self.shape, m)?),
+            Some(m) => CooMask::Pattern(CooPattern::from_flat(self.shape, m)?),
         };
         Ok(MaskedCoo::from_parts(pattern, self.values.clone(), mask)?)
     }

@@ -1,0 +1,187 @@
+//! Kernels instantiated inside a layout's own crate for the common dtypes.
+//!
+//! The lane kernels are generic over the element type and the op, so they are compiled
+//! where they are used: in a dependent crate, at that crate's optimisation level, and a
+//! debug build of it runs them 100x slower than release. A dependent's
+//! `[profile.dev.package."*"] opt-level = 3` optimises the engine's crates, not the
+//! generic code instantiated in the dependent. [`prebuilt_kernels!`](crate::prebuilt_kernels) fixes that for every
+//! kernel value type of the engine (the list below, the one place it is kept) and the
+//! dtypes a layout names: each pair gets a non-generic `#[inline(never)]` entry, compiled
+//! in the layout's crate, which a dependent links instead of instantiating; the layout
+//! calls a generic dispatcher that compares `TypeId`s and calls the entry, or the generic
+//! kernel for any other type. In an optimised build the comparison is a constant.
+
+use std::any::TypeId;
+use std::mem::ManuallyDrop;
+
+/// Whether `A` is `B`.
+#[inline(always)]
+pub fn is<A: 'static, B: 'static>() -> bool {
+    TypeId::of::<A>() == TypeId::of::<B>()
+}
+
+/// `x` as `B`, for `A` and `B` one type.
+///
+/// # Safety
+/// `A` and `B` must be the same type (`is::<A, B>()` with `'static` types, or types that
+/// differ in lifetimes only).
+#[inline(always)]
+pub unsafe fn same<A, B>(x: A) -> B {
+    debug_assert_eq!(std::mem::size_of::<A>(), std::mem::size_of::<B>());
+    let x = ManuallyDrop::new(x);
+    // SAFETY: A and B are one type (the caller's contract), so this is a move.
+    unsafe { std::ptr::read(&*x as *const A as *const B) }
+}
+
+#[doc(hidden)]
+pub static FALLBACKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts a dispatch that found no prebuilt entry for an `f32`/`f64` input: the layouts'
+/// tests assert that every op of the registry finds one, so a kernel type missing from
+/// [`prebuilt_kernels!`](crate::prebuilt_kernels)'s list fails them.
+#[doc(hidden)]
+#[inline(always)]
+pub fn fell_back<T: 'static>() {
+    if is::<T, f32>() || is::<T, f64>() {
+        FALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Instantiates a layout's kernels for every kernel value type of the engine and the
+/// given dtypes inside the calling crate, and defines one generic dispatcher per kernel
+/// (a function of the entry's name) that calls them. The calling crate declares a
+/// `prebuilt` feature: without it the dispatchers call the generic kernels directly.
+/// Invoke once per module:
+///
+/// ```text
+/// type Input<'a, T> = [T];                                   // what the kernels read
+/// type FoldOut<'a, T, K> = (Vec<<K as Fold<T>>::State>, Vec<bool>); // what it returns
+/// prebuilt_kernels! {
+///     input: Input,
+///     dtypes: [f32, f64],
+///     fold fold_all(bits: Option<Bits<'_>>, plan: &ReducePlan) -> FoldOut = kernels::fold_all;
+/// }
+/// // then: prebuilt::fold_all(op, xs, bits, plan) wherever kernels::fold_all was called
+/// ```
+///
+/// Each entry is `FAMILY NAME(ARGS) -> OUT = KERNEL;`: `FAMILY` is `fold`, `stat` or
+/// `map` (the `Fold`, `LaneStat` or `LaneMap` types of the list), `KERNEL` is called as
+/// `KERNEL(op, input, ARGS...)`, and `OUT<'a, T, K>` names its result for element `T`,
+/// kernel value `K` and an input borrowed for `'a` (a result may borrow from it). The list: a new `Fold` / `LaneStat` / `LaneMap` type of the engine
+/// goes here (the layouts' tests fail until it does).
+#[macro_export]
+macro_rules! prebuilt_kernels {
+    (input: $In:ident, dtypes: $dl:tt,
+        $($fam:ident $entry:ident $args:tt -> $Out:ident = $kernel:path;)*) => {
+        $( $crate::prebuilt_kernels!(@family $fam ($In, $dl, $entry, $args, $args, $Out, $kernel)); )*
+    };
+
+    (@family fold $cfg:tt) => {
+        $crate::prebuilt_kernels!(@entry $cfg, Fold, [
+            $crate::ops::Sum, $crate::ops::Prod, $crate::ops::AMax, $crate::ops::AMin,
+            $crate::ops::Ptp, $crate::ops::ArgMax, $crate::ops::ArgMin, $crate::ops::Mean,
+            $crate::ops::Count, $crate::stats::Var, $crate::stats::Std, $crate::stats::Norm,
+            $crate::stats::LogSumExp
+        ]);
+    };
+    (@family stat $cfg:tt) => {
+        $crate::prebuilt_kernels!(@entry $cfg, LaneStat, [
+            $crate::lane::Quantile, $crate::lane::MedianIndex
+        ]);
+    };
+    (@family map $cfg:tt) => {
+        $crate::prebuilt_kernels!(@entry $cfg, LaneMap, [
+            $crate::lane::Softmax, $crate::lane::Normalize, $crate::lane::Cumulative,
+            $crate::unary::FloatMap<$crate::unary::FloatFn>,
+            $crate::unary::KeepMap<$crate::unary::KeepFn>,
+            $crate::cast::Cast<f32>, $crate::cast::Cast<f64>
+        ]);
+    };
+
+    (@entry ($In:ident, $dl:tt, $entry:ident, ($($a:ident: $at:ty),*), $params:tt, $Out:ident,
+        $kernel:path),
+        $Tr:ident, [$($k:ty),*]) => {
+        /// This entry's kernels, compiled here (see the core's `prebuilt` module).
+        #[cfg(feature = "prebuilt")]
+        mod $entry {
+            #[allow(unused_imports)]
+            use super::*;
+            /// One kernel value type's kernel for dtype `T`, implemented for concrete `T`
+            /// only: a non-generic item a dependent links.
+            pub(super) trait Here<T: $crate::Element>: $crate::$Tr<T> {
+                fn here<'a>(&self, input: &$In<'a, T>, $($a: $at),*) -> $Out<'a, T, Self>;
+            }
+            $( $crate::prebuilt_kernels!(@impls $k, $dl, $In, $params, $Out, $kernel); )*
+        }
+
+        /// The kernel, from this crate's instantiation for the listed types and dtypes.
+        pub(crate) fn $entry<'a, T: $crate::Element, K: $crate::$Tr<T>>(
+            op: &K,
+            input: &$In<'a, T>,
+            $($a: $at),*
+        ) -> $Out<'a, T, K> {
+            #[cfg(feature = "prebuilt")]
+            {
+                $( $crate::prebuilt_kernels!(@try $k, $dl, $In, $entry, op, input, T, K, $params); )*
+                $crate::prebuilt::fell_back::<T>();
+            }
+            $kernel(op, input, $($a),*)
+        }
+    };
+
+    (@impls $k:ty, [$($d:ty),*], $In:ident, $params:tt, $Out:ident, $kernel:path) => {
+        $( $crate::prebuilt_kernels!(@impl $k, $d, $In, $params, $Out, $kernel); )*
+    };
+    (@impl $k:ty, $d:ty, $In:ident, ($($a:ident: $at:ty),*), $Out:ident, $kernel:path) => {
+        impl Here<$d> for $k {
+            #[inline(never)]
+            fn here<'a>(&self, input: &$In<'a, $d>, $($a: $at),*) -> $Out<'a, $d, Self> {
+                $kernel(self, input, $($a),*)
+            }
+        }
+    };
+
+    (@try $k:ty, [$($d:ty),*], $In:ident, $entry:ident, $op:ident, $input:ident, $T:ident, $K:ident,
+        $params:tt) => {
+        if $crate::prebuilt::is::<$K, $k>() {
+            $( $crate::prebuilt_kernels!(@try_d $k, $d, $In, $entry, $op, $input, $T, $K, $params); )*
+        }
+    };
+    (@try_d $k:ty, $d:ty, $In:ident, $entry:ident, $op:ident, $input:ident, $T:ident, $K:ident,
+        ($($a:ident: $at:ty),*)) => {
+        if $crate::prebuilt::is::<$T, $d>() {
+            // SAFETY: K is $k and T is $d (equal TypeIds): the casts are identities.
+            return unsafe {
+                let op = &*($op as *const $K as *const $k);
+                let input = &*($input as *const $In<'_, $T> as *const $In<'_, $d>);
+                $crate::prebuilt::same(<$k as $entry::Here<$d>>::here(op, input, $($a),*))
+            };
+        }
+    };
+}
+
+/// Runs every one-operand op of the registry on `a` along the last dim, the first dim and
+/// all dims, plus the casts to `f32` and `f64`, discarding the results (errors too: an
+/// op that refuses an option-less call ran no kernel). The layouts' tests call it with
+/// `f32` and `f64` inputs and then assert that [`FALLBACKS`] is still 0.
+#[doc(hidden)]
+pub fn run_every_op<T: crate::Element, L: crate::LaneKernels<T>>(a: &L) {
+    use crate::registry::{apply_to, Discard, Kind, Op, OpRequest};
+    use crate::MaskedOps;
+    for &op in Op::ALL {
+        if op.kind() == Kind::Binary {
+            continue;
+        }
+        for dims in [Some(-1isize), Some(0), None] {
+            let Ok(mut r) = OpRequest::new(op.name()) else {
+                continue;
+            };
+            if let Some(d) = dims.or((op.kind() == Kind::Normalize).then_some(-1)) {
+                r.dims = crate::Dims::from(d);
+            }
+            let _ = apply_to(a, &r, &Discard);
+        }
+    }
+    let _ = a.cast::<f32>();
+    let _ = a.cast::<f64>();
+}

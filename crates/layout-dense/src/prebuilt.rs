@@ -1,0 +1,46 @@
+//! The dense lane kernels instantiated in this crate for `f32` and `f64`, for every
+//! kernel value type of the engine (the core's `prebuilt_kernels!` says why): the
+//! layout calls these dispatchers where it would call `kernels::*`.
+
+use crate::kernels;
+use masked_core::{Fold, LaneMap, LaneStat, ReducePlan};
+use masked_kernels::Bits;
+
+/// What the kernels read: the values in row-major order.
+type Input<'a, T> = [T];
+type FoldOut<'a, T, K> = (Vec<<K as Fold<T>>::State>, Vec<bool>);
+type StatOut<'a, T, K> = (Vec<<K as LaneStat<T>>::Output>, Vec<bool>);
+type MapOut<'a, T, K> = Vec<<K as LaneMap<T>>::Output>;
+
+masked_core::prebuilt_kernels! {
+    input: Input,
+    dtypes: [f32, f64],
+    fold fold_all(bits: Option<Bits<'_>>, plan: &ReducePlan) -> FoldOut = kernels::fold_all;
+    stat stat_all(bits: Option<Bits<'_>>, plan: &ReducePlan) -> StatOut = kernels::stat_all;
+    map map_all(bits: Option<Bits<'_>>, shape: &[usize], dim: usize) -> MapOut = kernels::map_all;
+}
+
+#[cfg(all(test, feature = "prebuilt"))]
+mod tests {
+    use crate::MaskedArray;
+    use masked_core::prebuilt::{run_every_op, FALLBACKS};
+    use masked_core::Element;
+    use std::sync::atomic::Ordering;
+
+    /// Every op of the registry on `f32` and `f64` runs a kernel compiled here: a kernel
+    /// type missing from `prebuilt_kernels!` fails this.
+    #[test]
+    fn every_op_runs_a_kernel_compiled_here() {
+        fn run<T: Element>(x: ndarray::ArrayView2<'_, T>) {
+            let a = MaskedArray::from_bool_mask(x, x.mapv(|v| v != T::ZERO)).unwrap();
+            run_every_op(&a.view());
+            run_every_op(&MaskedArray::unmasked(x));
+        }
+        let x = ndarray::Array2::from_shape_fn((5, 7), |(i, j)| ((i * 7 + j) % 4) as f32);
+        run(x.view());
+        run(x.mapv(f64::from).view());
+        // integers take the generic kernels (not counted)
+        run(x.mapv(|v| v as i32).view());
+        assert_eq!(FALLBACKS.load(Ordering::Relaxed), 0);
+    }
+}
