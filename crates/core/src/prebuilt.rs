@@ -50,30 +50,32 @@ pub fn fell_back<T: 'static>() {
 /// Instantiates a layout's kernels for every kernel value type of the engine and the
 /// given dtypes inside the calling crate, and defines one generic dispatcher per kernel
 /// (a function of the entry's name) that calls them. The calling crate declares a
-/// `prebuilt` feature: without it the dispatchers call the generic kernels directly.
-/// Invoke once per module:
+/// `prebuilt` feature: without it the dispatchers just run the call. Invoke once per
+/// module:
 ///
 /// ```text
-/// type Input<'a, T> = [T];                                   // what the kernels read
-/// type FoldOut<'a, T, K> = (Vec<<K as Fold<T>>::State>, Vec<bool>); // what it returns
+/// type Input<'a, T> = [T];                                          // what the kernels read
+/// type FoldOut<'a, T, K> = (Vec<<K as Fold<T>>::State>, Vec<bool>); // what one returns
 /// prebuilt_kernels! {
 ///     input: Input,
 ///     dtypes: [f32, f64],
-///     fold fold_all(bits: Option<Bits<'_>>, plan: &ReducePlan) -> FoldOut = kernels::fold_all;
+///     fold fold_all(op, xs, bits: Option<Bits<'_>>, plan: &ReducePlan) -> FoldOut
+///         = kernels::fold_all(op, xs, bits, plan);
 /// }
 /// // then: prebuilt::fold_all(op, xs, bits, plan) wherever kernels::fold_all was called
 /// ```
 ///
-/// Each entry is `FAMILY NAME(ARGS) -> OUT = KERNEL;`: `FAMILY` is `fold`, `stat` or
-/// `map` (the `Fold`, `LaneStat` or `LaneMap` types of the list), `KERNEL` is called as
-/// `KERNEL(op, input, ARGS...)`, and `OUT<'a, T, K>` names its result for element `T`,
-/// kernel value `K` and an input borrowed for `'a` (a result may borrow from it). The list: a new `Fold` / `LaneStat` / `LaneMap` type of the engine
-/// goes here (the layouts' tests fail until it does).
+/// Each entry is `FAMILY NAME(OP, INPUT, ARGS...) -> OUT = CALL;`. `FAMILY` is `fold`,
+/// `stat` or `map` (the `Fold`, `LaneStat` or `LaneMap` types of the list). `CALL` runs
+/// the kernel with the kernel value `OP: &K` and `INPUT: &INPUT_TYPE<'a, T>`, and
+/// `OUT<'a, T, K>` names its result (which may borrow from the input). The list: a new
+/// `Fold` / `LaneStat` / `LaneMap` type of the engine goes here (the layouts' tests fail
+/// until it does).
 #[macro_export]
 macro_rules! prebuilt_kernels {
     (input: $In:ident, dtypes: $dl:tt,
-        $($fam:ident $entry:ident $args:tt -> $Out:ident = $kernel:path;)*) => {
-        $( $crate::prebuilt_kernels!(@family $fam ($In, $dl, $entry, $args, $args, $Out, $kernel)); )*
+        $($fam:ident $entry:ident $args:tt -> $Out:ident = $call:expr;)*) => {
+        $( $crate::prebuilt_kernels!(@family $fam ($In, $dl, $entry, $args, $args, $Out, $call)); )*
     };
 
     (@family fold $cfg:tt) => {
@@ -98,9 +100,8 @@ macro_rules! prebuilt_kernels {
         ]);
     };
 
-    (@entry ($In:ident, $dl:tt, $entry:ident, ($($a:ident: $at:ty),*), $params:tt, $Out:ident,
-        $kernel:path),
-        $Tr:ident, [$($k:ty),*]) => {
+    (@entry ($In:ident, $dl:tt, $entry:ident, ($op:ident, $input:ident $(, $a:ident: $at:ty)*),
+        $params:tt, $Out:ident, $call:expr), $Tr:ident, [$($k:ty),*]) => {
         /// This entry's kernels, compiled here (see the core's `prebuilt` module).
         #[cfg(feature = "prebuilt")]
         mod $entry {
@@ -111,44 +112,45 @@ macro_rules! prebuilt_kernels {
             pub(super) trait Here<T: $crate::Element>: $crate::$Tr<T> {
                 fn here<'a>(&self, input: &$In<'a, T>, $($a: $at),*) -> $Out<'a, T, Self>;
             }
-            $( $crate::prebuilt_kernels!(@impls $k, $dl, $In, $params, $Out, $kernel); )*
+            $( $crate::prebuilt_kernels!(@impls $k, $dl, $In, $params, $Out, $call); )*
         }
 
         /// The kernel, from this crate's instantiation for the listed types and dtypes.
         pub(crate) fn $entry<'a, T: $crate::Element, K: $crate::$Tr<T>>(
-            op: &K,
-            input: &$In<'a, T>,
+            $op: &K,
+            $input: &$In<'a, T>,
             $($a: $at),*
         ) -> $Out<'a, T, K> {
             #[cfg(feature = "prebuilt")]
             {
-                $( $crate::prebuilt_kernels!(@try $k, $dl, $In, $entry, op, input, T, K, $params); )*
+                $( $crate::prebuilt_kernels!(@try $k, $dl, $In, $entry, T, K, $params); )*
                 $crate::prebuilt::fell_back::<T>();
             }
-            $kernel(op, input, $($a),*)
+            $call
         }
     };
 
-    (@impls $k:ty, [$($d:ty),*], $In:ident, $params:tt, $Out:ident, $kernel:path) => {
-        $( $crate::prebuilt_kernels!(@impl $k, $d, $In, $params, $Out, $kernel); )*
+    (@impls $k:ty, [$($d:ty),*], $In:ident, $params:tt, $Out:ident, $call:expr) => {
+        $( $crate::prebuilt_kernels!(@impl $k, $d, $In, $params, $Out, $call); )*
     };
-    (@impl $k:ty, $d:ty, $In:ident, ($($a:ident: $at:ty),*), $Out:ident, $kernel:path) => {
+    (@impl $k:ty, $d:ty, $In:ident, ($op:ident, $input:ident $(, $a:ident: $at:ty)*),
+        $Out:ident, $call:expr) => {
         impl Here<$d> for $k {
             #[inline(never)]
-            fn here<'a>(&self, input: &$In<'a, $d>, $($a: $at),*) -> $Out<'a, $d, Self> {
-                $kernel(self, input, $($a),*)
+            fn here<'a>(&self, $input: &$In<'a, $d>, $($a: $at),*) -> $Out<'a, $d, Self> {
+                let $op = self;
+                $call
             }
         }
     };
 
-    (@try $k:ty, [$($d:ty),*], $In:ident, $entry:ident, $op:ident, $input:ident, $T:ident, $K:ident,
-        $params:tt) => {
+    (@try $k:ty, [$($d:ty),*], $In:ident, $entry:ident, $T:ident, $K:ident, $params:tt) => {
         if $crate::prebuilt::is::<$K, $k>() {
-            $( $crate::prebuilt_kernels!(@try_d $k, $d, $In, $entry, $op, $input, $T, $K, $params); )*
+            $( $crate::prebuilt_kernels!(@try_d $k, $d, $In, $entry, $T, $K, $params); )*
         }
     };
-    (@try_d $k:ty, $d:ty, $In:ident, $entry:ident, $op:ident, $input:ident, $T:ident, $K:ident,
-        ($($a:ident: $at:ty),*)) => {
+    (@try_d $k:ty, $d:ty, $In:ident, $entry:ident, $T:ident, $K:ident,
+        ($op:ident, $input:ident $(, $a:ident: $at:ty)*)) => {
         if $crate::prebuilt::is::<$T, $d>() {
             // SAFETY: K is $k and T is $d (equal TypeIds): the casts are identities.
             return unsafe {
@@ -156,6 +158,38 @@ macro_rules! prebuilt_kernels {
                 let input = &*($input as *const $In<'_, $T> as *const $In<'_, $d>);
                 $crate::prebuilt::same(<$k as $entry::Here<$d>>::here(op, input, $($a),*))
             };
+        }
+    };
+}
+
+/// [`prebuilt_kernels!`](crate::prebuilt_kernels) for a layout whose kernels are methods
+/// of a lanes type `INPUT<'a, T>` (CSR's and COO's): the lanes type implements
+/// [`LaneKernels`](crate::LaneKernels) by dispatching to the four functions this defines
+/// (`fold_lanes`, `stat_lanes`, `map_lanes`, `map_elements`), which call its inherent
+/// `kernel_fold_lanes`, `kernel_stat_lanes`, `kernel_map_lanes` and
+/// `kernel_map_elements` (the trait methods' signatures).
+#[macro_export]
+macro_rules! prebuilt_lanes {
+    (input: $In:ident, dtypes: $dl:tt) => {
+        type FoldOut<'a, T, K> = $crate::Result<
+            <$In<'a, T> as $crate::LaneKernels<T>>::Reduced<<K as $crate::Fold<T>>::Output>,
+        >;
+        type StatOut<'a, T, K> = $crate::Result<
+            <$In<'a, T> as $crate::LaneKernels<T>>::Reduced<<K as $crate::LaneStat<T>>::Output>,
+        >;
+        type MapOut<'a, T, K> = $crate::Result<
+            <$In<'a, T> as $crate::LaneKernels<T>>::Mapped<<K as $crate::LaneMap<T>>::Output>,
+        >;
+        $crate::prebuilt_kernels! {
+            input: $In,
+            dtypes: $dl,
+            fold fold_lanes(op, l, dims: &$crate::Dims, keepdim: bool) -> FoldOut
+                = l.kernel_fold_lanes(op, dims, keepdim);
+            stat stat_lanes(op, l, dims: &$crate::Dims, keepdim: bool) -> StatOut
+                = l.kernel_stat_lanes(op, dims, keepdim);
+            map map_lanes(op, l, dim: isize) -> MapOut = l.kernel_map_lanes(op, dim);
+            map map_elements(op, l, zero_preserving: bool) -> MapOut
+                = l.kernel_map_elements(op, zero_preserving);
         }
     };
 }

@@ -3,53 +3,11 @@
 //! (the core's `prebuilt_kernels!` says why). `CsrLanes`' `LaneKernels` methods
 //! dispatch here.
 
-use crate::{CsrLanes, CsrMapped};
-use masked_core::{Dims, Element, Fold, LaneMap, LaneStat, Result, SparseArray};
+use crate::CsrLanes;
 
 /// What the kernels read.
 type Input<'a, T> = CsrLanes<'a, T, usize>;
-type FoldOut<'a, T, K> = Result<SparseArray<<K as Fold<T>>::Output>>;
-type StatOut<'a, T, K> = Result<SparseArray<<K as LaneStat<T>>::Output>>;
-type MapOut<'a, T, K> = Result<CsrMapped<'a, <K as LaneMap<T>>::Output, usize>>;
-
-fn fold<'a, T: Element, K: Fold<T>>(
-    op: &K,
-    l: &Input<'a, T>,
-    dims: &Dims,
-    keepdim: bool,
-) -> FoldOut<'a, T, K> {
-    l.kernel_fold_lanes(op, dims, keepdim)
-}
-
-fn stat<'a, T: Element, K: LaneStat<T>>(
-    op: &K,
-    l: &Input<'a, T>,
-    dims: &Dims,
-    keepdim: bool,
-) -> StatOut<'a, T, K> {
-    l.kernel_stat_lanes(op, dims, keepdim)
-}
-
-fn map<'a, T: Element, K: LaneMap<T>>(op: &K, l: &Input<'a, T>, dim: isize) -> MapOut<'a, T, K> {
-    l.kernel_map_lanes(op, dim)
-}
-
-fn map_each<'a, T: Element, K: LaneMap<T>>(
-    op: &K,
-    l: &Input<'a, T>,
-    zero_preserving: bool,
-) -> MapOut<'a, T, K> {
-    l.kernel_map_elements(op, zero_preserving)
-}
-
-masked_core::prebuilt_kernels! {
-    input: Input,
-    dtypes: [f32, f64],
-    fold fold_lanes(dims: &Dims, keepdim: bool) -> FoldOut = fold;
-    stat stat_lanes(dims: &Dims, keepdim: bool) -> StatOut = stat;
-    map map_lanes(dim: isize) -> MapOut = map;
-    map map_elements(zero_preserving: bool) -> MapOut = map_each;
-}
+masked_core::prebuilt_lanes!(input: Input, dtypes: [f32, f64]);
 
 #[cfg(all(test, feature = "prebuilt"))]
 mod tests {

@@ -15,9 +15,12 @@ type MapOut<'a, T, K> = Vec<<K as LaneMap<T>>::Output>;
 masked_core::prebuilt_kernels! {
     input: Input,
     dtypes: [f32, f64],
-    fold fold_all(bits: Option<Bits<'_>>, plan: &ReducePlan) -> FoldOut = kernels::fold_all;
-    stat stat_all(bits: Option<Bits<'_>>, plan: &ReducePlan) -> StatOut = kernels::stat_all;
-    map map_all(bits: Option<Bits<'_>>, shape: &[usize], dim: usize) -> MapOut = kernels::map_all;
+    fold fold_all(op, xs, bits: Option<Bits<'_>>, plan: &ReducePlan) -> FoldOut
+        = kernels::fold_all(op, xs, bits, plan);
+    stat stat_all(op, xs, bits: Option<Bits<'_>>, plan: &ReducePlan) -> StatOut
+        = kernels::stat_all(op, xs, bits, plan);
+    map map_all(op, xs, bits: Option<Bits<'_>>, shape: &[usize], dim: usize) -> MapOut
+        = kernels::map_all(op, xs, bits, shape, dim);
 }
 
 #[cfg(all(test, feature = "prebuilt"))]
