@@ -1,6 +1,6 @@
 //! The validated n-D coordinate pattern: canonical (row-major sorted), duplicate-free.
 
-use masked_core::{check_lengths, BoolArray, MaskedError, Result, ShapeLike};
+use masked_core::{check_lengths, BitMask, BoolArray, MaskedError, Result, ShapeLike};
 use rayon::prelude::*;
 use std::borrow::Borrow;
 
@@ -204,25 +204,10 @@ impl CooPattern {
         shape: impl ShapeLike,
         mask: impl IntoIterator<Item = B>,
     ) -> Result<Self> {
-        let shape = shape.to_shape();
-        let size = size_of(&shape)?;
-        let mut flat = Vec::new();
-        let mut n = 0usize;
-        // at most one value past the count: an endless iterator is a length error
-        for (i, b) in mask.into_iter().take(size.saturating_add(1)).enumerate() {
-            if *b.borrow() {
-                flat.push(i);
-            }
-            n = i + 1;
-        }
-        if n != size {
-            return Err(MaskedError::MaskLength {
-                shape,
-                expected: size,
-                got: n,
-            });
-        }
-        Self::from_flat(shape, &flat)
+        // the bit mask checks the count (an endless iterator is a length error)
+        let m = BitMask::from_bools(shape, mask)?;
+        let flat: Vec<usize> = m.as_bitvec().iter_ones().collect();
+        Ok(Self::from_sorted_flat(m.shape(), &flat))
     }
 
     /// The `true` positions of an `ndarray` bool array (owned, a view or a reference).

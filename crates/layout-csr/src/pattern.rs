@@ -1,6 +1,6 @@
 //! A validated 2-D sparse index pattern: the mask of a CSR matrix ("mask from indices").
 
-use masked_core::{check_lengths, BoolArray, MaskedError, Result, ShapeLike};
+use masked_core::{check_lengths, BitMask, BoolArray, MaskedError, Result, ShapeLike};
 use sprs::{CsMatViewI, SpIndex};
 use std::borrow::Borrow;
 
@@ -278,39 +278,17 @@ impl<I: SpIndex> PatternI<I> {
     ) -> Result<Self> {
         let (nrows, ncols) = shape.to_shape2()?;
         check_width::<I>(ncols)?;
-        let expected = nrows.checked_mul(ncols).ok_or_else(|| {
-            MaskedError::InvalidData(format!("shape ({nrows}, {ncols}): size overflows"))
-        })?;
-        let mut indptr = Vec::with_capacity(nrows.min(1 << 20) + 1);
-        let mut indices = Vec::new();
-        indptr.push(0);
-        let mut n = 0usize;
-        for (k, b) in bools
-            .into_iter()
-            .take(expected.saturating_add(1))
-            .enumerate()
-        {
-            n = k + 1;
-            if k >= expected {
-                break;
-            }
-            let c = k % ncols;
-            if *b.borrow() {
-                indices.push(I::from_usize_unchecked(c));
-            }
-            if c + 1 == ncols {
-                indptr.push(indices.len());
-            }
+        // the bit mask checks the count (an endless iterator is a length error)
+        let m = BitMask::from_bools([nrows, ncols], bools)?;
+        let mut indptr = vec![0usize; nrows + 1];
+        let mut indices = Vec::with_capacity(m.count_ones());
+        for f in m.as_bitvec().iter_ones() {
+            indices.push(I::from_usize_unchecked(f % ncols));
+            indptr[f / ncols + 1] += 1;
         }
-        if n != expected {
-            return Err(MaskedError::MaskLength {
-                shape: vec![nrows, ncols],
-                expected,
-                got: n,
-            });
+        for r in 0..nrows {
+            indptr[r + 1] += indptr[r];
         }
-        // rows of a zero-column shape hold nothing
-        indptr.resize(nrows + 1, indices.len());
         Ok(PatternI {
             shape: (nrows, ncols),
             indptr,
