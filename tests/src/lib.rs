@@ -1,5 +1,8 @@
 //! Shared helpers of the conformance suite: fixture decoding and value comparison.
 
+pub mod fuzz;
+pub mod hostile;
+
 use masked::by_name::{Outcome, SparseOutcome};
 use masked::DynVec;
 use proptest::prelude::{

@@ -6,11 +6,9 @@ mod algebra;
 mod alloc;
 mod bench;
 mod binary;
-mod error;
-mod limits;
-mod npy;
-mod sparse_io;
 mod sweep;
+
+use masked_cli::{error, extension, limits, npy, sparse_io};
 
 use clap::Parser;
 use error::CliError;
@@ -21,7 +19,7 @@ use masked::{
 };
 use ndarray::{ArrayViewD, IxDyn};
 use sprs::CsMat;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[global_allocator]
@@ -230,13 +228,6 @@ pub(crate) fn parse_dims(s: Option<&str>) -> Result<Dims, CliError> {
             "invalid --dim value '{s}': expected integers separated by commas"
         ))),
     }
-}
-
-pub(crate) fn extension(p: &Path) -> String {
-    p.extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase()
 }
 
 /// What a run computes: a registry op, or a cast.

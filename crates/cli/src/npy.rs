@@ -15,47 +15,94 @@ pub struct DynArray {
 }
 
 fn read_bytes(path: &Path) -> Result<Vec<u8>, CliError> {
-    let bytes = std::fs::read(path).map_err(|e| CliError::file(path, e.to_string()))?;
-    preflight(path, &bytes)?;
-    Ok(bytes)
+    std::fs::read(path).map_err(|e| CliError::file(path, e.to_string()))
 }
 
-/// The shape and item size a `.npy` header declares, and where its data starts (`None`
-/// for what is not a `.npy` header the reader would accept: it reports that itself).
-fn declared(bytes: &[u8]) -> Option<(Vec<u128>, usize, usize)> {
-    let magic = bytes.get(..8)?;
-    if &magic[..6] != b"\x93NUMPY" {
-        return None;
+/// The magic string of a `.npy` file.
+const MAGIC: &[u8] = b"\x93NUMPY";
+
+/// The header length a `.npy` prefix declares and where the header starts (`None` when
+/// the prefix is not a `.npy` magic and version the reader knows).
+fn header_len(bytes: &[u8]) -> Option<(u64, usize)> {
+    match (bytes.get(..6), bytes.get(6), bytes.get(8..)) {
+        (Some(MAGIC), Some(1), Some([a, b, ..])) => {
+            Some((u64::from(u16::from_le_bytes([*a, *b])), 10))
+        }
+        (Some(MAGIC), Some(2 | 3), Some([a, b, c, d, ..])) => {
+            Some((u64::from(u32::from_le_bytes([*a, *b, *c, *d])), 12))
+        }
+        _ => None,
     }
-    let (len, start): (usize, usize) = match magic[6] {
-        1 => {
-            let b = bytes.get(8..10)?;
-            (u16::from_le_bytes([b[0], b[1]]) as usize, 10)
-        }
-        2 | 3 => {
-            let b = bytes.get(8..12)?;
-            (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, 12)
-        }
+}
+
+/// The bytes an item of a `.npy` type descriptor takes, for the descriptors the readers
+/// accept (ndarray-npy's spellings); `None` for any other.
+fn item_size(descr: &str) -> Option<usize> {
+    Some(match descr {
+        "|b1" | "|u1" | "u1" | "B" | "|i1" | "i1" | "b" => 1,
+        "<f2" | ">f2" | "<u2" | ">u2" => 2,
+        "<f4" | ">f4" | "<i4" | ">i4" => 4,
+        "<f8" | ">f8" | "<i8" | ">i8" => 8,
         _ => return None,
-    };
-    let header = std::str::from_utf8(bytes.get(start..start.checked_add(len)?)?).ok()?;
-    // 'descr': '<f4' -> 4 bytes an item (the digits after the type letter)
-    let d = header.find("'descr'")?;
-    let q = d + header[d..].find(':')?;
-    let open = q + header[q..].find('\'')? + 1;
-    let descr = &header[open..open + header[open..].find('\'')?];
-    let digits: String = descr.chars().skip_while(|c| !c.is_ascii_digit()).collect();
-    let item: usize = digits.parse().ok()?;
-    let sh = header.find("'shape'")?;
-    let lp = sh + header[sh..].find('(')?;
-    let rp = lp + header[lp..].find(')')?;
-    let shape = header[lp + 1..rp]
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(|t| t.trim_end_matches('L').parse::<u128>().ok())
-        .collect::<Option<Vec<_>>>()?;
-    Some((shape, item, start + len))
+    })
+}
+
+/// What a checked `.npy` header declares.
+pub struct Declared {
+    /// The type descriptor, as written (`<f4`, `|b1`, ...).
+    pub descr: String,
+    /// The shape.
+    pub shape: Vec<usize>,
+    /// The bytes of data the header promises.
+    pub bytes: u128,
+}
+
+/// Parses a `.npy` header with the reader's own parser (ndarray-npy's), after checking
+/// that the header's length fits in the bytes present: the parser allocates that length
+/// before reading. An unknown type descriptor is an error here, before the data reader
+/// would allocate for it.
+fn declared(path: &Path, bytes: &[u8]) -> Result<(Declared, usize), CliError> {
+    use ndarray_npy::npy::header::Header;
+    let bad = |what: String| CliError::file(path, what);
+    if let Some((len, start)) = header_len(bytes) {
+        let have = bytes.len().saturating_sub(start) as u64;
+        if len > have {
+            return Err(bad(format!(
+                "truncated .npy header: it declares {len} bytes, the file holds {have} after \
+                 the magic"
+            )));
+        }
+    }
+    let mut rest = bytes;
+    let h =
+        Header::from_reader(&mut rest).map_err(|e| bad(format!("malformed .npy header: {e}")))?;
+    // a Python literal: a string descriptor prints as '<f4' (a structured dtype as a
+    // list, which no descriptor below matches)
+    let text = h.type_descriptor.to_string();
+    let descr = text
+        .strip_prefix('\'')
+        .and_then(|t| t.strip_suffix('\''))
+        .unwrap_or(&text)
+        .to_string();
+    let item = item_size(&descr).ok_or_else(|| {
+        bad(format!(
+            "unsupported dtype '{descr}': expected float16, float32, float64, int32, int64, \
+             bool, uint8 or int8"
+        ))
+    })?;
+    let count = h
+        .shape
+        .iter()
+        .fold(1u128, |n, &d| n.saturating_mul(d as u128));
+    let data = bytes.len() - rest.len();
+    Ok((
+        Declared {
+            descr,
+            shape: h.shape,
+            bytes: count.saturating_mul(item as u128),
+        },
+        data,
+    ))
 }
 
 /// Reads one `.npy` stream (a member of an `.npz` archive, compressed or not) without
@@ -84,20 +131,15 @@ pub fn read_stream(
         ));
     }
     r.by_ref().take(len).read_to_end(&mut head).map_err(io)?;
-    let rest = match declared(&head) {
-        Some((shape, item, _)) => {
-            let need = shape
-                .iter()
-                .fold(1u128, |n, &d| n.saturating_mul(d))
-                .saturating_mul(item as u128);
-            crate::limits::check(
-                format!("{}: array '{what}' of shape {shape:?}", path.display()),
-                need,
-            )?;
-            u64::try_from(need).unwrap_or(u64::MAX)
-        }
-        None => crate::limits::limit(),
-    };
+    let (d, _) = declared(path, &head).map_err(|e| match e {
+        CliError::File { what: w, .. } => CliError::file(path, format!("array '{what}': {w}")),
+        other => other,
+    })?;
+    crate::limits::check(
+        format!("{}: array '{what}' of shape {:?}", path.display(), d.shape),
+        d.bytes,
+    )?;
+    let rest = u64::try_from(d.bytes).unwrap_or(u64::MAX);
     r.by_ref()
         .take(rest.saturating_add(1))
         .read_to_end(&mut head)
@@ -109,28 +151,27 @@ pub fn read_stream(
 /// Checks the size a `.npy` header declares against the bytes the file holds and the
 /// memory ceiling, before a reader allocates from it: a 200-byte file that claims
 /// 10^16 values is an error naming both sizes, not an allocation.
-pub fn preflight(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    let Some((shape, item, data)) = declared(bytes) else {
-        return Ok(());
-    };
-    let count = shape.iter().fold(1u128, |n, &d| n.saturating_mul(d));
-    let need = count.saturating_mul(item as u128);
+pub fn preflight(path: &Path, bytes: &[u8]) -> Result<Declared, CliError> {
+    let (d, data) = declared(path, bytes)?;
     let have = bytes.len().saturating_sub(data) as u128;
-    if need > have {
+    if d.bytes > have {
         return Err(CliError::file(
             path,
             format!(
-                "truncated .npy data: the header declares shape {shape:?} of {item}-byte \
-                 values ({}), the file holds {}",
-                crate::limits::human(need),
+                "truncated .npy data: the header declares shape {:?} of '{}' values ({}), \
+                 the file holds {}",
+                d.shape,
+                d.descr,
+                crate::limits::human(d.bytes),
                 crate::limits::human(have)
             ),
         ));
     }
     crate::limits::check(
-        format!("{}: an array of shape {shape:?}", path.display()),
-        need,
-    )
+        format!("{}: an array of shape {:?}", path.display(), d.shape),
+        d.bytes,
+    )?;
+    Ok(d)
 }
 
 fn try_read<T: ReadableElement>(bytes: &[u8]) -> Result<ArrayD<T>, ReadNpyError> {
@@ -241,47 +282,65 @@ fn patch_descr(bytes: &mut [u8], from: &[u8; 2], to: &[u8; 2]) -> bool {
 
 /// Reads a value array (f16, f32, f64, i32 or i64).
 pub fn read_values(path: &Path) -> Result<DynArray, CliError> {
-    let bytes = read_bytes(path)?;
+    parse_values(path, &read_bytes(path)?)
+}
+
+/// Parses the bytes of a `.npy` value array (f16, f32, f64, i32 or i64); `path` names
+/// it in messages. The declared size is checked first ([`preflight`]).
+pub fn parse_values(path: &Path, bytes: &[u8]) -> Result<DynArray, CliError> {
+    let d = preflight(path, bytes)?;
     let err = |e| describe(path, e);
-    macro_rules! try_dtype {
-        ($t:ty) => {
-            if let Some(a) = attempt::<$t>(&bytes).map_err(err)? {
+    // one read, of the type the descriptor names: the data reader allocates before it
+    // looks at the descriptor, so trying types in turn would allocate for each
+    macro_rules! read_as {
+        ($t:ty, $bytes:expr, $conv:expr) => {
+            if let Some(a) = attempt::<$t>($bytes).map_err(err)? {
                 let (shape, v) = to_std(a);
                 return Ok(DynArray {
                     shape,
-                    values: <$t as masked::Element>::into_dyn(v),
+                    values: $conv(v),
                 });
             }
         };
     }
-    try_dtype!(f32);
-    try_dtype!(f64);
-    try_dtype!(i32);
-    try_dtype!(i64);
-    // float16: read as its u16 bits under a patched descriptor
-    let mut patched = bytes.clone();
-    if patch_descr(&mut patched, b"f2", b"u2") {
-        if let Some(a) = attempt::<u16>(&patched).map_err(err)? {
-            let (shape, v) = to_std(a);
-            return Ok(DynArray {
-                shape,
-                values: DynVec::F16(v.into_iter().map(half::f16::from_bits).collect()),
-            });
+    match d.descr.trim_start_matches(['<', '>', '|']) {
+        "f4" => read_as!(f32, bytes, <f32 as masked::Element>::into_dyn),
+        "f8" => read_as!(f64, bytes, <f64 as masked::Element>::into_dyn),
+        "i4" => read_as!(i32, bytes, <i32 as masked::Element>::into_dyn),
+        "i8" => read_as!(i64, bytes, <i64 as masked::Element>::into_dyn),
+        // float16: read as its u16 bits under a patched descriptor
+        "f2" => {
+            let mut patched = bytes.to_vec();
+            if patch_descr(&mut patched, b"f2", b"u2") {
+                read_as!(u16, &patched, |v: Vec<u16>| DynVec::F16(
+                    v.into_iter().map(half::f16::from_bits).collect()
+                ));
+            }
         }
+        _ => {}
     }
     Err(CliError::file(
         path,
-        "unsupported dtype: values must be float16, float32, float64, int32 or int64".into(),
+        format!(
+            "unsupported dtype '{}': values must be float16, float32, float64, int32 or int64",
+            d.descr
+        ),
     ))
 }
 
 /// Reads a mask: bool, or any integer / float array with nonzero = valid.
 pub fn read_mask(path: &Path) -> Result<BitMask, CliError> {
-    let bytes = read_bytes(path)?;
+    parse_mask(path, &read_bytes(path)?)
+}
+
+/// Parses the bytes of a `.npy` mask (bool, or integers / floats with nonzero = valid);
+/// `path` names it in messages.
+pub fn parse_mask(path: &Path, bytes: &[u8]) -> Result<BitMask, CliError> {
+    let d = preflight(path, bytes)?;
     let err = |e| describe(path, e);
     macro_rules! as_mask {
         ($t:ty, $pred:expr) => {
-            if let Some(a) = attempt::<$t>(&bytes).map_err(err)? {
+            if let Some(a) = attempt::<$t>(bytes).map_err(err)? {
                 let shape = a.shape().to_vec();
                 let f = $pred;
                 return BitMask::from_bools(&shape, a.iter().map(|x| f(*x)))
@@ -289,13 +348,17 @@ pub fn read_mask(path: &Path) -> Result<BitMask, CliError> {
             }
         };
     }
-    as_mask!(bool, |x: bool| x);
-    as_mask!(u8, |x: u8| x != 0);
-    as_mask!(i8, |x: i8| x != 0);
-    as_mask!(i32, |x: i32| x != 0);
-    as_mask!(i64, |x: i64| x != 0);
-    as_mask!(f32, |x: f32| x != 0.0);
-    as_mask!(f64, |x: f64| x != 0.0);
+    // one read, of the type the descriptor names (see `parse_values`)
+    match d.descr.trim_start_matches(['<', '>', '|']) {
+        "b1" => as_mask!(bool, |x: bool| x),
+        "u1" | "B" => as_mask!(u8, |x: u8| x != 0),
+        "i1" | "b" => as_mask!(i8, |x: i8| x != 0),
+        "i4" => as_mask!(i32, |x: i32| x != 0),
+        "i8" => as_mask!(i64, |x: i64| x != 0),
+        "f4" => as_mask!(f32, |x: f32| x != 0.0),
+        "f8" => as_mask!(f64, |x: f64| x != 0.0),
+        _ => {}
+    }
     Err(CliError::file(
         path,
         "unsupported mask dtype: expected bool (or integers/floats, nonzero = valid)".into(),

@@ -148,7 +148,7 @@ enum Symmetry {
 /// The numbered lines of a text file (1-based), I/O errors naming the line.
 struct Lines<'p> {
     path: &'p Path,
-    inner: std::iter::Enumerate<std::io::Lines<std::io::BufReader<std::fs::File>>>,
+    inner: std::iter::Enumerate<std::io::Lines<Box<dyn BufRead + 'p>>>,
 }
 
 impl Lines<'_> {
@@ -336,9 +336,16 @@ fn mtx_entry(
 /// lines present, never trusted for an allocation: storage grows with the entries read.
 pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
     let file = std::fs::File::open(path).map_err(|e| CliError::file(path, e.to_string()))?;
+    parse_mtx(path, std::io::BufReader::new(file))
+}
+
+/// Parses a Matrix Market coordinate stream, as [`read_mtx`] reads a file; `path` names
+/// it in messages.
+pub fn parse_mtx<'p>(path: &'p Path, input: impl BufRead + 'p) -> Result<SparseFile, CliError> {
+    let input: Box<dyn BufRead + 'p> = Box::new(input);
     let mut lines = Lines {
         path,
-        inner: std::io::BufReader::new(file).lines().enumerate(),
+        inner: input.lines().enumerate(),
     };
     let (field, sym) = mtx_banner(&mut lines)?;
     let (nrows, ncols, nnz) = mtx_size(&mut lines, sym)?;
@@ -410,12 +417,12 @@ fn npz_err(path: &Path, what: &str, e: ReadNpyError) -> CliError {
 
 /// The members of an `.npz` archive, each read by [`npy::read_stream`] (sizes checked
 /// before anything is allocated from them).
-struct Npz<'p> {
-    zip: zip::ZipArchive<std::fs::File>,
+struct Npz<'p, R> {
+    zip: zip::ZipArchive<R>,
     path: &'p Path,
 }
 
-impl Npz<'_> {
+impl<R: std::io::Read + std::io::Seek> Npz<'_, R> {
     fn has(&self, n: &str) -> bool {
         self.zip
             .file_names()
@@ -440,7 +447,16 @@ impl Npz<'_> {
 /// `fill_value` that must be 0); compressed or not.
 pub fn read_npz(path: &Path) -> Result<SparseFile, CliError> {
     let file = std::fs::File::open(path).map_err(|e| CliError::file(path, e.to_string()))?;
-    let zip = zip::ZipArchive::new(file)
+    parse_npz(path, file)
+}
+
+/// Parses a COO `.npz` archive from any seekable reader, as [`read_npz`] reads a file;
+/// `path` names it in messages.
+pub fn parse_npz(
+    path: &Path,
+    input: impl std::io::Read + std::io::Seek,
+) -> Result<SparseFile, CliError> {
+    let zip = zip::ZipArchive::new(input)
         .map_err(|e| CliError::file(path, format!("not a readable .npz archive: {e}")))?;
     let mut npz = Npz { zip, path };
     for n in ["coords", "data", "shape"] {

@@ -177,6 +177,34 @@ pub enum MaskedError {
         /// Where (layout or dtype), in words.
         context: String,
     },
+    /// An allocation the input asks for that memory cannot hold, refused before it is
+    /// made (a reservation that failed), never an abort.
+    #[error("{what} needs {bytes} bytes: too large to allocate")]
+    TooLarge {
+        /// What would have been allocated.
+        what: String,
+        /// Its size in bytes.
+        bytes: u128,
+    },
+}
+
+/// An empty vector with room for `n` items, reserved fallibly: memory that cannot be
+/// had is [`MaskedError::TooLarge`] naming `what()`, never an abort. Every allocation
+/// whose size a caller's shape decides goes through here.
+///
+/// ```
+/// let v: Vec<u64> = masked::core::try_vec(4, || "four words".into()).unwrap();
+/// assert!(v.capacity() >= 4);
+/// let e = masked::core::try_vec::<u64>(1 << 60, || "a mask".into()).unwrap_err();
+/// assert_eq!(e.to_string(), "a mask needs 9223372036854775808 bytes: too large to allocate");
+/// ```
+pub fn try_vec<T>(n: usize, what: impl FnOnce() -> String) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| MaskedError::TooLarge {
+        what: what(),
+        bytes: n as u128 * std::mem::size_of::<T>() as u128,
+    })?;
+    Ok(v)
 }
 
 /// The fix for the commonest broadcasting mistake: a mask over the leading dims (a

@@ -44,7 +44,7 @@ pub mod unary;
 pub use binary::{MaskRule, Splat, Value, Values, ZipMap};
 pub use dims::{wrap_dim, DimLike, Dims, OneDim, ReducePlan, ShapeLike};
 pub use element::{Acc, DType, DynVec, Element, Float, Scalar};
-pub use error::{MaskedError, Result};
+pub use error::{try_vec, MaskedError, Result};
 pub use fold::{not_nan_words, Fold};
 /// The half-precision types (`half::f16`, `half::bf16`) the engine computes on.
 #[doc(no_inline)]

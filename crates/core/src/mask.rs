@@ -82,11 +82,16 @@ impl From<BitMask> for MaskRepr {
 
 /// The element count of `shape`, or an error when it overflows `usize` or passes the
 /// most bits a mask can address (`usize::MAX / 8`).
+///
+/// As numpy does, the product of the non-zero sizes must fit as well: `[0, 2^63, 4]`
+/// holds no element, but its strides would overflow.
 pub(crate) fn element_count(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
+        .filter(|&&d| d != 0)
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .filter(|&n| n <= usize::MAX >> 3)
+        .map(|n| if shape.contains(&0) { 0 } else { n })
         .ok_or_else(|| MaskedError::InvalidData(format!("shape {shape:?}: size overflows")))
 }
 
@@ -141,10 +146,10 @@ impl BitMask {
     pub fn filled(shape: impl ShapeLike, value: bool) -> Result<Self> {
         let shape = shape.to_shape();
         let n = element_count(&shape)?;
-        Ok(BitMask {
-            shape,
-            bits: BitVec::repeat(value, n),
-        })
+        let words = n.div_ceil(64);
+        let mut w = crate::try_vec(words, || format!("a mask of shape {shape:?}"))?;
+        w.resize(words, if value { u64::MAX } else { 0 });
+        Self::from_words(&shape, w)
     }
 
     /// A mask of `shape` valid everywhere.
@@ -197,9 +202,22 @@ impl BitMask {
     /// ```
     pub fn banded(shape: impl ShapeLike, lower: usize, upper: usize) -> Result<Self> {
         let (r, c) = shape.to_shape2()?;
-        let bits = (0..r)
-            .flat_map(|i| (0..c).map(move |j| j + lower >= i && j <= i.saturating_add(upper)));
-        Self::from_bools([r, c], bits)
+        let mut m = Self::filled([r, c], false)?;
+        // rows from c + lower on are empty, and every row of a 0-column shape: no work for
+        // them (a [2^61, 0] shape holds nothing)
+        let rows = if c == 0 {
+            0
+        } else {
+            r.min(c.saturating_add(lower))
+        };
+        for i in 0..rows {
+            let lo = i.saturating_sub(lower).min(c);
+            let hi = i.saturating_add(upper).saturating_add(1).min(c);
+            for j in lo..hi.max(lo) {
+                m.bits.set(i * c + j, true);
+            }
+        }
+        Ok(m)
     }
 
     /// A causal (lower-triangular, diagonal included) attention mask of `n` x `n`.

@@ -40,10 +40,15 @@ pub struct CooPattern {
 ///
 /// # Errors
 /// [`MaskedError::InvalidData`] when the count does not fit in `usize`.
+///
+/// As numpy does, the product of the non-zero sizes must fit as well: `[0, 2^63, 4]`
+/// holds no element, but its strides would overflow.
 pub(crate) fn size_of(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
+        .filter(|&&s| s != 0)
         .try_fold(1usize, |a, &s| a.checked_mul(s))
+        .map(|n| if shape.contains(&0) { 0 } else { n })
         .ok_or_else(|| {
             MaskedError::InvalidData(format!("shape {shape:?} has more than 2^64 elements"))
         })
@@ -239,7 +244,7 @@ impl CooPattern {
         let row = size_of(&shape[1..])?;
         size_of(&shape)?;
         let total = lengths.iter().map(|&l| l * inner).sum::<usize>();
-        let mut flat = Vec::with_capacity(total);
+        let mut flat = masked_core::try_vec(total, || format!("a pattern of shape {shape:?}"))?;
         for (b, &l) in lengths.iter().enumerate() {
             flat.extend(b * row..b * row + l * inner);
         }
@@ -254,9 +259,19 @@ impl CooPattern {
     /// [`MaskedError::InvalidArgument`] for a shape that is not 2-D; a size that overflows.
     pub fn banded(shape: impl ShapeLike, lower: usize, upper: usize) -> Result<Self> {
         let (r, c) = shape.to_shape2()?;
-        size_of(&[r, c])?;
-        let mut flat = Vec::new();
-        for i in 0..r {
+        let size = size_of(&[r, c])?;
+        // rows from c + lower on are empty, and every row of a 0-column shape: no work for
+        // them (a [2^61, 0] shape holds nothing)
+        let rows = if c == 0 {
+            0
+        } else {
+            r.min(c.saturating_add(lower))
+        };
+        let band = lower.saturating_add(upper).saturating_add(1).min(c);
+        let mut flat = masked_core::try_vec(rows.saturating_mul(band).min(size), || {
+            format!("a banded pattern of shape [{r}, {c}]")
+        })?;
+        for i in 0..rows {
             let lo = i.saturating_sub(lower).min(c);
             let hi = i.saturating_add(upper).saturating_add(1).min(c);
             flat.extend(i * c + lo..i * c + hi.max(lo));
@@ -278,7 +293,9 @@ impl CooPattern {
     /// As [`CooPattern::from_flat`].
     pub fn full(shape: impl ShapeLike) -> Result<Self> {
         let shape = shape.to_shape();
-        let flat: Vec<usize> = (0..size_of(&shape)?).collect();
+        let n = size_of(&shape)?;
+        let mut flat = masked_core::try_vec(n, || format!("a full pattern of shape {shape:?}"))?;
+        flat.extend(0..n);
         Self::from_flat(shape, &flat)
     }
 

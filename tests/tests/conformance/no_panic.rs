@@ -1,44 +1,68 @@
-//! No panic on bad input: arbitrary shapes (empty dims included), masks, values (NaN,
-//! infinities), dims (out of range, repeated, negative), keepdim, dtypes and option
-//! values (out of range, unparsable) for every op of the registry, on every layout.
-//! Every call must return `Ok` or a typed `Err`, never panic.
+//! No panic on bad input. Two properties over the shared hostile cases of
+//! `masked_tests::hostile` (the fuzz targets run the same functions):
+//! - every op of the registry, by name, with arbitrary shapes (empty dims included),
+//!   masks, values (NaN, infinities), dims (out of range, repeated, negative), keepdim,
+//!   dtypes and option values (out of range, unparsable), on every layout;
+//! - every public constructor of masks, patterns and masked containers, with arbitrary
+//!   shapes (sizes that overflow included), coordinates, flat positions, lengths, bands,
+//!   bools, row pointers, words and values, and the mask operators.
+//!
+//! Every call must return `Ok` or a typed `Err`; proptest reports a panic as a failure.
 
-use masked::by_name::{apply, Op, OpRequest};
-use masked::{BitMask, CooMask, DType, Dims, MaskedArray, MaskedCoo, MaskedCsr, PatternI};
-use ndarray::ArrayD;
+use masked_tests::hostile::{
+    dim_from, index_from, run_constructors, run_request, ConstructorCase, RequestCase,
+};
 use proptest::prelude::*;
-use sprs::CsMat;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
-const TEXTS: &[&str] = &[
-    "0", "1", "-1", "2", "0.5", "-0.5", "1.5", "nan", "inf", "-inf", "1e308", "abc", "", "linear",
-    "lower", "higher", "midpoint", "nearest", "true", "false", "fro", "3",
-];
-
-const SPECIALS: &[f64] = &[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 1e308];
-
-/// Values and validity of `n` elements from `seed`.
-fn data(n: usize, seed: u64) -> (Vec<f64>, Vec<bool>) {
-    let mut s = seed | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let v = (0..n)
-        .map(|_| match next() % 8 {
-            0 => SPECIALS[(next() % SPECIALS.len() as u64) as usize],
-            _ => (next() % 200) as f64 / 10.0 - 10.0,
-        })
-        .collect();
-    let m = (0..n).map(|_| next() % 3 != 0).collect();
-    (v, m)
+fn dims() -> impl Strategy<Value = Vec<usize>> {
+    proptest::collection::vec(any::<u8>().prop_map(dim_from), 0..4)
 }
 
-fn no_panic<R>(what: &str, f: impl FnOnce() -> R) {
-    let r = catch_unwind(AssertUnwindSafe(f));
-    assert!(r.is_ok(), "{what}: panicked");
+fn indices(max: usize) -> impl Strategy<Value = Vec<usize>> {
+    proptest::collection::vec(any::<u8>().prop_map(index_from), 0..max)
+}
+
+fn constructor_case() -> impl Strategy<Value = ConstructorCase> {
+    (
+        (dims(), dims()),
+        (
+            proptest::collection::vec(indices(12), 0..4),
+            indices(12),
+            indices(5),
+        ),
+        (
+            any::<(u8, u8)>().prop_map(|(a, b)| (index_from(a), index_from(b))),
+            any::<u8>().prop_map(dim_from),
+        ),
+        proptest::collection::vec(any::<bool>(), 0..40),
+        (indices(7), indices(12)),
+        proptest::collection::vec(any::<u64>(), 0..3),
+        proptest::collection::vec(-4.0f64..4.0, 0..16),
+    )
+        .prop_map(
+            |(
+                (shape, other_shape),
+                (coords, flat, lengths),
+                (band, n),
+                bools,
+                (indptr, indices),
+                words,
+                values,
+            )| ConstructorCase {
+                shape,
+                other_shape,
+                coords,
+                flat,
+                lengths,
+                band,
+                n,
+                bools,
+                indptr,
+                indices,
+                words,
+                values,
+            },
+        )
 }
 
 proptest! {
@@ -48,55 +72,32 @@ proptest! {
     fn no_op_panics_on_any_request(
         shape in proptest::collection::vec(0usize..4, 0..4),
         seed in any::<u64>(),
-        op in 0usize..Op::ALL.len(),
+        op in any::<usize>(),
         dims in proptest::option::of(proptest::collection::vec(-5isize..5, 0..3)),
         keepdim in any::<bool>(),
-        options in proptest::collection::vec((0usize..8, 0usize..TEXTS.len()), 0..3),
+        options in proptest::collection::vec((any::<usize>(), any::<usize>()), 0..3),
         dtype in proptest::option::of(0usize..4),
     ) {
-        let op = Op::ALL[op];
-        let mut req = OpRequest::from_op(op).keepdim(keepdim);
-        req = match dims {
-            Some(d) => req.dims(Dims::Set(d)),
-            None => req.dims(Dims::All),
-        };
-        for (o, t) in options {
-            if let Some(name) = op.options().get(o) {
-                let _ = req.set_option(name, TEXTS[t]);
-            }
-        }
-        if let Some(d) = dtype {
-            req = req.dtype([DType::F32, DType::F64, DType::I64, DType::F16][d]);
-        }
-        let n: usize = shape.iter().product();
-        let (v, m) = data(n, seed);
-        let what = format!("{} {:?} on shape {shape:?}", op.name(), req);
-        // dense
-        let values = ArrayD::from_shape_vec(shape.clone(), v.clone()).unwrap();
-        let mask = BitMask::from_bools(&shape, m.iter().copied()).unwrap();
-        let dense = MaskedArray::new(values.view(), mask).unwrap();
-        no_panic(&format!("dense {what}"), || apply(&dense, &req));
-        // COO, with the valid positions as the stored entries, and without a mask
-        let idx: Vec<usize> = (0..n).filter(|&i| m[i]).collect();
-        let coords: Vec<Vec<usize>> = (0..shape.len())
-            .map(|d| {
-                let inner: usize = shape[d + 1..].iter().product();
-                idx.iter().map(|&i| (i / inner.max(1)) % shape[d].max(1)).collect()
-            })
-            .collect();
-        let vals: Vec<f64> = idx.iter().map(|&i| v[i]).collect();
-        for mask in [CooMask::Stored, CooMask::All] {
-            let coo = MaskedCoo::try_new(&shape, &coords, vals.clone(), mask).unwrap();
-            no_panic(&format!("coo {what}"), || apply(&coo, &req));
-        }
-        // CSR for 2-d shapes
-        if let [r, c] = shape[..] {
-            let p = PatternI::<usize>::from_coords((r, c), &[coords[0].to_vec(), coords[1].to_vec()]).unwrap();
-            let mat = CsMat::new((r, c), p.indptr().to_vec(), p.indices().to_vec(), vals.clone());
-            let csr = MaskedCsr::from_pattern(mat.view()).unwrap();
-            no_panic(&format!("csr {what}"), || apply(&csr, &req));
-            let free = MaskedCsr::unmasked(mat.view()).unwrap();
-            no_panic(&format!("csr unmasked {what}"), || apply(&free, &req));
-        }
+        run_request(&RequestCase { shape, seed, op, dims, keepdim, options, dtype });
     }
+
+    #[test]
+    fn no_constructor_panics_on_any_input(case in constructor_case()) {
+        run_constructors(&case);
+    }
+}
+
+/// The cases that panicked before their fix, kept as plain tests.
+#[test]
+fn constructors_refuse_overflowing_requests() {
+    // lengths near usize::MAX in a COO padding mask (an add overflowed)
+    run_constructors(&ConstructorCase {
+        shape: vec![2, usize::MAX],
+        lengths: vec![usize::MAX, usize::MAX],
+        ..ConstructorCase::default()
+    });
+    // a mask of 2^62 elements: refused by its size, not attempted
+    assert!(masked::BitMask::filled([1usize << 62], true).is_err());
+    assert!(masked::CooPattern::full([1usize << 62, 2]).is_err());
+    assert!(masked::Pattern::full([usize::MAX, 1]).is_err());
 }
