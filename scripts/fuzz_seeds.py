@@ -20,8 +20,12 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "c
 def put(target, name, data):
     d = os.path.join(ROOT, target)
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "seed-" + name), "wb") as f:
-        f.write(data if isinstance(data, bytes) else data.encode())
+    data = data if isinstance(data, bytes) else data.encode()
+    # the npy target's first byte picks the reader: values, mask, .npz member stream
+    variants = [(f"-{k}", bytes([k]) + data) for k in range(3)] if target == "npy" else [("", data)]
+    for suffix, b in variants:
+        with open(os.path.join(d, "seed-" + name + suffix), "wb") as f:
+            f.write(b)
 
 
 def npy_bytes(a):

@@ -53,6 +53,8 @@ pub struct Declared {
     pub descr: String,
     /// The shape.
     pub shape: Vec<usize>,
+    /// The bytes of one item.
+    pub item: usize,
     /// The bytes of data the header promises.
     pub bytes: u128,
 }
@@ -99,6 +101,7 @@ fn declared(path: &Path, bytes: &[u8]) -> Result<(Declared, usize), CliError> {
         Declared {
             descr,
             shape: h.shape,
+            item,
             bytes: count.saturating_mul(item as u128),
         },
         data,
@@ -158,9 +161,10 @@ pub fn preflight(path: &Path, bytes: &[u8]) -> Result<Declared, CliError> {
         return Err(CliError::file(
             path,
             format!(
-                "truncated .npy data: the header declares shape {:?} of '{}' values ({}), \
-                 the file holds {}",
+                "truncated .npy data: the header declares shape {:?} of {}-byte values \
+                 ('{}', {}), the file holds {}",
                 d.shape,
+                d.item,
                 d.descr,
                 crate::limits::human(d.bytes),
                 crate::limits::human(have)

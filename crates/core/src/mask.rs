@@ -142,7 +142,8 @@ impl BitMask {
     /// A mask of `shape` with every element set to `value`.
     ///
     /// # Errors
-    /// [`MaskedError::InvalidData`] when the shape's size overflows.
+    /// [`MaskedError::InvalidData`] when the shape's size overflows;
+    /// [`MaskedError::TooLarge`] when memory cannot hold the mask.
     pub fn filled(shape: impl ShapeLike, value: bool) -> Result<Self> {
         let shape = shape.to_shape();
         let n = element_count(&shape)?;

@@ -290,7 +290,8 @@ impl CooPattern {
     /// Every position of `shape` (dense-sized).
     ///
     /// # Errors
-    /// As [`CooPattern::from_flat`].
+    /// As [`CooPattern::from_flat`]; [`MaskedError::TooLarge`] when memory cannot hold
+    /// the positions.
     pub fn full(shape: impl ShapeLike) -> Result<Self> {
         let shape = shape.to_shape();
         let n = size_of(&shape)?;
