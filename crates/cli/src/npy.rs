@@ -92,6 +92,21 @@ fn declared(path: &Path, bytes: &[u8]) -> Result<(Declared, usize), CliError> {
              bool, uint8 or int8"
         ))
     })?;
+    // ndarray (as numpy) refuses a shape whose non-zero sizes overflow even when a 0
+    // makes it empty, and ndarray-npy unwraps that refusal: refuse it here first
+    let fits = h
+        .shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .and_then(|n| n.checked_mul(item))
+        .is_some_and(|b| b <= isize::MAX as usize);
+    if !fits {
+        return Err(bad(format!(
+            "the .npy shape {:?} of {item}-byte values overflows",
+            h.shape
+        )));
+    }
     let count = h
         .shape
         .iter()
