@@ -75,6 +75,18 @@ fn declared(path: &Path, bytes: &[u8]) -> Result<(Declared, usize), CliError> {
             )));
         }
     }
+    // a .npy header is one flat dict: `{'descr': '<f4', 'fortran_order': False,
+    // 'shape': (3, 4), }`. The parser (pest) backtracks exponentially on nested
+    // brackets (a 118-byte header of `{{{{` took over 10 s): refuse any nesting first
+    if let Some((len, start)) = header_len(bytes) {
+        let text = &bytes[start..start + len as usize];
+        let count = |c: u8| text.iter().filter(|&&b| b == c).count();
+        if count(b'{') > 1 || count(b'(') > 1 || count(b'[') > 0 {
+            return Err(bad(
+                "malformed .npy header: nested brackets (a header is one flat dict)".into(),
+            ));
+        }
+    }
     let mut rest = bytes;
     let h =
         Header::from_reader(&mut rest).map_err(|e| bad(format!("malformed .npy header: {e}")))?;
@@ -413,4 +425,26 @@ pub fn encode<T: WritableElement>(
 /// Encodes a [`DynVec`] as `.npy` bytes.
 pub fn encode_dyn(shape: &[usize], v: DynVec, out: &mut Vec<u8>) -> Result<(), String> {
     masked::with_dyn_vec!(v, v => FileValue::encode_npy(shape, v, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fuzz finding: nested braces in a header sent the header parser into
+    /// exponential backtracking (over 10 s for 118 bytes); refused up front now.
+    #[test]
+    fn nested_header_brackets_are_refused_at_once() {
+        let input = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fuzz/regressions/npy/nested-braces-parser-timeout"
+        ))
+        .unwrap();
+        let e = parse_values(Path::new("x.npy"), &input[1..]).err().unwrap();
+        assert!(e.to_string().contains("nested brackets"), "{e}");
+        // a real header still reads
+        let mut ok = Vec::new();
+        encode(&[2, 3], vec![1.0f32; 6], &mut ok).unwrap();
+        assert_eq!(parse_values(Path::new("x.npy"), &ok).unwrap().shape, [2, 3]);
+    }
 }
