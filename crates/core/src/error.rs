@@ -177,6 +177,15 @@ pub enum MaskedError {
         /// Where (layout or dtype), in words.
         context: String,
     },
+    /// A gradient asked of an op that has none (argmax, argmin, count, comparisons) or
+    /// of integer or bool input.
+    #[error("{op} is not differentiable: {reason}")]
+    NotDifferentiable {
+        /// The op.
+        op: &'static str,
+        /// Why, in words.
+        reason: &'static str,
+    },
     /// An allocation the input asks for that memory cannot hold, refused before it is
     /// made (a reservation that failed), never an abort.
     #[error("{what} needs {bytes} bytes: too large to allocate")]

@@ -7,6 +7,7 @@ use crate::dims::Dims;
 use crate::element::Element;
 use crate::error::Result;
 use crate::fold::Fold;
+use crate::grad::LaneGrad;
 use crate::lane::{LaneMap, LaneStat};
 
 /// The kernels of a masked container of `T` values: fold, compute a lane statistic of,
@@ -89,6 +90,51 @@ pub trait LaneKernels<T: Element> {
     ) -> Result<Self::Mapped<M::Output>> {
         let _ = zero_preserving;
         self.map_lanes(map, -1)
+    }
+
+    /// The vector-Jacobian product of a reduction over `dims`: for each lane with a
+    /// valid element, `grad` of its valid values and of `g` at the lane's output
+    /// position; the result has this input's shape and mask, 0 at invalid positions.
+    ///
+    /// The default reports that the layout has no gradient kernels.
+    ///
+    /// # Errors
+    /// Bad dims; `g` not shaped like the reduction's output
+    /// ([`MaskedError::ShapeMismatch`](crate::MaskedError::ShapeMismatch));
+    /// [`MaskedError::Unsupported`](crate::MaskedError::Unsupported) from the default.
+    fn grad_reduced<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dims: &Dims,
+        keepdim: bool,
+        g: &Self::Reduced<T::Real>,
+    ) -> Result<Self::Mapped<T::Real>> {
+        let _ = (dims, keepdim, g);
+        Err(crate::MaskedError::Unsupported {
+            op: grad.name(),
+            context: "for a VJP on this layout yet".into(),
+        })
+    }
+
+    /// The vector-Jacobian product of a map along `dim`: for each lane, `grad` of its
+    /// valid values and of `g` at the same positions; the result has this input's shape
+    /// and mask, 0 at invalid positions.
+    ///
+    /// The default reports that the layout has no gradient kernels.
+    ///
+    /// # Errors
+    /// As [`LaneKernels::grad_reduced`], `g` shaped like the input.
+    fn grad_mapped<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dim: isize,
+        g: &Self::Mapped<T::Real>,
+    ) -> Result<Self::Mapped<T::Real>> {
+        let _ = (dim, g);
+        Err(crate::MaskedError::Unsupported {
+            op: grad.name(),
+            context: "for a VJP on this layout yet".into(),
+        })
     }
 }
 

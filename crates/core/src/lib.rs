@@ -30,6 +30,7 @@ pub mod dims;
 pub mod element;
 pub mod error;
 pub mod fold;
+pub mod grad;
 pub mod lane;
 pub mod layout;
 pub mod mask;
@@ -46,11 +47,15 @@ pub use dims::{wrap_dim, DimLike, Dims, OneDim, ReducePlan, ShapeLike};
 pub use element::{Acc, DType, DynVec, Element, Float, Scalar};
 pub use error::{try_vec, MaskedError, Result};
 pub use fold::{not_nan_words, Fold};
+pub use grad::GradVisitor;
+pub use grad::{LaneGrad, Upstream};
 /// The half-precision types (`half::f16`, `half::bf16`) the engine computes on.
 #[doc(no_inline)]
 pub use half;
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use layout::{LaneKernels, ZipKernels};
 pub use mask::{check_lengths, BitMask, Bits, BoolArray, MaskLogic};
-pub use registry::{apply_to, Kind, MaskedBinaryOps, MaskedOps, Op, OpRequest, Options, Sink};
+pub use registry::{
+    apply_to, visit_grad, Kind, MaskedBinaryOps, MaskedOps, Op, OpRequest, Options, Sink,
+};
 pub use sparse::SparseArray;

@@ -27,6 +27,10 @@ use crate::binary::{BinOp, CmpBin, CmpZip, FloatBin, FloatZip, KeepBin, KeepZip,
 use crate::dims::{DimLike, Dims};
 use crate::element::{DType, Element};
 use crate::error::{MaskedError, Result};
+use crate::grad::{
+    CumulativeGrad, ExtremumGrad, GradVisitor, LaneGrad, LogSumExpGrad, MeanGrad, NanFree,
+    NormGrad, NormalizeGrad, ProdGrad, PtpGrad, QuantileGrad, SoftmaxGrad, SumGrad, VarGrad,
+};
 use crate::lane::{
     Cumulative, Interpolation, MedianIndex, MedianMode, Normalize, Quantile, Softmax, SoftmaxKind,
 };
@@ -320,6 +324,43 @@ pub fn at_most_one(op: &'static str, d: Dims) -> Result<Dims> {
     }
 }
 
+/// Checks that `req` asks for a gradient this module computes: an op of one of `kinds`,
+/// differentiable, on float input, without a dtype cast.
+fn check_grad<T: Element>(req: &OpRequest, kinds: &[Kind]) -> Result<()> {
+    let op = req.op.name();
+    if !req.op.differentiable() {
+        return Err(MaskedError::NotDifferentiable {
+            op,
+            reason: "its output is an index, a count or a bool",
+        });
+    }
+    if !T::DTYPE.is_float() {
+        return Err(MaskedError::NotDifferentiable {
+            op,
+            reason: "integer and bool input have no gradient",
+        });
+    }
+    if !kinds.contains(&req.op.kind()) {
+        return Err(MaskedError::InvalidArgument {
+            name: "op",
+            value: op.to_string(),
+            reason: if kinds.contains(&Kind::Normalize) {
+                "vjp_map takes a normalization (softmax, log_softmax, softmin, normalize, \
+                 cumsum, cumprod)"
+            } else {
+                "vjp_reduce takes a reduction"
+            },
+        });
+    }
+    if req.dtype.is_some() {
+        return Err(MaskedError::Unsupported {
+            op,
+            context: "for a VJP with a dtype cast: cast the input first".into(),
+        });
+    }
+    Ok(())
+}
+
 /// The op names, space separated, in registry order (messages and help).
 pub fn op_names() -> String {
     Op::ALL
@@ -361,7 +402,7 @@ macro_rules! registry {
             on: $on:ident,
             run: $kernel:ident($value:expr) -> $out:ty,
             options: [$($opt:ident : $oty:ty),*],
-            grad: $grad:literal $(,)?
+            grad: $gk:ident $(($gv:expr))? $(,)?
         }
     )*
 
@@ -394,7 +435,7 @@ macro_rules! registry {
             }
             /// Whether the op has a gradient (a vector-Jacobian product).
             pub fn differentiable(self) -> bool {
-                match self { $( Op::$variant => $grad, )* }
+                match self { $( Op::$variant => registry!(@diff $gk), )* }
             }
             /// Whether the op is its base op over the data with NaN masked out (the
             /// nan-family).
@@ -452,6 +493,25 @@ macro_rules! registry {
 
         impl<T: Element, Rhs: ?Sized, L: ZipKernels<T, Rhs> + ?Sized> MaskedBinaryOps<T, Rhs> for L {}
 
+        /// Builds the gradient value ([`LaneGrad`]) of the request's op from its options
+        /// and hands it to `visitor`: one match over the registry for every layout. The
+        /// nan-family's gradient is its base op's on the lane without its NaN values
+        /// ([`NanFree`]).
+        ///
+        /// # Errors
+        /// [`MaskedError::NotDifferentiable`] for argmax, argmin, count and comparisons;
+        /// [`MaskedError::Unsupported`] for the elementwise ops, whose VJPs are not built
+        /// yet; bad option values.
+        #[allow(unused_variables)]
+        pub fn visit_grad<V: GradVisitor>(req: &OpRequest, visitor: V) -> Result<V::Out> {
+            match req.op {
+                $( Op::$variant => {
+                    $( let $opt = req.options.$opt; )*
+                    registry!(@grad $on $name visitor $gk $(($gv))?)
+                } )*
+            }
+        }
+
         /// Runs the request on any layout and hands the typed result to `sink`: one
         /// match over the registry for every layout and every use.
         ///
@@ -468,6 +528,22 @@ macro_rules! registry {
         }
     };
 
+    (@diff none) => { false };
+    (@diff $gk:ident) => { true };
+    (@grad $on:ident $name:ident $v:ident none) => {
+        Err(MaskedError::NotDifferentiable {
+            op: stringify!($name),
+            reason: "its output is an index, a count or a bool",
+        })
+    };
+    (@grad $on:ident $name:ident $v:ident elementwise) => {
+        Err(MaskedError::Unsupported {
+            op: stringify!($name),
+            context: "for a VJP yet: the elementwise ops' gradients are not built".into(),
+        })
+    };
+    (@grad all $name:ident $v:ident lanes($gv:expr)) => { $v.visit(&$gv) };
+    (@grad nan_free $name:ident $v:ident lanes($gv:expr)) => { $v.visit(&NanFree($gv)) };
     (@kind reduce) => { Kind::Reduce };
     (@kind reduce_one) => { Kind::ReduceOne };
     (@kind normalize) => { Kind::Normalize };
@@ -606,274 +682,341 @@ impl std::fmt::Display for Op {
 //         run: kernel(op value) -> output type,   // fold_lanes, stat_lanes, map_lanes
 //                                                 // or map_elements (unary)
 //         options: [name: type, ...],   // declared in `declare_options!` above
-//         grad: true | false,
+//         grad: none | elementwise | lanes(gradient value),   // LaneGrad (grad.rs),
+//                                       // built from the options as `run` is
 //     }
 registry! {
     /// Masked sum (integers widen to `i64`; fully masked lanes give 0).
-    sum => Sum { kind: reduce, on: all, run: fold_lanes(Sum) -> T::Wide, options: [], grad: true }
+    sum => Sum { kind: reduce, on: all, run: fold_lanes(Sum) -> T::Wide, options: [], grad: lanes(SumGrad) }
     /// Masked product (integers widen to `i64`; fully masked lanes give 1).
-    prod => Prod { kind: reduce, on: all, run: fold_lanes(Prod) -> T::Wide, options: [], grad: true }
+    prod => Prod { kind: reduce, on: all, run: fold_lanes(Prod) -> T::Wide, options: [], grad: lanes(ProdGrad) }
     /// Masked maximum (fully masked lanes give `-inf` or the integer MIN).
-    amax => AMax { kind: reduce, on: all, run: fold_lanes(AMax) -> T, options: [], grad: true }
+    amax => AMax { kind: reduce, on: all, run: fold_lanes(AMax) -> T, options: [], grad: lanes(ExtremumGrad { max: true }) }
     /// Masked minimum (fully masked lanes give `+inf` or the integer MAX).
-    amin => AMin { kind: reduce, on: all, run: fold_lanes(AMin) -> T, options: [], grad: true }
+    amin => AMin { kind: reduce, on: all, run: fold_lanes(AMin) -> T, options: [], grad: lanes(ExtremumGrad { max: false }) }
     /// Masked peak to peak, `amax - amin` (integers widen to `i64`; fully masked lanes give 0).
-    ptp => Ptp { kind: reduce, on: all, run: fold_lanes(Ptp) -> T::Wide, options: [], grad: true }
+    ptp => Ptp { kind: reduce, on: all, run: fold_lanes(Ptp) -> T::Wide, options: [], grad: lanes(PtpGrad) }
     /// Index of the masked maximum along one dim (first among ties, first NaN), or the
     /// flat row-major index when `dim` is all dims; 0 for a fully masked lane.
-    argmax => ArgMax { kind: reduce_one, on: all, run: fold_lanes(ArgMax) -> i64, options: [], grad: false }
+    argmax => ArgMax { kind: reduce_one, on: all, run: fold_lanes(ArgMax) -> i64, options: [], grad: none }
     /// Index of the masked minimum along one dim (first among ties, first NaN), or the
     /// flat row-major index when `dim` is all dims; 0 for a fully masked lane.
-    argmin => ArgMin { kind: reduce_one, on: all, run: fold_lanes(ArgMin) -> i64, options: [], grad: false }
+    argmin => ArgMin { kind: reduce_one, on: all, run: fold_lanes(ArgMin) -> i64, options: [], grad: none }
     /// Masked mean (NaN for fully masked lanes; integers give `f64`).
-    mean => Mean { kind: reduce, on: all, run: fold_lanes(Mean) -> T::Real, options: [], grad: true }
+    mean => Mean { kind: reduce, on: all, run: fold_lanes(Mean) -> T::Real, options: [], grad: lanes(MeanGrad) }
     /// Number of valid elements; every output position is valid (all-true output mask).
-    count => Count { kind: reduce, on: all, run: fold_lanes(Count) -> i64, options: [], grad: false }
+    count => Count { kind: reduce, on: all, run: fold_lanes(Count) -> i64, options: [], grad: none }
     /// Masked variance, `sum((x - mean)^2) / max(count - correction, 0)` (1 = Bessel);
     /// NaN when fully masked.
     var => Var {
         kind: reduce, on: all,
         run: fold_lanes(Var { correction: check_correction(correction)? }) -> T::Real,
-        options: [correction: f64], grad: true,
+        options: [correction: f64], grad: lanes(VarGrad::new(correction, false)?),
     }
     /// Masked standard deviation (the square root of `var`).
     std => Std {
         kind: reduce, on: all,
         run: fold_lanes(Std { correction: check_correction(correction)? }) -> T::Real,
-        options: [correction: f64], grad: true,
+        options: [correction: f64], grad: lanes(VarGrad::new(correction, true)?),
     }
     /// Masked vector norm of order `ord` (p > 0, 0 = count of non-zeros, inf = max |x|,
     /// -inf = min |x|, negative p over the valid elements).
     norm => Norm {
         kind: reduce, on: all, run: fold_lanes(Norm::new(ord)?) -> T::Real,
-        options: [ord: f64], grad: true,
+        options: [ord: f64], grad: lanes(NormGrad::new(ord)?),
     }
     /// Masked, overflow-safe `log(sum(exp(x)))`; `-inf` when fully masked.
     logsumexp => LogSumExp {
-        kind: reduce, on: all, run: fold_lanes(LogSumExp) -> T::Real, options: [], grad: true,
+        kind: reduce, on: all, run: fold_lanes(LogSumExp) -> T::Real, options: [], grad: lanes(LogSumExpGrad),
     }
     /// Masked median (`mode` avg: mean of the two middle values of an even count; lower:
     /// the lower one). A valid NaN gives NaN; fully masked gives NaN.
     median => Median {
         kind: reduce, on: all, run: stat_lanes(Quantile::median(mode)) -> T::Real,
-        options: [mode: MedianMode], grad: true,
+        options: [mode: MedianMode], grad: lanes(QuantileGrad::median(mode)),
     }
     /// Masked `q`-quantile with numpy's interpolation methods, by selection (O(n)
     /// expected per lane).
     quantile => Quantile {
         kind: reduce, on: all, run: stat_lanes(Quantile::new(q, interpolation)?) -> T::Real,
-        options: [q: f64, interpolation: Interpolation], grad: true,
+        options: [q: f64, interpolation: Interpolation], grad: lanes(QuantileGrad::new(q, interpolation)?),
     }
     /// Masked softmax along `dim`: 0 at masked-out positions and in fully masked lanes.
     softmax => Softmax {
         kind: normalize, on: all,
         run: map_lanes(Softmax { kind: SoftmaxKind::Softmax }) -> T::Real,
-        options: [], grad: true,
+        options: [], grad: lanes(SoftmaxGrad { kind: SoftmaxKind::Softmax }),
     }
     /// Masked log-softmax along `dim`: `-inf` at masked-out positions and in fully masked
     /// lanes.
     log_softmax => LogSoftmax {
         kind: normalize, on: all,
         run: map_lanes(Softmax { kind: SoftmaxKind::LogSoftmax }) -> T::Real,
-        options: [], grad: true,
+        options: [], grad: lanes(SoftmaxGrad { kind: SoftmaxKind::LogSoftmax }),
     }
     /// Masked softmin (`softmax(-x)`) along `dim`.
     softmin => Softmin {
         kind: normalize, on: all,
         run: map_lanes(Softmax { kind: SoftmaxKind::Softmin }) -> T::Real,
-        options: [], grad: true,
+        options: [], grad: lanes(SoftmaxGrad { kind: SoftmaxKind::Softmin }),
     }
     /// `x / max(norm_ord(x), eps)` along `dim` over the valid elements; 0 elsewhere.
     normalize => Normalize {
         kind: normalize, on: all, run: map_lanes(Normalize::new(ord, eps)?) -> T::Real,
-        options: [ord: f64, eps: f64], grad: true,
+        options: [ord: f64, eps: f64], grad: lanes(NormalizeGrad::new(ord, eps)?),
     }
     /// Masked cumulative sum along `dim` in the input type; masked-out positions carry the
     /// running value.
     cumsum => CumSum {
         kind: normalize, on: all, run: map_lanes(Cumulative { prod: false }) -> T,
-        options: [], grad: true,
+        options: [], grad: lanes(CumulativeGrad { prod: false }),
     }
     /// Masked cumulative product along `dim` in the input type; masked-out positions carry
     /// the running value.
     cumprod => CumProd {
         kind: normalize, on: all, run: map_lanes(Cumulative { prod: true }) -> T,
-        options: [], grad: true,
+        options: [], grad: lanes(CumulativeGrad { prod: true }),
     }
     /// Sum ignoring NaN (and masked-out) elements.
-    nansum => NanSum { kind: reduce, on: nan_free, run: fold_lanes(Sum) -> T::Wide, options: [], grad: true }
+    nansum => NanSum { kind: reduce, on: nan_free, run: fold_lanes(Sum) -> T::Wide, options: [], grad: lanes(SumGrad) }
     /// Mean ignoring NaN elements.
-    nanmean => NanMean { kind: reduce, on: nan_free, run: fold_lanes(Mean) -> T::Real, options: [], grad: true }
+    nanmean => NanMean { kind: reduce, on: nan_free, run: fold_lanes(Mean) -> T::Real, options: [], grad: lanes(MeanGrad) }
     /// Variance ignoring NaN elements.
     nanvar => NanVar {
         kind: reduce, on: nan_free,
         run: fold_lanes(Var { correction: check_correction(correction)? }) -> T::Real,
-        options: [correction: f64], grad: true,
+        options: [correction: f64], grad: lanes(VarGrad::new(correction, false)?),
     }
     /// Standard deviation ignoring NaN elements.
     nanstd => NanStd {
         kind: reduce, on: nan_free,
         run: fold_lanes(Std { correction: check_correction(correction)? }) -> T::Real,
-        options: [correction: f64], grad: true,
+        options: [correction: f64], grad: lanes(VarGrad::new(correction, true)?),
     }
     /// Maximum ignoring NaN elements.
-    nanmax => NanMax { kind: reduce, on: nan_free, run: fold_lanes(AMax) -> T, options: [], grad: true }
+    nanmax => NanMax { kind: reduce, on: nan_free, run: fold_lanes(AMax) -> T, options: [], grad: lanes(ExtremumGrad { max: true }) }
     /// Minimum ignoring NaN elements.
-    nanmin => NanMin { kind: reduce, on: nan_free, run: fold_lanes(AMin) -> T, options: [], grad: true }
+    nanmin => NanMin { kind: reduce, on: nan_free, run: fold_lanes(AMin) -> T, options: [], grad: lanes(ExtremumGrad { max: false }) }
     /// Median ignoring NaN elements.
     nanmedian => NanMedian {
         kind: reduce, on: nan_free, run: stat_lanes(Quantile::median(mode)) -> T::Real,
-        options: [mode: MedianMode], grad: true,
+        options: [mode: MedianMode], grad: lanes(QuantileGrad::median(mode)),
     }
     /// Quantile ignoring NaN elements.
     nanquantile => NanQuantile {
         kind: reduce, on: nan_free, run: stat_lanes(Quantile::new(q, interpolation)?) -> T::Real,
-        options: [q: f64, interpolation: Interpolation], grad: true,
+        options: [q: f64, interpolation: Interpolation], grad: lanes(QuantileGrad::new(q, interpolation)?),
     }
 
     /// `|x|` (integers keep their type and wrap: `abs(MIN) = MIN`).
-    abs => Abs { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Abs(Abs))) -> T, options: [], grad: true }
+    abs => Abs { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Abs(Abs))) -> T, options: [], grad: elementwise }
     /// `-x` (integers keep their type and wrap).
-    neg => Neg { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Neg(Neg))) -> T, options: [], grad: true }
+    neg => Neg { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Neg(Neg))) -> T, options: [], grad: elementwise }
     /// -1, 0 or 1 (`sign(±0) = 0`, `sign(NaN) = 0`, as torch; integers keep their type).
-    sign => Sign { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Sign(Sign))) -> T, options: [], grad: true }
+    sign => Sign { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Sign(Sign))) -> T, options: [], grad: elementwise }
     /// `x * x` (integers keep their type and wrap).
-    square => Square { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Square(Square))) -> T, options: [], grad: true }
+    square => Square { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Square(Square))) -> T, options: [], grad: elementwise }
     /// Square root (NaN below 0; integers give `f64`).
-    sqrt => Sqrt { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sqrt(Sqrt))) -> T::Real, options: [], grad: true }
+    sqrt => Sqrt { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sqrt(Sqrt))) -> T::Real, options: [], grad: elementwise }
     /// `1 / sqrt(x)`.
-    rsqrt => Rsqrt { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Rsqrt(Rsqrt))) -> T::Real, options: [], grad: true }
+    rsqrt => Rsqrt { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Rsqrt(Rsqrt))) -> T::Real, options: [], grad: elementwise }
     /// `1 / x`.
-    reciprocal => Reciprocal { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Reciprocal(Reciprocal))) -> T::Real, options: [], grad: true }
+    reciprocal => Reciprocal { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Reciprocal(Reciprocal))) -> T::Real, options: [], grad: elementwise }
     /// `e^x`.
-    exp => Exp { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Exp(Exp))) -> T::Real, options: [], grad: true }
+    exp => Exp { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Exp(Exp))) -> T::Real, options: [], grad: elementwise }
     /// `2^x`.
-    exp2 => Exp2 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Exp2(Exp2))) -> T::Real, options: [], grad: true }
+    exp2 => Exp2 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Exp2(Exp2))) -> T::Real, options: [], grad: elementwise }
     /// `e^x - 1`, accurate near 0.
-    expm1 => Expm1 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Expm1(Expm1))) -> T::Real, options: [], grad: true }
+    expm1 => Expm1 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Expm1(Expm1))) -> T::Real, options: [], grad: elementwise }
     /// Natural logarithm (a valid negative gives a valid NaN, 0 gives `-inf`).
-    log => Log { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log(Log))) -> T::Real, options: [], grad: true }
+    log => Log { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log(Log))) -> T::Real, options: [], grad: elementwise }
     /// Base-2 logarithm.
-    log2 => Log2 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log2(Log2))) -> T::Real, options: [], grad: true }
+    log2 => Log2 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log2(Log2))) -> T::Real, options: [], grad: elementwise }
     /// Base-10 logarithm.
-    log10 => Log10 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log10(Log10))) -> T::Real, options: [], grad: true }
+    log10 => Log10 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log10(Log10))) -> T::Real, options: [], grad: elementwise }
     /// `ln(1 + x)`, accurate near 0.
-    log1p => Log1p { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log1p(Log1p))) -> T::Real, options: [], grad: true }
+    log1p => Log1p { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log1p(Log1p))) -> T::Real, options: [], grad: elementwise }
     /// Sine.
-    sin => Sin { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sin(Sin))) -> T::Real, options: [], grad: true }
+    sin => Sin { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sin(Sin))) -> T::Real, options: [], grad: elementwise }
     /// Cosine.
-    cos => Cos { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Cos(Cos))) -> T::Real, options: [], grad: true }
+    cos => Cos { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Cos(Cos))) -> T::Real, options: [], grad: elementwise }
     /// Tangent.
-    tan => Tan { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Tan(Tan))) -> T::Real, options: [], grad: true }
+    tan => Tan { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Tan(Tan))) -> T::Real, options: [], grad: elementwise }
     /// Arcsine.
-    asin => Asin { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Asin(Asin))) -> T::Real, options: [], grad: true }
+    asin => Asin { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Asin(Asin))) -> T::Real, options: [], grad: elementwise }
     /// Arccosine.
-    acos => Acos { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Acos(Acos))) -> T::Real, options: [], grad: true }
+    acos => Acos { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Acos(Acos))) -> T::Real, options: [], grad: elementwise }
     /// Arctangent.
-    atan => Atan { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Atan(Atan))) -> T::Real, options: [], grad: true }
+    atan => Atan { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Atan(Atan))) -> T::Real, options: [], grad: elementwise }
     /// Hyperbolic sine.
-    sinh => Sinh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sinh(Sinh))) -> T::Real, options: [], grad: true }
+    sinh => Sinh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sinh(Sinh))) -> T::Real, options: [], grad: elementwise }
     /// Hyperbolic cosine.
-    cosh => Cosh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Cosh(Cosh))) -> T::Real, options: [], grad: true }
+    cosh => Cosh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Cosh(Cosh))) -> T::Real, options: [], grad: elementwise }
     /// Hyperbolic tangent.
-    tanh => Tanh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Tanh(Tanh))) -> T::Real, options: [], grad: true }
+    tanh => Tanh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Tanh(Tanh))) -> T::Real, options: [], grad: elementwise }
     /// Inverse hyperbolic sine.
-    asinh => Asinh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Asinh(Asinh))) -> T::Real, options: [], grad: true }
+    asinh => Asinh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Asinh(Asinh))) -> T::Real, options: [], grad: elementwise }
     /// Inverse hyperbolic cosine.
-    acosh => Acosh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Acosh(Acosh))) -> T::Real, options: [], grad: true }
+    acosh => Acosh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Acosh(Acosh))) -> T::Real, options: [], grad: elementwise }
     /// Inverse hyperbolic tangent.
-    atanh => Atanh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Atanh(Atanh))) -> T::Real, options: [], grad: true }
+    atanh => Atanh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Atanh(Atanh))) -> T::Real, options: [], grad: elementwise }
     /// Logistic sigmoid `1 / (1 + e^-x)`.
-    sigmoid => Sigmoid { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sigmoid(Sigmoid))) -> T::Real, options: [], grad: true }
+    sigmoid => Sigmoid { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sigmoid(Sigmoid))) -> T::Real, options: [], grad: elementwise }
     /// `ln(x / (1 - x))`, the inverse of sigmoid.
-    logit => Logit { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Logit(Logit))) -> T::Real, options: [], grad: true }
+    logit => Logit { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Logit(Logit))) -> T::Real, options: [], grad: elementwise }
     /// The error function.
-    erf => Erf { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Erf(Erf))) -> T::Real, options: [], grad: true }
+    erf => Erf { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Erf(Erf))) -> T::Real, options: [], grad: elementwise }
     /// `1 - erf(x)`, accurate for large `x`.
-    erfc => Erfc { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Erfc(Erfc))) -> T::Real, options: [], grad: true }
+    erfc => Erfc { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Erfc(Erfc))) -> T::Real, options: [], grad: elementwise }
     /// Round toward -inf (integers unchanged).
-    floor => Floor { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Floor(Floor))) -> T, options: [], grad: true }
+    floor => Floor { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Floor(Floor))) -> T, options: [], grad: elementwise }
     /// Round toward +inf (integers unchanged).
-    ceil => Ceil { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Ceil(Ceil))) -> T, options: [], grad: true }
+    ceil => Ceil { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Ceil(Ceil))) -> T, options: [], grad: elementwise }
     /// Round to nearest, ties to even (integers unchanged).
-    round => Round { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Round(Round))) -> T, options: [], grad: true }
+    round => Round { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Round(Round))) -> T, options: [], grad: elementwise }
     /// Round toward 0 (integers unchanged).
-    trunc => Trunc { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Trunc(Trunc))) -> T, options: [], grad: true }
+    trunc => Trunc { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Trunc(Trunc))) -> T, options: [], grad: elementwise }
     /// `x - trunc(x)`, with the sign of `x`.
-    frac => Frac { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Frac(Frac))) -> T::Real, options: [], grad: true }
+    frac => Frac { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Frac(Frac))) -> T::Real, options: [], grad: elementwise }
     /// `max(x, 0)`; NaN propagates (integers keep their type).
-    relu => Relu { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Relu(Relu))) -> T, options: [], grad: true }
+    relu => Relu { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Relu(Relu))) -> T, options: [], grad: elementwise }
     /// `ln(1 + e^x)` (`x` above 20, as torch).
-    softplus => Softplus { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Softplus(Softplus))) -> T::Real, options: [], grad: true }
+    softplus => Softplus { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Softplus(Softplus))) -> T::Real, options: [], grad: elementwise }
     /// GELU, `x Φ(x)` with the exact normal CDF.
-    gelu => Gelu { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Gelu(Gelu))) -> T::Real, options: [], grad: true }
+    gelu => Gelu { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Gelu(Gelu))) -> T::Real, options: [], grad: elementwise }
     /// SiLU (swish), `x σ(x)`.
-    silu => Silu { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Silu(Silu))) -> T::Real, options: [], grad: true }
+    silu => Silu { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Silu(Silu))) -> T::Real, options: [], grad: elementwise }
     /// `min(max(x, min), max)` (either bound may be absent, not both; NaN propagates;
     /// `min > max` gives `max`; integers keep their type, bounds rounded inward).
     clamp => Clamp {
         kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Clamp(Clamp::new(min, max)?))) -> T,
-        options: [min: Option<f64>, max: Option<f64>], grad: true,
+        options: [min: Option<f64>, max: Option<f64>], grad: elementwise,
     }
     /// `x^exponent` for a scalar exponent (an integer input with a non-negative integer
     /// exponent keeps its type and wraps; a negative integer exponent of an integer is an
     /// error; `pow(-inf, 0.5)` is NaN).
     pow => Pow {
         kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Pow(Pow::float_of::<T>(exponent)?))) -> T::Real,
-        options: [exponent: f64], grad: true,
+        options: [exponent: f64], grad: elementwise,
     }
     /// NaN, +inf and -inf replaced by `nan` (default 0), `posinf` and `neginf` (default
     /// the type's largest and lowest finite values); integers unchanged.
     nan_to_num => NanToNum {
         kind: unary, on: all, run: map_elements(KeepMap(KeepFn::NanToNum(NanToNum::new(nan, posinf, neginf)))) -> T,
-        options: [nan: f64, posinf: Option<f64>, neginf: Option<f64>], grad: true,
+        options: [nan: f64, posinf: Option<f64>, neginf: Option<f64>], grad: elementwise,
     }
 
     /// `x + y` (integers wrap).
-    add => Add { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Add)) -> T, options: [], grad: true }
+    add => Add { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Add)) -> T, options: [], grad: elementwise }
     /// `x - y` (integers wrap).
-    sub => Sub { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Sub)) -> T, options: [], grad: true }
+    sub => Sub { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Sub)) -> T, options: [], grad: elementwise }
     /// `x * y` (integers wrap).
-    mul => Mul { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Mul)) -> T, options: [], grad: true }
+    mul => Mul { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Mul)) -> T, options: [], grad: elementwise }
     /// True division `x / y` (integers give `f64`).
-    div => Div { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Div)) -> T::Real, options: [], grad: true }
+    div => Div { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Div)) -> T::Real, options: [], grad: elementwise }
     /// `floor(x / y)` (torch's rounding; an integer division by 0 at a valid position is
     /// an error).
-    floor_divide => FloorDivide { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::FloorDivide)) -> T, options: [], grad: false }
+    floor_divide => FloorDivide { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::FloorDivide)) -> T, options: [], grad: none }
     /// The larger of `x` and `y`; NaN propagates.
-    maximum => Maximum { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Maximum)) -> T, options: [], grad: true }
+    maximum => Maximum { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Maximum)) -> T, options: [], grad: elementwise }
     /// The smaller of `x` and `y`; NaN propagates.
-    minimum => Minimum { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Minimum)) -> T, options: [], grad: true }
+    minimum => Minimum { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Minimum)) -> T, options: [], grad: elementwise }
     /// The larger of `x` and `y`; a NaN operand gives the other.
-    fmax => Fmax { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Fmax)) -> T, options: [], grad: true }
+    fmax => Fmax { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Fmax)) -> T, options: [], grad: elementwise }
     /// The smaller of `x` and `y`; a NaN operand gives the other.
-    fmin => Fmin { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Fmin)) -> T, options: [], grad: true }
+    fmin => Fmin { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Fmin)) -> T, options: [], grad: elementwise }
     /// `atan2(x, y)`, the angle of the point `(y, x)`.
-    atan2 => Atan2 { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Atan2)) -> T::Real, options: [], grad: true }
+    atan2 => Atan2 { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Atan2)) -> T::Real, options: [], grad: elementwise }
     /// `sqrt(x^2 + y^2)` without undue overflow.
-    hypot => Hypot { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Hypot)) -> T::Real, options: [], grad: true }
+    hypot => Hypot { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Hypot)) -> T::Real, options: [], grad: elementwise }
     /// `log(e^x + e^y)` without overflow.
-    logaddexp => LogAddExp { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::LogAddExp)) -> T::Real, options: [], grad: true }
+    logaddexp => LogAddExp { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::LogAddExp)) -> T::Real, options: [], grad: elementwise }
     /// `x * log(y)`, 0 where `x == 0` (unless `y` is NaN).
-    xlogy => Xlogy { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Xlogy)) -> T::Real, options: [], grad: true }
+    xlogy => Xlogy { kind: binary, on: all, run: zip_elements(FloatZip(FloatBin::Xlogy)) -> T::Real, options: [], grad: elementwise }
     /// C `fmod`: the remainder with the sign of the dividend `x`.
-    fmod => Fmod { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Fmod)) -> T, options: [], grad: true }
+    fmod => Fmod { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Fmod)) -> T, options: [], grad: elementwise }
     /// `x - y * floor(x / y)`: the remainder with the sign of the divisor `y` (torch).
-    remainder => Remainder { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Remainder)) -> T, options: [], grad: true }
+    remainder => Remainder { kind: binary, on: all, run: zip_elements(KeepZip(KeepBin::Remainder)) -> T, options: [], grad: elementwise }
     /// `x == y` (bool).
-    eq => Eq { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Eq)) -> bool, options: [], grad: false }
+    eq => Eq { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Eq)) -> bool, options: [], grad: none }
     /// `x != y` (bool).
-    ne => Ne { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Ne)) -> bool, options: [], grad: false }
+    ne => Ne { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Ne)) -> bool, options: [], grad: none }
     /// `x < y` (bool).
-    lt => Lt { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Lt)) -> bool, options: [], grad: false }
+    lt => Lt { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Lt)) -> bool, options: [], grad: none }
     /// `x <= y` (bool).
-    le => Le { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Le)) -> bool, options: [], grad: false }
+    le => Le { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Le)) -> bool, options: [], grad: none }
     /// `x > y` (bool).
-    gt => Gt { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Gt)) -> bool, options: [], grad: false }
+    gt => Gt { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Gt)) -> bool, options: [], grad: none }
     /// `x >= y` (bool).
-    ge => Ge { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Ge)) -> bool, options: [], grad: false }
+    ge => Ge { kind: binary, on: all, run: zip_elements(CmpZip(CmpBin::Ge)) -> bool, options: [], grad: none }
 
     extra {
+        /// The vector-Jacobian product of a reduction (`req` names it, with its dims,
+        /// keepdim and options): the gradient with respect to this input's values given
+        /// `g`, the upstream gradient shaped like the reduction's output (read only at
+        /// output positions whose lane has a valid element). The result has this input's
+        /// shape, mask and layout, 0 at invalid positions; no NaN comes from a masked-out
+        /// position or a fully masked lane. The forward op is not recomputed: each lane's
+        /// gradient is computed from its valid values.
+        ///
+        /// ```
+        /// use masked::by_name::OpRequest;
+        /// use masked::prelude::*;
+        /// use ndarray::array;
+        /// let x = MaskedArray::from_bool_mask(
+        ///     array![[1.0f64, 5.0, 5.0], [2.0, 9.0, 4.0]],
+        ///     array![[true, true, true], [true, false, false]],
+        /// )?;
+        /// let g = MaskedArray::unmasked(array![1.0f64, 1.0].into_dyn());
+        /// let dx = x.vjp_reduce(&OpRequest::new("amax")?.dims(1), &g)?;
+        /// // ties split evenly; the masked-out 9 gets nothing
+        /// assert_eq!(dx.values(), &array![[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]]);
+        /// # Ok::<(), masked::MaskedError>(())
+        /// ```
+        ///
+        /// # Errors
+        /// An op that is not a reduction ([`MaskedError::InvalidArgument`]), not
+        /// differentiable, or on integer input ([`MaskedError::NotDifferentiable`]); bad
+        /// dims or options; `g` of the wrong shape ([`MaskedError::ShapeMismatch`]); a
+        /// layout without gradient kernels ([`MaskedError::Unsupported`]).
+        fn vjp_reduce(&self, req: &OpRequest, g: &Self::Reduced<T::Real>) -> Result<Self::Mapped<T::Real>> {
+            check_grad::<T>(req, &[Kind::Reduce, Kind::ReduceOne])?;
+            struct V<'a, T: Element, L: LaneKernels<T> + ?Sized> {
+                a: &'a L,
+                req: &'a OpRequest,
+                g: &'a L::Reduced<T::Real>,
+            }
+            impl<T: Element, L: LaneKernels<T> + ?Sized> GradVisitor for V<'_, T, L> {
+                type Out = L::Mapped<T::Real>;
+                fn visit<G: LaneGrad>(self, grad: &G) -> Result<Self::Out> {
+                    self.a.grad_reduced(grad, &self.req.dims, self.req.keepdim, self.g)
+                }
+            }
+            visit_grad(req, V { a: self, req, g })
+        }
+        /// The vector-Jacobian product of a normalization (softmax, log_softmax,
+        /// softmin, normalize, cumsum, cumprod along `req`'s one dim): the gradient with
+        /// respect to this input's values given `g`, the upstream gradient shaped like
+        /// the input (read only at valid positions). The forward output is not needed:
+        /// each lane's softmax is recomputed from its valid values, in `f64`.
+        ///
+        /// # Errors
+        /// As [`MaskedOps::vjp_reduce`], for a normalization.
+        fn vjp_map(&self, req: &OpRequest, g: &Self::Mapped<T::Real>) -> Result<Self::Mapped<T::Real>> {
+            check_grad::<T>(req, &[Kind::Normalize])?;
+            struct V<'a, T: Element, L: LaneKernels<T> + ?Sized> {
+                a: &'a L,
+                dim: isize,
+                g: &'a L::Mapped<T::Real>,
+            }
+            impl<T: Element, L: LaneKernels<T> + ?Sized> GradVisitor for V<'_, T, L> {
+                type Out = L::Mapped<T::Real>;
+                fn visit<G: LaneGrad>(self, grad: &G) -> Result<Self::Out> {
+                    self.a.grad_mapped(grad, self.dim, self.g)
+                }
+            }
+            visit_grad(req, V { a: self, dim: req.one_dim()?, g })
+        }
         /// The values converted to `D` (torch's `.to(dtype)`), with the same mask and, on a
         /// sparse layout, the same positions. Floats round to nearest; into an integer
         /// type a float is truncated toward zero.

@@ -5,7 +5,39 @@ use masked_core::{
     not_nan_words, wrap_dim, BitMask, BoolArray, Dims, Element, Fold, LaneKernels, LaneMap,
     LaneStat, MaskedError, ReducePlan, Result,
 };
+use masked_core::{try_vec, Bits, LaneGrad, Upstream};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn, OwnedRepr, RawData, ViewRepr};
+
+/// Checks that `grad` takes the upstream kind `want` and that `g` has the shape `shape`
+/// (the forward output's).
+fn check_upstream<G: LaneGrad>(
+    grad: &G,
+    want: Upstream,
+    g: &[usize],
+    shape: &[usize],
+) -> Result<()> {
+    if grad.upstream() != want {
+        return Err(MaskedError::InvalidArgument {
+            name: "gradient",
+            value: grad.name().to_string(),
+            reason: match want {
+                Upstream::PerLane => "takes one upstream value per element: a map's VJP",
+                Upstream::PerElement => "takes one upstream value per lane: a reduction's VJP",
+            },
+        });
+    }
+    if g != shape {
+        return Err(MaskedError::ShapeMismatch {
+            what: format!(
+                "the upstream gradient of {} and the op's output",
+                grad.name()
+            ),
+            left: g.to_vec(),
+            right: shape.to_vec(),
+        });
+    }
+    Ok(())
+}
 
 /// A dense array with an optional validity mask (`true` = valid).
 ///
@@ -178,6 +210,24 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         })
     }
 
+    /// A gradient: `kernel` fills a zeroed output of this array's size from the values in
+    /// row-major order and the mask bits; the result has this array's mask.
+    fn grad_with(
+        &self,
+        kernel: impl FnOnce(&[T], Option<Bits<'_>>, &mut [T::Real]),
+    ) -> Result<MaskedArray<OwnedRepr<T::Real>, D>> {
+        let n = self.data.len();
+        let mut out = try_vec(n, || format!("a gradient of {n} values"))?;
+        out.resize(n, <T::Real as Element>::ZERO);
+        let xs = self.row_major();
+        kernel(&xs, self.mask.as_ref().map(BitMask::bits), &mut out);
+        let mask = self
+            .mask
+            .clone()
+            .map_or_else(|| BitMask::filled(self.data.shape(), true), Ok)?;
+        self.build_like(out, mask)
+    }
+
     /// An owned result with an output mask.
     fn build<O: Element>(
         shape: &[usize],
@@ -234,6 +284,32 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray
             .clone()
             .map_or_else(|| BitMask::filled(&shape, true), Ok)?;
         self.build_like(values, mask)
+    }
+
+    fn grad_reduced<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dims: &Dims,
+        keepdim: bool,
+        g: &MaskedArrayD<T::Real>,
+    ) -> Result<MaskedArray<OwnedRepr<T::Real>, D>> {
+        let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
+        check_upstream(grad, Upstream::PerLane, g.shape(), &plan.out_shape)?;
+        let gv = g.row_major();
+        self.grad_with(|xs, bits, out| crate::grad::grad_reduce(grad, xs, bits, &plan, &gv, out))
+    }
+
+    fn grad_mapped<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dim: isize,
+        g: &MaskedArray<OwnedRepr<T::Real>, D>,
+    ) -> Result<MaskedArray<OwnedRepr<T::Real>, D>> {
+        let shape = self.data.shape();
+        let d = wrap_dim(dim, shape.len())?;
+        check_upstream(grad, Upstream::PerElement, g.shape(), shape)?;
+        let gv = g.row_major();
+        self.grad_with(|xs, bits, out| crate::grad::grad_map(grad, xs, bits, shape, d, &gv, out))
     }
 
     fn fold_lanes<F: Fold<T>>(

@@ -21,6 +21,7 @@
 
 mod algebra;
 mod array;
+mod grad;
 mod kernels;
 mod lazy;
 mod prebuilt;

@@ -20,3 +20,4 @@ mod props_coo;
 mod props_csr;
 mod props_dense;
 mod serde;
+mod vjp;

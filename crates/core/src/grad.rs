@@ -1,0 +1,854 @@
+//! Vector-Jacobian products of the reductions and normalizations, each written once as a
+//! [`LaneGrad`] value: the gradient of one lane's valid values given the upstream
+//! gradient of that lane's output. A layout gathers each lane's valid values (in lane
+//! order, which is row-major order within the lane) and the upstream gradient, and
+//! scatters the result back to the valid positions; every other position gets 0.
+//!
+//! The rules are those of the semantics contract ("Gradients"): no NaN or inf from a
+//! masked-out position or a fully masked lane (a fully masked lane has no valid value,
+//! so nothing of it reaches a gradient); count ≤ correction and zero spread give 0;
+//! ties of amax/amin split the gradient evenly; a median or quantile sends its weights
+//! to the order statistics ranked by (value, lane position); a lane whose forward output
+//! is NaN because of a valid NaN gets NaN at its valid positions.
+//!
+//! Lanes are computed in `f64` whatever the input type: the gradients of var, norm and
+//! the softmax family lose nothing to the input's rounding, and the layouts round once
+//! to the output type.
+
+use crate::error::{MaskedError, Result};
+use crate::lane::{Interpolation, MedianMode};
+use crate::stats::check_correction;
+
+/// What the upstream gradient of a lane is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upstream {
+    /// One value per lane: the op is a reduction over the lane.
+    PerLane,
+    /// One value per valid element of the lane: the op maps the lane (softmax, cumsum).
+    PerElement,
+}
+
+/// The vector-Jacobian product of a lane op, written once for every layout.
+pub trait LaneGrad: Send + Sync + 'static {
+    /// The op's name, for messages.
+    fn name(&self) -> &'static str;
+    /// Whether `g` holds one value per lane or one per valid element.
+    fn upstream(&self) -> Upstream;
+    /// The gradient of the lane whose valid values are `xs` (in lane order, at least one)
+    /// given the upstream gradient `g` (one value, or `xs.len()` values in the same
+    /// order), written to `out` (`xs.len()` values).
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]);
+}
+
+/// `g` everywhere: the gradient of a sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SumGrad;
+
+impl LaneGrad for SumGrad {
+    fn name(&self) -> &'static str {
+        "sum"
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerLane
+    }
+    fn grad(&self, _: &[f64], g: &[f64], out: &mut [f64]) {
+        out.fill(g[0]);
+    }
+}
+
+/// `g / count`: the gradient of a mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MeanGrad;
+
+impl LaneGrad for MeanGrad {
+    fn name(&self) -> &'static str {
+        "mean"
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerLane
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        out.fill(g[0] / xs.len() as f64);
+    }
+}
+
+/// The product of the other valid elements, from prefix and suffix products: exact with
+/// zeros (no division by the element).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProdGrad;
+
+impl LaneGrad for ProdGrad {
+    fn name(&self) -> &'static str {
+        "prod"
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerLane
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        // out[i] = prefix(i) first, then times the suffix product from the right
+        let mut p = 1.0;
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = p;
+            p *= x;
+        }
+        let mut s = g[0];
+        for (o, &x) in out.iter_mut().zip(xs).rev() {
+            *o *= s;
+            s *= x;
+        }
+    }
+}
+
+/// `g` split evenly among the valid elements equal to the extremum (torch's rule); NaN
+/// everywhere in a lane holding a NaN (the forward output is NaN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtremumGrad {
+    /// The maximum (amax) rather than the minimum (amin).
+    pub max: bool,
+}
+
+impl LaneGrad for ExtremumGrad {
+    fn name(&self) -> &'static str {
+        if self.max {
+            "amax"
+        } else {
+            "amin"
+        }
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerLane
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        if nan_lane(xs, out) {
+            return;
+        }
+        let m = if self.max {
+            xs.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+        } else {
+            xs.iter().copied().fold(f64::INFINITY, f64::min)
+        };
+        split_evenly(xs, |x| x == m, g[0], out);
+    }
+}
+
+/// Fills `out` with NaN and returns true when `xs` holds a NaN.
+fn nan_lane(xs: &[f64], out: &mut [f64]) -> bool {
+    let nan = xs.iter().any(|x| x.is_nan());
+    if nan {
+        out.fill(f64::NAN);
+    }
+    nan
+}
+
+/// `g / k` at the `k` elements `pick` selects, 0 elsewhere.
+fn split_evenly(xs: &[f64], pick: impl Fn(f64) -> bool, g: f64, out: &mut [f64]) {
+    let k = xs.iter().filter(|&&x| pick(x)).count();
+    let share = if k == 0 { 0.0 } else { g / k as f64 };
+    for (o, &x) in out.iter_mut().zip(xs) {
+        *o = if pick(x) { share } else { 0.0 };
+    }
+}
+
+/// The gradient of var (`std: false`) or std with a correction: `2 (x - mean) / (n - c)`
+/// for var, `(x - mean) / ((n - c) std)` for std; 0 when `n <= c`, and 0 for std with
+/// zero spread.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VarGrad {
+    correction: f64,
+    std: bool,
+}
+
+impl VarGrad {
+    /// The gradient of var (or std) with `correction`.
+    ///
+    /// # Errors
+    /// A negative or NaN correction.
+    pub fn new(correction: f64, std: bool) -> Result<Self> {
+        Ok(VarGrad {
+            correction: check_correction(correction)?,
+            std,
+        })
+    }
+}
+
+impl LaneGrad for VarGrad {
+    fn name(&self) -> &'static str {
+        if self.std {
+            "std"
+        } else {
+            "var"
+        }
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerLane
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        let n = xs.len() as f64;
+        let dof = n - self.correction;
+        if dof <= 0.0 {
+            out.fill(0.0);
+            return;
+        }
+        let mean = xs.iter().sum::<f64>() / n;
+        let scale = if self.std {
+            let ss: f64 = xs.iter().map(|&x| (x - mean) * (x - mean)).sum();
+            let sd = (ss / dof).sqrt();
+            if sd == 0.0 {
+                out.fill(0.0);
+                return;
+            }
+            g[0] / (dof * sd)
+        } else {
+            2.0 * g[0] / dof
+        };
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = scale * (x - mean);
+        }
+    }
+}
+
+/// The gradient of a vector norm of order `ord`: `sign(x) |x|^(p-1) / norm^(p-1)`; 0 at
+/// a zero norm and for ord 0; inf / -inf split evenly among the extremal `|x|` with
+/// their signs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NormGrad {
+    ord: f64,
+}
+
+impl NormGrad {
+    /// The gradient of the `ord` norm.
+    ///
+    /// # Errors
+    /// A NaN `ord`.
+    pub fn new(ord: f64) -> Result<Self> {
+        if ord.is_nan() {
+            return Err(MaskedError::InvalidArgument {
+                name: "ord",
+                value: ord.to_string(),
+                reason: "must be a number or +-inf",
+            });
+        }
+        Ok(NormGrad { ord })
+    }
+    /// The norm of `xs` (f64), as the forward op computes it.
+    fn norm(&self, xs: &[f64]) -> f64 {
+        let p = self.ord;
+        if p == f64::INFINITY {
+            xs.iter().fold(0.0, |m, x| m.max(x.abs()))
+        } else if p == f64::NEG_INFINITY {
+            xs.iter().fold(f64::INFINITY, |m, x| m.min(x.abs()))
+        } else if p == 1.0 {
+            xs.iter().map(|x| x.abs()).sum()
+        } else if p == 2.0 {
+            xs.iter().map(|x| x * x).sum::<f64>().sqrt()
+        } else {
+            xs.iter()
+                .map(|x| x.abs().powf(p))
+                .sum::<f64>()
+                .powf(1.0 / p)
+        }
+    }
+}
+
+impl LaneGrad for NormGrad {
+    fn name(&self) -> &'static str {
+        "norm"
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerLane
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        if nan_lane(xs, out) {
+            return;
+        }
+        let p = self.ord;
+        if p == 0.0 {
+            out.fill(0.0);
+            return;
+        }
+        let n = self.norm(xs);
+        if p.is_infinite() {
+            // all of g to the extremal |x| (split evenly), with the sign of x
+            split_evenly(xs, |x| x.abs() == n, g[0], out);
+            for (o, &x) in out.iter_mut().zip(xs) {
+                if x < 0.0 {
+                    *o = -*o;
+                }
+            }
+            return;
+        }
+        if n == 0.0 || !n.is_finite() {
+            out.fill(0.0);
+            return;
+        }
+        for (o, &x) in out.iter_mut().zip(xs) {
+            let d = if p == 1.0 {
+                sign(x)
+            } else if p == 2.0 {
+                x / n
+            } else {
+                sign(x) * (x.abs() / n).powf(p - 1.0)
+            };
+            *o = g[0] * d;
+        }
+    }
+}
+
+/// -1, 0 or 1 (0 at 0: the derivative of |x| there, as torch).
+fn sign(x: f64) -> f64 {
+    if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else {
+        0.0
+    }
+}
+
+/// The lane's softmax in `f64` (max-shifted; a lane whose values are all `-inf` gives
+/// the uniform distribution, the limit the logsumexp gradient splits `g` by).
+fn softmax_f64(xs: &[f64], out: &mut [f64]) {
+    let m = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY {
+        out.fill(1.0 / xs.len() as f64);
+        return;
+    }
+    let mut s = 0.0;
+    for (o, &x) in out.iter_mut().zip(xs) {
+        *o = (x - m).exp();
+        s += *o;
+    }
+    for o in out.iter_mut() {
+        *o /= s;
+    }
+}
+
+/// `g · softmax(x)`: the gradient of logsumexp; a lane whose valid values are all `-inf`
+/// splits `g` evenly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LogSumExpGrad;
+
+impl LaneGrad for LogSumExpGrad {
+    fn name(&self) -> &'static str {
+        "logsumexp"
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerLane
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        softmax_f64(xs, out);
+        for o in out.iter_mut() {
+            *o *= g[0];
+        }
+    }
+}
+
+/// The gradient of a quantile (the median is the quantile at 0.5 with the `midpoint` or
+/// `lower` interpolation): its interpolation weights on the two order statistics, ranked
+/// by (value, lane position).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QuantileGrad {
+    q: f64,
+    interpolation: Interpolation,
+}
+
+impl QuantileGrad {
+    /// The gradient of the `q`-quantile with `interpolation`.
+    ///
+    /// # Errors
+    /// `q` outside [0, 1] or NaN.
+    pub fn new(q: f64, interpolation: Interpolation) -> Result<Self> {
+        crate::lane::Quantile::new(q, interpolation)?;
+        Ok(QuantileGrad { q, interpolation })
+    }
+    /// The gradient of the median in `mode`.
+    pub fn median(mode: MedianMode) -> Self {
+        QuantileGrad {
+            q: 0.5,
+            interpolation: match mode {
+                MedianMode::Avg => Interpolation::Midpoint,
+                MedianMode::Lower => Interpolation::Lower,
+            },
+        }
+    }
+    /// The weights of order statistics `lo` and `lo + 1` for a lane of `n` values.
+    fn weights(&self, n: usize) -> (usize, f64, f64) {
+        let pos = self.q * (n - 1) as f64;
+        let lo = pos.floor() as usize;
+        let frac = pos - lo as f64;
+        if frac == 0.0 {
+            return (lo, 1.0, 0.0);
+        }
+        let (a, b) = match self.interpolation {
+            Interpolation::Lower => (1.0, 0.0),
+            Interpolation::Higher => (0.0, 1.0),
+            Interpolation::Linear => (1.0 - frac, frac),
+            Interpolation::Midpoint => (0.5, 0.5),
+            Interpolation::Nearest => {
+                if frac > 0.5 || (frac == 0.5 && lo % 2 == 1) {
+                    (0.0, 1.0)
+                } else {
+                    (1.0, 0.0)
+                }
+            }
+        };
+        (lo, a, b)
+    }
+}
+
+impl LaneGrad for QuantileGrad {
+    fn name(&self) -> &'static str {
+        "quantile"
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerLane
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        if nan_lane(xs, out) {
+            return;
+        }
+        out.fill(0.0);
+        let (lo, a, b) = self.weights(xs.len());
+        // rank by (value, position): a stable sort of the positions by value
+        let mut order: Vec<u32> = (0..xs.len() as u32).collect();
+        let key = |&i: &u32| xs[i as usize];
+        let k = lo.min(xs.len() - 1);
+        order.select_nth_unstable_by(k, |i, j| key(i).total_cmp(&key(j)).then(i.cmp(j)));
+        out[order[k] as usize] += a * g[0];
+        if b != 0.0 {
+            // the next order statistic: the least of the elements ranked above k
+            let next = order[k + 1..]
+                .iter()
+                .min_by(|i, j| key(i).total_cmp(&key(j)).then(i.cmp(j)));
+            if let Some(&j) = next {
+                out[j as usize] += b * g[0];
+            }
+        }
+    }
+}
+
+/// The Jacobian-vector products of the softmax family over a lane's valid elements:
+/// softmax `y (g - Σ g y)`, log_softmax `g - softmax · Σ g`, softmin
+/// `-y (g - Σ g y)` with `y = softmax(-x)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoftmaxGrad {
+    /// Which member of the family.
+    pub kind: crate::lane::SoftmaxKind,
+}
+
+impl LaneGrad for SoftmaxGrad {
+    fn name(&self) -> &'static str {
+        use crate::lane::SoftmaxKind::*;
+        match self.kind {
+            Softmax => "softmax",
+            LogSoftmax => "log_softmax",
+            Softmin => "softmin",
+        }
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerElement
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        use crate::lane::SoftmaxKind::*;
+        match self.kind {
+            Softmax | Softmin => {
+                let neg = self.kind == Softmin;
+                if neg {
+                    let nx: Vec<f64> = xs.iter().map(|x| -x).collect();
+                    softmax_f64(&nx, out);
+                } else {
+                    softmax_f64(xs, out);
+                }
+                let dot: f64 = out.iter().zip(g).map(|(y, g)| y * g).sum();
+                for (o, &gi) in out.iter_mut().zip(g) {
+                    *o *= gi - dot;
+                    if neg {
+                        *o = -*o;
+                    }
+                }
+            }
+            LogSoftmax => {
+                softmax_f64(xs, out);
+                let total: f64 = g.iter().sum();
+                for (o, &gi) in out.iter_mut().zip(g) {
+                    *o = gi - *o * total;
+                }
+            }
+        }
+    }
+}
+
+/// The gradient of `x / max(norm(x), eps)`: `g / N - (Σ g x) / N² · ∂N/∂x` when the norm
+/// `N` is above `eps`, `g / eps` when the floor holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NormalizeGrad {
+    norm: NormGrad,
+    eps: f64,
+}
+
+impl NormalizeGrad {
+    /// The gradient of normalize by the `ord` norm with floor `eps`.
+    ///
+    /// # Errors
+    /// A NaN `ord`, a negative or NaN `eps`.
+    pub fn new(ord: f64, eps: f64) -> Result<Self> {
+        crate::lane::Normalize::new(ord, eps)?;
+        Ok(NormalizeGrad {
+            norm: NormGrad::new(ord)?,
+            eps,
+        })
+    }
+}
+
+impl LaneGrad for NormalizeGrad {
+    fn name(&self) -> &'static str {
+        "normalize"
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerElement
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        if nan_lane(xs, out) {
+            return;
+        }
+        let n = if self.norm.ord == 0.0 {
+            xs.iter().filter(|&&x| x != 0.0).count() as f64
+        } else {
+            self.norm.norm(xs)
+        };
+        if n.is_nan() || n <= self.eps {
+            // the floor: a constant denominator
+            let d = self.eps.max(n);
+            for (o, &gi) in out.iter_mut().zip(g) {
+                *o = gi / d;
+            }
+            return;
+        }
+        // ∂N/∂x, then the quotient rule
+        let dot: f64 = g.iter().zip(xs).map(|(g, x)| g * x).sum();
+        self.norm.grad(xs, &[1.0], out);
+        for ((o, &gi), _) in out.iter_mut().zip(g).zip(xs) {
+            *o = gi / n - dot / (n * n) * *o;
+        }
+    }
+}
+
+/// The gradients of cumsum (`Σ_{j ≥ i} g_j`) and cumprod (exact with zeros:
+/// `P_i · S_i` with the prefix product `P_i` of the elements before `i` and
+/// `S_i = g_i + x_{i+1} S_{i+1}`), over the valid elements in lane order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CumulativeGrad {
+    /// cumprod rather than cumsum.
+    pub prod: bool,
+}
+
+impl LaneGrad for CumulativeGrad {
+    fn name(&self) -> &'static str {
+        if self.prod {
+            "cumprod"
+        } else {
+            "cumsum"
+        }
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerElement
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        if !self.prod {
+            let mut s = 0.0;
+            for (o, &gi) in out.iter_mut().zip(g).rev() {
+                s += gi;
+                *o = s;
+            }
+            return;
+        }
+        let n = xs.len();
+        let mut s = 0.0;
+        for i in (0..n).rev() {
+            s = g[i] + if i + 1 < n { xs[i + 1] * s } else { 0.0 };
+            out[i] = s;
+        }
+        let mut p = 1.0;
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o *= p;
+            p *= x;
+        }
+    }
+}
+
+/// What receives an op's gradient value: [`visit_grad`](crate::registry::visit_grad)
+/// builds the [`LaneGrad`] of a request from the registry and hands it here (a layout's
+/// gradient kernel, typically).
+pub trait GradVisitor {
+    /// The result.
+    type Out;
+    /// Runs with the op's gradient value.
+    ///
+    /// # Errors
+    /// Whatever the visitor's kernel reports.
+    fn visit<G: LaneGrad>(self, grad: &G) -> Result<Self::Out>;
+}
+
+/// The gradient of a nan-family op: `G`'s on the lane without its NaN values (the op
+/// with the `!isnan` mask), 0 at the NaN positions; a lane of NaN only is a fully masked
+/// lane (all 0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NanFree<G>(pub G);
+
+impl<G: LaneGrad> LaneGrad for NanFree<G> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn upstream(&self) -> Upstream {
+        self.0.upstream()
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        if !xs.iter().any(|x| x.is_nan()) {
+            return self.0.grad(xs, g, out);
+        }
+        let keep: Vec<usize> = (0..xs.len()).filter(|&i| !xs[i].is_nan()).collect();
+        out.fill(0.0);
+        if keep.is_empty() {
+            return;
+        }
+        let x: Vec<f64> = keep.iter().map(|&i| xs[i]).collect();
+        let gk: Vec<f64> = match self.0.upstream() {
+            Upstream::PerLane => g.to_vec(),
+            Upstream::PerElement => keep.iter().map(|&i| g[i]).collect(),
+        };
+        let mut o = vec![0.0; x.len()];
+        self.0.grad(&x, &gk, &mut o);
+        for (&i, v) in keep.iter().zip(o) {
+            out[i] = v;
+        }
+    }
+}
+
+/// The gradient of `amax - amin`: `g` split among the maxima, `-g` among the minima (a
+/// lane of equal values gets both, 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PtpGrad;
+
+impl LaneGrad for PtpGrad {
+    fn name(&self) -> &'static str {
+        "ptp"
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerLane
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        ExtremumGrad { max: true }.grad(xs, g, out);
+        let mut low = vec![0.0; xs.len()];
+        ExtremumGrad { max: false }.grad(xs, g, &mut low);
+        for (o, l) in out.iter_mut().zip(low) {
+            *o -= l;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lane::SoftmaxKind;
+
+    fn run(op: &impl LaneGrad, xs: &[f64], g: &[f64]) -> Vec<f64> {
+        let mut out = vec![f64::NAN; xs.len()];
+        op.grad(xs, g, &mut out);
+        out
+    }
+
+    #[test]
+    fn hand_checked_lanes() {
+        assert_eq!(run(&SumGrad, &[1.0, 2.0], &[3.0]), [3.0, 3.0]);
+        assert_eq!(run(&MeanGrad, &[1.0, 2.0, 5.0, 7.0], &[2.0]), [0.5; 4]);
+        // prod of the others, exact with one and with two zeros
+        assert_eq!(run(&ProdGrad, &[2.0, 3.0, 4.0], &[1.0]), [12.0, 8.0, 6.0]);
+        assert_eq!(run(&ProdGrad, &[2.0, 0.0, 4.0], &[1.0]), [0.0, 8.0, 0.0]);
+        assert_eq!(run(&ProdGrad, &[0.0, 0.0, 4.0], &[1.0]), [0.0; 3]);
+        let amax = ExtremumGrad { max: true };
+        assert_eq!(run(&amax, &[1.0, 5.0, 5.0], &[1.0]), [0.0, 0.5, 0.5]);
+        assert!(run(&amax, &[1.0, f64::NAN], &[1.0])
+            .iter()
+            .all(|x| x.is_nan()));
+        // var with correction 1 of [1, 3]: mean 2, 2 (x - 2) / 1
+        let var = VarGrad::new(1.0, false).unwrap();
+        assert_eq!(run(&var, &[1.0, 3.0], &[1.0]), [-2.0, 2.0]);
+        assert_eq!(run(&var, &[4.0], &[1.0]), [0.0]);
+        let std = VarGrad::new(0.0, true).unwrap();
+        assert_eq!(run(&std, &[2.0, 2.0], &[1.0]), [0.0, 0.0]);
+        // std (c = 0) of [1, 3] is 1: (x - 2) / (2 · 1)
+        assert_eq!(run(&std, &[1.0, 3.0], &[1.0]), [-0.5, 0.5]);
+        // norm 2 of [3, -4] is 5
+        let n2 = NormGrad::new(2.0).unwrap();
+        assert_eq!(run(&n2, &[3.0, -4.0], &[1.0]), [0.6, -0.8]);
+        assert_eq!(run(&n2, &[0.0, 0.0], &[1.0]), [0.0, 0.0]);
+        let ninf = NormGrad::new(f64::INFINITY).unwrap();
+        assert_eq!(run(&ninf, &[3.0, -4.0, 4.0], &[1.0]), [0.0, -0.5, 0.5]);
+        // logsumexp of all -inf splits evenly
+        let lse = run(&LogSumExpGrad, &[f64::NEG_INFINITY; 4], &[1.0]);
+        assert_eq!(lse, [0.25; 4]);
+        // median avg of [4, 1, 3, 2]: 2 and 3 (positions 3 and 2) take half each
+        let med = QuantileGrad::median(MedianMode::Avg);
+        assert_eq!(
+            run(&med, &[4.0, 1.0, 3.0, 2.0], &[1.0]),
+            [0.0, 0.0, 0.5, 0.5]
+        );
+        // ties resolve by position: the lower median of [1, 1, 1] is the middle one
+        let lower = QuantileGrad::median(MedianMode::Lower);
+        assert_eq!(run(&lower, &[1.0, 1.0, 1.0], &[1.0]), [0.0, 1.0, 0.0]);
+        let q = QuantileGrad::new(0.25, Interpolation::Linear).unwrap();
+        // n = 3: pos 0.5 between the 1st and 2nd order statistics
+        assert_eq!(run(&q, &[9.0, 1.0, 5.0], &[2.0]), [0.0, 1.0, 1.0]);
+        // cumsum: reverse cumulative sums of g
+        let cs = CumulativeGrad { prod: false };
+        assert_eq!(run(&cs, &[0.0; 3], &[1.0, 2.0, 3.0]), [6.0, 5.0, 3.0]);
+        // cumprod of [2, 0, 3]: y = [2, 0, 0]; dy/dx0 = [1, 0, 0], dx1 = [0, 2, 6], dx2 = 0
+        let cp = CumulativeGrad { prod: true };
+        assert_eq!(
+            run(&cp, &[2.0, 0.0, 3.0], &[1.0, 1.0, 1.0]),
+            [1.0, 8.0, 0.0]
+        );
+        // softmax of two equal values: y = 1/2, g = [1, 0]: 0.5 (1 - 0.5) = 0.25
+        let sm = SoftmaxGrad {
+            kind: SoftmaxKind::Softmax,
+        };
+        assert_eq!(run(&sm, &[0.0, 0.0], &[1.0, 0.0]), [0.25, -0.25]);
+        let lsm = SoftmaxGrad {
+            kind: SoftmaxKind::LogSoftmax,
+        };
+        assert_eq!(run(&lsm, &[0.0, 0.0], &[1.0, 0.0]), [0.5, -0.5]);
+        assert_eq!(run(&PtpGrad, &[1.0, 3.0, 1.0], &[2.0]), [-1.0, 2.0, -1.0]);
+        assert_eq!(run(&PtpGrad, &[4.0, 4.0], &[1.0]), [0.0, 0.0]);
+        // nan-family: the mean of the non-NaN values, 0 at the NaN
+        let nm = NanFree(MeanGrad);
+        assert_eq!(run(&nm, &[1.0, f64::NAN, 3.0], &[1.0]), [0.5, 0.0, 0.5]);
+        assert_eq!(run(&nm, &[f64::NAN], &[1.0]), [0.0]);
+    }
+
+    /// Central differences of `f` at `xs` against the lane VJP with upstream `g`.
+    fn check_fd(op: &impl LaneGrad, f: impl Fn(&[f64]) -> Vec<f64>, xs: &[f64], g: &[f64]) {
+        let got = run(op, xs, g);
+        let h = 1e-6;
+        for i in 0..xs.len() {
+            let mut up = xs.to_vec();
+            let mut dn = xs.to_vec();
+            up[i] += h;
+            dn[i] -= h;
+            let d: f64 = f(&up)
+                .iter()
+                .zip(f(&dn))
+                .zip(g)
+                .map(|((a, b), g)| g * (a - b) / (2.0 * h))
+                .sum();
+            assert!(
+                (d - got[i]).abs() <= 1e-6 * (1.0 + d.abs()),
+                "{} at {i}: finite difference {d}, vjp {}",
+                op.name(),
+                got[i]
+            );
+        }
+    }
+
+    #[test]
+    fn lane_vjps_equal_finite_differences() {
+        let xs = [0.3, -1.2, 2.5, 0.7, -0.4];
+        let g5 = [0.5, -1.0, 2.0, 0.25, 1.5];
+        let n = xs.len() as f64;
+        let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
+        let var = move |x: &[f64], c: f64| {
+            let m = mean(x);
+            x.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (x.len() as f64 - c)
+        };
+        check_fd(&ProdGrad, |x| vec![x.iter().product()], &xs, &[1.3]);
+        check_fd(&MeanGrad, |x| vec![mean(x)], &xs, &[1.3]);
+        check_fd(
+            &VarGrad::new(1.0, false).unwrap(),
+            |x| vec![var(x, 1.0)],
+            &xs,
+            &[0.7],
+        );
+        check_fd(
+            &VarGrad::new(0.5, true).unwrap(),
+            |x| vec![var(x, 0.5).sqrt()],
+            &xs,
+            &[0.7],
+        );
+        for p in [1.0, 2.0, 3.0, 0.5, -1.5] {
+            let f =
+                move |x: &[f64]| vec![x.iter().map(|v| v.abs().powf(p)).sum::<f64>().powf(1.0 / p)];
+            check_fd(&NormGrad::new(p).unwrap(), f, &xs, &[1.1]);
+        }
+        let lse = |x: &[f64]| vec![x.iter().map(|v| v.exp()).sum::<f64>().ln()];
+        check_fd(&LogSumExpGrad, lse, &xs, &[0.9]);
+        let softmax = |x: &[f64]| {
+            let s: f64 = x.iter().map(|v| v.exp()).sum();
+            x.iter().map(|v| v.exp() / s).collect::<Vec<_>>()
+        };
+        check_fd(
+            &SoftmaxGrad {
+                kind: SoftmaxKind::Softmax,
+            },
+            softmax,
+            &xs,
+            &g5,
+        );
+        let log_softmax = move |x: &[f64]| softmax(x).iter().map(|v| v.ln()).collect();
+        check_fd(
+            &SoftmaxGrad {
+                kind: SoftmaxKind::LogSoftmax,
+            },
+            log_softmax,
+            &xs,
+            &g5,
+        );
+        let softmin = move |x: &[f64]| softmax(&x.iter().map(|v| -v).collect::<Vec<_>>());
+        check_fd(
+            &SoftmaxGrad {
+                kind: SoftmaxKind::Softmin,
+            },
+            softmin,
+            &xs,
+            &g5,
+        );
+        for (p, eps) in [(2.0, 1e-12), (1.0, 1e-12), (3.0, 1e-12), (2.0, 100.0)] {
+            let f = move |x: &[f64]| {
+                let nm = x.iter().map(|v| v.abs().powf(p)).sum::<f64>().powf(1.0 / p);
+                x.iter().map(|v| v / nm.max(eps)).collect::<Vec<_>>()
+            };
+            check_fd(&NormalizeGrad::new(p, eps).unwrap(), f, &xs, &g5);
+        }
+        let cumsum = |x: &[f64]| {
+            x.iter()
+                .scan(0.0, |s, v| {
+                    *s += v;
+                    Some(*s)
+                })
+                .collect()
+        };
+        check_fd(&CumulativeGrad { prod: false }, cumsum, &xs, &g5);
+        let cumprod = |x: &[f64]| {
+            x.iter()
+                .scan(1.0, |s, v| {
+                    *s *= v;
+                    Some(*s)
+                })
+                .collect()
+        };
+        check_fd(&CumulativeGrad { prod: true }, cumprod, &xs, &g5);
+        let q = |qq: f64| {
+            move |x: &[f64]| {
+                let mut s = x.to_vec();
+                s.sort_by(f64::total_cmp);
+                let pos = qq * (s.len() - 1) as f64;
+                let lo = pos.floor() as usize;
+                let fr = pos - lo as f64;
+                vec![s[lo] + fr * (s[(lo + 1).min(s.len() - 1)] - s[lo])]
+            }
+        };
+        for qq in [0.0, 0.3, 0.5, 0.9, 1.0] {
+            let op = QuantileGrad::new(qq, Interpolation::Linear).unwrap();
+            check_fd(&op, q(qq), &xs, &[1.7]);
+        }
+        let _ = n;
+    }
+}

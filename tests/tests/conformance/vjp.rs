@@ -1,0 +1,350 @@
+//! Gradients (VJPs) on the dense layout: every differentiable reduction and
+//! normalization of the registry against central finite differences of the engine's own
+//! forward op, in f64, on random masks with fully masked lanes; the upstream gradient
+//! holds NaN at invalid output positions, which must not reach the result. Plus the
+//! contract's edge rules by hand and 1 vs 2 threads.
+
+use masked::by_name::{apply_dense, Kind, Op, OpRequest};
+use masked::{BitMask, Dims, DynVec, MaskedArray, MaskedArrayD, MaskedError, MaskedOps};
+use ndarray::{ArrayD, IxDyn};
+
+/// A small deterministic generator (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn random_range(&mut self, r: std::ops::Range<f64>) -> f64 {
+        r.start + (r.end - r.start) * self.unit()
+    }
+    fn random_bool(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+}
+
+fn f64s(v: &DynVec) -> Vec<f64> {
+    match v {
+        DynVec::F64(v) => v.clone(),
+        other => panic!("expected f64 values, got {other:?}"),
+    }
+}
+
+/// A random f64 array of `shape` with about a third of it masked out and, when the
+/// shape allows, lane 0 of the last dim fully masked.
+fn random_input(rng: &mut Rng, shape: &[usize]) -> (ArrayD<f64>, Vec<bool>) {
+    let n: usize = shape.iter().product();
+    let x: Vec<f64> = (0..n).map(|_| rng.random_range(-2.0..2.0)).collect();
+    let mut m: Vec<bool> = (0..n).map(|_| rng.random_bool(0.7)).collect();
+    let last = *shape.last().unwrap();
+    for v in m.iter_mut().take(last) {
+        *v = false;
+    }
+    (ArrayD::from_shape_vec(IxDyn(shape), x).unwrap(), m)
+}
+
+fn masked(x: &ArrayD<f64>, m: &[bool]) -> MaskedArrayD<f64> {
+    MaskedArray::new(
+        x.clone(),
+        BitMask::from_bools(x.shape(), m.iter().copied()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// The forward op's valid outputs as (values, mask).
+fn forward(x: &ArrayD<f64>, m: &[bool], req: &OpRequest) -> (Vec<f64>, Vec<bool>, Vec<usize>) {
+    let a = masked(x, m);
+    let out = apply_dense(&a.view(), req).unwrap();
+    (f64s(&out.values), out.mask.to_vec(), out.shape)
+}
+
+/// Checks the VJP of `req` on one input against central differences.
+fn check_fd(x: &ArrayD<f64>, m: &[bool], req: &OpRequest, rng: &mut Rng) {
+    let (_, out_mask, out_shape) = forward(x, m, req);
+    // the upstream gradient: random at valid outputs, NaN at invalid ones (ignored)
+    let g: Vec<f64> = out_mask
+        .iter()
+        .map(|&ok| {
+            if ok {
+                rng.random_range(-1.0..1.0)
+            } else {
+                f64::NAN
+            }
+        })
+        .collect();
+    let g = ArrayD::from_shape_vec(IxDyn(&out_shape), g).unwrap();
+    let a = masked(x, m);
+    let dx = match req.op.kind() {
+        Kind::Normalize => {
+            // a map's upstream has the input's shape and mask
+            let gm = MaskedArray::new(
+                g.clone(),
+                BitMask::from_bools(x.shape(), m.iter().copied()).unwrap(),
+            )
+            .unwrap();
+            a.vjp_map(req, &gm).unwrap()
+        }
+        _ => a
+            .vjp_reduce(req, &MaskedArray::unmasked(g.clone()))
+            .unwrap(),
+    };
+    assert_eq!(dx.shape(), x.shape());
+    assert_eq!(
+        dx.mask().map(|b| b.to_vec()),
+        Some(m.to_vec()),
+        "{}: the input's mask",
+        req.op
+    );
+    let dx: Vec<f64> = dx.values().iter().copied().collect();
+    let h = 1e-6;
+    let xs: Vec<f64> = x.iter().copied().collect();
+    for i in 0..xs.len() {
+        if !m[i] {
+            assert_eq!(dx[i], 0.0, "{} at masked-out {i}", req.op);
+            continue;
+        }
+        assert!(dx[i].is_finite(), "{} at {i}: {}", req.op, dx[i]);
+        let at = |v: f64| {
+            let mut y = xs.clone();
+            y[i] = v;
+            let y = ArrayD::from_shape_vec(IxDyn(x.shape()), y).unwrap();
+            forward(&y, m, req).0
+        };
+        let (up, dn) = (at(xs[i] + h), at(xs[i] - h));
+        let fd: f64 = up
+            .iter()
+            .zip(&dn)
+            .zip(g.iter())
+            .zip(&out_mask)
+            // a lane whose forward value is not finite (var with count <= correction)
+            // has no derivative: the contract's gradient there is 0
+            .filter(|(((u, d), _), &ok)| ok && u.is_finite() && d.is_finite())
+            .map(|(((u, d), g), _)| g * (u - d) / (2.0 * h))
+            .sum();
+        assert!(
+            (fd - dx[i]).abs() <= 1e-5 * (1.0 + fd.abs()),
+            "{} {:?} at {i}: finite difference {fd}, vjp {}",
+            req.op,
+            req.dims,
+            dx[i]
+        );
+    }
+}
+
+/// The requests to check for `op`: its dims variants and option values.
+fn requests(op: Op, rank: usize) -> Vec<OpRequest> {
+    let base = OpRequest::from_op(op);
+    let mut reqs = Vec::new();
+    match op.kind() {
+        Kind::Normalize => {
+            for d in 0..rank as isize {
+                reqs.push(base.clone().dims(d));
+            }
+        }
+        _ => {
+            reqs.push(base.clone().dims(-1));
+            reqs.push(base.clone().dims(0).keepdim(true));
+            reqs.push(base.clone());
+            if rank == 3 {
+                reqs.push(base.clone().dims(Dims::from([0isize, 2])));
+            }
+        }
+    }
+    let mut more = Vec::new();
+    for r in &reqs {
+        match op.name() {
+            "var" | "std" | "nanvar" | "nanstd" => {
+                for c in [0.0, 1.0, 2.5] {
+                    more.push(r.clone().correction(c));
+                }
+            }
+            "norm" => {
+                for p in [
+                    1.0,
+                    2.0,
+                    3.0,
+                    0.5,
+                    -1.5,
+                    f64::INFINITY,
+                    f64::NEG_INFINITY,
+                    0.0,
+                ] {
+                    more.push(r.clone().ord(p));
+                }
+            }
+            "normalize" => {
+                for (p, eps) in [(2.0, 1e-12), (1.0, 1e-12), (3.0, 1e-12), (2.0, 50.0)] {
+                    more.push(r.clone().ord(p).eps(eps));
+                }
+            }
+            "quantile" | "nanquantile" => {
+                use masked::Interpolation::*;
+                for (q, i) in [
+                    (0.3, Linear),
+                    (0.75, Lower),
+                    (0.5, Higher),
+                    (0.1, Midpoint),
+                    (0.6, Nearest),
+                ] {
+                    more.push(r.clone().q(q).interpolation(i));
+                }
+            }
+            "median" | "nanmedian" => {
+                more.push(r.clone().mode(masked::MedianMode::Avg));
+                more.push(r.clone().mode(masked::MedianMode::Lower));
+            }
+            _ => more.push(r.clone()),
+        }
+    }
+    more
+}
+
+#[test]
+fn every_lane_vjp_equals_finite_differences_on_dense() {
+    let mut rng = Rng(16);
+    let mut checked = 0;
+    for shape in [vec![4, 5], vec![3, 2, 4]] {
+        let (x, m) = random_input(&mut rng, &shape);
+        for &op in Op::ALL {
+            if !op.differentiable()
+                || !matches!(op.kind(), Kind::Reduce | Kind::ReduceOne | Kind::Normalize)
+            {
+                continue;
+            }
+            for req in requests(op, shape.len()) {
+                check_fd(&x, &m, &req, &mut rng);
+                checked += 1;
+            }
+        }
+    }
+    // every reduction and normalization with a gradient took part
+    assert!(checked > 150, "{checked} requests");
+}
+
+#[test]
+fn nan_family_gradients_skip_nan_values() {
+    // nanmean over [1, NaN, 3] and a masked-out 7: 1/2 at the two numbers, 0 elsewhere
+    let x = ArrayD::from_shape_vec(IxDyn(&[4]), vec![1.0, f64::NAN, 3.0, 7.0]).unwrap();
+    let a = masked(&x, &[true, true, true, false]);
+    let g = MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[]), 1.0));
+    let dx = a
+        .vjp_reduce(&OpRequest::new("nanmean").unwrap(), &g)
+        .unwrap();
+    assert_eq!(dx.values().as_slice().unwrap(), &[0.5, 0.0, 0.5, 0.0]);
+    // mean with the valid NaN: the forward is NaN, the gradient the plain mean's
+    let dx = a.vjp_reduce(&OpRequest::new("mean").unwrap(), &g).unwrap();
+    assert_eq!(
+        dx.values().as_slice().unwrap(),
+        &[1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0, 0.0]
+    );
+    // amax with the valid NaN: NaN at the valid positions only
+    let dx = a.vjp_reduce(&OpRequest::new("amax").unwrap(), &g).unwrap();
+    let v = dx.values().as_slice().unwrap();
+    assert!(v[..3].iter().all(|x| x.is_nan()) && v[3] == 0.0, "{v:?}");
+}
+
+#[test]
+fn var_and_std_give_no_nan_where_torch_does() {
+    // torch.masked gives NaN on every position of a fully masked row and at the valid
+    // element of a row with one valid element; here 0
+    let x = ArrayD::from_shape_vec(
+        IxDyn(&[3, 3]),
+        vec![1.0, 2.0, 4.0, 5.0, 6.0, 7.0, 3.0, 3.0, 3.0],
+    )
+    .unwrap();
+    let m = [true, true, true, false, false, false, false, true, false];
+    let a = masked(&x, &m);
+    let g = MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[3]), 1.0));
+    for op in ["var", "std", "nanvar", "nanstd"] {
+        let dx = a
+            .vjp_reduce(&OpRequest::new(op).unwrap().dims(1), &g)
+            .unwrap();
+        let v = dx.values().as_slice().unwrap();
+        assert!(v.iter().all(|x| x.is_finite()), "{op}: {v:?}");
+        assert_eq!(&v[3..], &[0.0; 6], "{op}");
+    }
+    // std of row 0 [1, 2, 4] (mean 7/3, correction 1): (x - mean) / (2 sd)
+    let sd = ((16.0f64 / 9.0 + 1.0 / 9.0 + 25.0 / 9.0) / 2.0).sqrt();
+    let dx = a
+        .vjp_reduce(&OpRequest::new("std").unwrap().dims(1), &g)
+        .unwrap();
+    let v = dx.values().as_slice().unwrap();
+    for (k, xv) in [1.0, 2.0, 4.0].iter().enumerate() {
+        assert!((v[k] - (xv - 7.0 / 3.0) / (2.0 * sd)).abs() < 1e-15);
+    }
+}
+
+#[test]
+fn vjp_refusals_are_typed() {
+    let x = ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let a = MaskedArray::unmasked(x.clone());
+    let g = MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[2]), 1.0));
+    for op in ["argmax", "argmin", "count"] {
+        let e = a
+            .vjp_reduce(&OpRequest::new(op).unwrap().dims(1), &g)
+            .unwrap_err();
+        assert!(
+            matches!(e, MaskedError::NotDifferentiable { .. }),
+            "{op}: {e}"
+        );
+    }
+    let e = a
+        .vjp_reduce(
+            &OpRequest::new("sum").unwrap().dims(1),
+            &MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[3]), 1.0)),
+        )
+        .unwrap_err();
+    assert!(matches!(e, MaskedError::ShapeMismatch { .. }), "{e}");
+    let e = a
+        .vjp_reduce(&OpRequest::new("softmax").unwrap().dims(1), &g)
+        .unwrap_err();
+    assert!(matches!(e, MaskedError::InvalidArgument { .. }), "{e}");
+    let xi = MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[2, 2]), 3i32));
+    let gi = MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[2]), 1.0f64));
+    let e = xi
+        .vjp_reduce(&OpRequest::new("sum").unwrap().dims(1), &gi)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "sum is not differentiable: integer and bool input have no gradient"
+    );
+}
+
+#[test]
+fn one_and_two_threads_give_identical_gradients() {
+    let mut rng = Rng(7);
+    let (x, m) = random_input(&mut rng, &[64, 300]);
+    let a = masked(&x, &m);
+    let g1 = MaskedArray::unmasked(ArrayD::from_shape_fn(IxDyn(&[64]), |i| i[0] as f64 - 3.5));
+    let gm = masked(&x.mapv(|v| v * 0.5 - 0.1), &m);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut out = Vec::new();
+            for op in ["sum", "var", "amax", "median", "logsumexp", "norm"] {
+                let r = OpRequest::new(op).unwrap().dims(1);
+                out.push(a.vjp_reduce(&r, &g1).unwrap().values().clone());
+            }
+            for op in ["softmax", "log_softmax", "cumprod", "normalize"] {
+                let r = OpRequest::new(op).unwrap().dims(1);
+                out.push(a.vjp_map(&r, &gm).unwrap().values().clone());
+            }
+            out
+        })
+    };
+    let (one, two) = (run(1), run(2));
+    for (a, b) in one.iter().zip(&two) {
+        let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same);
+    }
+}
