@@ -646,6 +646,142 @@ impl LaneGrad for PtpGrad {
     }
 }
 
+/// The upstream gradient of a VJP over a sparse layout's valid entries.
+#[derive(Debug, Clone, Copy)]
+pub enum SparseUpstream<'a, R> {
+    /// A reduction's: the valid output positions (row-major over the kept dims,
+    /// increasing) and their values; a lane missing here takes 0.
+    PerLane {
+        /// Output positions.
+        ids: &'a [usize],
+        /// Their upstream values.
+        values: &'a [R],
+    },
+    /// A map's: one value per valid entry, in the entries' order.
+    PerElement(&'a [R]),
+}
+
+/// The VJP of `grad` over the valid entries of a sparse array of `shape`: `flat` holds
+/// their row-major positions (increasing) and `xs` their values; a lane is the set of
+/// entries that agree on every dim outside `reduced` (for a map along `d`, `reduced` is
+/// `[d]`). Returns the gradient of each entry, in the entries' order: the layouts store
+/// it on their own structure, so the result is sparse with the input's valid positions.
+/// Work O(nnz) when the lanes are runs of entries (reduced dims trailing), O(nnz log nnz)
+/// otherwise (a stable sort of the entries by lane).
+///
+/// # Errors
+/// [`MaskedError::InvalidArgument`] when `g` is of the other kind or a map's `g` has
+/// another length than `xs`; [`MaskedError::TooLarge`] when the scratch cannot be had.
+pub fn sparse_lanes<T: crate::element::Element, G: LaneGrad>(
+    grad: &G,
+    shape: &[usize],
+    reduced: &[usize],
+    flat: &[usize],
+    xs: &[T],
+    g: SparseUpstream<'_, T::Real>,
+) -> Result<Vec<T::Real>> {
+    use crate::element::{Element, Float};
+    use rayon::prelude::*;
+    let n = xs.len();
+    let kind_ok = match (grad.upstream(), &g) {
+        (Upstream::PerLane, SparseUpstream::PerLane { ids, values }) => ids.len() == values.len(),
+        (Upstream::PerElement, SparseUpstream::PerElement(v)) => v.len() == n,
+        _ => false,
+    };
+    if !kind_ok || flat.len() != n {
+        return Err(MaskedError::InvalidArgument {
+            name: "gradient",
+            value: grad.name().to_string(),
+            reason: "the upstream gradient must be one value per valid output position \
+                     (a reduction) or per valid input entry (a map)",
+        });
+    }
+    // the lane key of each entry: its position over the kept dims, row-major
+    let mut stride = vec![0usize; shape.len()];
+    let mut acc = 1usize;
+    for d in (0..shape.len()).rev() {
+        if !reduced.contains(&d) {
+            stride[d] = acc;
+            acc = acc.saturating_mul(shape[d]);
+        }
+    }
+    let key = |p: usize| {
+        let (mut p, mut k) = (p, 0usize);
+        for d in (0..shape.len()).rev() {
+            let n = shape[d].max(1);
+            k += (p % n) * stride[d];
+            p /= n;
+        }
+        k
+    };
+    let keys: Vec<usize> = flat
+        .par_iter()
+        .with_min_len(1 << 12)
+        .map(|&p| key(p))
+        .collect();
+    // entries grouped by lane, row-major within a lane (a stable sort when needed)
+    let order: Option<Vec<usize>> = if keys.windows(2).all(|w| w[0] <= w[1]) {
+        None
+    } else {
+        let mut o: Vec<usize> = (0..n).collect();
+        o.par_sort_by_key(|&e| keys[e]);
+        Some(o)
+    };
+    let at = |i: usize| order.as_ref().map_or(i, |o| o[i]);
+    // lane starts in sorted order, then blocks of whole lanes of about 2^14 entries
+    let mut starts: Vec<usize> = (0..n)
+        .filter(|&i| i == 0 || keys[at(i)] != keys[at(i - 1)])
+        .collect();
+    starts.push(n);
+    let mut sorted_out = vec![<T::Real as Element>::ZERO; n];
+    let mut blocks = Vec::new();
+    let (mut rest, mut l0): (&mut [T::Real], usize) = (&mut sorted_out, 0);
+    let lanes = starts.len() - 1;
+    while l0 < lanes {
+        let mut l1 = l0 + 1;
+        while l1 < lanes && starts[l1] - starts[l0] < 1 << 14 {
+            l1 += 1;
+        }
+        let (a, b) = rest.split_at_mut(starts[l1] - starts[l0]);
+        blocks.push((l0..l1, a));
+        rest = b;
+        l0 = l1;
+    }
+    blocks.into_par_iter().for_each(|(ls, out)| {
+        let base = starts[ls.start];
+        let (mut x, mut gl, mut o) = (Vec::new(), Vec::new(), Vec::new());
+        for l in ls {
+            let run = starts[l]..starts[l + 1];
+            x.clear();
+            gl.clear();
+            x.extend(run.clone().map(|i| xs[at(i)].to_f64()));
+            match g {
+                SparseUpstream::PerLane { ids, values } => {
+                    let k = keys[at(run.start)];
+                    gl.push(ids.binary_search(&k).map_or(0.0, |j| values[j].to_f64()));
+                }
+                SparseUpstream::PerElement(v) => gl.extend(run.clone().map(|i| v[at(i)].to_f64())),
+            }
+            o.clear();
+            o.resize(x.len(), 0.0);
+            grad.grad(&x, &gl, &mut o);
+            for (i, &v) in run.zip(&o) {
+                out[i - base] = <T::Real as Float>::from_f64(v);
+            }
+        }
+    });
+    Ok(match order {
+        None => sorted_out,
+        Some(o) => {
+            let mut out = vec![<T::Real as Element>::ZERO; n];
+            for (i, &e) in o.iter().enumerate() {
+                out[e] = sorted_out[i];
+            }
+            out
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,11 +6,12 @@
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::group::{self, group, Grouped};
 use crate::{pattern, prebuilt, CooPattern};
+use masked_core::grad::{sparse_lanes, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    not_nan_words, wrap_dim, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError,
-    Result, SparseArray,
+    not_nan_words, wrap_dim, Dims, Element, Fold, LaneGrad, LaneKernels, LaneMap, LaneStat,
+    MaskedError, Result, SparseArray,
 };
 use masked_kernels::{fresh_vec, Bits};
 use rayon::prelude::*;
@@ -260,6 +261,80 @@ impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
     /// without a mask).
     fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<SparseArray<M::Output>> {
         prebuilt::map_lanes(map, self, dim)
+    }
+
+    /// Over any dims; the gradient stores exactly the valid entries. Without a mask the
+    /// gradient would store every position: an error.
+    fn grad_reduced<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dims: &Dims,
+        keepdim: bool,
+        g: &SparseArray<T::Real>,
+    ) -> Result<SparseArray<T::Real>> {
+        let reduced = dims.canonical(self.shape().len())?;
+        let want = self.out_shape(&reduced, keepdim);
+        if g.shape() != want.as_slice() {
+            return Err(MaskedError::ShapeMismatch {
+                what: format!("the upstream gradient of {} and its output", grad.name()),
+                left: g.shape().to_vec(),
+                right: want,
+            });
+        }
+        let up = SparseUpstream::PerLane {
+            ids: g.indices(),
+            values: g.values(),
+        };
+        self.grad_entries(grad, &reduced, up, None)
+    }
+
+    /// Along any one dim; `g` stores exactly the valid entries (as the forward map's
+    /// output does).
+    fn grad_mapped<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dim: isize,
+        g: &SparseArray<T::Real>,
+    ) -> Result<SparseArray<T::Real>> {
+        let d = wrap_dim(dim, self.shape().len())?;
+        let up = SparseUpstream::PerElement(g.values());
+        self.grad_entries(grad, &[d], up, Some(g))
+    }
+}
+
+impl<T: Element> CooLanes<'_, T> {
+    /// A gradient over the valid entries, stored at their positions; a map's upstream
+    /// `g` must store exactly those positions.
+    fn grad_entries<G: LaneGrad>(
+        &self,
+        grad: &G,
+        reduced: &[usize],
+        up: SparseUpstream<'_, T::Real>,
+        map_g: Option<&SparseArray<T::Real>>,
+    ) -> Result<SparseArray<T::Real>> {
+        if self.fill {
+            return Err(MaskedError::densifying("a gradient"));
+        }
+        let mut flat = self.pattern.flat();
+        let mut xs: Cow<'_, [T]> = Cow::Borrowed(self.values);
+        if let Some(w) = self.valid.as_deref() {
+            let bits = Bits::new(w, 0);
+            let keep = |k: &usize| bits.get(*k);
+            flat = (0..flat.len()).filter(keep).map(|k| flat[k]).collect();
+            xs = Cow::Owned((0..xs.len()).filter(keep).map(|k| xs[k]).collect());
+        }
+        if let Some(g) = map_g {
+            if g.shape() != self.shape() || g.indices() != flat.as_slice() {
+                return Err(MaskedError::InvalidArgument {
+                    name: "gradient",
+                    value: grad.name().to_string(),
+                    reason: "the upstream gradient of a map must store exactly the input's \
+                             valid positions",
+                });
+            }
+        }
+        let values = sparse_lanes(grad, self.shape(), reduced, &flat, &xs, up)?;
+        SparseArray::new(self.shape().to_vec(), flat, values)
     }
 }
 

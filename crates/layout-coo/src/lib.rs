@@ -58,7 +58,7 @@ pub use pattern::CooPattern;
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError, Result, ShapeLike,
+    Dims, Element, Fold, LaneGrad, LaneKernels, LaneMap, LaneStat, MaskedError, Result, ShapeLike,
 };
 use rayon::prelude::*;
 
@@ -313,6 +313,29 @@ impl<T: Element> LaneKernels<T> for MaskedCoo<T> {
         zero_preserving: bool,
     ) -> Result<MaskedCoo<M::Output>> {
         Ok(self.lanes().map_elements(map, zero_preserving)?.into())
+    }
+
+    fn grad_reduced<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dims: &Dims,
+        keepdim: bool,
+        g: &SparseArray<T::Real>,
+    ) -> Result<MaskedCoo<T::Real>> {
+        Ok(self.lanes().grad_reduced(grad, dims, keepdim, g)?.into())
+    }
+
+    fn grad_mapped<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dim: isize,
+        g: &MaskedCoo<T::Real>,
+    ) -> Result<MaskedCoo<T::Real>> {
+        // the upstream as the lanes see it: its valid entries and their positions (a
+        // mask-free upstream counts its stored entries)
+        let gl = g.lanes();
+        let upstream = SparseArray::new(g.shape().to_vec(), gl.pattern.flat(), gl.values.to_vec())?;
+        Ok(self.lanes().grad_mapped(grad, dim, &upstream)?.into())
     }
 }
 

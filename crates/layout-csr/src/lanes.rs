@@ -5,12 +5,13 @@
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::partition::{groups, row_tasks};
 use crate::prebuilt;
+use masked_core::grad::{sparse_lanes, SparseUpstream};
 use masked_core::prebuilt::{is, same};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    not_nan_words, wrap_dim, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskedError,
-    Result, SparseArray,
+    not_nan_words, wrap_dim, Dims, Element, Fold, LaneGrad, LaneKernels, LaneMap, LaneStat,
+    MaskedError, Result, SparseArray,
 };
 use masked_kernels::pack::compress_into;
 use masked_kernels::{fresh_vec, Bits};
@@ -348,6 +349,106 @@ impl<'a, T: Element, I: SpIndex + 'static> LaneKernels<T> for CsrLanes<'a, T, I>
             Some(l) => unsafe { same(prebuilt::map_lanes(map, l, dim)) },
             None => self.kernel_map_lanes(map, dim),
         }
+    }
+
+    /// Over rows, columns or all entries; the gradient stores exactly the valid entries
+    /// (sharing this structure's indices when every entry is valid). Without a mask the
+    /// gradient would store every position: an error.
+    fn grad_reduced<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dims: &Dims,
+        keepdim: bool,
+        g: &SparseArray<T::Real>,
+    ) -> Result<CsrMapped<'a, T::Real, I>> {
+        let want = out_shape(self.shape, axis(dims)?, keepdim);
+        if g.shape() != want.as_slice() {
+            return Err(MaskedError::ShapeMismatch {
+                what: format!("the upstream gradient of {} and its output", grad.name()),
+                left: g.shape().to_vec(),
+                right: want,
+            });
+        }
+        let up = SparseUpstream::PerLane {
+            ids: g.indices(),
+            values: g.values(),
+        };
+        self.grad_entries(grad, &dims.canonical(2)?, up)
+    }
+
+    /// Along dim 1 or 0; `g` stores exactly the valid entries (as the forward map's
+    /// output does).
+    fn grad_mapped<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dim: isize,
+        g: &CsrMapped<'a, T::Real, I>,
+    ) -> Result<CsrMapped<'a, T::Real, I>> {
+        let d = wrap_dim(dim, 2)?;
+        let (ptr, idx) = self.valid_structure()?;
+        if g.shape() != self.shape
+            || g.indptr().raw_storage() != ptr.as_slice()
+            || g.indices() != &idx[..]
+        {
+            return Err(MaskedError::InvalidArgument {
+                name: "gradient",
+                value: grad.name().to_string(),
+                reason: "the upstream gradient of a map must store exactly the input's valid \
+                         positions",
+            });
+        }
+        self.grad_entries(grad, &[d], SparseUpstream::PerElement(g.data()))
+    }
+}
+
+impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
+    /// The structure of the valid entries: row pointers and column indices (this
+    /// structure's own, borrowed, when every entry is valid). Without a mask every
+    /// position is valid, and a gradient would store them all: an error.
+    fn valid_structure(&self) -> Result<(Vec<usize>, Cow<'a, [I]>)> {
+        if self.fill {
+            return Err(MaskedError::densifying("a gradient"));
+        }
+        if self.valid.is_none() {
+            return Ok((self.indptr.to_vec(), Cow::Borrowed(self.indices)));
+        }
+        let mut ptr = Vec::with_capacity(self.shape.0 + 1);
+        ptr.push(0);
+        let mut idx = Vec::new();
+        for r in 0..self.shape.0 {
+            idx.extend(
+                self.row(r)
+                    .filter(|&k| self.is_valid(k))
+                    .map(|k| self.indices[k]),
+            );
+            ptr.push(idx.len());
+        }
+        Ok((ptr, Cow::Owned(idx)))
+    }
+
+    /// A gradient over the valid entries, stored on their structure.
+    fn grad_entries<G: LaneGrad>(
+        &self,
+        grad: &G,
+        reduced: &[usize],
+        g: SparseUpstream<'_, T::Real>,
+    ) -> Result<CsrMapped<'a, T::Real, I>> {
+        let (ptr, idx) = self.valid_structure()?;
+        let ncols = self.shape.1;
+        let mut flat = Vec::with_capacity(idx.len());
+        let mut xs = Vec::with_capacity(idx.len());
+        for r in 0..self.shape.0 {
+            for k in self.row(r).filter(|&k| self.is_valid(k)) {
+                flat.push(r * ncols + self.col(k));
+                xs.push(self.values[k]);
+            }
+        }
+        let values = sparse_lanes(grad, &[self.shape.0, ncols], reduced, &flat, &xs, g)?;
+        // SAFETY: the valid entries of this validated structure, in order: a subset of
+        // each row's sorted, in-range indices, with prefix-sum row pointers.
+        Ok(unsafe {
+            CsMatBase::new_unchecked(sprs::CompressedStorage::CSR, self.shape, ptr, idx, values)
+        })
     }
 }
 

@@ -58,8 +58,8 @@ use lanes::Other;
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskRule, MaskedError, Result, Splat,
-    Value, ZipKernels, ZipMap,
+    Dims, Element, Fold, LaneGrad, LaneKernels, LaneMap, LaneStat, MaskRule, MaskedError, Result,
+    Splat, Value, ZipKernels, ZipMap,
 };
 use rayon::prelude::*;
 use sprs::{CsMatBase, CsMatViewI, SpIndex};
@@ -350,6 +350,25 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> LaneKernels<T>
         zero_preserving: bool,
     ) -> Result<CsrMapped<'m, M::Output, I>> {
         self.owned_by_input(self.lanes().map_elements(map, zero_preserving)?)
+    }
+
+    fn grad_reduced<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dims: &Dims,
+        keepdim: bool,
+        g: &SparseArray<T::Real>,
+    ) -> Result<CsrMapped<'m, T::Real, I>> {
+        self.owned_by_input(self.lanes().grad_reduced(grad, dims, keepdim, g)?)
+    }
+
+    fn grad_mapped<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dim: isize,
+        g: &CsrMapped<'m, T::Real, I>,
+    ) -> Result<CsrMapped<'m, T::Real, I>> {
+        self.owned_by_input(self.lanes().grad_mapped(grad, dim, g)?)
     }
 }
 

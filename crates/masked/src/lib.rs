@@ -99,11 +99,12 @@ pub use layout_csr::{
 };
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
-    binary, cast, check_lengths, dims, element, fold, half, lane, mask, math, not_nan_words, ops,
-    registry, sparse, stats, unary, with_dtype, with_dyn_vec, BitMask, Bits, BoolArray, DType,
-    DimLike, Dims, DynVec, Element, Float, Fold, Interpolation, Kind, LaneKernels, LaneMap,
-    LaneStat, MaskLogic, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MedianMode, OneDim, Op,
-    ReducePlan, Result, Scalar, ShapeLike, SparseArray, Splat, Value, Values, ZipKernels, ZipMap,
+    binary, cast, check_lengths, dims, element, fold, grad, half, lane, mask, math, not_nan_words,
+    ops, registry, sparse, stats, unary, with_dtype, with_dyn_vec, BitMask, Bits, BoolArray, DType,
+    DimLike, Dims, DynVec, Element, Float, Fold, GradVisitor, Interpolation, Kind, LaneGrad,
+    LaneKernels, LaneMap, LaneStat, MaskLogic, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps,
+    MedianMode, OneDim, Op, ReducePlan, Result, Scalar, ShapeLike, SparseArray, Splat, Value,
+    Values, ZipKernels, ZipMap,
 };
 
 /// The README's examples, compiled and run as doctests.

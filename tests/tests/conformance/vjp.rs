@@ -348,3 +348,232 @@ fn one_and_two_threads_give_identical_gradients() {
         assert!(same);
     }
 }
+
+/// The sparse layouts' VJPs equal the dense one at every valid position, and store
+/// exactly the valid positions: CSR and COO with the mask as the stored pattern and as
+/// a separate pattern (valid-but-unstored positions take part as 0), rank 2 and (COO)
+/// rank 3 with every dims choice.
+mod sparse {
+    use super::*;
+    use masked::{CooPattern, MaskedCoo, MaskedCsr, Pattern, SparseArray};
+    use sprs::CsMat;
+
+    /// A stored/unstored choice per cell and a mask per cell.
+    struct Data {
+        shape: Vec<usize>,
+        stored: Vec<bool>,
+        x: Vec<f64>,
+        mask: Vec<bool>,
+    }
+
+    fn data(rng: &mut Rng, shape: &[usize], own_mask: bool) -> Data {
+        let n: usize = shape.iter().product();
+        let stored: Vec<bool> = (0..n).map(|_| rng.random_bool(0.6)).collect();
+        let x: Vec<f64> = stored
+            .iter()
+            .map(|&s| if s { rng.random_range(-2.0..2.0) } else { 0.0 })
+            .collect();
+        let mask = if own_mask {
+            (0..n).map(|_| rng.random_bool(0.6)).collect()
+        } else {
+            stored.clone()
+        };
+        Data {
+            shape: shape.to_vec(),
+            stored,
+            x,
+            mask,
+        }
+    }
+
+    fn dense_of(d: &Data) -> MaskedArrayD<f64> {
+        let x = ArrayD::from_shape_vec(IxDyn(&d.shape), d.x.clone()).unwrap();
+        masked(&x, &d.mask)
+    }
+
+    fn coords_of(shape: &[usize], flat: &[usize]) -> Vec<Vec<usize>> {
+        masked::sparse::unravel(shape, flat)
+    }
+
+    fn coo_of(d: &Data, own_mask: bool) -> MaskedCoo<f64> {
+        let flat: Vec<usize> = (0..d.x.len()).filter(|&i| d.stored[i]).collect();
+        let vals = flat.iter().map(|&i| d.x[i]).collect();
+        let coords = coords_of(&d.shape, &flat);
+        if own_mask {
+            let m = CooPattern::from_bools(&d.shape, &d.mask).unwrap();
+            MaskedCoo::with_mask(&d.shape, &coords, vals, m).unwrap()
+        } else {
+            MaskedCoo::from_pattern(&d.shape, &coords, vals).unwrap()
+        }
+    }
+
+    fn csmat_of(d: &Data) -> CsMat<f64> {
+        let (r, c) = (d.shape[0], d.shape[1]);
+        let mut indptr = vec![0];
+        let (mut ind, mut val) = (Vec::new(), Vec::new());
+        for i in 0..r {
+            for j in 0..c {
+                if d.stored[i * c + j] {
+                    ind.push(j);
+                    val.push(d.x[i * c + j]);
+                }
+            }
+            indptr.push(ind.len());
+        }
+        CsMat::new((r, c), indptr, ind, val)
+    }
+
+    /// The dense VJP of `req` and its upstream: (gradient values, upstream values over
+    /// the forward output, forward output mask).
+    fn dense_vjp(d: &Data, req: &OpRequest, rng: &mut Rng) -> (Vec<f64>, Vec<f64>, Vec<bool>) {
+        let a = dense_of(d);
+        let x = ArrayD::from_shape_vec(IxDyn(&d.shape), d.x.clone()).unwrap();
+        let (_, out_mask, out_shape) = forward(&x, &d.mask, req);
+        let g: Vec<f64> = out_mask
+            .iter()
+            .map(|&ok| {
+                if ok {
+                    rng.random_range(-1.0..1.0)
+                } else {
+                    f64::NAN
+                }
+            })
+            .collect();
+        let ga = ArrayD::from_shape_vec(IxDyn(&out_shape), g.clone()).unwrap();
+        let dx = match req.op.kind() {
+            Kind::Normalize => a.vjp_map(req, &masked(&ga, &d.mask)).unwrap(),
+            _ => a.vjp_reduce(req, &MaskedArray::unmasked(ga)).unwrap(),
+        };
+        (dx.values().iter().copied().collect(), g, out_mask)
+    }
+
+    /// The upstream of a reduction as a sparse array at the valid outputs.
+    fn sparse_g(shape: &[usize], g: &[f64], ok: &[bool]) -> SparseArray<f64> {
+        let ids: Vec<usize> = (0..g.len()).filter(|&i| ok[i]).collect();
+        let vals = ids.iter().map(|&i| g[i]).collect();
+        SparseArray::new(shape.to_vec(), ids, vals).unwrap()
+    }
+
+    /// Checks a sparse gradient (positions, values) against the dense one.
+    fn agree(what: &str, d: &Data, flat: &[usize], vals: &[f64], dense: &[f64]) {
+        let valid: Vec<usize> = (0..d.mask.len()).filter(|&i| d.mask[i]).collect();
+        assert_eq!(
+            flat,
+            valid.as_slice(),
+            "{what}: stores exactly the valid positions"
+        );
+        for (&p, &v) in flat.iter().zip(vals) {
+            assert!(
+                v.to_bits() == dense[p].to_bits(),
+                "{what} at {p}: sparse {v}, dense {}",
+                dense[p]
+            );
+        }
+    }
+
+    fn ops() -> impl Iterator<Item = Op> {
+        Op::ALL.iter().copied().filter(|op| {
+            op.differentiable()
+                && matches!(op.kind(), Kind::Reduce | Kind::ReduceOne | Kind::Normalize)
+        })
+    }
+
+    #[test]
+    fn csr_and_coo_gradients_equal_the_dense_ones() {
+        let mut rng = Rng(99);
+        let mut checked = 0;
+        for own in [false, true] {
+            for shape in [vec![5, 7], vec![3, 2, 4]] {
+                let d = data(&mut rng, &shape, own);
+                let coo = coo_of(&d, own);
+                let csm = (shape.len() == 2).then(|| csmat_of(&d));
+                let csr = csm.as_ref().map(|m| {
+                    if own {
+                        let p = Pattern::from_bools((shape[0], shape[1]), &d.mask).unwrap();
+                        MaskedCsr::with_mask(m.view(), p).unwrap()
+                    } else {
+                        MaskedCsr::from_pattern(m.view()).unwrap()
+                    }
+                });
+                for op in ops() {
+                    for req in requests(op, shape.len()) {
+                        let what = format!(
+                            "{op} {:?} keepdim {} own mask {own} {shape:?}",
+                            req.dims, req.keepdim
+                        );
+                        let (dense, g, ok) = dense_vjp(&d, &req, &mut rng);
+                        let out_shape = forward(
+                            &ArrayD::from_shape_vec(IxDyn(&shape), d.x.clone()).unwrap(),
+                            &d.mask,
+                            &req,
+                        )
+                        .2;
+                        if op.kind() == Kind::Normalize {
+                            // the upstream stored at the valid input positions
+                            let gs = sparse_g(&shape, &g, &ok);
+                            let gc: MaskedCoo<f64> = gs.clone().into();
+                            let r = coo.vjp_map(&req, &gc).unwrap();
+                            let flat = r.pattern().flat();
+                            agree(&format!("coo {what}"), &d, &flat, r.values(), &dense);
+                            if let Some(csr) = &csr {
+                                let mut gm = csr.softmax(req.one_dim().unwrap()).unwrap();
+                                gm.data_mut().copy_from_slice(gs.values());
+                                let r = csr.vjp_map(&req, &gm).unwrap();
+                                let flat: Vec<usize> =
+                                    r.iter().map(|(_, (i, j))| i * shape[1] + j).collect();
+                                agree(&format!("csr {what}"), &d, &flat, r.data(), &dense);
+                            }
+                        } else {
+                            let gs = sparse_g(&out_shape, &g, &ok);
+                            let r = coo.vjp_reduce(&req, &gs).unwrap();
+                            agree(
+                                &format!("coo {what}"),
+                                &d,
+                                &r.pattern().flat(),
+                                r.values(),
+                                &dense,
+                            );
+                            if let Some(csr) = &csr {
+                                let r = csr.vjp_reduce(&req, &gs).unwrap();
+                                let flat: Vec<usize> =
+                                    r.iter().map(|(_, (i, j))| i * shape[1] + j).collect();
+                                agree(&format!("csr {what}"), &d, &flat, r.data(), &dense);
+                            }
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 300, "{checked}");
+    }
+
+    #[test]
+    fn a_mask_free_sparse_input_refuses_rather_than_densify() {
+        let mut rng = Rng(5);
+        let d = data(&mut rng, &[4, 6], false);
+        let m = csmat_of(&d);
+        let csr = MaskedCsr::unmasked(m.view()).unwrap();
+        let g = SparseArray::new(vec![4], vec![0, 1, 2, 3], vec![1.0; 4]).unwrap();
+        let e = csr
+            .vjp_reduce(&OpRequest::new("sum").unwrap().dims(1), &g)
+            .unwrap_err();
+        assert!(matches!(e, MaskedError::Unsupported { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_csr_gradient_shares_the_input_indices_when_the_mask_is_the_pattern() {
+        let mut rng = Rng(6);
+        let d = data(&mut rng, &[6, 9], false);
+        let m = csmat_of(&d);
+        let csr = MaskedCsr::from_pattern(m.view()).unwrap();
+        let rows: Vec<usize> = (0..6)
+            .filter(|&r| d.mask[r * 9..r * 9 + 9].iter().any(|&b| b))
+            .collect();
+        let g = SparseArray::new(vec![6], rows.clone(), vec![1.0; rows.len()]).unwrap();
+        let r = csr
+            .vjp_reduce(&OpRequest::new("mean").unwrap().dims(1), &g)
+            .unwrap();
+        assert!(std::ptr::eq(r.indices().as_ptr(), m.indices().as_ptr()));
+    }
+}
