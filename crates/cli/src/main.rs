@@ -7,6 +7,7 @@ mod alloc;
 mod bench;
 mod binary;
 mod sweep;
+mod vjp;
 
 use masked_cli::{error, extension, limits, npy, sparse_io};
 
@@ -81,6 +82,10 @@ pub(crate) struct RunArgs {
     /// The op's options (`--correction`, `--ord`, ...), one flag per option of the registry.
     #[command(flatten)]
     options: OpOptions,
+    /// The upstream gradient of `masked vjp OP INPUT --grad G` (.npy for dense input,
+    /// .npz COO for sparse input).
+    #[arg(long)]
+    grad: Option<PathBuf>,
     /// Output file (.npy for dense input).
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
@@ -165,6 +170,13 @@ fn main() -> ExitCode {
         rest.extend(argv[2..].iter().cloned());
         match bench::BenchArgs::try_parse_from(rest) {
             Ok(a) => bench::run(a),
+            Err(e) => return clap_exit(e),
+        }
+    } else if argv.get(1).map(String::as_str) == Some("vjp") {
+        let mut rest = vec!["masked vjp".to_string()];
+        rest.extend(argv[2..].iter().cloned());
+        match RunArgs::try_parse_from(rest) {
+            Ok(a) => limits::init(a.max_memory.as_deref()).and_then(|()| vjp::run(&a)),
             Err(e) => return clap_exit(e),
         }
     } else if argv.get(1).map(String::as_str) == Some("sweep") {
@@ -262,6 +274,12 @@ fn run(a: RunArgs) -> Result<(), CliError> {
         "fill" => return algebra::run_fill(&a),
         _ => {}
     }
+    if a.grad.is_some() {
+        return Err(CliError::Usage(format!(
+            "--grad is for `masked vjp {} ...`",
+            a.op
+        )));
+    }
     if a.c.is_some() || a.value.is_some() {
         return Err(CliError::Usage(format!(
             "{}: a third file and --value are for where and fill",
@@ -301,6 +319,17 @@ fn run(a: RunArgs) -> Result<(), CliError> {
             "{spec} takes one operand: B, --scalar, --scalar-first, --mask-b and --masks are for binary ops"
         )));
     }
+    let req = build_request(&a, spec, dtype)?;
+    run_job(&a, &Job::Op(req))
+}
+
+/// The request of a one-operand op from the command line: its options (each one the op
+/// takes), dims and keepdim checked against its kind.
+pub(crate) fn build_request(
+    a: &RunArgs,
+    spec: Op,
+    dtype: Option<DType>,
+) -> Result<OpRequest, CliError> {
     // options that mean nothing for this op are errors
     for (name, _) in &a.options.0 {
         if !spec.options().contains(name) {
@@ -350,7 +379,7 @@ fn run(a: RunArgs) -> Result<(), CliError> {
             e => e.into(),
         })?;
     }
-    run_job(&a, &Job::Op(req))
+    Ok(req)
 }
 
 /// Runs a job on the input file's layout.

@@ -1811,3 +1811,193 @@ fn sweep_bad_arguments_exit_2() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("--series"));
 }
+
+/// Writes a COO `.npz` as the readers take it: coords (ndim x nnz), data, shape.
+fn save_npz(dir: &Path, name: &str, coords: ndarray::Array2<i64>, data: Vec<f64>, shape: Vec<i64>) {
+    let mut z = ndarray_npy::NpzWriter::new(std::fs::File::create(dir.join(name)).unwrap());
+    z.add_array("coords", &coords).unwrap();
+    z.add_array("data", &ndarray::Array1::from(data)).unwrap();
+    z.add_array("shape", &ndarray::Array1::from(shape)).unwrap();
+    z.finish().unwrap();
+}
+
+#[test]
+fn vjp_on_dense_files() {
+    let d = setup();
+    let p = d.path();
+    // sum over dim 1: g broadcast to the valid positions; the NaN at the fully masked
+    // row's output is ignored
+    save(p, "g1.npy", &array![2.0f32, f32::NAN]);
+    let args = [
+        "vjp", "sum", "x.npy", "--mask", "m.npy", "--dim", "1", "--grad", "g1.npy", "-o", "out.npy",
+    ];
+    let o = run(p, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f32>(&p.join("out.npy")),
+        array![[2.0f32, 0.0, 2.0], [0.0, 0.0, 0.0]].into_dyn()
+    );
+    // softmax over dim 1: y (g - sum g y) over the valid -3 and -1 of row 0
+    save(p, "g.npy", &array![[1.0f32, 9.0, 0.0], [5.0, 5.0, 5.0]]);
+    let args = [
+        "vjp", "softmax", "x.npy", "--mask", "m.npy", "--dim", "1", "--grad", "g.npy", "-o",
+        "out.npy",
+    ];
+    let o = run(p, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = load::<f32>(&p.join("out.npy"));
+    let e = (2.0f64).exp();
+    let (y0, y2) = (1.0 / (1.0 + e), e / (1.0 + e));
+    let dot = y0;
+    let want = [y0 * (1.0 - dot), 0.0, y2 * (0.0 - dot), 0.0, 0.0, 0.0];
+    for (g, w) in got.iter().zip(want) {
+        assert!((f64::from(*g) - w).abs() < 1e-6, "{got:?}");
+    }
+    // a unary op: g · f'(x) at the valid positions (square: 2x)
+    let args = [
+        "vjp", "square", "x.npy", "--mask", "m.npy", "--grad", "g.npy", "-o", "out.npy",
+    ];
+    let o = run(p, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f32>(&p.join("out.npy")),
+        array![[-6.0f32, 0.0, 0.0], [0.0, 0.0, 0.0]].into_dyn()
+    );
+    // refusals: exit 2 with the problem named, no output
+    std::fs::remove_file(p.join("out.npy")).unwrap();
+    let vjp = |op: &'static str, grad: &'static str| {
+        vec![
+            "vjp", op, "x.npy", "--mask", "m.npy", "--dim", "1", "--grad", grad, "-o", "out.npy",
+        ]
+    };
+    assert_bad(p, &vjp("argmax", "g1.npy"), "argmax is not differentiable");
+    assert_bad(p, &vjp("count", "g1.npy"), "count is not differentiable");
+    assert_bad(
+        p,
+        &vjp("sum", "g.npy"),
+        "has shape [2, 3], the output of sum has shape [2]",
+    );
+    assert_bad(
+        p,
+        &["vjp", "sum", "x.npy", "-o", "out.npy"],
+        "vjp needs --grad",
+    );
+    save(p, "g64.npy", &array![2.0f64, 1.0]);
+    assert_bad(
+        p,
+        &vjp("sum", "g64.npy"),
+        "the upstream gradient is f64, the input's gradient type is f32",
+    );
+    save(p, "xi.npy", &array![[1i64, 2, 3], [4, 5, 6]]);
+    assert_bad(
+        p,
+        &[
+            "vjp", "sum", "xi.npy", "--dim", "1", "--grad", "g1.npy", "-o", "out.npy",
+        ],
+        "sum is not differentiable on i64 input",
+    );
+    assert_bad(
+        p,
+        &["sum", "x.npy", "--grad", "g1.npy", "-o", "out.npy"],
+        "--grad is for `masked vjp",
+    );
+}
+
+#[test]
+fn vjp_on_sparse_files() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    write(p, "a.mtx", A_MTX);
+    // amax over rows: valid rows 0 and 2; all of g to the maximum (-1 at (0, 2), 5 at
+    // (2, 1)); the output stores exactly the valid (stored) positions
+    save_npz(
+        p,
+        "g.npz",
+        ndarray::arr2(&[[0i64, 2]]),
+        vec![1.0, 3.0],
+        vec![3],
+    );
+    for layout in ["csr", "coo"] {
+        let args = [
+            "vjp",
+            "amax",
+            "a.mtx",
+            "--dim",
+            "1",
+            "--mask-from-pattern",
+            "--layout",
+            layout,
+            "--grad",
+            "g.npz",
+            "-o",
+            "out.npz",
+        ];
+        let o = run(p, &args);
+        assert!(o.status.success(), "{layout}: {}", stderr(&o));
+        let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
+        assert_eq!(
+            c,
+            ndarray::arr2(&[[0i64, 0, 2, 2], [0, 2, 1, 2]]),
+            "{layout}"
+        );
+        assert_eq!(v, vec![0.0, 1.0, 3.0, 0.0], "{layout}");
+        assert_eq!(s, vec![3, 3]);
+    }
+    // a valid output missing from G counts as 0
+    save_npz(p, "g2.npz", ndarray::arr2(&[[2i64]]), vec![4.0], vec![3]);
+    let o = run(
+        p,
+        &[
+            "vjp",
+            "sum",
+            "a.mtx",
+            "--dim",
+            "1",
+            "--mask-from-pattern",
+            "--grad",
+            "g2.npz",
+            "-o",
+            "out.npz",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load_npz::<f64>(&p.join("out.npz")).1,
+        vec![0.0, 0.0, 4.0, 4.0]
+    );
+    // a G entry at an invalid output position (row 1 has no valid element) is named
+    save_npz(p, "bad.npz", ndarray::arr2(&[[1i64]]), vec![1.0], vec![3]);
+    std::fs::remove_file(p.join("out.npz")).unwrap();
+    let args = [
+        "vjp",
+        "sum",
+        "a.mtx",
+        "--dim",
+        "1",
+        "--mask-from-pattern",
+        "--grad",
+        "bad.npz",
+        "-o",
+        "out.npz",
+    ];
+    let o = run(p, &args);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("entry 0 at [1] is not a valid output position"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!p.join("out.npz").exists());
+    let o = run(
+        p,
+        &[
+            "vjp", "sum", "a.mtx", "--dim", "1", "--grad", "g.npz", "-o", "out.npz",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("needs --mask or --mask-from-pattern"),
+        "{}",
+        stderr(&o)
+    );
+}

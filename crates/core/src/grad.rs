@@ -646,6 +646,25 @@ impl LaneGrad for PtpGrad {
     }
 }
 
+/// `g · f'(x)`: the gradient of a unary elementwise op, element by element (its
+/// [`Unary::derivative`](crate::unary::Unary::derivative)).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UnaryGrad<U>(pub U);
+
+impl<U: crate::unary::Unary + 'static> LaneGrad for UnaryGrad<U> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerElement
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        for ((o, &x), &gi) in out.iter_mut().zip(xs).zip(g) {
+            *o = gi * self.0.derivative(x);
+        }
+    }
+}
+
 /// The upstream gradient of a VJP over a sparse layout's valid entries.
 #[derive(Debug, Clone, Copy)]
 pub enum SparseUpstream<'a, R> {

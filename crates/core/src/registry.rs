@@ -29,7 +29,8 @@ use crate::element::{DType, Element};
 use crate::error::{MaskedError, Result};
 use crate::grad::{
     CumulativeGrad, ExtremumGrad, GradVisitor, LaneGrad, LogSumExpGrad, MeanGrad, NanFree,
-    NormGrad, NormalizeGrad, ProdGrad, PtpGrad, QuantileGrad, SoftmaxGrad, SumGrad, VarGrad,
+    NormGrad, NormalizeGrad, ProdGrad, PtpGrad, QuantileGrad, SoftmaxGrad, SumGrad, UnaryGrad,
+    VarGrad,
 };
 use crate::lane::{
     Cumulative, Interpolation, MedianIndex, MedianMode, Normalize, Quantile, Softmax, SoftmaxKind,
@@ -346,7 +347,7 @@ fn check_grad<T: Element>(req: &OpRequest, kinds: &[Kind]) -> Result<()> {
             value: op.to_string(),
             reason: if kinds.contains(&Kind::Normalize) {
                 "vjp_map takes a normalization (softmax, log_softmax, softmin, normalize, \
-                 cumsum, cumprod)"
+                 cumsum, cumprod) or a unary elementwise op"
             } else {
                 "vjp_reduce takes a reduction"
             },
@@ -539,7 +540,7 @@ macro_rules! registry {
     (@grad $on:ident $name:ident $v:ident elementwise) => {
         Err(MaskedError::Unsupported {
             op: stringify!($name),
-            context: "for a VJP yet: the elementwise ops' gradients are not built".into(),
+            context: "for a VJP yet: the binary elementwise ops' gradients are not built".into(),
         })
     };
     (@grad all $name:ident $v:ident lanes($gv:expr)) => { $v.visit(&$gv) };
@@ -809,101 +810,101 @@ registry! {
     }
 
     /// `|x|` (integers keep their type and wrap: `abs(MIN) = MIN`).
-    abs => Abs { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Abs(Abs))) -> T, options: [], grad: elementwise }
+    abs => Abs { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Abs(Abs))) -> T, options: [], grad: lanes(UnaryGrad(KeepFn::Abs(Abs))) }
     /// `-x` (integers keep their type and wrap).
-    neg => Neg { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Neg(Neg))) -> T, options: [], grad: elementwise }
+    neg => Neg { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Neg(Neg))) -> T, options: [], grad: lanes(UnaryGrad(KeepFn::Neg(Neg))) }
     /// -1, 0 or 1 (`sign(±0) = 0`, `sign(NaN) = 0`, as torch; integers keep their type).
-    sign => Sign { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Sign(Sign))) -> T, options: [], grad: elementwise }
+    sign => Sign { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Sign(Sign))) -> T, options: [], grad: lanes(UnaryGrad(KeepFn::Sign(Sign))) }
     /// `x * x` (integers keep their type and wrap).
-    square => Square { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Square(Square))) -> T, options: [], grad: elementwise }
+    square => Square { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Square(Square))) -> T, options: [], grad: lanes(UnaryGrad(KeepFn::Square(Square))) }
     /// Square root (NaN below 0; integers give `f64`).
-    sqrt => Sqrt { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sqrt(Sqrt))) -> T::Real, options: [], grad: elementwise }
+    sqrt => Sqrt { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sqrt(Sqrt))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Sqrt(Sqrt))) }
     /// `1 / sqrt(x)`.
-    rsqrt => Rsqrt { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Rsqrt(Rsqrt))) -> T::Real, options: [], grad: elementwise }
+    rsqrt => Rsqrt { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Rsqrt(Rsqrt))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Rsqrt(Rsqrt))) }
     /// `1 / x`.
-    reciprocal => Reciprocal { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Reciprocal(Reciprocal))) -> T::Real, options: [], grad: elementwise }
+    reciprocal => Reciprocal { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Reciprocal(Reciprocal))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Reciprocal(Reciprocal))) }
     /// `e^x`.
-    exp => Exp { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Exp(Exp))) -> T::Real, options: [], grad: elementwise }
+    exp => Exp { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Exp(Exp))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Exp(Exp))) }
     /// `2^x`.
-    exp2 => Exp2 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Exp2(Exp2))) -> T::Real, options: [], grad: elementwise }
+    exp2 => Exp2 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Exp2(Exp2))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Exp2(Exp2))) }
     /// `e^x - 1`, accurate near 0.
-    expm1 => Expm1 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Expm1(Expm1))) -> T::Real, options: [], grad: elementwise }
+    expm1 => Expm1 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Expm1(Expm1))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Expm1(Expm1))) }
     /// Natural logarithm (a valid negative gives a valid NaN, 0 gives `-inf`).
-    log => Log { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log(Log))) -> T::Real, options: [], grad: elementwise }
+    log => Log { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log(Log))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Log(Log))) }
     /// Base-2 logarithm.
-    log2 => Log2 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log2(Log2))) -> T::Real, options: [], grad: elementwise }
+    log2 => Log2 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log2(Log2))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Log2(Log2))) }
     /// Base-10 logarithm.
-    log10 => Log10 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log10(Log10))) -> T::Real, options: [], grad: elementwise }
+    log10 => Log10 { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log10(Log10))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Log10(Log10))) }
     /// `ln(1 + x)`, accurate near 0.
-    log1p => Log1p { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log1p(Log1p))) -> T::Real, options: [], grad: elementwise }
+    log1p => Log1p { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Log1p(Log1p))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Log1p(Log1p))) }
     /// Sine.
-    sin => Sin { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sin(Sin))) -> T::Real, options: [], grad: elementwise }
+    sin => Sin { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sin(Sin))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Sin(Sin))) }
     /// Cosine.
-    cos => Cos { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Cos(Cos))) -> T::Real, options: [], grad: elementwise }
+    cos => Cos { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Cos(Cos))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Cos(Cos))) }
     /// Tangent.
-    tan => Tan { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Tan(Tan))) -> T::Real, options: [], grad: elementwise }
+    tan => Tan { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Tan(Tan))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Tan(Tan))) }
     /// Arcsine.
-    asin => Asin { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Asin(Asin))) -> T::Real, options: [], grad: elementwise }
+    asin => Asin { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Asin(Asin))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Asin(Asin))) }
     /// Arccosine.
-    acos => Acos { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Acos(Acos))) -> T::Real, options: [], grad: elementwise }
+    acos => Acos { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Acos(Acos))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Acos(Acos))) }
     /// Arctangent.
-    atan => Atan { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Atan(Atan))) -> T::Real, options: [], grad: elementwise }
+    atan => Atan { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Atan(Atan))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Atan(Atan))) }
     /// Hyperbolic sine.
-    sinh => Sinh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sinh(Sinh))) -> T::Real, options: [], grad: elementwise }
+    sinh => Sinh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sinh(Sinh))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Sinh(Sinh))) }
     /// Hyperbolic cosine.
-    cosh => Cosh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Cosh(Cosh))) -> T::Real, options: [], grad: elementwise }
+    cosh => Cosh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Cosh(Cosh))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Cosh(Cosh))) }
     /// Hyperbolic tangent.
-    tanh => Tanh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Tanh(Tanh))) -> T::Real, options: [], grad: elementwise }
+    tanh => Tanh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Tanh(Tanh))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Tanh(Tanh))) }
     /// Inverse hyperbolic sine.
-    asinh => Asinh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Asinh(Asinh))) -> T::Real, options: [], grad: elementwise }
+    asinh => Asinh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Asinh(Asinh))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Asinh(Asinh))) }
     /// Inverse hyperbolic cosine.
-    acosh => Acosh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Acosh(Acosh))) -> T::Real, options: [], grad: elementwise }
+    acosh => Acosh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Acosh(Acosh))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Acosh(Acosh))) }
     /// Inverse hyperbolic tangent.
-    atanh => Atanh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Atanh(Atanh))) -> T::Real, options: [], grad: elementwise }
+    atanh => Atanh { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Atanh(Atanh))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Atanh(Atanh))) }
     /// Logistic sigmoid `1 / (1 + e^-x)`.
-    sigmoid => Sigmoid { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sigmoid(Sigmoid))) -> T::Real, options: [], grad: elementwise }
+    sigmoid => Sigmoid { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Sigmoid(Sigmoid))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Sigmoid(Sigmoid))) }
     /// `ln(x / (1 - x))`, the inverse of sigmoid.
-    logit => Logit { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Logit(Logit))) -> T::Real, options: [], grad: elementwise }
+    logit => Logit { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Logit(Logit))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Logit(Logit))) }
     /// The error function.
-    erf => Erf { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Erf(Erf))) -> T::Real, options: [], grad: elementwise }
+    erf => Erf { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Erf(Erf))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Erf(Erf))) }
     /// `1 - erf(x)`, accurate for large `x`.
-    erfc => Erfc { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Erfc(Erfc))) -> T::Real, options: [], grad: elementwise }
+    erfc => Erfc { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Erfc(Erfc))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Erfc(Erfc))) }
     /// Round toward -inf (integers unchanged).
-    floor => Floor { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Floor(Floor))) -> T, options: [], grad: elementwise }
+    floor => Floor { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Floor(Floor))) -> T, options: [], grad: lanes(UnaryGrad(KeepFn::Floor(Floor))) }
     /// Round toward +inf (integers unchanged).
-    ceil => Ceil { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Ceil(Ceil))) -> T, options: [], grad: elementwise }
+    ceil => Ceil { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Ceil(Ceil))) -> T, options: [], grad: lanes(UnaryGrad(KeepFn::Ceil(Ceil))) }
     /// Round to nearest, ties to even (integers unchanged).
-    round => Round { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Round(Round))) -> T, options: [], grad: elementwise }
+    round => Round { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Round(Round))) -> T, options: [], grad: lanes(UnaryGrad(KeepFn::Round(Round))) }
     /// Round toward 0 (integers unchanged).
-    trunc => Trunc { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Trunc(Trunc))) -> T, options: [], grad: elementwise }
+    trunc => Trunc { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Trunc(Trunc))) -> T, options: [], grad: lanes(UnaryGrad(KeepFn::Trunc(Trunc))) }
     /// `x - trunc(x)`, with the sign of `x`.
-    frac => Frac { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Frac(Frac))) -> T::Real, options: [], grad: elementwise }
+    frac => Frac { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Frac(Frac))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Frac(Frac))) }
     /// `max(x, 0)`; NaN propagates (integers keep their type).
-    relu => Relu { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Relu(Relu))) -> T, options: [], grad: elementwise }
+    relu => Relu { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Relu(Relu))) -> T, options: [], grad: lanes(UnaryGrad(KeepFn::Relu(Relu))) }
     /// `ln(1 + e^x)` (`x` above 20, as torch).
-    softplus => Softplus { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Softplus(Softplus))) -> T::Real, options: [], grad: elementwise }
+    softplus => Softplus { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Softplus(Softplus))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Softplus(Softplus))) }
     /// GELU, `x Φ(x)` with the exact normal CDF.
-    gelu => Gelu { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Gelu(Gelu))) -> T::Real, options: [], grad: elementwise }
+    gelu => Gelu { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Gelu(Gelu))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Gelu(Gelu))) }
     /// SiLU (swish), `x σ(x)`.
-    silu => Silu { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Silu(Silu))) -> T::Real, options: [], grad: elementwise }
+    silu => Silu { kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Silu(Silu))) -> T::Real, options: [], grad: lanes(UnaryGrad(FloatFn::Silu(Silu))) }
     /// `min(max(x, min), max)` (either bound may be absent, not both; NaN propagates;
     /// `min > max` gives `max`; integers keep their type, bounds rounded inward).
     clamp => Clamp {
         kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Clamp(Clamp::new(min, max)?))) -> T,
-        options: [min: Option<f64>, max: Option<f64>], grad: elementwise,
+        options: [min: Option<f64>, max: Option<f64>], grad: lanes(UnaryGrad(KeepFn::Clamp(Clamp::new(min, max)?))),
     }
     /// `x^exponent` for a scalar exponent (an integer input with a non-negative integer
     /// exponent keeps its type and wraps; a negative integer exponent of an integer is an
     /// error; `pow(-inf, 0.5)` is NaN).
     pow => Pow {
         kind: unary, on: all, run: map_elements(FloatMap(FloatFn::Pow(Pow::float_of::<T>(exponent)?))) -> T::Real,
-        options: [exponent: f64], grad: elementwise,
+        options: [exponent: f64], grad: lanes(UnaryGrad(FloatFn::Pow(Pow::new(exponent)?))),
     }
     /// NaN, +inf and -inf replaced by `nan` (default 0), `posinf` and `neginf` (default
     /// the type's largest and lowest finite values); integers unchanged.
     nan_to_num => NanToNum {
         kind: unary, on: all, run: map_elements(KeepMap(KeepFn::NanToNum(NanToNum::new(nan, posinf, neginf)))) -> T,
-        options: [nan: f64, posinf: Option<f64>, neginf: Option<f64>], grad: elementwise,
+        options: [nan: f64, posinf: Option<f64>, neginf: Option<f64>], grad: lanes(UnaryGrad(KeepFn::NanToNum(NanToNum::new(nan, posinf, neginf)))),
     }
 
     /// `x + y` (integers wrap).
@@ -995,15 +996,16 @@ registry! {
             visit_grad(req, V { a: self, req, g })
         }
         /// The vector-Jacobian product of a normalization (softmax, log_softmax,
-        /// softmin, normalize, cumsum, cumprod along `req`'s one dim): the gradient with
-        /// respect to this input's values given `g`, the upstream gradient shaped like
-        /// the input (read only at valid positions). The forward output is not needed:
-        /// each lane's softmax is recomputed from its valid values, in `f64`.
+        /// softmin, normalize, cumsum, cumprod along `req`'s one dim) or of a unary
+        /// elementwise op (`g · f'(x)`): the gradient with respect to this input's values
+        /// given `g`, the upstream gradient shaped like the input (read only at valid
+        /// positions). The forward output is not needed: each lane's softmax is
+        /// recomputed from its valid values, in `f64`.
         ///
         /// # Errors
         /// As [`MaskedOps::vjp_reduce`], for a normalization.
         fn vjp_map(&self, req: &OpRequest, g: &Self::Mapped<T::Real>) -> Result<Self::Mapped<T::Real>> {
-            check_grad::<T>(req, &[Kind::Normalize])?;
+            check_grad::<T>(req, &[Kind::Normalize, Kind::Unary])?;
             struct V<'a, T: Element, L: LaneKernels<T> + ?Sized> {
                 a: &'a L,
                 dim: isize,
@@ -1015,7 +1017,8 @@ registry! {
                     self.a.grad_mapped(grad, self.dim, self.g)
                 }
             }
-            visit_grad(req, V { a: self, dim: req.one_dim()?, g })
+            let dim = if req.op.kind() == Kind::Unary { -1 } else { req.one_dim()? };
+            visit_grad(req, V { a: self, dim, g })
         }
         /// The values converted to `D` (torch's `.to(dtype)`), with the same mask and, on a
         /// sparse layout, the same positions. Floats round to nearest; into an integer

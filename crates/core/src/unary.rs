@@ -34,6 +34,9 @@ pub trait Unary: Copy + Send + Sync {
     }
     /// Whether `f(0) == 0` (a mask-free sparse input then keeps its stored positions).
     fn zero_preserving(&self) -> bool;
+    /// `f'(x)` in `f64`, for the VJP `g · f'(x)`; kinks follow torch (abs and relu have
+    /// derivative 0 at 0, clamp 0 at and beyond its bounds), domain boundaries IEEE.
+    fn derivative(&self, x: f64) -> f64;
 
     /// Maps a run as a float function (output [`Element::Real`], 0 where invalid). The
     /// [`FloatFn`] enum overrides this to pick the variant once per run, so the loop is
@@ -89,6 +92,9 @@ macro_rules! fn_enum {
             fn zero_preserving(&self) -> bool {
                 match self { $( Self::$v(u) => u.zero_preserving(), )* }
             }
+            fn derivative(&self, x: f64) -> f64 {
+                match self { $( Self::$v(u) => u.derivative(x), )* }
+            }
             fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
                 match self { $( Self::$v(u) => u.map_float(xs, bits, out), )* }
             }
@@ -131,7 +137,8 @@ impl<T: Element, U: Unary + 'static> LaneMap<T> for KeepMap<U> {
 /// Declares a stateless unary op: `Name, "name", zero_preserving, |x| float body
 /// [, |i| integer body]`.
 macro_rules! unary {
-    ($(#[$doc:meta])* $ty:ident, $name:literal, $zero:literal, |$x:ident| $body:expr $(, |$i:ident| $ibody:expr)?) => {
+    ($(#[$doc:meta])* $ty:ident, $name:literal, $zero:literal, |$x:ident| $body:expr,
+        d |$dx:ident| $dbody:expr $(, |$i:ident| $ibody:expr)?) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         pub struct $ty;
@@ -152,8 +159,28 @@ macro_rules! unary {
             fn zero_preserving(&self) -> bool {
                 $zero
             }
+            #[allow(unused_variables)]
+            fn derivative(&self, $dx: f64) -> f64 {
+                $dbody
+            }
         }
     };
+}
+
+/// The derivative of `|x|`: the sign, 0 at 0 (torch's kink rule), NaN at NaN.
+fn sgn(x: f64) -> f64 {
+    if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else {
+        x * 0.0
+    }
+}
+
+/// `1 / (1 + e^-x)` in `f64`.
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
 }
 
 /// `C::of(v)` for the compute type `C` of `T`.
@@ -164,88 +191,126 @@ macro_rules! c {
 }
 
 unary!(/// `|x|` (integers wrap: `|MIN| = MIN`).
-    Abs, "abs", true, |x| x.abs(), |i| i.wrapping_abs());
+    Abs, "abs", true, |x| x.abs(),
+    d |x| sgn(x), |i| i.wrapping_abs());
 unary!(/// `-x` (integers wrap).
-    Neg, "neg", true, |x| -x, |i| i.wrapping_neg());
+    Neg, "neg", true, |x| -x,
+    d |x| -1.0, |i| i.wrapping_neg());
 unary!(/// -1, 0 or 1; `sign(±0) = 0` and `sign(NaN) = 0`, as torch.
     Sign, "sign", true,
     |x| if x > c!(0.0) { c!(1.0) } else if x < c!(0.0) { c!(-1.0) } else { c!(0.0) },
+    d |x| 0.0,
     |i| i.signum());
 unary!(/// `x * x` (integers wrap).
-    Square, "square", true, |x| x * x, |i| i.wrapping_mul(i));
+    Square, "square", true, |x| x * x,
+    d |x| 2.0 * x, |i| i.wrapping_mul(i));
 unary!(/// `max(x, 0)`; NaN propagates.
-    Relu, "relu", true, |x| if x > c!(0.0) || x.is_nan() { x } else { c!(0.0) }, |i| i.max(0));
+    Relu, "relu", true, |x| if x > c!(0.0) || x.is_nan() { x } else { c!(0.0) },
+    d |x| if x <= 0.0 { 0.0 } else { 1.0 }, |i| i.max(0));
 unary!(/// Round toward -inf (integers unchanged).
-    Floor, "floor", true, |x| x.floor());
+    Floor, "floor", true, |x| x.floor(),
+    d |x| 0.0);
 unary!(/// Round toward +inf (integers unchanged).
-    Ceil, "ceil", true, |x| x.ceil());
+    Ceil, "ceil", true, |x| x.ceil(),
+    d |x| 0.0);
 unary!(/// Round to nearest, ties to even (integers unchanged).
-    Round, "round", true, |x| x.round_even());
+    Round, "round", true, |x| x.round_even(),
+    d |x| 0.0);
 unary!(/// Round toward 0 (integers unchanged).
-    Trunc, "trunc", true, |x| x.trunc());
+    Trunc, "trunc", true, |x| x.trunc(),
+    d |x| 0.0);
 unary!(/// `sqrt(x)` (NaN below 0).
-    Sqrt, "sqrt", true, |x| x.sqrt());
+    Sqrt, "sqrt", true, |x| x.sqrt(),
+    d |x| 0.5 / x.sqrt());
 unary!(/// `1 / sqrt(x)`.
-    Rsqrt, "rsqrt", false, |x| c!(1.0) / x.sqrt());
+    Rsqrt, "rsqrt", false, |x| c!(1.0) / x.sqrt(),
+    d |x| -0.5 / (x * x.sqrt()));
 unary!(/// `1 / x`.
-    Reciprocal, "reciprocal", false, |x| c!(1.0) / x);
+    Reciprocal, "reciprocal", false, |x| c!(1.0) / x,
+    d |x| -1.0 / (x * x));
 unary!(/// `e^x`.
-    Exp, "exp", false, |x| x.exp_full());
+    Exp, "exp", false, |x| x.exp_full(),
+    d |x| x.exp());
 unary!(/// `2^x`.
-    Exp2, "exp2", false, |x| x.exp2());
+    Exp2, "exp2", false, |x| x.exp2(),
+    d |x| std::f64::consts::LN_2 * x.exp2());
 unary!(/// `e^x - 1`.
-    Expm1, "expm1", true, |x| x.exp_m1());
+    Expm1, "expm1", true, |x| x.exp_m1(),
+    d |x| x.exp());
 unary!(/// Natural logarithm (NaN below 0, -inf at 0).
-    Log, "log", false, |x| x.ln());
+    Log, "log", false, |x| x.ln(),
+    d |x| 1.0 / x);
 unary!(/// Base-2 logarithm.
-    Log2, "log2", false, |x| x.log2());
+    Log2, "log2", false, |x| x.log2(),
+    d |x| 1.0 / (x * std::f64::consts::LN_2));
 unary!(/// Base-10 logarithm.
-    Log10, "log10", false, |x| x.log10());
+    Log10, "log10", false, |x| x.log10(),
+    d |x| 1.0 / (x * std::f64::consts::LN_10));
 unary!(/// `ln(1 + x)`.
-    Log1p, "log1p", true, |x| x.ln_1p());
+    Log1p, "log1p", true, |x| x.ln_1p(),
+    d |x| 1.0 / (1.0 + x));
 unary!(/// Sine.
-    Sin, "sin", true, |x| x.sin());
+    Sin, "sin", true, |x| x.sin(),
+    d |x| x.cos());
 unary!(/// Cosine.
-    Cos, "cos", false, |x| x.cos());
+    Cos, "cos", false, |x| x.cos(),
+    d |x| -x.sin());
 unary!(/// Tangent.
-    Tan, "tan", true, |x| x.tan());
+    Tan, "tan", true, |x| x.tan(),
+    d |x| 1.0 + x.tan() * x.tan());
 unary!(/// Arcsine.
-    Asin, "asin", true, |x| x.asin());
+    Asin, "asin", true, |x| x.asin(),
+    d |x| 1.0 / (1.0 - x * x).sqrt());
 unary!(/// Arccosine.
-    Acos, "acos", false, |x| x.acos());
+    Acos, "acos", false, |x| x.acos(),
+    d |x| -1.0 / (1.0 - x * x).sqrt());
 unary!(/// Arctangent.
-    Atan, "atan", true, |x| x.atan());
+    Atan, "atan", true, |x| x.atan(),
+    d |x| 1.0 / (1.0 + x * x));
 unary!(/// Hyperbolic sine.
-    Sinh, "sinh", true, |x| x.sinh());
+    Sinh, "sinh", true, |x| x.sinh(),
+    d |x| x.cosh());
 unary!(/// Hyperbolic cosine.
-    Cosh, "cosh", false, |x| x.cosh());
+    Cosh, "cosh", false, |x| x.cosh(),
+    d |x| x.sinh());
 unary!(/// Hyperbolic tangent.
-    Tanh, "tanh", true, |x| x.tanh());
+    Tanh, "tanh", true, |x| x.tanh(),
+    d |x| 1.0 - x.tanh() * x.tanh());
 unary!(/// Inverse hyperbolic sine.
-    Asinh, "asinh", true, |x| x.asinh());
+    Asinh, "asinh", true, |x| x.asinh(),
+    d |x| 1.0 / (x * x + 1.0).sqrt());
 unary!(/// Inverse hyperbolic cosine.
-    Acosh, "acosh", false, |x| x.acosh());
+    Acosh, "acosh", false, |x| x.acosh(),
+    d |x| 1.0 / ((x - 1.0) * (x + 1.0)).sqrt());
 unary!(/// Inverse hyperbolic tangent.
-    Atanh, "atanh", true, |x| x.atanh());
+    Atanh, "atanh", true, |x| x.atanh(),
+    d |x| 1.0 / (1.0 - x * x));
 unary!(/// `1 / (1 + e^-x)`.
-    Sigmoid, "sigmoid", false, |x| c!(1.0) / (c!(1.0) + (-x).exp_full()));
+    Sigmoid, "sigmoid", false, |x| c!(1.0) / (c!(1.0) + (-x).exp_full()),
+    d |x| sigmoid(x) * (1.0 - sigmoid(x)));
 unary!(/// `ln(x / (1 - x))`; on [0.25, 1] as `2 atanh(2x - 1)` (exact argument, no
     /// cancellation near x = 0.5).
     Logit, "logit", false,
-    |x| if x >= c!(0.25) { c!(2.0) * (c!(2.0) * x - c!(1.0)).atanh() } else { (x / (c!(1.0) - x)).ln() });
+    |x| if x >= c!(0.25) { c!(2.0) * (c!(2.0) * x - c!(1.0)).atanh() } else { (x / (c!(1.0) - x)).ln() },
+    d |x| 1.0 / (x * (1.0 - x)));
 unary!(/// The error function.
-    Erf, "erf", true, |x| x.erf());
+    Erf, "erf", true, |x| x.erf(),
+    d |x| std::f64::consts::FRAC_2_SQRT_PI * (-x * x).exp());
 unary!(/// `1 - erf(x)`.
-    Erfc, "erfc", false, |x| x.erfc());
+    Erfc, "erfc", false, |x| x.erfc(),
+    d |x| -std::f64::consts::FRAC_2_SQRT_PI * (-x * x).exp());
 unary!(/// `x - trunc(x)` (the sign of `x`; 0 for integers).
-    Frac, "frac", true, |x| x - x.trunc());
+    Frac, "frac", true, |x| x - x.trunc(),
+    d |x| 1.0);
 unary!(/// `ln(1 + e^x)`, and `x` itself above 20 (torch's threshold).
     Softplus, "softplus", false,
-    |x| if x > c!(20.0) { x } else { x.exp_full().ln_1p() });
+    |x| if x > c!(20.0) { x } else { x.exp_full().ln_1p() },
+    d |x| if x > 20.0 { 1.0 } else { sigmoid(x) });
 unary!(/// `x Φ(x) = x (1 + erf(x / √2)) / 2` (the exact GELU), computed as
     /// `x erfc(-x / √2) / 2`, which has no cancellation for negative `x`, with the argument carried to twice the
     /// working precision (erfc magnifies its rounding).
-    Gelu, "gelu", true, |x| gelu::<CalcOf<T>>(x));
+    Gelu, "gelu", true, |x| gelu::<CalcOf<T>>(x),
+    d |x| 0.5 * Math::erfc(-x * std::f64::consts::FRAC_1_SQRT_2) + x * (-0.5 * x * x).exp() * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2));
 
 /// `x erfc(y) / 2` with `y = -x / √2` carried to twice the working precision: `erfc`
 /// magnifies the rounding of its argument by `2y²` (24 ulp at `x = -5`), so the rounding
@@ -266,7 +331,8 @@ fn gelu<C: Float + Math>(x: C) -> C {
     C::of(0.5) * x * (y.erfc() - slope * dy)
 }
 unary!(/// `x σ(x) = x / (1 + e^-x)` (SiLU, swish).
-    Silu, "silu", true, |x| x / (c!(1.0) + (-x).exp_full()));
+    Silu, "silu", true, |x| x / (c!(1.0) + (-x).exp_full()),
+    d |x| sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x))));
 
 /// `min(max(x, min), max)`: NaN propagates, and `min > max` gives `max` everywhere (as
 /// torch). Integers compare with the bounds rounded inward (`ceil(min)`, `floor(max)`).
@@ -334,6 +400,17 @@ impl Unary for Clamp {
     }
     fn zero_preserving(&self) -> bool {
         self.float::<f64>(0.0) == 0.0
+    }
+    fn derivative(&self, x: f64) -> f64 {
+        if x.is_nan() {
+            return x;
+        }
+        let inside = self.min.is_none_or(|lo| x > lo) && self.max.is_none_or(|hi| x < hi);
+        if inside {
+            1.0
+        } else {
+            0.0
+        }
     }
 }
 
@@ -408,6 +485,18 @@ impl Unary for Pow {
     fn zero_preserving(&self) -> bool {
         self.p > 0.0
     }
+    fn derivative(&self, x: f64) -> f64 {
+        let p = self.p;
+        if p == 0.0 {
+            0.0
+        } else if p == 1.0 {
+            1.0
+        } else if p.fract() == 0.0 && p.abs() <= i32::MAX as f64 {
+            p * x.powi(p as i32 - 1)
+        } else {
+            p * x.powf(p - 1.0)
+        }
+    }
 }
 
 /// NaN, +inf and -inf replaced by given finite values (defaults: 0, the type's largest
@@ -449,6 +538,13 @@ impl Unary for NanToNum {
     }
     fn zero_preserving(&self) -> bool {
         true
+    }
+    fn derivative(&self, x: f64) -> f64 {
+        if x.is_finite() {
+            1.0
+        } else {
+            0.0
+        }
     }
 }
 

@@ -13,6 +13,7 @@ mod golden_binary;
 mod golden_coo;
 mod golden_csr;
 mod golden_dense;
+mod golden_grad;
 mod golden_unary;
 mod no_panic;
 mod props_binary;

@@ -82,7 +82,7 @@ fn check_fd(x: &ArrayD<f64>, m: &[bool], req: &OpRequest, rng: &mut Rng) {
     let g = ArrayD::from_shape_vec(IxDyn(&out_shape), g).unwrap();
     let a = masked(x, m);
     let dx = match req.op.kind() {
-        Kind::Normalize => {
+        Kind::Normalize | Kind::Unary => {
             // a map's upstream has the input's shape and mask
             let gm = MaskedArray::new(
                 g.clone(),
@@ -148,6 +148,7 @@ fn requests(op: Op, rank: usize) -> Vec<OpRequest> {
                 reqs.push(base.clone().dims(d));
             }
         }
+        Kind::Unary => reqs.push(base.clone()),
         _ => {
             reqs.push(base.clone().dims(-1));
             reqs.push(base.clone().dims(0).keepdim(true));
@@ -195,6 +196,14 @@ fn requests(op: Op, rank: usize) -> Vec<OpRequest> {
                 ] {
                     more.push(r.clone().q(q).interpolation(i));
                 }
+            }
+            "clamp" => {
+                more.push(r.clone().min(Some(-0.5)).max(Some(0.7)));
+                more.push(r.clone().max(Some(0.2)));
+            }
+            "pow" => {
+                more.push(r.clone().exponent(3.0));
+                more.push(r.clone().exponent(0.5));
             }
             "median" | "nanmedian" => {
                 more.push(r.clone().mode(masked::MedianMode::Avg));
@@ -441,7 +450,7 @@ mod sparse {
             .collect();
         let ga = ArrayD::from_shape_vec(IxDyn(&out_shape), g.clone()).unwrap();
         let dx = match req.op.kind() {
-            Kind::Normalize => a.vjp_map(req, &masked(&ga, &d.mask)).unwrap(),
+            Kind::Normalize | Kind::Unary => a.vjp_map(req, &masked(&ga, &d.mask)).unwrap(),
             _ => a.vjp_reduce(req, &MaskedArray::unmasked(ga)).unwrap(),
         };
         (dx.values().iter().copied().collect(), g, out_mask)
@@ -508,7 +517,7 @@ mod sparse {
                             &req,
                         )
                         .2;
-                        if op.kind() == Kind::Normalize {
+                        if matches!(op.kind(), Kind::Normalize | Kind::Unary) {
                             // the upstream stored at the valid input positions
                             let gs = sparse_g(&shape, &g, &ok);
                             let gc: MaskedCoo<f64> = gs.clone().into();
@@ -516,7 +525,8 @@ mod sparse {
                             let flat = r.pattern().flat();
                             agree(&format!("coo {what}"), &d, &flat, r.values(), &dense);
                             if let Some(csr) = &csr {
-                                let mut gm = csr.softmax(req.one_dim().unwrap()).unwrap();
+                                let dim = req.one_dim().unwrap_or(-1);
+                                let mut gm = csr.softmax(dim).unwrap();
                                 gm.data_mut().copy_from_slice(gs.values());
                                 let r = csr.vjp_map(&req, &gm).unwrap();
                                 let flat: Vec<usize> =
@@ -545,7 +555,7 @@ mod sparse {
                 }
             }
         }
-        assert!(checked > 300, "{checked}");
+        assert!(checked > 400, "{checked}");
     }
 
     #[test]
@@ -576,4 +586,87 @@ mod sparse {
             .unwrap();
         assert!(std::ptr::eq(r.indices().as_ptr(), m.indices().as_ptr()));
     }
+}
+
+#[test]
+fn every_unary_vjp_equals_finite_differences_on_dense() {
+    let mut rng = Rng(21);
+    let shape = [3, 4];
+    let (x, m) = random_input(&mut rng, &shape);
+    // inside every domain: (0.1, 0.9) (log, sqrt, asin, atanh, logit), acosh above 1
+    let inside = x.mapv(|v| 0.5 + 0.2 * v);
+    let mut checked = 0;
+    for &op in Op::ALL {
+        if op.kind() != Kind::Unary {
+            continue;
+        }
+        let xs = if op.name() == "acosh" {
+            inside.mapv(|v| v + 1.2)
+        } else {
+            inside.clone()
+        };
+        let base = OpRequest::from_op(op);
+        let reqs = match op.name() {
+            "clamp" => vec![
+                base.clone().min(Some(0.45)).max(Some(0.6)),
+                base.clone().min(Some(0.5)),
+            ],
+            "pow" => vec![
+                base.clone().exponent(2.5),
+                base.clone().exponent(3.0),
+                base.clone().exponent(-1.5),
+            ],
+            _ => vec![base],
+        };
+        for req in reqs {
+            check_fd(&xs, &m, &req, &mut rng);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 43, "{checked}");
+}
+
+#[test]
+fn unary_kinks_follow_torch() {
+    let x = ArrayD::from_shape_vec(IxDyn(&[5]), vec![-1.0, 0.0, 0.5, 1.0, f64::INFINITY]).unwrap();
+    let a = MaskedArray::unmasked(x);
+    let g = MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[5]), 1.0));
+    let d = |r: OpRequest| {
+        a.vjp_map(&r, &g)
+            .unwrap()
+            .values()
+            .iter()
+            .copied()
+            .collect::<Vec<f64>>()
+    };
+    assert_eq!(
+        d(OpRequest::new("abs").unwrap()),
+        [-1.0, 0.0, 1.0, 1.0, 1.0]
+    );
+    assert_eq!(
+        d(OpRequest::new("relu").unwrap()),
+        [0.0, 0.0, 1.0, 1.0, 1.0]
+    );
+    // clamp: g strictly inside (min, max), 0 at and beyond the bounds
+    let c = OpRequest::new("clamp")
+        .unwrap()
+        .min(Some(0.0))
+        .max(Some(1.0));
+    assert_eq!(d(c), [0.0, 0.0, 1.0, 0.0, 0.0]);
+    // nan_to_num passes g at finite values only
+    assert_eq!(
+        d(OpRequest::new("nan_to_num").unwrap()),
+        [1.0, 1.0, 1.0, 1.0, 0.0]
+    );
+    // binary VJPs are not built: a typed refusal
+    let e = a.vjp_map(&OpRequest::new("add").unwrap(), &g).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            MaskedError::NotDifferentiable { .. }
+                | MaskedError::InvalidArgument { .. }
+                | MaskedError::Unsupported { .. }
+        ),
+        "{e}"
+    );
 }
