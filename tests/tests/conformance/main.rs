@@ -7,6 +7,7 @@ mod api;
 mod cast;
 mod concurrency;
 mod elementwise;
+mod example_mle;
 mod examples_algebra;
 mod fused;
 mod golden_binary;
