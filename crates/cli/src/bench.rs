@@ -6,7 +6,7 @@ use masked::binary::{CmpZip, FloatZip, KeepZip};
 use masked::by_name::{self as ops, BinOp, Kind, OpRequest};
 use masked::{
     BitMask, CooMask, CooPattern, DType, Dims, Element, MaskRule, MaskedArray, MaskedCoo,
-    MaskedCsr, PatternI, ZipKernels,
+    MaskedCsr, MaskedOps, PatternI, ZipKernels,
 };
 use ndarray::{ArrayViewD, IxDyn};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -195,14 +195,17 @@ fn bench_layout<T: Element>(
             }
         };
         // the second operand of binary and fused ops, generated once
-        let partner = if specs.iter().any(|s| !matches!(s, Job::Op(_))) {
+        let partner = if specs
+            .iter()
+            .any(|s| matches!(s, Job::Binary(_) | Job::Fused(..)))
+        {
             Some(data.partner(a, rule)?)
         } else {
             None
         };
         for job in specs {
             let spec = match job {
-                Job::Op(o) | Job::Fused(o, _) => *o,
+                Job::Op(o) | Job::Fused(o, _) | Job::Vjp(o) => *o,
                 Job::Binary(o) => *o,
             };
             let mut req = OpRequest::from_op(spec).dims(match spec.kind() {
@@ -220,6 +223,7 @@ fn bench_layout<T: Element>(
             }
             let (secs, peak) = match (job, &partner) {
                 (Job::Op(_), _) => pool.install(|| data.time(&req, a.repeat))?,
+                (Job::Vjp(_), _) => pool.install(|| data.time_vjp(&req, a.repeat))?,
                 (Job::Binary(_), Some(b)) => {
                     pool.install(|| data.time_binary(b, job, rule, a.repeat, a.into))?
                 }
@@ -228,7 +232,7 @@ fn bench_layout<T: Element>(
                 }
                 _ => unreachable!("a partner for every binary job"),
             };
-            let bytes = if matches!(job, Job::Op(_)) {
+            let bytes = if matches!(job, Job::Op(_) | Job::Vjp(_)) {
                 data.bytes
             } else {
                 2.0 * data.bytes
@@ -282,10 +286,21 @@ enum Job {
     Binary(ops::Op),
     /// `R-of-B`: reduction or normalization `R` of the binary op `B`, fused.
     Fused(ops::Op, ops::Op),
+    /// `vjp-OP`: the VJP of a reduction, normalization or unary op.
+    Vjp(ops::Op),
 }
 
 impl Job {
     fn parse(name: &str) -> Result<Job, CliError> {
+        if let Some(op) = name.strip_prefix("vjp-") {
+            let op: ops::Op = op.parse()?;
+            if op.kind() == Kind::Binary || !op.differentiable() {
+                return Err(CliError::Usage(format!(
+                    "invalid op '{name}': vjp-OP takes a differentiable reduction, normalization or unary op"
+                )));
+            }
+            return Ok(Job::Vjp(op));
+        }
         if let Some((r, b)) = name.split_once("-of-") {
             let (r, b): (ops::Op, ops::Op) = (r.parse()?, b.parse()?);
             if !matches!(r.kind(), Kind::Reduce | Kind::ReduceOne | Kind::Normalize)
@@ -309,19 +324,20 @@ impl Job {
         match self {
             Job::Op(o) | Job::Binary(o) => o.name().to_string(),
             Job::Fused(r, b) => format!("{}-of-{}", r.name(), b.name()),
+            Job::Vjp(o) => format!("vjp-{}", o.name()),
         }
     }
 
     fn options(&self) -> &'static [&'static str] {
         match self {
-            Job::Op(o) | Job::Binary(o) | Job::Fused(o, _) => o.options(),
+            Job::Op(o) | Job::Binary(o) | Job::Fused(o, _) | Job::Vjp(o) => o.options(),
         }
     }
 
     fn binary(&self) -> BinOp {
         match self {
             Job::Binary(b) | Job::Fused(_, b) => b.binary().expect("a binary op"),
-            Job::Op(o) => unreachable!("{o} is not binary"),
+            Job::Op(o) | Job::Vjp(o) => unreachable!("{o} is not binary"),
         }
     }
 }
@@ -530,6 +546,42 @@ impl<T: Element> Data<T> {
 }
 
 impl<T: Element> Data<T> {
+    /// Like [`Data::time`], for the VJP of `req`'s op: the upstream gradient (a mean of
+    /// the input for a reduction, a softmax along the dim for a map: values at exactly
+    /// the forward output's valid positions) is built once, outside the timing.
+    fn time_vjp(&self, req: &OpRequest, repeat: usize) -> Result<(f64, usize), CliError> {
+        fn run<T: Element, L: MaskedOps<T>>(
+            x: &L,
+            req: &OpRequest,
+            repeat: usize,
+        ) -> Result<(f64, usize), CliError> {
+            match req.op.kind() {
+                Kind::Normalize | Kind::Unary => {
+                    let dim = req.one_dim().unwrap_or(-1);
+                    let g = x.softmax(dim)?;
+                    time_op(|| x.vjp_map(req, &g).map(drop), repeat)
+                }
+                _ => {
+                    let g = x.mean(req.dims.clone(), req.keepdim)?;
+                    time_op(|| x.vjp_reduce(req, &g).map(drop), repeat)
+                }
+            }
+        }
+        match &self.input {
+            Input::Dense {
+                shape,
+                values,
+                mask,
+            } => {
+                let view = ArrayViewD::from_shape(IxDyn(shape), &values[..])
+                    .map_err(|e| CliError::Usage(format!("bad --shape: {e}")))?;
+                run(&MaskedArray::new(view, mask.clone())?, req, repeat)
+            }
+            Input::Csr { mat, mask } => run(&csr_of(mat.view(), mask)?, req, repeat),
+            Input::Coo(c) => run(c, req, repeat),
+        }
+    }
+
     /// The second operand of a binary op: new values on the same mask and structure
     /// (strict), or an independent mask and pattern of the same densities (and).
     fn partner(&self, a: &BenchArgs, rule: MaskRule) -> Result<Data<T>, CliError> {

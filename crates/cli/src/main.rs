@@ -502,22 +502,7 @@ fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError>
     }
     let input = sparse_io::read_sparse(&a.input)?;
     check_sparse_output(a, job, &input.shape, input.nnz())?;
-    let mask = match &a.mask {
-        None => None,
-        Some(p) => {
-            let m = sparse_io::read_sparse(p)?;
-            if m.shape != input.shape {
-                return Err(CliError::file(
-                    p,
-                    format!(
-                        "mask shape {:?} differs from input shape {:?}",
-                        m.shape, input.shape
-                    ),
-                ));
-            }
-            Some((p, m))
-        }
-    };
+    let mask = read_sparse_mask(a, &input.shape)?;
     let out = if layout == "coo" {
         let mask = match mask {
             None if a.mask_from_pattern => CooMask::Stored,
@@ -541,6 +526,25 @@ fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError>
         })
     };
     sparse_io::write_sparse(&a.output, &out)
+}
+
+/// The `--mask` file of a sparse input of `shape`, read and checked against it.
+pub(crate) fn read_sparse_mask<'a>(
+    a: &'a RunArgs,
+    shape: &[usize],
+) -> Result<Option<(&'a PathBuf, sparse_io::SparseFile)>, CliError> {
+    let Some(p) = &a.mask else { return Ok(None) };
+    let m = sparse_io::read_sparse(p)?;
+    if m.shape != shape {
+        return Err(CliError::file(
+            p,
+            format!(
+                "mask shape {:?} differs from input shape {:?}",
+                m.shape, shape
+            ),
+        ));
+    }
+    Ok(Some((p, m)))
 }
 
 /// Refuses up front a sparse run whose output could pass the memory ceiling: at most

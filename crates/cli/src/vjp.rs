@@ -183,22 +183,7 @@ fn sparse(a: &RunArgs, req: &OpRequest, grad: &Path) -> Result<(), CliError> {
     let input = sparse_io::read_sparse(&a.input)?;
     check_float(&a.input, input.values.dtype(), req.op)?;
     let g = sparse_io::read_sparse(grad)?;
-    let mask = match &a.mask {
-        None => None,
-        Some(p) => {
-            let m = sparse_io::read_sparse(p)?;
-            if m.shape != input.shape {
-                return Err(CliError::file(
-                    p,
-                    format!(
-                        "mask shape {:?} differs from input shape {:?}",
-                        m.shape, input.shape
-                    ),
-                ));
-            }
-            Some((p, m))
-        }
-    };
+    let mask = crate::read_sparse_mask(a, &input.shape)?;
     let out = match layout.as_str() {
         "coo" => {
             let cm = match mask {

@@ -680,6 +680,31 @@ pub enum SparseUpstream<'a, R> {
     PerElement(&'a [R]),
 }
 
+impl<'a, R> SparseUpstream<'a, R> {
+    /// A reduction's upstream from its sparse form, which must have the forward output's
+    /// shape `want`.
+    ///
+    /// # Errors
+    /// [`MaskedError::ShapeMismatch`] naming the op.
+    pub fn reduced(
+        op: &str,
+        g: &'a crate::sparse::SparseArray<R>,
+        want: Vec<usize>,
+    ) -> Result<Self> {
+        if g.shape() != want.as_slice() {
+            return Err(MaskedError::ShapeMismatch {
+                what: format!("the upstream gradient of {op} and its output"),
+                left: g.shape().to_vec(),
+                right: want,
+            });
+        }
+        Ok(SparseUpstream::PerLane {
+            ids: g.indices(),
+            values: g.values(),
+        })
+    }
+}
+
 /// The VJP of `grad` over the valid entries of a sparse array of `shape`: `flat` holds
 /// their row-major positions (increasing) and `xs` their values; a lane is the set of
 /// entries that agree on every dim outside `reduced` (for a map along `d`, `reduced` is

@@ -274,17 +274,7 @@ impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
     ) -> Result<SparseArray<T::Real>> {
         let reduced = dims.canonical(self.shape().len())?;
         let want = self.out_shape(&reduced, keepdim);
-        if g.shape() != want.as_slice() {
-            return Err(MaskedError::ShapeMismatch {
-                what: format!("the upstream gradient of {} and its output", grad.name()),
-                left: g.shape().to_vec(),
-                right: want,
-            });
-        }
-        let up = SparseUpstream::PerLane {
-            ids: g.indices(),
-            values: g.values(),
-        };
+        let up = SparseUpstream::reduced(grad.name(), g, want)?;
         self.grad_entries(grad, &reduced, up, None)
     }
 

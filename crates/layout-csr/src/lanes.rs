@@ -362,17 +362,7 @@ impl<'a, T: Element, I: SpIndex + 'static> LaneKernels<T> for CsrLanes<'a, T, I>
         g: &SparseArray<T::Real>,
     ) -> Result<CsrMapped<'a, T::Real, I>> {
         let want = out_shape(self.shape, axis(dims)?, keepdim);
-        if g.shape() != want.as_slice() {
-            return Err(MaskedError::ShapeMismatch {
-                what: format!("the upstream gradient of {} and its output", grad.name()),
-                left: g.shape().to_vec(),
-                right: want,
-            });
-        }
-        let up = SparseUpstream::PerLane {
-            ids: g.indices(),
-            values: g.values(),
-        };
+        let up = SparseUpstream::reduced(grad.name(), g, want)?;
         self.grad_entries(grad, &dims.canonical(2)?, up)
     }
 
