@@ -528,9 +528,7 @@ impl<T: Element> Data<T> {
                 values,
                 mask,
             } => {
-                let view = ArrayViewD::from_shape(IxDyn(shape), &values[..])
-                    .map_err(|e| CliError::Usage(format!("bad --shape: {e}")))?;
-                let arr = MaskedArray::new(view, mask.clone())?;
+                let arr = dense_of(shape, values, mask)?;
                 time_op(|| ops::apply_to(&arr, req, &ops::Discard), repeat)
             }
             Input::Csr { mat, mask } => {
@@ -572,11 +570,7 @@ impl<T: Element> Data<T> {
                 shape,
                 values,
                 mask,
-            } => {
-                let view = ArrayViewD::from_shape(IxDyn(shape), &values[..])
-                    .map_err(|e| CliError::Usage(format!("bad --shape: {e}")))?;
-                run(&MaskedArray::new(view, mask.clone())?, req, repeat)
-            }
+            } => run(&dense_of(shape, values, mask)?, req, repeat),
             Input::Csr { mat, mask } => run(&csr_of(mat.view(), mask)?, req, repeat),
             Input::Coo(c) => run(c, req, repeat),
         }
@@ -789,6 +783,17 @@ fn zip_discard<T: Element, R, L: ZipKernels<T, R>>(
 
 fn shape_err(e: ndarray::ShapeError) -> CliError {
     CliError::Usage(format!("bad --shape: {e}"))
+}
+
+/// The generated dense input as a masked view.
+fn dense_of<'a, T: Element>(
+    shape: &[usize],
+    values: &'a [T],
+    mask: &BitMask,
+) -> Result<masked::MaskedView<'a, T, IxDyn>, CliError> {
+    let view = ArrayViewD::from_shape(IxDyn(shape), values)
+        .map_err(|e| CliError::Usage(format!("bad --shape: {e}")))?;
+    Ok(MaskedArray::new(view, mask.clone())?)
 }
 
 fn csr_of<'m, T: Element>(
