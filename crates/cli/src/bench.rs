@@ -60,9 +60,9 @@ pub struct BenchArgs {
     /// structure) or and (an independent mask and pattern of the same densities).
     #[arg(long, default_value = "strict")]
     masks: String,
-    /// Binary ops write into one output buffer allocated before the timing (a caller's
-    /// buffer: no fresh pages per run). Dense, and CSR when the result keeps every
-    /// entry (the strict rule: the partner shares the structure).
+    /// Binary ops and VJPs write into one output buffer allocated before the timing (a
+    /// caller's buffer: no fresh pages per run). Dense, and for binary ops CSR when the
+    /// result keeps every entry (the strict rule: the partner shares the structure).
     #[arg(long)]
     into: bool,
     /// The op options (`--q`, `--correction`, ...), as for the op commands.
@@ -223,7 +223,7 @@ fn bench_layout<T: Element>(
             }
             let (secs, peak) = match (job, &partner) {
                 (Job::Op(_), _) => pool.install(|| data.time(&req, a.repeat))?,
-                (Job::Vjp(_), _) => pool.install(|| data.time_vjp(&req, a.repeat))?,
+                (Job::Vjp(_), _) => pool.install(|| data.time_vjp(&req, a.repeat, a.into))?,
                 (Job::Binary(_), Some(b)) => {
                     pool.install(|| data.time_binary(b, job, rule, a.repeat, a.into))?
                 }
@@ -544,25 +544,59 @@ impl<T: Element> Data<T> {
 }
 
 impl<T: Element> Data<T> {
-    /// Like [`Data::time`], for the VJP of `req`'s op: the upstream gradient (a mean of
-    /// the input for a reduction, a softmax along the dim for a map: values at exactly
-    /// the forward output's valid positions) is built once, outside the timing.
-    fn time_vjp(&self, req: &OpRequest, repeat: usize) -> Result<(f64, usize), CliError> {
+    /// Like [`Data::time`], for the VJP of `req`'s op given its saved forward output
+    /// (the saved forms, which read it where it saves work): the forward pass and the
+    /// upstream gradient (a mean of the input for a reduction, a softmax along the dim
+    /// for a map: values at exactly the forward output's valid positions) are built once,
+    /// outside the timing.
+    fn time_vjp(
+        &self,
+        req: &OpRequest,
+        repeat: usize,
+        into: bool,
+    ) -> Result<(f64, usize), CliError> {
         fn run<T: Element, L: MaskedOps<T>>(
             x: &L,
             req: &OpRequest,
             repeat: usize,
         ) -> Result<(f64, usize), CliError> {
-            match req.op.kind() {
-                Kind::Normalize | Kind::Unary => {
+            let saved = ops::apply_to(x, req, &ops::KeepForward)?;
+            match (req.op.kind(), saved) {
+                (Kind::Normalize | Kind::Unary, ops::Forward::Mapped(y)) => {
                     let dim = req.one_dim().unwrap_or(-1);
                     let g = x.softmax(dim)?;
-                    time_op(|| x.vjp_map(req, &g).map(drop), repeat)
+                    time_op(|| x.vjp_map_saved(req, &y, &g).map(drop), repeat)
                 }
-                _ => {
+                (_, ops::Forward::Reduced(y)) => {
                     let g = x.mean(req.dims.clone(), req.keepdim)?;
-                    time_op(|| x.vjp_reduce(req, &g).map(drop), repeat)
+                    time_op(|| x.vjp_reduce_saved(req, &y, &g).map(drop), repeat)
                 }
+                _ => Err(CliError::Usage(format!(
+                    "vjp-{}: the op's output is not of the input's float type",
+                    req.op.name()
+                ))),
+            }
+        }
+        /// The dense VJP written into one reused buffer (`vjp_into`).
+        fn run_into<T: Element>(
+            x: &masked::MaskedView<'_, T, IxDyn>,
+            req: &OpRequest,
+            repeat: usize,
+        ) -> Result<(f64, usize), CliError> {
+            let n = x.values().len();
+            match ops::apply_to(x, req, &ops::KeepForward)? {
+                ops::Forward::Mapped(y) => {
+                    let g = x.softmax(req.one_dim().unwrap_or(-1))?;
+                    time_into(n, repeat, |out| x.vjp_into(req, Some(&y), &g, out))
+                }
+                ops::Forward::Reduced(y) => {
+                    let g = x.mean(req.dims.clone(), req.keepdim)?;
+                    time_into(n, repeat, |out| x.vjp_into(req, Some(&y), &g, out))
+                }
+                ops::Forward::Other => Err(CliError::Usage(format!(
+                    "vjp-{}: the op's output is not of the input's float type",
+                    req.op.name()
+                ))),
             }
         }
         match &self.input {
@@ -570,7 +604,17 @@ impl<T: Element> Data<T> {
                 shape,
                 values,
                 mask,
+            } if into => run_into(&dense_of(shape, values, mask)?, req, repeat),
+            Input::Dense {
+                shape,
+                values,
+                mask,
             } => run(&dense_of(shape, values, mask)?, req, repeat),
+            Input::Csr { .. } | Input::Coo(_) if into => Err(CliError::Usage(
+                "bench --into with vjp-OP: dense layout only (a sparse gradient shares the \
+                 input's structure)"
+                    .into(),
+            )),
             Input::Csr { mat, mask } => run(&csr_of(mat.view(), mask)?, req, repeat),
             Input::Coo(c) => run(c, req, repeat),
         }

@@ -806,6 +806,72 @@ pub enum BinOp {
 }
 
 impl BinOp {
+    /// The partial derivatives `(∂f/∂x, ∂f/∂y)` at `(x, y)`, in `f64`, for the VJP of
+    /// the op (`None` for a comparison: not differentiable). Kinks follow torch:
+    /// maximum, minimum, fmax and fmin split a tie half and half (a NaN operand of
+    /// maximum/minimum passes `g` to both, as torch; fmax/fmin pass it to the operand
+    /// they return); floor_divide is piecewise constant (0, 0); fmod and remainder give
+    /// `(1, -trunc(x / y))` and `(1, -floor(x / y))`; pow gives 0 for `∂/∂x` where
+    /// `y == 0` and for `∂/∂y` where `x == 0` and `y >= 0`; xlogy gives 0 for `∂/∂x`
+    /// where `x == 0`. Elsewhere IEEE arithmetic decides (division by 0 gives inf,
+    /// hypot and atan2 at (0, 0) give NaN).
+    pub fn partials(self, x: f64, y: f64) -> Option<(f64, f64)> {
+        let tie = |first: bool, second: bool| -> (f64, f64) {
+            if x == y {
+                (0.5, 0.5)
+            } else if first {
+                (1.0, 0.0)
+            } else if second {
+                (0.0, 1.0)
+            } else {
+                (1.0, 1.0) // a NaN operand
+            }
+        };
+        Some(match self {
+            BinOp::Cmp(_) => return None,
+            BinOp::Keep(k) => match k {
+                KeepBin::Add => (1.0, 1.0),
+                KeepBin::Sub => (1.0, -1.0),
+                KeepBin::Mul => (y, x),
+                KeepBin::FloorDivide => (0.0, 0.0),
+                KeepBin::Pow => {
+                    let dx = if y == 0.0 { 0.0 } else { y * x.powf(y - 1.0) };
+                    let dy = if x == 0.0 && y >= 0.0 {
+                        0.0
+                    } else {
+                        x.powf(y) * x.ln()
+                    };
+                    (dx, dy)
+                }
+                KeepBin::Maximum => tie(x > y, x < y),
+                KeepBin::Minimum => tie(x < y, x > y),
+                KeepBin::Fmax => tie(y.is_nan() || x > y, x.is_nan() || x < y),
+                KeepBin::Fmin => tie(y.is_nan() || x < y, x.is_nan() || x > y),
+                KeepBin::Fmod => (1.0, -(x / y).trunc()),
+                KeepBin::Remainder => (1.0, -(x / y).floor()),
+            },
+            BinOp::Float(f) => match f {
+                FloatBin::Div => (1.0 / y, -x / (y * y)),
+                FloatBin::Atan2 => {
+                    let r = x * x + y * y;
+                    (y / r, -x / r)
+                }
+                FloatBin::Hypot => {
+                    let h = x.hypot(y);
+                    (x / h, y / h)
+                }
+                FloatBin::LogAddExp => {
+                    let sx = 1.0 / (1.0 + (y - x).exp());
+                    (sx, 1.0 - sx)
+                }
+                FloatBin::Xlogy => {
+                    let dx = if x == 0.0 && !y.is_nan() { 0.0 } else { y.ln() };
+                    (dx, x / y)
+                }
+            },
+        })
+    }
+
     /// The op's name.
     pub fn name(self) -> &'static str {
         match self {

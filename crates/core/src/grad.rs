@@ -38,6 +38,25 @@ pub trait LaneGrad: Send + Sync + 'static {
     /// given the upstream gradient `g` (one value, or `xs.len()` values in the same
     /// order), written to `out` (`xs.len()` values).
     fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]);
+    /// Whether [`LaneGrad::grad_from_output`] reads the forward output (when false, a
+    /// layout given the saved output does not gather it).
+    fn uses_output(&self) -> bool {
+        false
+    }
+    /// Whether [`LaneGrad::grad_from_output`] reads the lane's values as well (when
+    /// false, a layout given the saved output does not gather them, and `xs` holds
+    /// placeholders of the right length).
+    fn reads_input_with_output(&self) -> bool {
+        true
+    }
+    /// [`LaneGrad::grad`] given the lane's saved forward output `ys`: one value (a
+    /// reduction's output) or one per valid element (a map's), so the backward pass does
+    /// not recompute what the forward pass found (a softmax's `exp`, a median's
+    /// selection, a norm's powers). The default recomputes.
+    fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
+        let _ = ys;
+        self.grad(xs, g, out);
+    }
 }
 
 /// `g` everywhere: the gradient of a sum.
@@ -129,6 +148,21 @@ impl LaneGrad for ExtremumGrad {
         };
         split_evenly(xs, |x| x == m, g[0], out);
     }
+    fn uses_output(&self) -> bool {
+        true
+    }
+    /// The saved extremum names the tied elements: one pass, no search for it. A NaN
+    /// output (a valid NaN) gives NaN; a value no element equals recomputes.
+    fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
+        let m = ys[0];
+        if m.is_nan() {
+            out.fill(f64::NAN);
+        } else if xs.contains(&m) {
+            split_evenly(xs, |x| x == m, g[0], out);
+        } else {
+            self.grad(xs, g, out);
+        }
+    }
 }
 
 /// Fills `out` with NaN and returns true when `xs` holds a NaN.
@@ -183,6 +217,22 @@ impl LaneGrad for VarGrad {
         Upstream::PerLane
     }
     fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        self.grad_with(xs, g, out, None);
+    }
+    fn uses_output(&self) -> bool {
+        self.std
+    }
+    /// std reads its saved output as the spread (no second pass for it); var needs only
+    /// the mean, one pass over the lane, and recomputes.
+    fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
+        let sd = ys[0];
+        self.grad_with(xs, g, out, (self.std && sd.is_finite()).then_some(sd));
+    }
+}
+
+impl VarGrad {
+    /// The gradient, with std's spread `sd` given or computed.
+    fn grad_with(&self, xs: &[f64], g: &[f64], out: &mut [f64], sd: Option<f64>) {
         let n = xs.len() as f64;
         let dof = n - self.correction;
         if dof <= 0.0 {
@@ -191,8 +241,10 @@ impl LaneGrad for VarGrad {
         }
         let mean = xs.iter().sum::<f64>() / n;
         let scale = if self.std {
-            let ss: f64 = xs.iter().map(|&x| (x - mean) * (x - mean)).sum();
-            let sd = (ss / dof).sqrt();
+            let sd = sd.unwrap_or_else(|| {
+                let ss: f64 = xs.iter().map(|&x| (x - mean) * (x - mean)).sum();
+                (ss / dof).sqrt()
+            });
             if sd == 0.0 {
                 out.fill(0.0);
                 return;
@@ -258,6 +310,25 @@ impl LaneGrad for NormGrad {
         Upstream::PerLane
     }
     fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        let n = if self.ord == 0.0 { 0.0 } else { self.norm(xs) };
+        self.grad_with(xs, g, out, n);
+    }
+    fn uses_output(&self) -> bool {
+        true
+    }
+    /// The saved norm: no second pass of powers for it (a NaN lane recomputes, to
+    /// report NaN).
+    fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
+        if ys[0].is_nan() {
+            return self.grad(xs, g, out);
+        }
+        self.grad_with(xs, g, out, ys[0]);
+    }
+}
+
+impl NormGrad {
+    /// The gradient given the lane's norm `n`.
+    fn grad_with(&self, xs: &[f64], g: &[f64], out: &mut [f64], n: f64) {
         if nan_lane(xs, out) {
             return;
         }
@@ -266,7 +337,6 @@ impl LaneGrad for NormGrad {
             out.fill(0.0);
             return;
         }
-        let n = self.norm(xs);
         if p.is_infinite() {
             // all of g to the extremal |x| (split evenly), with the sign of x
             split_evenly(xs, |x| x.abs() == n, g[0], out);
@@ -339,6 +409,20 @@ impl LaneGrad for LogSumExpGrad {
         softmax_f64(xs, out);
         for o in out.iter_mut() {
             *o *= g[0];
+        }
+    }
+    fn uses_output(&self) -> bool {
+        true
+    }
+    /// `g · exp(x - lse)` from the saved logsumexp: one pass, no max or sum (a
+    /// non-finite output recomputes, for the all `-inf` and the `inf` lanes).
+    fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
+        let lse = ys[0];
+        if !lse.is_finite() {
+            return self.grad(xs, g, out);
+        }
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = g[0] * (x - lse).exp();
         }
     }
 }
@@ -425,6 +509,91 @@ impl LaneGrad for QuantileGrad {
             }
         }
     }
+    fn uses_output(&self) -> bool {
+        true
+    }
+    /// The saved value names the order statistics it came from: with `less` values
+    /// below it and `eq` equal to it, rank `r` is the last of the largest values below
+    /// (`r = less - 1`), the `(r - less)`-th equal one, or the first of the smallest
+    /// above (`r = less + eq`), each by (value, position). A counting pass and at most
+    /// two scans, no selection, for every interpolation (a midpoint or linear output
+    /// lies between its two statistics). A value inconsistent with the lane (a rank
+    /// it cannot name) recomputes.
+    fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
+        let v = ys[0];
+        if v.is_nan() {
+            return self.grad(xs, g, out);
+        }
+        let (lo, a, b) = self.weights(xs.len());
+        // the order is total_cmp's (-0 before +0); away from zero, and for the lane's
+        // non-NaN values (a lane with a NaN has a NaN output), that is `<` and `==`,
+        // which vectorise
+        let fast = v != 0.0;
+        let lt = |x: f64| if fast { x < v } else { x.total_cmp(&v).is_lt() };
+        let eqv = |x: f64| {
+            if fast {
+                x == v
+            } else {
+                x.total_cmp(&v).is_eq()
+            }
+        };
+        let (less, eq) = if fast {
+            xs.iter().fold((0usize, 0usize), |(l, e), &x| {
+                (l + (x < v) as usize, e + (x == v) as usize)
+            })
+        } else {
+            (
+                xs.iter().filter(|&&x| lt(x)).count(),
+                xs.iter().filter(|&&x| eqv(x)).count(),
+            )
+        };
+        let at_rank = |r: usize| -> Option<usize> {
+            if r + 1 == less {
+                // the last position of the largest value below v
+                let mut best: Option<usize> = None;
+                for (i, &x) in xs.iter().enumerate() {
+                    if lt(x) && best.is_none_or(|j| x.total_cmp(&xs[j]).is_ge()) {
+                        best = Some(i);
+                    }
+                }
+                best
+            } else if (less..less + eq).contains(&r) {
+                let mut equal = xs.iter().enumerate().filter(|(_, &x)| eqv(x));
+                equal.nth(r - less).map(|(i, _)| i)
+            } else if r == less + eq {
+                // the first position of the smallest value above v
+                let mut best: Option<usize> = None;
+                for (i, &x) in xs.iter().enumerate() {
+                    if !lt(x) && !eqv(x) && best.is_none_or(|j| x.total_cmp(&xs[j]).is_lt()) {
+                        best = Some(i);
+                    }
+                }
+                best
+            } else {
+                None
+            }
+        };
+        let first = if a != 0.0 {
+            at_rank(lo).map(Some)
+        } else {
+            Some(None)
+        };
+        let second = if b != 0.0 {
+            at_rank(lo + 1).map(Some)
+        } else {
+            Some(None)
+        };
+        let (Some(first), Some(second)) = (first, second) else {
+            return self.grad(xs, g, out);
+        };
+        out.fill(0.0);
+        if let Some(i) = first {
+            out[i] += a * g[0];
+        }
+        if let Some(j) = second {
+            out[j] += b * g[0];
+        }
+    }
 }
 
 /// The Jacobian-vector products of the softmax family over a lane's valid elements:
@@ -472,6 +641,32 @@ impl LaneGrad for SoftmaxGrad {
                 let total: f64 = g.iter().sum();
                 for (o, &gi) in out.iter_mut().zip(g) {
                     *o = gi - *o * total;
+                }
+            }
+        }
+    }
+    fn uses_output(&self) -> bool {
+        true
+    }
+    fn reads_input_with_output(&self) -> bool {
+        false
+    }
+    /// From the saved output `y`: softmax and softmin have no `exp` left to do,
+    /// log_softmax one `exp(y)` per element (no max, no sum).
+    fn grad_from_output(&self, _: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
+        use crate::lane::SoftmaxKind::*;
+        match self.kind {
+            Softmax | Softmin => {
+                let dot: f64 = ys.iter().zip(g).map(|(y, g)| y * g).sum();
+                let sign = if self.kind == Softmin { -1.0 } else { 1.0 };
+                for ((o, &y), &gi) in out.iter_mut().zip(ys).zip(g) {
+                    *o = sign * y * (gi - dot);
+                }
+            }
+            LogSoftmax => {
+                let total: f64 = g.iter().sum();
+                for ((o, &y), &gi) in out.iter_mut().zip(ys).zip(g) {
+                    *o = gi - y.exp() * total;
                 }
             }
         }
@@ -603,21 +798,45 @@ impl<G: LaneGrad> LaneGrad for NanFree<G> {
         self.0.upstream()
     }
     fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        self.without_nans(xs, &[], g, out);
+    }
+    fn uses_output(&self) -> bool {
+        self.0.uses_output()
+    }
+    fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
+        self.without_nans(xs, ys, g, out);
+    }
+}
+
+impl<G: LaneGrad> NanFree<G> {
+    /// `G`'s gradient (from the saved output `ys` when there is one) over the lane's
+    /// non-NaN elements, 0 at the NaN ones.
+    fn without_nans(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
+        let run = |x: &[f64], y: &[f64], g: &[f64], o: &mut [f64]| {
+            if y.is_empty() {
+                self.0.grad(x, g, o)
+            } else {
+                self.0.grad_from_output(x, y, g, o)
+            }
+        };
         if !xs.iter().any(|x| x.is_nan()) {
-            return self.0.grad(xs, g, out);
+            return run(xs, ys, g, out);
         }
         let keep: Vec<usize> = (0..xs.len()).filter(|&i| !xs[i].is_nan()).collect();
         out.fill(0.0);
         if keep.is_empty() {
             return;
         }
-        let x: Vec<f64> = keep.iter().map(|&i| xs[i]).collect();
-        let gk: Vec<f64> = match self.0.upstream() {
-            Upstream::PerLane => g.to_vec(),
-            Upstream::PerElement => keep.iter().map(|&i| g[i]).collect(),
+        let pick = |v: &[f64]| -> Vec<f64> {
+            match self.0.upstream() {
+                Upstream::PerLane => v.to_vec(),
+                Upstream::PerElement if v.is_empty() => Vec::new(),
+                Upstream::PerElement => keep.iter().map(|&i| v[i]).collect(),
+            }
         };
+        let x: Vec<f64> = keep.iter().map(|&i| xs[i]).collect();
         let mut o = vec![0.0; x.len()];
-        self.0.grad(&x, &gk, &mut o);
+        run(&x, &pick(ys), &pick(g), &mut o);
         for (&i, v) in keep.iter().zip(o) {
             out[i] = v;
         }
@@ -665,6 +884,153 @@ impl<U: crate::unary::Unary + 'static> LaneGrad for UnaryGrad<U> {
     }
 }
 
+/// A lane's upstream gradient or saved forward output, as a layout holds it: absent,
+/// one value for the lane (a reduction's), or one per valid element (a map's), packed in
+/// lane order.
+#[derive(Debug, Clone, Copy)]
+pub enum LaneValues<'a, R> {
+    /// None given (only for a saved output: the VJP recomputes).
+    Absent,
+    /// One value for the whole lane.
+    One(R),
+    /// One value per valid element.
+    Each(&'a [R]),
+}
+
+/// The one place a lane's gradient is computed for every layout: widens the packed
+/// valid values (and `g`, and the saved output when the op reads it) to `f64`, runs the
+/// op's [`LaneGrad`] and rounds the result once into the layout's type. Holds the
+/// scratch, so a worker reuses it across lanes.
+#[derive(Debug, Default)]
+pub struct GradScratch {
+    x: Vec<f64>,
+    g: Vec<f64>,
+    y: Vec<f64>,
+    o: Vec<f64>,
+}
+
+impl GradScratch {
+    /// The gradient of the lane whose valid values are `xs` (packed, in lane order, at
+    /// least one), written packed to `out[..xs.len()]`.
+    ///
+    /// # Panics
+    /// When `out`, or an `Each` of `g` or `saved`, is shorter than `xs`.
+    pub fn lane<T: crate::element::Element, G: LaneGrad>(
+        &mut self,
+        grad: &G,
+        xs: &[T],
+        g: LaneValues<'_, T::Real>,
+        saved: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) {
+        use crate::element::{Element, Float};
+        let n = xs.len();
+        fn widen<R: Element>(v: &mut Vec<f64>, src: LaneValues<'_, R>, n: usize) {
+            v.clear();
+            match src {
+                LaneValues::Absent => {}
+                LaneValues::One(r) => v.push(r.to_f64()),
+                LaneValues::Each(rs) => v.extend(rs[..n].iter().map(|r| r.to_f64())),
+            }
+        }
+        let from_output = grad.uses_output() && !matches!(saved, LaneValues::Absent);
+        self.x.clear();
+        if from_output && !grad.reads_input_with_output() {
+            self.x.resize(n, 0.0); // placeholders: not read
+        } else {
+            self.x.extend(xs.iter().map(|x| x.to_f64()));
+        }
+        widen(&mut self.g, g, n);
+        self.o.clear();
+        self.o.resize(n, 0.0);
+        if from_output {
+            widen(&mut self.y, saved, n);
+            grad.grad_from_output(&self.x, &self.y, &self.g, &mut self.o);
+        } else {
+            grad.grad(&self.x, &self.g, &mut self.o);
+        }
+        for (o, &v) in out[..n].iter_mut().zip(&self.o) {
+            *o = <T::Real as Float>::from_f64(v);
+        }
+    }
+}
+
+/// The VJP of lanes that are consecutive runs of packed values: lane `l` is
+/// `xs[starts[l]..starts[l + 1]]` (empty lanes allowed), `g` and `saved` hold one value
+/// per lane ([`Upstream::PerLane`]) or per value ([`Upstream::PerElement`]; `saved` may
+/// be empty: recompute). Returns the gradient of each value, in order; runs in parallel
+/// blocks of whole lanes. A CSR row is such a run, and so is every sparse lane once its
+/// entries are grouped.
+///
+/// # Errors
+/// [`MaskedError::TooLarge`] when the output cannot be had.
+pub fn grad_runs<T: crate::element::Element, G: LaneGrad>(
+    grad: &G,
+    starts: &[usize],
+    xs: &[T],
+    g: &[T::Real],
+    saved: &[T::Real],
+) -> Result<Vec<T::Real>> {
+    use rayon::prelude::*;
+    let n = xs.len();
+    // the size checked fallibly, then fresh zeroed pages (huge pages where the kernel
+    // grants them): every value is written below, and a zeroing pass would fault each
+    // page in first
+    drop(crate::error::try_vec::<T::Real>(n, || {
+        format!("a gradient of {n} values")
+    })?);
+    let mut out = masked_kernels::fresh_vec::<T::Real>(n);
+    let lanes = starts.len().saturating_sub(1);
+    let per_lane = grad.upstream() == Upstream::PerLane;
+    // blocks of whole lanes of about 2^14 values
+    let mut blocks = Vec::new();
+    let (mut rest, mut l0): (&mut [T::Real], usize) = (&mut out, 0);
+    while l0 < lanes {
+        let mut l1 = l0 + 1;
+        while l1 < lanes && starts[l1] - starts[l0] < 1 << 14 {
+            l1 += 1;
+        }
+        let (a, b) = rest.split_at_mut(starts[l1] - starts[l0]);
+        blocks.push((l0..l1, a));
+        rest = b;
+        l0 = l1;
+    }
+    fn pick<'v, R: Copy>(
+        v: &'v [R],
+        l: usize,
+        starts: &[usize],
+        per_lane: bool,
+    ) -> LaneValues<'v, R> {
+        if v.is_empty() {
+            LaneValues::Absent
+        } else if per_lane {
+            LaneValues::One(v[l])
+        } else {
+            LaneValues::Each(&v[starts[l]..starts[l + 1]])
+        }
+    }
+    blocks
+        .into_par_iter()
+        .for_each_init(GradScratch::default, |s, (ls, out)| {
+            let base = starts[ls.start];
+            for l in ls {
+                let run = starts[l]..starts[l + 1];
+                if run.is_empty() {
+                    continue;
+                }
+                let o = &mut out[run.start - base..run.end - base];
+                s.lane(
+                    grad,
+                    &xs[run],
+                    pick(g, l, starts, per_lane),
+                    pick(saved, l, starts, per_lane),
+                    o,
+                );
+            }
+        });
+    Ok(out)
+}
+
 /// The upstream gradient of a VJP over a sparse layout's valid entries.
 #[derive(Debug, Clone, Copy)]
 pub enum SparseUpstream<'a, R> {
@@ -705,41 +1071,71 @@ impl<'a, R> SparseUpstream<'a, R> {
     }
 }
 
+impl<'a, R: crate::element::Element> SparseUpstream<'a, R> {
+    /// The values in the form [`grad_runs`] takes when lane `l` is output position `l`
+    /// (a reduction over trailing dims): one per lane out of `lanes`, 0 for a lane
+    /// missing here; a map's, as they are.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidArgument`] for an output position outside `0..lanes`.
+    pub fn by_lane(&self, lanes: usize) -> Result<std::borrow::Cow<'a, [R]>> {
+        match *self {
+            SparseUpstream::PerElement(v) => Ok(std::borrow::Cow::Borrowed(v)),
+            SparseUpstream::PerLane { ids, values } => {
+                let mut out = vec![R::ZERO; lanes];
+                for (&i, &v) in ids.iter().zip(values) {
+                    *out.get_mut(i).ok_or(MaskedError::InvalidArgument {
+                        name: "gradient",
+                        value: i.to_string(),
+                        reason: "an output position outside the op's output",
+                    })? = v;
+                }
+                Ok(std::borrow::Cow::Owned(out))
+            }
+        }
+    }
+}
+
 /// The VJP of `grad` over the valid entries of a sparse array of `shape`: `flat` holds
 /// their row-major positions (increasing) and `xs` their values; a lane is the set of
 /// entries that agree on every dim outside `reduced` (for a map along `d`, `reduced` is
-/// `[d]`). Returns the gradient of each entry, in the entries' order: the layouts store
-/// it on their own structure, so the result is sparse with the input's valid positions.
-/// Work O(nnz) when the lanes are runs of entries (reduced dims trailing), O(nnz log nnz)
-/// otherwise (a stable sort of the entries by lane).
+/// `[d]`). `saved`, when given, is the forward output in the form of `g`. Returns the
+/// gradient of each entry, in the entries' order: the layouts store it on their own
+/// structure, so the result is sparse with the input's valid positions. Work O(nnz) when
+/// the lanes are runs of entries (reduced dims trailing), O(nnz log nnz) otherwise (a
+/// stable sort of the entries by lane); the lanes then run through [`grad_runs`].
 ///
 /// # Errors
-/// [`MaskedError::InvalidArgument`] when `g` is of the other kind or a map's `g` has
-/// another length than `xs`; [`MaskedError::TooLarge`] when the scratch cannot be had.
-pub fn sparse_lanes<T: crate::element::Element, G: LaneGrad>(
+/// [`MaskedError::InvalidArgument`] when `g` (or `saved`) is of the other kind or a
+/// map's has another length than `xs`; [`MaskedError::TooLarge`] when the scratch cannot
+/// be had.
+pub fn sparse_lanes<'a, T: crate::element::Element, G: LaneGrad>(
     grad: &G,
     shape: &[usize],
     reduced: &[usize],
     flat: &[usize],
     xs: &[T],
-    g: SparseUpstream<'_, T::Real>,
+    g: SparseUpstream<'a, T::Real>,
+    saved: Option<SparseUpstream<'a, T::Real>>,
 ) -> Result<Vec<T::Real>> {
-    use crate::element::{Element, Float};
+    use crate::element::Element;
     use rayon::prelude::*;
+    use std::borrow::Cow;
     let n = xs.len();
-    let kind_ok = match (grad.upstream(), &g) {
+    let kind_ok = |g: &SparseUpstream<'_, T::Real>| match (grad.upstream(), g) {
         (Upstream::PerLane, SparseUpstream::PerLane { ids, values }) => ids.len() == values.len(),
         (Upstream::PerElement, SparseUpstream::PerElement(v)) => v.len() == n,
         _ => false,
     };
-    if !kind_ok || flat.len() != n {
+    if !kind_ok(&g) || !saved.as_ref().is_none_or(kind_ok) || flat.len() != n {
         return Err(MaskedError::InvalidArgument {
             name: "gradient",
             value: grad.name().to_string(),
-            reason: "the upstream gradient must be one value per valid output position \
-                     (a reduction) or per valid input entry (a map)",
+            reason: "the upstream gradient (and a saved output) must be one value per valid \
+                     output position (a reduction) or per valid input entry (a map)",
         });
     }
+    let saved = saved.filter(|_| grad.uses_output());
     // the lane key of each entry: its position over the kept dims, row-major
     let mut stride = vec![0usize; shape.len()];
     let mut acc = 1usize;
@@ -771,49 +1167,47 @@ pub fn sparse_lanes<T: crate::element::Element, G: LaneGrad>(
         o.par_sort_by_key(|&e| keys[e]);
         Some(o)
     };
+    let sorted = |v: &[T::Real]| -> Vec<T::Real> {
+        order
+            .as_ref()
+            .map_or_else(Vec::new, |o| o.iter().map(|&e| v[e]).collect())
+    };
     let at = |i: usize| order.as_ref().map_or(i, |o| o[i]);
-    // lane starts in sorted order, then blocks of whole lanes of about 2^14 entries
     let mut starts: Vec<usize> = (0..n)
         .filter(|&i| i == 0 || keys[at(i)] != keys[at(i - 1)])
         .collect();
     starts.push(n);
-    let mut sorted_out = vec![<T::Real as Element>::ZERO; n];
-    let mut blocks = Vec::new();
-    let (mut rest, mut l0): (&mut [T::Real], usize) = (&mut sorted_out, 0);
-    let lanes = starts.len() - 1;
-    while l0 < lanes {
-        let mut l1 = l0 + 1;
-        while l1 < lanes && starts[l1] - starts[l0] < 1 << 14 {
-            l1 += 1;
+    // a reduction's upstream (or saved output) per lane, 0 for a lane missing from it;
+    // a map's, in lane order
+    let per_lane = |ids: &[usize], values: &[T::Real]| -> Vec<T::Real> {
+        starts[..starts.len() - 1]
+            .iter()
+            .map(|&i| {
+                ids.binary_search(&keys[at(i)])
+                    .map_or(<T::Real as Element>::ZERO, |j| values[j])
+            })
+            .collect()
+    };
+    let lane_values = |u: &SparseUpstream<'a, T::Real>| -> Cow<'a, [T::Real]> {
+        match *u {
+            SparseUpstream::PerLane { ids, values } => Cow::Owned(per_lane(ids, values)),
+            SparseUpstream::PerElement(v) => match order {
+                None => Cow::Borrowed(v),
+                Some(_) => Cow::Owned(sorted(v)),
+            },
         }
-        let (a, b) = rest.split_at_mut(starts[l1] - starts[l0]);
-        blocks.push((l0..l1, a));
-        rest = b;
-        l0 = l1;
-    }
-    blocks.into_par_iter().for_each(|(ls, out)| {
-        let base = starts[ls.start];
-        let (mut x, mut gl, mut o) = (Vec::new(), Vec::new(), Vec::new());
-        for l in ls {
-            let run = starts[l]..starts[l + 1];
-            x.clear();
-            gl.clear();
-            x.extend(run.clone().map(|i| xs[at(i)].to_f64()));
-            match g {
-                SparseUpstream::PerLane { ids, values } => {
-                    let k = keys[at(run.start)];
-                    gl.push(ids.binary_search(&k).map_or(0.0, |j| values[j].to_f64()));
-                }
-                SparseUpstream::PerElement(v) => gl.extend(run.clone().map(|i| v[at(i)].to_f64())),
-            }
-            o.clear();
-            o.resize(x.len(), 0.0);
-            grad.grad(&x, &gl, &mut o);
-            for (i, &v) in run.zip(&o) {
-                out[i - base] = <T::Real as Float>::from_f64(v);
-            }
+    };
+    let gl = lane_values(&g);
+    let yl = saved.as_ref().map_or(Cow::Borrowed(&[][..]), lane_values);
+    let xs_sorted: Vec<T>;
+    let xs_lanes: &[T] = match &order {
+        None => xs,
+        Some(o) => {
+            xs_sorted = o.iter().map(|&e| xs[e]).collect();
+            &xs_sorted
         }
-    });
+    };
+    let sorted_out = grad_runs(grad, &starts, xs_lanes, &gl, &yl)?;
     Ok(match order {
         None => sorted_out,
         Some(o) => {

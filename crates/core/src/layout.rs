@@ -95,11 +95,13 @@ pub trait LaneKernels<T: Element> {
     /// The vector-Jacobian product of a reduction over `dims`: for each lane with a
     /// valid element, `grad` of its valid values and of `g` at the lane's output
     /// position; the result has this input's shape and mask, 0 at invalid positions.
+    /// `saved`, when given, is the forward output (read at the same positions as `g`,
+    /// and only by ops whose [`LaneGrad::uses_output`] says so).
     ///
     /// The default reports that the layout has no gradient kernels.
     ///
     /// # Errors
-    /// Bad dims; `g` not shaped like the reduction's output
+    /// Bad dims; `g` or `saved` not shaped like the reduction's output
     /// ([`MaskedError::ShapeMismatch`](crate::MaskedError::ShapeMismatch));
     /// [`MaskedError::Unsupported`](crate::MaskedError::Unsupported) from the default.
     fn grad_reduced<G: LaneGrad>(
@@ -108,8 +110,9 @@ pub trait LaneKernels<T: Element> {
         dims: &Dims,
         keepdim: bool,
         g: &Self::Reduced<T::Real>,
+        saved: Option<&Self::Reduced<T::Real>>,
     ) -> Result<Self::Mapped<T::Real>> {
-        let _ = (dims, keepdim, g);
+        let _ = (dims, keepdim, g, saved);
         Err(crate::MaskedError::Unsupported {
             op: grad.name(),
             context: "for a VJP on this layout yet".into(),
@@ -123,14 +126,16 @@ pub trait LaneKernels<T: Element> {
     /// The default reports that the layout has no gradient kernels.
     ///
     /// # Errors
-    /// As [`LaneKernels::grad_reduced`], `g` shaped like the input.
+    /// As [`LaneKernels::grad_reduced`], `g` and `saved` shaped like the input (a
+    /// sparse `saved` storing the input's valid positions).
     fn grad_mapped<G: LaneGrad>(
         &self,
         grad: &G,
         dim: isize,
         g: &Self::Mapped<T::Real>,
+        saved: Option<&Self::Mapped<T::Real>>,
     ) -> Result<Self::Mapped<T::Real>> {
-        let _ = (dim, g);
+        let _ = (dim, g, saved);
         Err(crate::MaskedError::Unsupported {
             op: grad.name(),
             context: "for a VJP on this layout yet".into(),

@@ -310,6 +310,44 @@ impl<T: Element, L: LaneKernels<T>> Sink<T, L> for Discard {
     }
 }
 
+/// The forward result of a differentiable op in the input's float type, kept for the
+/// saved forms of its VJP ([`MaskedOps::vjp_reduce_saved`],
+/// [`MaskedOps::vjp_map_saved`]).
+pub enum Forward<T: Element, L: LaneKernels<T> + ?Sized> {
+    /// A reduction's output.
+    Reduced(L::Reduced<T::Real>),
+    /// A map's output (a normalization or unary op).
+    Mapped(L::Mapped<T::Real>),
+    /// An output of another type (an integer index, a count): no VJP reads it.
+    Other,
+}
+
+/// A sink that keeps a result of the input's float type as a [`Forward`], for code
+/// generic over the input type: `apply_to(&x, &req, &KeepForward)` runs the op by name
+/// and keeps what its VJP can read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeepForward;
+
+impl<T: Element, L: LaneKernels<T>> Sink<T, L> for KeepForward {
+    type Out = Forward<T, L>;
+    fn reduced<O: Element>(&self, r: L::Reduced<O>) -> Forward<T, L> {
+        if crate::prebuilt::is::<O, T::Real>() {
+            // SAFETY: O is T::Real (equal TypeIds of 'static types): an identity move.
+            Forward::Reduced(unsafe { crate::prebuilt::same(r) })
+        } else {
+            Forward::Other
+        }
+    }
+    fn mapped<O: Element>(&self, m: L::Mapped<O>) -> Forward<T, L> {
+        if crate::prebuilt::is::<O, T::Real>() {
+            // SAFETY: as above.
+            Forward::Mapped(unsafe { crate::prebuilt::same(m) })
+        } else {
+            Forward::Other
+        }
+    }
+}
+
 /// Checks that at most one dim was named (argmax/argmin).
 ///
 /// # Errors
@@ -327,7 +365,62 @@ pub fn at_most_one(op: &'static str, d: Dims) -> Result<Dims> {
 
 /// Checks that `req` asks for a gradient this module computes: an op of one of `kinds`,
 /// differentiable, on float input, without a dtype cast.
-fn check_grad<T: Element>(req: &OpRequest, kinds: &[Kind]) -> Result<()> {
+/// The gradient kernel of a reduction, handed the op's [`LaneGrad`] by [`visit_grad`].
+struct ReduceGrad<'a, T: Element, L: LaneKernels<T> + ?Sized> {
+    a: &'a L,
+    req: &'a OpRequest,
+    g: &'a L::Reduced<T::Real>,
+    saved: Option<&'a L::Reduced<T::Real>>,
+}
+
+impl<T: Element, L: LaneKernels<T> + ?Sized> GradVisitor for ReduceGrad<'_, T, L> {
+    type Out = L::Mapped<T::Real>;
+    fn visit<G: LaneGrad>(self, grad: &G) -> Result<Self::Out> {
+        let (dims, keepdim) = (&self.req.dims, self.req.keepdim);
+        self.a.grad_reduced(grad, dims, keepdim, self.g, self.saved)
+    }
+}
+
+/// The gradient kernel of a map, handed the op's [`LaneGrad`] by [`visit_grad`].
+struct MapGrad<'a, T: Element, L: LaneKernels<T> + ?Sized> {
+    a: &'a L,
+    dim: isize,
+    g: &'a L::Mapped<T::Real>,
+    saved: Option<&'a L::Mapped<T::Real>>,
+}
+
+impl<T: Element, L: LaneKernels<T> + ?Sized> GradVisitor for MapGrad<'_, T, L> {
+    type Out = L::Mapped<T::Real>;
+    fn visit<G: LaneGrad>(self, grad: &G) -> Result<Self::Out> {
+        self.a.grad_mapped(grad, self.dim, self.g, self.saved)
+    }
+}
+
+/// [`MaskedOps::vjp_map`] and [`MaskedOps::vjp_map_saved`].
+fn vjp_map_with<T: Element, L: LaneKernels<T> + ?Sized>(
+    a: &L,
+    req: &OpRequest,
+    saved: Option<&L::Mapped<T::Real>>,
+    g: &L::Mapped<T::Real>,
+) -> Result<L::Mapped<T::Real>> {
+    check_grad::<T>(req, &[Kind::Normalize, Kind::Unary])?;
+    let dim = if req.op.kind() == Kind::Unary {
+        -1
+    } else {
+        req.one_dim()?
+    };
+    visit_grad(req, MapGrad { a, dim, g, saved })
+}
+
+/// Checks that `req` has a VJP on input of type `T` and is of one of `kinds` (what
+/// [`MaskedOps::vjp_reduce`] and [`MaskedOps::vjp_map`] check first; public for a
+/// layout's own forms, such as the dense layout's `vjp_into`).
+///
+/// # Errors
+/// [`MaskedError::NotDifferentiable`] for an op without a gradient or integer and bool
+/// input; [`MaskedError::InvalidArgument`] for an op of another kind;
+/// [`MaskedError::Unsupported`] for a request with a dtype cast.
+pub fn check_grad<T: Element>(req: &OpRequest, kinds: &[Kind]) -> Result<()> {
     let op = req.op.name();
     if !req.op.differentiable() {
         return Err(MaskedError::NotDifferentiable {
@@ -540,7 +633,9 @@ macro_rules! registry {
     (@grad $on:ident $name:ident $v:ident elementwise) => {
         Err(MaskedError::Unsupported {
             op: stringify!($name),
-            context: "for a VJP yet: the binary elementwise ops' gradients are not built".into(),
+            context: "through vjp_reduce or vjp_map: a binary op's VJP is the dense \
+                      layout's vjp_binary (sparse operands not yet)"
+                .into(),
         })
     };
     (@grad all $name:ident $v:ident lanes($gv:expr)) => { $v.visit(&$gv) };
@@ -957,8 +1052,10 @@ registry! {
         /// `g`, the upstream gradient shaped like the reduction's output (read only at
         /// output positions whose lane has a valid element). The result has this input's
         /// shape, mask and layout, 0 at invalid positions; no NaN comes from a masked-out
-        /// position or a fully masked lane. The forward op is not recomputed: each lane's
-        /// gradient is computed from its valid values.
+        /// position or a fully masked lane. This is the convenience form: what the
+        /// gradient needs of the forward pass (a lane's extremum, norm, logsumexp or
+        /// median) is recomputed from the lane's valid values. When the forward output is
+        /// at hand, [`MaskedOps::vjp_reduce_saved`] takes it instead.
         ///
         /// ```
         /// use masked::by_name::OpRequest;
@@ -982,18 +1079,53 @@ registry! {
         /// layout without gradient kernels ([`MaskedError::Unsupported`]).
         fn vjp_reduce(&self, req: &OpRequest, g: &Self::Reduced<T::Real>) -> Result<Self::Mapped<T::Real>> {
             check_grad::<T>(req, &[Kind::Reduce, Kind::ReduceOne])?;
-            struct V<'a, T: Element, L: LaneKernels<T> + ?Sized> {
-                a: &'a L,
-                req: &'a OpRequest,
-                g: &'a L::Reduced<T::Real>,
-            }
-            impl<T: Element, L: LaneKernels<T> + ?Sized> GradVisitor for V<'_, T, L> {
-                type Out = L::Mapped<T::Real>;
-                fn visit<G: LaneGrad>(self, grad: &G) -> Result<Self::Out> {
-                    self.a.grad_reduced(grad, &self.req.dims, self.req.keepdim, self.g)
-                }
-            }
-            visit_grad(req, V { a: self, req, g })
+            visit_grad(req, ReduceGrad { a: self, req, g, saved: None })
+        }
+        /// [`MaskedOps::vjp_reduce`] given `output`, the forward result of the same
+        /// request on the same input (saved by the caller's forward pass), so the backward
+        /// pass does not redo the forward's work. Which ops read it (the others
+        /// recompute, as the convenience form):
+        ///
+        /// | op | reads from the saved output |
+        /// |---|---|
+        /// | amax, amin (and nan-) | the extremum: ties found in one pass, no search |
+        /// | logsumexp (and nan-) | `lse`: the gradient is `g · exp(x - lse)`, no max or sum |
+        /// | norm | the norm: no second pass of powers |
+        /// | std (and nan-) | the spread (var needs only the mean: one pass either way) |
+        /// | median, quantile (and nan-), when the output is one order statistic | the value names the element: one counting pass, no selection |
+        ///
+        /// The result equals the convenience form's up to the rounding of the saved
+        /// output to the input's type (exactly, for amax, amin, median and quantile).
+        /// A saved output that is not the forward result gives a wrong gradient (it
+        /// is trusted, not checked) but never a panic.
+        ///
+        /// ```
+        /// use masked::by_name::OpRequest;
+        /// use masked::prelude::*;
+        /// use ndarray::array;
+        /// let x = MaskedArray::from_bool_mask(
+        ///     array![[1.0f64, 5.0, 5.0], [2.0, 9.0, 4.0]],
+        ///     array![[true, true, true], [true, false, false]],
+        /// )?;
+        /// let req = OpRequest::new("median")?.dims(1);
+        /// let y = x.reduce(&req)?.into_float()?; // the forward pass, kept
+        /// let g = MaskedArray::unmasked(array![1.0f64, 1.0].into_dyn());
+        /// let dx = x.vjp_reduce_saved(&req, &y, &g)?;
+        /// assert_eq!(dx.values(), &array![[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]);
+        /// assert_eq!(dx, x.vjp_reduce(&req, &g)?);
+        /// # Ok::<(), masked::MaskedError>(())
+        /// ```
+        ///
+        /// # Errors
+        /// As [`MaskedOps::vjp_reduce`]; `output` of another shape than `g`.
+        fn vjp_reduce_saved(
+            &self,
+            req: &OpRequest,
+            output: &Self::Reduced<T::Real>,
+            g: &Self::Reduced<T::Real>,
+        ) -> Result<Self::Mapped<T::Real>> {
+            check_grad::<T>(req, &[Kind::Reduce, Kind::ReduceOne])?;
+            visit_grad(req, ReduceGrad { a: self, req, g, saved: Some(output) })
         }
         /// The vector-Jacobian product of a normalization (softmax, log_softmax,
         /// softmin, normalize, cumsum, cumprod along `req`'s one dim) or of a unary
@@ -1005,20 +1137,41 @@ registry! {
         /// # Errors
         /// As [`MaskedOps::vjp_reduce`], for a normalization.
         fn vjp_map(&self, req: &OpRequest, g: &Self::Mapped<T::Real>) -> Result<Self::Mapped<T::Real>> {
-            check_grad::<T>(req, &[Kind::Normalize, Kind::Unary])?;
-            struct V<'a, T: Element, L: LaneKernels<T> + ?Sized> {
-                a: &'a L,
-                dim: isize,
-                g: &'a L::Mapped<T::Real>,
-            }
-            impl<T: Element, L: LaneKernels<T> + ?Sized> GradVisitor for V<'_, T, L> {
-                type Out = L::Mapped<T::Real>;
-                fn visit<G: LaneGrad>(self, grad: &G) -> Result<Self::Out> {
-                    self.a.grad_mapped(grad, self.dim, self.g)
-                }
-            }
-            let dim = if req.op.kind() == Kind::Unary { -1 } else { req.one_dim()? };
-            visit_grad(req, V { a: self, dim, g })
+            vjp_map_with(self, req, None, g)
+        }
+        /// [`MaskedOps::vjp_map`] given `output`, the forward result of the same request
+        /// on the same input. softmax and softmin read it for `y` and have no `exp` left
+        /// to do; log_softmax computes `exp(y)` (no max, no sum). The other maps
+        /// recompute, as the convenience form. The result equals the convenience form's
+        /// up to the rounding of the saved output to the input's type; a saved output
+        /// that is not the forward result is trusted, not checked.
+        ///
+        /// ```
+        /// use masked::by_name::OpRequest;
+        /// use masked::prelude::*;
+        /// use ndarray::array;
+        /// let x = MaskedArray::from_bool_mask(
+        ///     array![[0.0f64, 0.0, 7.0]],
+        ///     array![[true, true, false]],
+        /// )?;
+        /// let req = OpRequest::new("softmax")?.dims(1);
+        /// let y = x.normalize(&req)?; // [[0.5, 0.5, 0]]
+        /// let g = MaskedArray::unmasked(array![[1.0f64, 0.0, 5.0]]);
+        /// let dx = x.vjp_map_saved(&req, &y, &g)?;
+        /// // y (g - y·g) = [0.5 (1 - 0.5), 0.5 (0 - 0.5)]
+        /// assert_eq!(dx.values(), &array![[0.25, -0.25, 0.0]]);
+        /// # Ok::<(), masked::MaskedError>(())
+        /// ```
+        ///
+        /// # Errors
+        /// As [`MaskedOps::vjp_map`]; `output` of another shape than the input.
+        fn vjp_map_saved(
+            &self,
+            req: &OpRequest,
+            output: &Self::Mapped<T::Real>,
+            g: &Self::Mapped<T::Real>,
+        ) -> Result<Self::Mapped<T::Real>> {
+            vjp_map_with(self, req, Some(output), g)
         }
         /// The values converted to `D` (torch's `.to(dtype)`), with the same mask and, on a
         /// sparse layout, the same positions. Floats round to nearest; into an integer

@@ -13,6 +13,7 @@ use masked_core::{
     not_nan_words, wrap_dim, Dims, Element, Fold, LaneGrad, LaneKernels, LaneMap, LaneStat,
     MaskedError, Result, SparseArray,
 };
+use masked_kernels::pack::compress_into;
 use masked_kernels::{fresh_vec, Bits};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -271,11 +272,16 @@ impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
         dims: &Dims,
         keepdim: bool,
         g: &SparseArray<T::Real>,
+        saved: Option<&SparseArray<T::Real>>,
     ) -> Result<SparseArray<T::Real>> {
         let reduced = dims.canonical(self.shape().len())?;
         let want = self.out_shape(&reduced, keepdim);
-        let up = SparseUpstream::reduced(grad.name(), g, want)?;
-        self.grad_entries(grad, &reduced, up, None)
+        let up = SparseUpstream::reduced(grad.name(), g, want.clone())?;
+        let saved = match saved.filter(|_| grad.uses_output()) {
+            Some(y) => Some(SparseUpstream::reduced(grad.name(), y, want)?),
+            None => None,
+        };
+        self.grad_entries(grad, &reduced, up, saved, &[])
     }
 
     /// Along any one dim; `g` stores exactly the valid entries (as the forward map's
@@ -285,22 +291,30 @@ impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
         grad: &G,
         dim: isize,
         g: &SparseArray<T::Real>,
+        saved: Option<&SparseArray<T::Real>>,
     ) -> Result<SparseArray<T::Real>> {
         let d = wrap_dim(dim, self.shape().len())?;
         let up = SparseUpstream::PerElement(g.values());
-        self.grad_entries(grad, &[d], up, Some(g))
+        match saved.filter(|_| grad.uses_output()) {
+            Some(y) => {
+                let ys = SparseUpstream::PerElement(y.values());
+                self.grad_entries(grad, &[d], up, Some(ys), &[g, y])
+            }
+            None => self.grad_entries(grad, &[d], up, None, &[g]),
+        }
     }
 }
 
 impl<T: Element> CooLanes<'_, T> {
     /// A gradient over the valid entries, stored at their positions; a map's upstream
-    /// `g` must store exactly those positions.
+    /// and saved output (`stored_at_valid`) must store exactly those positions.
     fn grad_entries<G: LaneGrad>(
         &self,
         grad: &G,
         reduced: &[usize],
         up: SparseUpstream<'_, T::Real>,
-        map_g: Option<&SparseArray<T::Real>>,
+        saved: Option<SparseUpstream<'_, T::Real>>,
+        stored_at_valid: &[&SparseArray<T::Real>],
     ) -> Result<SparseArray<T::Real>> {
         if self.fill {
             return Err(MaskedError::densifying("a gradient"));
@@ -308,22 +322,23 @@ impl<T: Element> CooLanes<'_, T> {
         let mut flat = self.pattern.flat();
         let mut xs: Cow<'_, [T]> = Cow::Borrowed(self.values);
         if let Some(w) = self.valid.as_deref() {
-            let bits = Bits::new(w, 0);
-            let keep = |k: &usize| bits.get(*k);
-            flat = (0..flat.len()).filter(keep).map(|k| flat[k]).collect();
-            xs = Cow::Owned((0..xs.len()).filter(keep).map(|k| xs[k]).collect());
+            let bits = Some(Bits::new(w, 0));
+            let (mut f, mut v) = (Vec::new(), Vec::new());
+            compress_into(&flat, bits, &mut f);
+            compress_into(self.values, bits, &mut v);
+            (flat, xs) = (f, Cow::Owned(v));
         }
-        if let Some(g) = map_g {
-            if g.shape() != self.shape() || g.indices() != flat.as_slice() {
+        for m in stored_at_valid {
+            if m.shape() != self.shape() || m.indices() != flat.as_slice() {
                 return Err(MaskedError::InvalidArgument {
                     name: "gradient",
                     value: grad.name().to_string(),
-                    reason: "the upstream gradient of a map must store exactly the input's \
-                             valid positions",
+                    reason: "a map's VJP takes an upstream gradient (and a saved output) \
+                             stored exactly at the input's valid positions",
                 });
             }
         }
-        let values = sparse_lanes(grad, self.shape(), reduced, &flat, &xs, up)?;
+        let values = sparse_lanes(grad, self.shape(), reduced, &flat, &xs, up, saved)?;
         SparseArray::new(self.shape().to_vec(), flat, values)
     }
 }

@@ -321,8 +321,12 @@ impl<T: Element> LaneKernels<T> for MaskedCoo<T> {
         dims: &Dims,
         keepdim: bool,
         g: &SparseArray<T::Real>,
+        saved: Option<&SparseArray<T::Real>>,
     ) -> Result<MaskedCoo<T::Real>> {
-        Ok(self.lanes().grad_reduced(grad, dims, keepdim, g)?.into())
+        Ok(self
+            .lanes()
+            .grad_reduced(grad, dims, keepdim, g, saved)?
+            .into())
     }
 
     fn grad_mapped<G: LaneGrad>(
@@ -330,12 +334,23 @@ impl<T: Element> LaneKernels<T> for MaskedCoo<T> {
         grad: &G,
         dim: isize,
         g: &MaskedCoo<T::Real>,
+        saved: Option<&MaskedCoo<T::Real>>,
     ) -> Result<MaskedCoo<T::Real>> {
-        // the upstream as the lanes see it: its valid entries and their positions (a
-        // mask-free upstream counts its stored entries)
-        let gl = g.lanes();
-        let upstream = SparseArray::new(g.shape().to_vec(), gl.pattern.flat(), gl.values.to_vec())?;
-        Ok(self.lanes().grad_mapped(grad, dim, &upstream)?.into())
+        // the upstream (and saved output) as the lanes see them: stored positions and
+        // values
+        let stored = |m: &MaskedCoo<T::Real>| {
+            let l = m.lanes();
+            SparseArray::new(m.shape().to_vec(), l.pattern.flat(), l.values.to_vec())
+        };
+        let upstream = stored(g)?;
+        let saved = saved
+            .filter(|_| grad.uses_output())
+            .map(stored)
+            .transpose()?;
+        Ok(self
+            .lanes()
+            .grad_mapped(grad, dim, &upstream, saved.as_ref())?
+            .into())
     }
 }
 

@@ -5,7 +5,7 @@
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::partition::{groups, row_tasks};
 use crate::prebuilt;
-use masked_core::grad::{sparse_lanes, SparseUpstream};
+use masked_core::grad::{grad_runs, sparse_lanes, SparseUpstream};
 use masked_core::prebuilt::{is, same};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
@@ -360,10 +360,15 @@ impl<'a, T: Element, I: SpIndex + 'static> LaneKernels<T> for CsrLanes<'a, T, I>
         dims: &Dims,
         keepdim: bool,
         g: &SparseArray<T::Real>,
+        saved: Option<&SparseArray<T::Real>>,
     ) -> Result<CsrMapped<'a, T::Real, I>> {
         let want = out_shape(self.shape, axis(dims)?, keepdim);
-        let up = SparseUpstream::reduced(grad.name(), g, want)?;
-        self.grad_entries(grad, &dims.canonical(2)?, up)
+        let up = SparseUpstream::reduced(grad.name(), g, want.clone())?;
+        let saved = match saved.filter(|_| grad.uses_output()) {
+            Some(y) => Some(SparseUpstream::reduced(grad.name(), y, want)?),
+            None => None,
+        };
+        self.grad_entries(grad, &dims.canonical(2)?, up, saved)
     }
 
     /// Along dim 1 or 0; `g` stores exactly the valid entries (as the forward map's
@@ -373,21 +378,27 @@ impl<'a, T: Element, I: SpIndex + 'static> LaneKernels<T> for CsrLanes<'a, T, I>
         grad: &G,
         dim: isize,
         g: &CsrMapped<'a, T::Real, I>,
+        saved: Option<&CsrMapped<'a, T::Real, I>>,
     ) -> Result<CsrMapped<'a, T::Real, I>> {
         let d = wrap_dim(dim, 2)?;
         let (ptr, idx) = self.valid_structure()?;
-        if g.shape() != self.shape
-            || g.indptr().raw_storage() != ptr.as_slice()
-            || g.indices() != &idx[..]
-        {
-            return Err(MaskedError::InvalidArgument {
-                name: "gradient",
-                value: grad.name().to_string(),
-                reason: "the upstream gradient of a map must store exactly the input's valid \
-                         positions",
-            });
+        let saved = saved.filter(|_| grad.uses_output());
+        for (m, what) in [(Some(g), "upstream gradient"), (saved, "saved output")] {
+            let Some(m) = m else { continue };
+            // the same arrays (the forward output shares them) or equal ones
+            let same = |a: &[usize], b: &[usize]| std::ptr::eq(a, b) || a == b;
+            let same_idx = std::ptr::eq(m.indices(), &idx[..]) || m.indices() == &idx[..];
+            if m.shape() != self.shape || !same(m.indptr().raw_storage(), &ptr) || !same_idx {
+                return Err(MaskedError::InvalidArgument {
+                    name: what,
+                    value: grad.name().to_string(),
+                    reason: "a map's VJP takes values stored exactly at the input's valid \
+                             positions",
+                });
+            }
         }
-        self.grad_entries(grad, &[d], SparseUpstream::PerElement(g.data()))
+        let saved = saved.map(|y| SparseUpstream::PerElement(y.data()));
+        self.grad_entries(grad, &[d], SparseUpstream::PerElement(g.data()), saved)
     }
 }
 
@@ -422,18 +433,33 @@ impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
         grad: &G,
         reduced: &[usize],
         g: SparseUpstream<'_, T::Real>,
+        saved: Option<SparseUpstream<'_, T::Real>>,
     ) -> Result<CsrMapped<'a, T::Real, I>> {
         let (ptr, idx) = self.valid_structure()?;
         let ncols = self.shape.1;
-        let mut flat = Vec::with_capacity(idx.len());
-        let mut xs = Vec::with_capacity(idx.len());
-        for r in 0..self.shape.0 {
-            for k in self.row(r).filter(|&k| self.is_valid(k)) {
-                flat.push(r * ncols + self.col(k));
-                xs.push(self.values[k]);
+        // the valid values, in order: the stored ones themselves when the mask is the
+        // pattern, else packed by the mask bits
+        let xs: Cow<'_, [T]> = match self.valid.as_deref() {
+            None => Cow::Borrowed(self.values),
+            Some(w) => {
+                let mut v = Vec::new();
+                compress_into(self.values, Some(Bits::new(w, 0)), &mut v);
+                Cow::Owned(v)
             }
-        }
-        let values = sparse_lanes(grad, &[self.shape.0, ncols], reduced, &flat, &xs, g)?;
+        };
+        let values = if reduced == [1] {
+            // rows are the lanes, already runs: no keys, no positions, no sort
+            let rows = self.shape.0;
+            let yl = saved.map(|y| y.by_lane(rows)).transpose()?;
+            let yl = yl.as_deref().unwrap_or(&[]);
+            grad_runs(grad, &ptr, &xs, &g.by_lane(rows)?, yl)?
+        } else {
+            let mut flat = Vec::with_capacity(idx.len());
+            for r in 0..self.shape.0 {
+                flat.extend((ptr[r]..ptr[r + 1]).map(|k| r * ncols + idx[k].index()));
+            }
+            sparse_lanes(grad, &[self.shape.0, ncols], reduced, &flat, &xs, g, saved)?
+        };
         // SAFETY: the valid entries of this validated structure, in order: a subset of
         // each row's sorted, in-range indices, with prefix-sum row pointers.
         Ok(unsafe {

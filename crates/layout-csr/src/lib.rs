@@ -358,8 +358,9 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> LaneKernels<T>
         dims: &Dims,
         keepdim: bool,
         g: &SparseArray<T::Real>,
+        saved: Option<&SparseArray<T::Real>>,
     ) -> Result<CsrMapped<'m, T::Real, I>> {
-        self.owned_by_input(self.lanes().grad_reduced(grad, dims, keepdim, g)?)
+        self.owned_by_input(self.lanes().grad_reduced(grad, dims, keepdim, g, saved)?)
     }
 
     fn grad_mapped<G: LaneGrad>(
@@ -367,8 +368,9 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> LaneKernels<T>
         grad: &G,
         dim: isize,
         g: &CsrMapped<'m, T::Real, I>,
+        saved: Option<&CsrMapped<'m, T::Real, I>>,
     ) -> Result<CsrMapped<'m, T::Real, I>> {
-        self.owned_by_input(self.lanes().grad_mapped(grad, dim, g)?)
+        self.owned_by_input(self.lanes().grad_mapped(grad, dim, g, saved)?)
     }
 }
 

@@ -10,7 +10,7 @@ use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn, OwnedRepr, RawData, Vie
 
 /// Checks that `grad` takes the upstream kind `want` and that `g` has the shape `shape`
 /// (the forward output's).
-fn check_upstream<G: LaneGrad>(
+pub(crate) fn check_upstream<G: LaneGrad>(
     grad: &G,
     want: Upstream,
     g: &[usize],
@@ -37,6 +37,28 @@ fn check_upstream<G: LaneGrad>(
         });
     }
     Ok(())
+}
+
+/// The saved forward output's values in row-major order when the op reads them (empty
+/// otherwise), after checking its shape against the output's.
+pub(crate) fn saved_values<'a, G: LaneGrad, R: Element, S: Data<Elem = R>, E: Dimension>(
+    grad: &G,
+    saved: Option<&'a MaskedArray<S, E>>,
+    want: &[usize],
+) -> Result<std::borrow::Cow<'a, [R]>> {
+    match saved {
+        Some(y) if grad.uses_output() => {
+            if y.shape() != want {
+                return Err(MaskedError::ShapeMismatch {
+                    what: format!("the saved output of {} and the op's output", grad.name()),
+                    left: y.shape().to_vec(),
+                    right: want.to_vec(),
+                });
+            }
+            Ok(y.row_major())
+        }
+        _ => Ok(std::borrow::Cow::Borrowed(&[])),
+    }
 }
 
 /// A dense array with an optional validity mask (`true` = valid).
@@ -188,7 +210,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// The values in row-major order: borrowed when the array is in standard layout,
     /// copied otherwise.
-    fn row_major(&self) -> std::borrow::Cow<'_, [T]> {
+    pub(crate) fn row_major(&self) -> std::borrow::Cow<'_, [T]> {
         match self.data.as_slice() {
             Some(s) => std::borrow::Cow::Borrowed(s),
             None => std::borrow::Cow::Owned(self.data.iter().copied().collect()),
@@ -217,8 +239,12 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         kernel: impl FnOnce(&[T], Option<Bits<'_>>, &mut [T::Real]),
     ) -> Result<MaskedArray<OwnedRepr<T::Real>, D>> {
         let n = self.data.len();
-        let mut out = try_vec(n, || format!("a gradient of {n} values"))?;
-        out.resize(n, <T::Real as Element>::ZERO);
+        // the size checked fallibly, then a lazily zeroed buffer on huge pages (the
+        // kernels write only valid positions; a zeroing pass would fault every page)
+        drop(try_vec::<T::Real>(n, || {
+            format!("a gradient of {n} values")
+        })?);
+        let mut out = masked_kernels::fresh_vec::<T::Real>(n);
         let xs = self.row_major();
         kernel(&xs, self.mask.as_ref().map(BitMask::bits), &mut out);
         let mask = self
@@ -240,6 +266,124 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
             data,
             mask: Some(mask),
         })
+    }
+}
+
+impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
+    /// The VJP of `req` (a reduction, normalization or unary op, as
+    /// [`MaskedOps::vjp_reduce`](masked_core::MaskedOps::vjp_reduce) and
+    /// [`MaskedOps::vjp_map`](masked_core::MaskedOps::vjp_map) take them) written into
+    /// `out`, a caller's buffer of this array's element count, row-major: every position
+    /// is written (0 at invalid ones), and a training loop that reuses the buffer takes
+    /// no fresh-page faults. The gradient's mask is this array's. `saved` is the forward
+    /// output, read as the saved forms read it (`None`: recompute); `g` is shaped like
+    /// the forward output.
+    ///
+    /// ```
+    /// use masked::by_name::OpRequest;
+    /// use masked::prelude::*;
+    /// use ndarray::array;
+    /// let x = MaskedArray::from_bool_mask(
+    ///     array![[1.0f64, 5.0, 5.0], [2.0, 9.0, 4.0]],
+    ///     array![[true, true, true], [true, false, false]],
+    /// )?;
+    /// let g = MaskedArray::unmasked(array![1.0f64, 1.0].into_dyn());
+    /// let mut dx = vec![f64::NAN; 6]; // overwritten everywhere
+    /// x.vjp_into(&OpRequest::new("amax")?.dims(1), None, &g, &mut dx)?;
+    /// assert_eq!(dx, [0.0, 0.5, 0.5, 1.0, 0.0, 0.0]);
+    /// # Ok::<(), masked::MaskedError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As the convenience forms; [`MaskedError::InvalidData`] for a buffer of another
+    /// length.
+    pub fn vjp_into<S2, E2, S3, E3>(
+        &self,
+        req: &masked_core::OpRequest,
+        saved: Option<&MaskedArray<S3, E3>>,
+        g: &MaskedArray<S2, E2>,
+        out: &mut [T::Real],
+    ) -> Result<()>
+    where
+        S2: Data<Elem = T::Real>,
+        E2: Dimension,
+        S3: Data<Elem = T::Real>,
+        E3: Dimension,
+    {
+        use masked_core::{check_grad, visit_grad, GradVisitor, Kind};
+        check_grad::<T>(
+            req,
+            &[Kind::Reduce, Kind::ReduceOne, Kind::Normalize, Kind::Unary],
+        )?;
+        let n = self.data.len();
+        if out.len() != n {
+            return Err(MaskedError::InvalidData(format!(
+                "{}: a gradient buffer of {} elements for an input of {n}",
+                req.op.name(),
+                out.len()
+            )));
+        }
+        struct V<'a, T: Element, S3: Data<Elem = T::Real>, E3: Dimension> {
+            req: &'a masked_core::OpRequest,
+            shape: &'a [usize],
+            xs: &'a [T],
+            bits: Option<Bits<'a>>,
+            g: &'a [T::Real],
+            g_shape: &'a [usize],
+            saved: Option<&'a MaskedArray<S3, E3>>,
+            out: &'a mut [T::Real],
+        }
+        impl<T: Element, S3: Data<Elem = T::Real>, E3: Dimension> GradVisitor for V<'_, T, S3, E3> {
+            type Out = ();
+            fn visit<G: LaneGrad>(self, grad: &G) -> Result<()> {
+                let V {
+                    req,
+                    shape,
+                    xs,
+                    bits,
+                    g,
+                    g_shape,
+                    saved,
+                    out,
+                } = self;
+                if grad.upstream() == Upstream::PerLane {
+                    let plan = ReducePlan::new(shape, &req.dims, req.keepdim)?;
+                    check_upstream(grad, Upstream::PerLane, g_shape, &plan.out_shape)?;
+                    let yv = saved_values(grad, saved, &plan.out_shape)?;
+                    crate::grad::grad_reduce(grad, xs, bits, &plan, g, &yv, out, false);
+                } else {
+                    let d = if req.op.kind() == masked_core::Kind::Unary {
+                        shape.len().saturating_sub(1)
+                    } else {
+                        wrap_dim(req.one_dim()?, shape.len())?
+                    };
+                    check_upstream(grad, Upstream::PerElement, g_shape, shape)?;
+                    let yv = saved_values(grad, saved, shape)?;
+                    if shape.is_empty() {
+                        // 0-d: one lane of one element
+                        crate::grad::grad_map(grad, xs, bits, &[1], 0, g, &yv, out, false);
+                    } else {
+                        crate::grad::grad_map(grad, xs, bits, shape, d, g, &yv, out, false);
+                    }
+                }
+                Ok(())
+            }
+        }
+        let xs = self.row_major();
+        let gv = g.row_major();
+        visit_grad(
+            req,
+            V {
+                req,
+                shape: self.data.shape(),
+                xs: &xs,
+                bits: self.mask.as_ref().map(BitMask::bits),
+                g: &gv,
+                g_shape: g.shape(),
+                saved,
+                out,
+            },
+        )
     }
 }
 
@@ -292,11 +436,15 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray
         dims: &Dims,
         keepdim: bool,
         g: &MaskedArrayD<T::Real>,
+        saved: Option<&MaskedArrayD<T::Real>>,
     ) -> Result<MaskedArray<OwnedRepr<T::Real>, D>> {
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
         check_upstream(grad, Upstream::PerLane, g.shape(), &plan.out_shape)?;
         let gv = g.row_major();
-        self.grad_with(|xs, bits, out| crate::grad::grad_reduce(grad, xs, bits, &plan, &gv, out))
+        let yv = saved_values(grad, saved, &plan.out_shape)?;
+        self.grad_with(|xs, bits, out| {
+            crate::grad::grad_reduce(grad, xs, bits, &plan, &gv, &yv, out, true)
+        })
     }
 
     fn grad_mapped<G: LaneGrad>(
@@ -304,12 +452,21 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray
         grad: &G,
         dim: isize,
         g: &MaskedArray<OwnedRepr<T::Real>, D>,
+        saved: Option<&MaskedArray<OwnedRepr<T::Real>, D>>,
     ) -> Result<MaskedArray<OwnedRepr<T::Real>, D>> {
         let shape = self.data.shape();
-        let d = wrap_dim(dim, shape.len())?;
         check_upstream(grad, Upstream::PerElement, g.shape(), shape)?;
         let gv = g.row_major();
-        self.grad_with(|xs, bits, out| crate::grad::grad_map(grad, xs, bits, shape, d, &gv, out))
+        let yv = saved_values(grad, saved, shape)?;
+        // a 0-d input (a unary op's) is one lane of one element
+        let (shape, d) = if shape.is_empty() && (dim == 0 || dim == -1) {
+            (&[1][..], 0)
+        } else {
+            (shape, wrap_dim(dim, shape.len())?)
+        };
+        self.grad_with(|xs, bits, out| {
+            crate::grad::grad_map(grad, xs, bits, shape, d, &gv, &yv, out, true)
+        })
     }
 
     fn fold_lanes<F: Fold<T>>(

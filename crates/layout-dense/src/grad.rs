@@ -4,62 +4,149 @@
 //! map along the last dim) and the blocks of a map along another dim run in parallel;
 //! a reduction over leading or scattered dims groups its lanes' positions first.
 
-use masked_core::{Bits, Element, Float, LaneGrad, ReducePlan, Upstream};
+use masked_core::grad::{GradScratch, LaneValues};
+use masked_core::{Bits, Element, LaneGrad, ReducePlan, Upstream};
+use masked_kernels::pack::{compress_to, expand_to};
 use rayon::prelude::*;
 
-/// Per-task scratch: a lane's valid values, upstream gradients, results and positions.
-#[derive(Default)]
-struct Scratch {
-    x: Vec<f64>,
-    g: Vec<f64>,
-    o: Vec<f64>,
-    at: Vec<usize>,
-}
-
-/// Where the upstream gradient of a lane comes from.
+/// Where a lane's upstream gradient (or saved forward output) comes from, unpacked.
 #[derive(Clone, Copy)]
-enum LaneG<'a, R> {
+enum Src<'a, R> {
+    /// Nothing (a saved output not given).
+    Absent,
     /// One value for the whole lane.
-    One(f64),
-    /// One value per element, at the element's own position (minus the region's base).
+    One(R),
+    /// One value per position, aligned with the lane's values.
     Each(&'a [R]),
 }
 
-impl Scratch {
-    /// One lane: `positions` are flat positions in row-major order (relative to the
-    /// region `out` and `xs` start at); invalid ones are skipped.
-    fn lane<T: Element, G: LaneGrad>(
+/// Per-task scratch: a lane's packed valid values, upstream, saved output and result,
+/// their positions (for lanes that are not contiguous), and the `f64` lane scratch.
+struct Scratch<T, R> {
+    x: Vec<T>,
+    g: Vec<R>,
+    y: Vec<R>,
+    o: Vec<R>,
+    at: Vec<usize>,
+    lane: GradScratch,
+}
+
+impl<T, R> Default for Scratch<T, R> {
+    fn default() -> Self {
+        Scratch {
+            x: Vec::new(),
+            g: Vec::new(),
+            y: Vec::new(),
+            o: Vec::new(),
+            at: Vec::new(),
+            lane: GradScratch::default(),
+        }
+    }
+}
+
+/// `src` packed by `bits` into `buf` (a lane-wide `Each`), or passed through.
+fn packed<'a, R: Copy>(
+    src: Src<'a, R>,
+    bits: Option<Bits<'_>>,
+    buf: &'a mut Vec<R>,
+    zero: R,
+) -> LaneValues<'a, R> {
+    match (src, bits) {
+        (Src::Absent, _) => LaneValues::Absent,
+        (Src::One(v), _) => LaneValues::One(v),
+        (Src::Each(v), None) => LaneValues::Each(v),
+        (Src::Each(v), Some(b)) => {
+            buf.resize(v.len(), zero);
+            let n = compress_to(v, b, buf);
+            LaneValues::Each(&buf[..n])
+        }
+    }
+}
+
+impl<T: Element> Scratch<T, T::Real> {
+    /// A contiguous lane: `xs`, `out` (zeroed) and any `Each` source are the lane's
+    /// positions in order, `bits` its validity (none: all valid). The valid values are
+    /// packed with the mask (AVX-512 compress where the CPU has it), the gradient
+    /// computed packed, and spread back with 0 at the invalid positions.
+    fn contiguous<G: LaneGrad>(
+        &mut self,
+        grad: &G,
+        xs: &[T],
+        bits: Option<Bits<'_>>,
+        g: Src<'_, T::Real>,
+        saved: Src<'_, T::Real>,
+        out: &mut [T::Real],
+    ) {
+        let zero = <T::Real as Element>::ZERO;
+        let saved = if grad.uses_output() {
+            saved
+        } else {
+            Src::Absent
+        };
+        let Some(b) = bits else {
+            let (g, y) = (
+                packed(g, None, &mut self.g, zero),
+                packed(saved, None, &mut self.y, zero),
+            );
+            return self.lane.lane(grad, xs, g, y, out);
+        };
+        self.x.resize(xs.len(), T::ZERO);
+        let n = if matches!(saved, Src::Each(_)) && !grad.reads_input_with_output() {
+            b.count_ones(xs.len()) // the values are not read: only their count
+        } else {
+            compress_to(xs, b, &mut self.x)
+        };
+        if n == 0 {
+            // a fully masked lane: nothing of it reaches a gradient (written, since a
+            // caller's buffer is not zeroed)
+            out.fill(zero);
+            return;
+        }
+        let gl = packed(g, bits, &mut self.g, zero);
+        let yl = packed(saved, bits, &mut self.y, zero);
+        self.o.resize(xs.len(), zero);
+        self.lane.lane(grad, &self.x[..n], gl, yl, &mut self.o[..n]);
+        expand_to(&self.o[..n], b, zero, out);
+    }
+
+    /// A lane at scattered `positions` (flat, row-major order, relative to the region
+    /// `xs`, `out` and any `Each` source start at); invalid ones are skipped.
+    fn scattered<G: LaneGrad>(
         &mut self,
         grad: &G,
         positions: impl Iterator<Item = usize>,
         xs: &[T],
         valid: &impl Fn(usize) -> bool,
-        g: LaneG<'_, T::Real>,
+        g: Src<'_, T::Real>,
+        saved: Src<'_, T::Real>,
         out: &mut [T::Real],
     ) {
-        self.x.clear();
-        self.g.clear();
+        let saved = if grad.uses_output() {
+            saved
+        } else {
+            Src::Absent
+        };
         self.at.clear();
-        for p in positions {
-            if valid(p) {
-                self.at.push(p);
-                self.x.push(xs[p].to_f64());
-                if let LaneG::Each(ge) = g {
-                    self.g.push(ge[p].to_f64());
-                }
-            }
-        }
+        self.at.extend(positions.filter(|&p| valid(p)));
         if self.at.is_empty() {
-            return; // a fully masked lane: nothing of it reaches a gradient
+            return;
         }
-        if let LaneG::One(v) = g {
-            self.g.push(v);
-        }
-        self.o.clear();
-        self.o.resize(self.x.len(), 0.0);
-        grad.grad(&self.x, &self.g, &mut self.o);
+        let gather = |src: Src<'_, T::Real>, buf: &mut Vec<T::Real>, at: &[usize]| {
+            if let Src::Each(v) = src {
+                buf.clear();
+                buf.extend(at.iter().map(|&p| v[p]));
+            }
+        };
+        self.x.clear();
+        self.x.extend(self.at.iter().map(|&p| xs[p]));
+        gather(g, &mut self.g, &self.at);
+        gather(saved, &mut self.y, &self.at);
+        let n = self.at.len();
+        self.o.resize(n, <T::Real as Element>::ZERO);
+        let (gl, yl) = (pick(g, &self.g), pick(saved, &self.y));
+        self.lane.lane(grad, &self.x, gl, yl, &mut self.o[..n]);
         for (&p, &v) in self.at.iter().zip(&self.o) {
-            out[p] = <T::Real as Float>::from_f64(v);
+            out[p] = v;
         }
     }
 }
@@ -69,22 +156,50 @@ fn validity(bits: Option<Bits<'_>>, base: usize) -> impl Fn(usize) -> bool + '_ 
     move |p| bits.is_none_or(|b| b.get(base + p))
 }
 
+/// `src` as a lane's packed values, `buf` holding them when it is per position.
+fn pick<'a, R: Copy>(src: Src<'_, R>, buf: &'a [R]) -> LaneValues<'a, R> {
+    match src {
+        Src::Absent => LaneValues::Absent,
+        Src::One(v) => LaneValues::One(v),
+        Src::Each(_) => LaneValues::Each(buf),
+    }
+}
+
+/// Positions `r` of `v` (one value per position; empty: absent).
+fn each<R>(v: &[R], r: std::ops::Range<usize>) -> Src<'_, R> {
+    if v.is_empty() {
+        Src::Absent
+    } else {
+        Src::Each(&v[r])
+    }
+}
+
+/// The lane's source in `v` (one value per lane; empty: absent).
+fn one<R: Copy>(v: &[R], k: usize) -> Src<'_, R> {
+    v.get(k).map_or(Src::Absent, |&r| Src::One(r))
+}
+
 /// The VJP of a reduction planned by `plan`: `g` holds the upstream gradient of every
-/// output position in row-major order; `out` (the input's size, zeroed) receives the
-/// gradient.
+/// output position in row-major order, `saved` the forward output likewise (or
+/// nothing); `out` (the input's size; `zeroed` says whether it holds zeros already)
+/// receives the gradient at every position.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn grad_reduce<T: Element, G: LaneGrad>(
     grad: &G,
     xs: &[T],
     bits: Option<Bits<'_>>,
     plan: &ReducePlan,
     g: &[T::Real],
+    saved: &[T::Real],
     out: &mut [T::Real],
+    zeroed: bool,
 ) {
     debug_assert_eq!(grad.upstream(), Upstream::PerLane);
     let len = plan.lane_len;
     if len == 0 || xs.is_empty() {
         return;
     }
+    let zero = <T::Real as Element>::ZERO;
     // reduced dims (of size > 1) all after the kept ones: lane k is the k-th run
     let first = plan
         .reduced
@@ -98,18 +213,26 @@ pub(crate) fn grad_reduce<T: Element, G: LaneGrad>(
             .all(|(&r, &n)| r || n == 1)
     });
     if trailing {
-        out.par_chunks_mut(len)
-            .zip(xs.par_chunks(len))
-            .zip(g.par_iter())
+        // blocks of whole lanes of about 2^14 elements
+        let per = ((1 << 14) / len).max(1);
+        out.par_chunks_mut(len * per)
+            .zip(xs.par_chunks(len * per))
             .enumerate()
-            .for_each_init(Scratch::default, |s, (k, ((o, x), gk))| {
-                let valid = validity(bits, k * len);
-                s.lane(grad, 0..len, x, &valid, LaneG::One(gk.to_f64()), o);
+            .for_each_init(Scratch::default, |s, (c, (ob, xb))| {
+                for (i, (o, x)) in ob.chunks_mut(len).zip(xb.chunks(len)).enumerate() {
+                    let k = c * per + i;
+                    let b = bits.map(|b| b.offset(k * len));
+                    s.contiguous(grad, x, b, Src::One(g[k]), one(saved, k), o);
+                }
             });
         return;
     }
     // general: the lane of each position (row-major over the kept dims), positions
-    // grouped by lane in row-major order (a counting sort)
+    // grouped by lane in row-major order (a counting sort); only valid positions are
+    // written
+    if !zeroed {
+        out.par_iter_mut().for_each(|o| *o = zero);
+    }
     let lane_of = lane_ids(plan);
     let mut start = vec![0usize; plan.lanes + 1];
     for &l in &lane_of {
@@ -128,7 +251,7 @@ pub(crate) fn grad_reduce<T: Element, G: LaneGrad>(
     let mut s = Scratch::default();
     for k in 0..plan.lanes {
         let at = grouped[start[k]..start[k + 1]].iter().copied();
-        s.lane(grad, at, xs, &valid, LaneG::One(g[k].to_f64()), out);
+        s.scattered(grad, at, xs, &valid, Src::One(g[k]), one(saved, k), out);
     }
 }
 
@@ -164,8 +287,9 @@ fn lane_ids(plan: &ReducePlan) -> Vec<usize> {
     ids
 }
 
-/// The VJP of a map along dim `d` of `shape`: `g` and `out` have the input's shape
-/// (row-major), `out` zeroed.
+/// The VJP of a map along dim `d` of `shape`: `g`, `saved` (or nothing) and `out` have
+/// the input's shape (row-major); `zeroed` says whether `out` holds zeros already.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn grad_map<T: Element, G: LaneGrad>(
     grad: &G,
     xs: &[T],
@@ -173,7 +297,9 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
     shape: &[usize],
     d: usize,
     g: &[T::Real],
+    saved: &[T::Real],
     out: &mut [T::Real],
+    zeroed: bool,
 ) {
     debug_assert_eq!(grad.upstream(), Upstream::PerElement);
     let n = shape[d];
@@ -182,16 +308,38 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
     if block == 0 || xs.is_empty() {
         return;
     }
-    // one block per index of the dims before d: lanes at stride `inner` inside it
+    if inner == 1 {
+        // lanes are runs: blocks of whole lanes of about 2^14 elements
+        let per = ((1 << 14) / n).max(1);
+        out.par_chunks_mut(n * per)
+            .zip(xs.par_chunks(n * per))
+            .enumerate()
+            .for_each_init(Scratch::default, |s, (c, (ob, xb))| {
+                for (i, (o, x)) in ob.chunks_mut(n).zip(xb.chunks(n)).enumerate() {
+                    let start = (c * per + i) * n;
+                    let r = start..start + n;
+                    let b = bits.map(|b| b.offset(start));
+                    s.contiguous(grad, x, b, each(g, r.clone()), each(saved, r), o);
+                }
+            });
+        return;
+    }
+    // one block per index of the dims before d: lanes at stride `inner` inside it (only
+    // valid positions written)
+    if !zeroed {
+        out.par_iter_mut()
+            .for_each(|o| *o = <T::Real as Element>::ZERO);
+    }
     out.par_chunks_mut(block)
         .zip(xs.par_chunks(block))
-        .zip(g.par_chunks(block))
         .enumerate()
-        .for_each_init(Scratch::default, |s, (b, ((o, x), gb))| {
+        .for_each_init(Scratch::default, |s, (b, (o, x))| {
+            let r = b * block..(b + 1) * block;
             let valid = validity(bits, b * block);
+            let (gb, yb) = (each(g, r.clone()), each(saved, r));
             for i in 0..inner {
                 let at = (0..n).map(|k| i + k * inner);
-                s.lane(grad, at, x, &valid, LaneG::Each(gb), o);
+                s.scattered(grad, at, x, &valid, gb, yb, o);
             }
         });
 }

@@ -429,3 +429,170 @@ impl<'a, T: Element> DenseOperand<'a, T> {
         &self.strides
     }
 }
+
+/// The gradients of both operands of a binary op with partials `op` on the broadcast
+/// `shape`: `g · ∂f/∂x` at each valid output position (per `valid`; `None`: all),
+/// summed into each operand's own (broadcast) position, in `f64`.
+fn binary_grads<T: Element>(
+    op: masked_core::binary::BinOp,
+    shape: &[usize],
+    a: &Operand<'_, T>,
+    b: &Operand<'_, T>,
+    valid: Option<&BitMask>,
+    g: &[T::Real],
+) -> (Vec<f64>, Vec<f64>) {
+    let (sa, sb) = (
+        broadcast_strides(a.shape, shape),
+        broadcast_strides(b.shape, shape),
+    );
+    let (mut da, mut db) = (vec![0.0f64; a.values.len()], vec![0.0f64; b.values.len()]);
+    let n: usize = shape.iter().product();
+    let bits = valid.map(BitMask::bits);
+    let (mut idx, mut ia, mut ib) = (vec![0usize; shape.len()], 0usize, 0usize);
+    for (p, gp) in g.iter().enumerate().take(n) {
+        if bits.is_none_or(|b| b.get(p)) {
+            let (x, y) = (a.values[ia].to_f64(), b.values[ib].to_f64());
+            if let Some((px, py)) = op.partials(x, y) {
+                let gv = gp.to_f64();
+                da[ia] += gv * px;
+                db[ib] += gv * py;
+            }
+        }
+        // odometer step over the output shape
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            ia += sa[d];
+            ib += sb[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            ia -= sa[d] * idx[d];
+            ib -= sb[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+    (da, db)
+}
+
+/// `values` (f64) as a masked array of `shape` in the float type `R`, with `mask`.
+fn gradient_array<R: Element + masked_core::Float>(
+    shape: &[usize],
+    values: Vec<f64>,
+    mask: Option<&BitMask>,
+) -> Result<MaskedArrayD<R>> {
+    let data = ArrayD::from_shape_vec(IxDyn(shape), values.into_iter().map(R::from_f64).collect())
+        .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+    let mask = match mask {
+        Some(m) => m.clone(),
+        None => BitMask::filled(shape, true)?,
+    };
+    MaskedArray::new(data, mask)
+}
+
+impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
+    /// The vector-Jacobian product of the binary elementwise op `req` (`add`, `mul`,
+    /// `atan2`, `pow`, ...: the op [`MaskedBinaryOps`](masked_core::MaskedBinaryOps)
+    /// runs as `self.op(rhs, rule)`): the gradients with respect to both operands given
+    /// `g`, the upstream gradient shaped like the broadcast output (read only at valid
+    /// output positions). Each operand's gradient has its own shape and mask: the
+    /// contributions of the positions it was broadcast to are summed, and it is 0 at
+    /// positions whose output is invalid (under `and`, a position valid in this operand
+    /// but not in the other gets 0). The partial derivatives and their kinks are
+    /// [`BinOp::partials`](masked_core::binary::BinOp::partials)'s.
+    ///
+    /// ```
+    /// use masked::by_name::OpRequest;
+    /// use masked::prelude::*;
+    /// use masked::MaskRule;
+    /// use ndarray::array;
+    /// let x = MaskedArray::from_bool_mask(
+    ///     array![[1.0f64, 2.0, 3.0], [4.0, 5.0, 6.0]],
+    ///     array![[true, true, false], [true, true, true]],
+    /// )?;
+    /// let w = MaskedArray::unmasked(array![10.0f64, 20.0, 30.0]); // broadcast over rows
+    /// let g = MaskedArray::unmasked(array![[1.0f64, 1.0, 1.0], [1.0, 1.0, 1.0]].into_dyn());
+    /// let (dx, dw) = x.vjp_binary(&OpRequest::new("mul")?, &w, MaskRule::Strict, &g)?;
+    /// assert_eq!(dx.values(), &array![[10.0, 20.0, 0.0], [10.0, 20.0, 30.0]].into_dyn());
+    /// // summed over the broadcast rows, valid outputs only: 1 + 4, 2 + 5, 6
+    /// assert_eq!(dw.values(), &array![5.0, 7.0, 6.0].into_dyn());
+    /// # Ok::<(), masked::MaskedError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`MaskedError::NotDifferentiable`] for a comparison or integer input; an op that
+    /// is not binary ([`MaskedError::InvalidArgument`]); the forward op's errors
+    /// (shapes that do not broadcast, masks that differ under `strict`); `g` not of the
+    /// output's shape ([`MaskedError::ShapeMismatch`]).
+    pub fn vjp_binary<S2: Data<Elem = T>, D2: Dimension>(
+        &self,
+        req: &masked_core::OpRequest,
+        rhs: &MaskedArray<S2, D2>,
+        rule: MaskRule,
+        g: &MaskedArrayD<T::Real>,
+    ) -> Result<(MaskedArrayD<T::Real>, MaskedArrayD<T::Real>)> {
+        let op = binary_grad_op::<T>(req)?;
+        let (a, b) = (operand(self), operand(rhs));
+        let shape = broadcast_shapes(op.name(), a.shape, b.shape)?;
+        let valid = out_mask(op.name(), &shape, a.mask, b.mask, rule)?;
+        check_grad_shape(op.name(), g.shape(), &shape)?;
+        let gv = g.row_major();
+        let (da, db) = binary_grads(op, &shape, &a, &b, valid.as_deref(), &gv);
+        Ok((
+            gradient_array(a.shape, da, a.mask)?,
+            gradient_array(b.shape, db, b.mask)?,
+        ))
+    }
+
+    /// [`MaskedArray::vjp_binary`] with a scalar right operand (`self.op(s)`, as
+    /// [`ZipKernels`] runs it with a `Splat`): the gradient with respect to this
+    /// array, and the one with respect to the scalar (the sum over the valid outputs).
+    /// For a scalar on the left (`s - x`), use the mirrored op or differentiate
+    /// `x` as the right operand of a 0-d array.
+    ///
+    /// # Errors
+    /// As [`MaskedArray::vjp_binary`].
+    pub fn vjp_binary_scalar(
+        &self,
+        req: &masked_core::OpRequest,
+        s: T,
+        g: &MaskedArrayD<T::Real>,
+    ) -> Result<(MaskedArrayD<T::Real>, T::Real)> {
+        let op = binary_grad_op::<T>(req)?;
+        let a = operand(self);
+        let b = Operand {
+            values: Cow::Owned(vec![s]),
+            shape: &[],
+            mask: None,
+        };
+        check_grad_shape(op.name(), g.shape(), a.shape)?;
+        let gv = g.row_major();
+        let (da, db) = binary_grads(op, a.shape, &a, &b, a.mask, &gv);
+        Ok((
+            gradient_array(a.shape, da, a.mask)?,
+            <T::Real as masked_core::Float>::from_f64(db[0]),
+        ))
+    }
+}
+
+/// The binary op of a VJP request, after the checks every VJP makes.
+fn binary_grad_op<T: Element>(req: &masked_core::OpRequest) -> Result<masked_core::binary::BinOp> {
+    use masked_core::Kind;
+    masked_core::check_grad::<T>(req, &[Kind::Binary, Kind::Unary])?;
+    req.op.binary().ok_or(MaskedError::InvalidArgument {
+        name: "op",
+        value: req.op.name().to_string(),
+        reason: "vjp_binary takes a binary elementwise op",
+    })
+}
+
+/// `g` must have the forward output's shape.
+fn check_grad_shape(op: &str, g: &[usize], shape: &[usize]) -> Result<()> {
+    if g != shape {
+        return Err(MaskedError::ShapeMismatch {
+            what: format!("the upstream gradient of {op} and the op's output"),
+            left: g.to_vec(),
+            right: shape.to_vec(),
+        });
+    }
+    Ok(())
+}

@@ -22,8 +22,8 @@ use crate::{
 pub use masked_core::binary::{promote, promote_scalar, BinOp};
 use masked_core::binary::{CmpZip, FloatZip, KeepZip, Swapped};
 pub use masked_core::registry::{
-    apply_to, markdown_table, op_names, visit_grad, Discard, Kind, Op, OpRequest, Options, Sink,
-    OPTIONS,
+    apply_to, markdown_table, op_names, visit_grad, Discard, Forward, KeepForward, Kind, Op,
+    OpRequest, Options, Sink, OPTIONS,
 };
 use masked_core::{MaskRule, Splat, Value, Values, ZipKernels};
 use ndarray::IxDyn;

@@ -326,6 +326,191 @@ fn vjp_refusals_are_typed() {
     );
 }
 
+/// The VJP of `req` on `a` given its saved forward output `fwd` (values, mask, shape).
+fn vjp_both(
+    a: &MaskedArrayD<f64>,
+    req: &OpRequest,
+    fwd: &(Vec<f64>, Vec<bool>, Vec<usize>),
+    g: &MaskedArrayD<f64>,
+) -> (Vec<f64>, Vec<f64>) {
+    let y = ArrayD::from_shape_vec(IxDyn(&fwd.2), fwd.0.clone()).unwrap();
+    let y = MaskedArray::new(
+        y,
+        BitMask::from_bools(&fwd.2, fwd.1.iter().copied()).unwrap(),
+    )
+    .unwrap();
+    let (plain, saved) = match req.op.kind() {
+        Kind::Normalize | Kind::Unary => (a.vjp_map(req, g), a.vjp_map_saved(req, &y, g)),
+        _ => (a.vjp_reduce(req, g), a.vjp_reduce_saved(req, &y, g)),
+    };
+    let flat = |r: MaskedArrayD<f64>| r.values().iter().copied().collect::<Vec<f64>>();
+    (flat(plain.unwrap()), flat(saved.unwrap()))
+}
+
+/// The saved forms give the convenience forms' gradients: bit for bit where the saved
+/// output names elements (amax, amin, median, quantile) or is not read, within 1e-12
+/// where it replaces a recomputed value (logsumexp, norm, std, the softmax family).
+#[test]
+fn saved_forward_outputs_give_the_recomputed_gradients() {
+    let mut rng = Rng(61);
+    let mut checked = 0;
+    for shape in [vec![4, 5], vec![3, 2, 4], vec![6, 33]] {
+        let (x, m) = random_input(&mut rng, &shape);
+        // ties: a repeated value in every lane of the last dim
+        let mut x = x;
+        for (i, v) in x.iter_mut().enumerate() {
+            if i % 3 == 1 {
+                *v = 0.25;
+            }
+        }
+        let a = masked(&x, &m);
+        for &op in Op::ALL {
+            if !op.differentiable()
+                || !matches!(op.kind(), Kind::Reduce | Kind::ReduceOne | Kind::Normalize)
+            {
+                continue;
+            }
+            for req in requests(op, shape.len()) {
+                let fwd = forward(&x, &m, &req);
+                let g: Vec<f64> = fwd.0.iter().map(|_| rng.random_range(-1.0..1.0)).collect();
+                let g = ArrayD::from_shape_vec(IxDyn(&fwd.2), g).unwrap();
+                let g = MaskedArray::new(
+                    g,
+                    BitMask::from_bools(&fwd.2, fwd.1.iter().copied()).unwrap(),
+                )
+                .unwrap();
+                let (plain, saved) = vjp_both(&a, &req, &fwd, &g);
+                let rounded = matches!(
+                    op.name(),
+                    "logsumexp"
+                        | "norm"
+                        | "std"
+                        | "nanstd"
+                        | "softmax"
+                        | "log_softmax"
+                        | "softmin"
+                        | "nanlogsumexp"
+                );
+                for (i, (p, s)) in plain.iter().zip(&saved).enumerate() {
+                    let ok = if rounded {
+                        (p - s).abs() <= 1e-12 * (1.0 + p.abs())
+                    } else {
+                        p.to_bits() == s.to_bits()
+                    };
+                    assert!(ok, "{op} {:?} at {i}: recomputed {p}, saved {s}", req.dims);
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 200, "{checked}");
+}
+
+/// The saved output is read, not recomputed: a saved extremum or softmax that is not
+/// the forward one steers the gradient (the saved forms trust their input).
+#[test]
+fn saved_outputs_are_read() {
+    let x = MaskedArray::unmasked(ndarray::array![[1.0f64, 2.0, 3.0]].into_dyn());
+    let g = MaskedArray::unmasked(ndarray::array![[1.0f64, 0.0, 0.0]].into_dyn());
+    let y = MaskedArray::unmasked(ndarray::array![[0.2f64, 0.3, 0.5]].into_dyn());
+    let req = OpRequest::new("softmax").unwrap().dims(1);
+    let dx = x.vjp_map_saved(&req, &y, &g).unwrap();
+    // y (g - y·g) with y·g = 0.2
+    let want = [0.2 * 0.8, 0.3 * -0.2, 0.5 * -0.2];
+    for (d, w) in dx.values().iter().zip(want) {
+        assert!((d - w).abs() < 1e-15, "{d} vs {w}");
+    }
+    // amax given 2 (not the maximum): g goes to the element equal to it
+    let req = OpRequest::new("amax").unwrap().dims(1);
+    let g1 = MaskedArray::unmasked(ndarray::array![4.0f64].into_dyn());
+    let m = MaskedArray::unmasked(ndarray::array![2.0f64].into_dyn());
+    let dx = x.vjp_reduce_saved(&req, &m, &g1).unwrap();
+    assert_eq!(
+        dx.values().iter().copied().collect::<Vec<_>>(),
+        [0.0, 4.0, 0.0]
+    );
+    // a saved output of the wrong shape is a typed error
+    let bad = MaskedArray::unmasked(ndarray::array![2.0f64, 1.0].into_dyn());
+    let e = x.vjp_reduce_saved(&req, &bad, &g1).unwrap_err();
+    assert!(matches!(e, MaskedError::ShapeMismatch { .. }), "{e}");
+}
+
+/// `vjp_into` writes every position of a caller's buffer (NaN beforehand) with the
+/// convenience form's gradient, bit for bit: reductions over trailing, leading and
+/// scattered dims, maps along every dim, unary ops, with and without the saved output;
+/// a 0-d unary input is one lane.
+#[test]
+fn vjp_into_a_callers_buffer_equals_the_returned_gradient() {
+    let mut rng = Rng(33);
+    let mut checked = 0;
+    for shape in [vec![4, 5], vec![3, 2, 4]] {
+        let (x, m) = random_input(&mut rng, &shape);
+        let a = masked(&x, &m);
+        for &op in Op::ALL {
+            if !op.differentiable()
+                || !matches!(
+                    op.kind(),
+                    Kind::Reduce | Kind::ReduceOne | Kind::Normalize | Kind::Unary
+                )
+            {
+                continue;
+            }
+            for req in requests(op, shape.len()) {
+                let fwd = forward(&x, &m, &req);
+                let y = ArrayD::from_shape_vec(IxDyn(&fwd.2), fwd.0.clone()).unwrap();
+                let y = MaskedArray::unmasked(y);
+                let g: Vec<f64> = fwd.0.iter().map(|_| rng.random_range(-1.0..1.0)).collect();
+                let g = MaskedArray::unmasked(ArrayD::from_shape_vec(IxDyn(&fwd.2), g).unwrap());
+                let want = match op.kind() {
+                    Kind::Normalize | Kind::Unary => a.vjp_map(&req, &g).unwrap(),
+                    _ => a.vjp_reduce(&req, &g).unwrap(),
+                };
+                for saved in [None, Some(&y)] {
+                    let mut out = vec![f64::NAN; x.len()];
+                    a.vjp_into(&req, saved, &g, &mut out).unwrap();
+                    if saved.is_some() {
+                        // the saved form may round differently: compare within 1e-12
+                        // (a NaN from a domain boundary, sqrt of a negative, on both)
+                        for (o, w) in out.iter().zip(want.values().iter()) {
+                            let close = (o - w).abs() <= 1e-12 * (1.0 + w.abs());
+                            assert!(close || (o.is_nan() && w.is_nan()), "{op}: {o} vs {w}");
+                        }
+                    } else {
+                        let same = out
+                            .iter()
+                            .zip(want.values().iter())
+                            .all(|(o, w)| o.to_bits() == w.to_bits());
+                        assert!(same, "{op} {:?}: {out:?} vs {:?}", req.dims, want.values());
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 150, "{checked}");
+    // a buffer of the wrong length is a typed error
+    let (x, m) = random_input(&mut rng, &[2, 3]);
+    let g = MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[2]), 1.0));
+    let req = OpRequest::new("sum").unwrap().dims(1);
+    let e = masked(&x, &m)
+        .vjp_into::<_, _, ndarray::OwnedRepr<f64>, IxDyn>(&req, None, &g, &mut [0.0; 5])
+        .unwrap_err();
+    assert!(matches!(e, MaskedError::InvalidData(_)), "{e}");
+    // 0-d: exp'(0.5) = exp(0.5), returned and into a buffer
+    let s = MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[]), 0.5f64));
+    let g = MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[]), 2.0f64));
+    let req = OpRequest::new("exp").unwrap();
+    let dx = s.vjp_map(&req, &g).unwrap();
+    assert_eq!(
+        dx.values().iter().copied().collect::<Vec<_>>(),
+        [2.0 * 0.5f64.exp()]
+    );
+    let mut out = [0.0];
+    s.vjp_into::<_, _, ndarray::OwnedRepr<f64>, IxDyn>(&req, None, &g, &mut out)
+        .unwrap();
+    assert_eq!(out, [2.0 * 0.5f64.exp()]);
+}
+
 #[test]
 fn one_and_two_threads_give_identical_gradients() {
     let mut rng = Rng(7);
@@ -558,6 +743,107 @@ mod sparse {
         assert!(checked > 400, "{checked}");
     }
 
+    /// The saved forms on CSR and COO equal the dense saved form bit for bit (the
+    /// forward output given at the valid output positions, as the forward op stores it).
+    #[test]
+    fn csr_and_coo_saved_gradients_equal_the_dense_ones() {
+        let mut rng = Rng(98);
+        let mut checked = 0;
+        for own in [false, true] {
+            for shape in [vec![5, 7], vec![3, 2, 4]] {
+                let d = data(&mut rng, &shape, own);
+                let coo = coo_of(&d, own);
+                let csm = (shape.len() == 2).then(|| csmat_of(&d));
+                let csr = csm.as_ref().map(|m| {
+                    if own {
+                        let p = Pattern::from_bools((shape[0], shape[1]), &d.mask).unwrap();
+                        MaskedCsr::with_mask(m.view(), p).unwrap()
+                    } else {
+                        MaskedCsr::from_pattern(m.view()).unwrap()
+                    }
+                });
+                let x = ArrayD::from_shape_vec(IxDyn(&shape), d.x.clone()).unwrap();
+                let a = dense_of(&d);
+                for op in ops() {
+                    for req in requests(op, shape.len()) {
+                        let what = format!("saved {op} {:?} own mask {own} {shape:?}", req.dims);
+                        let (yv, ok, out_shape) = forward(&x, &d.mask, &req);
+                        let g: Vec<f64> = ok
+                            .iter()
+                            .map(|&v| {
+                                if v {
+                                    rng.random_range(-1.0..1.0)
+                                } else {
+                                    f64::NAN
+                                }
+                            })
+                            .collect();
+                        let arr = |v: &[f64]| {
+                            ArrayD::from_shape_vec(IxDyn(&out_shape), v.to_vec()).unwrap()
+                        };
+                        let (gs, ys) = (
+                            sparse_g(&out_shape, &g, &ok),
+                            sparse_g(&out_shape, &yv, &ok),
+                        );
+                        if matches!(op.kind(), Kind::Normalize) {
+                            let dense = a
+                                .vjp_map_saved(
+                                    &req,
+                                    &masked(&arr(&yv), &ok),
+                                    &masked(&arr(&g), &ok),
+                                )
+                                .unwrap();
+                            let dense: Vec<f64> = dense.values().iter().copied().collect();
+                            let (gc, yc): (MaskedCoo<f64>, MaskedCoo<f64>) =
+                                (gs.clone().into(), ys.clone().into());
+                            let r = coo.vjp_map_saved(&req, &yc, &gc).unwrap();
+                            agree(
+                                &format!("coo {what}"),
+                                &d,
+                                &r.pattern().flat(),
+                                r.values(),
+                                &dense,
+                            );
+                            if let Some(csr) = &csr {
+                                let dim = req.one_dim().unwrap();
+                                let mut gm = csr.softmax(dim).unwrap();
+                                gm.data_mut().copy_from_slice(gs.values());
+                                let mut ym = csr.softmax(dim).unwrap();
+                                ym.data_mut().copy_from_slice(ys.values());
+                                let r = csr.vjp_map_saved(&req, &ym, &gm).unwrap();
+                                let flat: Vec<usize> =
+                                    r.iter().map(|(_, (i, j))| i * shape[1] + j).collect();
+                                agree(&format!("csr {what}"), &d, &flat, r.data(), &dense);
+                            }
+                        } else {
+                            let y = MaskedArray::unmasked(arr(&yv));
+                            let dense = a
+                                .vjp_reduce_saved(&req, &y, &MaskedArray::unmasked(arr(&g)))
+                                .unwrap();
+                            let dense: Vec<f64> = dense.values().iter().copied().collect();
+                            let r = coo.vjp_reduce_saved(&req, &ys, &gs).unwrap();
+                            agree(
+                                &format!("coo {what}"),
+                                &d,
+                                &r.pattern().flat(),
+                                r.values(),
+                                &dense,
+                            );
+                            if let Some(csr) = &csr {
+                                let r = csr.vjp_reduce_saved(&req, &ys, &gs).unwrap();
+                                let flat: Vec<usize> =
+                                    r.iter().map(|(_, (i, j))| i * shape[1] + j).collect();
+                                agree(&format!("csr {what}"), &d, &flat, r.data(), &dense);
+                            }
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 200, "{checked}");
+    }
+
     #[test]
     fn a_mask_free_sparse_input_refuses_rather_than_densify() {
         let mut rng = Rng(5);
@@ -669,4 +955,212 @@ fn unary_kinks_follow_torch() {
         ),
         "{e}"
     );
+}
+
+/// Binary elementwise VJPs (dense): both operands' gradients against central
+/// differences of the engine's own forward op, for every differentiable binary op,
+/// with equal masks (strict), a plain operand broadcast over rows (strict), masks
+/// intersected with broadcasting (and), and a scalar.
+mod binary {
+    use super::*;
+    use masked::by_name::{apply_binary, BinOp};
+    use masked::{MaskRule, Splat};
+
+    fn arr(shape: &[usize], v: Vec<f64>) -> ArrayD<f64> {
+        ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
+    }
+
+    /// Σ over valid outputs of g · op(a, b) (b a scalar when `s` is given).
+    fn loss(
+        a: &MaskedArrayD<f64>,
+        b: &MaskedArrayD<f64>,
+        s: Option<f64>,
+        op: BinOp,
+        rule: MaskRule,
+        g: &[f64],
+    ) -> f64 {
+        let out = match s {
+            Some(s) => apply_binary(&a.view(), &Splat(s), op, rule, false).unwrap(),
+            None => apply_binary(&a.view(), &b.view(), op, rule, false).unwrap(),
+        };
+        let v = match out.values {
+            masked::Values::Num(v) => f64s(&v),
+            other => panic!("{other:?}"),
+        };
+        v.iter()
+            .zip(out.mask.to_vec())
+            .zip(g)
+            .filter(|((_, ok), _)| *ok)
+            .map(|((x, _), g)| x * g)
+            .sum()
+    }
+
+    fn positive(rng: &mut Rng, n: usize) -> Vec<f64> {
+        (0..n).map(|_| rng.random_range(0.5..2.0)).collect()
+    }
+
+    #[test]
+    fn every_binary_vjp_equals_finite_differences() {
+        let mut rng = Rng(71);
+        let mut checked = 0;
+        for &op in Op::ALL {
+            let Some(bin) = op.binary() else { continue };
+            if !op.differentiable() {
+                continue;
+            }
+            let req = OpRequest::from_op(op);
+            let ma: Vec<bool> = (0..12).map(|_| rng.random_bool(0.7)).collect();
+            let a = masked(&arr(&[3, 4], positive(&mut rng, 12)), &ma);
+            let cases: Vec<(MaskedArrayD<f64>, Option<f64>, MaskRule)> = vec![
+                (
+                    masked(&arr(&[3, 4], positive(&mut rng, 12)), &ma),
+                    None,
+                    MaskRule::Strict,
+                ),
+                (
+                    MaskedArray::unmasked(arr(&[4], positive(&mut rng, 4))),
+                    None,
+                    MaskRule::Strict,
+                ),
+                (
+                    masked(&arr(&[3, 1], positive(&mut rng, 3)), &[true, false, true]),
+                    None,
+                    MaskRule::And,
+                ),
+                (
+                    MaskedArray::unmasked(arr(&[], vec![0.0])),
+                    Some(rng.random_range(0.6..1.8)),
+                    MaskRule::Strict,
+                ),
+            ];
+            for (b, s, rule) in cases {
+                let g: Vec<f64> = (0..12).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let ga = MaskedArray::unmasked(arr(&[3, 4], g.clone()));
+                let (da, db): (Vec<f64>, Vec<f64>) = match s {
+                    Some(s) => {
+                        let (da, ds) = a.vjp_binary_scalar(&req, s, &ga).unwrap();
+                        (da.values().iter().copied().collect(), vec![ds])
+                    }
+                    None => {
+                        let (da, db) = a.vjp_binary(&req, &b, rule, &ga).unwrap();
+                        assert_eq!(db.shape(), b.shape());
+                        (
+                            da.values().iter().copied().collect(),
+                            db.values().iter().copied().collect(),
+                        )
+                    }
+                };
+                let h = 1e-6;
+                let f = |a: &MaskedArrayD<f64>, b: &MaskedArrayD<f64>, s: Option<f64>| {
+                    loss(a, b, s, bin, rule, &g)
+                };
+                for i in 0..12 {
+                    let bump = |d: f64| {
+                        let mut x = a.values().clone();
+                        x.as_slice_mut().unwrap()[i] += d;
+                        masked(&x, &ma)
+                    };
+                    let fd = (f(&bump(h), &b, s) - f(&bump(-h), &b, s)) / (2.0 * h);
+                    let want = if ma[i] { fd } else { 0.0 };
+                    assert!(
+                        (da[i] - want).abs() < 1e-5 * (1.0 + want.abs()),
+                        "{op} {rule:?} d/da[{i}]: {} vs {want}",
+                        da[i]
+                    );
+                }
+                let nb = db.len();
+                for j in 0..nb {
+                    let fd = match s {
+                        Some(s) => (f(&a, &b, Some(s + h)) - f(&a, &b, Some(s - h))) / (2.0 * h),
+                        None => {
+                            let bump = |d: f64| {
+                                let mut x = b.values().clone();
+                                x.as_slice_mut().unwrap()[j] += d;
+                                match b.mask() {
+                                    Some(m) => MaskedArray::new(x, m.clone()).unwrap(),
+                                    None => MaskedArray::unmasked(x),
+                                }
+                            };
+                            (f(&a, &bump(h), None) - f(&a, &bump(-h), None)) / (2.0 * h)
+                        }
+                    };
+                    assert!(
+                        (db[j] - fd).abs() < 1e-5 * (1.0 + fd.abs()),
+                        "{op} {rule:?} d/db[{j}]: {} vs {fd}",
+                        db[j]
+                    );
+                }
+                checked += 1;
+            }
+        }
+        // 17 differentiable binary ops (pow included), 4 operand cases each
+        assert!(checked >= 60, "{checked}");
+    }
+
+    #[test]
+    fn binary_kinks_and_refusals() {
+        let x = MaskedArray::unmasked(ndarray::array![1.0f64, 2.0, 0.0].into_dyn());
+        let y = MaskedArray::unmasked(ndarray::array![1.0f64, 3.0, 5.0].into_dyn());
+        let g = MaskedArray::unmasked(ndarray::array![1.0f64, 1.0, 1.0].into_dyn());
+        let run = |op: &str| {
+            let (dx, dy) = x
+                .vjp_binary(&OpRequest::new(op).unwrap(), &y, MaskRule::Strict, &g)
+                .unwrap();
+            (
+                dx.values().iter().copied().collect::<Vec<_>>(),
+                dy.values().iter().copied().collect::<Vec<_>>(),
+            )
+        };
+        // a tie splits half and half
+        assert_eq!(run("maximum"), (vec![0.5, 0.0, 0.0], vec![0.5, 1.0, 1.0]));
+        assert_eq!(run("fmin"), (vec![0.5, 1.0, 1.0], vec![0.5, 0.0, 0.0]));
+        // xlogy: 0 for x at x == 0; x / y for y
+        let (dx, dy) = run("xlogy");
+        assert_eq!(dx[2], 0.0);
+        assert_eq!(dy, vec![1.0, 2.0 / 3.0, 0.0]);
+        // fmod and remainder: -trunc and -floor of x / y for y
+        let xn = MaskedArray::unmasked(ndarray::array![-7.0f64].into_dyn());
+        let yn = MaskedArray::unmasked(ndarray::array![2.0f64].into_dyn());
+        let g1 = MaskedArray::unmasked(ndarray::array![1.0f64].into_dyn());
+        let dy = |op: &str| {
+            xn.vjp_binary(&OpRequest::new(op).unwrap(), &yn, MaskRule::Strict, &g1)
+                .unwrap()
+                .1
+                .values()[[0]]
+        };
+        assert_eq!(dy("fmod"), 3.0);
+        assert_eq!(dy("remainder"), 4.0);
+        // comparisons are not differentiable; a unary op is not binary
+        let e = x
+            .vjp_binary(&OpRequest::new("lt").unwrap(), &y, MaskRule::Strict, &g)
+            .unwrap_err();
+        assert!(matches!(e, MaskedError::NotDifferentiable { .. }), "{e}");
+        let e = x
+            .vjp_binary(&OpRequest::new("exp").unwrap(), &y, MaskRule::Strict, &g)
+            .unwrap_err();
+        assert!(matches!(e, MaskedError::InvalidArgument { .. }), "{e}");
+        // strict with different masks fails as the forward op does
+        let xm = MaskedArray::from_bool_mask(
+            ndarray::array![1.0f64, 2.0, 0.0],
+            ndarray::array![true, true, true],
+        )
+        .unwrap();
+        let ym = MaskedArray::from_bool_mask(
+            ndarray::array![1.0f64, 3.0, 5.0],
+            ndarray::array![true, false, true],
+        )
+        .unwrap();
+        let e = xm
+            .vjp_binary(&OpRequest::new("add").unwrap(), &ym, MaskRule::Strict, &g)
+            .unwrap_err();
+        assert!(e.to_string().contains("mask"), "{e}");
+        // under and, the position valid in x only gets 0
+        let (dx, _) = xm
+            .vjp_binary(&OpRequest::new("mul").unwrap(), &ym, MaskRule::And, &g)
+            .unwrap();
+        assert_eq!(
+            dx.values().iter().copied().collect::<Vec<_>>(),
+            vec![1.0, 0.0, 5.0]
+        );
+    }
 }
