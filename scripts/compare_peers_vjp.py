@@ -3,10 +3,12 @@
 On 4096 x 4096 f32 with a 50% random mask, over the last dim, per round: torch.masked's
 backward alone (forward once with a retained graph, then `out.backward(g,
 retain_graph=True)` timed; 2 threads), then `masked bench --op vjp-OP` on the same shape
-and mask density (2 threads; a fresh gradient array, as torch's), and our dense softmax
-forward, which writes an output of the same size: the yardstick of the issue's targets.
+and mask density (2 threads; a fresh gradient array, as torch's; given the saved forward
+output, as torch's backward is), the same written into a reused buffer (`--into`), and
+our dense softmax forward, which writes an output of the same size: the yardstick of the
+issue's targets.
 Also the CSR softmax VJP against our CSR softmax forward on the 100k x 100k, 10M-entry
-matrix. Needs torch and numpy (a venv outside the repo) and a release build.
+matrix. Needs torch and numpy (a venv outside the repo) and a release build (or MASKED_BIN pointing at another).
 
   python scripts/compare_peers_vjp.py [ROUNDS]
 """
@@ -52,6 +54,8 @@ for r in range(rounds):
     row = {"round": r + 1}
     names = [f"vjp-{op}" for op in OPS] + ["softmax"]
     o = {op: rec["seconds"] for op, rec in ours(names, "--repeat", "7", "--mask-density", "0.5").items()}
+    oi = {op: rec["seconds"] for op, rec in ours([n for n in names if n != "softmax"], "--repeat", "7",
+                                                  "--mask-density", "0.5", "--into").items()}
     fwd = o["softmax"]
     row["softmax_forward_ours_ms"] = fwd * 1e3
     for op, f in OPS.items():
@@ -61,6 +65,7 @@ for r in range(rounds):
         row[f"{op}_torch_backward_ms"] = t * 1e3
         row[f"{op}_torch/ours"] = t / ours_s
         row[f"{op}_ours/softmax_fwd"] = ours_s / fwd
+        row[f"{op}_into_ours/softmax_fwd"] = oi[f"vjp-{op}"] / fwd
     c = ours(["vjp-softmax", "softmax"], "--layout", "csr", "--shape", "100000,100000",
              "--density", "0.001", "--repeat", "5")
     row["csr_softmax_vjp_ms"] = c["vjp-softmax"]["seconds"] * 1e3

@@ -526,45 +526,54 @@ impl LaneGrad for QuantileGrad {
         }
         let (lo, a, b) = self.weights(xs.len());
         // the order is total_cmp's (-0 before +0); away from zero, and for the lane's
-        // non-NaN values (a lane with a NaN has a NaN output), that is `<` and `==`,
-        // which vectorise
+        // non-NaN values (a lane with a NaN has a NaN output), that is `<`, `==` and
+        // `>`: one vectorised pass counts below and equal and finds the largest value
+        // below and the smallest above
+        let lt = |x: f64, w: f64| x.total_cmp(&w).is_lt();
+        let (mut less, mut eq) = (0usize, 0usize);
+        let (mut below, mut above) = (f64::NEG_INFINITY, f64::INFINITY);
         let fast = v != 0.0;
-        let lt = |x: f64| if fast { x < v } else { x.total_cmp(&v).is_lt() };
-        let eqv = |x: f64| {
-            if fast {
-                x == v
-            } else {
-                x.total_cmp(&v).is_eq()
+        if fast {
+            for &x in xs {
+                less += (x < v) as usize;
+                eq += (x == v) as usize;
+                below = if x < v && x > below { x } else { below };
+                above = if x > v && x < above { x } else { above };
             }
-        };
-        let (less, eq) = if fast {
-            xs.iter().fold((0usize, 0usize), |(l, e), &x| {
-                (l + (x < v) as usize, e + (x == v) as usize)
-            })
         } else {
-            (
-                xs.iter().filter(|&&x| lt(x)).count(),
-                xs.iter().filter(|&&x| eqv(x)).count(),
-            )
-        };
+            less = xs.iter().filter(|&&x| lt(x, v)).count();
+            eq = xs.iter().filter(|&&x| x.total_cmp(&v).is_eq()).count();
+        }
         let at_rank = |r: usize| -> Option<usize> {
             if r + 1 == less {
                 // the last position of the largest value below v
+                if fast && below != 0.0 && below > f64::NEG_INFINITY {
+                    return xs.iter().rposition(|&x| x == below);
+                }
                 let mut best: Option<usize> = None;
                 for (i, &x) in xs.iter().enumerate() {
-                    if lt(x) && best.is_none_or(|j| x.total_cmp(&xs[j]).is_ge()) {
+                    if lt(x, v) && best.is_none_or(|j| !lt(x, xs[j])) {
                         best = Some(i);
                     }
                 }
                 best
             } else if (less..less + eq).contains(&r) {
-                let mut equal = xs.iter().enumerate().filter(|(_, &x)| eqv(x));
+                let mut equal = xs.iter().enumerate().filter(|(_, &x)| {
+                    if fast {
+                        x == v
+                    } else {
+                        x.total_cmp(&v).is_eq()
+                    }
+                });
                 equal.nth(r - less).map(|(i, _)| i)
             } else if r == less + eq {
                 // the first position of the smallest value above v
+                if fast && above != 0.0 && above < f64::INFINITY {
+                    return xs.iter().position(|&x| x == above);
+                }
                 let mut best: Option<usize> = None;
                 for (i, &x) in xs.iter().enumerate() {
-                    if !lt(x) && !eqv(x) && best.is_none_or(|j| x.total_cmp(&xs[j]).is_lt()) {
+                    if lt(v, x) && best.is_none_or(|j| lt(x, xs[j])) {
                         best = Some(i);
                     }
                 }
