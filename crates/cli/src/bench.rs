@@ -577,7 +577,7 @@ impl<T: Element> Data<T> {
                 ))),
             }
         }
-        /// The dense VJP written into one reused buffer (`vjp_into`).
+        /// The dense VJP written into one reused buffer (`vjp_saved_into`).
         fn run_into<T: Element>(
             x: &masked::MaskedView<'_, T, IxDyn>,
             req: &OpRequest,
@@ -587,11 +587,11 @@ impl<T: Element> Data<T> {
             match ops::apply_to(x, req, &ops::KeepForward)? {
                 ops::Forward::Mapped(y) => {
                     let g = x.softmax(req.one_dim().unwrap_or(-1))?;
-                    time_into(n, repeat, |out| x.vjp_into(req, Some(&y), &g, out))
+                    time_into(n, repeat, |out| x.vjp_saved_into(req, Some(&y), &g, out))
                 }
                 ops::Forward::Reduced(y) => {
                     let g = x.mean(req.dims.clone(), req.keepdim)?;
-                    time_into(n, repeat, |out| x.vjp_into(req, Some(&y), &g, out))
+                    time_into(n, repeat, |out| x.vjp_saved_into(req, Some(&y), &g, out))
                 }
                 ops::Forward::Other => Err(CliError::Usage(format!(
                     "vjp-{}: the op's output is not of the input's float type",

@@ -530,20 +530,52 @@ impl LaneGrad for QuantileGrad {
         // `>`: one vectorised pass counts below and equal and finds the largest value
         // below and the smallest above
         let lt = |x: f64, w: f64| x.total_cmp(&w).is_lt();
-        let (mut less, mut eq) = (0usize, 0usize);
-        let (mut below, mut above) = (f64::NEG_INFINITY, f64::INFINITY);
         let fast = v != 0.0;
-        if fast {
-            for &x in xs {
-                less += (x < v) as usize;
-                eq += (x == v) as usize;
-                below = if x < v && x > below { x } else { below };
-                above = if x > v && x < above { x } else { above };
+        let (less, eq, below, above) = if fast {
+            // eight independent accumulators of selects, which vectorise (a branch per
+            // element mispredicts half the time on random data)
+            const W: usize = 8;
+            let (mut lc, mut ec) = ([0u64; W], [0u64; W]);
+            let (mut bm, mut am) = ([f64::NEG_INFINITY; W], [f64::INFINITY; W]);
+            let chunks = xs.chunks_exact(W);
+            let rest = chunks.remainder();
+            for ch in chunks {
+                for k in 0..W {
+                    let x = ch[k];
+                    lc[k] += (x < v) as u64;
+                    ec[k] += (x == v) as u64;
+                    let b = if x < v { x } else { f64::NEG_INFINITY };
+                    let a = if x > v { x } else { f64::INFINITY };
+                    bm[k] = if b > bm[k] { b } else { bm[k] };
+                    am[k] = if a < am[k] { a } else { am[k] };
+                }
             }
+            for (k, &x) in rest.iter().enumerate() {
+                lc[k] += (x < v) as u64;
+                ec[k] += (x == v) as u64;
+                if x < v && x > bm[k] {
+                    bm[k] = x;
+                }
+                if x > v && x < am[k] {
+                    am[k] = x;
+                }
+            }
+            (
+                lc.iter().sum::<u64>() as usize,
+                ec.iter().sum::<u64>() as usize,
+                bm.iter()
+                    .fold(f64::NEG_INFINITY, |m, &b| if b > m { b } else { m }),
+                am.iter()
+                    .fold(f64::INFINITY, |m, &a| if a < m { a } else { m }),
+            )
         } else {
-            less = xs.iter().filter(|&&x| lt(x, v)).count();
-            eq = xs.iter().filter(|&&x| x.total_cmp(&v).is_eq()).count();
-        }
+            (
+                xs.iter().filter(|&&x| lt(x, v)).count(),
+                xs.iter().filter(|&&x| x.total_cmp(&v).is_eq()).count(),
+                f64::NEG_INFINITY,
+                f64::INFINITY,
+            )
+        };
         let at_rank = |r: usize| -> Option<usize> {
             if r + 1 == less {
                 // the last position of the largest value below v

@@ -275,9 +275,9 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// [`MaskedOps::vjp_map`](masked_core::MaskedOps::vjp_map) take them) written into
     /// `out`, a caller's buffer of this array's element count, row-major: every position
     /// is written (0 at invalid ones), and a training loop that reuses the buffer takes
-    /// no fresh-page faults. The gradient's mask is this array's. `saved` is the forward
-    /// output, read as the saved forms read it (`None`: recompute); `g` is shaped like
-    /// the forward output.
+    /// no fresh-page faults. The gradient's mask is this array's; `g` is shaped like the
+    /// forward output. What the VJP needs of the forward pass is recomputed; see
+    /// [`MaskedArray::vjp_saved_into`] to pass the forward output instead.
     ///
     /// ```
     /// use masked::by_name::OpRequest;
@@ -289,7 +289,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// )?;
     /// let g = MaskedArray::unmasked(array![1.0f64, 1.0].into_dyn());
     /// let mut dx = vec![f64::NAN; 6]; // overwritten everywhere
-    /// x.vjp_into(&OpRequest::new("amax")?.dims(1), None, &g, &mut dx)?;
+    /// x.vjp_into(&OpRequest::new("amax")?.dims(1), &g, &mut dx)?;
     /// assert_eq!(dx, [0.0, 0.5, 0.5, 1.0, 0.0, 0.0]);
     /// # Ok::<(), masked::MaskedError>(())
     /// ```
@@ -297,7 +297,36 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// # Errors
     /// As the convenience forms; [`MaskedError::InvalidData`] for a buffer of another
     /// length.
-    pub fn vjp_into<S2, E2, S3, E3>(
+    pub fn vjp_into<S2: Data<Elem = T::Real>, E2: Dimension>(
+        &self,
+        req: &masked_core::OpRequest,
+        g: &MaskedArray<S2, E2>,
+        out: &mut [T::Real],
+    ) -> Result<()> {
+        self.vjp_saved_into::<S2, E2, OwnedRepr<T::Real>, IxDyn>(req, None, g, out)
+    }
+
+    /// [`MaskedArray::vjp_into`] given `saved`, the forward output of `req` on this
+    /// array (or `None`: recompute), read as
+    /// [`MaskedOps::vjp_reduce_saved`](masked_core::MaskedOps::vjp_reduce_saved) and
+    /// [`MaskedOps::vjp_map_saved`](masked_core::MaskedOps::vjp_map_saved) read it.
+    ///
+    /// ```
+    /// use masked::by_name::OpRequest;
+    /// use masked::prelude::*;
+    /// use ndarray::array;
+    /// let x = MaskedArray::from_bool_mask(array![[0.0f64, 0.0, 7.0]], array![[true, true, false]])?;
+    /// let y = x.softmax(1)?; // kept from the forward pass
+    /// let g = MaskedArray::unmasked(array![[1.0f64, 0.0, 5.0]]);
+    /// let mut dx = [f64::NAN; 3];
+    /// x.vjp_saved_into(&OpRequest::new("softmax")?.dims(1), Some(&y), &g, &mut dx)?;
+    /// assert_eq!(dx, [0.25, -0.25, 0.0]);
+    /// # Ok::<(), masked::MaskedError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`MaskedArray::vjp_into`]; `saved` of another shape than the forward output.
+    pub fn vjp_saved_into<S2, E2, S3, E3>(
         &self,
         req: &masked_core::OpRequest,
         saved: Option<&MaskedArray<S3, E3>>,

@@ -111,6 +111,7 @@ impl<T: Element> Scratch<T, T::Real> {
 
     /// A lane at scattered `positions` (flat, row-major order, relative to the region
     /// `xs`, `out` and any `Each` source start at); invalid ones are skipped.
+    #[allow(clippy::too_many_arguments)]
     fn scattered<G: LaneGrad>(
         &mut self,
         grad: &G,

@@ -529,7 +529,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         rhs: &MaskedArray<S2, D2>,
         rule: MaskRule,
         g: &MaskedArrayD<T::Real>,
-    ) -> Result<(MaskedArrayD<T::Real>, MaskedArrayD<T::Real>)> {
+    ) -> Result<Gradients<T::Real>> {
         let op = binary_grad_op::<T>(req)?;
         let (a, b) = (operand(self), operand(rhs));
         let shape = broadcast_shapes(op.name(), a.shape, b.shape)?;
@@ -573,6 +573,9 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         ))
     }
 }
+
+/// The gradients of a binary op's two operands, each with its operand's shape and mask.
+pub type Gradients<R> = (MaskedArrayD<R>, MaskedArrayD<R>);
 
 /// The binary op of a VJP request, after the checks every VJP makes.
 fn binary_grad_op<T: Element>(req: &masked_core::OpRequest) -> Result<masked_core::binary::BinOp> {
