@@ -1017,6 +1017,31 @@ fn keys_kernel<T: Element>(v: &mut [T]) -> Option<&mut [T::Key]> {
     (!nan).then(|| unsafe { std::slice::from_raw_parts_mut(p.cast::<T::Key>(), n) })
 }
 
+// Type identity, for code generic over an element type that has a fast path for one
+// (the prebuilt kernels, the registry's sinks).
+
+use std::any::TypeId;
+use std::mem::ManuallyDrop;
+
+/// Whether `A` is `B`.
+#[inline(always)]
+pub fn is<A: 'static, B: 'static>() -> bool {
+    TypeId::of::<A>() == TypeId::of::<B>()
+}
+
+/// `x` as `B`, for `A` and `B` one type.
+///
+/// # Safety
+/// `A` and `B` must be the same type (`is::<A, B>()` with `'static` types, or types that
+/// differ in lifetimes only).
+#[inline(always)]
+pub unsafe fn same<A, B>(x: A) -> B {
+    debug_assert_eq!(std::mem::size_of::<A>(), std::mem::size_of::<B>());
+    let x = ManuallyDrop::new(x);
+    // SAFETY: A and B are one type (the caller's contract), so this is a move.
+    unsafe { std::ptr::read(&*x as *const A as *const B) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

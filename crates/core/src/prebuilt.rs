@@ -11,27 +11,7 @@
 //! calls a generic dispatcher that compares `TypeId`s and calls the entry, or the generic
 //! kernel for any other type. In an optimised build the comparison is a constant.
 
-use std::any::TypeId;
-use std::mem::ManuallyDrop;
-
-/// Whether `A` is `B`.
-#[inline(always)]
-pub fn is<A: 'static, B: 'static>() -> bool {
-    TypeId::of::<A>() == TypeId::of::<B>()
-}
-
-/// `x` as `B`, for `A` and `B` one type.
-///
-/// # Safety
-/// `A` and `B` must be the same type (`is::<A, B>()` with `'static` types, or types that
-/// differ in lifetimes only).
-#[inline(always)]
-pub unsafe fn same<A, B>(x: A) -> B {
-    debug_assert_eq!(std::mem::size_of::<A>(), std::mem::size_of::<B>());
-    let x = ManuallyDrop::new(x);
-    // SAFETY: A and B are one type (the caller's contract), so this is a move.
-    unsafe { std::ptr::read(&*x as *const A as *const B) }
-}
+pub use crate::element::{is, same};
 
 #[doc(hidden)]
 pub static FALLBACKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -331,17 +331,17 @@ pub struct KeepForward;
 impl<T: Element, L: LaneKernels<T>> Sink<T, L> for KeepForward {
     type Out = Forward<T, L>;
     fn reduced<O: Element>(&self, r: L::Reduced<O>) -> Forward<T, L> {
-        if crate::prebuilt::is::<O, T::Real>() {
+        if crate::element::is::<O, T::Real>() {
             // SAFETY: O is T::Real (equal TypeIds of 'static types): an identity move.
-            Forward::Reduced(unsafe { crate::prebuilt::same(r) })
+            Forward::Reduced(unsafe { crate::element::same(r) })
         } else {
             Forward::Other
         }
     }
     fn mapped<O: Element>(&self, m: L::Mapped<O>) -> Forward<T, L> {
-        if crate::prebuilt::is::<O, T::Real>() {
+        if crate::element::is::<O, T::Real>() {
             // SAFETY: as above.
-            Forward::Mapped(unsafe { crate::prebuilt::same(m) })
+            Forward::Mapped(unsafe { crate::element::same(m) })
         } else {
             Forward::Other
         }
