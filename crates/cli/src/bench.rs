@@ -2,7 +2,7 @@
 
 use crate::error::CliError;
 use clap::Parser;
-use masked::binary::{CmpZip, FloatZip, KeepZip};
+use masked::binary::{CmpZip, FloatZip, KeepZip, PartialZip};
 use masked::by_name::{self as ops, BinOp, Kind, OpRequest};
 use masked::{
     BitMask, CooMask, CooPattern, DType, Dims, Element, MaskRule, MaskedArray, MaskedCoo,
@@ -197,7 +197,7 @@ fn bench_layout<T: Element>(
         // the second operand of binary and fused ops, generated once
         let partner = if specs
             .iter()
-            .any(|s| matches!(s, Job::Binary(_) | Job::Fused(..)))
+            .any(|s| matches!(s, Job::Binary(_) | Job::Fused(..) | Job::VjpBinary(_)))
         {
             Some(data.partner(a, rule)?)
         } else {
@@ -206,7 +206,7 @@ fn bench_layout<T: Element>(
         for job in specs {
             let spec = match job {
                 Job::Op(o) | Job::Fused(o, _) | Job::Vjp(o) => *o,
-                Job::Binary(o) => *o,
+                Job::Binary(o) | Job::VjpBinary(o) => *o,
             };
             let mut req = OpRequest::from_op(spec).dims(match spec.kind() {
                 Kind::ReduceOne | Kind::Normalize => match dims {
@@ -230,6 +230,9 @@ fn bench_layout<T: Element>(
                 (Job::Fused(..), Some(b)) => {
                     pool.install(|| data.time_fused(b, &req, job, rule, a.repeat))?
                 }
+                (Job::VjpBinary(_), Some(b)) => {
+                    pool.install(|| data.time_vjp_binary(b, &req, rule, a.repeat))?
+                }
                 _ => unreachable!("a partner for every binary job"),
             };
             let bytes = if matches!(job, Job::Op(_) | Job::Vjp(_)) {
@@ -239,7 +242,8 @@ fn bench_layout<T: Element>(
             };
             let gbps = bytes / secs / 1e9;
             let name = job.name();
-            let elementwise = matches!(job, Job::Binary(_)) || spec.kind() == Kind::Unary;
+            let elementwise =
+                matches!(job, Job::Binary(_) | Job::VjpBinary(_)) || spec.kind() == Kind::Unary;
             let dim_json = if elementwise {
                 &serde_json::Value::Null
             } else {
@@ -288,18 +292,25 @@ enum Job {
     Fused(ops::Op, ops::Op),
     /// `vjp-OP`: the VJP of a reduction, normalization or unary op.
     Vjp(ops::Op),
+    /// `vjp-B`: both operands' gradients of a binary op, on generated operand pairs.
+    VjpBinary(ops::Op),
 }
 
 impl Job {
     fn parse(name: &str) -> Result<Job, CliError> {
         if let Some(op) = name.strip_prefix("vjp-") {
             let op: ops::Op = op.parse()?;
-            if op.kind() == Kind::Binary || !op.differentiable() {
+            if !op.differentiable() {
                 return Err(CliError::Usage(format!(
-                    "invalid op '{name}': vjp-OP takes a differentiable reduction, normalization or unary op"
+                    "invalid op '{name}': vjp-OP takes a differentiable op ({} is not)",
+                    op.name()
                 )));
             }
-            return Ok(Job::Vjp(op));
+            return Ok(if op.kind() == Kind::Binary {
+                Job::VjpBinary(op)
+            } else {
+                Job::Vjp(op)
+            });
         }
         if let Some((r, b)) = name.split_once("-of-") {
             let (r, b): (ops::Op, ops::Op) = (r.parse()?, b.parse()?);
@@ -324,19 +335,23 @@ impl Job {
         match self {
             Job::Op(o) | Job::Binary(o) => o.name().to_string(),
             Job::Fused(r, b) => format!("{}-of-{}", r.name(), b.name()),
-            Job::Vjp(o) => format!("vjp-{}", o.name()),
+            Job::Vjp(o) | Job::VjpBinary(o) => format!("vjp-{}", o.name()),
         }
     }
 
     fn options(&self) -> &'static [&'static str] {
         match self {
-            Job::Op(o) | Job::Binary(o) | Job::Fused(o, _) | Job::Vjp(o) => o.options(),
+            Job::Op(o) | Job::Binary(o) | Job::Fused(o, _) | Job::Vjp(o) | Job::VjpBinary(o) => {
+                o.options()
+            }
         }
     }
 
     fn binary(&self) -> BinOp {
         match self {
-            Job::Binary(b) | Job::Fused(_, b) => b.binary().expect("a binary op"),
+            Job::Binary(b) | Job::Fused(_, b) | Job::VjpBinary(b) => {
+                b.binary().expect("a binary op")
+            }
             Job::Op(o) | Job::Vjp(o) => unreachable!("{o} is not binary"),
         }
     }
@@ -745,6 +760,55 @@ impl<T: Element> Data<T> {
                 "bench --into: dense and CSR layouts only".into(),
             )),
             (Input::Coo(x), Input::Coo(y)) => time_op(|| zip_discard(x, y, op, rule), repeat),
+            _ => unreachable!("a partner of the same layout"),
+        }
+    }
+
+    /// Times `vjp-B`: both gradients of the binary op `B` with the partner, on every
+    /// layout, given an upstream stored at the forward output's positions.
+    fn time_vjp_binary(
+        &self,
+        other: &Data<T>,
+        req: &OpRequest,
+        rule: MaskRule,
+        repeat: usize,
+    ) -> Result<(f64, usize), CliError> {
+        let op = req.op.binary().expect("a binary op");
+        // an upstream with the forward output's structure: any zip's result has it
+        let up = PartialZip { op, wrt_y: false };
+        match (&self.input, &other.input) {
+            (
+                Input::Dense {
+                    shape,
+                    values,
+                    mask,
+                },
+                Input::Dense {
+                    values: v2,
+                    mask: m2,
+                    ..
+                },
+            ) => {
+                let x = MaskedArray::new(
+                    ArrayViewD::from_shape(IxDyn(shape), &values[..]).map_err(shape_err)?,
+                    mask.clone(),
+                )?;
+                let y = MaskedArray::new(
+                    ArrayViewD::from_shape(IxDyn(shape), &v2[..]).map_err(shape_err)?,
+                    m2.clone(),
+                )?;
+                let g = x.zip_elements(&y, &up, rule)?;
+                time_op(|| x.vjp_binary(req, &y, rule, &g).map(drop), repeat)
+            }
+            (Input::Csr { mat, mask }, Input::Csr { mat: m2, mask: k2 }) => {
+                let (x, y) = (csr_of(mat.view(), mask)?, csr_of(m2.view(), k2)?);
+                let g = x.zip_elements(&y, &up, rule)?;
+                time_op(|| x.vjp_binary(req, &y, rule, &g).map(drop), repeat)
+            }
+            (Input::Coo(x), Input::Coo(y)) => {
+                let g = x.zip_elements(y, &up, rule)?;
+                time_op(|| x.vjp_binary(req, y, rule, &g).map(drop), repeat)
+            }
             _ => unreachable!("a partner of the same layout"),
         }
     }

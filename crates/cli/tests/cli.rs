@@ -488,6 +488,40 @@ fn bench_runs_the_statistics() {
     assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 4);
 }
 
+#[test]
+fn bench_times_binary_vjps_on_every_layout() {
+    for masks in ["strict", "and"] {
+        let o = bin()
+            .args([
+                "bench",
+                "--op",
+                "vjp-mul,vjp-atan2",
+                "--layout",
+                "dense,csr,coo",
+                "--shape",
+                "32,64",
+                "--masks",
+                masks,
+                "--repeat",
+                "1",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{masks}: {}", stderr(&o));
+        let out = String::from_utf8(o.stdout).unwrap();
+        let names: Vec<String> = out
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["op"].to_string())
+            .collect();
+        assert_eq!(names.len(), 6, "{out}");
+        assert!(names.iter().all(|n| n.starts_with("\"vjp-")), "{out}");
+    }
+    // a comparison has no VJP
+    let bad = bin().args(["bench", "--op", "vjp-lt"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
+
 /// Reads a COO `.npz` result: coords (ndim x nnz), data, shape.
 fn load_npz<T: ndarray_npy::ReadableElement + Clone>(
     p: &Path,

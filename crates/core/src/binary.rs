@@ -794,6 +794,74 @@ pub fn select_merge<I: Copy + Ord, T: Element>(
     }
 }
 
+/// One partial derivative of a binary op as a zip map, for the VJPs of the sparse
+/// layouts: `∂f/∂x` (or `∂f/∂y` with `wrt_y`) at every valid output position, by
+/// [`BinOp::partials`], in the input's float type (0 for a comparison). Run through a
+/// layout's forward zip, it lands on exactly the forward output's positions, where the
+/// upstream gradient is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartialZip {
+    /// The op.
+    pub op: BinOp,
+    /// Whether the derivative is with respect to the right operand.
+    pub wrt_y: bool,
+}
+
+impl<T: Element> ZipMap<T> for PartialZip {
+    type Output = T::Real;
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+    #[inline]
+    fn one(&self, x: T, y: T) -> Option<T::Real> {
+        let (px, py) = self
+            .op
+            .partials(x.to_f64(), y.to_f64())
+            .unwrap_or((0.0, 0.0));
+        Some(<T::Real as Float>::from_f64(if self.wrt_y {
+            py
+        } else {
+            px
+        }))
+    }
+    fn run(
+        &self,
+        xs: Src<'_, T>,
+        ys: Src<'_, T>,
+        bits: Option<Bits<'_>>,
+        out: &mut [T::Real],
+    ) -> Option<usize> {
+        let z = *self;
+        run_with(xs, ys, bits, out, move |x: T, y: T| {
+            ZipMap::<T>::one(&z, x, y).unwrap_or_default()
+        });
+        None
+    }
+}
+
+/// Values stored on a sub-structure spread onto a structure holding it (one CSR row, or
+/// the flat positions of a COO array): `out[k]` is the value stored at `pos[k]` in
+/// `sub_pos`/`sub_val`, 0 where there is none. Both position lists strictly increase.
+/// Returns `false` when some sub position is not in `pos` (the sub-structure does not
+/// lie inside the structure).
+pub fn spread<I: Copy + Ord, R: Copy + Default>(
+    pos: &[I],
+    sub_pos: &[I],
+    sub_val: &[R],
+    out: &mut [R],
+) -> bool {
+    let mut j = 0usize;
+    for (k, &p) in pos.iter().enumerate() {
+        out[k] = if j < sub_pos.len() && sub_pos[j] == p {
+            j += 1;
+            sub_val[j - 1]
+        } else {
+            R::default()
+        };
+    }
+    j == sub_pos.len()
+}
+
 /// A binary op of any family: what the by-name layer dispatches on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BinOp {

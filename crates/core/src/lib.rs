@@ -56,7 +56,7 @@ pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use layout::{LaneKernels, ZipKernels};
 pub use mask::{check_lengths, BitMask, Bits, BoolArray, MaskLogic};
 pub use registry::{
-    apply_to, check_grad, visit_grad, Kind, MaskedBinaryOps, MaskedOps, Op, OpRequest, Options,
-    Sink,
+    apply_to, binary_grad_op, check_grad, visit_grad, Kind, MaskedBinaryOps, MaskedOps, Op,
+    OpRequest, Options, Sink,
 };
 pub use sparse::SparseArray;

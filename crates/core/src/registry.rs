@@ -455,6 +455,20 @@ pub fn check_grad<T: Element>(req: &OpRequest, kinds: &[Kind]) -> Result<()> {
     Ok(())
 }
 
+/// The binary op of a binary VJP request, after the checks every VJP makes
+/// ([`check_grad`]): what each layout's `vjp_binary` starts with.
+///
+/// # Errors
+/// As [`check_grad`]; [`MaskedError::InvalidArgument`] for an op that is not binary.
+pub fn binary_grad_op<T: Element>(req: &OpRequest) -> Result<BinOp> {
+    check_grad::<T>(req, &[Kind::Binary, Kind::Unary])?;
+    req.op.binary().ok_or(MaskedError::InvalidArgument {
+        name: "op",
+        value: req.op.name().to_string(),
+        reason: "vjp_binary takes a binary elementwise op",
+    })
+}
+
 /// The op names, space separated, in registry order (messages and help).
 pub fn op_names() -> String {
     Op::ALL
@@ -633,8 +647,8 @@ macro_rules! registry {
     (@grad $on:ident $name:ident $v:ident elementwise) => {
         Err(MaskedError::Unsupported {
             op: stringify!($name),
-            context: "through vjp_reduce or vjp_map: a binary op's VJP is the dense \
-                      layout's vjp_binary (sparse operands not yet)"
+            context: "through vjp_reduce or vjp_map: a binary op's VJP is each layout's \
+                      vjp_binary (vjp_binary_dense, vjp_binary_scalar)"
                 .into(),
         })
     };

@@ -41,6 +41,7 @@
 
 mod algebra;
 mod convert;
+mod grad_zip;
 mod group;
 mod lanes;
 mod pattern;
@@ -49,6 +50,7 @@ mod zip;
 
 pub use algebra::select;
 pub use convert::{csr_to_dense, dense_to_csr};
+pub use grad_zip::CooGradients;
 pub use lanes::CooLanes;
 pub use masked_core::SparseArray;
 pub use pattern::CooPattern;

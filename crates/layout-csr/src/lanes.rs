@@ -406,7 +406,7 @@ impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
     /// The structure of the valid entries: row pointers and column indices (this
     /// structure's own, borrowed, when every entry is valid). Without a mask every
     /// position is valid, and a gradient would store them all: an error.
-    fn valid_structure(&self) -> Result<(Vec<usize>, Cow<'a, [I]>)> {
+    pub(crate) fn valid_structure(&self) -> Result<(Vec<usize>, Cow<'a, [I]>)> {
         if self.fill {
             return Err(MaskedError::densifying("a gradient"));
         }

@@ -42,12 +42,14 @@
 #![deny(missing_docs)]
 
 mod algebra;
+mod grad_zip;
 mod lanes;
 mod partition;
 mod pattern;
 mod prebuilt;
 
 pub use algebra::select;
+pub use grad_zip::CsrGradients;
 pub use lanes::{CsrLanes, CsrMapped};
 pub use masked_core::SparseArray;
 pub use pattern::{Pattern, PatternI};

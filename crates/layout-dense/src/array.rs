@@ -6,6 +6,9 @@ use masked_core::{
     LaneStat, MaskedError, ReducePlan, Result,
 };
 use masked_core::{try_vec, Bits, LaneGrad, Upstream};
+// named by the docs' links
+#[allow(unused_imports)]
+use masked_core::MaskedOps;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn, OwnedRepr, RawData, ViewRepr};
 
 /// Checks that `grad` takes the upstream kind `want` and that `g` has the shape `shape`
@@ -271,8 +274,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// The VJP of `req` (a reduction, normalization or unary op, as
-    /// [`MaskedOps::vjp_reduce`](masked_core::MaskedOps::vjp_reduce) and
-    /// [`MaskedOps::vjp_map`](masked_core::MaskedOps::vjp_map) take them) written into
+    /// [`MaskedOps::vjp_reduce`] and
+    /// [`MaskedOps::vjp_map`] take them) written into
     /// `out`, a caller's buffer of this array's element count, row-major: every position
     /// is written (0 at invalid ones), and a training loop that reuses the buffer takes
     /// no fresh-page faults. The gradient's mask is this array's; `g` is shaped like the
@@ -308,8 +311,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 
     /// [`MaskedArray::vjp_into`] given `saved`, the forward output of `req` on this
     /// array (or `None`: recompute), read as
-    /// [`MaskedOps::vjp_reduce_saved`](masked_core::MaskedOps::vjp_reduce_saved) and
-    /// [`MaskedOps::vjp_map_saved`](masked_core::MaskedOps::vjp_map_saved) read it.
+    /// [`MaskedOps::vjp_reduce_saved`] and
+    /// [`MaskedOps::vjp_map_saved`] read it.
     ///
     /// ```
     /// use masked::by_name::OpRequest;

@@ -7,6 +7,9 @@ use masked_core::{
     BitMask, Bits, Element, MaskRule, MaskedError, Result, Splat, ZipKernels, ZipMap,
 };
 use masked_kernels::buffer::fresh_vec;
+// named by the docs' links
+#[allow(unused_imports)]
+use masked_core::{binary::BinOp, MaskedBinaryOps};
 use ndarray::{ArrayD, Data, Dimension, IxDyn};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -355,6 +358,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, Splat<T>> for Ma
 /// beyond it. The sparse layouts read it only at their valid positions.
 pub struct DenseOperand<'a, T: Clone> {
     values: Cow<'a, [T]>,
+    /// The operand's own shape.
+    shape: &'a [usize],
     mask: Option<&'a BitMask>,
     /// Stride of each dim of the sparse shape in the operand (0 where it broadcasts).
     strides: Vec<usize>,
@@ -388,6 +393,7 @@ impl<'a, T: Element> DenseOperand<'a, T> {
             strides: broadcast_strides(o.shape, shape),
             repeat: total.checked_div(own).unwrap_or(0),
             values: o.values,
+            shape: o.shape,
             mask: o.mask,
         })
     }
@@ -427,6 +433,31 @@ impl<'a, T: Element> DenseOperand<'a, T> {
     /// Strides of the sparse shape's dims in the operand (0 where it broadcasts).
     pub fn strides(&self) -> &[usize] {
         &self.strides
+    }
+
+    /// One zero per operand element: the sums [`DenseOperand::gradient`] takes.
+    pub fn zero_sums(&self) -> Vec<f64> {
+        vec![0.0; self.values.len()]
+    }
+
+    /// The gradient with respect to this operand from its sums `acc` (one per operand
+    /// element, in row-major order; what the sparse layouts' binary VJPs add up at
+    /// [`DenseOperand::offset`]): a masked array of the operand's own shape and mask.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] for `acc` of another length.
+    pub fn gradient<R: Element + masked_core::Float>(
+        &self,
+        acc: Vec<f64>,
+    ) -> Result<MaskedArrayD<R>> {
+        if acc.len() != self.values.len() {
+            return Err(MaskedError::InvalidData(format!(
+                "{} gradient sums for a dense operand of {} elements",
+                acc.len(),
+                self.values.len()
+            )));
+        }
+        gradient_array(self.shape, acc, self.mask)
     }
 }
 
@@ -491,14 +522,14 @@ fn gradient_array<R: Element + masked_core::Float>(
 
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// The vector-Jacobian product of the binary elementwise op `req` (`add`, `mul`,
-    /// `atan2`, `pow`, ...: the op [`MaskedBinaryOps`](masked_core::MaskedBinaryOps)
+    /// `atan2`, `pow`, ...: the op [`MaskedBinaryOps`]
     /// runs as `self.op(rhs, rule)`): the gradients with respect to both operands given
     /// `g`, the upstream gradient shaped like the broadcast output (read only at valid
     /// output positions). Each operand's gradient has its own shape and mask: the
     /// contributions of the positions it was broadcast to are summed, and it is 0 at
     /// positions whose output is invalid (under `and`, a position valid in this operand
     /// but not in the other gets 0). The partial derivatives and their kinks are
-    /// [`BinOp::partials`](masked_core::binary::BinOp::partials)'s.
+    /// [`BinOp::partials`]'s.
     ///
     /// ```
     /// use masked::by_name::OpRequest;
@@ -530,7 +561,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         rule: MaskRule,
         g: &MaskedArrayD<T::Real>,
     ) -> Result<Gradients<T::Real>> {
-        let op = binary_grad_op::<T>(req)?;
+        let op = masked_core::binary_grad_op::<T>(req)?;
         let (a, b) = (operand(self), operand(rhs));
         let shape = broadcast_shapes(op.name(), a.shape, b.shape)?;
         let valid = out_mask(op.name(), &shape, a.mask, b.mask, rule)?;
@@ -557,7 +588,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         s: T,
         g: &MaskedArrayD<T::Real>,
     ) -> Result<(MaskedArrayD<T::Real>, T::Real)> {
-        let op = binary_grad_op::<T>(req)?;
+        let op = masked_core::binary_grad_op::<T>(req)?;
         let a = operand(self);
         let b = Operand {
             values: Cow::Owned(vec![s]),
@@ -576,17 +607,6 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 
 /// The gradients of a binary op's two operands, each with its operand's shape and mask.
 pub type Gradients<R> = (MaskedArrayD<R>, MaskedArrayD<R>);
-
-/// The binary op of a VJP request, after the checks every VJP makes.
-fn binary_grad_op<T: Element>(req: &masked_core::OpRequest) -> Result<masked_core::binary::BinOp> {
-    use masked_core::Kind;
-    masked_core::check_grad::<T>(req, &[Kind::Binary, Kind::Unary])?;
-    req.op.binary().ok_or(MaskedError::InvalidArgument {
-        name: "op",
-        value: req.op.name().to_string(),
-        reason: "vjp_binary takes a binary elementwise op",
-    })
-}
 
 /// `g` must have the forward output's shape.
 fn check_grad_shape(op: &str, g: &[usize], shape: &[usize]) -> Result<()> {

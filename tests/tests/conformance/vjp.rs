@@ -867,6 +867,260 @@ mod sparse {
             .unwrap();
         assert!(std::ptr::eq(r.indices().as_ptr(), m.indices().as_ptr()));
     }
+
+    /// `d` with its stored values made positive (every binary op's domain).
+    fn positive_data(rng: &mut Rng, shape: &[usize], own_mask: bool) -> Data {
+        let mut d = data(rng, shape, own_mask);
+        for (x, &s) in d.x.iter_mut().zip(&d.stored) {
+            if s {
+                *x = x.abs() + 0.5;
+            }
+        }
+        d
+    }
+
+    /// The flat positions of a CSR result.
+    fn csr_flat<O>(m: &masked::CsrMapped<'_, O, usize>) -> Vec<usize> {
+        let c = m.cols();
+        m.outer_iterator()
+            .enumerate()
+            .flat_map(|(r, lane)| {
+                lane.indices()
+                    .iter()
+                    .map(move |&j| r * c + j)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// A sparse upstream as a CSR result of the same positions.
+    fn csr_g(s: &SparseArray<f64>) -> masked::CsrMapped<'static, f64, usize> {
+        let (r, c) = (s.shape()[0], s.shape()[1]);
+        let mut ptr = vec![0usize; r + 1];
+        for &p in s.indices() {
+            ptr[p / c + 1] += 1;
+        }
+        for i in 0..r {
+            ptr[i + 1] += ptr[i];
+        }
+        let idx: Vec<usize> = s.indices().iter().map(|&p| p % c).collect();
+        sprs::CsMatBase::new(
+            (r, c),
+            ptr,
+            std::borrow::Cow::Owned(idx),
+            s.values().to_vec(),
+        )
+    }
+
+    /// A sparse gradient equals the dense one at exactly the valid positions.
+    fn close(what: &str, mask: &[bool], flat: &[usize], vals: &[f64], dense: &[f64]) {
+        let valid: Vec<usize> = (0..mask.len()).filter(|&i| mask[i]).collect();
+        assert_eq!(
+            flat,
+            valid.as_slice(),
+            "{what}: stores exactly the valid positions"
+        );
+        for (&p, &v) in flat.iter().zip(vals) {
+            assert!(
+                near(v, dense[p]),
+                "{what} at {p}: sparse {v}, dense {}",
+                dense[p]
+            );
+        }
+    }
+
+    /// Equal within rounding, or the same infinity or both NaN (a valid but unstored
+    /// divisor is 0 on every layout).
+    fn near(x: f64, y: f64) -> bool {
+        x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-12 * (1.0 + y.abs())
+    }
+
+    fn close_dense(what: &str, got: &MaskedArrayD<f64>, want: &MaskedArrayD<f64>) {
+        assert_eq!(got.shape(), want.shape(), "{what}");
+        assert_eq!(got.mask(), want.mask(), "{what}");
+        for (g, w) in got.values().iter().zip(want.values()) {
+            assert!(near(*g, *w), "{what}: {g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn binary_csr_and_coo_gradients_equal_the_dense_ones() {
+        use masked::MaskRule;
+        let shape = [4usize, 5];
+        let mut rng = Rng(97);
+        let mut checked = 0;
+        for &op in Op::ALL {
+            if op.binary().is_none() || !op.differentiable() {
+                continue;
+            }
+            let req = OpRequest::from_op(op);
+            for rule in [MaskRule::Strict, MaskRule::And] {
+                let a = positive_data(&mut rng, &shape, false);
+                let b = match rule {
+                    // one pattern, other values
+                    MaskRule::Strict => Data {
+                        shape: a.shape.clone(),
+                        stored: a.stored.clone(),
+                        mask: a.mask.clone(),
+                        x: a.x
+                            .iter()
+                            .map(|&x| if x != 0.0 { x * 1.7 + 0.1 } else { 0.0 })
+                            .collect(),
+                    },
+                    // another pattern (and a separate mask for the right operand)
+                    MaskRule::And => positive_data(&mut rng, &shape, true),
+                };
+                let out: Vec<bool> = a.mask.iter().zip(&b.mask).map(|(x, y)| *x && *y).collect();
+                let g: Vec<f64> = (0..20).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let ga = MaskedArray::unmasked(
+                    ArrayD::from_shape_vec(IxDyn(&shape), g.clone()).unwrap(),
+                );
+                let values = |m: &MaskedArrayD<f64>| m.values().iter().copied().collect::<Vec<_>>();
+
+                // sparse with sparse
+                let (da, db) = dense_of(&a)
+                    .vjp_binary(&req, &dense_of(&b), rule, &ga)
+                    .unwrap();
+                let (da, db) = (values(&da), values(&db));
+                let gs = sparse_g(&shape, &g, &out);
+                let (ca, cb) = (coo_of(&a, false), coo_of(&b, rule == MaskRule::And));
+                let (xa, xb) = ca.vjp_binary(&req, &cb, rule, &gs).unwrap();
+                close(
+                    &format!("{op:?} {rule:?} coo a"),
+                    &a.mask,
+                    xa.indices(),
+                    xa.values(),
+                    &da,
+                );
+                close(
+                    &format!("{op:?} {rule:?} coo b"),
+                    &b.mask,
+                    xb.indices(),
+                    xb.values(),
+                    &db,
+                );
+                let (ma, mb) = (csmat_of(&a), csmat_of(&b));
+                let (ra, rb) = (
+                    csr_of(&a, &ma, false),
+                    csr_of(&b, &mb, rule == MaskRule::And),
+                );
+                let (ya, yb) = ra.vjp_binary(&req, &rb, rule, &csr_g(&gs)).unwrap();
+                close(
+                    &format!("{op:?} {rule:?} csr a"),
+                    &a.mask,
+                    &csr_flat(&ya),
+                    ya.data(),
+                    &da,
+                );
+                close(
+                    &format!("{op:?} {rule:?} csr b"),
+                    &b.mask,
+                    &csr_flat(&yb),
+                    yb.data(),
+                    &db,
+                );
+
+                // sparse with a dense row broadcast over the rows (masked under `and`)
+                let wv: Vec<f64> = (0..5).map(|_| rng.random_range(0.5..2.0)).collect();
+                let wm: Vec<bool> = (0..5).map(|j| rule == MaskRule::Strict || j != 2).collect();
+                let wa = ArrayD::from_shape_vec(IxDyn(&[5]), wv).unwrap();
+                // a plain operand takes the sparse one's mask under strict
+                let w = match rule {
+                    MaskRule::Strict => MaskedArray::unmasked(wa),
+                    MaskRule::And => masked(&wa, &wm),
+                };
+                let (da, dw) = dense_of(&a).vjp_binary(&req, &w, rule, &ga).unwrap();
+                let da = values(&da);
+                let out: Vec<bool> = (0..20).map(|i| a.mask[i] && wm[i % 5]).collect();
+                let gs = sparse_g(&shape, &g, &out);
+                let (xa, xw) = ca.vjp_binary_dense(&req, &w, rule, &gs).unwrap();
+                close(
+                    &format!("{op:?} {rule:?} coo-dense a"),
+                    &a.mask,
+                    xa.indices(),
+                    xa.values(),
+                    &da,
+                );
+                close_dense(&format!("{op:?} {rule:?} coo-dense w"), &xw, &dw);
+                let (ya, yw) = ra.vjp_binary_dense(&req, &w, rule, &csr_g(&gs)).unwrap();
+                close(
+                    &format!("{op:?} {rule:?} csr-dense a"),
+                    &a.mask,
+                    &csr_flat(&ya),
+                    ya.data(),
+                    &da,
+                );
+                close_dense(&format!("{op:?} {rule:?} csr-dense w"), &yw, &dw);
+
+                // sparse with a scalar
+                let (da, ds) = dense_of(&a).vjp_binary_scalar(&req, 1.3, &ga).unwrap();
+                let da = values(&da);
+                let gs = sparse_g(&shape, &g, &a.mask);
+                let (xa, xs) = ca.vjp_binary_scalar(&req, 1.3, &gs).unwrap();
+                close(
+                    &format!("{op:?} coo-scalar"),
+                    &a.mask,
+                    xa.indices(),
+                    xa.values(),
+                    &da,
+                );
+                assert!(near(xs, ds), "{op:?} coo d/ds {xs} vs {ds}");
+                let (ya, ys) = ra.vjp_binary_scalar(&req, 1.3, &csr_g(&gs)).unwrap();
+                close(
+                    &format!("{op:?} csr-scalar"),
+                    &a.mask,
+                    &csr_flat(&ya),
+                    ya.data(),
+                    &da,
+                );
+                assert!(near(ys, ds), "{op:?} csr d/ds {ys} vs {ds}");
+                checked += 1;
+            }
+        }
+        // 17 differentiable binary ops, two rules each
+        assert!(checked >= 30, "{checked}");
+    }
+
+    #[test]
+    fn binary_sparse_vjp_refusals_are_typed() {
+        let mut rng = Rng(8);
+        let d = positive_data(&mut rng, &[3, 4], false);
+        let m = csmat_of(&d);
+        let x = MaskedCsr::from_pattern(m.view()).unwrap();
+        let free = MaskedCsr::unmasked(m.view()).unwrap();
+        let mul = OpRequest::new("mul").unwrap();
+        let g = csr_g(&sparse_g(&[3, 4], &[1.0; 12], &d.mask));
+        // a mask-free operand would get a gradient at every position
+        let e = x
+            .vjp_binary(&mul, &free, masked::MaskRule::And, &g)
+            .unwrap_err();
+        assert!(matches!(e, MaskedError::Unsupported { .. }), "{e}");
+        // an upstream stored elsewhere than the output
+        let all = csr_g(&sparse_g(&[3, 4], &[1.0; 12], &[true; 12]));
+        let e = x
+            .vjp_binary(&mul, &x, masked::MaskRule::Strict, &all)
+            .unwrap_err();
+        assert!(matches!(e, MaskedError::InvalidArgument { .. }), "{e}");
+        // a comparison has no gradient
+        let e = x
+            .vjp_binary(
+                &OpRequest::new("lt").unwrap(),
+                &x,
+                masked::MaskRule::Strict,
+                &g,
+            )
+            .unwrap_err();
+        assert!(matches!(e, MaskedError::NotDifferentiable { .. }), "{e}");
+        // the COO form: the same checks
+        let c = coo_of(&d, false);
+        let gs = sparse_g(&[3, 4], &[1.0; 12], &[true; 12]);
+        let e = c.vjp_binary_scalar(&mul, 2.0, &gs).unwrap_err();
+        assert!(matches!(e, MaskedError::InvalidArgument { .. }), "{e}");
+        // values only, the input's own structure: a gradient that shares the indices
+        let (dx, _) = x.vjp_binary_scalar(&mul, 2.0, &g).unwrap();
+        assert!(std::ptr::eq(dx.indices().as_ptr(), m.indices().as_ptr()));
+        assert!(dx.data().iter().all(|&v| v == 2.0));
+    }
 }
 
 #[test]

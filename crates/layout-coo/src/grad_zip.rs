@@ -1,0 +1,159 @@
+//! VJPs of binary elementwise ops on COO operands (sparse in, sparse out), as on CSR:
+//! each partial derivative runs through the forward zip ([`PartialZip`]), landing on the
+//! forward output's positions where the upstream gradient is stored; the product is
+//! spread onto each operand's valid positions, or summed into a dense operand's
+//! (broadcast) positions, or into a scalar. Work is O(nnz + output).
+
+use crate::MaskedCoo;
+use layout_dense::{DenseOperand, MaskedArray, MaskedArrayD};
+use masked_core::binary::{spread, BinOp, PartialZip};
+use masked_core::{
+    binary_grad_op, Element, Float, MaskRule, MaskedError, OpRequest, Result, SparseArray, Splat,
+    ZipKernels,
+};
+use masked_kernels::pack::compress_into;
+use masked_kernels::Bits;
+use rayon::prelude::*;
+// named by the docs' links
+#[allow(unused_imports)]
+use layout_csr::MaskedCsr;
+
+/// The gradients of two COO operands.
+pub type CooGradients<R> = (SparseArray<R>, SparseArray<R>);
+
+impl<T: Element> MaskedCoo<T> {
+    /// The vector-Jacobian product of the binary elementwise op `req` with another COO
+    /// array of the same shape: the gradients with respect to both operands given `g`,
+    /// the upstream gradient stored exactly at the forward output's positions. Each
+    /// gradient stores exactly its operand's valid positions; the rules are
+    /// [`MaskedCsr::vjp_binary`]'s.
+    ///
+    /// # Errors
+    /// As the CSR form: a comparison or integer input, an op that is not binary, an
+    /// operand without a mask, the forward op's errors, `g` stored elsewhere.
+    pub fn vjp_binary(
+        &self,
+        req: &OpRequest,
+        rhs: &MaskedCoo<T>,
+        rule: MaskRule,
+        g: &SparseArray<T::Real>,
+    ) -> Result<CooGradients<T::Real>> {
+        let op = binary_grad_op::<T>(req)?;
+        rhs.has_gradient()?;
+        let (dx, dy) = self.partials_times(op, rhs, rule, g)?;
+        Ok((self.onto_valid(dx)?, rhs.onto_valid(dy)?))
+    }
+
+    /// [`MaskedCoo::vjp_binary`] with a dense operand broadcast to this array's shape:
+    /// the dense gradient has the operand's own shape and mask, the contributions of the
+    /// positions it was broadcast to summed (in `f64`).
+    ///
+    /// # Errors
+    /// As [`MaskedCoo::vjp_binary`]; a dense operand that does not broadcast to this
+    /// array's shape ([`MaskedError::ShapeMismatch`]).
+    #[allow(clippy::type_complexity)]
+    pub fn vjp_binary_dense<S: ndarray::Data<Elem = T>, D: ndarray::Dimension>(
+        &self,
+        req: &OpRequest,
+        rhs: &MaskedArray<S, D>,
+        rule: MaskRule,
+        g: &SparseArray<T::Real>,
+    ) -> Result<(SparseArray<T::Real>, MaskedArrayD<T::Real>)> {
+        let op = binary_grad_op::<T>(req)?;
+        let (dx, dy) = self.partials_times(op, rhs, rule, g)?;
+        let d = DenseOperand::new(op.name(), rhs, self.shape())?;
+        let mut acc = d.zero_sums();
+        // the operand offset of a flat position: its coordinates times the strides
+        let shape = self.shape();
+        for (&p, v) in dy.indices().iter().zip(dy.values()) {
+            let (mut rest, mut off) = (p, 0usize);
+            for (&n, &s) in shape.iter().zip(d.strides()).rev() {
+                off += (rest % n.max(1)) * s;
+                rest /= n.max(1);
+            }
+            acc[off] += v.to_f64();
+        }
+        Ok((self.onto_valid(dx)?, d.gradient(acc)?))
+    }
+
+    /// [`MaskedCoo::vjp_binary`] with a scalar right operand: the gradient with respect
+    /// to this array, and the one with respect to the scalar (the sum over the valid
+    /// outputs, in `f64`).
+    ///
+    /// # Errors
+    /// As [`MaskedCoo::vjp_binary`].
+    pub fn vjp_binary_scalar(
+        &self,
+        req: &OpRequest,
+        s: T,
+        g: &SparseArray<T::Real>,
+    ) -> Result<(SparseArray<T::Real>, T::Real)> {
+        let op = binary_grad_op::<T>(req)?;
+        let (dx, dy) = self.partials_times(op, &Splat(s), MaskRule::Strict, g)?;
+        let sum = dy.values().par_iter().map(|v| v.to_f64()).sum::<f64>();
+        Ok((self.onto_valid(dx)?, <T::Real as Float>::from_f64(sum)))
+    }
+
+    /// Refuses an operand without a mask: its gradient would store every position.
+    fn has_gradient(&self) -> Result<()> {
+        if self.lanes().fill {
+            return Err(MaskedError::densifying("a gradient"));
+        }
+        Ok(())
+    }
+
+    /// `g · ∂f/∂x` and `g · ∂f/∂y` at the forward output's positions.
+    fn partials_times<Rhs: ?Sized>(
+        &self,
+        op: BinOp,
+        rhs: &Rhs,
+        rule: MaskRule,
+        g: &SparseArray<T::Real>,
+    ) -> Result<CooGradients<T::Real>>
+    where
+        Self: ZipKernels<T, Rhs, Zipped<T::Real> = SparseArray<T::Real>>,
+    {
+        self.has_gradient()?;
+        let partial = |wrt_y| -> Result<SparseArray<T::Real>> {
+            let p = self.zip_elements(rhs, &PartialZip { op, wrt_y }, rule)?;
+            if p.shape() != g.shape() || p.indices() != g.indices() {
+                return Err(MaskedError::InvalidArgument {
+                    name: "upstream gradient",
+                    value: op.name().to_string(),
+                    reason: "a binary op's VJP takes values stored exactly at the forward \
+                             output's positions",
+                });
+            }
+            let (shape, pos, mut vals) = p.into_parts();
+            vals.par_iter_mut()
+                .zip(g.values().par_iter())
+                .for_each(|(p, &gv)| {
+                    *p = <T::Real as Float>::from_f64(p.to_f64() * gv.to_f64());
+                });
+            SparseArray::new(shape, pos, vals)
+        };
+        Ok((partial(false)?, partial(true)?))
+    }
+
+    /// Values at a subset of this array's valid positions (a binary op's output) spread
+    /// onto those positions, 0 where the subset has none.
+    fn onto_valid(&self, o: SparseArray<T::Real>) -> Result<SparseArray<T::Real>> {
+        let l = self.lanes();
+        let mut flat = l.pattern.flat();
+        if let Some(w) = l.valid.as_deref() {
+            let mut f = Vec::new();
+            compress_into(&flat, Some(Bits::new(w, 0)), &mut f);
+            flat = f;
+        }
+        if o.indices() == flat.as_slice() {
+            return Ok(o);
+        }
+        let mut values = vec![T::Real::default(); flat.len()];
+        if !spread(&flat, o.indices(), o.values(), &mut values) {
+            return Err(MaskedError::InvalidData(
+                "a binary op's output stored a position its operand does not hold".into(),
+            ));
+        }
+        SparseArray::new(self.shape().to_vec(), flat, values)
+    }
+}

@@ -1,0 +1,189 @@
+//! VJPs of binary elementwise ops on CSR operands (sparse in, sparse out): each partial
+//! derivative runs through the forward zip ([`PartialZip`]), so it lands on exactly the
+//! forward output's entries, where the upstream gradient is stored; the product is then
+//! spread onto each operand's valid entries (values only when they are the output's), or
+//! summed into a dense operand's (broadcast) positions, or into a scalar. Work is
+//! O(nnz + output); nothing is densified.
+
+use crate::{CsrMapped, MaskedCsr};
+use layout_dense::{DenseOperand, MaskedArray, MaskedArrayD};
+use masked_core::binary::{spread, BinOp, PartialZip};
+use masked_core::{
+    binary_grad_op, Element, Float, MaskRule, MaskedError, OpRequest, Result, Splat, ZipKernels,
+};
+use rayon::prelude::*;
+use sprs::{CsMatBase, SpIndex};
+
+/// The gradients of a CSR operand and a CSR operand.
+pub type CsrGradients<'m, 'b, R, I> = (CsrMapped<'m, R, I>, CsrMapped<'b, R, I>);
+
+impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
+    /// The vector-Jacobian product of the binary elementwise op `req` (`add`, `mul`,
+    /// `atan2`, ...: the op `self.op(rhs, rule)` runs) with another CSR matrix: the
+    /// gradients with respect to both operands given `g`, the upstream gradient stored
+    /// exactly at the forward output's entries (as the forward op returns them). Each
+    /// gradient stores exactly its operand's valid entries (sharing the structure where
+    /// they are the output's): `g · ∂f/∂x` where the output is valid, 0 at a valid entry
+    /// whose output is not (under `and`). The partials and their kinks are
+    /// [`BinOp::partials`]'s, as on the dense layout.
+    ///
+    /// ```
+    /// use masked::by_name::OpRequest;
+    /// use masked::{MaskRule, MaskedBinaryOps, MaskedCsr};
+    /// use sprs::CsMat;
+    /// let a = CsMat::new((2, 3), vec![0, 2, 3], vec![0, 2, 1], vec![1.0f64, 2.0, 3.0]);
+    /// let b = CsMat::new((2, 3), vec![0, 2, 3], vec![0, 2, 1], vec![10.0f64, 20.0, 30.0]);
+    /// let (x, y) = (MaskedCsr::from_pattern(&a)?, MaskedCsr::from_pattern(&b)?);
+    /// let out = x.mul(&y, MaskRule::Strict)?; // stored where x and y are
+    /// let mut g = out.clone();
+    /// g.data_mut().fill(1.0); // the gradient of out's sum
+    /// let (dx, dy) = x.vjp_binary(&OpRequest::new("mul")?, &y, MaskRule::Strict, &g)?;
+    /// assert_eq!(dx.data(), &[10.0, 20.0, 30.0]); // y
+    /// assert_eq!(dy.data(), &[1.0, 2.0, 3.0]); // x
+    /// # Ok::<(), masked::MaskedError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`MaskedError::NotDifferentiable`] for a comparison or integer input; an op that
+    /// is not binary ([`MaskedError::InvalidArgument`]); an operand without a mask (its
+    /// gradient would store every position: [`MaskedError::Unsupported`]); the forward
+    /// op's errors (shapes, masks that differ under `strict`); `g` not stored at the
+    /// forward output's entries ([`MaskedError::InvalidArgument`]).
+    pub fn vjp_binary<'b, Iptr2: SpIndex>(
+        &self,
+        req: &OpRequest,
+        rhs: &MaskedCsr<'b, T, I, Iptr2>,
+        rule: MaskRule,
+        g: &CsrMapped<'_, T::Real, I>,
+    ) -> Result<CsrGradients<'m, 'b, T::Real, I>> {
+        let op = binary_grad_op::<T>(req)?;
+        rhs.has_gradient()?;
+        let (dx, dy) = self.partials_times(op, rhs, rule, g)?;
+        Ok((self.onto_valid(dx)?, rhs.onto_valid(dy)?))
+    }
+
+    /// [`MaskedCsr::vjp_binary`] with a dense operand broadcast to this matrix's shape:
+    /// the dense gradient has the operand's own shape and mask, the contributions of the
+    /// positions it was broadcast to summed (in `f64`).
+    ///
+    /// # Errors
+    /// As [`MaskedCsr::vjp_binary`]; a dense operand that does not broadcast to this
+    /// matrix's shape ([`MaskedError::ShapeMismatch`]).
+    #[allow(clippy::type_complexity)]
+    pub fn vjp_binary_dense<S: ndarray::Data<Elem = T>, D: ndarray::Dimension>(
+        &self,
+        req: &OpRequest,
+        rhs: &MaskedArray<S, D>,
+        rule: MaskRule,
+        g: &CsrMapped<'_, T::Real, I>,
+    ) -> Result<(CsrMapped<'m, T::Real, I>, MaskedArrayD<T::Real>)> {
+        let op = binary_grad_op::<T>(req)?;
+        let (dx, dy) = self.partials_times(op, rhs, rule, g)?;
+        let (r, c) = self.mat.shape();
+        let d = DenseOperand::new(op.name(), rhs, &[r, c])?;
+        let mut acc = d.zero_sums();
+        for (row, lane) in dy.outer_iterator().enumerate() {
+            for (col, v) in lane.iter() {
+                acc[d.offset([row, col])] += v.to_f64();
+            }
+        }
+        Ok((self.onto_valid(dx)?, d.gradient(acc)?))
+    }
+
+    /// [`MaskedCsr::vjp_binary`] with a scalar right operand (`self.op(s)`): the gradient
+    /// with respect to this matrix, and the one with respect to the scalar (the sum over
+    /// the valid outputs, in `f64`). A scalar on the left is the mirrored op.
+    ///
+    /// # Errors
+    /// As [`MaskedCsr::vjp_binary`].
+    #[allow(clippy::type_complexity)]
+    pub fn vjp_binary_scalar(
+        &self,
+        req: &OpRequest,
+        s: T,
+        g: &CsrMapped<'_, T::Real, I>,
+    ) -> Result<(CsrMapped<'m, T::Real, I>, T::Real)> {
+        let op = binary_grad_op::<T>(req)?;
+        let (dx, dy) = self.partials_times(op, &Splat(s), MaskRule::Strict, g)?;
+        let sum = dy.data().par_iter().map(|v| v.to_f64()).sum::<f64>();
+        Ok((self.onto_valid(dx)?, <T::Real as Float>::from_f64(sum)))
+    }
+
+    /// Refuses an operand without a mask: its gradient would store every position.
+    fn has_gradient(&self) -> Result<()> {
+        if self.lanes().fill {
+            return Err(MaskedError::densifying("a gradient"));
+        }
+        Ok(())
+    }
+
+    /// `g · ∂f/∂x` and `g · ∂f/∂y` on the forward output's entries.
+    #[allow(clippy::type_complexity)]
+    fn partials_times<Rhs: ?Sized>(
+        &self,
+        op: BinOp,
+        rhs: &Rhs,
+        rule: MaskRule,
+        g: &CsrMapped<'_, T::Real, I>,
+    ) -> Result<(CsrMapped<'m, T::Real, I>, CsrMapped<'m, T::Real, I>)>
+    where
+        Self: ZipKernels<T, Rhs, Zipped<T::Real> = CsrMapped<'m, T::Real, I>>,
+    {
+        self.has_gradient()?;
+        let partial = |wrt_y| -> Result<CsrMapped<'m, T::Real, I>> {
+            let mut p = self.zip_elements(rhs, &PartialZip { op, wrt_y }, rule)?;
+            if p.shape() != g.shape()
+                || p.indptr().raw_storage() != g.indptr().raw_storage()
+                || p.indices() != g.indices()
+            {
+                return Err(MaskedError::InvalidArgument {
+                    name: "upstream gradient",
+                    value: op.name().to_string(),
+                    reason: "a binary op's VJP takes values stored exactly at the forward \
+                             output's entries",
+                });
+            }
+            p.data_mut()
+                .par_iter_mut()
+                .zip(g.data().par_iter())
+                .for_each(|(p, &gv)| {
+                    *p = <T::Real as Float>::from_f64(p.to_f64() * gv.to_f64());
+                });
+            Ok(p)
+        };
+        Ok((partial(false)?, partial(true)?))
+    }
+
+    /// Values on a sub-structure of this matrix's valid entries (a binary op's output)
+    /// spread onto those entries, 0 where the sub-structure has none.
+    fn onto_valid(&self, o: CsrMapped<'_, T::Real, I>) -> Result<CsrMapped<'m, T::Real, I>> {
+        let (ptr, idx) = self.lanes().valid_structure()?;
+        let (optr, oidx, ovals) = o.into_raw_storage();
+        let values = if optr == ptr && oidx[..] == idx[..] {
+            ovals
+        } else {
+            let mut values = vec![T::Real::default(); idx.len()];
+            let mut rest = &mut values[..];
+            let mut ok = true;
+            for r in 0..ptr.len() - 1 {
+                let (here, tail) = rest.split_at_mut(ptr[r + 1] - ptr[r]);
+                let (e, f) = (ptr[r]..ptr[r + 1], optr[r]..optr[r + 1]);
+                ok &= spread(&idx[e], &oidx[f.clone()], &ovals[f], here);
+                rest = tail;
+            }
+            if !ok {
+                return Err(MaskedError::InvalidData(
+                    "a binary op's output stored an entry its operand does not hold".into(),
+                ));
+            }
+            values
+        };
+        let (r, c) = self.mat.shape();
+        // SAFETY: this matrix's valid structure (checked when it was built), with one
+        // value per entry.
+        let out = unsafe {
+            CsMatBase::new_unchecked(sprs::CompressedStorage::CSR, (r, c), ptr, idx, values)
+        };
+        self.owned_by_input(out)
+    }
+}
