@@ -8,7 +8,9 @@ output, as torch's backward is), the same written into a reused buffer (`--into`
 our dense softmax forward, which writes an output of the same size: the yardstick of the
 issue's targets.
 Also the CSR softmax VJP against our CSR softmax forward on the 100k x 100k, 10M-entry
-matrix. Needs torch and numpy (a venv outside the repo) and a release build (or MASKED_BIN pointing at another).
+matrix, and the binary `mul` VJP (both operands' gradients) against its forward on dense
+and on that CSR matrix (equal masks and patterns), with torch's backward of
+`torch.where(m, x * y, 0)` (a masked product as plain torch writes it) for the dense one. Needs torch and numpy (a venv outside the repo) and a release build (or MASKED_BIN pointing at another).
 
   python scripts/compare_peers_vjp.py [ROUNDS]
 """
@@ -71,6 +73,20 @@ for r in range(rounds):
     row["csr_softmax_vjp_ms"] = c["vjp-softmax"]["seconds"] * 1e3
     row["csr_softmax_fwd_ms"] = c["softmax"]["seconds"] * 1e3
     row["csr_vjp/fwd"] = c["vjp-softmax"]["seconds"] / c["softmax"]["seconds"]
+    # binary: vjp-mul against mul, dense and CSR
+    b = ours(["vjp-mul", "mul"], "--repeat", "7", "--mask-density", "0.5")
+    row["mul_vjp_dense_ms"] = b["vjp-mul"]["seconds"] * 1e3
+    row["mul_vjp/mul_fwd_dense"] = b["vjp-mul"]["seconds"] / b["mul"]["seconds"]
+    xt = torch.from_numpy(x).clone().requires_grad_(True)
+    yt = torch.from_numpy(x[::-1].copy()).requires_grad_(True)
+    out = torch.where(tm, xt * yt, torch.zeros(()))
+    t = tmed(lambda: out.backward(torch.ones_like(out), retain_graph=True), reps=3)
+    row["mul_torch_where_backward_ms"] = t * 1e3
+    row["mul_torch/ours"] = t / b["vjp-mul"]["seconds"]
+    c = ours(["vjp-mul", "mul"], "--layout", "csr", "--shape", "100000,100000",
+             "--density", "0.001", "--repeat", "5")
+    row["csr_mul_vjp_ms"] = c["vjp-mul"]["seconds"] * 1e3
+    row["csr_mul_vjp/fwd"] = c["vjp-mul"]["seconds"] / c["mul"]["seconds"]
     rows.append(row)
     show(row)
 medians(rows)

@@ -883,6 +883,7 @@ impl BinOp {
     /// `y == 0` and for `∂/∂y` where `x == 0` and `y >= 0`; xlogy gives 0 for `∂/∂x`
     /// where `x == 0`. Elsewhere IEEE arithmetic decides (division by 0 gives inf,
     /// hypot and atan2 at (0, 0) give NaN).
+    #[inline]
     pub fn partials(self, x: f64, y: f64) -> Option<(f64, f64)> {
         let tie = |first: bool, second: bool| -> (f64, f64) {
             if x == y {

@@ -505,19 +505,83 @@ fn binary_grads<T: Element>(
     (da, db)
 }
 
-/// `values` (f64) as a masked array of `shape` in the float type `R`, with `mask`.
-fn gradient_array<R: Element + masked_core::Float>(
+/// [`binary_grads`] without broadcasting (`x` of the output's shape, `y` too or a
+/// scalar), the common case: one parallel pass writing `g · ∂f` in `R` straight into
+/// each operand's gradient; a scalar's gradient is the sum (in `f64`), returned third.
+fn flat_grads<T: Element>(
+    op: masked_core::binary::BinOp,
+    xs: &[T],
+    ys: Src<'_, T>,
+    valid: Option<&BitMask>,
+    g: &[T::Real],
+) -> (Vec<T::Real>, Vec<T::Real>, f64) {
+    use masked_core::Float;
+    let n = xs.len();
+    let dy_len = if matches!(ys, Src::Slice(_)) { n } else { 0 };
+    let (mut dx, mut dy) = (fresh_vec::<T::Real>(n), fresh_vec::<T::Real>(dy_len));
+    let bits = valid.map(BitMask::bits);
+    let run = |start: usize, dx: &mut [T::Real], mut dy: Option<&mut [T::Real]>| -> f64 {
+        let mut sum = 0.0f64;
+        let (xs, g) = (&xs[start..start + dx.len()], &g[start..start + dx.len()]);
+        let ys = match ys {
+            Src::Slice(v) => Src::Slice(&v[start..start + dx.len()]),
+            s => s,
+        };
+        for (k, o) in dx.iter_mut().enumerate() {
+            let (gx, gy) = if bits.is_none_or(|b| b.get(start + k)) {
+                let gv = g[k].to_f64();
+                match op.partials(xs[k].to_f64(), ys.get(k).to_f64()) {
+                    Some((px, py)) => (gv * px, gv * py),
+                    None => (0.0, 0.0),
+                }
+            } else {
+                (0.0, 0.0)
+            };
+            *o = <T::Real as Float>::from_f64(gx);
+            match dy.as_deref_mut() {
+                Some(d) => d[k] = <T::Real as Float>::from_f64(gy),
+                None => sum += gy,
+            }
+        }
+        sum
+    };
+    let sum = if dy_len == n {
+        dx.par_chunks_mut(CHUNK)
+            .zip(dy.par_chunks_mut(CHUNK))
+            .enumerate()
+            .map(|(c, (x, y))| run(c * CHUNK, x, Some(y)))
+            .sum::<f64>()
+    } else {
+        dx.par_chunks_mut(CHUNK)
+            .enumerate()
+            .map(|(c, x)| run(c * CHUNK, x, None))
+            .sum::<f64>()
+    };
+    (dx, dy, sum)
+}
+
+/// A gradient in `R` as a masked array of `shape` with `mask` (all valid for `None`).
+fn grad_array<R: Element>(
     shape: &[usize],
-    values: Vec<f64>,
+    values: Vec<R>,
     mask: Option<&BitMask>,
 ) -> Result<MaskedArrayD<R>> {
-    let data = ArrayD::from_shape_vec(IxDyn(shape), values.into_iter().map(R::from_f64).collect())
+    let data = ArrayD::from_shape_vec(IxDyn(shape), values)
         .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
     let mask = match mask {
         Some(m) => m.clone(),
         None => BitMask::filled(shape, true)?,
     };
     MaskedArray::new(data, mask)
+}
+
+/// `values` (f64) as a masked array of `shape` in the float type `R`, with `mask`.
+fn gradient_array<R: Element + masked_core::Float>(
+    shape: &[usize],
+    values: Vec<f64>,
+    mask: Option<&BitMask>,
+) -> Result<MaskedArrayD<R>> {
+    grad_array(shape, values.into_iter().map(R::from_f64).collect(), mask)
 }
 
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
@@ -567,6 +631,14 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         let valid = out_mask(op.name(), &shape, a.mask, b.mask, rule)?;
         check_grad_shape(op.name(), g.shape(), &shape)?;
         let gv = g.row_major();
+        if a.shape == b.shape {
+            let ys = Src::Slice(&b.values[..]);
+            let (da, db, _) = flat_grads(op, &a.values, ys, valid.as_deref(), &gv);
+            return Ok((
+                grad_array(a.shape, da, a.mask)?,
+                grad_array(b.shape, db, b.mask)?,
+            ));
+        }
         let (da, db) = binary_grads(op, &shape, &a, &b, valid.as_deref(), &gv);
         Ok((
             gradient_array(a.shape, da, a.mask)?,
@@ -590,17 +662,12 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     ) -> Result<(MaskedArrayD<T::Real>, T::Real)> {
         let op = masked_core::binary_grad_op::<T>(req)?;
         let a = operand(self);
-        let b = Operand {
-            values: Cow::Owned(vec![s]),
-            shape: &[],
-            mask: None,
-        };
         check_grad_shape(op.name(), g.shape(), a.shape)?;
         let gv = g.row_major();
-        let (da, db) = binary_grads(op, a.shape, &a, &b, a.mask, &gv);
+        let (da, _, ds) = flat_grads(op, &a.values, Src::Splat(s), a.mask, &gv);
         Ok((
-            gradient_array(a.shape, da, a.mask)?,
-            <T::Real as masked_core::Float>::from_f64(db[0]),
+            grad_array(a.shape, da, a.mask)?,
+            <T::Real as masked_core::Float>::from_f64(ds),
         ))
     }
 }
