@@ -718,14 +718,7 @@ impl<T: Element> Data<T> {
                     ..
                 },
             ) => {
-                let x = MaskedArray::new(
-                    ArrayViewD::from_shape(IxDyn(shape), &values[..]).map_err(shape_err)?,
-                    mask.clone(),
-                )?;
-                let y = MaskedArray::new(
-                    ArrayViewD::from_shape(IxDyn(shape), &v2[..]).map_err(shape_err)?,
-                    m2.clone(),
-                )?;
+                let (x, y) = (dense_of(shape, values, mask)?, dense_of(shape, v2, m2)?);
                 if into {
                     return by_family!(op, values.len(), repeat, |z, out| x
                         .zip_into(&y, z, rule, out)
@@ -789,14 +782,7 @@ impl<T: Element> Data<T> {
                     ..
                 },
             ) => {
-                let x = MaskedArray::new(
-                    ArrayViewD::from_shape(IxDyn(shape), &values[..]).map_err(shape_err)?,
-                    mask.clone(),
-                )?;
-                let y = MaskedArray::new(
-                    ArrayViewD::from_shape(IxDyn(shape), &v2[..]).map_err(shape_err)?,
-                    m2.clone(),
-                )?;
+                let (x, y) = (dense_of(shape, values, mask)?, dense_of(shape, v2, m2)?);
                 let g = x.zip_elements(&y, &up, rule)?;
                 time_op(|| x.vjp_binary(req, &y, rule, &g).map(drop), repeat)
             }
@@ -841,14 +827,7 @@ impl<T: Element> Data<T> {
                 job.binary().name()
             )));
         };
-        let x = MaskedArray::new(
-            ArrayViewD::from_shape(IxDyn(shape), &values[..]).map_err(shape_err)?,
-            mask.clone(),
-        )?;
-        let y = MaskedArray::new(
-            ArrayViewD::from_shape(IxDyn(shape), &v2[..]).map_err(shape_err)?,
-            m2.clone(),
-        )?;
+        let (x, y) = (dense_of(shape, values, mask)?, dense_of(shape, v2, m2)?);
         match job.binary() {
             BinOp::Keep(k) => time_op(
                 || ops::apply_to(&x.zip_view(&y, KeepZip(k), rule)?, req, &ops::Discard),
@@ -887,10 +866,6 @@ fn zip_discard<T: Element, R, L: ZipKernels<T, R>>(
         BinOp::Cmp(c) => drop(std::hint::black_box(a.zip_elements(b, &CmpZip(c), rule)?)),
     }
     Ok(())
-}
-
-fn shape_err(e: ndarray::ShapeError) -> CliError {
-    CliError::Usage(format!("bad --shape: {e}"))
 }
 
 /// The generated dense input as a masked view.
