@@ -61,8 +61,9 @@ pub struct BenchArgs {
     #[arg(long, default_value = "strict")]
     masks: String,
     /// Binary ops and VJPs write into one output buffer allocated before the timing (a
-    /// caller's buffer: no fresh pages per run). Dense, and for binary ops CSR when the
-    /// result keeps every entry (the strict rule: the partner shares the structure).
+    /// caller's buffer: no fresh pages per run; a binary VJP into two). Dense, and for
+    /// binary ops CSR when the result keeps every entry (the strict rule: the partner
+    /// shares the structure).
     #[arg(long)]
     into: bool,
     /// The op options (`--q`, `--correction`, ...), as for the op commands.
@@ -231,7 +232,7 @@ fn bench_layout<T: Element>(
                     pool.install(|| data.time_fused(b, &req, job, rule, a.repeat))?
                 }
                 (Job::VjpBinary(_), Some(b)) => {
-                    pool.install(|| data.time_vjp_binary(b, &req, rule, a.repeat))?
+                    pool.install(|| data.time_vjp_binary(b, &req, rule, a.repeat, a.into))?
                 }
                 _ => unreachable!("a partner for every binary job"),
             };
@@ -765,6 +766,7 @@ impl<T: Element> Data<T> {
         req: &OpRequest,
         rule: MaskRule,
         repeat: usize,
+        into: bool,
     ) -> Result<(f64, usize), CliError> {
         let op = req.op.binary().expect("a binary op");
         // an upstream with the forward output's structure: any zip's result has it
@@ -784,8 +786,27 @@ impl<T: Element> Data<T> {
             ) => {
                 let (x, y) = (dense_of(shape, values, mask)?, dense_of(shape, v2, m2)?);
                 let g = x.zip_elements(&y, &up, rule)?;
+                if into {
+                    let n = values.len();
+                    let bufs = std::sync::Mutex::new((
+                        vec![T::Real::default(); n],
+                        vec![T::Real::default(); n],
+                    ));
+                    return time_op(
+                        || {
+                            let (dx, dy) = &mut *bufs.lock().expect("one user");
+                            x.vjp_binary_into(req, &y, rule, &g, dx, dy)
+                        },
+                        repeat,
+                    );
+                }
                 time_op(|| x.vjp_binary(req, &y, rule, &g).map(drop), repeat)
             }
+            (Input::Csr { .. }, _) | (Input::Coo(_), _) if into => Err(CliError::Usage(
+                "bench --into with vjp-B: dense layout only (a sparse gradient shares the \
+                 operand's structure and is returned whole)"
+                    .into(),
+            )),
             (Input::Csr { mat, mask }, Input::Csr { mat: m2, mask: k2 }) => {
                 let (x, y) = (csr_of(mat.view(), mask)?, csr_of(m2.view(), k2)?);
                 let g = x.zip_elements(&y, &up, rule)?;

@@ -520,6 +520,24 @@ fn bench_times_binary_vjps_on_every_layout() {
     // a comparison has no VJP
     let bad = bin().args(["bench", "--op", "vjp-lt"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
+    // into the caller's two buffers: dense only
+    let run = |layout: &str| {
+        bin()
+            .args([
+                "bench", "--op", "vjp-mul", "--layout", layout, "--shape", "32,64",
+            ])
+            .args(["--repeat", "1", "--into", "--json"])
+            .output()
+            .unwrap()
+    };
+    let o = run("dense");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 1);
+    for layout in ["csr", "coo"] {
+        let o = run(layout);
+        assert_eq!(o.status.code(), Some(2), "{layout}");
+        assert!(stderr(&o).contains("dense layout only"), "{}", stderr(&o));
+    }
 }
 
 /// Reads a COO `.npz` result: coords (ndim x nnz), data, shape.

@@ -23,7 +23,7 @@ pub use crate::dims::broadcast_shapes;
 use crate::element::{CalcOf, DType, DynVec, Element, Float, Scalar};
 use crate::error::{MaskedError, Result};
 use crate::math::Math;
-use masked_kernels::run::{map_run, zip_run};
+use masked_kernels::run::{map_run, pair_run, zip_run};
 use masked_kernels::Bits;
 
 /// How a binary op combines its operands' masks; chosen per call.
@@ -566,6 +566,28 @@ impl CmpBin {
     }
 }
 
+/// Runs `body` with the constant `$c: BinOp` bound to `op`'s variant, as the families'
+/// own dispatch macros: one copy of `body` per op, so [`BinOp::partials`] folds to the
+/// op's formula inside the loop.
+macro_rules! grad_dispatch {
+    ($op:expr, $c:ident => $body:expr) => {
+        match $op {
+            BinOp::Keep(k) => keep_dispatch!(k, K => {
+                const $c: BinOp = BinOp::Keep(K);
+                $body
+            }),
+            BinOp::Float(f) => float_dispatch!(f, F => {
+                const $c: BinOp = BinOp::Float(F);
+                $body
+            }),
+            BinOp::Cmp(_) => {
+                const $c: BinOp = BinOp::Cmp(CmpBin::Eq);
+                $body
+            }
+        }
+    };
+}
+
 /// The zip map of a type-keeping op: output `T`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeepZip(pub KeepBin);
@@ -831,12 +853,61 @@ impl<T: Element> ZipMap<T> for PartialZip {
         bits: Option<Bits<'_>>,
         out: &mut [T::Real],
     ) -> Option<usize> {
-        let z = *self;
-        run_with(xs, ys, bits, out, move |x: T, y: T| {
-            ZipMap::<T>::one(&z, x, y).unwrap_or_default()
-        });
+        let pick = |(px, py): (f64, f64), wrt_y: bool| if wrt_y { py } else { px };
+        let wrt_y = self.wrt_y;
+        grad_dispatch!(self.op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| {
+            let p = OP.partials(x.to_f64(), y.to_f64()).unwrap_or((0.0, 0.0));
+            <T::Real as Float>::from_f64(pick(p, wrt_y))
+        }));
         None
     }
+}
+
+/// `g · (∂f/∂x, ∂f/∂y)` at one position in `f64`, rounded once into the output types;
+/// both 0 where `valid` is false or the op has no partials (a comparison).
+#[inline(always)]
+fn times_partials<T: Element, Q: Float>(
+    op: BinOp,
+    x: T,
+    y: T,
+    g: T::Real,
+    valid: bool,
+) -> (T::Real, Q) {
+    let (px, py) = op.partials(x.to_f64(), y.to_f64()).unwrap_or((0.0, 0.0));
+    let gv = g.to_f64();
+    let zero = (<T::Real as Float>::from_f64(0.0), Q::from_f64(0.0));
+    let both = (<T::Real as Float>::from_f64(gv * px), Q::from_f64(gv * py));
+    if valid {
+        both
+    } else {
+        zero
+    }
+}
+
+/// The gradients of the binary op `op` over a run, both at once: `dx[k] = g[k] ·
+/// ∂f/∂x(x_k, y_k)` and `dy[k] = g[k] · ∂f/∂y(x_k, y_k)` at valid `k` (per `bits`;
+/// all for `None`), 0 elsewhere. Each product is computed in `f64` and rounded once
+/// into the output type (`dy` may be `f64`: the terms of a scalar operand's sum). The
+/// op is resolved at compile time inside the loop and the loop is the kernels'
+/// vectorised [`pair_run`]: for `mul` it is a multiply per output.
+pub fn grad_run<T: Element, Q: Float>(
+    op: BinOp,
+    xs: &[T],
+    ys: Src<'_, T>,
+    g: &[T::Real],
+    bits: Option<Bits<'_>>,
+    dx: &mut [T::Real],
+    dy: &mut [Q],
+) {
+    grad_dispatch!(op, OP => match ys {
+        Src::Slice(ys) => pair_run(xs, ys, g, bits, dx, dy, move |x: T, y: T, gv, v| {
+            times_partials::<T, Q>(OP, x, y, gv, v)
+        }),
+        // the second run is a stand-in the closure does not read
+        Src::Splat(s) => pair_run(xs, xs, g, bits, dx, dy, move |x: T, _: T, gv, v| {
+            times_partials::<T, Q>(OP, x, s, gv, v)
+        }),
+    })
 }
 
 /// Values stored on a sub-structure spread onto a structure holding it (one CSR row, or

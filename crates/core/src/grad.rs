@@ -57,6 +57,21 @@ pub trait LaneGrad: Send + Sync + 'static {
         let _ = ys;
         self.grad(xs, g, out);
     }
+    /// A shortcut of [`LaneGrad::grad_from_output`] for one saved value `y` per lane and
+    /// one upstream `g`: reads the lane's values `xs` in their own type and writes the
+    /// gradient straight into `out` (`xs.len()` values, rounded once), with no `f64`
+    /// copy of the lane. Returns false (and writes nothing) where it does not apply; the
+    /// caller then takes the `f64` path. The default never applies.
+    fn typed_from_output<T: crate::element::Element>(
+        &self,
+        xs: &[T],
+        y: f64,
+        g: f64,
+        out: &mut [T::Real],
+    ) -> bool {
+        let _ = (xs, y, g, out);
+        false
+    }
 }
 
 /// `g` everywhere: the gradient of a sum.
@@ -512,17 +527,51 @@ impl LaneGrad for QuantileGrad {
     fn uses_output(&self) -> bool {
         true
     }
-    /// The saved value names the order statistics it came from: with `less` values
-    /// below it and `eq` equal to it, rank `r` is the last of the largest values below
-    /// (`r = less - 1`), the `(r - less)`-th equal one, or the first of the smallest
-    /// above (`r = less + eq`), each by (value, position). A counting pass and at most
-    /// two scans, no selection, for every interpolation (a midpoint or linear output
-    /// lies between its two statistics). A value inconsistent with the lane (a rank
-    /// it cannot name) recomputes.
+    /// From the saved value (see [`QuantileGrad::picks`]): zero but at the named elements.
     fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
-        let v = ys[0];
-        if v.is_nan() {
+        let Some(picks) = self.picks(xs, ys[0]) else {
             return self.grad(xs, g, out);
+        };
+        out.fill(0.0);
+        for (i, w) in picks.into_iter().flatten() {
+            out[i] = w * g[0];
+        }
+    }
+    fn typed_from_output<T: crate::element::Element>(
+        &self,
+        xs: &[T],
+        y: f64,
+        g: f64,
+        out: &mut [T::Real],
+    ) -> bool {
+        use crate::element::Float;
+        let Some(picks) = self.picks(xs, y) else {
+            return false;
+        };
+        out[..xs.len()].fill(<T::Real as Float>::from_f64(0.0));
+        for (i, w) in picks.into_iter().flatten() {
+            out[i] = <T::Real as Float>::from_f64(w * g);
+        }
+        true
+    }
+}
+
+impl QuantileGrad {
+    /// The elements the saved value `v` names, with their weights, or `None` where it
+    /// must recompute (a NaN value, or a value inconsistent with the lane: a rank it
+    /// cannot name). With `less` values below `v` and `eq` equal to it, rank `r` is the
+    /// last of the largest values below (`r = less - 1`), the `(r - less)`-th equal one,
+    /// or the first of the smallest above (`r = less + eq`), each by (value, position).
+    /// A counting pass and at most two scans, no selection, for every interpolation (a
+    /// midpoint or linear output lies between its two statistics). Reads the lane in
+    /// its own type.
+    fn picks<T: crate::element::Element>(
+        &self,
+        xs: &[T],
+        v: f64,
+    ) -> Option<[Option<(usize, f64)>; 2]> {
+        if v.is_nan() {
+            return None;
         }
         let (lo, a, b) = self.weights(xs.len());
         // the order is total_cmp's (-0 before +0); away from zero, and for the lane's
@@ -541,7 +590,7 @@ impl LaneGrad for QuantileGrad {
             let rest = chunks.remainder();
             for ch in chunks {
                 for k in 0..W {
-                    let x = ch[k];
+                    let x = ch[k].to_f64();
                     lc[k] += (x < v) as u64;
                     ec[k] += (x == v) as u64;
                     let b = if x < v { x } else { f64::NEG_INFINITY };
@@ -550,7 +599,8 @@ impl LaneGrad for QuantileGrad {
                     am[k] = if a < am[k] { a } else { am[k] };
                 }
             }
-            for (k, &x) in rest.iter().enumerate() {
+            for (k, x) in rest.iter().enumerate() {
+                let x = x.to_f64();
                 lc[k] += (x < v) as u64;
                 ec[k] += (x == v) as u64;
                 if x < v && x > bm[k] {
@@ -570,8 +620,10 @@ impl LaneGrad for QuantileGrad {
             )
         } else {
             (
-                xs.iter().filter(|&&x| lt(x, v)).count(),
-                xs.iter().filter(|&&x| x.total_cmp(&v).is_eq()).count(),
+                xs.iter().filter(|x| lt(x.to_f64(), v)).count(),
+                xs.iter()
+                    .filter(|x| x.to_f64().total_cmp(&v).is_eq())
+                    .count(),
                 f64::NEG_INFINITY,
                 f64::INFINITY,
             )
@@ -580,17 +632,19 @@ impl LaneGrad for QuantileGrad {
             if r + 1 == less {
                 // the last position of the largest value below v
                 if fast && below != 0.0 && below > f64::NEG_INFINITY {
-                    return xs.iter().rposition(|&x| x == below);
+                    return xs.iter().rposition(|x| x.to_f64() == below);
                 }
                 let mut best: Option<usize> = None;
-                for (i, &x) in xs.iter().enumerate() {
-                    if lt(x, v) && best.is_none_or(|j| !lt(x, xs[j])) {
+                for (i, x) in xs.iter().enumerate() {
+                    let x = x.to_f64();
+                    if lt(x, v) && best.is_none_or(|j| !lt(x, xs[j].to_f64())) {
                         best = Some(i);
                     }
                 }
                 best
             } else if (less..less + eq).contains(&r) {
-                let mut equal = xs.iter().enumerate().filter(|(_, &x)| {
+                let mut equal = xs.iter().enumerate().filter(|(_, x)| {
+                    let x = x.to_f64();
                     if fast {
                         x == v
                     } else {
@@ -601,11 +655,12 @@ impl LaneGrad for QuantileGrad {
             } else if r == less + eq {
                 // the first position of the smallest value above v
                 if fast && above != 0.0 && above < f64::INFINITY {
-                    return xs.iter().position(|&x| x == above);
+                    return xs.iter().position(|x| x.to_f64() == above);
                 }
                 let mut best: Option<usize> = None;
-                for (i, &x) in xs.iter().enumerate() {
-                    if lt(v, x) && best.is_none_or(|j| lt(x, xs[j])) {
+                for (i, x) in xs.iter().enumerate() {
+                    let x = x.to_f64();
+                    if lt(v, x) && best.is_none_or(|j| lt(x, xs[j].to_f64())) {
                         best = Some(i);
                     }
                 }
@@ -625,15 +680,9 @@ impl LaneGrad for QuantileGrad {
             Some(None)
         };
         let (Some(first), Some(second)) = (first, second) else {
-            return self.grad(xs, g, out);
+            return None;
         };
-        out.fill(0.0);
-        if let Some(i) = first {
-            out[i] += a * g[0];
-        }
-        if let Some(j) = second {
-            out[j] += b * g[0];
-        }
+        Some([first.map(|i| (i, a)), second.map(|j| (j, b))])
     }
 }
 
@@ -975,6 +1024,11 @@ impl GradScratch {
             }
         }
         let from_output = grad.uses_output() && !matches!(saved, LaneValues::Absent);
+        if let (true, LaneValues::One(y), LaneValues::One(gv)) = (from_output, saved, g) {
+            if grad.typed_from_output(xs, y.to_f64(), gv.to_f64(), out) {
+                return;
+            }
+        }
         self.x.clear();
         if from_output && !grad.reads_input_with_output() {
             self.x.resize(n, 0.0); // placeholders: not read

@@ -515,49 +515,59 @@ fn flat_grads<T: Element>(
     valid: Option<&BitMask>,
     g: &[T::Real],
 ) -> (Vec<T::Real>, Vec<T::Real>, f64) {
-    use masked_core::Float;
     let n = xs.len();
     let dy_len = if matches!(ys, Src::Slice(_)) { n } else { 0 };
     let (mut dx, mut dy) = (fresh_vec::<T::Real>(n), fresh_vec::<T::Real>(dy_len));
-    let bits = valid.map(BitMask::bits);
-    let run = |start: usize, dx: &mut [T::Real], mut dy: Option<&mut [T::Real]>| -> f64 {
-        let mut sum = 0.0f64;
-        let (xs, g) = (&xs[start..start + dx.len()], &g[start..start + dx.len()]);
-        let ys = match ys {
-            Src::Slice(v) => Src::Slice(&v[start..start + dx.len()]),
-            s => s,
-        };
-        for (k, o) in dx.iter_mut().enumerate() {
-            let (gx, gy) = if bits.is_none_or(|b| b.get(start + k)) {
-                let gv = g[k].to_f64();
-                match op.partials(xs[k].to_f64(), ys.get(k).to_f64()) {
-                    Some((px, py)) => (gv * px, gv * py),
-                    None => (0.0, 0.0),
-                }
-            } else {
-                (0.0, 0.0)
-            };
-            *o = <T::Real as Float>::from_f64(gx);
-            match dy.as_deref_mut() {
-                Some(d) => d[k] = <T::Real as Float>::from_f64(gy),
-                None => sum += gy,
-            }
-        }
-        sum
-    };
-    let sum = if dy_len == n {
-        dx.par_chunks_mut(CHUNK)
-            .zip(dy.par_chunks_mut(CHUNK))
-            .enumerate()
-            .map(|(c, (x, y))| run(c * CHUNK, x, Some(y)))
-            .sum::<f64>()
-    } else {
-        dx.par_chunks_mut(CHUNK)
-            .enumerate()
-            .map(|(c, x)| run(c * CHUNK, x, None))
-            .sum::<f64>()
-    };
+    let sum = flat_grads_into(op, xs, ys, valid, g, &mut dx, &mut dy);
     (dx, dy, sum)
+}
+
+/// [`flat_grads`] into the caller's `dx` (`xs.len()` values) and `dy` (as many for a
+/// `y` slice, ignored for a scalar); returns the scalar's gradient (0 for a slice).
+fn flat_grads_into<T: Element>(
+    op: masked_core::binary::BinOp,
+    xs: &[T],
+    ys: Src<'_, T>,
+    valid: Option<&BitMask>,
+    g: &[T::Real],
+    dx: &mut [T::Real],
+    dy: &mut [T::Real],
+) -> f64 {
+    use masked_core::binary::grad_run;
+    let bits = valid.map(BitMask::bits);
+    match ys {
+        Src::Slice(y) => {
+            dx.par_chunks_mut(CHUNK)
+                .zip(dy.par_chunks_mut(CHUNK))
+                .enumerate()
+                .for_each(|(c, (dx, dy))| {
+                    let r = c * CHUNK..c * CHUNK + dx.len();
+                    let b = bits.map(|b| b.offset(r.start));
+                    grad_run(
+                        op,
+                        &xs[r.clone()],
+                        Src::Slice(&y[r.clone()]),
+                        &g[r],
+                        b,
+                        dx,
+                        dy,
+                    );
+                });
+            0.0
+        }
+        // the scalar's gradient: the sum of its terms, kept in f64 per chunk
+        Src::Splat(_) => dx
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .map(|(c, dx)| {
+                let r = c * CHUNK..c * CHUNK + dx.len();
+                let b = bits.map(|b| b.offset(r.start));
+                let mut terms = vec![0.0f64; dx.len()];
+                grad_run(op, &xs[r.clone()], ys, &g[r], b, dx, &mut terms);
+                terms.iter().sum::<f64>()
+            })
+            .sum::<f64>(),
+    }
 }
 
 /// A gradient in `R` as a masked array of `shape` with `mask` (all valid for `None`).
@@ -644,6 +654,67 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
             gradient_array(a.shape, da, a.mask)?,
             gradient_array(b.shape, db, b.mask)?,
         ))
+    }
+
+    /// [`MaskedArray::vjp_binary`] written into the caller's buffers: `dx` (this array's
+    /// element count) and `dy` (`rhs`'s), in row-major order, overwritten everywhere (0
+    /// at each operand's invalid positions and where no valid output reads it). The
+    /// gradients' masks are the operands' own. A training loop that reuses the buffers
+    /// takes no fresh-page faults.
+    ///
+    /// ```
+    /// use masked::by_name::OpRequest;
+    /// use masked::prelude::*;
+    /// use masked::MaskRule;
+    /// use ndarray::array;
+    /// let x = MaskedArray::from_bool_mask(array![2.0f64, 3.0, 4.0], array![true, true, false])?;
+    /// let y = MaskedArray::from_bool_mask(array![5.0f64, 6.0, 7.0], array![true, true, false])?;
+    /// let g = MaskedArray::unmasked(array![1.0f64, 10.0, 100.0].into_dyn());
+    /// let (mut dx, mut dy) = ([f64::NAN; 3], [f64::NAN; 3]);
+    /// x.vjp_binary_into(&OpRequest::new("mul")?, &y, MaskRule::Strict, &g, &mut dx, &mut dy)?;
+    /// assert_eq!((dx, dy), ([5.0, 60.0, 0.0], [2.0, 30.0, 0.0]));
+    /// # Ok::<(), masked::MaskedError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`MaskedArray::vjp_binary`]; [`MaskedError::InvalidData`] for a buffer of
+    /// another length.
+    pub fn vjp_binary_into<S2: Data<Elem = T>, D2: Dimension>(
+        &self,
+        req: &masked_core::OpRequest,
+        rhs: &MaskedArray<S2, D2>,
+        rule: MaskRule,
+        g: &MaskedArrayD<T::Real>,
+        dx: &mut [T::Real],
+        dy: &mut [T::Real],
+    ) -> Result<()> {
+        let op = masked_core::binary_grad_op::<T>(req)?;
+        let (a, b) = (operand(self), operand(rhs));
+        for (buf, o) in [(dx.len(), &a), (dy.len(), &b)] {
+            if buf != o.values.len() {
+                return Err(MaskedError::InvalidData(format!(
+                    "{}: a gradient buffer of {buf} elements for an operand of {}",
+                    op.name(),
+                    o.values.len()
+                )));
+            }
+        }
+        let shape = broadcast_shapes(op.name(), a.shape, b.shape)?;
+        let valid = out_mask(op.name(), &shape, a.mask, b.mask, rule)?;
+        check_grad_shape(op.name(), g.shape(), &shape)?;
+        let gv = g.row_major();
+        if a.shape == b.shape {
+            let ys = Src::Slice(&b.values[..]);
+            flat_grads_into(op, &a.values, ys, valid.as_deref(), &gv, dx, dy);
+        } else {
+            let (da, db) = binary_grads(op, &shape, &a, &b, valid.as_deref(), &gv);
+            for (out, acc) in [(dx, da), (dy, db)] {
+                for (o, v) in out.iter_mut().zip(acc) {
+                    *o = <T::Real as masked_core::Float>::from_f64(v);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// [`MaskedArray::vjp_binary`] with a scalar right operand (`self.op(s)`, as

@@ -1252,22 +1252,25 @@ mod binary {
     fn every_binary_vjp_equals_finite_differences() {
         let mut rng = Rng(71);
         let mut checked = 0;
+        // 3 x 70: full 64-element mask words and a tail in the vectorised kernel
+        const C: usize = 70;
+        const N: usize = 3 * C;
         for &op in Op::ALL {
             let Some(bin) = op.binary() else { continue };
             if !op.differentiable() {
                 continue;
             }
             let req = OpRequest::from_op(op);
-            let ma: Vec<bool> = (0..12).map(|_| rng.random_bool(0.7)).collect();
-            let a = masked(&arr(&[3, 4], positive(&mut rng, 12)), &ma);
+            let ma: Vec<bool> = (0..N).map(|_| rng.random_bool(0.7)).collect();
+            let a = masked(&arr(&[3, C], positive(&mut rng, N)), &ma);
             let cases: Vec<(MaskedArrayD<f64>, Option<f64>, MaskRule)> = vec![
                 (
-                    masked(&arr(&[3, 4], positive(&mut rng, 12)), &ma),
+                    masked(&arr(&[3, C], positive(&mut rng, N)), &ma),
                     None,
                     MaskRule::Strict,
                 ),
                 (
-                    MaskedArray::unmasked(arr(&[4], positive(&mut rng, 4))),
+                    MaskedArray::unmasked(arr(&[C], positive(&mut rng, C))),
                     None,
                     MaskRule::Strict,
                 ),
@@ -1283,8 +1286,8 @@ mod binary {
                 ),
             ];
             for (b, s, rule) in cases {
-                let g: Vec<f64> = (0..12).map(|_| rng.random_range(-1.0..1.0)).collect();
-                let ga = MaskedArray::unmasked(arr(&[3, 4], g.clone()));
+                let g: Vec<f64> = (0..N).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let ga = MaskedArray::unmasked(arr(&[3, C], g.clone()));
                 let (da, db): (Vec<f64>, Vec<f64>) = match s {
                     Some(s) => {
                         let (da, ds) = a.vjp_binary_scalar(&req, s, &ga).unwrap();
@@ -1293,6 +1296,16 @@ mod binary {
                     None => {
                         let (da, db) = a.vjp_binary(&req, &b, rule, &ga).unwrap();
                         assert_eq!(db.shape(), b.shape());
+                        // into the caller's buffers: the same values, bit for bit
+                        let (mut ia, mut ib) =
+                            (vec![f64::NAN; N], vec![f64::NAN; b.values().len()]);
+                        a.vjp_binary_into(&req, &b, rule, &ga, &mut ia, &mut ib)
+                            .unwrap();
+                        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        let flat =
+                            |m: &MaskedArrayD<f64>| m.values().iter().copied().collect::<Vec<_>>();
+                        assert_eq!(bits(&ia), bits(&flat(&da)), "{op} into dx");
+                        assert_eq!(bits(&ib), bits(&flat(&db)), "{op} into dy");
                         (
                             da.values().iter().copied().collect(),
                             db.values().iter().copied().collect(),
@@ -1303,7 +1316,7 @@ mod binary {
                 let f = |a: &MaskedArrayD<f64>, b: &MaskedArrayD<f64>, s: Option<f64>| {
                     loss(a, b, s, bin, rule, &g)
                 };
-                for i in 0..12 {
+                for i in 0..N {
                     let bump = |d: f64| {
                         let mut x = a.values().clone();
                         x.as_slice_mut().unwrap()[i] += d;
@@ -1409,5 +1422,19 @@ mod binary {
             dx.values().iter().copied().collect::<Vec<_>>(),
             vec![1.0, 0.0, 5.0]
         );
+        // a caller's buffer of the wrong length: a typed error, nothing written
+        let (mut dx, mut dy) = (vec![7.0; 2], vec![7.0; 3]);
+        let e = xm
+            .vjp_binary_into(
+                &OpRequest::new("mul").unwrap(),
+                &ym,
+                MaskRule::And,
+                &g,
+                &mut dx,
+                &mut dy,
+            )
+            .unwrap_err();
+        assert!(matches!(e, MaskedError::InvalidData(_)), "{e}");
+        assert_eq!((dx, dy), (vec![7.0; 2], vec![7.0; 3]));
     }
 }
