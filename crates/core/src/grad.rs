@@ -581,43 +581,16 @@ impl QuantileGrad {
         let lt = |x: f64, w: f64| x.total_cmp(&w).is_lt();
         let fast = v != 0.0;
         let (less, eq, below, above) = if fast {
-            // eight independent accumulators of selects, which vectorise (a branch per
-            // element mispredicts half the time on random data)
-            const W: usize = 8;
-            let (mut lc, mut ec) = ([0u64; W], [0u64; W]);
-            let (mut bm, mut am) = ([f64::NEG_INFINITY; W], [f64::INFINITY; W]);
-            let chunks = xs.chunks_exact(W);
-            let rest = chunks.remainder();
-            for ch in chunks {
-                for k in 0..W {
-                    let x = ch[k].to_f64();
-                    lc[k] += (x < v) as u64;
-                    ec[k] += (x == v) as u64;
-                    let b = if x < v { x } else { f64::NEG_INFINITY };
-                    let a = if x > v { x } else { f64::INFINITY };
-                    bm[k] = if b > bm[k] { b } else { bm[k] };
-                    am[k] = if a < am[k] { a } else { am[k] };
-                }
+            use masked_kernels::run::around;
+            let (lo, hi) = (f64::NEG_INFINITY, f64::INFINITY);
+            let vt = T::from_f64_lossy(v);
+            if vt.to_f64() == v && T::LOWEST.to_f64() == lo && T::HIGHEST.to_f64() == hi {
+                // `v` is a value of the lane's type (always for f32 and f64): compare there
+                let (l, e, b, a) = around(xs, vt, T::LOWEST, T::HIGHEST, |x| x);
+                (l, e, b.to_f64(), a.to_f64())
+            } else {
+                around(xs, v, lo, hi, |x: T| x.to_f64())
             }
-            for (k, x) in rest.iter().enumerate() {
-                let x = x.to_f64();
-                lc[k] += (x < v) as u64;
-                ec[k] += (x == v) as u64;
-                if x < v && x > bm[k] {
-                    bm[k] = x;
-                }
-                if x > v && x < am[k] {
-                    am[k] = x;
-                }
-            }
-            (
-                lc.iter().sum::<u64>() as usize,
-                ec.iter().sum::<u64>() as usize,
-                bm.iter()
-                    .fold(f64::NEG_INFINITY, |m, &b| if b > m { b } else { m }),
-                am.iter()
-                    .fold(f64::INFINITY, |m, &a| if a < m { a } else { m }),
-            )
         } else {
             (
                 xs.iter().filter(|x| lt(x.to_f64(), v)).count(),

@@ -406,6 +406,65 @@ fn saved_forward_outputs_give_the_recomputed_gradients() {
     assert!(checked > 200, "{checked}");
 }
 
+/// The saved median and quantile name their elements in the lane's own type (f32: the
+/// typed counting pass) exactly as the recomputed selection does, ties included, on
+/// lanes long enough for the vectorised pass (many 16-wide groups and a tail).
+#[test]
+fn saved_order_statistics_in_f32_name_the_recomputed_elements() {
+    let mut rng = Rng(62);
+    let shape = [5usize, 203];
+    let n = shape.iter().product::<usize>();
+    // few distinct values: ties everywhere, including at the statistics
+    let x: Vec<f32> = (0..n)
+        .map(|_| (rng.random_range(-8.0..8.0).round() / 4.0) as f32)
+        .collect();
+    let m: Vec<bool> = (0..n).map(|k| k >= 203 && rng.random_bool(0.6)).collect();
+    let a = MaskedArray::new(
+        ArrayD::from_shape_vec(IxDyn(&shape), x).unwrap(),
+        BitMask::from_bools(shape, m.iter().copied()).unwrap(),
+    )
+    .unwrap();
+    let mut reqs = Vec::new();
+    for mode in ["avg", "lower"] {
+        let mut r = OpRequest::new("median").unwrap().dims(-1);
+        r.set_option("mode", mode).unwrap();
+        reqs.push(r);
+    }
+    for (q, interp) in [
+        (0.3, "linear"),
+        (0.5, "nearest"),
+        (0.9, "higher"),
+        (0.25, "midpoint"),
+    ] {
+        let mut r = OpRequest::new("quantile").unwrap().dims(-1);
+        r.set_option("q", &q.to_string()).unwrap();
+        r.set_option("interpolation", interp).unwrap();
+        reqs.push(r);
+    }
+    for req in reqs {
+        let out = apply_dense(&a.view(), &req).unwrap();
+        let DynVec::F32(y) = out.values else {
+            panic!("f32 output expected");
+        };
+        let y = MaskedArray::new(
+            ArrayD::from_shape_vec(IxDyn(&out.shape), y).unwrap(),
+            out.mask.clone(),
+        )
+        .unwrap();
+        let g = MaskedArray::unmasked(
+            ArrayD::from_shape_vec(IxDyn(&out.shape), vec![1.5f32, -2.0, 0.75, 3.0, 1.0]).unwrap(),
+        );
+        let plain = a.vjp_reduce(&req, &g).unwrap();
+        let saved = a.vjp_reduce_saved(&req, &y, &g).unwrap();
+        let bits =
+            |r: &MaskedArrayD<f32>| r.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&plain), bits(&saved), "{req:?}");
+        // lane 0 is fully masked: no gradient there; every other lane sends g somewhere
+        assert!(plain.values().iter().take(203).all(|&v| v == 0.0));
+        assert!(plain.values().iter().skip(203).any(|&v| v != 0.0));
+    }
+}
+
 /// The saved output is read, not recomputed: a saved extremum or softmax that is not
 /// the forward one steers the gradient (the saved forms trust their input).
 #[test]
