@@ -15,6 +15,7 @@
 //! the softmax family lose nothing to the input's rounding, and the layouts round once
 //! to the output type.
 
+use crate::element::Element;
 use crate::error::{MaskedError, Result};
 use crate::lane::{Interpolation, MedianMode};
 use crate::stats::check_correction;
@@ -57,19 +58,21 @@ pub trait LaneGrad: Send + Sync + 'static {
         let _ = ys;
         self.grad(xs, g, out);
     }
-    /// A shortcut of [`LaneGrad::grad_from_output`] for one saved value `y` per lane and
-    /// one upstream `g`: reads the lane's values `xs` in their own type and writes the
-    /// gradient straight into `out` (`xs.len()` values, rounded once), with no `f64`
-    /// copy of the lane. Returns false (and writes nothing) where it does not apply; the
-    /// caller then takes the `f64` path. The default never applies.
-    fn typed_from_output<T: crate::element::Element>(
+    /// A shortcut of [`LaneGrad::grad_from_output`] given the saved output `ys` and the
+    /// upstream `g` as the layout holds them (packed, in the output type): reads the
+    /// lane's values `xs` in their own type and writes the gradient straight into `out`
+    /// (`xs.len()` values, each computed in `f64` and rounded once), in the kernels'
+    /// vectorised loops, with no `f64` copy of the lane. Returns false (and writes
+    /// nothing) where it does not apply; the caller then takes the `f64` path. The
+    /// default never applies.
+    fn typed_from_output<T: Element>(
         &self,
         xs: &[T],
-        y: f64,
-        g: f64,
+        ys: LaneValues<'_, T::Real>,
+        g: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
-        let _ = (xs, y, g, out);
+        let _ = (xs, ys, g, out);
         false
     }
 }
@@ -440,6 +443,30 @@ impl LaneGrad for LogSumExpGrad {
             *o = g[0] * (x - lse).exp();
         }
     }
+    /// `g · exp(x - lse)` in `f64` on the lane in its own type, in the kernels'
+    /// vectorised map with the engine's branch-free `exp` (within a few `f64` ulps of the
+    /// library's), rounded once.
+    fn typed_from_output<T: Element>(
+        &self,
+        xs: &[T],
+        ys: LaneValues<'_, T::Real>,
+        g: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        use crate::element::Float;
+        use crate::math::Math;
+        let (LaneValues::One(y), LaneValues::One(g)) = (ys, g) else {
+            return false;
+        };
+        let (y, g) = (y.to_f64(), g.to_f64());
+        if !y.is_finite() {
+            return false;
+        }
+        masked_kernels::run::map_run(xs, None, &mut out[..xs.len()], move |x: T, _| {
+            <T::Real as Float>::from_f64(g * (x.to_f64() - y).exp_full())
+        });
+        true
+    }
 }
 
 /// The gradient of a quantile (the median is the quantile at 0.5 with the `midpoint` or
@@ -537,15 +564,19 @@ impl LaneGrad for QuantileGrad {
             out[i] = w * g[0];
         }
     }
-    fn typed_from_output<T: crate::element::Element>(
+    fn typed_from_output<T: Element>(
         &self,
         xs: &[T],
-        y: f64,
-        g: f64,
+        ys: LaneValues<'_, T::Real>,
+        g: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
         use crate::element::Float;
-        let Some(picks) = self.picks(xs, y) else {
+        let (LaneValues::One(y), LaneValues::One(g)) = (ys, g) else {
+            return false;
+        };
+        let g = g.to_f64();
+        let Some(picks) = self.picks(xs, y.to_f64()) else {
             return false;
         };
         out[..xs.len()].fill(<T::Real as Float>::from_f64(0.0));
@@ -734,6 +765,54 @@ impl LaneGrad for SoftmaxGrad {
             }
         }
     }
+    /// [`LaneGrad::grad_from_output`] on the packed output-type lanes: the dot product
+    /// (or the sum of `g`) in `f64` over eight accumulators, then one vectorised pass
+    /// writing `y (g - Σ g y)` (log_softmax: `g - exp(y) Σ g`, with the engine's
+    /// branch-free `exp`), each value in `f64` and rounded once.
+    fn typed_from_output<T: Element>(
+        &self,
+        xs: &[T],
+        ys: LaneValues<'_, T::Real>,
+        g: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        use crate::element::Float;
+        use crate::lane::SoftmaxKind::*;
+        use crate::math::Math;
+        use masked_kernels::run::zip_run;
+        let (LaneValues::Each(ys), LaneValues::Each(g)) = (ys, g) else {
+            return false;
+        };
+        let n = xs.len();
+        let (ys, g, out) = (&ys[..n], &g[..n], &mut out[..n]);
+        let to = <T::Real as Float>::from_f64;
+        match self.kind {
+            Softmax | Softmin => {
+                let dot = sum8(ys.iter().zip(g).map(|(y, g)| y.to_f64() * g.to_f64()));
+                let sign = if self.kind == Softmin { -1.0 } else { 1.0 };
+                zip_run(ys, g, None, out, move |y: T::Real, gi: T::Real, _| {
+                    to(sign * y.to_f64() * (gi.to_f64() - dot))
+                });
+            }
+            LogSoftmax => {
+                let total = sum8(g.iter().map(|g| g.to_f64()));
+                zip_run(ys, g, None, out, move |y: T::Real, gi: T::Real, _| {
+                    to(gi.to_f64() - y.to_f64().exp_full() * total)
+                });
+            }
+        }
+        true
+    }
+}
+
+/// A sum in `f64` over eight interleaved accumulators (term `k` into accumulator
+/// `k % 8`), combined in a fixed tree: vectorises, and is the same for every layout.
+fn sum8(terms: impl Iterator<Item = f64>) -> f64 {
+    let mut acc = [0.0f64; 8];
+    for (k, t) in terms.enumerate() {
+        acc[k % 8] += t;
+    }
+    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
 }
 
 /// The gradient of `x / max(norm(x), eps)`: `g / N - (Σ g x) / N² · ∂N/∂x` when the norm
@@ -997,10 +1076,8 @@ impl GradScratch {
             }
         }
         let from_output = grad.uses_output() && !matches!(saved, LaneValues::Absent);
-        if let (true, LaneValues::One(y), LaneValues::One(gv)) = (from_output, saved, g) {
-            if grad.typed_from_output(xs, y.to_f64(), gv.to_f64(), out) {
-                return;
-            }
+        if from_output && grad.typed_from_output(xs, saved, g, out) {
+            return;
         }
         self.x.clear();
         if from_output && !grad.reads_input_with_output() {

@@ -406,11 +406,12 @@ fn saved_forward_outputs_give_the_recomputed_gradients() {
     assert!(checked > 200, "{checked}");
 }
 
-/// The saved median and quantile name their elements in the lane's own type (f32: the
-/// typed counting pass) exactly as the recomputed selection does, ties included, on
-/// lanes long enough for the vectorised pass (many 16-wide groups and a tail).
+/// The saved forms' typed pass on f32 lanes long enough for the vectorised loops (many
+/// 16-wide groups and a tail): the median and quantile name their elements exactly as
+/// the recomputed selection does, ties included; the softmax family and logsumexp give
+/// the recomputed gradients up to the saved output's rounding.
 #[test]
-fn saved_order_statistics_in_f32_name_the_recomputed_elements() {
+fn saved_f32_gradients_equal_the_recomputed_ones() {
     let mut rng = Rng(62);
     let shape = [5usize, 203];
     let n = shape.iter().product::<usize>();
@@ -462,6 +463,45 @@ fn saved_order_statistics_in_f32_name_the_recomputed_elements() {
         // lane 0 is fully masked: no gradient there; every other lane sends g somewhere
         assert!(plain.values().iter().take(203).all(|&v| v == 0.0));
         assert!(plain.values().iter().skip(203).any(|&v| v != 0.0));
+    }
+    // the softmax family and logsumexp from their saved f32 outputs (the typed pass):
+    // the recomputed forms' gradients up to the saved output's f32 rounding
+    let gl: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0) as f32).collect();
+    let gm = MaskedArray::unmasked(ArrayD::from_shape_vec(IxDyn(&shape), gl).unwrap());
+    let g5 = MaskedArray::unmasked(
+        ArrayD::from_shape_vec(IxDyn(&[5]), vec![1.5f32, -2.0, 0.75, 3.0, 1.0]).unwrap(),
+    );
+    for op in ["softmax", "log_softmax", "softmin", "logsumexp"] {
+        let req = OpRequest::new(op).unwrap().dims(-1);
+        let out = apply_dense(&a.view(), &req).unwrap();
+        let DynVec::F32(y) = out.values else {
+            panic!("f32 output expected");
+        };
+        let y = MaskedArray::new(
+            ArrayD::from_shape_vec(IxDyn(&out.shape), y).unwrap(),
+            out.mask.clone(),
+        )
+        .unwrap();
+        let (plain, saved) = if op == "logsumexp" {
+            (
+                a.vjp_reduce(&req, &g5).unwrap(),
+                a.vjp_reduce_saved(&req, &y, &g5).unwrap(),
+            )
+        } else {
+            (
+                a.vjp_map(&req, &gm).unwrap(),
+                a.vjp_map_saved(&req, &y, &gm).unwrap(),
+            )
+        };
+        let mut nonzero = 0;
+        for (k, (p, q)) in plain.values().iter().zip(saved.values()).enumerate() {
+            assert!(
+                (p - q).abs() <= 1e-5 * (1.0 + p.abs()),
+                "{op} at {k}: recomputed {p}, saved {q}"
+            );
+            nonzero += (*p != 0.0) as usize;
+        }
+        assert!(nonzero > 400, "{op}: {nonzero}");
     }
 }
 
