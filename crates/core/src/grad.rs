@@ -554,7 +554,8 @@ impl LaneGrad for QuantileGrad {
     fn uses_output(&self) -> bool {
         true
     }
-    /// From the saved value (see [`QuantileGrad::picks`]): zero but at the named elements.
+    /// From the saved value (the elements it names, counted in one pass): zero but at those
+    /// elements.
     fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
         let Some(picks) = self.picks(xs, ys[0]) else {
             return self.grad(xs, g, out);

@@ -425,6 +425,18 @@ fn saved_f32_gradients_equal_the_recomputed_ones() {
         BitMask::from_bools(shape, m.iter().copied()).unwrap(),
     )
     .unwrap();
+    // the forward output the saved forms take
+    let forward_f32 = |req: &OpRequest| -> MaskedArrayD<f32> {
+        let out = apply_dense(&a.view(), req).unwrap();
+        let DynVec::F32(y) = out.values else {
+            panic!("f32 output expected");
+        };
+        MaskedArray::new(
+            ArrayD::from_shape_vec(IxDyn(&out.shape), y).unwrap(),
+            out.mask,
+        )
+        .unwrap()
+    };
     let mut reqs = Vec::new();
     for mode in ["avg", "lower"] {
         let mut r = OpRequest::new("median").unwrap().dims(-1);
@@ -443,17 +455,9 @@ fn saved_f32_gradients_equal_the_recomputed_ones() {
         reqs.push(r);
     }
     for req in reqs {
-        let out = apply_dense(&a.view(), &req).unwrap();
-        let DynVec::F32(y) = out.values else {
-            panic!("f32 output expected");
-        };
-        let y = MaskedArray::new(
-            ArrayD::from_shape_vec(IxDyn(&out.shape), y).unwrap(),
-            out.mask.clone(),
-        )
-        .unwrap();
+        let y = forward_f32(&req);
         let g = MaskedArray::unmasked(
-            ArrayD::from_shape_vec(IxDyn(&out.shape), vec![1.5f32, -2.0, 0.75, 3.0, 1.0]).unwrap(),
+            ArrayD::from_shape_vec(IxDyn(&[5]), vec![1.5f32, -2.0, 0.75, 3.0, 1.0]).unwrap(),
         );
         let plain = a.vjp_reduce(&req, &g).unwrap();
         let saved = a.vjp_reduce_saved(&req, &y, &g).unwrap();
@@ -473,15 +477,7 @@ fn saved_f32_gradients_equal_the_recomputed_ones() {
     );
     for op in ["softmax", "log_softmax", "softmin", "logsumexp"] {
         let req = OpRequest::new(op).unwrap().dims(-1);
-        let out = apply_dense(&a.view(), &req).unwrap();
-        let DynVec::F32(y) = out.values else {
-            panic!("f32 output expected");
-        };
-        let y = MaskedArray::new(
-            ArrayD::from_shape_vec(IxDyn(&out.shape), y).unwrap(),
-            out.mask.clone(),
-        )
-        .unwrap();
+        let y = forward_f32(&req);
         let (plain, saved) = if op == "logsumexp" {
             (
                 a.vjp_reduce(&req, &g5).unwrap(),
