@@ -544,6 +544,26 @@ impl MaskLogic {
     }
 }
 
+/// The first of `n` entries whose validity differs between two runs of validity bits
+/// (bit `k % 64` of word `k / 64` for entry `k`; `None`: every entry valid), or `None`
+/// where they agree: the strict mask rule on a shared structure, a word at a time.
+///
+/// # Panics
+/// When a run has fewer than `n.div_ceil(64)` words.
+pub fn first_difference(a: Option<&[u64]>, b: Option<&[u64]>, n: usize) -> Option<usize> {
+    if a.is_none() && b.is_none() {
+        return None;
+    }
+    let word = |x: Option<&[u64]>, w: usize| x.map_or(u64::MAX, |x| x[w]);
+    (0..n.div_ceil(64)).find_map(|w| {
+        let mut d = word(a, w) ^ word(b, w);
+        if (w + 1) * 64 > n {
+            d &= (1u64 << (n % 64)) - 1;
+        }
+        (d != 0).then(|| w * 64 + d.trailing_zeros() as usize)
+    })
+}
+
 /// The positions of `logic(a, b)` for two strictly increasing position lists (a sparse
 /// pattern's row, or its flat positions), appended to `out` in order: one merge pass.
 pub fn merge_positions<I: Copy + Ord>(a: &[I], b: &[I], logic: MaskLogic, out: &mut Vec<I>) {
@@ -628,6 +648,22 @@ impl std::ops::Not for &BitMask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_difference_finds_the_first_differing_entry() {
+        let a = [0b1011u64, u64::MAX, 0];
+        let mut b = a;
+        assert_eq!(first_difference(Some(&a), Some(&b), 130), None);
+        assert_eq!(first_difference(None, None, 130), None);
+        // entry 2 is invalid in `a`: it differs from all-valid there
+        assert_eq!(first_difference(Some(&a), None, 130), Some(2));
+        b[1] &= !(1 << 5);
+        assert_eq!(first_difference(Some(&a), Some(&b), 130), Some(69));
+        // bits past `n` do not count
+        let c = [u64::MAX, u64::MAX, 0b11];
+        assert_eq!(first_difference(Some(&c), None, 130), None);
+        assert_eq!(first_difference(Some(&c), None, 131), Some(130));
+    }
 
     #[test]
     fn word_at_unaligned() {

@@ -122,10 +122,7 @@ impl<T: Element> CooLanes<'_, T> {
         let n = self.values.len();
         let valid =
             |b: Option<&[u64]>, k: usize| b.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);
-        if let Some(k) = (own.is_some() || obits.is_some())
-            .then(|| (0..n).find(|&k| valid(own, k) != valid(obits, k)))
-            .flatten()
-        {
+        if let Some(k) = masked_core::mask::first_difference(own, obits, n) {
             return Err(mask_mismatch(op, self.coords_of(k), valid(own, k)));
         }
         let Some(d) = dense.filter(|d| d.has_mask()) else {

@@ -250,19 +250,9 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         let n = self.nnz();
         let valid =
             |b: Option<&[u64]>, k: usize| b.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);
-        if own.is_some() || obits.is_some() {
-            let word = |b: Option<&[u64]>, w: usize| b.map_or(u64::MAX, |b| b[w]);
-            for w in 0..n.div_ceil(64) {
-                let mut d = word(own, w) ^ word(obits, w);
-                if (w + 1) * 64 > n {
-                    d &= (1u64 << (n % 64)) - 1;
-                }
-                if d != 0 {
-                    let k = w * 64 + d.trailing_zeros() as usize;
-                    let r = self.row_of(k);
-                    return Err(mask_mismatch(op, vec![r, self.col(k)], valid(own, k)));
-                }
-            }
+        if let Some(k) = masked_core::mask::first_difference(own, obits, n) {
+            let r = self.row_of(k);
+            return Err(mask_mismatch(op, vec![r, self.col(k)], valid(own, k)));
         }
         let Some(d) = dense.filter(|d| d.has_mask()) else {
             return Ok(());
