@@ -556,14 +556,15 @@ fn flat_grads_into<T: Element>(
             0.0
         }
         // the scalar's gradient: the sum of its terms, kept in f64 per chunk
+        // (one scratch per worker, not one allocation per chunk)
         Src::Splat(_) => dx
             .par_chunks_mut(CHUNK)
             .enumerate()
-            .map(|(c, dx)| {
+            .map_init(Vec::<f64>::new, |terms, (c, dx)| {
                 let r = c * CHUNK..c * CHUNK + dx.len();
                 let b = bits.map(|b| b.offset(r.start));
-                let mut terms = vec![0.0f64; dx.len()];
-                grad_run(op, &xs[r.clone()], ys, &g[r], b, dx, &mut terms);
+                terms.resize(dx.len(), 0.0);
+                grad_run(op, &xs[r.clone()], ys, &g[r], b, dx, &mut terms[..]);
                 terms.iter().sum::<f64>()
             })
             .sum::<f64>(),
