@@ -3,7 +3,7 @@
 
 // named by the docs' links (a plain import: links of items inlined into the facade
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
-use crate::partition::{groups, row_tasks};
+use crate::partition::{groups, row_tasks, Task};
 use crate::prebuilt;
 use masked_core::grad::{grad_runs, sparse_lanes, SparseUpstream};
 use masked_core::prebuilt::{is, same};
@@ -21,10 +21,12 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 mod fold;
+mod fused;
 mod map;
 mod stat;
 mod zip;
 
+pub use fused::{CsrEntries, CsrZipView, EntryValues, FusedLanes};
 pub(crate) use zip::Other;
 
 /// The output of a CSR normalization (softmax, cumsum, ...): a sprs CSR matrix whose
@@ -122,6 +124,44 @@ fn first_gap(stored: impl Iterator<Item = usize>) -> usize {
     next
 }
 
+/// The structure rules of [`CsrLanes::try_new`] (all but the value count).
+fn check_structure<I: SpIndex>(
+    shape: (usize, usize),
+    indptr: &[usize],
+    indices: &[I],
+    valid: Option<&[u64]>,
+) -> Result<()> {
+    let bad = |m: String| Err(MaskedError::InvalidData(m));
+    if indptr.len() != shape.0 + 1 || indptr[0] != 0 || indptr[shape.0] != indices.len() {
+        return bad(format!(
+            "row pointer of length {} must run from 0 to {} over {} rows",
+            indptr.len(),
+            indices.len(),
+            shape.0
+        ));
+    }
+    if valid.is_some_and(|w| w.len() < indices.len().div_ceil(64)) {
+        return bad("too few validity words".into());
+    }
+    if let Some(r) = indptr.windows(2).position(|w| w[0] > w[1]) {
+        return bad(format!("row pointer decreases at row {r}"));
+    }
+    let broken = (0..shape.0)
+        .into_par_iter()
+        .with_min_len(1 << 12)
+        .find_first(|&r| {
+            let row = &indices[indptr[r]..indptr[r + 1]];
+            row.windows(2).any(|w| w[0] >= w[1]) || row.last().is_some_and(|c| c.index() >= shape.1)
+        });
+    if let Some(r) = broken {
+        return bad(format!(
+            "row {r}: indices not strictly increasing and below {}",
+            shape.1
+        ));
+    }
+    Ok(())
+}
+
 impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     /// Lanes over raw parts: rows `indptr` (from 0 to `indices.len()`, non-decreasing),
     /// column `indices` strictly increasing within each row and below `shape.1`, one
@@ -149,42 +189,14 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         valid: Option<&'a [u64]>,
         fill: bool,
     ) -> Result<Self> {
-        let bad = |m: String| Err(MaskedError::InvalidData(m));
-        if indptr.len() != shape.0 + 1 || indptr[0] != 0 || indptr[shape.0] != indices.len() {
-            return bad(format!(
-                "row pointer of length {} must run from 0 to {} over {} rows",
-                indptr.len(),
-                indices.len(),
-                shape.0
-            ));
-        }
         if values.len() != indices.len() {
-            return bad(format!(
+            return Err(MaskedError::InvalidData(format!(
                 "{} values for {} entries",
                 values.len(),
                 indices.len()
-            ));
+            )));
         }
-        if valid.is_some_and(|w| w.len() < indices.len().div_ceil(64)) {
-            return bad("too few validity words".into());
-        }
-        if let Some(r) = indptr.windows(2).position(|w| w[0] > w[1]) {
-            return bad(format!("row pointer decreases at row {r}"));
-        }
-        let broken = (0..shape.0)
-            .into_par_iter()
-            .with_min_len(1 << 12)
-            .find_first(|&r| {
-                let row = &indices[indptr[r]..indptr[r + 1]];
-                row.windows(2).any(|w| w[0] >= w[1])
-                    || row.last().is_some_and(|c| c.index() >= shape.1)
-            });
-        if let Some(r) = broken {
-            return bad(format!(
-                "row {r}: indices not strictly increasing and below {}",
-                shape.1
-            ));
-        }
+        check_structure(shape, indptr, indices, valid)?;
         Ok(CsrLanes {
             shape,
             indptr,

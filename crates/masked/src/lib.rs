@@ -96,8 +96,8 @@ pub use layout_coo::{
     csr_to_dense, dense_to_csr, CooGradients, CooLanes, CooMask, CooPattern, MaskedCoo,
 };
 pub use layout_csr::{
-    to_csmat, to_csvec, CsrGradients, CsrLanes, CsrMapped, CsrMask, IntoCsMat, IntoCsrView,
-    MaskedCsr, Pattern, PatternI,
+    to_csmat, to_csvec, CsrGradients, CsrLanes, CsrMapped, CsrMask, CsrZipView, IntoCsMat,
+    IntoCsrView, MaskedCsr, Pattern, PatternI,
 };
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{

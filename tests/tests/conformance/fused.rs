@@ -177,3 +177,287 @@ fn fused_checks_rules_and_domain_errors() {
         .unwrap();
     assert_eq!(s.values().as_slice().unwrap(), &[1, 7]);
 }
+
+/// A random CSR matrix (`density` of the positions stored), and a random pattern over
+/// the same positions keeping about 80% of them (a separate mask).
+fn csr_data(
+    shape: (usize, usize),
+    density: f64,
+    seed: u64,
+) -> (sprs::CsMat<f64>, sprs::CsMat<f64>, masked::Pattern) {
+    let mut s = seed;
+    let mut next = || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 33) as f64 / (1u64 << 31) as f64
+    };
+    let (mut indptr, mut idx, mut v, mut w) = (vec![0usize], Vec::new(), Vec::new(), Vec::new());
+    let (mut mptr, mut midx) = (vec![0usize], Vec::new());
+    for r in 0..shape.0 {
+        // row 1 is full (a row of its own task), row 2 empty
+        let d = match r {
+            1 => 1.0,
+            2 => 0.0,
+            _ => density,
+        };
+        for c in 0..shape.1 {
+            if next() < d {
+                idx.push(c);
+                v.push(next() * 8.0 - 4.0);
+                w.push(next() * 2.0 - 1.0);
+                if next() < 0.8 {
+                    midx.push(c);
+                }
+            }
+        }
+        indptr.push(idx.len());
+        mptr.push(midx.len());
+    }
+    (
+        sprs::CsMat::new(shape, indptr.clone(), idx.clone(), v),
+        sprs::CsMat::new(shape, indptr, idx, w),
+        masked::Pattern::try_from_parts(shape, mptr, midx).unwrap(),
+    )
+}
+
+fn same_sparse(a: &masked::SparseArray<f64>, b: &masked::SparseArray<f64>, what: &str) {
+    assert_eq!(a.shape(), b.shape(), "{what}");
+    assert_eq!(a.indices(), b.indices(), "{what}");
+    assert!(same_bits(a.values(), b.values()), "{what}");
+}
+
+#[test]
+fn csr_fused_equals_materialise_then_reduce() {
+    use masked::{MaskedCsr, MedianMode};
+    let (x, w, pat) = csr_data((1500, 700), 0.3, 7);
+    assert!(x.nnz() > 4 * (1 << 15), "several row tasks");
+    let mul = KeepZip(KeepBin::Mul);
+    // mask = the pattern, and a separate mask (values with validity bits)
+    let inputs = [
+        (
+            MaskedCsr::from_pattern(x.view()).unwrap(),
+            MaskedCsr::from_pattern(w.view()).unwrap(),
+        ),
+        (
+            MaskedCsr::with_mask(x.view(), pat.clone()).unwrap(),
+            MaskedCsr::with_mask(w.view(), pat.clone()).unwrap(),
+        ),
+    ];
+    for (case, (a, b)) in inputs.iter().enumerate() {
+        // a fresh view per op: a view that computed its values once keeps them
+        let view = || a.zip_view(b, mul, MaskRule::Strict).unwrap();
+        let eager = a.mul(b, MaskRule::Strict).unwrap();
+        let full = MaskedCsr::from_pattern(&eager).unwrap();
+        let what = |op: &str| format!("case {case}: {op}");
+        for dim in [0isize, 1] {
+            same_sparse(
+                &view().sum(dim, false).unwrap(),
+                &full.sum(dim, false).unwrap(),
+                &what(&format!("sum {dim}")),
+            );
+            same_sparse(
+                &view().median(dim, true, MedianMode::Avg).unwrap(),
+                &full.median(dim, true, MedianMode::Avg).unwrap(),
+                &what(&format!("median {dim}")),
+            );
+            same_sparse(
+                &view().logsumexp(dim, false).unwrap(),
+                &full.logsumexp(dim, false).unwrap(),
+                &what(&format!("logsumexp {dim}")),
+            );
+            let (f, g) = (view().softmax(dim).unwrap(), full.softmax(dim).unwrap());
+            assert_eq!(f.indptr(), g.indptr(), "{}", what("softmax ptr"));
+            assert_eq!(f.indices(), g.indices(), "{}", what("softmax idx"));
+            assert!(same_bits(f.data(), g.data()), "{}", what("softmax"));
+            let (f, g) = (
+                view().var(dim, false, 1.0).unwrap(),
+                full.var(dim, false, 1.0).unwrap(),
+            );
+            same_sparse(&f, &g, &what(&format!("var {dim}")));
+        }
+        let all = masked::Dims::All;
+        let (fs, g) = (
+            view().sum(all.clone(), false).unwrap(),
+            full.sum(all.clone(), false).unwrap(),
+        );
+        assert!(close(fs.values(), g.values()), "{}", what("sum all"));
+        same_sparse(
+            &view().amax(all.clone(), false).unwrap(),
+            &full.amax(all.clone(), false).unwrap(),
+            &what("amax all"),
+        );
+        let (f, g) = (
+            view().argmax(all.clone(), false).unwrap(),
+            full.argmax(all.clone(), false).unwrap(),
+        );
+        assert_eq!(
+            f.values(),
+            g.values(),
+            "{}",
+            what("argmax all (positional: materialised)")
+        );
+        let (f, g) = (
+            view().argmin(1, false).unwrap(),
+            full.argmin(1, false).unwrap(),
+        );
+        assert_eq!(f.values(), g.values(), "{}", what("argmin rows"));
+        same_sparse(
+            &view().nansum(1, false).unwrap(),
+            &full.nansum(1, false).unwrap(),
+            &what("nansum rows (materialised)"),
+        );
+        same_sparse(
+            &view()
+                .quantile(1, false, 0.3, masked::Interpolation::Linear)
+                .unwrap(),
+            &full
+                .quantile(1, false, 0.3, masked::Interpolation::Linear)
+                .unwrap(),
+            &what("quantile rows"),
+        );
+        // the all-entries merge does not depend on the thread count
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let f1 = one.install(|| view().sum(all.clone(), false).unwrap());
+        assert_eq!(
+            f1.values()[0].to_bits(),
+            fs.values()[0].to_bits(),
+            "{}",
+            what("1 vs 2 threads")
+        );
+    }
+}
+
+#[test]
+fn csr_fused_dense_scalar_unary_and_unmasked() {
+    use masked::{MaskedCsr, Pattern};
+    let (x, w, pat) = csr_data((900, 400), 0.2, 11);
+    let a = MaskedCsr::from_pattern(x.view()).unwrap();
+    let am = MaskedCsr::with_mask(x.view(), pat.clone()).unwrap();
+    // logsumexp(x + bias), the bias broadcast along rows
+    let bias = ArrayD::from_shape_vec(IxDyn(&[400]), (0..400).map(|i| i as f64 / 400.0).collect())
+        .unwrap();
+    let bv = MaskedArray::unmasked(bias.view());
+    let add = KeepZip(KeepBin::Add);
+    let view = a.zip_dense_view(&bv, add, MaskRule::Strict).unwrap();
+    let eager = a.add(&bv, MaskRule::Strict).unwrap();
+    let full = MaskedCsr::from_pattern(&eager).unwrap();
+    same_sparse(
+        &view.logsumexp(1, false).unwrap(),
+        &full.logsumexp(1, false).unwrap(),
+        "lse(x + bias)",
+    );
+    // a masked dense operand under `and`: entries drop out (validity bits per entry)
+    let (dv, dm) = data(&[900, 400], 5);
+    let d = MaskedArray::new(dv.view(), dm).unwrap();
+    for (lhs, what) in [(&a, "pattern"), (&am, "separate mask")] {
+        let view = || lhs.zip_dense_view(&d, add, MaskRule::And).unwrap();
+        let eager = lhs.add(&d, MaskRule::And).unwrap();
+        let full = MaskedCsr::from_pattern(&eager).unwrap();
+        same_sparse(
+            &view().sum(1, true).unwrap(),
+            &full.sum(1, true).unwrap(),
+            what,
+        );
+        same_sparse(
+            &view().mean(0, false).unwrap(),
+            &full.mean(0, false).unwrap(),
+            what,
+        );
+        let (f, g) = (view().log_softmax(1).unwrap(), full.log_softmax(1).unwrap());
+        assert_eq!(f.indptr(), g.indptr(), "{what}");
+        assert_eq!(f.indices(), g.indices(), "{what}");
+        assert!(same_bits(f.data(), g.data()), "{what}");
+        let (f, g) = (view().cumsum(1).unwrap(), full.cumsum(1).unwrap());
+        assert!(same_bits(f.data(), g.data()), "{what}: cumsum");
+    }
+    // the strict rule against a dense mask that differs: the error at once
+    assert!(matches!(
+        a.zip_dense_view(&d, add, MaskRule::Strict).map(|_| ()),
+        Err(MaskedError::MaskMismatch { .. })
+    ));
+    // amax(abs(x)) and a scalar op
+    let abs = a.map_view(KeepMap(KeepFn::Abs(Abs))).unwrap();
+    let abs_x = a.abs().unwrap();
+    let g = MaskedCsr::from_pattern(&abs_x).unwrap();
+    same_sparse(
+        &abs.amax(masked::Dims::All, false).unwrap(),
+        &g.amax(masked::Dims::All, false).unwrap(),
+        "amax(abs(x))",
+    );
+    let half = am.zip_scalar_view(0.5, KeepZip(KeepBin::Mul)).unwrap();
+    let halved = am.mul(&masked::Splat(0.5), MaskRule::Strict).unwrap();
+    let g = MaskedCsr::from_pattern(&halved).unwrap();
+    same_sparse(
+        &half.prod(1, false).unwrap(),
+        &g.prod(1, false).unwrap(),
+        "prod(0.5 x)",
+    );
+    // different patterns under `and`: merged when the view is made
+    let b = MaskedCsr::with_mask(w.view(), pat.clone()).unwrap();
+    let view = a
+        .zip_view(&b, KeepZip(KeepBin::Mul), MaskRule::And)
+        .unwrap();
+    let merged = a.mul(&b, MaskRule::And).unwrap();
+    let g = MaskedCsr::from_pattern(&merged).unwrap();
+    same_sparse(
+        &view.sum(1, false).unwrap(),
+        &g.sum(1, false).unwrap(),
+        "merged",
+    );
+    // no mask: unstored positions are valid zeros, counted by the mean
+    let u = MaskedCsr::unmasked(x.view()).unwrap();
+    let twice = || u.zip_scalar_view(2.0, KeepZip(KeepBin::Mul)).unwrap();
+    let doubled = u.mul(&masked::Splat(2.0), MaskRule::Strict).unwrap();
+    let g = MaskedCsr::unmasked(&doubled).unwrap();
+    for dim in [0isize, 1] {
+        same_sparse(
+            &twice().mean(dim, false).unwrap(),
+            &g.mean(dim, false).unwrap(),
+            "unmasked mean",
+        );
+    }
+    assert!(close(
+        twice().mean(masked::Dims::All, false).unwrap().values(),
+        g.mean(masked::Dims::All, false).unwrap().values()
+    ));
+    // ... and a map that does not keep 0 would store every position
+    assert!(matches!(
+        u.map_view(KeepMap(KeepFn::Abs(Abs))).map(|_| ()),
+        Ok(())
+    ));
+    assert!(matches!(
+        u.zip_scalar_view(1.0, KeepZip(KeepBin::Add)).map(|_| ()),
+        Err(MaskedError::Unsupported { .. })
+    ));
+    let _ = Pattern::try_from_parts((1, 1), vec![0, 0], vec![]).unwrap();
+}
+
+#[test]
+fn csr_fused_integer_domain_error_when_read() {
+    use masked::MaskedCsr;
+    let x = sprs::CsMat::new((2, 3), vec![0, 2, 3], vec![0, 2, 1], vec![7i32, 8, 9]);
+    let y = sprs::CsMat::new((2, 3), vec![0, 2, 3], vec![0, 2, 1], vec![2i32, 0, 3]);
+    let (a, b) = (
+        MaskedCsr::from_pattern(x.view()).unwrap(),
+        MaskedCsr::from_pattern(y.view()).unwrap(),
+    );
+    let v = a
+        .zip_view(&b, KeepZip(KeepBin::FloorDivide), MaskRule::Strict)
+        .unwrap();
+    match v.sum(1, false) {
+        Err(MaskedError::IntegerDomain { .. }) => {}
+        other => panic!("expected an integer domain error, got {other:?}"),
+    }
+    // masked out: the divisor 0 is not read
+    let pat = masked::Pattern::try_from_parts((2, 3), vec![0, 1, 2], vec![0, 1]).unwrap();
+    let b = MaskedCsr::with_mask(y.view(), pat).unwrap();
+    let v = a
+        .zip_view(&b, KeepZip(KeepBin::FloorDivide), MaskRule::And)
+        .unwrap();
+    let s = v.sum(1, false).unwrap();
+    assert_eq!(s.values(), &[3, 3]);
+}

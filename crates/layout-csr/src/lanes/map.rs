@@ -32,68 +32,58 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         &self,
         map: &M,
     ) -> (Vec<usize>, Cow<'a, [I]>, Vec<M::Output>) {
-        let nrows = self.shape.0;
-        // every entry valid: the output has this structure's pattern, shared, not copied
         let shared = self.valid.is_none();
-        let out_ptr = if shared {
-            self.indptr.to_vec()
-        } else {
-            let mut p = Vec::with_capacity(nrows + 1);
-            p.push(0);
-            for r in 0..nrows {
-                p.push(p[r] + self.count_valid(self.row(r)));
-            }
-            p
-        };
-        let nout = out_ptr[nrows];
-        let mut values = fresh_vec::<M::Output>(nout);
-        let mut indices = fresh_vec::<I>(if shared { 0 } else { nout });
-        let tasks = row_tasks(self.indptr);
-        // tasks own disjoint, consecutive ranges of the output
-        let mut pieces = Vec::with_capacity(tasks.len());
-        let (mut vrest, mut irest): (&mut [M::Output], &mut [I]) = (&mut values, &mut indices);
-        for t in &tasks {
-            let len = out_ptr[t.rows.end] - out_ptr[t.rows.start];
-            let (v, vr) = vrest.split_at_mut(len);
-            let (i, ir) = irest.split_at_mut(if shared { 0 } else { len });
-            pieces.push((t.rows.clone(), v, i));
-            vrest = vr;
-            irest = ir;
+        let out = map_rows_by(
+            self.indptr,
+            self.indices,
+            self.valid.as_deref(),
+            |t, vout, iout| {
+                self.map_row_range(map, t.rows.clone(), vout, iout, shared);
+                Ok::<(), std::convert::Infallible>(())
+            },
+        );
+        match out {
+            Ok(o) => o,
+            Err(never) => match never {},
         }
-        pieces.into_par_iter().for_each(|(rows, vout, iout)| {
-            let mut tmp = Vec::new();
-            let mut o = 0;
-            for r in rows {
-                let e = self.row(r);
-                let bits = self.bits_at(e.start);
-                let len = self.count_valid(e.clone());
-                if bits.is_none() {
-                    map.map(&self.values[e.clone()], None, &mut vout[o..o + len]);
-                    if !shared {
-                        iout[o..o + len].copy_from_slice(&self.indices[e]);
-                    }
-                } else {
-                    tmp.clear();
-                    tmp.resize(e.len(), M::Output::default());
-                    map.map(&self.values[e.clone()], bits, &mut tmp);
-                    let mut j = o;
-                    for (q, k) in e.enumerate() {
-                        if self.is_valid(k) {
-                            vout[j] = tmp[q];
-                            iout[j] = self.indices[k];
-                            j += 1;
-                        }
+    }
+
+    /// Maps rows `rows` into `vout` (and, unless `shared`, their valid entries' column
+    /// indices into `iout`), both from the first row's first valid entry.
+    pub(super) fn map_row_range<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        rows: Range<usize>,
+        vout: &mut [M::Output],
+        iout: &mut [I],
+        shared: bool,
+    ) {
+        let mut tmp = Vec::new();
+        let mut o = 0;
+        for r in rows {
+            let e = self.row(r);
+            let bits = self.bits_at(e.start);
+            let len = self.count_valid(e.clone());
+            if bits.is_none() {
+                map.map(&self.values[e.clone()], None, &mut vout[o..o + len]);
+                if !shared {
+                    iout[o..o + len].copy_from_slice(&self.indices[e]);
+                }
+            } else {
+                tmp.clear();
+                tmp.resize(e.len(), M::Output::default());
+                map.map(&self.values[e.clone()], bits, &mut tmp);
+                let mut j = o;
+                for (q, k) in e.enumerate() {
+                    if self.is_valid(k) {
+                        vout[j] = tmp[q];
+                        iout[j] = self.indices[k];
+                        j += 1;
                     }
                 }
-                o += len;
             }
-        });
-        let indices = if shared {
-            Cow::Borrowed(self.indices)
-        } else {
-            Cow::Owned(indices)
-        };
-        (out_ptr, indices, values)
+            o += len;
+        }
     }
 
     /// Maps every column (gathered by an O(nnz) counting sort); the output stores the
@@ -148,4 +138,61 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         }
         (out_ptr, indices, values)
     }
+}
+
+/// The output of a row map over the entries `indptr`/`indices` with validity `valid`
+/// (`None`: all valid, and the output shares `indices`): its row pointer, its column
+/// indices and its values, which `task` writes for each row task (the task's rows'
+/// valid values into the first slice, their column indices into the second unless
+/// shared), tasks in parallel. The first task error (in row order) is returned.
+#[allow(clippy::type_complexity)]
+pub(super) fn map_rows_by<'i, I: SpIndex, O: Clone + Default + Send, E: Send>(
+    indptr: &[usize],
+    indices: &'i [I],
+    valid: Option<&[u64]>,
+    task: impl Fn(&Task, &mut [O], &mut [I]) -> std::result::Result<(), E> + Sync,
+) -> std::result::Result<(Vec<usize>, Cow<'i, [I]>, Vec<O>), E> {
+    let nrows = indptr.len() - 1;
+    // every entry valid: the output has this structure's pattern, shared, not copied
+    let shared = valid.is_none();
+    let out_ptr = match valid {
+        None => indptr.to_vec(),
+        Some(w) => {
+            let mut p = Vec::with_capacity(nrows + 1);
+            p.push(0);
+            for r in 0..nrows {
+                let e = indptr[r]..indptr[r + 1];
+                p.push(p[r] + Bits::new(w, e.start).count_ones(e.len()));
+            }
+            p
+        }
+    };
+    let nout = out_ptr[nrows];
+    let mut values = fresh_vec::<O>(nout);
+    let mut out_idx = fresh_vec::<I>(if shared { 0 } else { nout });
+    let tasks = row_tasks(indptr);
+    // tasks own disjoint, consecutive ranges of the output
+    let mut pieces = Vec::with_capacity(tasks.len());
+    let (mut vrest, mut irest): (&mut [O], &mut [I]) = (&mut values, &mut out_idx);
+    for t in &tasks {
+        let len = out_ptr[t.rows.end] - out_ptr[t.rows.start];
+        let (v, vr) = vrest.split_at_mut(len);
+        let (i, ir) = irest.split_at_mut(if shared { 0 } else { len });
+        pieces.push((t, v, i));
+        vrest = vr;
+        irest = ir;
+    }
+    let results: Vec<std::result::Result<(), E>> = pieces
+        .into_par_iter()
+        .map(|(t, vout, iout)| task(t, vout, iout))
+        .collect();
+    results
+        .into_iter()
+        .collect::<std::result::Result<(), E>>()?;
+    let indices = if shared {
+        Cow::Borrowed(indices)
+    } else {
+        Cow::Owned(out_idx)
+    };
+    Ok((out_ptr, indices, values))
 }

@@ -24,12 +24,12 @@ type Rows<'a, O, I> = (Vec<usize>, Cow<'a, [I]>, Vec<O>);
 
 impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     /// The error of the op `z` failing at entry `k` (row `r`).
-    fn fail_at<Z: ZipMap<T>>(&self, z: &Z, r: usize, k: usize) -> MaskedError {
+    pub(super) fn fail_at<Z: ZipMap<T>>(&self, z: &Z, r: usize, k: usize) -> MaskedError {
         failed_at(z, vec![r, self.col(k)])
     }
 
     /// The row of entry `k`.
-    fn row_of(&self, k: usize) -> usize {
+    pub(super) fn row_of(&self, k: usize) -> usize {
         self.indptr.partition_point(|&p| p <= k) - 1
     }
 
@@ -43,7 +43,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     ) -> Result<Rows<'a, Z::Output, I>> {
         let Some(bits) = self.entry_validity(&other, z.name(), rule)? else {
             let mut values = fresh_vec::<Z::Output>(self.nnz());
-            self.zip_shared(&other, z, &mut values)?;
+            self.zip_shared(&other, z, None, &mut values)?;
             return Ok((self.indptr.to_vec(), Cow::Borrowed(self.indices), values));
         };
         let dense = match &other {
@@ -108,7 +108,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     /// valid (the result keeps this structure), else `Some(bits)` (`Some(None)`: the
     /// dense operand's mask decides per entry).
     #[allow(clippy::type_complexity)]
-    fn entry_validity(
+    pub(super) fn entry_validity(
         &self,
         other: &Other<'_, T>,
         op: &'static str,
@@ -140,11 +140,13 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         })
     }
 
-    /// `z(x, other)` at every entry (all valid), written into `out` (one value per entry).
-    fn zip_shared<Z: ZipMap<T>>(
+    /// `z(x, other)` at every entry valid by `bits` (`None`: all), written into `out`
+    /// (one value per entry; invalid entries keep what `out` held).
+    pub(super) fn zip_shared<Z: ZipMap<T>>(
         &self,
         other: &Other<'_, T>,
         z: &Z,
+        bits: Option<&[u64]>,
         out: &mut [Z::Output],
     ) -> Result<()> {
         let tasks = row_tasks(self.indptr);
@@ -152,41 +154,59 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         let mut rest: &mut [Z::Output] = out;
         for t in &tasks {
             let (v, r) = rest.split_at_mut(t.entries.len());
-            pieces.push((t.rows.clone(), t.entries.start, v));
+            pieces.push((t.rows.clone(), v));
             rest = r;
         }
         let bad = pieces
             .into_par_iter()
-            .filter_map(|(rows, base, out)| {
-                // a scalar or an operand on the same entries: the task's entries are
-                // one contiguous run (no per-row calls)
-                let whole = match other {
-                    Other::Scalar(s) => Some(Src::Splat(*s)),
-                    Other::Same(v, _) => Some(Src::Slice(&v[base..base + out.len()])),
-                    Other::Dense(_) => None,
-                };
-                if let Some(y) = whole {
-                    let x = Src::Slice(&self.values[base..base + out.len()]);
-                    return z
-                        .run(x, y, None, out)
-                        .map(|k| (self.row_of(base + k), base + k));
-                }
-                let mut ys = Vec::new();
-                for r in rows {
-                    let e = self.row(r);
-                    let o = &mut out[e.start - base..e.end - base];
-                    let y = self.other_run(other, r, e.clone(), &mut ys);
-                    if let Some(k) = z.run(Src::Slice(&self.values[e.clone()]), y, None, o) {
-                        return Some((r, e.start + k));
-                    }
-                }
-                None
+            .filter_map(|(rows, out)| {
+                let b = bits.map(|w| Bits::new(w, self.indptr[rows.start]));
+                self.zip_rows(other, z, rows, b, out, &mut Vec::new())
             })
             .min_by_key(|&(_, k)| k);
         match bad {
             Some((r, k)) => Err(self.fail_at(z, r, k)),
             None => Ok(()),
         }
+    }
+
+    /// `z(x, other)` over the entries of `rows`, written into `out` (one value per
+    /// entry, from the rows' first entry), computed where `bits` (counted from that
+    /// entry) are set, or everywhere; `ys` is scratch for a dense operand. At the first
+    /// entry where `z` fails: `Some((row, entry))`.
+    pub(super) fn zip_rows<Z: ZipMap<T>>(
+        &self,
+        other: &Other<'_, T>,
+        z: &Z,
+        rows: Range<usize>,
+        bits: Option<Bits<'_>>,
+        out: &mut [Z::Output],
+        ys: &mut Vec<T>,
+    ) -> Option<(usize, usize)> {
+        let base = self.indptr[rows.start];
+        // a scalar or an operand on the same entries: the rows' entries are one
+        // contiguous run (no per-row calls)
+        let whole = match other {
+            Other::Scalar(s) => Some(Src::Splat(*s)),
+            Other::Same(v, _) => Some(Src::Slice(&v[base..base + out.len()])),
+            Other::Dense(_) => None,
+        };
+        if let Some(y) = whole {
+            let x = Src::Slice(&self.values[base..base + out.len()]);
+            return z
+                .run(x, y, bits, out)
+                .map(|k| (self.row_of(base + k), base + k));
+        }
+        for r in rows {
+            let e = self.row(r);
+            let o = &mut out[e.start - base..e.end - base];
+            let y = self.other_run(other, r, e.clone(), ys);
+            let b = bits.map(|b| b.offset(e.start - base));
+            if let Some(k) = z.run(Src::Slice(&self.values[e.clone()]), y, b, o) {
+                return Some((r, e.start + k));
+            }
+        }
+        None
     }
 
     /// As [`CsrLanes::zip_entries`] when the result keeps every entry, its values written
@@ -213,12 +233,12 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 z.name()
             )));
         }
-        self.zip_shared(&other, z, out)
+        self.zip_shared(&other, z, None, out)
     }
 
     /// The other operand's run for row `r` (entries `e`): gathered from a dense operand
     /// into `ys`.
-    fn other_run<'y>(
+    pub(super) fn other_run<'y>(
         &self,
         other: &'y Other<'_, T>,
         r: usize,

@@ -1,0 +1,579 @@
+//! Fused elementwise-then-reduce on CSR: [`CsrZipView`], a lazy `z(a, b)` (or a lazy
+//! unary map) on a CSR matrix's entries that the reductions and normalizations consume
+//! without storing the elementwise values. Row reductions, row statistics, row
+//! normalizations and order-free all-entries folds run one row task at a time: the
+//! task's values are computed into a scratch buffer (about 32 Ki entries,
+//! cache-resident) and the ordinary CSR kernel runs on that slice of rows. Everything
+//! else (columns, an argmax over all entries, the nan-family) computes the values once,
+//! one per entry on the shared structure, never a dense array.
+
+use super::map::map_rows_by;
+use super::*;
+use layout_dense::{DenseOperand, MaskedArray, Unary};
+use masked_core::{MaskRule, SparseArray, ZipMap};
+use std::sync::OnceLock;
+
+/// What a view's entries are zipped with (owned by the view).
+enum Rhs<'a, T: Element> {
+    Scalar(T),
+    Same(&'a [T], Option<Cow<'a, [u64]>>),
+    Dense(DenseOperand<'a, T>),
+}
+
+impl<T: Element> Rhs<'_, T> {
+    fn other(&self) -> Other<'_, T> {
+        match self {
+            Rhs::Scalar(s) => Other::Scalar(*s),
+            Rhs::Same(v, b) => Other::Same(v, b.as_deref()),
+            Rhs::Dense(d) => Other::Dense(d),
+        }
+    }
+}
+
+/// The values of a [`FusedLanes`] structure's entries, computed on demand: a lazy
+/// elementwise op on some layout's entries.
+pub trait EntryValues<O>: Sync {
+    /// Computes the values of `entries` (those of the structure's rows `rows`), one per
+    /// slot of `out`, where `bits` (counted from the first entry) are set, or at every
+    /// entry; elsewhere `out` keeps what it held. `Err(k)`: the op fails at entry `k`
+    /// (the first such entry).
+    fn compute(
+        &self,
+        rows: Range<usize>,
+        entries: Range<usize>,
+        bits: Option<Bits<'_>>,
+        out: &mut [O],
+    ) -> std::result::Result<(), usize>;
+
+    /// The error of the op failing at entry `k`.
+    fn error_at(&self, k: usize) -> MaskedError;
+}
+
+/// CSR lanes whose values are computed when a kernel reads them: a row structure, a
+/// validity bit per entry (or none), whether unstored positions are valid zeros, and
+/// an [`EntryValues`] source. Row reductions, row statistics, row normalizations and
+/// order-free all-entries folds run a row task at a time: the task's values are
+/// computed into per-worker scratch (about 32 Ki entries, cache-resident) and the
+/// ordinary CSR kernel runs on that slice of rows, so the values are never stored
+/// whole. Every other kernel computes them once (one per entry, on the same
+/// structure), keeps them, and runs the ordinary kernel.
+///
+/// [`CsrZipView`] is this with a CSR matrix's entries as the source; the COO layout's
+/// fused view runs its in-order reductions on it.
+///
+/// Invariant: the structure keeps [`CsrLanes::try_new`]'s rules (the constructors take
+/// it from a validated matrix, pattern or grouping).
+pub struct FusedLanes<'a, O, I: SpIndex, V> {
+    shape: (usize, usize),
+    indptr: Cow<'a, [usize]>,
+    indices: Cow<'a, [I]>,
+    valid: Option<Cow<'a, [u64]>>,
+    fill: bool,
+    /// `None`: the values were computed with the structure (`cache` holds them).
+    src: Option<V>,
+    cache: OnceLock<Vec<O>>,
+}
+
+/// A lazy `z(a, b)` on CSR entries: a masked CSR matrix of `Z::Output` values computed
+/// only when a kernel reads them, a row task at a time (see [`FusedLanes`] and
+/// docs/semantics.md, "Fused elementwise-then-reduce"). Every op of [`MaskedOps`] runs
+/// on it. Get one from [`MaskedCsr::zip_view`](crate::MaskedCsr::zip_view) (another CSR
+/// matrix), [`MaskedCsr::zip_dense_view`](crate::MaskedCsr::zip_dense_view),
+/// [`MaskedCsr::zip_scalar_view`](crate::MaskedCsr::zip_scalar_view) or
+/// [`MaskedCsr::map_view`](crate::MaskedCsr::map_view).
+///
+/// Two matrices of different structures are merged when the view is made (the merged
+/// structure is new, so its values are computed with it); every other view shares its
+/// input's structure.
+pub type CsrZipView<'a, T, I, Z> =
+    FusedLanes<'a, <Z as ZipMap<T>>::Output, I, CsrEntries<'a, T, I, Z>>;
+
+/// The source of a [`CsrZipView`]: `z(x, rhs)` on the entries of CSR lanes.
+pub struct CsrEntries<'a, T: Element, I: SpIndex, Z> {
+    lanes: CsrLanes<'a, T, I>,
+    rhs: Rhs<'a, T>,
+    z: Z,
+}
+
+impl<T: Element, I: SpIndex, Z: ZipMap<T>> EntryValues<Z::Output> for CsrEntries<'_, T, I, Z> {
+    fn compute(
+        &self,
+        rows: Range<usize>,
+        _: Range<usize>,
+        bits: Option<Bits<'_>>,
+        out: &mut [Z::Output],
+    ) -> std::result::Result<(), usize> {
+        let other = self.rhs.other();
+        let mut ys = Vec::new();
+        match self
+            .lanes
+            .zip_rows(&other, &self.z, rows, bits, out, &mut ys)
+        {
+            Some((_, k)) => Err(k),
+            None => Ok(()),
+        }
+    }
+
+    fn error_at(&self, k: usize) -> MaskedError {
+        self.lanes.fail_at(&self.z, self.lanes.row_of(k), k)
+    }
+}
+
+impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T, I, Iptr> {
+    /// The lazy `z(self, rhs)` under `rule` with another CSR matrix of this shape. On
+    /// one structure the output validity is computed now (a bit per entry) and the
+    /// values when a reduction or normalization reads them; two structures are merged
+    /// now, values included.
+    ///
+    /// # Errors
+    /// As [`ZipKernels::zip_elements`](masked_core::ZipKernels::zip_elements): shapes that
+    /// differ, masks that differ under [`MaskRule::Strict`], an op that does not keep 0
+    /// on matrices without a mask, an integer op undefined at a valid entry (for the
+    /// lazy values: when they are read).
+    ///
+    /// ```
+    /// use masked::binary::{KeepBin, KeepZip};
+    /// use masked::{MaskRule, MaskedCsr, MaskedOps};
+    /// use sprs::CsMat;
+    /// let a = CsMat::new((2, 3), vec![0, 2, 3], vec![0, 2, 1], vec![1.0f64, 2.0, 3.0]);
+    /// let w = CsMat::new((2, 3), vec![0, 2, 3], vec![0, 2, 1], vec![4.0f64, 5.0, 6.0]);
+    /// let (a, w) = (MaskedCsr::from_pattern(a.view()).unwrap(), MaskedCsr::from_pattern(w.view()).unwrap());
+    /// let ab = a.zip_view(&w, KeepZip(KeepBin::Mul), MaskRule::Strict).unwrap();
+    /// assert_eq!(ab.sum(1, false).unwrap().values(), &[14.0, 18.0]); // never stores a * w
+    /// ```
+    pub fn zip_view<'s, Iptr2: SpIndex, Z: ZipMap<T>>(
+        &'s self,
+        rhs: &'s crate::MaskedCsr<'_, T, I, Iptr2>,
+        z: Z,
+        rule: MaskRule,
+    ) -> Result<CsrZipView<'s, T, I, Z>> {
+        let (a, b) = (self.lanes(), rhs.lanes());
+        if a.shape != b.shape {
+            return Err(MaskedError::ShapeMismatch {
+                what: format!("{}: sparse operands must have one shape", z.name()),
+                left: vec![a.shape.0, a.shape.1],
+                right: vec![b.shape.0, b.shape.1],
+            });
+        }
+        if a.same_structure(&b) {
+            if a.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
+                return Err(MaskedError::densifying(z.name()));
+            }
+            let rhs = Rhs::Same(b.values, b.valid);
+            return entries(a, rhs, z, rule);
+        }
+        let fill = a.fill && b.fill;
+        let (indptr, indices, values) = a.zip_merge(&b, &z, rule)?;
+        let cache = OnceLock::new();
+        let _ = cache.set(values);
+        Ok(FusedLanes {
+            shape: a.shape,
+            indptr: Cow::Owned(indptr),
+            indices: Cow::Owned(indices.into_owned()),
+            valid: None,
+            fill,
+            src: None,
+            cache,
+        })
+    }
+
+    /// The lazy `z(self, rhs)` under `rule` with a dense array broadcastable to this
+    /// matrix's shape, read only at the valid entries.
+    ///
+    /// # Errors
+    /// As [`MaskedCsr::zip_view`](crate::MaskedCsr::zip_view); a matrix without a mask
+    /// ([`MaskedError::Unsupported`]: every position would be valid).
+    pub fn zip_dense_view<'s, S: ndarray::Data<Elem = T>, D: ndarray::Dimension, Z: ZipMap<T>>(
+        &'s self,
+        rhs: &'s MaskedArray<S, D>,
+        z: Z,
+        rule: MaskRule,
+    ) -> Result<CsrZipView<'s, T, I, Z>> {
+        let l = self.lanes();
+        if l.fill {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        let d = DenseOperand::new(z.name(), rhs, &[l.shape.0, l.shape.1])?;
+        entries(l, Rhs::Dense(d), z, rule)
+    }
+
+    /// The lazy `z(self, s)` with a scalar (a scalar on the left is the `Swapped` op).
+    ///
+    /// # Errors
+    /// Without a mask, an op with `z(0, s) != 0` ([`MaskedError::Unsupported`]).
+    pub fn zip_scalar_view<Z: ZipMap<T>>(&self, s: T, z: Z) -> Result<CsrZipView<'_, T, I, Z>> {
+        let l = self.lanes();
+        if l.fill && !z.keeps_zero(T::ZERO, s) {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        entries(l, Rhs::Scalar(s), z, MaskRule::Strict)
+    }
+
+    /// The lazy unary map `m(self)` (`abs`, `exp`, ...).
+    ///
+    /// # Errors
+    /// As [`MaskedCsr::zip_scalar_view`](crate::MaskedCsr::zip_scalar_view): without a
+    /// mask, a map that does not keep 0.
+    pub fn map_view<M: LaneMap<T> + Copy + Send + Sync>(
+        &self,
+        m: M,
+    ) -> Result<CsrZipView<'_, T, I, Unary<M>>>
+    where
+        M::Output: masked_core::Value,
+    {
+        self.zip_scalar_view(T::ZERO, Unary(m))
+    }
+}
+
+/// A view of `z(x, rhs)` on the entries of `l` under `rule`: the rule's checks and the
+/// entries' validity now, the values later.
+fn entries<'a, T: Element, I: SpIndex, Z: ZipMap<T>>(
+    l: CsrLanes<'a, T, I>,
+    rhs: Rhs<'a, T>,
+    z: Z,
+    rule: MaskRule,
+) -> Result<CsrZipView<'a, T, I, Z>> {
+    let valid = match l.entry_validity(&rhs.other(), z.name(), rule)? {
+        None => None,
+        Some(bits) => {
+            let mut w = bits.unwrap_or_else(|| vec![u64::MAX; l.nnz().div_ceil(64)]);
+            if let Rhs::Dense(d) = &rhs {
+                if rule == MaskRule::And && d.has_mask() {
+                    for r in 0..l.shape.0 {
+                        for k in l.row(r) {
+                            if !d.valid(d.offset([r, l.col(k)])) {
+                                w[k / 64] &= !(1u64 << (k % 64));
+                            }
+                        }
+                    }
+                }
+            }
+            Some(Cow::Owned(w))
+        }
+    };
+    Ok(FusedLanes {
+        shape: l.shape,
+        indptr: Cow::Borrowed(l.indptr),
+        indices: Cow::Borrowed(l.indices),
+        valid,
+        fill: l.fill,
+        src: Some(CsrEntries { lanes: l, rhs, z }),
+        cache: OnceLock::new(),
+    })
+}
+
+/// Per-worker scratch of a fused task: values, rebased row pointer, rebased bits.
+type Scratch<O> = (Vec<O>, Vec<usize>, Vec<u64>);
+
+impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, I, V> {
+    /// Lanes over a structure (with [`CsrLanes::try_new`]'s rules, checked here), an
+    /// optional validity bit per entry, `fill` (unstored positions are valid zeros),
+    /// and the source of the entries' values.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] naming the first broken rule.
+    pub fn try_new(
+        shape: (usize, usize),
+        indptr: Cow<'a, [usize]>,
+        indices: Cow<'a, [I]>,
+        valid: Option<Cow<'a, [u64]>>,
+        fill: bool,
+        src: V,
+    ) -> Result<Self> {
+        check_structure(shape, &indptr, &indices, valid.as_deref())?;
+        // SAFETY: just checked.
+        Ok(unsafe { Self::new_unchecked(shape, indptr, indices, valid, fill, src) })
+    }
+
+    /// As [`FusedLanes::try_new`], the structure not checked again: the trusted entry
+    /// of a layout that builds the structure itself (the COO layout's grouping). Debug
+    /// builds still check it.
+    ///
+    /// # Safety
+    /// The structure keeps every rule [`CsrLanes::try_new`] checks.
+    #[doc(hidden)]
+    pub unsafe fn new_unchecked(
+        shape: (usize, usize),
+        indptr: Cow<'a, [usize]>,
+        indices: Cow<'a, [I]>,
+        valid: Option<Cow<'a, [u64]>>,
+        fill: bool,
+        src: V,
+    ) -> Self {
+        debug_assert!(
+            check_structure(shape, &indptr, &indices, valid.as_deref()).is_ok(),
+            "FusedLanes::new_unchecked: {:?}",
+            check_structure(shape, &indptr, &indices, valid.as_deref()).err()
+        );
+        FusedLanes {
+            shape,
+            indptr,
+            indices,
+            valid,
+            fill,
+            src: Some(src),
+            cache: OnceLock::new(),
+        }
+    }
+
+    /// `(nrows, ncols)`.
+    pub fn shape(&self) -> (usize, usize) {
+        self.shape
+    }
+
+    /// Number of entries (stored positions of the structure).
+    pub fn nnz(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// The lazy source, unless the values are already computed.
+    fn lazy(&self) -> Option<&V> {
+        self.src.as_ref().filter(|_| self.cache.get().is_none())
+    }
+
+    /// The lanes over every value, computed once and kept (the fallback of kernels
+    /// that are not run a row task at a time).
+    ///
+    /// # Errors
+    /// The source's error at the first entry where the op fails.
+    pub fn materialize(&self) -> Result<CsrLanes<'_, O, I>> {
+        if let Some(src) = self.lazy() {
+            let tasks = row_tasks(&self.indptr);
+            let mut out = fresh_vec::<O>(self.nnz());
+            let mut pieces = Vec::with_capacity(tasks.len());
+            let mut rest: &mut [O] = &mut out;
+            for t in &tasks {
+                let (v, r) = rest.split_at_mut(t.entries.len());
+                pieces.push((t, v));
+                rest = r;
+            }
+            let bad = pieces
+                .into_par_iter()
+                .filter_map(|(t, o)| {
+                    let bits = self.valid.as_deref().map(|w| Bits::new(w, t.entries.start));
+                    src.compute(t.rows.clone(), t.entries.clone(), bits, o)
+                        .err()
+                })
+                .min();
+            if let Some(k) = bad {
+                return Err(src.error_at(k));
+            }
+            let _ = self.cache.set(out);
+        }
+        let values = self.cache.get().map_or(&[][..], Vec::as_slice);
+        Ok(CsrLanes {
+            shape: self.shape,
+            indptr: &self.indptr,
+            indices: &self.indices,
+            values,
+            valid: self.valid.as_deref().map(Cow::Borrowed),
+            fill: self.fill,
+        })
+    }
+
+    /// Runs `f` on every row task, in parallel, in row order: the task's rows as lanes
+    /// (row pointer rebased to 0) over their values, computed into per-worker scratch.
+    fn each_task<R: Send>(
+        &self,
+        src: &V,
+        f: impl Fn(&CsrLanes<'_, O, I>) -> R + Sync,
+    ) -> Result<Vec<R>> {
+        let parts: Vec<std::result::Result<R, usize>> = row_tasks(&self.indptr)
+            .par_iter()
+            .map_init(Scratch::default, |(vals, ptr, words), t| {
+                Ok(f(&self.task_lanes(src, t, vals, ptr, words)?))
+            })
+            .collect();
+        parts
+            .into_iter()
+            .map(|p| p.map_err(|k| src.error_at(k)))
+            .collect()
+    }
+
+    /// The rows of task `t` as lanes over their values, computed into `vals`.
+    fn task_lanes<'s>(
+        &'s self,
+        src: &V,
+        t: &Task,
+        vals: &'s mut Vec<O>,
+        ptr: &'s mut Vec<usize>,
+        words: &'s mut Vec<u64>,
+    ) -> std::result::Result<CsrLanes<'s, O, I>, usize> {
+        let e = t.entries.clone();
+        let bits = self.valid.as_deref().map(|w| Bits::new(w, e.start));
+        vals.clear();
+        vals.resize(e.len(), O::default());
+        src.compute(t.rows.clone(), e.clone(), bits, vals)?;
+        ptr.clear();
+        ptr.extend(
+            self.indptr[t.rows.start..=t.rows.end]
+                .iter()
+                .map(|p| p - e.start),
+        );
+        let valid = bits.map(|b| {
+            words.clear();
+            words.extend((0..e.len().div_ceil(64)).map(|i| b.word_at(i * 64)));
+            Cow::Borrowed(&words[..])
+        });
+        Ok(CsrLanes {
+            shape: (t.rows.len(), self.shape.1),
+            indptr: ptr,
+            indices: &self.indices[e],
+            values: vals,
+            valid,
+            fill: self.fill,
+        })
+    }
+
+    /// A map result on this structure, its indices borrowed for `'a` when they are
+    /// this structure's borrowed ones.
+    fn owned_by_input<P>(&self, m: CsrMapped<'_, P, I>) -> CsrMapped<'a, P, I> {
+        let (indptr, idx, values) = m.into_raw_storage();
+        let indices = match (idx, &self.indices) {
+            (Cow::Borrowed(_), Cow::Borrowed(own)) => Cow::Borrowed(*own),
+            (idx, _) => Cow::Owned(idx.into_owned()),
+        };
+        // SAFETY: unchanged from a structure a map kernel just built; borrowed indices
+        // are this structure's own (the only ones a map on its lanes borrows).
+        unsafe {
+            CsMatBase::new_unchecked(
+                sprs::CompressedStorage::CSR,
+                self.shape,
+                indptr,
+                indices,
+                values,
+            )
+        }
+    }
+}
+
+impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> LaneKernels<O>
+    for FusedLanes<'a, O, I, V>
+{
+    type Reduced<P: Element> = SparseArray<P>;
+    type Mapped<P: Element> = CsrMapped<'a, P, I>;
+    type NanMasked<'b>
+        = CsrLanes<'b, O, I>
+    where
+        Self: 'b;
+
+    /// Computes the values (the NaN mask needs them).
+    fn without_nans(&self) -> Result<CsrLanes<'_, O, I>> {
+        Ok(self.materialize()?.nan_masked())
+    }
+
+    fn fold_lanes<F: Fold<O>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<F::Output>> {
+        let ax = axis(dims)?;
+        let Some(src) = self.lazy() else {
+            return self.materialize()?.fold_lanes(op, dims, keepdim);
+        };
+        match ax {
+            Axis::Rows => {
+                let parts = self.each_task(src, |sub| sub.fold_rows(op))?;
+                collect_sparse(
+                    out_shape(self.shape, ax, keepdim),
+                    parts.into_iter().flatten(),
+                )
+            }
+            Axis::All if !op.positional() => {
+                // task states merged in row order
+                let states = self.each_task(src, |sub| {
+                    let mut st = op.identity();
+                    let span = (sub.shape.0 * sub.shape.1) as i64;
+                    sub.fold_segment(op, &mut st, 0..sub.nnz(), |_| 0, 0..span);
+                    st
+                })?;
+                let mut st = op.identity();
+                for s in states {
+                    op.merge(&mut st, s);
+                }
+                let n = self.nnz();
+                let any = (self.fill && self.shape.0 * self.shape.1 > n)
+                    || self
+                        .valid
+                        .as_deref()
+                        .map_or(n > 0, |w| Bits::new(w, 0).any(n));
+                let out = (op.valid_everywhere() || any).then(|| op.finish(&st));
+                collect_sparse(out_shape(self.shape, ax, keepdim), [out])
+            }
+            _ => self.materialize()?.fold_lanes(op, dims, keepdim),
+        }
+    }
+
+    fn stat_lanes<S: LaneStat<O>>(
+        &self,
+        stat: &S,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<SparseArray<S::Output>> {
+        let ax = axis(dims)?;
+        match (ax, self.lazy()) {
+            (Axis::Rows, Some(src)) => {
+                let parts = self.each_task(src, |sub| sub.stat_rows(stat))?;
+                collect_sparse(
+                    out_shape(self.shape, ax, keepdim),
+                    parts.into_iter().flatten(),
+                )
+            }
+            _ => self.materialize()?.stat_lanes(stat, dims, keepdim),
+        }
+    }
+
+    /// Along dim 1 a row task at a time, written into the output directly; along dim 0,
+    /// or without a mask (the output stores every position), the values are computed
+    /// first.
+    fn map_lanes<M: LaneMap<O>>(&self, map: &M, dim: isize) -> Result<CsrMapped<'a, M::Output, I>> {
+        let d = wrap_dim(dim, 2)?;
+        let (Some(src), 1, false, Cow::Borrowed(indices)) =
+            (self.lazy(), d, self.fill, &self.indices)
+        else {
+            let m = self.materialize()?.kernel_map_lanes(map, dim)?;
+            return Ok(self.owned_by_input(m));
+        };
+        let shared = self.valid.is_none();
+        let out = map_rows_by(
+            &self.indptr,
+            indices,
+            self.valid.as_deref(),
+            |t, vout, iout| {
+                let (mut vals, mut ptr, mut words) = Scratch::<O>::default();
+                let sub = self.task_lanes(src, t, &mut vals, &mut ptr, &mut words)?;
+                sub.map_row_range(map, 0..t.rows.len(), vout, iout, shared);
+                Ok(())
+            },
+        );
+        let (indptr, indices, values) = out.map_err(|k| src.error_at(k))?;
+        // SAFETY: the valid entries of this validated structure, in order, with
+        // prefix-sum row pointers (`map_rows_by`).
+        Ok(unsafe {
+            CsMatBase::new_unchecked(
+                sprs::CompressedStorage::CSR,
+                self.shape,
+                indptr,
+                indices,
+                values,
+            )
+        })
+    }
+
+    /// As [`LaneKernels::map_lanes`] along dim 1; without a mask, a map that does not
+    /// keep 0 is an error (the result would store every position).
+    fn map_elements<M: LaneMap<O>>(
+        &self,
+        map: &M,
+        zero_preserving: bool,
+    ) -> Result<CsrMapped<'a, M::Output, I>> {
+        if self.fill {
+            let m = self
+                .materialize()?
+                .kernel_map_elements(map, zero_preserving)?;
+            return Ok(self.owned_by_input(m));
+        }
+        self.map_lanes(map, 1)
+    }
+}
