@@ -74,13 +74,25 @@ impl<'a, T: Element> CooLanes<'a, T> {
         let reduced = dims.canonical(self.shape().len())?;
         let g = self.grouped(&reduced, full)?;
         let rows = run(&g.lanes(self.fill)?)?;
+        self.ungroup(&g, &reduced, keepdim, rows)
+    }
+
+    /// The reduction over `reduced` from the reduced rows of the grouping `g`: each
+    /// stored row becomes its kept position.
+    pub(crate) fn ungroup<O, X: Element>(
+        &self,
+        g: &Grouped<'_, X>,
+        reduced: &[usize],
+        keepdim: bool,
+        rows: SparseArray<O>,
+    ) -> Result<SparseArray<O>> {
         let (_, rows_at, values) = rows.into_parts();
         let ids = rows_at.into_iter().map(|r| g.id(r)).collect();
-        SparseArray::new(self.out_shape(&reduced, keepdim), ids, values)
+        SparseArray::new(self.out_shape(reduced, keepdim), ids, values)
     }
 
     /// The shape of a reduction over `reduced`.
-    fn out_shape(&self, reduced: &[usize], keepdim: bool) -> Vec<usize> {
+    pub(crate) fn out_shape(&self, reduced: &[usize], keepdim: bool) -> Vec<usize> {
         let shape = self.shape();
         (0..shape.len())
             .filter_map(|d| match (reduced.contains(&d), keepdim) {

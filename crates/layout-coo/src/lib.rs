@@ -41,6 +41,7 @@
 
 mod algebra;
 mod convert;
+mod fused;
 mod grad_zip;
 mod group;
 mod lanes;
@@ -50,6 +51,7 @@ mod zip;
 
 pub use algebra::select;
 pub use convert::{csr_to_dense, dense_to_csr};
+pub use fused::{CooEntries, CooZipView};
 pub use grad_zip::CooGradients;
 pub use lanes::CooLanes;
 pub use masked_core::SparseArray;

@@ -19,14 +19,10 @@ use rayon::prelude::*;
 const CHUNK: usize = 1 << 14;
 
 /// What the entries are zipped with.
-enum Other<'x, T: Element> {
-    Scalar(T),
-    Same(&'x [T], Option<&'x [u64]>),
-    Dense(&'x DenseOperand<'x, T>),
-}
+pub(crate) use layout_dense::EntryOther as Other;
 
 impl<T: Element> CooLanes<'_, T> {
-    fn coords_of(&self, k: usize) -> Vec<usize> {
+    pub(crate) fn coords_of(&self, k: usize) -> Vec<usize> {
         (0..self.pattern.ndim())
             .map(|d| self.pattern.coords(d)[k])
             .collect()
@@ -40,16 +36,62 @@ impl<T: Element> CooLanes<'_, T> {
         rule: MaskRule,
     ) -> Result<SparseArray<Z::Output>> {
         let n = self.values.len();
+        let bits = self.entry_bits(&other, z.name(), rule)?;
+        let mut out = fresh_vec::<Z::Output>(n);
+        self.zip_all(&other, z, bits.as_deref(), &mut out)?;
+        let flat = self.pattern.flat();
+        let (flat, out) = match bits {
+            None => (flat, out),
+            Some(w) => {
+                let b = Bits::new(&w, 0);
+                let f = (0..n).filter(|&k| b.get(k)).map(|k| flat[k]).collect();
+                let v = (0..n).filter(|&k| b.get(k)).map(|k| out[k]).collect();
+                (f, v)
+            }
+        };
+        SparseArray::new(self.shape().to_vec(), flat, out)
+    }
+
+    /// `z(x, other)` at every entry valid by `bits` (`None`: all), written into `out`
+    /// (one value per entry), in parallel chunks.
+    pub(crate) fn zip_all<Z: ZipMap<T>>(
+        &self,
+        other: &Other<'_, T>,
+        z: &Z,
+        bits: Option<&[u64]>,
+        out: &mut [Z::Output],
+    ) -> Result<()> {
+        let bad = out
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .filter_map(|(c, o)| {
+                let b = bits.map(|w| Bits::new(w, c * CHUNK));
+                self.zip_range(other, z, c * CHUNK, b, o)
+            })
+            .min();
+        match bad {
+            Some(k) => Err(failed_at(z, self.coords_of(k))),
+            None => Ok(()),
+        }
+    }
+
+    /// The entries' validity under `rule` after its checks (`None`: every entry).
+    pub(crate) fn entry_bits(
+        &self,
+        other: &Other<'_, T>,
+        op: &'static str,
+        rule: MaskRule,
+    ) -> Result<Option<Vec<u64>>> {
+        let n = self.values.len();
         let own = self.valid.as_deref();
-        let (obits, dense) = match &other {
+        let (obits, dense) = match other {
             Other::Same(_, b) => (*b, None),
             Other::Dense(d) => (None, Some(*d)),
             Other::Scalar(_) => (None, None),
         };
         if rule == MaskRule::Strict {
-            self.check_strict(z.name(), own, obits, dense)?;
+            self.check_strict(op, own, obits, dense)?;
         }
-        // the entries' validity under the rule
         let mut bits: Option<Vec<u64>> = match (rule, own, obits) {
             (MaskRule::And, Some(a), Some(b)) => {
                 Some(a.iter().zip(b).map(|(x, y)| x & y).collect())
@@ -66,41 +108,32 @@ impl<T: Element> CooLanes<'_, T> {
                 }
             }
         }
-        let mut out = fresh_vec::<Z::Output>(n);
-        let bad = out
-            .par_chunks_mut(CHUNK)
-            .enumerate()
-            .filter_map(|(c, o)| {
-                let lo = c * CHUNK;
-                let hi = lo + o.len();
-                let mut ys = Vec::new();
-                let y = match &other {
-                    Other::Scalar(s) => Src::Splat(*s),
-                    Other::Same(v, _) => Src::Slice(&v[lo..hi]),
-                    Other::Dense(d) => {
-                        ys.extend((lo..hi).map(|k| d.value(self.offset(d, k))));
-                        Src::Slice(&ys[..])
-                    }
-                };
-                let b = bits.as_deref().map(|w| Bits::new(w, lo));
-                z.run(Src::Slice(&self.values[lo..hi]), y, b, o)
-                    .map(|k| lo + k)
-            })
-            .min();
-        if let Some(k) = bad {
-            return Err(failed_at(z, self.coords_of(k)));
-        }
-        let flat = self.pattern.flat();
-        let (flat, out) = match bits {
-            None => (flat, out),
-            Some(w) => {
-                let b = Bits::new(&w, 0);
-                let f = (0..n).filter(|&k| b.get(k)).map(|k| flat[k]).collect();
-                let v = (0..n).filter(|&k| b.get(k)).map(|k| out[k]).collect();
-                (f, v)
+        Ok(bits)
+    }
+
+    /// `z(x, other)` over the entries `lo .. lo + out.len()`, written into `out`, where
+    /// `bits` (counted from entry `lo`) are set, or at every entry. At the first entry
+    /// where `z` fails: `Some(entry)`.
+    pub(crate) fn zip_range<Z: ZipMap<T>>(
+        &self,
+        other: &Other<'_, T>,
+        z: &Z,
+        lo: usize,
+        bits: Option<Bits<'_>>,
+        out: &mut [Z::Output],
+    ) -> Option<usize> {
+        let hi = lo + out.len();
+        let ys: Vec<T>;
+        let y = match other {
+            Other::Scalar(s) => Src::Splat(*s),
+            Other::Same(v, _) => Src::Slice(&v[lo..hi]),
+            Other::Dense(d) => {
+                ys = (lo..hi).map(|k| d.value(self.offset(d, k))).collect();
+                Src::Slice(&ys[..])
             }
         };
-        SparseArray::new(self.shape().to_vec(), flat, out)
+        z.run(Src::Slice(&self.values[lo..hi]), y, bits, out)
+            .map(|k| lo + k)
     }
 
     /// The dense operand's offset of entry `k`.
@@ -158,7 +191,7 @@ impl<T: Element> CooLanes<'_, T> {
     }
 
     /// `z(self, other)` for two patterns of one shape: one merge over the flat positions.
-    fn zip_merge<Z: ZipMap<T>>(
+    pub(crate) fn zip_merge<Z: ZipMap<T>>(
         &self,
         other: &CooLanes<'_, T>,
         z: &Z,

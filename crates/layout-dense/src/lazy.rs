@@ -148,6 +148,13 @@ where
         self.mask.as_deref()
     }
 
+    /// Whether the values are computed and held (by a kernel that needed them whole,
+    /// or at construction for a merged structure); until then nothing of the size of
+    /// the elementwise result is stored.
+    pub fn is_materialized(&self) -> bool {
+        self.cache.get().is_some()
+    }
+
     fn bits(&self) -> Option<Bits<'_>> {
         self.mask.as_deref().map(BitMask::bits)
     }

@@ -34,4 +34,4 @@ pub use masked_core::{
     BitMask, Dims, LaneKernels, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, Result,
     ZipKernels,
 };
-pub use zip::{DenseOperand, Gradients};
+pub use zip::{DenseOperand, EntryOther, EntryRhs, Gradients};

@@ -353,6 +353,37 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, Splat<T>> for Ma
     }
 }
 
+/// What a sparse layout zips its entries with (sparse ⊙ x), borrowed for one pass.
+pub enum EntryOther<'x, T: Element> {
+    /// One value for every entry.
+    Scalar(T),
+    /// The values of another operand on the very same entries, with its validity bits.
+    Same(&'x [T], Option<&'x [u64]>),
+    /// A dense operand, read at each entry's position.
+    Dense(&'x DenseOperand<'x, T>),
+}
+
+/// [`EntryOther`] owned by a lazy view that keeps it between passes.
+pub enum EntryRhs<'a, T: Element> {
+    /// One value for every entry.
+    Scalar(T),
+    /// The values of another operand on the very same entries, with its validity bits.
+    Same(&'a [T], Option<Cow<'a, [u64]>>),
+    /// A dense operand, read at each entry's position.
+    Dense(DenseOperand<'a, T>),
+}
+
+impl<T: Element> EntryRhs<'_, T> {
+    /// The operand, borrowed for one pass.
+    pub fn other(&self) -> EntryOther<'_, T> {
+        match self {
+            EntryRhs::Scalar(s) => EntryOther::Scalar(*s),
+            EntryRhs::Same(v, b) => EntryOther::Same(v, b.as_deref()),
+            EntryRhs::Dense(d) => EntryOther::Dense(d),
+        }
+    }
+}
+
 /// A dense operand read at the positions of a sparse one (sparse ⊙ dense): its values in
 /// row-major order and its mask, broadcast (NumPy rules) to the sparse shape, never
 /// beyond it. The sparse layouts read it only at their valid positions.

@@ -93,11 +93,12 @@ pub use layout_dense as dense;
 pub use masked_core as core;
 
 pub use layout_coo::{
-    csr_to_dense, dense_to_csr, CooGradients, CooLanes, CooMask, CooPattern, MaskedCoo,
+    csr_to_dense, dense_to_csr, CooEntries, CooGradients, CooLanes, CooMask, CooPattern,
+    CooZipView, MaskedCoo,
 };
 pub use layout_csr::{
-    to_csmat, to_csvec, CsrGradients, CsrLanes, CsrMapped, CsrMask, CsrZipView, IntoCsMat,
-    IntoCsrView, MaskedCsr, Pattern, PatternI,
+    to_csmat, to_csvec, CsrGradients, CsrLanes, CsrMapped, CsrMask, CsrZipView, EntryValues,
+    FusedLanes, IntoCsMat, IntoCsrView, MaskedCsr, Pattern, PatternI,
 };
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{

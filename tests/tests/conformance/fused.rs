@@ -54,6 +54,10 @@ fn fused_equals_materialise_then_reduce() {
         let view = a.zip_view(&b, mul, MaskRule::Strict).unwrap();
         let full = a.mul(&b, MaskRule::Strict).unwrap();
         let nd = shape.len() as isize;
+        // block by block: the values are never held whole
+        view.sum(nd - 1, false).unwrap();
+        view.sum(0, false).unwrap();
+        assert!(!view.is_materialized(), "{shape:?}");
         for dim in 0..nd {
             let f = view.sum(dim, false).unwrap();
             let g = full.sum(dim, false).unwrap();
@@ -316,6 +320,15 @@ fn csr_fused_equals_materialise_then_reduce() {
                 .unwrap(),
             &what("quantile rows"),
         );
+        // the row kernels and the order-free all-entries fold never hold the values
+        let v = view();
+        v.sum(1, false).unwrap();
+        v.softmax(1).unwrap();
+        v.median(1, false, MedianMode::Avg).unwrap();
+        v.sum(all.clone(), false).unwrap();
+        assert!(!v.is_materialized(), "{}", what("row kernels"));
+        v.sum(0, false).unwrap();
+        assert!(v.is_materialized(), "{}", what("a column reduction"));
         // the all-entries merge does not depend on the thread count
         let one = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
@@ -460,4 +473,215 @@ fn csr_fused_integer_domain_error_when_read() {
         .unwrap();
     let s = v.sum(1, false).unwrap();
     assert_eq!(s.values(), &[3, 3]);
+}
+
+/// A random 3-D COO array (about 30% of the positions stored), a second value set on
+/// the same entries, and a separate mask keeping about 80% of them.
+fn coo_data(
+    shape: [usize; 3],
+    seed: u64,
+) -> (Vec<Vec<usize>>, Vec<f64>, Vec<f64>, masked::CooPattern) {
+    let mut s = seed;
+    let mut next = || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 33) as f64 / (1u64 << 31) as f64
+    };
+    let (mut coords, mut v, mut w, mut keep) = (
+        vec![Vec::new(); 3],
+        Vec::new(),
+        Vec::new(),
+        vec![Vec::new(); 3],
+    );
+    for i in 0..shape[0] {
+        for j in 0..shape[1] {
+            for k in 0..shape[2] {
+                if next() < 0.3 {
+                    for (c, x) in coords.iter_mut().zip([i, j, k]) {
+                        c.push(x);
+                    }
+                    v.push(next() * 8.0 - 4.0);
+                    w.push(next() * 2.0 - 1.0);
+                    if next() < 0.8 {
+                        for (c, x) in keep.iter_mut().zip([i, j, k]) {
+                            c.push(x);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let pat = masked::CooPattern::from_coords(shape, &keep).unwrap();
+    (coords, v, w, pat)
+}
+
+/// The eager result as a masked COO array (it stores exactly its valid positions).
+fn coo_of(
+    shape: &[usize],
+    s: masked::SparseArray<f64>,
+    mask: masked::CooMask,
+) -> masked::MaskedCoo<f64> {
+    let (_, flat, values) = s.into_parts();
+    let p = masked::CooPattern::from_flat(shape, &flat).unwrap();
+    masked::MaskedCoo::from_parts(p, values, mask).unwrap()
+}
+
+/// The COO view: reductions over trailing dims run on the fused lanes (bit for bit: the
+/// same row kernels on the same groups), the others materialise (bit for bit).
+#[test]
+fn coo_fused_equals_materialise_then_reduce() {
+    use masked::{CooMask, Dims, MaskedCoo, MedianMode};
+    let shape = [40usize, 60, 100];
+    let (coords, v, w, pat) = coo_data(shape, 3);
+    assert!(v.len() > 2 * (1 << 15), "several row tasks");
+    let inputs = [
+        (
+            MaskedCoo::from_pattern(shape, &coords, v.clone()).unwrap(),
+            MaskedCoo::from_pattern(shape, &coords, w.clone()).unwrap(),
+        ),
+        (
+            MaskedCoo::with_mask(shape, &coords, v.clone(), pat.clone()).unwrap(),
+            MaskedCoo::with_mask(shape, &coords, w.clone(), pat.clone()).unwrap(),
+        ),
+    ];
+    let mul = KeepZip(KeepBin::Mul);
+    let mut argmaxes = 0;
+    for (case, (a, b)) in inputs.iter().enumerate() {
+        let view = || a.zip_view(b, mul, MaskRule::Strict).unwrap();
+        let full = coo_of(&shape, a.mul(b, MaskRule::Strict).unwrap(), CooMask::Stored);
+        for dims in [
+            Dims::from(2),
+            Dims::from(vec![1, 2]),
+            Dims::from(0),
+            Dims::from(vec![0, 2]),
+            Dims::All,
+        ] {
+            let what = format!("case {case}, dims {dims:?}");
+            same_sparse(
+                &view().sum(dims.clone(), false).unwrap(),
+                &full.sum(dims.clone(), false).unwrap(),
+                &what,
+            );
+            same_sparse(
+                &view()
+                    .median(dims.clone(), true, MedianMode::Lower)
+                    .unwrap(),
+                &full.median(dims.clone(), true, MedianMode::Lower).unwrap(),
+                &what,
+            );
+            same_sparse(
+                &view().logsumexp(dims.clone(), false).unwrap(),
+                &full.logsumexp(dims.clone(), false).unwrap(),
+                &what,
+            );
+            // argmax takes one dim (or all)
+            if let Ok(f) = view().argmax(dims.clone(), false) {
+                assert_eq!(
+                    f.values(),
+                    full.argmax(dims.clone(), false).unwrap().values(),
+                    "{what}: argmax"
+                );
+                argmaxes += 1;
+            }
+        }
+        for dim in [0isize, 2] {
+            let (f, g) = (view().softmax(dim).unwrap(), full.softmax(dim).unwrap());
+            assert_eq!(f.pattern(), g.pattern(), "softmax {dim}");
+            assert!(same_bits(f.values(), g.values()), "softmax {dim}");
+        }
+        same_sparse(
+            &view().nanmean(2, false).unwrap(),
+            &full.nanmean(2, false).unwrap(),
+            "nanmean",
+        );
+    }
+    assert_eq!(argmaxes, 6, "argmax over dims 2, 0 and all, in both cases");
+    // reductions over trailing dims never hold the values; over dim 0 they do
+    let (a, b) = &inputs[1];
+    let lazy = a.zip_view(b, mul, MaskRule::Strict).unwrap();
+    lazy.sum(vec![1, 2], false).unwrap();
+    lazy.median(2, false, MedianMode::Avg).unwrap();
+    lazy.amax(Dims::All, false).unwrap();
+    assert!(!lazy.is_materialized());
+    lazy.sum(0, false).unwrap();
+    assert!(lazy.is_materialized());
+    // x + bias (a dense operand along the last dim), and a masked one under `and`
+    let a = MaskedCoo::with_mask(shape, &coords, v.clone(), pat.clone()).unwrap();
+    let bias = ArrayD::from_shape_vec(IxDyn(&[100]), (0..100).map(|i| i as f64 / 100.0).collect())
+        .unwrap();
+    let bv = MaskedArray::unmasked(bias.view());
+    let add = KeepZip(KeepBin::Add);
+    let full = coo_of(
+        &shape,
+        a.add(&bv, MaskRule::Strict).unwrap(),
+        CooMask::Stored,
+    );
+    same_sparse(
+        &a.zip_dense_view(&bv, add, MaskRule::Strict)
+            .unwrap()
+            .logsumexp(-1, false)
+            .unwrap(),
+        &full.logsumexp(-1, false).unwrap(),
+        "lse(x + bias)",
+    );
+    let (dv, dm) = data(&shape, 9);
+    let d = MaskedArray::new(dv.view(), dm).unwrap();
+    let full = coo_of(&shape, a.add(&d, MaskRule::And).unwrap(), CooMask::Stored);
+    same_sparse(
+        &a.zip_dense_view(&d, add, MaskRule::And)
+            .unwrap()
+            .mean(vec![1, 2], false)
+            .unwrap(),
+        &full.mean(vec![1, 2], false).unwrap(),
+        "mean(x + d) under and",
+    );
+    // different patterns: merged when the view is made
+    let b = MaskedCoo::from_pattern(shape, &coords, w.clone()).unwrap();
+    let full = coo_of(&shape, a.mul(&b, MaskRule::And).unwrap(), CooMask::Stored);
+    same_sparse(
+        &a.zip_view(&b, mul, MaskRule::And)
+            .unwrap()
+            .sum(2, false)
+            .unwrap(),
+        &full.sum(2, false).unwrap(),
+        "merged",
+    );
+    // amax(abs(x)) over all; no mask: unstored zeros count in the mean
+    let abs = a.map_view(KeepMap(KeepFn::Abs(Abs))).unwrap();
+    let full = a.abs().unwrap();
+    same_sparse(
+        &abs.amax(Dims::All, false).unwrap(),
+        &full.amax(Dims::All, false).unwrap(),
+        "amax(abs)",
+    );
+    let u = MaskedCoo::unmasked(shape, &coords, v.clone()).unwrap();
+    let twice = || u.zip_scalar_view(2.0, mul).unwrap();
+    let full = coo_of(
+        &shape,
+        u.mul(&masked::Splat(2.0), MaskRule::Strict).unwrap(),
+        CooMask::All,
+    );
+    for dims in [Dims::from(2), Dims::from(0)] {
+        same_sparse(
+            &twice().mean(dims.clone(), false).unwrap(),
+            &full.mean(dims.clone(), false).unwrap(),
+            "unmasked mean",
+        );
+    }
+    assert!(matches!(
+        u.zip_scalar_view(1.0, add).map(|_| ()),
+        Err(MaskedError::Unsupported { .. })
+    ));
+    // an integer op undefined at a valid entry: the error when the values are read
+    let c = [vec![0usize, 0, 1], vec![0usize, 2, 1]];
+    let x = MaskedCoo::from_pattern([2, 3], &c, vec![7i32, 8, 9]).unwrap();
+    let y = MaskedCoo::from_pattern([2, 3], &c, vec![2i32, 0, 3]).unwrap();
+    let v = x
+        .zip_view(&y, KeepZip(KeepBin::FloorDivide), MaskRule::Strict)
+        .unwrap();
+    assert!(matches!(
+        v.sum(1, false),
+        Err(MaskedError::IntegerDomain { .. })
+    ));
 }

@@ -13,22 +13,7 @@ use layout_dense::{DenseOperand, MaskedArray, Unary};
 use masked_core::{MaskRule, SparseArray, ZipMap};
 use std::sync::OnceLock;
 
-/// What a view's entries are zipped with (owned by the view).
-enum Rhs<'a, T: Element> {
-    Scalar(T),
-    Same(&'a [T], Option<Cow<'a, [u64]>>),
-    Dense(DenseOperand<'a, T>),
-}
-
-impl<T: Element> Rhs<'_, T> {
-    fn other(&self) -> Other<'_, T> {
-        match self {
-            Rhs::Scalar(s) => Other::Scalar(*s),
-            Rhs::Same(v, b) => Other::Same(v, b.as_deref()),
-            Rhs::Dense(d) => Other::Dense(d),
-        }
-    }
-}
+use layout_dense::EntryRhs as Rhs;
 
 /// The values of a [`FusedLanes`] structure's entries, computed on demand: a lazy
 /// elementwise op on some layout's entries.
@@ -47,6 +32,22 @@ pub trait EntryValues<O>: Sync {
 
     /// The error of the op failing at entry `k`.
     fn error_at(&self, k: usize) -> MaskedError;
+}
+
+impl<O, V: EntryValues<O>> EntryValues<O> for &V {
+    fn compute(
+        &self,
+        rows: Range<usize>,
+        entries: Range<usize>,
+        bits: Option<Bits<'_>>,
+        out: &mut [O],
+    ) -> std::result::Result<(), usize> {
+        (**self).compute(rows, entries, bits, out)
+    }
+
+    fn error_at(&self, k: usize) -> MaskedError {
+        (**self).error_at(k)
+    }
 }
 
 /// CSR lanes whose values are computed when a kernel reads them: a row structure, a
@@ -324,6 +325,13 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
     /// Number of entries (stored positions of the structure).
     pub fn nnz(&self) -> usize {
         self.indices.len()
+    }
+
+    /// Whether the values are computed and held (by a kernel that needed them whole,
+    /// or at construction for a merged structure); until then nothing of the size of
+    /// the elementwise result is stored.
+    pub fn is_materialized(&self) -> bool {
+        self.cache.get().is_some()
     }
 
     /// The lazy source, unless the values are already computed.

@@ -9,14 +9,7 @@ use masked_core::binary::{failed_at, mask_mismatch, merge, MergeStop, Side, Src}
 use masked_core::{MaskRule, ZipMap};
 
 /// What the entries of a CSR structure are zipped with.
-pub(crate) enum Other<'x, T: Element> {
-    /// One value for every entry.
-    Scalar(T),
-    /// The values of another operand on the very same entries, with its validity.
-    Same(&'x [T], Option<&'x [u64]>),
-    /// A dense operand, read at each entry's position.
-    Dense(&'x DenseOperand<'x, T>),
-}
+pub(crate) use layout_dense::EntryOther as Other;
 
 /// A zip's output rows: row pointer, column indices (shared when every entry is kept),
 /// values.
