@@ -728,21 +728,7 @@ impl<T: Element> Data<T> {
                 time_op(|| zip_discard(&x, &y, op, rule), repeat)
             }
             (Input::Csr { mat, mask }, Input::Csr { mat: m2, mask: k2 }) => {
-                // a partner on the same entries shares the index arrays (values only),
-                // as scipy's same-pattern `A + B` of the peer scripts does
-                let same = m2.indptr().raw_storage() == mat.indptr().raw_storage()
-                    && m2.indices() == mat.indices();
-                let view = if same {
-                    CsMatViewI::try_new(
-                        mat.shape(),
-                        mat.indptr().into_raw_storage(),
-                        mat.indices(),
-                        m2.data(),
-                    )
-                    .map_err(|(_, _, _, e)| CliError::Usage(format!("partner: {e}")))?
-                } else {
-                    m2.view()
-                };
+                let view = same_entries(mat, m2)?;
                 let (x, y) = (csr_of(mat.view(), mask)?, csr_of(view, k2)?);
                 if into {
                     let n = x.lanes().nnz();
@@ -820,7 +806,8 @@ impl<T: Element> Data<T> {
         }
     }
 
-    /// Times `R-of-B`: the reduction of a lazy binary op (dense layout).
+    /// Times `R-of-B`: the reduction of a lazy binary op, on every layout (the sparse
+    /// views compute values a row task at a time where the reduction allows).
     fn time_fused(
         &self,
         other: &Data<T>,
@@ -829,41 +816,79 @@ impl<T: Element> Data<T> {
         rule: MaskRule,
         repeat: usize,
     ) -> Result<(f64, usize), CliError> {
-        let (
-            Input::Dense {
-                shape,
-                values,
-                mask,
-            },
-            Input::Dense {
-                values: v2,
-                mask: m2,
-                ..
-            },
-        ) = (&self.input, &other.input)
-        else {
+        let op = job.binary();
+        if let BinOp::Cmp(_) = op {
             return Err(CliError::Usage(format!(
-                "fused {} runs on the dense layout (sparse results are values on a shared structure: time {} then the reduction)",
-                job.name(),
-                job.binary().name()
-            )));
-        };
-        let (x, y) = (dense_of(shape, values, mask)?, dense_of(shape, v2, m2)?);
-        match job.binary() {
-            BinOp::Keep(k) => time_op(
-                || ops::apply_to(&x.zip_view(&y, KeepZip(k), rule)?, req, &ops::Discard),
-                repeat,
-            ),
-            BinOp::Float(f) => time_op(
-                || ops::apply_to(&x.zip_view(&y, FloatZip(f), rule)?, req, &ops::Discard),
-                repeat,
-            ),
-            BinOp::Cmp(_) => Err(CliError::Usage(format!(
                 "{}: a comparison has bool values, which reductions do not take",
                 job.name()
-            ))),
+            )));
+        }
+        match (&self.input, &other.input) {
+            (
+                Input::Dense {
+                    shape,
+                    values,
+                    mask,
+                },
+                Input::Dense {
+                    values: v2,
+                    mask: m2,
+                    ..
+                },
+            ) => {
+                let (x, y) = (dense_of(shape, values, mask)?, dense_of(shape, v2, m2)?);
+                fused_by_family!(op, req, repeat, |z| x.zip_view(&y, z, rule))
+            }
+            (Input::Csr { mat, mask }, Input::Csr { mat: m2, mask: k2 }) => {
+                let view = same_entries(mat, m2)?;
+                let (x, y) = (csr_of(mat.view(), mask)?, csr_of(view, k2)?);
+                fused_by_family!(op, req, repeat, |z| x.zip_view(&y, z, rule))
+            }
+            (Input::Coo(x), Input::Coo(y)) => {
+                fused_by_family!(op, req, repeat, |z| x.zip_view(y, z, rule))
+            }
+            _ => unreachable!("a partner of the same layout"),
         }
     }
+}
+
+/// Times `R(view)` for the lazy view that `$make` builds from the op of `$op`'s family
+/// (`Keep` or `Float`; comparisons are refused before).
+macro_rules! fused_by_family {
+    ($op:expr, $req:expr, $repeat:expr, |$z:ident| $make:expr) => {
+        match $op {
+            BinOp::Keep(k) => {
+                let $z = KeepZip(k);
+                time_op(|| ops::apply_to(&$make?, $req, &ops::Discard), $repeat)
+            }
+            BinOp::Float(f) => {
+                let $z = FloatZip(f);
+                time_op(|| ops::apply_to(&$make?, $req, &ops::Discard), $repeat)
+            }
+            BinOp::Cmp(_) => unreachable!("refused above"),
+        }
+    };
+}
+use fused_by_family;
+
+/// The partner matrix `m2` as a view sharing `mat`'s index arrays when the two have
+/// the same entries (values only, as scipy's same-pattern `A + B` of the peer scripts).
+fn same_entries<'m, T: Element>(
+    mat: &'m CsMatI<T, u32, usize>,
+    m2: &'m CsMatI<T, u32, usize>,
+) -> Result<CsMatViewI<'m, T, u32, usize>, CliError> {
+    let same =
+        m2.indptr().raw_storage() == mat.indptr().raw_storage() && m2.indices() == mat.indices();
+    if !same {
+        return Ok(m2.view());
+    }
+    CsMatViewI::try_new(
+        mat.shape(),
+        mat.indptr().into_raw_storage(),
+        mat.indices(),
+        m2.data(),
+    )
+    .map_err(|(_, _, _, e)| CliError::Usage(format!("partner: {e}")))
 }
 
 /// Runs a binary op and drops its typed result unconverted (the op alone is timed).

@@ -540,6 +540,62 @@ fn bench_times_binary_vjps_on_every_layout() {
     }
 }
 
+#[test]
+fn bench_times_fused_forms_on_every_layout() {
+    for masks in ["strict", "and"] {
+        let o = bin()
+            .args([
+                "bench",
+                "--op",
+                "sum-of-mul,logsumexp-of-add,softmax-of-div",
+                "--layout",
+                "dense,csr,coo",
+                "--shape",
+                "32,64",
+                "--masks",
+                masks,
+                "--repeat",
+                "1",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{masks}: {}", stderr(&o));
+        let out = String::from_utf8(o.stdout).unwrap();
+        let rows: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 9, "{out}");
+        for layout in ["dense", "csr", "coo"] {
+            assert_eq!(
+                rows.iter().filter(|r| r["layout"] == layout).count(),
+                3,
+                "{out}"
+            );
+        }
+        assert!(
+            rows.iter().all(|r| r["seconds"].as_f64().unwrap() > 0.0),
+            "{out}"
+        );
+    }
+    // a comparison's bool values are not reduced
+    let bad = bin()
+        .args([
+            "bench",
+            "--op",
+            "sum-of-lt",
+            "--layout",
+            "csr",
+            "--shape",
+            "8,8",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("bool values"), "{}", stderr(&bad));
+}
+
 /// Reads a COO `.npz` result: coords (ndim x nnz), data, shape.
 fn load_npz<T: ndarray_npy::ReadableElement + Clone>(
     p: &Path,

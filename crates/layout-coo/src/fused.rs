@@ -21,6 +21,10 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
 
+// named by the docs' links
+#[allow(unused_imports)]
+use masked_core::{MaskedOps, ZipKernels};
+
 /// `z(x, rhs)` on the entries of COO lanes: the source of a [`CooZipView`].
 pub struct CooEntries<'a, T: Element, Z> {
     lanes: CooLanes<'a, T>,
@@ -53,7 +57,7 @@ impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CooEntries<'_, T, Z> {
 
 /// A lazy `z(a, b)` on COO entries: a masked COO array of `Z::Output` values computed
 /// only when a kernel reads them (see the module docs and docs/semantics.md, "Fused
-/// elementwise-then-reduce"). Every op of [`MaskedOps`](masked_core::MaskedOps) runs on
+/// elementwise-then-reduce"). Every op of [`MaskedOps`] runs on
 /// it. Get one from [`MaskedCoo::zip_view`], [`MaskedCoo::zip_dense_view`],
 /// [`MaskedCoo::zip_scalar_view`] or [`MaskedCoo::map_view`].
 ///
@@ -78,7 +82,7 @@ impl<T: Element> MaskedCoo<T> {
     /// values included.
     ///
     /// # Errors
-    /// As [`ZipKernels::zip_elements`](masked_core::ZipKernels::zip_elements): shapes that
+    /// As [`ZipKernels::zip_elements`]: shapes that
     /// differ, masks that differ under [`MaskRule::Strict`], an op that does not keep 0
     /// on arrays without a mask, an integer op undefined at a valid entry (for the lazy
     /// values: when they are read).

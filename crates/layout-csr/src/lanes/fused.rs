@@ -13,6 +13,10 @@ use layout_dense::{DenseOperand, MaskedArray, Unary};
 use masked_core::{MaskRule, SparseArray, ZipMap};
 use std::sync::OnceLock;
 
+// named by the docs' links
+#[allow(unused_imports)]
+use masked_core::{MaskedOps, ZipKernels};
+
 use layout_dense::EntryRhs as Rhs;
 
 /// The values of a [`FusedLanes`] structure's entries, computed on demand: a lazy
@@ -127,7 +131,7 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
     /// now, values included.
     ///
     /// # Errors
-    /// As [`ZipKernels::zip_elements`](masked_core::ZipKernels::zip_elements): shapes that
+    /// As [`ZipKernels::zip_elements`]: shapes that
     /// differ, masks that differ under [`MaskRule::Strict`], an op that does not keep 0
     /// on matrices without a mask, an integer op undefined at a valid entry (for the
     /// lazy values: when they are read).
