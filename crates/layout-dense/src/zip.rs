@@ -669,22 +669,12 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     ) -> Result<Gradients<T::Real>> {
         let op = masked_core::binary_grad_op::<T>(req)?;
         let (a, b) = (operand(self), operand(rhs));
-        let shape = broadcast_shapes(op.name(), a.shape, b.shape)?;
-        let valid = out_mask(op.name(), &shape, a.mask, b.mask, rule)?;
-        check_grad_shape(op.name(), g.shape(), &shape)?;
-        let gv = g.row_major();
-        if a.shape == b.shape {
-            let ys = Src::Slice(&b.values[..]);
-            let (da, db, _) = flat_grads(op, &a.values, ys, valid.as_deref(), &gv);
-            return Ok((
-                grad_array(a.shape, da, a.mask)?,
-                grad_array(b.shape, db, b.mask)?,
-            ));
-        }
-        let (da, db) = binary_grads(op, &shape, &a, &b, valid.as_deref(), &gv);
+        let mut da = fresh_vec::<T::Real>(a.values.len());
+        let mut db = fresh_vec::<T::Real>(b.values.len());
+        grads_into(op, &a, &b, rule, g, &mut da, &mut db)?;
         Ok((
-            gradient_array(a.shape, da, a.mask)?,
-            gradient_array(b.shape, db, b.mask)?,
+            grad_array(a.shape, da, a.mask)?,
+            grad_array(b.shape, db, b.mask)?,
         ))
     }
 
@@ -731,22 +721,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
                 )));
             }
         }
-        let shape = broadcast_shapes(op.name(), a.shape, b.shape)?;
-        let valid = out_mask(op.name(), &shape, a.mask, b.mask, rule)?;
-        check_grad_shape(op.name(), g.shape(), &shape)?;
-        let gv = g.row_major();
-        if a.shape == b.shape {
-            let ys = Src::Slice(&b.values[..]);
-            flat_grads_into(op, &a.values, ys, valid.as_deref(), &gv, dx, dy);
-        } else {
-            let (da, db) = binary_grads(op, &shape, &a, &b, valid.as_deref(), &gv);
-            for (out, acc) in [(dx, da), (dy, db)] {
-                for (o, v) in out.iter_mut().zip(acc) {
-                    *o = <T::Real as masked_core::Float>::from_f64(v);
-                }
-            }
-        }
-        Ok(())
+        grads_into(op, &a, &b, rule, g, dx, dy)
     }
 
     /// [`MaskedArray::vjp_binary`] with a scalar right operand (`self.op(s)`, as
@@ -773,6 +748,36 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
             <T::Real as masked_core::Float>::from_f64(ds),
         ))
     }
+}
+
+/// Both operands' gradients of `op` given the upstream `g`, written into `dx` and `dy`
+/// (one value per operand element, row-major): the body of
+/// [`MaskedArray::vjp_binary`] and [`MaskedArray::vjp_binary_into`].
+fn grads_into<T: Element>(
+    op: BinOp,
+    a: &Operand<'_, T>,
+    b: &Operand<'_, T>,
+    rule: MaskRule,
+    g: &MaskedArrayD<T::Real>,
+    dx: &mut [T::Real],
+    dy: &mut [T::Real],
+) -> Result<()> {
+    let shape = broadcast_shapes(op.name(), a.shape, b.shape)?;
+    let valid = out_mask(op.name(), &shape, a.mask, b.mask, rule)?;
+    check_grad_shape(op.name(), g.shape(), &shape)?;
+    let gv = g.row_major();
+    if a.shape == b.shape {
+        let ys = Src::Slice(&b.values[..]);
+        flat_grads_into(op, &a.values, ys, valid.as_deref(), &gv, dx, dy);
+    } else {
+        let (da, db) = binary_grads(op, &shape, a, b, valid.as_deref(), &gv);
+        for (out, acc) in [(dx, da), (dy, db)] {
+            for (o, v) in out.iter_mut().zip(acc) {
+                *o = <T::Real as masked_core::Float>::from_f64(v);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The gradients of a binary op's two operands, each with its operand's shape and mask.
