@@ -105,15 +105,7 @@ impl<T: Element> MaskedCoo<T> {
     where
         Z::Output: Element,
     {
-        if self.shape() != rhs.shape() {
-            return Err(MaskedError::ShapeMismatch {
-                what: format!("{}: sparse operands must have one shape", z.name()),
-                left: self.shape().to_vec(),
-                right: rhs.shape().to_vec(),
-            });
-        }
-        let (a, b) = (self.lanes(), rhs.lanes());
-        let same = std::ptr::eq(a.pattern, b.pattern) || a.pattern.same_as(b.pattern);
+        let (a, b, same) = crate::zip::pair(z.name(), self, rhs)?;
         if same && a.fill == b.fill {
             if a.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
                 return Err(MaskedError::densifying(z.name()));

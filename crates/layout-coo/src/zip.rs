@@ -252,15 +252,7 @@ impl<T: Element> ZipKernels<T, MaskedCoo<T>> for MaskedCoo<T> {
         z: &Z,
         rule: MaskRule,
     ) -> Result<SparseArray<Z::Output>> {
-        if self.shape() != rhs.shape() {
-            return Err(MaskedError::ShapeMismatch {
-                what: format!("{}: sparse operands must have one shape", z.name()),
-                left: self.shape().to_vec(),
-                right: rhs.shape().to_vec(),
-            });
-        }
-        let (a, b) = (self.lanes(), rhs.lanes());
-        let same = std::ptr::eq(a.pattern, b.pattern) || a.pattern.same_as(b.pattern);
+        let (a, b, same) = pair(z.name(), self, rhs)?;
         if same && !a.fill && !b.fill {
             a.zip_entries(Other::Same(b.values, b.valid.as_deref()), z, rule)
         } else {
@@ -288,4 +280,25 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, MaskedArray<S, D
         let d = DenseOperand::new(z.name(), rhs, self.shape())?;
         l.zip_entries(Other::Dense(&d), z, rule)
     }
+}
+
+/// The lanes of two COO arrays of one shape, and whether they have one pattern.
+///
+/// # Errors
+/// [`MaskedError::ShapeMismatch`] for arrays of different shapes.
+pub(crate) fn pair<'x, T: Element>(
+    op: &str,
+    a: &'x MaskedCoo<T>,
+    b: &'x MaskedCoo<T>,
+) -> Result<(CooLanes<'x, T>, CooLanes<'x, T>, bool)> {
+    if a.shape() != b.shape() {
+        return Err(MaskedError::ShapeMismatch {
+            what: format!("{op}: sparse operands must have one shape"),
+            left: a.shape().to_vec(),
+            right: b.shape().to_vec(),
+        });
+    }
+    let (a, b) = (a.lanes(), b.lanes());
+    let same = std::ptr::eq(a.pattern, b.pattern) || a.pattern.same_as(b.pattern);
+    Ok((a, b, same))
 }

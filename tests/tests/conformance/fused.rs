@@ -10,15 +10,20 @@ use masked::unary::{Abs, KeepFn, KeepMap};
 use masked::{BitMask, MaskRule, MaskedArray, MaskedBinaryOps, MaskedError, MaskedOps};
 use ndarray::{ArrayD, IxDyn};
 
-fn data(shape: &[usize], seed: u64) -> (ArrayD<f64>, BitMask) {
-    let n: usize = shape.iter().product();
+/// A deterministic stream of uniform values in [0, 1) (a 64-bit LCG).
+fn uniform(seed: u64) -> impl FnMut() -> f64 {
     let mut s = seed;
-    let mut next = || {
+    move || {
         s = s
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         (s >> 33) as f64 / (1u64 << 31) as f64
-    };
+    }
+}
+
+fn data(shape: &[usize], seed: u64) -> (ArrayD<f64>, BitMask) {
+    let n: usize = shape.iter().product();
+    let mut next = uniform(seed);
     let v: Vec<f64> = (0..n).map(|_| next() * 8.0 - 4.0).collect();
     let m: Vec<bool> = (0..n).map(|_| next() < 0.7).collect();
     (
@@ -189,13 +194,7 @@ fn csr_data(
     density: f64,
     seed: u64,
 ) -> (sprs::CsMat<f64>, sprs::CsMat<f64>, masked::Pattern) {
-    let mut s = seed;
-    let mut next = || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (s >> 33) as f64 / (1u64 << 31) as f64
-    };
+    let mut next = uniform(seed);
     let (mut indptr, mut idx, mut v, mut w) = (vec![0usize], Vec::new(), Vec::new(), Vec::new());
     let (mut mptr, mut midx) = (vec![0usize], Vec::new());
     for r in 0..shape.0 {
@@ -481,13 +480,7 @@ fn coo_data(
     shape: [usize; 3],
     seed: u64,
 ) -> (Vec<Vec<usize>>, Vec<f64>, Vec<f64>, masked::CooPattern) {
-    let mut s = seed;
-    let mut next = || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (s >> 33) as f64 / (1u64 << 31) as f64
-    };
+    let mut next = uniform(seed);
     let (mut coords, mut v, mut w, mut keep) = (
         vec![Vec::new(); 3],
         Vec::new(),
