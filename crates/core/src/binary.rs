@@ -1243,6 +1243,18 @@ pub fn merge<I: Copy + Ord, T: Element, Z: ZipMap<T>>(
     Ok(())
 }
 
+/// The validity bits of the entries of one structure zipped under `rule`, from each
+/// side's own bits (`None`: every entry valid): under `and` their intersection, under
+/// `strict` (the sides already checked equal) this side's. `None`: every entry valid.
+pub fn rule_bits(rule: MaskRule, own: Option<&[u64]>, other: Option<&[u64]>) -> Option<Vec<u64>> {
+    match (rule, own, other) {
+        (MaskRule::And, Some(a), Some(b)) => Some(a.iter().zip(b).map(|(x, y)| x & y).collect()),
+        (MaskRule::And, None, Some(b)) => Some(b.to_vec()),
+        (_, Some(a), _) => Some(a.to_vec()),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,14 +92,7 @@ impl<T: Element> CooLanes<'_, T> {
         if rule == MaskRule::Strict {
             self.check_strict(op, own, obits, dense)?;
         }
-        let mut bits: Option<Vec<u64>> = match (rule, own, obits) {
-            (MaskRule::And, Some(a), Some(b)) => {
-                Some(a.iter().zip(b).map(|(x, y)| x & y).collect())
-            }
-            (MaskRule::And, None, Some(b)) => Some(b.to_vec()),
-            (_, Some(a), _) => Some(a.to_vec()),
-            _ => None,
-        };
+        let mut bits: Option<Vec<u64>> = masked_core::binary::rule_bits(rule, own, obits);
         if let Some(d) = dense.filter(|d| rule == MaskRule::And && d.has_mask()) {
             let w = bits.get_or_insert_with(|| vec![u64::MAX; n.div_ceil(64)]);
             for k in 0..n {

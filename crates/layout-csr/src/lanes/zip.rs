@@ -118,14 +118,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             self.check_strict(op, own, obits, dense)?;
         }
         // combined validity of the entries (strict: the own bits, checked equal)
-        let bits: Option<Vec<u64>> = match (rule, own, obits) {
-            (MaskRule::And, Some(a), Some(b)) => {
-                Some(a.iter().zip(b).map(|(x, y)| x & y).collect())
-            }
-            (MaskRule::And, None, Some(b)) => Some(b.to_vec()),
-            (_, Some(a), _) => Some(a.to_vec()),
-            _ => None,
-        };
+        let bits: Option<Vec<u64>> = masked_core::binary::rule_bits(rule, own, obits);
         let dense_mask = rule == MaskRule::And && dense.is_some_and(|d| d.has_mask());
         Ok(match (bits, dense_mask) {
             (None, false) => None,
