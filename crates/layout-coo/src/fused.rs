@@ -6,10 +6,11 @@
 //! the entries reordered) and every normalization compute the values once, one per
 //! entry on the shared pattern, and run the ordinary kernels.
 
-use crate::group::group;
-use crate::lanes::CooLanes;
+use crate::group::rows_in_order;
+use crate::lanes::{out_shape, CooLanes};
+use crate::zip::fill_chunks;
 use crate::{CooPattern, MaskedCoo};
-use layout_csr::{EntryValues, FusedLanes};
+use layout_csr::{DynEntries, EntryValues, FusedLanes};
 use layout_dense::{DenseOperand, EntryRhs as Rhs, MaskedArray, Unary};
 use masked_core::binary::failed_at;
 use masked_core::{
@@ -55,8 +56,8 @@ impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CooEntries<'_, T, Z> {
     }
 }
 
-/// A lazy `z(a, b)` on COO entries: a masked COO array of `Z::Output` values computed
-/// only when a kernel reads them (see the module docs and docs/semantics.md, "Fused
+/// A lazy `z(a, b)` on COO entries: a masked COO array of `O` values (`O` the op's
+/// output type, [`ZipMap::Output`]) computed only when a kernel reads them (see the module docs and docs/semantics.md, "Fused
 /// elementwise-then-reduce"). Every op of [`MaskedOps`] runs on
 /// it. Get one from [`MaskedCoo::zip_view`], [`MaskedCoo::zip_dense_view`],
 /// [`MaskedCoo::zip_scalar_view`] or [`MaskedCoo::map_view`].
@@ -64,15 +65,18 @@ impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CooEntries<'_, T, Z> {
 /// Two arrays of different patterns are merged when the view is made (the merged
 /// pattern is new, so its values are computed with it); every other view shares its
 /// input's pattern.
-pub struct CooZipView<'a, T: Element, Z: ZipMap<T>> {
+///
+/// The op is held type-erased ([`DynEntries`]): one view type per value type, so the
+/// reduction kernels are compiled once per value type rather than once per op.
+pub struct CooZipView<'a, O: Element> {
     pattern: Cow<'a, CooPattern>,
     /// Validity bit per entry under the mask rule (`None`: every entry valid).
     valid: Option<Vec<u64>>,
     /// Whether the unstored positions are valid zeros (inputs without a mask).
     fill: bool,
     /// `None`: the values were computed with the pattern (`cache` holds them).
-    src: Option<CooEntries<'a, T, Z>>,
-    cache: OnceLock<Vec<Z::Output>>,
+    src: Option<DynEntries<'a, O>>,
+    cache: OnceLock<Vec<O>>,
 }
 
 impl<T: Element> MaskedCoo<T> {
@@ -96,12 +100,12 @@ impl<T: Element> MaskedCoo<T> {
     /// let aw = a.zip_view(&w, KeepZip(KeepBin::Mul), MaskRule::Strict).unwrap();
     /// assert_eq!(aw.sum(1, false).unwrap().values(), &[14.0, 18.0]); // never stores a * w
     /// ```
-    pub fn zip_view<'s, Z: ZipMap<T>>(
+    pub fn zip_view<'s, Z: ZipMap<T> + 's>(
         &'s self,
         rhs: &'s MaskedCoo<T>,
         z: Z,
         rule: MaskRule,
-    ) -> Result<CooZipView<'s, T, Z>>
+    ) -> Result<CooZipView<'s, Z::Output>>
     where
         Z::Output: Element,
     {
@@ -132,12 +136,17 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// As [`MaskedCoo::zip_view`]; an array without a mask
     /// ([`MaskedError::Unsupported`]: every position would be valid).
-    pub fn zip_dense_view<'s, S: ndarray::Data<Elem = T>, D: ndarray::Dimension, Z: ZipMap<T>>(
+    pub fn zip_dense_view<
+        's,
+        S: ndarray::Data<Elem = T>,
+        D: ndarray::Dimension,
+        Z: ZipMap<T> + 's,
+    >(
         &'s self,
         rhs: &'s MaskedArray<S, D>,
         z: Z,
         rule: MaskRule,
-    ) -> Result<CooZipView<'s, T, Z>>
+    ) -> Result<CooZipView<'s, Z::Output>>
     where
         Z::Output: Element,
     {
@@ -153,7 +162,11 @@ impl<T: Element> MaskedCoo<T> {
     ///
     /// # Errors
     /// Without a mask, an op with `z(0, s) != 0` ([`MaskedError::Unsupported`]).
-    pub fn zip_scalar_view<Z: ZipMap<T>>(&self, s: T, z: Z) -> Result<CooZipView<'_, T, Z>>
+    pub fn zip_scalar_view<'s, Z: ZipMap<T> + 's>(
+        &'s self,
+        s: T,
+        z: Z,
+    ) -> Result<CooZipView<'s, Z::Output>>
     where
         Z::Output: Element,
     {
@@ -168,10 +181,10 @@ impl<T: Element> MaskedCoo<T> {
     ///
     /// # Errors
     /// As [`MaskedCoo::zip_scalar_view`]: without a mask, a map that does not keep 0.
-    pub fn map_view<M: LaneMap<T> + Copy + Send + Sync>(
-        &self,
+    pub fn map_view<'s, M: LaneMap<T> + Copy + Send + Sync + 's>(
+        &'s self,
         m: M,
-    ) -> Result<CooZipView<'_, T, Unary<M>>>
+    ) -> Result<CooZipView<'s, M::Output>>
     where
         M::Output: Value + Element,
     {
@@ -181,26 +194,26 @@ impl<T: Element> MaskedCoo<T> {
 
 /// A view of `z(x, rhs)` on the entries of `l` under `rule`: the rule's checks and the
 /// entries' validity now, the values later.
-fn entries<'a, T: Element, Z: ZipMap<T>>(
+fn entries<'a, T: Element, Z: ZipMap<T> + 'a>(
     l: CooLanes<'a, T>,
     rhs: Rhs<'a, T>,
     z: Z,
     rule: MaskRule,
-) -> Result<CooZipView<'a, T, Z>> {
+) -> Result<CooZipView<'a, Z::Output>>
+where
+    Z::Output: Element,
+{
     let valid = l.entry_bits(&rhs.other(), z.name(), rule)?;
     Ok(CooZipView {
         pattern: Cow::Borrowed(l.pattern),
         valid,
         fill: l.fill,
-        src: Some(CooEntries { lanes: l, rhs, z }),
+        src: Some(Box::new(CooEntries { lanes: l, rhs, z })),
         cache: OnceLock::new(),
     })
 }
 
-impl<'a, T: Element, Z: ZipMap<T>> CooZipView<'a, T, Z>
-where
-    Z::Output: Element,
-{
+impl<'a, O: Element> CooZipView<'a, O> {
     /// The logical shape.
     pub fn shape(&self) -> &[usize] {
         self.pattern.shape()
@@ -214,8 +227,8 @@ where
     }
 
     /// The lazy source, unless the values are already computed.
-    fn lazy(&self) -> Option<&CooEntries<'a, T, Z>> {
-        self.src.as_ref().filter(|_| self.cache.get().is_none())
+    fn lazy(&self) -> Option<&(dyn EntryValues<O> + 'a)> {
+        self.src.as_deref().filter(|_| self.cache.get().is_none())
     }
 
     /// The lanes over every value, computed once and kept (the fallback of kernels
@@ -223,12 +236,15 @@ where
     ///
     /// # Errors
     /// An integer op undefined at a valid entry.
-    pub fn materialize(&self) -> Result<CooLanes<'_, Z::Output>> {
+    pub fn materialize(&self) -> Result<CooLanes<'_, O>> {
         if let Some(src) = self.lazy() {
-            let mut out = fresh_vec::<Z::Output>(self.pattern.nnz());
-            let other = src.rhs.other();
-            src.lanes
-                .zip_all(&other, &src.z, self.valid.as_deref(), &mut out)?;
+            let mut out = fresh_vec::<O>(self.pattern.nnz());
+            let bad = fill_chunks(&mut out, self.valid.as_deref(), |lo, bits, o| {
+                src.compute(0..0, lo..lo + o.len(), bits, o).err()
+            });
+            if let Some(k) = bad {
+                return Err(src.error_at(k));
+            }
             let _ = self.cache.set(out);
         }
         Ok(CooLanes {
@@ -239,16 +255,16 @@ where
         })
     }
 
-    /// A reduction over trailing `dims` on the fused lanes of the grouped entries (no
-    /// values stored); `None` where the lanes need the entries reordered, or the values
-    /// are computed already.
+    /// A reduction over trailing `dims` on the fused lanes of the entries' rows (found
+    /// by a scan of the coordinates; no values stored); `None` where the lanes need the
+    /// entries reordered, or the values are computed already.
     fn fused<R>(
         &self,
         dims: &Dims,
         keepdim: bool,
         full: bool,
         run: impl FnOnce(
-            &FusedLanes<'_, Z::Output, usize, &CooEntries<'a, T, Z>>,
+            &FusedLanes<'_, O, usize, &(dyn EntryValues<O> + 'a)>,
         ) -> Result<SparseArray<R>>,
     ) -> Result<Option<SparseArray<R>>> {
         let Some(src) = self.lazy() else {
@@ -256,23 +272,16 @@ where
         };
         let shape = self.shape();
         let reduced = dims.canonical(shape.len())?;
-        let kept = (0..shape.len()).filter(|d| !reduced.contains(d));
-        if !kept.enumerate().all(|(i, d)| i == d) || shape.is_empty() {
+        let nkept = shape.len() - reduced.len();
+        if shape.is_empty() || reduced.iter().enumerate().any(|(i, &d)| d != nkept + i) {
             return Ok(None);
         }
         let coords: Vec<&[usize]> = (0..shape.len()).map(|d| self.pattern.coords(d)).collect();
-        // in order: nothing moves, the input's values are only counted
-        let g = group(
-            shape,
-            &coords,
-            src.lanes.values,
-            None,
-            &reduced,
-            full || self.fill,
-        )?;
-        // SAFETY: `group` builds the rows of a validated pattern as `Grouped::lanes`
-        // documents; the validity bits (one per entry, in the same order) are as many
-        // words as the entries need.
+        let g = rows_in_order(shape, &coords, self.pattern.nnz(), nkept, full || self.fill)?;
+        // SAFETY: `rows_in_order` builds the rows of a validated pattern (row pointer
+        // from 0 to nnz without decreasing; within a row the reduced positions are
+        // distinct, increasing and below `ncols`); the validity bits (one per entry, in
+        // the same order) are as many words as the entries need.
         let lanes = unsafe {
             FusedLanes::new_unchecked(
                 (g.indptr.len() - 1, g.ncols),
@@ -284,27 +293,25 @@ where
             )
         };
         let rows = run(&lanes)?;
-        src.lanes.ungroup(&g, &reduced, keepdim, rows).map(Some)
+        g.ungroup(out_shape(shape, &reduced, keepdim), rows)
+            .map(Some)
     }
 }
 
-impl<'a, T: Element, Z: ZipMap<T>> LaneKernels<Z::Output> for CooZipView<'a, T, Z>
-where
-    Z::Output: Element,
-{
-    type Reduced<O: Element> = SparseArray<O>;
-    type Mapped<O: Element> = MaskedCoo<O>;
+impl<'a, O: Element> LaneKernels<O> for CooZipView<'a, O> {
+    type Reduced<P: Element> = SparseArray<P>;
+    type Mapped<P: Element> = MaskedCoo<P>;
     type NanMasked<'b>
-        = CooLanes<'b, Z::Output>
+        = CooLanes<'b, O>
     where
         Self: 'b;
 
     /// Computes the values (the NaN mask needs them).
-    fn without_nans(&self) -> Result<CooLanes<'_, Z::Output>> {
+    fn without_nans(&self) -> Result<CooLanes<'_, O>> {
         Ok(self.materialize()?.nan_masked())
     }
 
-    fn fold_lanes<F: Fold<Z::Output>>(
+    fn fold_lanes<F: Fold<O>>(
         &self,
         op: &F,
         dims: &Dims,
@@ -319,7 +326,7 @@ where
         }
     }
 
-    fn stat_lanes<S: LaneStat<Z::Output>>(
+    fn stat_lanes<S: LaneStat<O>>(
         &self,
         stat: &S,
         dims: &Dims,
@@ -334,16 +341,12 @@ where
     }
 
     /// Computes the values, then maps the lanes.
-    fn map_lanes<M: LaneMap<Z::Output>>(
-        &self,
-        map: &M,
-        dim: isize,
-    ) -> Result<MaskedCoo<M::Output>> {
+    fn map_lanes<M: LaneMap<O>>(&self, map: &M, dim: isize) -> Result<MaskedCoo<M::Output>> {
         Ok(self.materialize()?.map_lanes(map, dim)?.into())
     }
 
     /// Computes the values, then maps them.
-    fn map_elements<M: LaneMap<Z::Output>>(
+    fn map_elements<M: LaneMap<O>>(
         &self,
         map: &M,
         zero_preserving: bool,

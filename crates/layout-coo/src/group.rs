@@ -4,12 +4,13 @@
 
 use crate::pattern::{flat_of, size_of};
 use layout_csr::CsrLanes;
-use masked_core::{Element, Result};
+use masked_core::{Element, Result, SparseArray};
 use rayon::prelude::*;
 use std::borrow::Cow;
 
-/// COO entries grouped by their kept coordinates.
-pub(crate) struct Grouped<'a, T: Clone> {
+/// The row structure of a grouping: one row per kept position (or per group with
+/// entries), each entry's column along the reduced dims.
+pub(crate) struct Rows<'a> {
     /// Number of positions along the reduced dims (the lane length).
     pub ncols: usize,
     /// Row pointer over the groups.
@@ -17,6 +18,30 @@ pub(crate) struct Grouped<'a, T: Clone> {
     /// Each entry's row-major position along the reduced dims (borrowed: the
     /// coordinates of the one reduced dim, in stored order).
     pub cols: Cow<'a, [usize]>,
+    /// Row `r` is kept position `ids[r]` (compressed: only groups with entries), or
+    /// `None` when rows are every kept position in order.
+    pub ids: Option<Vec<usize>>,
+}
+
+impl Rows<'_> {
+    /// The kept position of row `r`.
+    pub fn id(&self, r: usize) -> usize {
+        self.ids.as_ref().map_or(r, |ids| ids[r])
+    }
+
+    /// The reduction of shape `shape` from the reduced rows: each stored row becomes
+    /// its kept position.
+    pub fn ungroup<O>(&self, shape: Vec<usize>, rows: SparseArray<O>) -> Result<SparseArray<O>> {
+        let (_, rows_at, values) = rows.into_parts();
+        let ids = rows_at.into_iter().map(|r| self.id(r)).collect();
+        SparseArray::new(shape, ids, values)
+    }
+}
+
+/// COO entries grouped by their kept coordinates.
+pub(crate) struct Grouped<'a, T: Clone> {
+    /// The rows.
+    pub rows: Rows<'a>,
     /// Values in group order (borrowed when the order did not change).
     pub values: Cow<'a, [T]>,
     /// Validity bits in group order (borrowed when the order did not change).
@@ -24,9 +49,6 @@ pub(crate) struct Grouped<'a, T: Clone> {
     /// Entry `k` of the group order is entry `perm[k]` of the stored order (`None`:
     /// the same order).
     pub perm: Option<Vec<usize>>,
-    /// Row `r` is kept position `ids[r]` (compressed: only groups with entries), or
-    /// `None` when rows are every kept position in order.
-    pub ids: Option<Vec<usize>>,
 }
 
 impl<T: Element> Grouped<'_, T> {
@@ -35,7 +57,7 @@ impl<T: Element> Grouped<'_, T> {
         if self
             .valid
             .as_ref()
-            .is_some_and(|w| w.len() < self.cols.len().div_ceil(64))
+            .is_some_and(|w| w.len() < self.rows.cols.len().div_ceil(64))
         {
             return Err(masked_core::MaskedError::InvalidData(
                 "too few validity words".into(),
@@ -48,19 +70,14 @@ impl<T: Element> Grouped<'_, T> {
         // `ncols`; one value per entry; the word count is checked above.
         Ok(unsafe {
             CsrLanes::new_unchecked(
-                (self.indptr.len() - 1, self.ncols),
-                &self.indptr,
-                &self.cols,
+                (self.rows.indptr.len() - 1, self.rows.ncols),
+                &self.rows.indptr,
+                &self.rows.cols,
                 &self.values,
                 self.valid.as_deref(),
                 fill,
             )
         })
-    }
-
-    /// The kept position of row `r`.
-    pub fn id(&self, r: usize) -> usize {
-        self.ids.as_ref().map_or(r, |ids| ids[r])
     }
 }
 
@@ -98,10 +115,11 @@ fn index_over<'c>(
 /// `reduced` (sorted). With `full`, there is a row for every kept position (the output
 /// is dense-sized anyway); otherwise only for the positions that have entries.
 ///
-/// When the reduced dims are the trailing ones the entries are already in group order
-/// and nothing moves. Otherwise a counting sort by group (or a sort by (group, column)
-/// when the groups far outnumber the entries) reorders them; within a group the stored
-/// row-major order is already the order of the reduced position.
+/// When the reduced dims are the trailing ones the entries are already in group order:
+/// nothing moves and the rows come from [`rows_in_order`]. Otherwise a counting sort by
+/// group (or a sort by (group, column) when the groups far outnumber the entries)
+/// reorders them; within a group the stored row-major order is already the order of
+/// the reduced position.
 pub(crate) fn group<'a, T: Element>(
     shape: &[usize],
     coords: &[&'a [usize]],
@@ -112,12 +130,19 @@ pub(crate) fn group<'a, T: Element>(
 ) -> Result<Grouped<'a, T>> {
     let nnz = values.len();
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
+    if kept.iter().enumerate().all(|(i, &d)| i == d) {
+        return Ok(Grouped {
+            rows: rows_in_order(shape, coords, nnz, kept.len(), full)?,
+            values: Cow::Borrowed(values),
+            valid: valid.map(Cow::Borrowed),
+            perm: None,
+        });
+    }
     let nkept = size_of(&kept.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
     let ncols = size_of(&reduced.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
     let keys = index_over(shape, coords, &kept, nnz);
     let cols = index_over(shape, coords, reduced, nnz);
-    let in_order = kept.iter().enumerate().all(|(i, &d)| i == d);
-    let (keys, cols, values, valid, perm) = if in_order || nnz <= 1 {
+    let (keys, cols, values, valid, perm) = if nnz <= 1 {
         (
             keys,
             cols,
@@ -165,40 +190,65 @@ pub(crate) fn group<'a, T: Element>(
         (indptr, Some(ids))
     };
     Ok(Grouped {
-        ncols,
-        indptr,
-        cols,
+        rows: Rows {
+            ncols,
+            indptr,
+            cols,
+            ids,
+        },
         values,
         valid,
         perm,
-        ids,
     })
 }
 
-/// The lanes along the last dim of entries in stored order, all valid, for a map: a
-/// lane starts where a coordinate of another dim (`others`) changes, so no group keys
-/// are computed and nothing moves.
-pub(crate) fn along_last<'a, T: Element>(
-    others: &[&[usize]],
-    len: usize,
-    values: &'a [T],
-) -> Grouped<'a, T> {
-    let nnz = values.len();
-    let mut indptr: Vec<usize> = (0..nnz)
+/// The rows of `nnz` entries (coordinates per dim, row-major sorted) grouped by their
+/// first `nkept` dims, the others reduced: the entries are in group order already, so
+/// a row starts where a kept coordinate differs from the entry before. No key is
+/// computed per entry: a row's kept position is computed at its start only, and the
+/// columns are the reduced dim's coordinates, borrowed, when one dim is reduced. With
+/// `full`, a row for every kept position.
+pub(crate) fn rows_in_order<'a>(
+    shape: &[usize],
+    coords: &[&'a [usize]],
+    nnz: usize,
+    nkept: usize,
+    full: bool,
+) -> Result<Rows<'a>> {
+    let (kept, reduced): (Vec<usize>, Vec<usize>) = (0..shape.len()).partition(|&d| d < nkept);
+    let npos = size_of(&shape[..nkept])?;
+    let ncols = size_of(&shape[nkept..])?;
+    let cols = index_over(shape, coords, &reduced, nnz);
+    let lead = &coords[..nkept];
+    let mut starts: Vec<usize> = (0..nnz)
         .into_par_iter()
         .with_min_len(1 << 14)
-        .filter(|&e| e == 0 || others.iter().any(|c| c[e] != c[e - 1]))
+        .filter(|&e| e == 0 || lead.iter().any(|c| c[e] != c[e - 1]))
         .collect();
-    indptr.push(nnz);
-    Grouped {
-        ncols: len,
+    let st = sub_strides(shape, &kept);
+    let ids: Vec<usize> = starts
+        .par_iter()
+        .map(|&e| lead.iter().zip(&st).map(|(c, s)| c[e] * s).sum())
+        .collect();
+    starts.push(nnz);
+    let (indptr, ids) = if full {
+        let mut indptr = vec![0usize; npos + 1];
+        for (r, &id) in ids.iter().enumerate() {
+            indptr[id + 1] = starts[r + 1] - starts[r];
+        }
+        for p in 0..npos {
+            indptr[p + 1] += indptr[p];
+        }
+        (indptr, None)
+    } else {
+        (starts, Some(ids))
+    };
+    Ok(Rows {
+        ncols,
         indptr,
-        cols: Cow::Borrowed(&[]),
-        values: Cow::Borrowed(values),
-        valid: None,
-        perm: None,
-        ids: None,
-    }
+        cols,
+        ids,
+    })
 }
 
 /// The permutation that sorts entries by (group, column): a stable counting sort by
@@ -245,21 +295,46 @@ mod tests {
         let v = [1.0f64, 2.0, 3.0, 4.0];
         // reduce dim 1: groups are rows, no reordering
         let g = group(&[2, 3], &[&c0, &c1], &v, None, &[1], false).unwrap();
-        assert_eq!(g.indptr, vec![0, 2, 4]);
-        assert_eq!(g.cols[..], [1, 2, 0, 2]);
+        assert_eq!(g.rows.indptr, vec![0, 2, 4]);
+        assert_eq!(g.rows.cols[..], [1, 2, 0, 2]);
         assert!(matches!(g.values, Cow::Borrowed(_)));
         // reduce dim 0: groups are columns 0, 1, 2 (compressed: all three have entries)
         let g = group(&[2, 3], &[&c0, &c1], &v, Some(&[0b1010]), &[0], false).unwrap();
-        assert_eq!(g.ids, Some(vec![0, 1, 2]));
-        assert_eq!(g.indptr, vec![0, 1, 2, 4]);
-        assert_eq!(g.cols[..], [1, 0, 0, 1]);
+        assert_eq!(g.rows.ids, Some(vec![0, 1, 2]));
+        assert_eq!(g.rows.indptr, vec![0, 1, 2, 4]);
+        assert_eq!(g.rows.cols[..], [1, 0, 0, 1]);
         assert_eq!(&g.values[..], &[3.0, 1.0, 2.0, 4.0]);
         // entry bits follow their entries: entries 1 and 3 were valid, now at 2 and 3
         assert_eq!(g.valid.as_deref(), Some(&[0b1100u64][..]));
         // full rows over a larger kept dim
         let g = group(&[2, 5], &[&c0, &c1], &v, None, &[0], true).unwrap();
-        assert_eq!(g.indptr, vec![0, 1, 2, 4, 4, 4]);
-        assert_eq!(g.ids, None);
+        assert_eq!(g.rows.indptr, vec![0, 1, 2, 4, 4, 4]);
+        assert_eq!(g.rows.ids, None);
+        // 3-D [2, 2, 3], reduced over the trailing dims: rows from the coordinate scan
+        let (d0, d1, d2) = (
+            [0usize, 0, 0, 1, 1],
+            [0usize, 0, 1, 1, 1],
+            [0usize, 2, 1, 0, 2],
+        );
+        let coords: [&[usize]; 3] = [&d0, &d1, &d2];
+        let r = rows_in_order(&[2, 2, 3], &coords, 5, 2, false).unwrap();
+        assert_eq!((r.ncols, &r.indptr[..]), (3, &[0, 2, 3, 5][..]));
+        assert_eq!(r.ids, Some(vec![0, 1, 3]));
+        assert_eq!(r.cols[..], [0, 2, 1, 0, 2]);
+        assert!(matches!(r.cols, Cow::Borrowed(_)));
+        let r = rows_in_order(&[2, 2, 3], &coords, 5, 2, true).unwrap();
+        assert_eq!((&r.indptr[..], &r.ids), (&[0, 2, 3, 3, 5][..], &None));
+        let r = rows_in_order(&[2, 2, 3], &coords, 5, 1, false).unwrap();
+        assert_eq!((r.ncols, &r.indptr[..]), (6, &[0, 3, 5][..]));
+        assert_eq!(
+            (r.ids, &r.cols[..]),
+            (Some(vec![0, 1]), &[0, 2, 4, 3, 5][..])
+        );
+        // over every dim: one row
+        let r = rows_in_order(&[2, 2, 3], &coords, 5, 0, false).unwrap();
+        assert_eq!((&r.indptr[..], r.ids), (&[0, 5][..], Some(vec![0])));
+        let g = group(&[2, 2, 3], &coords, &[1.0f64; 5], None, &[2], false).unwrap();
+        assert_eq!((g.rows.indptr, g.perm), (vec![0, 2, 3, 5], None));
         // the sort path (many more groups than entries)
         let perm = order_by_group(&[9000, 3, 3], &[0, 1, 0], 10_000, 2);
         assert_eq!(perm, vec![2, 1, 0]);

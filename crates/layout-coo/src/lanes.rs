@@ -74,33 +74,12 @@ impl<'a, T: Element> CooLanes<'a, T> {
         let reduced = dims.canonical(self.shape().len())?;
         let g = self.grouped(&reduced, full)?;
         let rows = run(&g.lanes(self.fill)?)?;
-        self.ungroup(&g, &reduced, keepdim, rows)
-    }
-
-    /// The reduction over `reduced` from the reduced rows of the grouping `g`: each
-    /// stored row becomes its kept position.
-    pub(crate) fn ungroup<O, X: Element>(
-        &self,
-        g: &Grouped<'_, X>,
-        reduced: &[usize],
-        keepdim: bool,
-        rows: SparseArray<O>,
-    ) -> Result<SparseArray<O>> {
-        let (_, rows_at, values) = rows.into_parts();
-        let ids = rows_at.into_iter().map(|r| g.id(r)).collect();
-        SparseArray::new(self.out_shape(reduced, keepdim), ids, values)
+        g.rows.ungroup(self.out_shape(&reduced, keepdim), rows)
     }
 
     /// The shape of a reduction over `reduced`.
     pub(crate) fn out_shape(&self, reduced: &[usize], keepdim: bool) -> Vec<usize> {
-        let shape = self.shape();
-        (0..shape.len())
-            .filter_map(|d| match (reduced.contains(&d), keepdim) {
-                (false, _) => Some(shape[d]),
-                (true, true) => Some(1),
-                (true, false) => None,
-            })
-            .collect()
+        out_shape(self.shape(), reduced, keepdim)
     }
 
     /// A fold by scattering: every entry, in stored order, is pushed into the state of
@@ -177,32 +156,28 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// positions: every entry is mapped and stored), scattered back to stored order.
     fn map_groups<M: LaneMap<T>>(&self, map: &M, d: usize) -> Result<SparseArray<M::Output>> {
         let nnz = self.values.len();
-        let ndim = self.shape().len();
-        let g = if d + 1 == ndim {
-            let others: Vec<&[usize]> = (0..d).map(|k| self.pattern.coords(k)).collect();
-            group::along_last(&others, self.shape()[d], self.values)
-        } else {
-            self.grouped(&[d], false)?
-        };
+        // along the last dim the rows come from a scan of the other coordinates
+        let g = self.grouped(&[d], false)?;
+        let ind = &g.rows.indptr;
         let mut out: Vec<M::Output> = fresh_vec(nnz);
         // blocks of whole groups of about 2^15 entries, mapped in parallel
         let mut blocks = Vec::new();
-        let ngroups = g.indptr.len() - 1;
+        let ngroups = ind.len() - 1;
         let (mut rest, mut r0): (&mut [M::Output], usize) = (&mut out, 0);
         while r0 < ngroups {
             let mut r1 = r0 + 1;
-            while r1 < ngroups && g.indptr[r1] - g.indptr[r0] < 1 << 15 {
+            while r1 < ngroups && ind[r1] - ind[r0] < 1 << 15 {
                 r1 += 1;
             }
-            let (a, b) = rest.split_at_mut(g.indptr[r1] - g.indptr[r0]);
+            let (a, b) = rest.split_at_mut(ind[r1] - ind[r0]);
             blocks.push((r0..r1, a));
             rest = b;
             r0 = r1;
         }
         blocks.into_par_iter().for_each(|(rows, o)| {
-            let base = g.indptr[rows.start];
+            let base = ind[rows.start];
             for r in rows {
-                let e = g.indptr[r]..g.indptr[r + 1];
+                let e = ind[r]..ind[r + 1];
                 map.map(
                     &g.values[e.clone()],
                     None,
@@ -222,6 +197,17 @@ impl<'a, T: Element> CooLanes<'a, T> {
         };
         SparseArray::new(self.shape().to_vec(), self.pattern.flat(), values)
     }
+}
+
+/// The shape of a reduction of an array of `shape` over `reduced`.
+pub(crate) fn out_shape(shape: &[usize], reduced: &[usize], keepdim: bool) -> Vec<usize> {
+    (0..shape.len())
+        .filter_map(|d| match (reduced.contains(&d), keepdim) {
+            (false, _) => Some(shape[d]),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
 }
 
 /// At most this many parts in a scatter fold (each holds a state per kept position).
@@ -448,7 +434,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
             .into_par_iter()
             .with_min_len(1 << 12)
             .flat_map_iter(|r| {
-                let gid = g.id(r);
+                let gid = g.rows.id(r);
                 let (outer, low) = if inner == 1 {
                     (gid, 0)
                 } else {

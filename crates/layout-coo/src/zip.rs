@@ -21,6 +21,20 @@ const CHUNK: usize = 1 << 14;
 /// What the entries are zipped with.
 pub(crate) use layout_dense::EntryOther as Other;
 
+/// Fills `out` (one slot per entry) in parallel chunks of [`CHUNK`] entries by
+/// `f(first entry, its validity bits, chunk)`, which returns the first entry where it
+/// fails; the first such entry over all chunks.
+pub(crate) fn fill_chunks<O: Send>(
+    out: &mut [O],
+    bits: Option<&[u64]>,
+    f: impl Fn(usize, Option<Bits<'_>>, &mut [O]) -> Option<usize> + Sync,
+) -> Option<usize> {
+    out.par_chunks_mut(CHUNK)
+        .enumerate()
+        .filter_map(|(c, o)| f(c * CHUNK, bits.map(|w| Bits::new(w, c * CHUNK)), o))
+        .min()
+}
+
 impl<T: Element> CooLanes<'_, T> {
     pub(crate) fn coords_of(&self, k: usize) -> Vec<usize> {
         (0..self.pattern.ndim())
@@ -61,14 +75,7 @@ impl<T: Element> CooLanes<'_, T> {
         bits: Option<&[u64]>,
         out: &mut [Z::Output],
     ) -> Result<()> {
-        let bad = out
-            .par_chunks_mut(CHUNK)
-            .enumerate()
-            .filter_map(|(c, o)| {
-                let b = bits.map(|w| Bits::new(w, c * CHUNK));
-                self.zip_range(other, z, c * CHUNK, b, o)
-            })
-            .min();
+        let bad = fill_chunks(out, bits, |lo, b, o| self.zip_range(other, z, lo, b, o));
         match bad {
             Some(k) => Err(failed_at(z, self.coords_of(k))),
             None => Ok(()),

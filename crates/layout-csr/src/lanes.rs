@@ -26,7 +26,7 @@ mod map;
 mod stat;
 mod zip;
 
-pub use fused::{CsrEntries, CsrZipView, EntryValues, FusedLanes};
+pub use fused::{CsrEntries, CsrZipView, DynEntries, EntryValues, FusedLanes};
 pub(crate) use zip::Other;
 
 /// The output of a CSR normalization (softmax, cumsum, ...): a sprs CSR matrix whose

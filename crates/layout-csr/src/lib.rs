@@ -50,7 +50,7 @@ mod prebuilt;
 
 pub use algebra::select;
 pub use grad_zip::CsrGradients;
-pub use lanes::{CsrEntries, CsrLanes, CsrMapped, CsrZipView, EntryValues, FusedLanes};
+pub use lanes::{CsrEntries, CsrLanes, CsrMapped, CsrZipView, DynEntries, EntryValues, FusedLanes};
 pub use masked_core::SparseArray;
 pub use pattern::{Pattern, PatternI};
 

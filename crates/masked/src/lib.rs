@@ -97,8 +97,8 @@ pub use layout_coo::{
     CooZipView, MaskedCoo,
 };
 pub use layout_csr::{
-    to_csmat, to_csvec, CsrGradients, CsrLanes, CsrMapped, CsrMask, CsrZipView, EntryValues,
-    FusedLanes, IntoCsMat, IntoCsrView, MaskedCsr, Pattern, PatternI,
+    to_csmat, to_csvec, CsrGradients, CsrLanes, CsrMapped, CsrMask, CsrZipView, DynEntries,
+    EntryValues, FusedLanes, IntoCsMat, IntoCsrView, MaskedCsr, Pattern, PatternI,
 };
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{

@@ -38,21 +38,32 @@ pub trait EntryValues<O>: Sync {
     fn error_at(&self, k: usize) -> MaskedError;
 }
 
-impl<O, V: EntryValues<O>> EntryValues<O> for &V {
-    fn compute(
-        &self,
-        rows: Range<usize>,
-        entries: Range<usize>,
-        bits: Option<Bits<'_>>,
-        out: &mut [O],
-    ) -> std::result::Result<(), usize> {
-        (**self).compute(rows, entries, bits, out)
-    }
+/// Implements [`EntryValues`] for a pointer to a source by delegation.
+macro_rules! delegate_entry_values {
+    ($($ptr:ty),*) => {$(
+        impl<O, V: EntryValues<O> + ?Sized> EntryValues<O> for $ptr {
+            fn compute(
+                &self,
+                rows: Range<usize>,
+                entries: Range<usize>,
+                bits: Option<Bits<'_>>,
+                out: &mut [O],
+            ) -> std::result::Result<(), usize> {
+                (**self).compute(rows, entries, bits, out)
+            }
 
-    fn error_at(&self, k: usize) -> MaskedError {
-        (**self).error_at(k)
-    }
+            fn error_at(&self, k: usize) -> MaskedError {
+                (**self).error_at(k)
+            }
+        }
+    )*};
 }
+delegate_entry_values!(&V, Box<V>);
+
+/// A type-erased [`EntryValues`] source: the views hold their op behind one, so the
+/// reduction kernels are compiled once per value type rather than once per op (the
+/// source is called once per task of about 32 Ki entries).
+pub type DynEntries<'a, O> = Box<dyn EntryValues<O> + 'a>;
 
 /// CSR lanes whose values are computed when a kernel reads them: a row structure, a
 /// validity bit per entry (or none), whether unstored positions are valid zeros, and
@@ -79,8 +90,8 @@ pub struct FusedLanes<'a, O, I: SpIndex, V> {
     cache: OnceLock<Vec<O>>,
 }
 
-/// A lazy `z(a, b)` on CSR entries: a masked CSR matrix of `Z::Output` values computed
-/// only when a kernel reads them, a row task at a time (see [`FusedLanes`] and
+/// A lazy `z(a, b)` on CSR entries: a masked CSR matrix of `O` values (`O` the op's
+/// output type, [`ZipMap::Output`]) computed only when a kernel reads them, a row task at a time (see [`FusedLanes`] and
 /// docs/semantics.md, "Fused elementwise-then-reduce"). Every op of [`MaskedOps`] runs
 /// on it. Get one from [`MaskedCsr::zip_view`](crate::MaskedCsr::zip_view) (another CSR
 /// matrix), [`MaskedCsr::zip_dense_view`](crate::MaskedCsr::zip_dense_view),
@@ -90,8 +101,9 @@ pub struct FusedLanes<'a, O, I: SpIndex, V> {
 /// Two matrices of different structures are merged when the view is made (the merged
 /// structure is new, so its values are computed with it); every other view shares its
 /// input's structure.
-pub type CsrZipView<'a, T, I, Z> =
-    FusedLanes<'a, <Z as ZipMap<T>>::Output, I, CsrEntries<'a, T, I, Z>>;
+///
+/// The op is held type-erased ([`DynEntries`]): one view type per value type.
+pub type CsrZipView<'a, O, I> = FusedLanes<'a, O, I, DynEntries<'a, O>>;
 
 /// The source of a [`CsrZipView`]: `z(x, rhs)` on the entries of CSR lanes.
 pub struct CsrEntries<'a, T: Element, I: SpIndex, Z> {
@@ -146,12 +158,12 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
     /// let ab = a.zip_view(&w, KeepZip(KeepBin::Mul), MaskRule::Strict).unwrap();
     /// assert_eq!(ab.sum(1, false).unwrap().values(), &[14.0, 18.0]); // never stores a * w
     /// ```
-    pub fn zip_view<'s, Iptr2: SpIndex, Z: ZipMap<T>>(
+    pub fn zip_view<'s, Iptr2: SpIndex, Z: ZipMap<T> + 's>(
         &'s self,
         rhs: &'s crate::MaskedCsr<'_, T, I, Iptr2>,
         z: Z,
         rule: MaskRule,
-    ) -> Result<CsrZipView<'s, T, I, Z>> {
+    ) -> Result<CsrZipView<'s, Z::Output, I>> {
         let (a, b) = (self.lanes(), rhs.lanes());
         if a.shape != b.shape {
             return Err(MaskedError::ShapeMismatch {
@@ -188,12 +200,17 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
     /// # Errors
     /// As [`MaskedCsr::zip_view`](crate::MaskedCsr::zip_view); a matrix without a mask
     /// ([`MaskedError::Unsupported`]: every position would be valid).
-    pub fn zip_dense_view<'s, S: ndarray::Data<Elem = T>, D: ndarray::Dimension, Z: ZipMap<T>>(
+    pub fn zip_dense_view<
+        's,
+        S: ndarray::Data<Elem = T>,
+        D: ndarray::Dimension,
+        Z: ZipMap<T> + 's,
+    >(
         &'s self,
         rhs: &'s MaskedArray<S, D>,
         z: Z,
         rule: MaskRule,
-    ) -> Result<CsrZipView<'s, T, I, Z>> {
+    ) -> Result<CsrZipView<'s, Z::Output, I>> {
         let l = self.lanes();
         if l.fill {
             return Err(MaskedError::densifying(z.name()));
@@ -206,7 +223,11 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
     ///
     /// # Errors
     /// Without a mask, an op with `z(0, s) != 0` ([`MaskedError::Unsupported`]).
-    pub fn zip_scalar_view<Z: ZipMap<T>>(&self, s: T, z: Z) -> Result<CsrZipView<'_, T, I, Z>> {
+    pub fn zip_scalar_view<'s, Z: ZipMap<T> + 's>(
+        &'s self,
+        s: T,
+        z: Z,
+    ) -> Result<CsrZipView<'s, Z::Output, I>> {
         let l = self.lanes();
         if l.fill && !z.keeps_zero(T::ZERO, s) {
             return Err(MaskedError::densifying(z.name()));
@@ -219,10 +240,10 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
     /// # Errors
     /// As [`MaskedCsr::zip_scalar_view`](crate::MaskedCsr::zip_scalar_view): without a
     /// mask, a map that does not keep 0.
-    pub fn map_view<M: LaneMap<T> + Copy + Send + Sync>(
-        &self,
+    pub fn map_view<'s, M: LaneMap<T> + Copy + Send + Sync + 's>(
+        &'s self,
         m: M,
-    ) -> Result<CsrZipView<'_, T, I, Unary<M>>>
+    ) -> Result<CsrZipView<'s, M::Output, I>>
     where
         M::Output: masked_core::Value,
     {
@@ -232,12 +253,12 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
 
 /// A view of `z(x, rhs)` on the entries of `l` under `rule`: the rule's checks and the
 /// entries' validity now, the values later.
-fn entries<'a, T: Element, I: SpIndex, Z: ZipMap<T>>(
+fn entries<'a, T: Element, I: SpIndex, Z: ZipMap<T> + 'a>(
     l: CsrLanes<'a, T, I>,
     rhs: Rhs<'a, T>,
     z: Z,
     rule: MaskRule,
-) -> Result<CsrZipView<'a, T, I, Z>> {
+) -> Result<CsrZipView<'a, Z::Output, I>> {
     let valid = match l.entry_validity(&rhs.other(), z.name(), rule)? {
         None => None,
         Some(bits) => {
@@ -262,7 +283,7 @@ fn entries<'a, T: Element, I: SpIndex, Z: ZipMap<T>>(
         indices: Cow::Borrowed(l.indices),
         valid,
         fill: l.fill,
-        src: Some(CsrEntries { lanes: l, rhs, z }),
+        src: Some(Box::new(CsrEntries { lanes: l, rhs, z })),
         cache: OnceLock::new(),
     })
 }
