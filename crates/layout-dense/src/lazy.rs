@@ -70,17 +70,60 @@ enum Rhs<'a, T: Clone> {
     Scalar(T),
 }
 
-/// A lazy `z(a, b)` over dense operands (NumPy broadcasting, a mask rule), or a lazy
-/// unary map: a masked container of `Z::Output` values that are computed only when a
-/// kernel reads them. Every reduction and normalization runs on it, a block of rows at
-/// a time (see docs/semantics.md, "Fused elementwise-then-reduce").
-pub struct ZipView<'a, T: Element, Z: ZipMap<T>> {
+/// The operands and op of a view: its values, computed on demand.
+struct Zipped<'a, T: Clone, Z> {
     a: Operand<'a, T>,
     b: Rhs<'a, T>,
     z: Z,
+}
+
+/// A view's values, computed on demand, with the op's type erased.
+trait Produce<O>: Sync {
+    /// Computes elements `start .. start + out.len()` of an output of `shape` into
+    /// `out` where `bits` are set (or at every element).
+    fn produce(
+        &self,
+        shape: &[usize],
+        bits: Option<Bits<'_>>,
+        start: usize,
+        out: &mut [O],
+    ) -> Result<()>;
+}
+
+impl<T: Element, Z: ZipMap<T>> Produce<Z::Output> for Zipped<'_, T, Z> {
+    fn produce(
+        &self,
+        shape: &[usize],
+        bits: Option<Bits<'_>>,
+        start: usize,
+        out: &mut [Z::Output],
+    ) -> Result<()> {
+        let a = Side::Array(&self.a);
+        let b = match &self.b {
+            Rhs::Array(o) => Side::Array(o),
+            Rhs::Scalar(s) => Side::Scalar(*s),
+        };
+        match zip_values(&self.z, shape, &a, &b, bits, out, start) {
+            Some(i) => Err(failed_at(&self.z, crate::zip::unravel(shape, i))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A lazy `z(a, b)` over dense operands (NumPy broadcasting, a mask rule), or a lazy
+/// unary map: a masked container of `O` values (`O` the op's output type,
+/// [`ZipMap::Output`]) that are computed only when a kernel reads them. Every reduction
+/// and normalization runs on it, a block of rows at a time (see docs/semantics.md,
+/// "Fused elementwise-then-reduce").
+///
+/// The operands and the op are held type-erased (one call per block of [`BLOCK`]
+/// elements): one view type per value type, so the reduction kernels are compiled once
+/// per value type rather than once per op.
+pub struct ZipView<'a, O: Element> {
+    src: Box<dyn Produce<O> + 'a>,
     shape: Vec<usize>,
     mask: Option<Cow<'a, BitMask>>,
-    cache: OnceLock<MaskedArrayD<Z::Output>>,
+    cache: OnceLock<MaskedArrayD<O>>,
 }
 
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
@@ -89,20 +132,25 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     ///
     /// # Errors
     /// Shapes that do not broadcast, masks that differ under [`MaskRule::Strict`].
-    pub fn zip_view<'s, S2: Data<Elem = T>, D2: Dimension, Z: ZipMap<T>>(
+    pub fn zip_view<'s, S2: Data<Elem = T>, D2: Dimension, Z: ZipMap<T> + 's>(
         &'s self,
         rhs: &'s MaskedArray<S2, D2>,
         z: Z,
         rule: MaskRule,
-    ) -> Result<ZipView<'s, T, Z>> {
+    ) -> Result<ZipView<'s, Z::Output>>
+    where
+        Z::Output: Element,
+    {
         let a = operand(self);
         let b = operand(rhs);
         let shape = broadcast_shapes(z.name(), a.shape, b.shape)?;
         let mask = out_mask(z.name(), &shape, a.mask, b.mask, rule)?;
         Ok(ZipView {
-            a,
-            b: Rhs::Array(b),
-            z,
+            src: Box::new(Zipped {
+                a,
+                b: Rhs::Array(b),
+                z,
+            }),
             shape,
             mask,
             cache: OnceLock::new(),
@@ -111,14 +159,19 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 
     /// The lazy `z(self, s)` with a scalar (a scalar on the left is the
     /// `Swapped` op (`masked::binary::Swapped`)).
-    pub fn zip_scalar_view<Z: ZipMap<T>>(&self, s: T, z: Z) -> ZipView<'_, T, Z> {
+    pub fn zip_scalar_view<'s, Z: ZipMap<T> + 's>(&'s self, s: T, z: Z) -> ZipView<'s, Z::Output>
+    where
+        Z::Output: Element,
+    {
         let a = operand(self);
         let shape = a.shape.to_vec();
         let mask = a.mask.map(Cow::Borrowed);
         ZipView {
-            a,
-            b: Rhs::Scalar(s),
-            z,
+            src: Box::new(Zipped {
+                a,
+                b: Rhs::Scalar(s),
+                z,
+            }),
             shape,
             mask,
             cache: OnceLock::new(),
@@ -126,18 +179,18 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     }
 
     /// The lazy unary map `m(self)` (`abs`, `exp`, `FloatMap(FloatFn::Exp(Exp))` ...).
-    pub fn map_view<M: LaneMap<T> + Copy + Send + Sync>(&self, m: M) -> ZipView<'_, T, Unary<M>>
+    pub fn map_view<'s, M: LaneMap<T> + Copy + Send + Sync + 's>(
+        &'s self,
+        m: M,
+    ) -> ZipView<'s, M::Output>
     where
-        M::Output: masked_core::Value,
+        M::Output: Element,
     {
         self.zip_scalar_view(T::ZERO, Unary(m))
     }
 }
 
-impl<'a, T: Element, Z: ZipMap<T>> ZipView<'a, T, Z>
-where
-    Z::Output: Element,
-{
+impl<'a, O: Element> ZipView<'a, O> {
     /// The output shape.
     pub fn shape(&self) -> &[usize] {
         &self.shape
@@ -160,21 +213,13 @@ where
     }
 
     /// Computes elements `start .. start + out.len()` (whole rows) into `out`.
-    fn produce(&self, start: usize, out: &mut [Z::Output]) -> Result<()> {
-        let a = Side::Array(&self.a);
-        let b = match &self.b {
-            Rhs::Array(o) => Side::Array(o),
-            Rhs::Scalar(s) => Side::Scalar(*s),
-        };
-        match zip_values(&self.z, &self.shape, &a, &b, self.bits(), out, start) {
-            Some(i) => Err(failed_at(&self.z, crate::zip::unravel(&self.shape, i))),
-            None => Ok(()),
-        }
+    fn produce(&self, start: usize, out: &mut [O]) -> Result<()> {
+        self.src.produce(&self.shape, self.bits(), start, out)
     }
 
     /// The whole result, computed once (the fallback of kernels that need more than one
     /// block at a time).
-    pub fn materialize(&self) -> Result<&MaskedArrayD<Z::Output>> {
+    pub fn materialize(&self) -> Result<&MaskedArrayD<O>> {
         if let Some(m) = self.cache.get() {
             return Ok(m);
         }
@@ -208,15 +253,15 @@ where
     /// in block order: `f(block shape, values, bits)`.
     fn each_block<R: Send>(
         &self,
-        f: impl Fn(&[usize], &[Z::Output], Option<Bits<'_>>) -> Result<R> + Sync,
+        f: impl Fn(&[usize], &[O], Option<Bits<'_>>) -> Result<R> + Sync,
     ) -> Result<Vec<R>> {
         let (blocks, inner) = self.blocks();
         blocks
             .par_iter()
-            .map_init(Vec::new, |buf: &mut Vec<Z::Output>, &(r0, r1)| {
+            .map_init(Vec::new, |buf: &mut Vec<O>, &(r0, r1)| {
                 let n = (r1 - r0) * inner;
                 // every element is written by `produce`: no clearing pass
-                buf.resize(n, Z::Output::default());
+                buf.resize(n, O::default());
                 self.produce(r0 * inner, buf)?;
                 let mut shape = self.shape.clone();
                 if let Some(s) = shape.first_mut() {
@@ -228,23 +273,20 @@ where
     }
 }
 
-impl<'a, T: Element, Z: ZipMap<T>> LaneKernels<Z::Output> for ZipView<'a, T, Z>
-where
-    Z::Output: Element,
-{
-    type Reduced<O: Element> = MaskedArrayD<O>;
-    type Mapped<O: Element> = MaskedArrayD<O>;
+impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
+    type Reduced<P: Element> = MaskedArrayD<P>;
+    type Mapped<P: Element> = MaskedArrayD<P>;
     type NanMasked<'b>
-        = MaskedView<'b, Z::Output, IxDyn>
+        = MaskedView<'b, O, IxDyn>
     where
         Self: 'b;
 
     /// Materialises the values (the NaN mask needs them).
-    fn without_nans(&self) -> Result<MaskedView<'_, Z::Output, IxDyn>> {
+    fn without_nans(&self) -> Result<MaskedView<'_, O, IxDyn>> {
         Ok(self.materialize()?.and_not_nan())
     }
 
-    fn fold_lanes<F: Fold<Z::Output>>(
+    fn fold_lanes<F: Fold<O>>(
         &self,
         op: &F,
         dims: &Dims,
@@ -294,7 +336,7 @@ where
         MaskedArray::new(data, mask)
     }
 
-    fn stat_lanes<St: LaneStat<Z::Output>>(
+    fn stat_lanes<St: LaneStat<O>>(
         &self,
         stat: &St,
         dims: &Dims,
@@ -321,11 +363,7 @@ where
         MaskedArray::new(data, BitMask::from_bools(&plan.out_shape, any)?)
     }
 
-    fn map_lanes<M: LaneMap<Z::Output>>(
-        &self,
-        map: &M,
-        dim: isize,
-    ) -> Result<MaskedArrayD<M::Output>> {
+    fn map_lanes<M: LaneMap<O>>(&self, map: &M, dim: isize) -> Result<MaskedArrayD<M::Output>> {
         let d = wrap_dim(dim, self.shape.len())?;
         if self.shape.len() < 2 || d == 0 {
             return self.materialize()?.map_lanes(map, dim);
