@@ -99,16 +99,11 @@ impl<T: Element> CooLanes<'_, T> {
         if rule == MaskRule::Strict {
             self.check_strict(op, own, obits, dense)?;
         }
-        let mut bits: Option<Vec<u64>> = masked_core::binary::rule_bits(rule, own, obits);
-        if let Some(d) = dense.filter(|d| rule == MaskRule::And && d.has_mask()) {
-            let w = bits.get_or_insert_with(|| vec![u64::MAX; n.div_ceil(64)]);
-            for k in 0..n {
-                if !d.valid(self.offset(d, k)) {
-                    w[k / 64] &= !(1u64 << (k % 64));
-                }
-            }
-        }
-        Ok(bits)
+        let bits: Option<Vec<u64>> = masked_core::binary::rule_bits(rule, own, obits);
+        Ok(match dense.filter(|_| rule == MaskRule::And) {
+            Some(d) => d.and_bits(n, bits, |e| e.map(|k| self.offset(d, k))),
+            None => bits,
+        })
     }
 
     /// `z(x, other)` over the entries `lo .. lo + out.len()`, written into `out`, where
@@ -136,6 +131,13 @@ impl<T: Element> CooLanes<'_, T> {
             .map(|k| lo + k)
     }
 
+    /// The row-major flat position of entry `k`.
+    #[inline]
+    fn flat_at(&self, k: usize) -> usize {
+        let shape = self.shape();
+        (0..shape.len()).fold(0, |f, d| f * shape[d] + self.pattern.coords(d)[k])
+    }
+
     /// The dense operand's offset of entry `k`.
     #[inline]
     fn offset(&self, d: &DenseOperand<'_, T>, k: usize) -> usize {
@@ -158,36 +160,16 @@ impl<T: Element> CooLanes<'_, T> {
         if let Some(k) = masked_core::mask::first_difference(own, obits, n) {
             return Err(mask_mismatch(op, self.coords_of(k), valid(own, k)));
         }
-        let Some(d) = dense.filter(|d| d.has_mask()) else {
+        let Some(d) = dense else {
             return Ok(());
         };
-        if let Some(k) = (0..n).find(|&k| valid(own, k) && !d.valid(self.offset(d, k))) {
-            return Err(mask_mismatch(op, self.coords_of(k), true));
-        }
-        let count = (0..n).filter(|&k| valid(own, k)).count();
-        if d.valid_count() != count {
-            // the first position valid in the dense operand only (the error path only
-            // walks the whole shape)
-            let shape = self.shape();
-            let flat = self.pattern.flat();
-            let mine: Vec<usize> = (0..n).filter(|&k| valid(own, k)).map(|k| flat[k]).collect();
-            let size = size_of(shape)?;
-            let mut c = vec![0usize; shape.len()];
-            for p in 0..size {
-                let off: usize = c.iter().zip(d.strides()).map(|(i, s)| i * s).sum();
-                if d.valid(off) && mine.binary_search(&p).is_err() {
-                    return Err(mask_mismatch(op, c, false));
-                }
-                for dim in (0..shape.len()).rev() {
-                    c[dim] += 1;
-                    if c[dim] < shape[dim] {
-                        break;
-                    }
-                    c[dim] = 0;
-                }
-            }
-        }
-        Ok(())
+        let count = own.map_or(n, |w| Bits::new(w, 0).count_ones(n));
+        d.check_strict(op, self.shape(), count, || {
+            (0..n)
+                .into_par_iter()
+                .filter(|&k| valid(own, k))
+                .map(|k| (self.flat_at(k), self.offset(d, k)))
+        })
     }
 
     /// `z(self, other)` for two patterns of one shape: one merge over the flat positions.

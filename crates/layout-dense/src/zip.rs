@@ -466,6 +466,101 @@ impl<'a, T: Element> DenseOperand<'a, T> {
         &self.strides
     }
 
+    /// The operand offset of flat position `p` (row-major) of the sparse shape `shape`.
+    #[inline]
+    pub fn offset_at(&self, shape: &[usize], mut p: usize) -> usize {
+        let mut off = 0;
+        for (&n, &st) in shape.iter().zip(&self.strides).rev() {
+            let n = n.max(1);
+            off += (p % n) * st;
+            p /= n;
+        }
+        off
+    }
+
+    /// The strict rule between a sparse operand of shape `shape` and this operand: this
+    /// operand must be valid at exactly the sparse operand's valid entries. `entries()`
+    /// yields those entries as `(flat position, operand offset)` pairs (row-major flat
+    /// positions, increasing), `count` of them. Without a mask this operand takes the
+    /// sparse operand's mask and nothing is checked. Work O(valid entries); the shape is
+    /// walked (up to the first difference) only to name the position of an error.
+    ///
+    /// # Errors
+    /// [`MaskedError::MaskMismatch`] naming the first position (row-major) that is
+    /// valid on one side only.
+    pub fn check_strict<P: ParallelIterator<Item = (usize, usize)>>(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        count: usize,
+        entries: impl Fn() -> P,
+    ) -> Result<()> {
+        if !self.has_mask() {
+            return Ok(());
+        }
+        // the first valid entry where this operand is invalid ...
+        let missing = entries()
+            .find_first(|&(_, off)| !self.valid(off))
+            .map(|(p, _)| p);
+        if missing.is_none() && self.valid_count() == count {
+            return Ok(());
+        }
+        // ... unless a position valid in this operand only comes before it
+        let end = missing.unwrap_or_else(|| shape.iter().product());
+        let mine: Vec<usize> = entries().map(|(p, _)| p).filter(|&p| p < end).collect();
+        let mut next = mine.iter().copied().peekable();
+        // an odometer over the shape: coordinates and this operand's offset
+        let mut c = vec![0usize; shape.len()];
+        let mut off = 0;
+        for p in 0..end {
+            if next.peek() == Some(&p) {
+                next.next();
+            } else if self.valid(off) {
+                return Err(mask_mismatch(op, c, false));
+            }
+            for d in (0..shape.len()).rev() {
+                c[d] += 1;
+                off += self.strides[d];
+                if c[d] < shape[d] {
+                    break;
+                }
+                off -= c[d] * self.strides[d];
+                c[d] = 0;
+            }
+        }
+        match missing {
+            Some(p) => Err(mask_mismatch(op, unravel(shape, p), true)),
+            None => Ok(()),
+        }
+    }
+
+    /// The `and` rule's validity of a sparse operand's `n` entries against this
+    /// operand: `bits` (a bit per entry; `None`: every entry valid) with the entries
+    /// where this operand is invalid cleared, in parallel over runs of entries.
+    /// `offsets(range)` yields this operand's offsets of the entries in `range`, in
+    /// entry order. Without a mask, `bits` unchanged.
+    pub fn and_bits<F, It>(&self, n: usize, bits: Option<Vec<u64>>, offsets: F) -> Option<Vec<u64>>
+    where
+        F: Fn(std::ops::Range<usize>) -> It + Sync,
+        It: Iterator<Item = usize>,
+    {
+        if !self.has_mask() {
+            return bits;
+        }
+        const WORDS: usize = 256;
+        let mut w = bits.unwrap_or_else(|| vec![u64::MAX; n.div_ceil(64)]);
+        w.par_chunks_mut(WORDS).enumerate().for_each(|(c, ws)| {
+            let lo = c * WORDS * 64;
+            let hi = (lo + ws.len() * 64).min(n);
+            for (q, off) in offsets(lo..hi).enumerate() {
+                if !self.valid(off) {
+                    ws[q / 64] &= !(1u64 << (q % 64));
+                }
+            }
+        });
+        Some(w)
+    }
+
     /// One zero per operand element: the sums [`DenseOperand::gradient`] takes.
     pub fn zero_sums(&self) -> Vec<f64> {
         vec![0.0; self.values.len()]

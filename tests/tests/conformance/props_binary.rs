@@ -310,6 +310,86 @@ fn strict_errors_name_the_position() {
     assert_eq!(p.values().as_slice().unwrap(), &[1.0, 4.0, 9.0, 0.0]);
 }
 
+/// A sparse operand against a masked dense one under the strict rule, on CSR and COO:
+/// the error names the first position (row-major) valid on one side only, as the dense
+/// rule does, whichever side it is valid on; a matching mask (also broadcast) passes.
+#[test]
+fn sparse_dense_strict_errors_name_the_first_position() {
+    // entries (0,0) (0,2) (1,1) (2,3) of a 3x4 array
+    let csr = CsMat::new(
+        (3, 4),
+        vec![0, 2, 3, 4],
+        vec![0, 2, 1, 3],
+        vec![1.0f64, 2.0, 3.0, 4.0],
+    );
+    let a = MaskedCsr::from_pattern(csr.view()).unwrap();
+    let coords = [vec![0usize, 0, 1, 2], vec![0usize, 2, 1, 3]];
+    let c = MaskedCoo::from_pattern([3, 4], &coords, vec![1.0f64, 2.0, 3.0, 4.0]).unwrap();
+    let mine = [(0, 0), (0, 2), (1, 1), (2, 3)];
+    let x = ndarray::Array2::<f64>::ones((3, 4)).into_dyn();
+    // the dense mask: the entries' positions, less `drop`, plus `add`
+    let check =
+        |drop: &[(usize, usize)], add: &[(usize, usize)], want: Option<(Vec<usize>, bool)>| {
+            let m = ndarray::Array2::from_shape_fn((3, 4), |p| {
+                (mine.contains(&p) && !drop.contains(&p)) || add.contains(&p)
+            });
+            let d = MaskedArray::from_bool_mask(x.view(), m.into_dyn().view()).unwrap();
+            for (layout, r) in [
+                ("csr", a.mul(&d, MaskRule::Strict).map(drop_it)),
+                ("coo", c.mul(&d, MaskRule::Strict).map(drop_it)),
+            ] {
+                match (&want, r) {
+                    (None, Ok(())) => {}
+                    (
+                        Some((pos, left)),
+                        Err(MaskedError::MaskMismatch {
+                            position,
+                            left_valid,
+                            ..
+                        }),
+                    ) => {
+                        assert_eq!(
+                            (&position, left_valid),
+                            (pos, *left),
+                            "{layout} {drop:?} {add:?}"
+                        )
+                    }
+                    (w, r) => panic!("{layout} {drop:?} {add:?}: want {w:?}, got {r:?}"),
+                }
+            }
+        };
+    check(&[], &[], None);
+    check(&[(1, 1)], &[], Some((vec![1, 1], true)));
+    check(&[], &[(2, 0)], Some((vec![2, 0], false)));
+    // both kinds: the earlier position is named, whichever kind it is
+    check(&[(0, 2)], &[(0, 1)], Some((vec![0, 1], false)));
+    check(&[(0, 2)], &[(1, 0)], Some((vec![0, 2], true)));
+    // a broadcast row mask [1, 4]: valid at columns 0 and 2 of every row
+    let s = CsMat::new(
+        (2, 4),
+        vec![0, 2, 4],
+        vec![0, 2, 0, 2],
+        vec![1.0f64, 2.0, 3.0, 4.0],
+    );
+    let s = MaskedCsr::from_pattern(s.view()).unwrap();
+    let row = ndarray::Array2::<f64>::ones((1, 4)).into_dyn();
+    let rm = ndarray::array![[true, false, true, false]].into_dyn();
+    let d = MaskedArray::from_bool_mask(row.view(), rm.view()).unwrap();
+    assert!(s.mul(&d, MaskRule::Strict).is_ok());
+    let rm = ndarray::array![[true, true, true, false]].into_dyn();
+    let d = MaskedArray::from_bool_mask(row.view(), rm.view()).unwrap();
+    match s.mul(&d, MaskRule::Strict) {
+        Err(MaskedError::MaskMismatch {
+            position,
+            left_valid,
+            ..
+        }) => assert_eq!((position, left_valid), (vec![0, 1], false)),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn drop_it<X>(_: X) {}
+
 fn positions(m: &BitMask) -> Vec<usize> {
     (0..m.len()).filter(|&i| m.get(i)).collect()
 }

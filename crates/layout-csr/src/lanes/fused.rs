@@ -259,24 +259,9 @@ fn entries<'a, T: Element, I: SpIndex, Z: ZipMap<T> + 'a>(
     z: Z,
     rule: MaskRule,
 ) -> Result<CsrZipView<'a, Z::Output, I>> {
-    let valid = match l.entry_validity(&rhs.other(), z.name(), rule)? {
-        None => None,
-        Some(bits) => {
-            let mut w = bits.unwrap_or_else(|| vec![u64::MAX; l.nnz().div_ceil(64)]);
-            if let Rhs::Dense(d) = &rhs {
-                if rule == MaskRule::And && d.has_mask() {
-                    for r in 0..l.shape.0 {
-                        for k in l.row(r) {
-                            if !d.valid(d.offset([r, l.col(k)])) {
-                                w[k / 64] &= !(1u64 << (k % 64));
-                            }
-                        }
-                    }
-                }
-            }
-            Some(Cow::Owned(w))
-        }
-    };
+    let valid = l
+        .entry_validity(&rhs.other(), z.name(), rule)?
+        .map(Cow::Owned);
     Ok(FusedLanes {
         shape: l.shape,
         indptr: Cow::Borrowed(l.indptr),

@@ -39,12 +39,6 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             self.zip_shared(&other, z, None, &mut values)?;
             return Ok((self.indptr.to_vec(), Cow::Borrowed(self.indices), values));
         };
-        let dense = match &other {
-            Other::Dense(d) => Some(*d),
-            _ => None,
-        };
-        let dense_mask = rule == MaskRule::And && dense.is_some_and(|d| d.has_mask());
-        let bits = bits.as_deref();
         let nrows = self.shape.0;
         let tasks = row_tasks(self.indptr);
         // some entries drop out: each task keeps its valid entries, then they are joined
@@ -57,23 +51,9 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                     let e = self.row(r);
                     let y = self.other_run(&other, r, e.clone(), &mut ys);
                     // this row's validity bits, from bit 0
+                    let b = Bits::new(&bits, e.start);
                     rb.clear();
-                    rb.resize(e.len().div_ceil(64), u64::MAX);
-                    if let Some(b) = bits {
-                        let b = Bits::new(b, e.start);
-                        for (w, word) in rb.iter_mut().enumerate() {
-                            *word = b.word_at(w * 64);
-                        }
-                    }
-                    if dense_mask {
-                        if let Some(d) = dense {
-                            for (q, k) in e.clone().enumerate() {
-                                if !d.valid(d.offset([r, self.col(k)])) {
-                                    rb[q / 64] &= !(1u64 << (q % 64));
-                                }
-                            }
-                        }
-                    }
+                    rb.extend((0..e.len().div_ceil(64)).map(|w| b.word_at(w * 64)));
                     tmp.clear();
                     tmp.resize(e.len(), Z::Output::default());
                     let rbits = Some(Bits::new(&rb, 0));
@@ -98,15 +78,14 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     }
 
     /// The entries' validity under `rule` after its checks: `None` when every entry is
-    /// valid (the result keeps this structure), else `Some(bits)` (`Some(None)`: the
-    /// dense operand's mask decides per entry).
-    #[allow(clippy::type_complexity)]
+    /// valid (the result keeps this structure), else a bit per entry (under `and`, a
+    /// dense operand's mask included).
     pub(super) fn entry_validity(
         &self,
         other: &Other<'_, T>,
         op: &'static str,
         rule: MaskRule,
-    ) -> Result<Option<Option<Vec<u64>>>> {
+    ) -> Result<Option<Vec<u64>>> {
         let own = self.valid.as_deref();
         // the other side's validity per entry: bits (same structure) or a dense mask
         let (obits, dense) = match other {
@@ -119,10 +98,17 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         }
         // combined validity of the entries (strict: the own bits, checked equal)
         let bits: Option<Vec<u64>> = masked_core::binary::rule_bits(rule, own, obits);
-        let dense_mask = rule == MaskRule::And && dense.is_some_and(|d| d.has_mask());
-        Ok(match (bits, dense_mask) {
-            (None, false) => None,
-            (b, _) => Some(b),
+        Ok(match dense.filter(|_| rule == MaskRule::And) {
+            Some(d) => d.and_bits(self.nnz(), bits, |e| {
+                let mut r = self.row_of(e.start);
+                e.map(move |k| {
+                    while self.indptr[r + 1] <= k {
+                        r += 1;
+                    }
+                    d.offset([r, self.col(k)])
+                })
+            }),
+            None => bits,
         })
     }
 
@@ -260,35 +246,18 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             let r = self.row_of(k);
             return Err(mask_mismatch(op, vec![r, self.col(k)], valid(own, k)));
         }
-        let Some(d) = dense.filter(|d| d.has_mask()) else {
+        let Some(d) = dense else {
             return Ok(());
         };
-        // every valid entry must be valid in the dense operand ...
-        let bad = (0..self.shape.0).into_par_iter().find_map_first(|r| {
-            self.row(r)
-                .find(|&k| valid(own, k) && !d.valid(d.offset([r, self.col(k)])))
-                .map(|k| (r, self.col(k)))
-        });
-        if let Some((r, c)) = bad {
-            return Err(mask_mismatch(op, vec![r, c], true));
-        }
-        // ... and the dense operand valid nowhere else
-        let count = own.map_or(n, |_| (0..n).filter(|&k| valid(own, k)).count());
-        if d.valid_count() != count {
-            for r in 0..self.shape.0 {
-                let cols: Vec<usize> = self
-                    .row(r)
-                    .filter(|&k| valid(own, k))
-                    .map(|k| self.col(k))
-                    .collect();
-                for c in 0..self.shape.1 {
-                    if d.valid(d.offset([r, c])) && cols.binary_search(&c).is_err() {
-                        return Err(mask_mismatch(op, vec![r, c], false));
-                    }
-                }
-            }
-        }
-        Ok(())
+        let count = own.map_or(n, |w| Bits::new(w, 0).count_ones(n));
+        d.check_strict(op, &[self.shape.0, self.shape.1], count, || {
+            (0..self.shape.0).into_par_iter().flat_map_iter(move |r| {
+                self.row(r).filter(move |&k| valid(own, k)).map(move |k| {
+                    let c = self.col(k);
+                    (r * self.shape.1 + c, d.offset([r, c]))
+                })
+            })
+        })
     }
 
     /// `z(self, other)` for two structures of one shape: one merge pass per row.
