@@ -58,6 +58,15 @@ pub trait LaneGrad: Send + Sync + 'static {
         let _ = ys;
         self.grad(xs, g, out);
     }
+    /// When the gradient of a lane with `n` valid elements (at least one) and upstream `g`
+    /// (a reduction's, one value) is one value at every valid element whatever their
+    /// values, that value: a layout then writes it under the mask without reading the
+    /// lane (a sum's `g`, a mean's `g / n`). `None` (the default): the values matter.
+    /// Must equal what [`LaneGrad::grad`] writes at each element, bit for bit.
+    fn uniform(&self, n: usize, g: f64) -> Option<f64> {
+        let _ = (n, g);
+        None
+    }
     /// A shortcut of [`LaneGrad::grad_from_output`] given the saved output `ys` and the
     /// upstream `g` as the layout holds them (packed, in the output type): reads the
     /// lane's values `xs` in their own type and writes the gradient straight into `out`
@@ -91,6 +100,9 @@ impl LaneGrad for SumGrad {
     fn grad(&self, _: &[f64], g: &[f64], out: &mut [f64]) {
         out.fill(g[0]);
     }
+    fn uniform(&self, _: usize, g: f64) -> Option<f64> {
+        Some(g)
+    }
 }
 
 /// `g / count`: the gradient of a mean.
@@ -106,6 +118,9 @@ impl LaneGrad for MeanGrad {
     }
     fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
         out.fill(g[0] / xs.len() as f64);
+    }
+    fn uniform(&self, n: usize, g: f64) -> Option<f64> {
+        Some(g / n as f64)
     }
 }
 
@@ -1074,6 +1089,12 @@ impl GradScratch {
                 LaneValues::Absent => {}
                 LaneValues::One(r) => v.push(r.to_f64()),
                 LaneValues::Each(rs) => v.extend(rs[..n].iter().map(|r| r.to_f64())),
+            }
+        }
+        if let LaneValues::One(g) = g {
+            if let Some(v) = grad.uniform(n, g.to_f64()) {
+                out[..n].fill(<T::Real as Float>::from_f64(v));
+                return;
             }
         }
         let from_output = grad.uses_output() && !matches!(saved, LaneValues::Absent);

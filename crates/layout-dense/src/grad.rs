@@ -5,8 +5,9 @@
 //! a reduction over leading or scattered dims groups its lanes' positions first.
 
 use masked_core::grad::{GradScratch, LaneValues};
-use masked_core::{Bits, Element, LaneGrad, ReducePlan, Upstream};
+use masked_core::{Bits, Element, Float, LaneGrad, ReducePlan, Upstream};
 use masked_kernels::pack::{compress_to, expand_to};
+use masked_kernels::run::update_run;
 use rayon::prelude::*;
 
 /// Where a lane's upstream gradient (or saved forward output) comes from, unpacked.
@@ -78,6 +79,18 @@ impl<T: Element> Scratch<T, T::Real> {
         out: &mut [T::Real],
     ) {
         let zero = <T::Real as Element>::ZERO;
+        if let Src::One(gv) = g {
+            // one value at every valid element (a sum's, a mean's): written under the
+            // mask, the lane's values not read
+            let n = bits.map_or(xs.len(), |b| b.count_ones(xs.len()));
+            if let Some(v) = grad.uniform(n.max(1), gv.to_f64()) {
+                let v = <T::Real as Float>::from_f64(v);
+                // `update_run`'s read of `out` is dead (the closure ignores it): a
+                // write-only masked fill
+                update_run(out, bits, move |_, ok| if ok { v } else { zero });
+                return;
+            }
+        }
         let saved = if grad.uses_output() {
             saved
         } else {

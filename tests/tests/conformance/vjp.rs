@@ -410,6 +410,54 @@ fn saved_forward_outputs_give_the_recomputed_gradients() {
 /// 16-wide groups and a tail): the median and quantile name their elements exactly as
 /// the recomputed selection does, ties included; the softmax family and logsumexp give
 /// the recomputed gradients up to the saved output's rounding.
+/// Sum and mean send one value to every valid element of a lane (`g`, `g / n`), which
+/// the layouts write under the mask without reading the lane: checked by hand on f32
+/// lanes longer than a mask word (a full lane, a fully masked one, random ones), over
+/// the trailing dim (contiguous lanes) and the leading one (scattered), returned and
+/// into a NaN-filled buffer (every position written).
+#[test]
+fn sum_and_mean_gradients_are_g_and_g_over_n_at_the_valid_positions() {
+    let mut rng = Rng(91);
+    let shape = [5usize, 203];
+    let n = shape.iter().product::<usize>();
+    let x: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0) as f32).collect();
+    // row 0 all valid, row 1 fully masked, the others at random
+    let m: Vec<bool> = (0..n)
+        .map(|k| k < 203 || (k >= 406 && rng.random_bool(0.6)))
+        .collect();
+    let a = MaskedArray::new(
+        ArrayD::from_shape_vec(IxDyn(&shape), x).unwrap(),
+        BitMask::from_bools(shape, m.iter().copied()).unwrap(),
+    )
+    .unwrap();
+    for dim in [1usize, 0] {
+        let lanes = shape[1 - dim];
+        let lane_of = |k: usize| if dim == 1 { k / 203 } else { k % 203 };
+        let mut count = vec![0usize; lanes];
+        for k in (0..n).filter(|&k| m[k]) {
+            count[lane_of(k)] += 1;
+        }
+        let g: Vec<f32> = (0..lanes).map(|l| 0.25 * l as f32 - 1.5).collect();
+        let gm = MaskedArray::unmasked(ArrayD::from_shape_vec(IxDyn(&[lanes]), g.clone()).unwrap());
+        for op in ["sum", "mean"] {
+            let req = OpRequest::new(op).unwrap().dims(dim as isize);
+            let want: Vec<f32> = (0..n)
+                .map(|k| match (m[k], op) {
+                    (false, _) => 0.0,
+                    (true, "sum") => g[lane_of(k)],
+                    (true, _) => (g[lane_of(k)] as f64 / count[lane_of(k)] as f64) as f32,
+                })
+                .collect();
+            let dx = a.vjp_reduce(&req, &gm).unwrap();
+            let got: Vec<f32> = dx.values().iter().copied().collect();
+            assert_eq!(got, want, "{op} over dim {dim}");
+            let mut out = vec![f32::NAN; n];
+            a.vjp_into(&req, &gm, &mut out).unwrap();
+            assert_eq!(out, want, "{op} over dim {dim}, into a buffer");
+        }
+    }
+}
+
 #[test]
 fn saved_f32_gradients_equal_the_recomputed_ones() {
     let mut rng = Rng(62);
