@@ -251,6 +251,28 @@ fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Optio
 }
 
 #[inline(always)]
+fn fill_kernel<O: Copy>(out: &mut [O], bits: Bits<'_>, on: O, off: O) {
+    // a fixed-size chunk per mask word: the loop vectoriser then blends and stores along
+    // the chunk (the half-word form of `update_kernel`, with no load to tie it there,
+    // was vectorised across chunks instead, into scatters)
+    let full = out.len() - out.len() % 64;
+    let (head, tail) = out.split_at_mut(full);
+    for (c, oc) in head.chunks_exact_mut(64).enumerate() {
+        let oc: &mut [O; 64] = oc.try_into().expect("a chunk of 64");
+        let w = bits.word_at(c * 64);
+        for (j, o) in oc.iter_mut().enumerate() {
+            *o = if (w >> j) & 1 == 1 { on } else { off };
+        }
+    }
+    if !tail.is_empty() {
+        let w = bits.word_at(full);
+        for (j, o) in tail.iter_mut().enumerate() {
+            *o = if (w >> j) & 1 == 1 { on } else { off };
+        }
+    }
+}
+
+#[inline(always)]
 fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
     xs: &[T],
     bits: Option<Bits<'_>>,
@@ -382,6 +404,12 @@ multiversion! {
 multiversion! {
 /// In place: `out[k] = f(out[k], valid_k)`, in the fastest kernel this CPU supports.
     pub fn update_run[O: Copy, F: Fn(O, bool) -> O + Copy](out: &mut [O], bits: Option<Bits<'_>>, f: F) = update_kernel;
+}
+
+multiversion! {
+/// Writes `out[k] = on` where bit `k` of `bits` is set and `off` elsewhere, without
+/// reading `out`: a write-only masked fill (the gradient of a sum or a mean).
+    pub fn fill_run[O: Copy](out: &mut [O], bits: Bits<'_>, on: O, off: O) = fill_kernel;
 }
 
 multiversion! {
@@ -691,6 +719,35 @@ mod tests {
             assert_eq!(fold_run(&Heavy, &x32[..len], None, 0), all);
         }
     }
+    #[test]
+    fn fill_run_matches_scalar_at_every_length_and_offset() {
+        let words: Vec<u64> = (0..8u64)
+            .map(|i| 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 1))
+            .collect();
+        for len in [0, 1, 31, 63, 64, 65, 128, 200, 300] {
+            for off in [0, 1, 13, 64, 70] {
+                let b = Bits::new(&words, off);
+                let mut f = vec![f32::NAN; len];
+                fill_run(&mut f, b, 2.5f32, -0.0);
+                let mut d = vec![f64::NAN; len];
+                fill_run(&mut d, b, -1.0f64, 7.0);
+                let mut h = vec![9u16; len];
+                fill_run(&mut h, b, 1u16, 0);
+                for k in 0..len {
+                    let v = b.get(k);
+                    let want = if v { 2.5f32 } else { -0.0 };
+                    assert_eq!(f[k].to_bits(), want.to_bits(), "len {len} off {off} k {k}");
+                    assert_eq!(
+                        d[k],
+                        if v { -1.0 } else { 7.0 },
+                        "len {len} off {off} k {k}"
+                    );
+                    assert_eq!(h[k], v as u16, "len {len} off {off} k {k}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn pair_run_matches_scalar_at_every_length_and_offset() {
         let xs: Vec<i64> = (0..300).map(|i| (i * 7919) % 113 - 50).collect();

@@ -7,7 +7,7 @@
 use masked_core::grad::{GradScratch, LaneValues};
 use masked_core::{Bits, Element, Float, LaneGrad, ReducePlan, Upstream};
 use masked_kernels::pack::{compress_to, expand_to};
-use masked_kernels::run::update_run;
+use masked_kernels::run::fill_run;
 use rayon::prelude::*;
 
 /// Where a lane's upstream gradient (or saved forward output) comes from, unpacked.
@@ -85,9 +85,10 @@ impl<T: Element> Scratch<T, T::Real> {
             let n = bits.map_or(xs.len(), |b| b.count_ones(xs.len()));
             if let Some(v) = grad.uniform(n.max(1), gv.to_f64()) {
                 let v = <T::Real as Float>::from_f64(v);
-                // `update_run`'s read of `out` is dead (the closure ignores it): a
-                // write-only masked fill
-                update_run(out, bits, move |_, ok| if ok { v } else { zero });
+                match bits {
+                    Some(b) => fill_run(out, b, v, zero),
+                    None => out.fill(v),
+                }
                 return;
             }
         }
