@@ -84,6 +84,35 @@ pub trait LaneGrad: Send + Sync + 'static {
         let _ = (xs, ys, g, out);
         false
     }
+    /// [`LaneGrad::typed_from_output`] for a layout that holds the lane unpacked (the
+    /// dense layout's contiguous lanes): `ys` and `g` are the saved output and upstream
+    /// packed (what the op sums over the lane), `spread` the same two unpacked with the
+    /// lane's validity, and the gradient goes straight to the unpacked `out` (0 at the
+    /// invalid positions), with no packed result to expand. Bit for bit the values of
+    /// [`LaneGrad::typed_from_output`]. Returns false (and writes nothing) where it does
+    /// not apply; the default never applies.
+    fn typed_spread_from_output<R: crate::element::Float>(
+        &self,
+        ys: &[R],
+        g: &[R],
+        spread: Spread<'_, R>,
+        out: &mut [R],
+    ) -> bool {
+        let _ = (ys, g, spread, out);
+        false
+    }
+}
+
+/// A lane's saved output and upstream as a layout holds them unpacked, with the lane's
+/// validity: the argument of [`LaneGrad::typed_spread_from_output`].
+#[derive(Debug, Clone, Copy)]
+pub struct Spread<'a, R> {
+    /// The saved output, one value per position of the lane.
+    pub ys: &'a [R],
+    /// The upstream, one value per position of the lane.
+    pub g: &'a [R],
+    /// The lane's validity.
+    pub bits: masked_kernels::Bits<'a>,
 }
 
 /// `g` everywhere: the gradient of a sum.
@@ -792,42 +821,78 @@ impl LaneGrad for SoftmaxGrad {
         g: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
-        use crate::element::Float;
-        use crate::lane::SoftmaxKind::*;
-        use crate::math::Math;
-        use masked_kernels::run::zip_run;
         let (LaneValues::Each(ys), LaneValues::Each(g)) = (ys, g) else {
             return false;
         };
         let n = xs.len();
-        let (ys, g, out) = (&ys[..n], &g[..n], &mut out[..n]);
-        let to = <T::Real as Float>::from_f64;
-        match self.kind {
-            Softmax | Softmin => {
-                let dot = sum8(ys.iter().zip(g).map(|(y, g)| y.to_f64() * g.to_f64()));
-                let sign = if self.kind == Softmin { -1.0 } else { 1.0 };
-                zip_run(ys, g, None, out, move |y: T::Real, gi: T::Real, _| {
-                    to(sign * y.to_f64() * (gi.to_f64() - dot))
-                });
-            }
-            LogSoftmax => {
-                let total = sum8(g.iter().map(|g| g.to_f64()));
-                zip_run(ys, g, None, out, move |y: T::Real, gi: T::Real, _| {
-                    to(gi.to_f64() - y.to_f64().exp_full() * total)
-                });
-            }
-        }
+        let (ys, g) = (&ys[..n], &g[..n]);
+        self.softmax_run(ys, g, ys, g, None, &mut out[..n]);
+        true
+    }
+    fn typed_spread_from_output<R: crate::element::Float>(
+        &self,
+        ys: &[R],
+        g: &[R],
+        spread: Spread<'_, R>,
+        out: &mut [R],
+    ) -> bool {
+        self.softmax_run(ys, g, spread.ys, spread.g, Some(spread.bits), out);
         true
     }
 }
 
-/// A sum in `f64` over eight interleaved accumulators (term `k` into accumulator
-/// `k % 8`), combined in a fixed tree: vectorises, and is the same for every layout.
-fn sum8(terms: impl Iterator<Item = f64>) -> f64 {
-    let mut acc = [0.0f64; 8];
-    for (k, t) in terms.enumerate() {
-        acc[k % 8] += t;
+impl SoftmaxGrad {
+    /// The lane's constant from the packed `ys` and `g` (the dot product, or the sum of
+    /// `g`) in `f64` over eight accumulators, then one vectorised pass over `at_ys`,
+    /// `at_g` (the same values, packed or unpacked with `bits`; 0 written where a bit
+    /// is clear) writing `y (g - Σ g y)` (log_softmax: `g - exp(y) Σ g`, with the
+    /// engine's branch-free `exp`), each value in `f64` and rounded once.
+    fn softmax_run<R: crate::element::Float>(
+        &self,
+        ys: &[R],
+        g: &[R],
+        at_ys: &[R],
+        at_g: &[R],
+        bits: Option<masked_kernels::Bits<'_>>,
+        out: &mut [R],
+    ) {
+        use crate::element::Float;
+        use crate::lane::SoftmaxKind::*;
+        use crate::math::Math;
+        use masked_kernels::run::zip_run;
+        let to = <R as Float>::from_f64;
+        let zero = R::ZERO;
+        match self.kind {
+            Softmax | Softmin => {
+                let dot = sum8(ys, g, |y: R, g: R| y.to_f64() * g.to_f64());
+                let sign = if self.kind == Softmin { -1.0 } else { 1.0 };
+                zip_run(at_ys, at_g, bits, out, move |y: R, gi: R, ok| {
+                    if ok {
+                        to(sign * y.to_f64() * (gi.to_f64() - dot))
+                    } else {
+                        zero
+                    }
+                });
+            }
+            LogSoftmax => {
+                let total = sum8(g, g, |g: R, _| g.to_f64());
+                zip_run(at_ys, at_g, bits, out, move |y: R, gi: R, ok| {
+                    if ok {
+                        to(gi.to_f64() - y.to_f64().exp_full() * total)
+                    } else {
+                        zero
+                    }
+                });
+            }
+        }
     }
+}
+
+/// The sum of `f(xs[k], ys[k])` in `f64` over eight interleaved accumulators (term `k`
+/// into accumulator `k % 8`), combined in a fixed tree: vectorised (the kernels'
+/// `sum8_run`), and the same for every layout.
+fn sum8<A: Copy, B: Copy>(xs: &[A], ys: &[B], f: impl Fn(A, B) -> f64 + Copy) -> f64 {
+    let acc = masked_kernels::run::sum8_run(xs, ys, f);
     ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
 }
 

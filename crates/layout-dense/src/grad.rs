@@ -4,7 +4,7 @@
 //! map along the last dim) and the blocks of a map along another dim run in parallel;
 //! a reduction over leading or scattered dims groups its lanes' positions first.
 
-use masked_core::grad::{GradScratch, LaneValues};
+use masked_core::grad::{GradScratch, LaneValues, Spread};
 use masked_core::{Bits, Element, Float, LaneGrad, ReducePlan, Upstream};
 use masked_kernels::pack::{compress_to, expand_to};
 use masked_kernels::run::fill_run;
@@ -118,6 +118,20 @@ impl<T: Element> Scratch<T, T::Real> {
         }
         let gl = packed(g, bits, &mut self.g, zero);
         let yl = packed(saved, bits, &mut self.y, zero);
+        if let (Src::Each(ya), Src::Each(ga), LaneValues::Each(yp), LaneValues::Each(gp)) =
+            (saved, g, yl, gl)
+        {
+            // an op that sums over the packed lane and writes each position from its own
+            // values (the softmax family): straight to `out`, no packed result to expand
+            let spread = Spread {
+                ys: ya,
+                g: ga,
+                bits: b,
+            };
+            if grad.typed_spread_from_output(yp, gp, spread, out) {
+                return;
+            }
+        }
         self.o.resize(xs.len(), zero);
         self.lane.lane(grad, &self.x[..n], gl, yl, &mut self.o[..n]);
         expand_to(&self.o[..n], b, zero, out);
