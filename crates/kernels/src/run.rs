@@ -260,7 +260,11 @@ fn sum8_kernel<A: Copy, B: Copy, F: Fn(A, B) -> f64 + Copy>(xs: &[A], ys: &[B], 
     // array of eight was split 2 + 4 + 1 + 1)
     let (mut lo, mut hi) = ([0.0f64; 4], [0.0f64; 4]);
     for (xc, yc) in xs[..full].chunks_exact(8).zip(ys[..full].chunks_exact(8)) {
-        let t: [f64; 8] = std::array::from_fn(|i| f(xc[i], yc[i]));
+        // (`array::from_fn` here was left out of line in a multi-unit build)
+        let mut t = [0.0f64; 8];
+        for i in 0..8 {
+            t[i] = f(xc[i], yc[i]);
+        }
         for i in 0..4 {
             lo[i] += t[i];
             hi[i] += t[i + 4];
