@@ -55,6 +55,8 @@ impl<D: Element> Cast<D> {
 }
 
 impl<T: Element, D: Element> LaneMap<T> for Cast<D> {
+    // listed for the prebuilt dtypes: Cast<f32>, Cast<f64>
+    const PREBUILT: bool = D::PREBUILT;
     type Output = D;
     fn name(&self) -> &'static str {
         "cast"

@@ -245,6 +245,11 @@ pub trait Element:
 {
     /// Runtime tag.
     const DTYPE: DType;
+    /// Whether the layouts compile their kernels for this dtype in their own crates
+    /// (`prebuilt_kernels!`: `f32` and `f64`), so a dependent links them rather than
+    /// instantiating the generic kernels (see [`Fold::PREBUILT`](crate::Fold::PREBUILT)).
+    #[doc(hidden)]
+    const PREBUILT: bool = false;
     /// Lowest value: `-inf` for floats, `MIN` for integers (identity of amax).
     const LOWEST: Self;
     /// Highest value: `+inf` for floats, `MAX` for integers (identity of amin).
@@ -534,6 +539,7 @@ macro_rules! element_float {
     ($t:ty, $dt:expr, $lane:ty, $var:ident, $exp:ident, $key:ty) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
+            const PREBUILT: bool = true;
             const LOWEST: Self = <$t>::NEG_INFINITY;
             const HIGHEST: Self = <$t>::INFINITY;
             const ZERO: Self = 0.0;

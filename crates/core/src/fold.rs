@@ -28,6 +28,14 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     type State: Clone + Send + Sync + Debug + Serialize + DeserializeOwned;
     /// The finished value of a lane.
     type Output: Element;
+    /// Whether this kernel value type is one of `prebuilt_kernels!`'s list (the engine's
+    /// own ops set it; a new op type starts unlisted): for a dtype with
+    /// [`Element::PREBUILT`](crate::Element::PREBUILT), the layouts' dispatchers then call their own compiled
+    /// kernel and the generic one is not instantiated in the calling crate at all. A
+    /// listed type without it, or a flagged type missing from the list, fails the
+    /// layouts' prebuilt tests.
+    #[doc(hidden)]
+    const PREBUILT: bool = false;
 
     /// Name of the op, for messages.
     fn name(&self) -> &'static str;

@@ -25,6 +25,14 @@ use masked_kernels::BLOCK;
 pub trait LaneStat<T: Element>: Send + Sync + 'static {
     /// The statistic's type.
     type Output: Element;
+    /// Whether this kernel value type is one of `prebuilt_kernels!`'s list (the engine's
+    /// own ops set it; a new op type starts unlisted): for a dtype with
+    /// [`Element::PREBUILT`], the layouts' dispatchers then call their own compiled
+    /// kernel and the generic one is not instantiated in the calling crate at all. A
+    /// listed type without it, or a flagged type missing from the list, fails the
+    /// layouts' prebuilt tests.
+    #[doc(hidden)]
+    const PREBUILT: bool = false;
     /// Name of the op, for messages.
     fn name(&self) -> &'static str;
     /// Whether the statistic needs the lane position of each valid value.
@@ -61,6 +69,7 @@ pub trait LaneStat<T: Element>: Send + Sync + 'static {
 pub struct MedianIndex;
 
 impl<T: Element> LaneStat<T> for MedianIndex {
+    const PREBUILT: bool = true;
     type Output = i64;
     fn name(&self) -> &'static str {
         "median index"
@@ -95,6 +104,14 @@ impl<T: Element> LaneStat<T> for MedianIndex {
 pub trait LaneMap<T: Element>: Send + Sync + 'static {
     /// Output element type.
     type Output: Element;
+    /// Whether this kernel value type is one of `prebuilt_kernels!`'s list (the engine's
+    /// own ops set it; a new op type starts unlisted): for a dtype with
+    /// [`Element::PREBUILT`], the layouts' dispatchers then call their own compiled
+    /// kernel and the generic one is not instantiated in the calling crate at all. A
+    /// listed type without it, or a flagged type missing from the list, fails the
+    /// layouts' prebuilt tests.
+    #[doc(hidden)]
+    const PREBUILT: bool = false;
     /// Name of the op, for messages.
     fn name(&self) -> &'static str;
     /// Maps the lane `xs` (valid where `bits` is set; all valid for `None`) into `out`
@@ -219,6 +236,7 @@ fn lerp(a: f64, b: f64, t: f64) -> f64 {
 }
 
 impl<T: Element> LaneStat<T> for Quantile {
+    const PREBUILT: bool = true;
     type Output = T::Real;
     fn name(&self) -> &'static str {
         "quantile"
@@ -296,6 +314,7 @@ pub struct Softmax {
 }
 
 impl<T: Element> LaneMap<T> for Softmax {
+    const PREBUILT: bool = true;
     type Output = T::Real;
     fn name(&self) -> &'static str {
         match self.kind {
@@ -478,6 +497,7 @@ impl Normalize {
 }
 
 impl<T: Element> LaneMap<T> for Normalize {
+    const PREBUILT: bool = true;
     type Output = T::Real;
     fn name(&self) -> &'static str {
         "normalize"
@@ -511,6 +531,7 @@ pub struct Cumulative {
 }
 
 impl<T: Element> LaneMap<T> for Cumulative {
+    const PREBUILT: bool = true;
     type Output = T;
     fn name(&self) -> &'static str {
         if self.prod {

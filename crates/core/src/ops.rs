@@ -180,6 +180,7 @@ impl<T: Element> Lanes<T> for SumLanes {
 }
 
 impl<T: Element> Fold<T> for Sum {
+    const PREBUILT: bool = true;
     type State = T::Total;
     type Output = T::Wide;
     fn name(&self) -> &'static str {
@@ -247,6 +248,7 @@ impl<T: Element> Lanes<T> for ProdLanes {
 }
 
 impl<T: Element> Fold<T> for Prod {
+    const PREBUILT: bool = true;
     type State = T::Total;
     type Output = T::Wide;
     fn name(&self) -> &'static str {
@@ -334,6 +336,7 @@ macro_rules! extreme_op {
         }
 
         impl<T: Element> Fold<T> for $op {
+            const PREBUILT: bool = true;
             type State = T;
             type Output = T;
             fn name(&self) -> &'static str {
@@ -393,6 +396,7 @@ extreme_op!(
 pub struct Ptp;
 
 impl<T: Element> Fold<T> for Ptp {
+    const PREBUILT: bool = true;
     type State = (T, T);
     type Output = T::Wide;
     fn name(&self) -> &'static str {
@@ -490,6 +494,7 @@ macro_rules! arg_op {
         }
 
         impl<T: Element> Fold<T> for $op {
+            const PREBUILT: bool = true;
             type State = (T, i64);
             type Output = i64;
             fn name(&self) -> &'static str {
@@ -627,6 +632,7 @@ impl<T: Element> Lanes<T> for MeanLanes {
 }
 
 impl<T: Element> Fold<T> for Mean {
+    const PREBUILT: bool = true;
     type State = (T::MeanTotal, i64);
     type Output = T::Real;
     fn name(&self) -> &'static str {
@@ -687,6 +693,7 @@ impl<T: Element> Fold<T> for Mean {
 pub struct Count;
 
 impl<T: Element> Fold<T> for Count {
+    const PREBUILT: bool = true;
     type State = i64;
     type Output = i64;
     fn name(&self) -> &'static str {

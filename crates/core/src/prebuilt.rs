@@ -9,7 +9,13 @@
 //! dtypes a layout names: each pair gets a non-generic `#[inline(never)]` entry, compiled
 //! in the layout's crate, which a dependent links instead of instantiating; the layout
 //! calls a generic dispatcher that compares `TypeId`s and calls the entry, or the generic
-//! kernel for any other type. In an optimised build the comparison is a constant.
+//! kernel for any other type. Whether a pair is listed is also a pair of constants
+//! (`Element::PREBUILT` of the dtype, `PREBUILT` of the `Fold` / `LaneStat` / `LaneMap`
+//! type), tested first: after monomorphisation the other branch is gone, so a listed
+//! pair does not instantiate the generic kernel (and its parallel plumbing) in the
+//! calling crate, which is most of a dependent's compile time. A listed pair that is not
+//! flagged is a compile error; a flagged type missing from the list fails the layouts'
+//! prebuilt tests.
 
 pub use crate::element::{is, same};
 
@@ -90,12 +96,17 @@ macro_rules! prebuilt_kernels {
             /// One kernel value type's kernel for dtype `T`, implemented for concrete `T`
             /// only: a non-generic item a dependent links.
             pub(super) trait Here<T: $crate::Element>: $crate::$Tr<T> {
+                /// The kernel type's flag for `T`.
+                const FLAGGED: bool = <Self as $crate::$Tr<T>>::PREBUILT;
                 fn here<'a>(&self, input: &$In<'a, T>, $($a: $at),*) -> $Out<'a, T, Self>;
             }
             $( $crate::prebuilt_kernels!(@impls $k, $dl, $In, $params, $Out, $call); )*
         }
 
         /// The kernel, from this crate's instantiation for the listed types and dtypes.
+        /// The test is on constants (`PREBUILT` of the dtype and of the kernel type), so
+        /// after monomorphisation only one branch exists: a listed pair calls its entry
+        /// and never instantiates the generic kernel in the calling crate.
         pub(crate) fn $entry<'a, T: $crate::Element, K: $crate::$Tr<T>>(
             $op: &K,
             $input: &$In<'a, T>,
@@ -103,7 +114,16 @@ macro_rules! prebuilt_kernels {
         ) -> $Out<'a, T, K> {
             #[cfg(feature = "prebuilt")]
             {
-                $( $crate::prebuilt_kernels!(@try $k, $dl, $In, $entry, T, K, $params); )*
+                if <T as $crate::Element>::PREBUILT && <K as $crate::$Tr<T>>::PREBUILT {
+                    $( $crate::prebuilt_kernels!(@try $k, $dl, $In, $entry, T, K, $params); )*
+                    // a type flagged PREBUILT without an entry in the list: the layouts'
+                    // prebuilt tests run every op of the registry and fail here
+                    unreachable!(
+                        "{} is flagged PREBUILT but has no prebuilt entry for {}",
+                        std::any::type_name::<K>(),
+                        std::any::type_name::<T>()
+                    );
+                }
                 $crate::prebuilt::fell_back::<T>();
             }
             $call
@@ -115,6 +135,11 @@ macro_rules! prebuilt_kernels {
     };
     (@impl $k:ty, $d:ty, $In:ident, ($op:ident, $input:ident $(, $a:ident: $at:ty)*),
         $Out:ident, $call:expr) => {
+        // a listed pair must be flagged, or the dispatcher would never call its entry
+        const _: () = assert!(
+            <$d as $crate::Element>::PREBUILT && <$k as Here<$d>>::FLAGGED,
+            "a prebuilt_kernels! entry whose kernel type or dtype is not flagged PREBUILT"
+        );
         impl Here<$d> for $k {
             #[inline(never)]
             fn here<'a>(&self, $input: &$In<'a, $d>, $($a: $at),*) -> $Out<'a, $d, Self> {

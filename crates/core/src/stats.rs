@@ -181,6 +181,7 @@ macro_rules! moment_op {
         }
 
         impl<T: Element> Fold<T> for $op {
+            const PREBUILT: bool = true;
             type State = Moments;
             type Output = T::Real;
             fn name(&self) -> &'static str {
@@ -376,6 +377,7 @@ impl<T: Element, const K: u8> Lanes<T> for NormLanes<K> {
 }
 
 impl<T: Element> Fold<T> for Norm {
+    const PREBUILT: bool = true;
     type State = f64;
     type Output = T::Real;
     fn name(&self) -> &'static str {
@@ -435,6 +437,7 @@ fn lse_merge(a: &mut LseState, b: LseState) {
 }
 
 impl<T: Element> Fold<T> for LogSumExp {
+    const PREBUILT: bool = true;
     type State = LseState;
     type Output = T::Real;
     fn name(&self) -> &'static str {

@@ -22,6 +22,10 @@ use masked_kernels::Bits;
 
 /// An elementwise function, written once.
 pub trait Unary: Copy + Send + Sync {
+    /// Whether the map types over it are in `prebuilt_kernels!`'s list (the two function
+    /// enums, [`FloatFn`] and [`KeepFn`]; see [`LaneMap::PREBUILT`](crate::LaneMap::PREBUILT)).
+    #[doc(hidden)]
+    const PREBUILT: bool = false;
     /// The op's name, for messages.
     fn name(&self) -> &'static str;
     /// The value at a valid position, in `T`'s compute type (`T` for type-dependent
@@ -78,6 +82,7 @@ macro_rules! fn_enum {
             )*
         }
         impl Unary for $name {
+            const PREBUILT: bool = true;
             fn name(&self) -> &'static str {
                 match self { $( Self::$v(u) => u.name(), )* }
             }
@@ -111,6 +116,8 @@ macro_rules! fn_enum {
 pub struct FloatMap<U>(pub U);
 
 impl<T: Element, U: Unary + 'static> LaneMap<T> for FloatMap<U> {
+    // listed for the two function enums
+    const PREBUILT: bool = U::PREBUILT;
     type Output = T::Real;
     fn name(&self) -> &'static str {
         self.0.name()
@@ -125,6 +132,8 @@ impl<T: Element, U: Unary + 'static> LaneMap<T> for FloatMap<U> {
 pub struct KeepMap<U>(pub U);
 
 impl<T: Element, U: Unary + 'static> LaneMap<T> for KeepMap<U> {
+    // listed for the two function enums
+    const PREBUILT: bool = U::PREBUILT;
     type Output = T;
     fn name(&self) -> &'static str {
         self.0.name()
