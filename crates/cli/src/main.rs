@@ -3,13 +3,13 @@
 //! message naming the problem.
 
 mod algebra;
-mod alloc;
 mod bench;
 mod binary;
-mod sweep;
+mod sweep_run;
 mod vjp;
 
-use masked_cli::{error, extension, limits, npy, sparse_io};
+use masked_cli::sweep;
+use masked_cli::{alloc, error, extension, limits, npy, sparse_io};
 
 use clap::Parser;
 use error::CliError;
@@ -183,7 +183,7 @@ fn main() -> ExitCode {
         let mut rest = vec!["masked sweep".to_string()];
         rest.extend(argv[2..].iter().cloned());
         match sweep::SweepArgs::try_parse_from(rest) {
-            Ok(a) => sweep::run(a),
+            Ok(a) => sweep_run::run(a),
             Err(e) => return clap_exit(e),
         }
     } else {

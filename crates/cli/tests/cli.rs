@@ -1871,6 +1871,74 @@ fn sweep_prints_a_table_and_the_crossovers() {
     assert!(d.path().join("s/report.md").exists());
 }
 
+/// Every output of a small sweep: the records (2 series x 3 points x 2 thread counts x
+/// (2 ops x 3 layouts + 6 conversions)), the CSV, the exported points, the report with
+/// its thread-scaling table and well-formed SVGs.
+#[test]
+fn a_tiny_sweep_writes_every_output() {
+    use masked_cli::sweep::report::Record;
+    use masked_cli::sweep::{read_jsonl, Exported, Vary};
+    let d = tempfile::tempdir().unwrap();
+    let o = run(
+        d.path(),
+        &[
+            "sweep",
+            "--shape",
+            "48,40",
+            "--grid",
+            "1e-2,0.3,1",
+            "--op",
+            "sum,softmax",
+            "--series",
+            "stored:pattern,mask:banded",
+            "--repeat",
+            "1",
+            "--budget",
+            "0",
+            "--threads",
+            "1,2",
+            "--export",
+            "--json",
+            "--out",
+            "s",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dir = d.path().join("s");
+    let rs: Vec<Record> = read_jsonl(&dir.join("results.jsonl")).unwrap();
+    // 2 series x 3 points x 2 thread counts x (2 ops x 3 layouts + 6 conversions)
+    assert_eq!(rs.len(), 2 * 3 * 2 * 12);
+    // --json: the same records on stdout, a line each
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap().lines().count(),
+        rs.len()
+    );
+    assert!(rs
+        .iter()
+        .all(|r| r.seconds > 0.0 && r.gbps > 0.0 && r.shape == [48, 40]));
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), rs.len() + 1);
+    assert_eq!(csv.lines().next().unwrap(), Record::CSV_HEADER);
+    // the stored series stores the grid's density; the mask series keeps 0.01 stored
+    for r in &rs {
+        let target = if r.vary == Vary::Stored { r.x } else { 0.01 };
+        assert!((r.density - target).abs() < 0.2 + 0.5 * target, "{r:?}");
+    }
+    let points: Vec<Exported> = read_jsonl(&dir.join("points.jsonl")).unwrap();
+    assert_eq!(points.len(), 6);
+    assert!(points.iter().all(|p| dir.join(&p.file).exists()));
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("## Thread scaling") && md.contains("| sum | mask-banded | csr |"));
+    for f in [
+        "sum-stored-pattern.svg",
+        "softmax-mask-banded.svg",
+        "convert-mask-banded.svg",
+    ] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+}
+
 #[test]
 fn sweep_bad_arguments_exit_2() {
     let d = tempfile::tempdir().unwrap();

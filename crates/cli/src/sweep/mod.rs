@@ -7,8 +7,8 @@ pub mod data;
 pub mod plot;
 pub mod report;
 
-use crate::bench::{measure, Timing};
 use crate::error::CliError;
+use crate::timing::{emit, measure, parse_list, Timing};
 use clap::Parser;
 use data::{Logical, Structure};
 use masked::by_name::{self as ops, Kind, OpRequest};
@@ -25,82 +25,82 @@ pub struct SweepArgs {
     /// Ops to time, comma separated (reductions and normalizations of the registry).
     /// Default: sum,amax,softmax,median (full: also mean,var,logsumexp).
     #[arg(long)]
-    op: Option<String>,
+    pub op: Option<String>,
     /// Layouts, comma separated: dense, csr, coo.
     #[arg(long, default_value = "dense,csr,coo")]
-    layout: String,
+    pub layout: String,
     /// The whole grid (four points a decade from 1e-5 to 1), every series and more ops,
     /// on a 4096 x 4096 matrix: several minutes. Without it, a quick run (one point a
     /// decade, two series, 2048 x 2048) of about a minute.
     #[arg(long)]
-    full: bool,
+    pub full: bool,
     /// Density grid: `LO:HI:K` (K log-spaced points a decade, HI included) or a comma
     /// list. Default 1e-5:1:1 (full: 1e-5:1:4).
     #[arg(long)]
-    grid: Option<String>,
+    pub grid: Option<String>,
     /// Series, comma separated, each `VARY:STRUCTURE`. VARY `stored`: the stored density
     /// takes the grid, the mask has STRUCTURE (pattern: the stored entries; random,
     /// lengths, banded at --mask-density; causal). VARY `mask`: the mask density takes the
     /// grid (random, lengths, banded), the stored density is --density. Default
     /// stored:pattern,mask:random (full: also stored:causal,mask:lengths,mask:banded).
     #[arg(long)]
-    series: Option<String>,
+    pub series: Option<String>,
     /// Stored density of `mask:*` series.
     #[arg(long, default_value_t = 0.01)]
-    density: f64,
+    pub density: f64,
     /// Mask density of `stored:random|lengths|banded` series.
     #[arg(long, default_value_t = 0.5)]
-    mask_density: f64,
+    pub mask_density: f64,
     /// Matrix shape `R,C`. Default 2048,2048 (full: 4096,4096).
     #[arg(long, conflicts_with = "size")]
-    shape: Option<String>,
+    pub shape: Option<String>,
     /// Size of the dense values instead of a shape (K, M, G suffixes): a square matrix of
     /// at least this many bytes, e.g. 1G for DRAM-resident runs.
     #[arg(long)]
-    size: Option<String>,
+    pub size: Option<String>,
     /// The dim reduced and normalized along: 1 (rows) or 0 (columns).
     #[arg(long, default_value_t = 1)]
-    dim: usize,
+    pub dim: usize,
     /// Worker threads, one count or a comma list (each point is timed at each count).
     /// Default: all cores.
     #[arg(long)]
-    threads: Option<String>,
+    pub threads: Option<String>,
     /// Thread scaling: time every point at 1, 2, 4 ... threads up to all cores.
     #[arg(long, conflicts_with = "threads")]
-    scaling: bool,
+    pub scaling: bool,
     /// Timed runs per measurement at most (the median is reported).
     #[arg(long, default_value_t = 7)]
-    repeat: usize,
+    pub repeat: usize,
     /// Seconds of timed runs per measurement before stopping (at least 3 runs).
     #[arg(long, default_value_t = 0.1)]
-    budget: f64,
+    pub budget: f64,
     /// Skip timing the conversions between layouts.
     #[arg(long)]
-    no_convert: bool,
+    pub no_convert: bool,
     /// Seed of the generator.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub seed: u64,
     /// Value dtype: f32, f64, f16, bf16, i32 or i64.
     #[arg(long, default_value = "f32")]
-    dtype: String,
+    pub dtype: String,
     /// Output folder: results.jsonl, results.csv, report.md, the SVGs.
     #[arg(long, default_value = "sweep-out")]
-    out: PathBuf,
+    pub out: PathBuf,
     /// Also write each point's data (data/*.npz, points.jsonl) for the peer script
     /// (scripts/sweep_peers.py).
     #[arg(long)]
-    export: bool,
+    pub export: bool,
     /// Do not time: rebuild report.md and the SVGs of --out from its results.jsonl and,
     /// when present, the peers' peers.jsonl.
     #[arg(long)]
-    report_only: bool,
+    pub report_only: bool,
     /// Print JSON lines on stdout instead of the table.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// Memory ceiling (bytes; K, M, G suffixes); default MASKED_MAX_MEMORY, else 80% of
     /// physical memory. Each point is checked against it before it is built.
     #[arg(long)]
-    max_memory: Option<String>,
+    pub max_memory: Option<String>,
 }
 
 /// What one series varies.
@@ -276,121 +276,8 @@ fn machine() -> String {
     format!("{model}, {cores} cores, {}", feats.join(" + "))
 }
 
-/// Runs the sweep (or, with `--report-only`, rebuilds its report).
-pub fn run(a: SweepArgs) -> Result<(), CliError> {
-    crate::limits::init(a.max_memory.as_deref())?;
-    if a.report_only {
-        let summary = report::write_all(&a.out, None)?;
-        return crate::bench::emit(summary);
-    }
-    let dtype: DType = a.dtype.parse()?;
-    masked::with_dtype!(dtype, T => sweep::<T>(&a))
-}
-
-fn sweep<T: Element>(a: &SweepArgs) -> Result<(), CliError> {
-    let plan = Plan::new::<T>(a)?;
-    std::fs::create_dir_all(&a.out)
-        .map_err(|e| CliError::file(&a.out, format!("cannot create the folder: {e}")))?;
-    if a.export {
-        std::fs::create_dir_all(a.out.join("data"))
-            .map_err(|e| CliError::file(&a.out, format!("cannot create data/: {e}")))?;
-    }
-    let pools = plan
-        .meta
-        .threads
-        .iter()
-        .map(|&t| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(t)
-                .build()
-                .map_err(|e| CliError::Usage(format!("cannot start {t} threads: {e}")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let per_point = plan.meta.threads.len()
-        * (plan.reqs.len() * plan.meta.layouts.len()
-            + if a.no_convert { 0 } else { CONVERSIONS.len() });
-    let points: Vec<(Series, f64)> = plan
-        .series
-        .iter()
-        .flat_map(|s| plan.meta.grid.iter().map(move |&x| (*s, x)))
-        .collect();
-    let bar = progress((points.len() * per_point) as u64);
-    let mut out = Output::open(&a.out, a.json)?;
-    let mut exported = Vec::new();
-    for (i, &(series, x)) in points.iter().enumerate() {
-        let (d, p) = match series.vary {
-            Vary::Stored => (x, a.mask_density),
-            Vary::Mask => (a.density, x),
-        };
-        let p_est = match series.structure {
-            Structure::Pattern => 0.0,
-            Structure::Causal => 0.5,
-            _ => p,
-        };
-        crate::limits::check(
-            format!("sweep point {} at {x:e}", series.name()),
-            Logical::<T>::estimate_bytes(plan.shape, d, p_est),
-        )?;
-        bar.set_message(format!("{} {x:.0e}: generating", series.name()));
-        let logical = Logical::<T>::generate(
-            plan.shape,
-            d,
-            series.structure,
-            p,
-            a.seed.wrapping_add(i as u64),
-        );
-        let point = Point::new(series, x, &logical);
-        if a.export {
-            exported.push(export_point(&a.out, i, &point, &logical)?);
-        }
-        let built = Built::new(&logical, !a.no_convert, &plan.meta.layouts)?;
-        for (pool, &threads) in pools.iter().zip(&plan.meta.threads) {
-            for (name, req) in &plan.reqs {
-                for layout in &plan.meta.layouts {
-                    bar.set_message(format!("{} {x:.0e}: {name} {layout}", series.name()));
-                    let (seconds, peak) =
-                        pool.install(|| built.time_op(layout, req, &plan.timing))?;
-                    let bytes = logical.ideal_bytes(layout);
-                    out.record(&point.record(name, layout, threads, seconds, peak, bytes))?;
-                    bar.inc(1);
-                }
-            }
-            if !a.no_convert {
-                for (from, to) in CONVERSIONS {
-                    bar.set_message(format!("{} {x:.0e}: {from} -> {to}", series.name()));
-                    let (seconds, peak) =
-                        pool.install(|| built.time_convert(from, to, &plan.timing))?;
-                    let bytes = logical.ideal_bytes(from);
-                    let layout = format!("{from}->{to}");
-                    out.record(&point.record("convert", &layout, threads, seconds, peak, bytes))?;
-                    bar.inc(1);
-                }
-            }
-        }
-    }
-    bar.finish_and_clear();
-    out.finish()?;
-    write_json(&a.out.join("meta.json"), &plan.meta)?;
-    if a.export {
-        let lines: Vec<String> = exported
-            .iter()
-            .map(|p| serde_json::to_string(p).expect("a plain struct serialises"))
-            .collect();
-        std::fs::write(a.out.join("points.jsonl"), lines.join("\n") + "\n")
-            .map_err(|e| CliError::file(&a.out.join("points.jsonl"), e.to_string()))?;
-    }
-    // peer figures of an earlier run are of other data (scripts/sweep_peers.py writes
-    // this run's after it)
-    let _ = std::fs::remove_file(a.out.join("peers.jsonl"));
-    let summary = report::write_all(&a.out, Some(&plan.meta))?;
-    if !a.json {
-        crate::bench::emit(summary)?;
-    }
-    Ok(())
-}
-
 /// A progress bar on stderr (hidden when stderr is not a terminal).
-fn progress(total: u64) -> indicatif::ProgressBar {
+pub fn progress(total: u64) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(total),
         indicatif::ProgressDrawTarget::stderr(),
@@ -404,19 +291,25 @@ fn progress(total: u64) -> indicatif::ProgressBar {
 }
 
 /// The resolved run: shape, ops, timing, series.
-struct Plan {
-    shape: [usize; 2],
-    reqs: Vec<(String, OpRequest)>,
-    series: Vec<Series>,
-    timing: Timing,
-    meta: Meta,
+pub struct Plan {
+    /// The matrix shape.
+    pub shape: [usize; 2],
+    /// The ops, by name.
+    pub reqs: Vec<(String, OpRequest)>,
+    /// The series.
+    pub series: Vec<Series>,
+    /// How each measurement runs.
+    pub timing: Timing,
+    /// What `meta.json` records.
+    pub meta: Meta,
 }
 
 impl Plan {
-    fn new<T: Element>(a: &SweepArgs) -> Result<Plan, CliError> {
+    /// Resolves the arguments (shape, grid, series, ops, threads) for dtype `T`.
+    pub fn new<T: Element>(a: &SweepArgs) -> Result<Plan, CliError> {
         let shape = match (&a.shape, &a.size) {
             (Some(s), _) => {
-                let v: Vec<usize> = crate::bench::parse_list(s, "shape")?;
+                let v: Vec<usize> = parse_list(s, "shape")?;
                 match v[..] {
                     [r, c] if r > 0 && c > 0 => [r, c],
                     _ => {
@@ -499,7 +392,7 @@ impl Plan {
             scaling_counts(cores)
         } else {
             match &a.threads {
-                Some(t) => crate::bench::parse_list(t, "threads")?,
+                Some(t) => parse_list(t, "threads")?,
                 None => vec![cores],
             }
         };
@@ -542,7 +435,7 @@ impl Plan {
 }
 
 /// One point of a series: what was generated.
-struct Point {
+pub struct Point {
     series: Series,
     x: f64,
     shape: Vec<usize>,
@@ -553,7 +446,8 @@ struct Point {
 }
 
 impl Point {
-    fn new<T: Element>(series: Series, x: f64, l: &Logical<T>) -> Point {
+    /// The point `x` of `series` with the data `l`.
+    pub fn new<T: Element>(series: Series, x: f64, l: &Logical<T>) -> Point {
         let n = (l.shape[0] * l.shape[1]) as f64;
         Point {
             series,
@@ -566,7 +460,8 @@ impl Point {
         }
     }
 
-    fn record(
+    /// The result record of one measurement at this point.
+    pub fn record(
         &self,
         op: &str,
         layout: &str,
@@ -638,21 +533,8 @@ impl<T: Element> Built<T> {
         self.coo.as_ref().expect("the COO layout is built")
     }
 
-    fn time_op(&self, layout: &str, req: &OpRequest, t: &Timing) -> Result<(f64, usize), CliError> {
-        match layout {
-            "dense" => {
-                let a = self.dense()?;
-                measure(|| ops::apply_to(&a, req, &ops::Discard), t)
-            }
-            "csr" => {
-                let a = self.csr()?;
-                measure(|| ops::apply_to(&a, req, &ops::Discard), t)
-            }
-            _ => measure(|| ops::apply_to(self.coo(), req, &ops::Discard), t),
-        }
-    }
-
-    fn time_convert(&self, from: &str, to: &str, t: &Timing) -> Result<(f64, usize), CliError> {
+    /// Times the conversion of this point's `from` layout to `to`.
+    pub fn time_convert(&self, from: &str, to: &str, t: &Timing) -> Result<(f64, usize), CliError> {
         /// Drops a conversion's result where the optimiser cannot see it unused.
         fn done<X>(x: X) {
             drop(std::hint::black_box(x))
@@ -688,7 +570,7 @@ impl<T: Element> Built<T> {
 
 /// Where the results go: results.jsonl and results.csv in the folder, and stdout (a table,
 /// or JSON lines with `--json`).
-struct Output {
+pub struct Output {
     jsonl: std::io::BufWriter<std::fs::File>,
     csv: std::io::BufWriter<std::fs::File>,
     json: bool,
@@ -696,7 +578,8 @@ struct Output {
 }
 
 impl Output {
-    fn open(dir: &Path, json: bool) -> Result<Output, CliError> {
+    /// Creates the result files in `dir` and prints the table's header.
+    pub fn open(dir: &Path, json: bool) -> Result<Output, CliError> {
         let create = |name: &str| {
             let p = dir.join(name);
             std::fs::File::create(&p)
@@ -711,7 +594,7 @@ impl Output {
         };
         o.write_csv(Record::CSV_HEADER)?;
         if !json {
-            crate::bench::emit(format!(
+            emit(format!(
                 "{:<16} {:>8} {:<10} {:<12} {:>8} {:>11} {:>9} {:>9}",
                 "series", "x", "op", "layout", "threads", "ms", "GB/s", "peak MB"
             ))?;
@@ -725,16 +608,17 @@ impl Output {
             .map_err(|e| CliError::file(&self.dir.join("results.csv"), e.to_string()))
     }
 
-    fn record(&mut self, r: &Record) -> Result<(), CliError> {
+    /// Writes one record to the files and stdout.
+    pub fn record(&mut self, r: &Record) -> Result<(), CliError> {
         use std::io::Write;
         let line = serde_json::to_string(r).expect("a plain struct serialises");
         writeln!(self.jsonl, "{line}")
             .map_err(|e| CliError::file(&self.dir.join("results.jsonl"), e.to_string()))?;
         self.write_csv(&r.csv())?;
         if self.json {
-            crate::bench::emit(line)
+            emit(line)
         } else {
-            crate::bench::emit(format!(
+            emit(format!(
                 "{:<16} {:>8.0e} {:<10} {:<12} {:>8} {:>11.4} {:>9.2} {:>9.1}",
                 r.series,
                 r.x,
@@ -748,7 +632,8 @@ impl Output {
         }
     }
 
-    fn finish(mut self) -> Result<(), CliError> {
+    /// Flushes the files.
+    pub fn finish(mut self) -> Result<(), CliError> {
         use std::io::Write;
         self.jsonl
             .flush()
@@ -757,7 +642,8 @@ impl Output {
     }
 }
 
-fn write_json<S: Serialize>(path: &Path, v: &S) -> Result<(), CliError> {
+/// Writes `v` as pretty JSON.
+pub fn write_json<S: Serialize>(path: &Path, v: &S) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(v).expect("a plain struct serialises");
     std::fs::write(path, text).map_err(|e| CliError::file(path, e.to_string()))
 }
@@ -778,7 +664,8 @@ pub struct Exported {
     pub mask_nnz: usize,
 }
 
-fn export_point<T: Element>(
+/// Writes the data of point `i` under `dir/data/` for the peer script.
+pub fn export_point<T: Element>(
     dir: &Path,
     i: usize,
     point: &Point,

@@ -1,0 +1,148 @@
+//! `masked sweep`'s runner: every point of the grid built in every layout and each op
+//! timed on it (the by-name dispatch over every op, layout and dtype, compiled here in
+//! the binary); the plan, data, records and report are the library's
+//! (`masked_cli::sweep`).
+
+use masked::by_name::{self as ops, OpRequest};
+use masked::{DType, Element};
+use masked_cli::error::CliError;
+use masked_cli::limits;
+use masked_cli::sweep::data::{Logical, Structure};
+use masked_cli::sweep::{
+    export_point, progress, report, write_json, Built, Output, Plan, Point, Series, SweepArgs,
+    Vary, CONVERSIONS,
+};
+use masked_cli::timing::{emit, measure, Timing};
+
+/// Runs the sweep (or, with `--report-only`, rebuilds its report).
+pub fn run(a: SweepArgs) -> Result<(), CliError> {
+    limits::init(a.max_memory.as_deref())?;
+    if a.report_only {
+        let summary = report::write_all(&a.out, None)?;
+        return emit(summary);
+    }
+    let dtype: DType = a.dtype.parse()?;
+    masked::with_dtype!(dtype, T => sweep::<T>(&a))
+}
+
+fn sweep<T: Element>(a: &SweepArgs) -> Result<(), CliError> {
+    let plan = Plan::new::<T>(a)?;
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| CliError::file(&a.out, format!("cannot create the folder: {e}")))?;
+    if a.export {
+        std::fs::create_dir_all(a.out.join("data"))
+            .map_err(|e| CliError::file(&a.out, format!("cannot create data/: {e}")))?;
+    }
+    let pools = plan
+        .meta
+        .threads
+        .iter()
+        .map(|&t| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .map_err(|e| CliError::Usage(format!("cannot start {t} threads: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let per_point = plan.meta.threads.len()
+        * (plan.reqs.len() * plan.meta.layouts.len()
+            + if a.no_convert { 0 } else { CONVERSIONS.len() });
+    let points: Vec<(Series, f64)> = plan
+        .series
+        .iter()
+        .flat_map(|s| plan.meta.grid.iter().map(move |&x| (*s, x)))
+        .collect();
+    let bar = progress((points.len() * per_point) as u64);
+    let mut out = Output::open(&a.out, a.json)?;
+    let mut exported = Vec::new();
+    for (i, &(series, x)) in points.iter().enumerate() {
+        let (d, p) = match series.vary {
+            Vary::Stored => (x, a.mask_density),
+            Vary::Mask => (a.density, x),
+        };
+        let p_est = match series.structure {
+            Structure::Pattern => 0.0,
+            Structure::Causal => 0.5,
+            _ => p,
+        };
+        limits::check(
+            format!("sweep point {} at {x:e}", series.name()),
+            Logical::<T>::estimate_bytes(plan.shape, d, p_est),
+        )?;
+        bar.set_message(format!("{} {x:.0e}: generating", series.name()));
+        let logical = Logical::<T>::generate(
+            plan.shape,
+            d,
+            series.structure,
+            p,
+            a.seed.wrapping_add(i as u64),
+        );
+        let point = Point::new(series, x, &logical);
+        if a.export {
+            exported.push(export_point(&a.out, i, &point, &logical)?);
+        }
+        let built = Built::new(&logical, !a.no_convert, &plan.meta.layouts)?;
+        for (pool, &threads) in pools.iter().zip(&plan.meta.threads) {
+            for (name, req) in &plan.reqs {
+                for layout in &plan.meta.layouts {
+                    bar.set_message(format!("{} {x:.0e}: {name} {layout}", series.name()));
+                    let (seconds, peak) =
+                        pool.install(|| time_op(&built, layout, req, &plan.timing))?;
+                    let bytes = logical.ideal_bytes(layout);
+                    out.record(&point.record(name, layout, threads, seconds, peak, bytes))?;
+                    bar.inc(1);
+                }
+            }
+            if !a.no_convert {
+                for (from, to) in CONVERSIONS {
+                    bar.set_message(format!("{} {x:.0e}: {from} -> {to}", series.name()));
+                    let (seconds, peak) =
+                        pool.install(|| built.time_convert(from, to, &plan.timing))?;
+                    let bytes = logical.ideal_bytes(from);
+                    let layout = format!("{from}->{to}");
+                    out.record(&point.record("convert", &layout, threads, seconds, peak, bytes))?;
+                    bar.inc(1);
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    out.finish()?;
+    write_json(&a.out.join("meta.json"), &plan.meta)?;
+    if a.export {
+        let lines: Vec<String> = exported
+            .iter()
+            .map(|p| serde_json::to_string(p).expect("a plain struct serialises"))
+            .collect();
+        std::fs::write(a.out.join("points.jsonl"), lines.join("\n") + "\n")
+            .map_err(|e| CliError::file(&a.out.join("points.jsonl"), e.to_string()))?;
+    }
+    // peer figures of an earlier run are of other data (scripts/sweep_peers.py writes
+    // this run's after it)
+    let _ = std::fs::remove_file(a.out.join("peers.jsonl"));
+    let summary = report::write_all(&a.out, Some(&plan.meta))?;
+    if !a.json {
+        emit(summary)?;
+    }
+    Ok(())
+}
+
+/// Times `req` on this point's `layout`.
+fn time_op<T: Element>(
+    built: &Built<T>,
+    layout: &str,
+    req: &OpRequest,
+    t: &Timing,
+) -> Result<(f64, usize), CliError> {
+    match layout {
+        "dense" => {
+            let a = built.dense()?;
+            measure(|| ops::apply_to(&a, req, &ops::Discard), t)
+        }
+        "csr" => {
+            let a = built.csr()?;
+            measure(|| ops::apply_to(&a, req, &ops::Discard), t)
+        }
+        _ => measure(|| ops::apply_to(built.coo(), req, &ops::Discard), t),
+    }
+}
