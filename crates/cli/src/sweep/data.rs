@@ -172,7 +172,7 @@ impl<T: Element> Logical<T> {
     }
 
     /// Elements of the matrix.
-    pub fn len(&self) -> usize {
+    pub fn elements(&self) -> usize {
         self.shape[0] * self.shape[1]
     }
 
@@ -183,11 +183,11 @@ impl<T: Element> Logical<T> {
 
     /// The dense layout: zeros where nothing is stored, and the mask as bits.
     pub fn dense(&self) -> Result<(Vec<T>, BitMask), CliError> {
-        let mut values = vec![T::default(); self.len()];
+        let mut values = vec![T::default(); self.elements()];
         for (&f, &v) in self.stored.iter().zip(&self.values) {
             values[f] = v;
         }
-        let mut words = vec![0u64; self.len().div_ceil(64)];
+        let mut words = vec![0u64; self.elements().div_ceil(64)];
         for &f in self.valid() {
             words[f / 64] |= 1 << (f % 64);
         }
@@ -257,7 +257,7 @@ impl<T: Element> Logical<T> {
     pub fn ideal_bytes(&self, layout: &str) -> f64 {
         let t = std::mem::size_of::<T>() as f64;
         let (n, nnz, rows) = (
-            self.len() as f64,
+            self.elements() as f64,
             self.stored.len() as f64,
             self.shape[0] as f64 + 1.0,
         );

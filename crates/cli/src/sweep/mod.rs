@@ -12,7 +12,7 @@ use crate::timing::{emit, measure, parse_list, Timing};
 use clap::Parser;
 use data::{Logical, Structure};
 use masked::by_name::{self as ops, Kind, OpRequest};
-use masked::{DType, Dims, Element, MaskedArray, MaskedArrayD, MaskedCoo, MaskedCsr};
+use masked::{Dims, Element, MaskedArray, MaskedArrayD, MaskedCoo, MaskedCsr};
 use ndarray::{ArrayViewD, IxDyn};
 use report::{PeerRecord, Record};
 use serde::{Deserialize, Serialize};
