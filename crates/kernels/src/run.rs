@@ -624,6 +624,13 @@ fn push_all<T: Copy, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], xs: &[T], idx0: i6
 mod tests {
     use super::*;
 
+    /// Eight mask words of mixed bits, for runs of every length and offset.
+    fn words8() -> Vec<u64> {
+        (0..8u64)
+            .map(|i| 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 1))
+            .collect()
+    }
+
     struct Add;
     impl Lanes<i64> for Add {
         type A = i64;
@@ -690,9 +697,7 @@ mod tests {
     #[test]
     fn kernel_matches_scalar_at_every_length_and_offset() {
         let xs: Vec<i64> = (0..300).map(|i| (i * 7919) % 113 - 50).collect();
-        let words: Vec<u64> = (0..8u64)
-            .map(|i| 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 1))
-            .collect();
+        let words = words8();
         for len in [0, 1, 31, 63, 64, 65, 128, 200, 300] {
             for off in [0, 1, 13, 64, 70] {
                 let b = Bits::new(&words, off);
@@ -774,9 +779,7 @@ mod tests {
 
     #[test]
     fn fill_run_matches_scalar_at_every_length_and_offset() {
-        let words: Vec<u64> = (0..8u64)
-            .map(|i| 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 1))
-            .collect();
+        let words = words8();
         for len in [0, 1, 31, 63, 64, 65, 128, 200, 300] {
             for off in [0, 1, 13, 64, 70] {
                 let b = Bits::new(&words, off);
@@ -806,9 +809,7 @@ mod tests {
         let xs: Vec<i64> = (0..300).map(|i| (i * 7919) % 113 - 50).collect();
         let ys: Vec<i32> = (0..300).map(|i| (i * 31) % 17 - 8).collect();
         let zs: Vec<i16> = (0..300).map(|i| (i % 5) as i16).collect();
-        let words: Vec<u64> = (0..8u64)
-            .map(|i| 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 1))
-            .collect();
+        let words = words8();
         let f = |x: i64, y: i32, z: i16, v: bool| {
             if v {
                 (x * y as i64 + z as i64, y as f64 - z as f64)

@@ -209,7 +209,7 @@ impl<T: Element> Logical<T> {
         (indptr, indices)
     }
 
-    /// The CSR layout: the stored entries, and the mask as a separate [`Pattern`] unless it
+    /// The CSR layout: the stored entries, and the mask as a separate [`Pattern`](masked::Pattern) unless it
     /// is the stored pattern.
     pub fn csr(&self) -> Result<CsrParts<T>, CliError> {
         if u32::try_from(self.shape[1]).is_err() {
