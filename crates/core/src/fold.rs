@@ -13,6 +13,11 @@ use masked_kernels::Bits;
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt::Debug;
 
+/// The block length of the Fold law of pieces (see [`Fold`]): the engine's ops fold a run
+/// block by block, so a run may be handed over in pieces of a multiple of this length
+/// with the same result, bit for bit.
+pub const RUN_BLOCK: usize = masked_kernels::BLOCK;
+
 /// A reduction written once as a fold: `identity`, `push`, `merge`, `finish`.
 ///
 /// Laws every implementation keeps (and the property tests check):
@@ -20,7 +25,11 @@ use std::fmt::Debug;
 /// - `merge(fold(a), fold(b)) == fold(a ++ b)` for a lane split into consecutive parts
 ///   `a`, `b` (exactly for integers and for order-free ops, up to rounding for float
 ///   sums), so partial states from row blocks, threads or machines combine;
-/// - `finish(identity())` is the op's value for a fully masked lane (semantics table).
+/// - `finish(identity())` is the op's value for a fully masked lane (semantics table);
+/// - [`Fold::push_run`] of a run equals, bit for bit, `push_run` of its pieces in order
+///   when every piece but the last is a multiple of [`RUN_BLOCK`] elements long (the engine's ops fold a run block by block), so a layout may hand a
+///   lane over in such pieces (a lazy view computes its values a piece at a time) with
+///   the same result as the whole lane at once.
 ///
 /// The state is serde-serialisable so partial results can travel.
 pub trait Fold<T: Element>: Send + Sync + 'static {

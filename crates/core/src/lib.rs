@@ -46,7 +46,7 @@ pub use binary::{MaskRule, Splat, Value, Values, ZipMap};
 pub use dims::{wrap_dim, DimLike, Dims, OneDim, ReducePlan, ShapeLike};
 pub use element::{Acc, DType, DynVec, Element, Float, Scalar};
 pub use error::{try_vec, MaskedError, Result};
-pub use fold::{not_nan_words, Fold};
+pub use fold::{not_nan_words, Fold, RUN_BLOCK};
 pub use grad::GradVisitor;
 pub use grad::{LaneGrad, Upstream};
 /// The half-precision types (`half::f16`, `half::bf16`) the engine computes on.

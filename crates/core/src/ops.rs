@@ -271,7 +271,10 @@ impl<T: Element> Fold<T> for Prod {
         T::total_to_wide(*s)
     }
     fn push_run(&self, s: &mut T::Total, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-        *s = s.mul(fold_run(&ProdLanes, xs, bits, idx0));
+        // per block, so that a run's product is its blocks' in order (the Fold law)
+        blocks(xs, bits, idx0, |b, m, i| {
+            *s = s.mul(fold_run(&ProdLanes, b, m, i));
+        });
     }
     fn push_columns(
         &self,
@@ -746,6 +749,73 @@ impl<T: Element> Fold<T> for Count {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Fold law of block-aligned pieces: a run pushed whole equals the same run
+    /// pushed in pieces whose lengths are multiples of `RUN_BLOCK` (the last one excepted),
+    /// bit for bit, for every op a layout compiles (`prebuilt_kernels!`'s list).
+    #[test]
+    fn pushing_block_aligned_pieces_equals_pushing_the_run() {
+        fn check<T: Element, F: Fold<T>>(op: &F, xs: &[T], words: &[u64]) {
+            let n = xs.len();
+            for bits in [None, Some(Bits::new(words, 0))] {
+                let mut whole = op.identity();
+                op.push_run(&mut whole, xs, bits, 0);
+                for piece in [BLOCK, 2 * BLOCK] {
+                    let mut parts = op.identity();
+                    let mut off = 0;
+                    while off < n {
+                        let end = (off + piece).min(n);
+                        let b = bits.map(|b| b.offset(off));
+                        op.push_run(&mut parts, &xs[off..end], b, off as i64);
+                        off = end;
+                    }
+                    // the states' debug forms show every bit of their floats
+                    let (w, p) = (format!("{whole:?}"), format!("{parts:?}"));
+                    assert_eq!(
+                        w,
+                        p,
+                        "{} piece {piece} masked {}",
+                        op.name(),
+                        bits.is_some()
+                    );
+                }
+            }
+        }
+        fn every<T: Element>(xs: &[T], words: &[u64]) {
+            check(&Sum, xs, words);
+            check(&Prod, xs, words);
+            check(&AMax, xs, words);
+            check(&AMin, xs, words);
+            check(&Ptp, xs, words);
+            check(&ArgMax, xs, words);
+            check(&ArgMin, xs, words);
+            check(&Mean, xs, words);
+            check(&Count, xs, words);
+            check(&crate::stats::Var { correction: 1.0 }, xs, words);
+            check(&crate::stats::Std { correction: 0.0 }, xs, words);
+            for ord in [0.0, 1.0, 2.0, 3.5, f64::INFINITY, f64::NEG_INFINITY] {
+                check(&crate::stats::Norm::new(ord).unwrap(), xs, words);
+            }
+            check(&crate::stats::LogSumExp, xs, words);
+        }
+        let n = 3 * BLOCK + 777;
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        // values near 1 (the product stays finite over 13 000 of them), a few repeats
+        // of the maximum (argmax keeps the first)
+        let x64: Vec<f64> = (0..n)
+            .map(|_| 1.0 + ((next() >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 1e-3)
+            .collect();
+        let words: Vec<u64> = (0..n.div_ceil(64)).map(|_| next()).collect();
+        every(&x64, &words);
+        let x32: Vec<f32> = x64.iter().map(|&v| v as f32).collect();
+        every(&x32, &words);
+    }
 
     fn fold<T: Element, F: Fold<T>>(f: &F, xs: &[T], valid: &[bool]) -> F::Output {
         let words: Vec<u64> = valid

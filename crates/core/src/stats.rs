@@ -4,7 +4,7 @@
 use crate::element::{CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
-use crate::ops::{max_nan, min_nan, valid_blocks, AMaxLanes, MeanLanes};
+use crate::ops::{blocks, max_nan, min_nan, valid_blocks, AMaxLanes, MeanLanes};
 use crate::Acc;
 use masked_kernels::cpu::fused_exp;
 use masked_kernels::run::{fold_run, Lanes};
@@ -400,10 +400,11 @@ impl<T: Element> Fold<T> for Norm {
         <T::Real as Float>::from_f64(self.finish_f64(*s))
     }
     fn push_run(&self, s: &mut f64, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-        *s = with_kind!(self, K => {
-            let r = fold_run(&NormLanes::<K> { p: self.ord }, xs, bits, idx0);
-            norm_comb::<K>(*s, r)
-        });
+        // per block, so that a run's norm is its blocks' in order (the Fold law)
+        with_kind!(self, K => blocks(xs, bits, idx0, |b, m, i| {
+            let r = fold_run(&NormLanes::<K> { p: self.ord }, b, m, i);
+            *s = norm_comb::<K>(*s, r);
+        }));
     }
 }
 

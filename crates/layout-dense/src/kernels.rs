@@ -15,7 +15,7 @@
 //! Work is split by fixed sizes, never by thread count, so results are bit-for-bit the
 //! same on any number of threads.
 
-use masked_core::{Element, Fold, LaneMap, LaneStat, ReducePlan};
+use masked_core::{Element, Fold, LaneMap, LaneStat, ReducePlan, RUN_BLOCK};
 use masked_kernels::pack::compress_into;
 use masked_kernels::Bits;
 use rayon::prelude::*;
@@ -75,7 +75,8 @@ pub(crate) fn fold_all<T: Element, F: Fold<T>>(
     let kinds: Vec<bool> = groups.iter().map(|g| g.0).collect();
     match kinds.as_slice() {
         [] | [true] | [false] | [false, true] => {
-            runs(op, xs, bits, plan.lane_len, &mut states, &mut any)
+            // the array's own values: nothing to compute, nothing can fail
+            let _ = runs(op, xs, bits, plan.lane_len, &mut states, &mut any);
         }
         [true, false] => columns(
             op,
@@ -111,53 +112,178 @@ fn any_valid(bits: Option<Bits<'_>>, start: usize, len: usize) -> bool {
     }
 }
 
-fn runs<T: Element, F: Fold<T>>(
+/// Where a run kernel reads a lane's values: the array's own slice, or values computed
+/// on demand ([`Lazy`]).
+pub(crate) trait Source<T: Element>: Sync {
+    /// Pushes elements `start .. start + len` (valid where `bits`, already offset to
+    /// `start`, are set; at lane positions from `idx0`) into `state`, with `scratch` for
+    /// values that have to be computed first; the position of the first element that
+    /// could not be computed, if any.
+    #[allow(clippy::too_many_arguments)]
+    fn push_run<F: Fold<T>>(
+        &self,
+        op: &F,
+        state: &mut F::State,
+        start: usize,
+        len: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+        scratch: &mut Vec<T>,
+    ) -> Option<usize>;
+}
+
+impl<T: Element> Source<T> for [T] {
+    #[inline]
+    fn push_run<F: Fold<T>>(
+        &self,
+        op: &F,
+        state: &mut F::State,
+        start: usize,
+        len: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+        _: &mut Vec<T>,
+    ) -> Option<usize> {
+        op.push_run(state, &self[start..start + len], bits, idx0);
+        None
+    }
+}
+
+/// Values computed on demand, a piece at a time: a lazy view's (`ZipView`).
+pub(crate) trait Fill<T>: Sync {
+    /// Computes elements `start .. start + out.len()` of the row-major values into
+    /// `out` (where the view's mask is set, or everywhere); the offset in `out` of the
+    /// first element that could not be computed (an integer division by zero), if any.
+    fn fill(&self, start: usize, out: &mut [T]) -> Option<usize>;
+}
+
+/// A [`Fill`] as a [`Source`]: each run is computed into the scratch buffer one piece
+/// of at most [`RUN_BLOCK`] elements at a time (L1-resident) and pushed at once, so the
+/// computed values are never held whole. The pieces start at multiples of `RUN_BLOCK`
+/// from the run's start, so by the Fold law of pieces (see [`Fold`]) the states are
+/// those of the materialised values, bit for bit.
+pub(crate) struct Lazy<'a, T>(pub(crate) &'a dyn Fill<T>);
+
+impl<T: Element> Source<T> for Lazy<'_, T> {
+    fn push_run<F: Fold<T>>(
+        &self,
+        op: &F,
+        state: &mut F::State,
+        start: usize,
+        len: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+        scratch: &mut Vec<T>,
+    ) -> Option<usize> {
+        const PIECE: usize = RUN_BLOCK;
+        if scratch.len() < PIECE.min(len) {
+            // written by `fill` before it is read: the initial values never show
+            scratch.resize(PIECE.min(len), T::default());
+        }
+        let mut failed = None;
+        let mut off = 0;
+        while off < len {
+            let n = PIECE.min(len - off);
+            let buf = &mut scratch[..n];
+            if let Some(k) = self.0.fill(start + off, buf) {
+                failed = failed.or(Some(start + off + k));
+            }
+            op.push_run(state, buf, bits.map(|b| b.offset(off)), idx0 + off as i64);
+            off += n;
+        }
+        failed
+    }
+}
+
+/// The earlier of two failure positions.
+fn first(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        _ => a.or(b),
+    }
+}
+
+/// Whether [`fold_all`] folds the lanes of `plan` as contiguous runs (the reduced dims
+/// are the innermost ones): the shapes [`fold_lazy`] takes.
+pub(crate) fn lanes_are_runs(plan: &ReducePlan) -> bool {
+    let kinds: Vec<bool> = plan.groups().iter().map(|g| g.0).collect();
+    matches!(kinds.as_slice(), [] | [true] | [false] | [false, true])
+}
+
+/// [`fold_all`] over values computed on demand, for the shapes of [`lanes_are_runs`]:
+/// the same tasks, pieces and merge order, so the same states bit for bit; plus the
+/// position of the first element that could not be computed, if any.
+pub(crate) fn fold_lazy<T: Element, F: Fold<T>>(
     op: &F,
-    xs: &[T],
+    src: &Lazy<'_, T>,
+    bits: Option<Bits<'_>>,
+    plan: &ReducePlan,
+) -> (Vec<F::State>, Vec<bool>, Option<usize>) {
+    debug_assert!(lanes_are_runs(plan));
+    let mut states = vec![op.identity(); plan.lanes];
+    let mut any = vec![false; plan.lanes];
+    if plan.lanes == 0 || plan.lane_len == 0 {
+        return (states, any, None);
+    }
+    let failed = runs(op, src, bits, plan.lane_len, &mut states, &mut any);
+    (states, any, failed)
+}
+
+fn runs<T: Element, F: Fold<T>, S: Source<T> + ?Sized>(
+    op: &F,
+    src: &S,
     bits: Option<Bits<'_>>,
     len: usize,
     states: &mut [F::State],
     any: &mut [bool],
-) {
+) -> Option<usize> {
     if states.len() < 4 && len > 2 * LANE_CHUNK {
         // few long lanes: split each lane, fold the chunks in parallel, merge in order
+        let mut failed = None;
         for (i, (s, a)) in states.iter_mut().zip(any.iter_mut()).enumerate() {
-            let lane = &xs[i * len..(i + 1) * len];
-            let parts: Vec<F::State> = lane
-                .par_chunks(LANE_CHUNK)
-                .enumerate()
-                .map(|(c, ch)| {
+            let parts: Vec<(F::State, Option<usize>)> = (0..len.div_ceil(LANE_CHUNK))
+                .into_par_iter()
+                .map_init(Vec::new, |scratch, c| {
                     let mut st = op.identity();
                     let start = i * len + c * LANE_CHUNK;
-                    op.push_run(
+                    let n = LANE_CHUNK.min(len - c * LANE_CHUNK);
+                    let f = src.push_run(
+                        op,
                         &mut st,
-                        ch,
+                        start,
+                        n,
                         bits.map(|b| b.offset(start)),
                         (c * LANE_CHUNK) as i64,
+                        scratch,
                     );
-                    st
+                    (st, f)
                 })
                 .collect();
-            for p in parts {
+            for (p, f) in parts {
                 op.merge(s, p);
+                failed = first(failed, f);
             }
             *a = any_valid(bits, i * len, len);
         }
-        return;
+        return failed;
     }
     let g = (GRAIN / len).max(1);
     states
         .par_chunks_mut(g)
         .zip(any.par_chunks_mut(g))
         .enumerate()
-        .for_each(|(c, (st, an))| {
+        .map_init(Vec::new, |scratch, (c, (st, an))| {
+            let mut failed = None;
             for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
                 let start = (c * g + k) * len;
                 let lane_bits = bits.map(|b| b.offset(start));
-                op.push_run(s, &xs[start..start + len], lane_bits, 0);
+                let f = src.push_run(op, s, start, len, lane_bits, 0, scratch);
+                failed = first(failed, f);
                 *a = any_valid(bits, start, len);
             }
-        });
+            failed
+        })
+        .reduce(|| None, first)
 }
 
 #[allow(clippy::too_many_arguments)]

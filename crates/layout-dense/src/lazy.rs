@@ -1,17 +1,28 @@
 //! Fused elementwise-then-reduce: [`ZipView`], a lazy `z(a, b)` (or a lazy unary map)
 //! that every reduction and normalization of the registry consumes without
 //! materialising the elementwise result. The view implements [`LaneKernels`], so
-//! `a.zip_view(&b, &mul, rule)?.sum(1, false)` is the ordinary `sum`, run block by
-//! block: a block of whole rows along dim 0 (about [`BLOCK`] elements, L2-resident) is
-//! computed into a scratch buffer and folded at once; blocks run in parallel and, where
-//! dim 0 is reduced, their fold states merge in block order (results do not depend on
-//! the thread count).
+//! `a.zip_view(&b, &mul, rule)?.sum(1, false)` is the ordinary `sum`, run one of two
+//! ways:
+//!
+//! - **Folds whose lanes are contiguous runs** (the reduced dims are the innermost
+//!   ones: `sum(a * b, dim=-1)`, or all dims): the array's own run kernel, with the
+//!   values of each lane computed a piece of at most `masked::core::RUN_BLOCK` elements
+//!   at a time into an L1-resident scratch buffer and pushed into the lane's state at
+//!   once (`kernels::Lazy`). The operands are read once, straight into the fold; the
+//!   tasks, pieces and merge order are the materialised array's, so the result is
+//!   the same bit for bit (the Fold law of block-aligned pieces).
+//! - **Everything else** (a fold over dim 0 with kept inner dims, the lane statistics,
+//!   the normalizations): block by block, a block of whole rows along dim 0 (about
+//!   [`BLOCK`] elements, L2-resident) computed into a scratch buffer and handed to the
+//!   ordinary kernel; blocks run in parallel and, where dim 0 is reduced, their fold
+//!   states merge in block order (results do not depend on the thread count).
 //!
 //! Where a kernel needs more than one block at a time (a median or quantile over dim 0,
 //! a normalization along dim 0, the nan-family's NaN mask), the view materialises the
 //! result once and runs the ordinary kernel on it.
 
 use crate::array::{MaskedArray, MaskedArrayD, MaskedView};
+use crate::kernels::{lanes_are_runs, Fill, Lazy};
 use crate::prebuilt;
 use crate::zip::{operand, out_mask, zip_values, Operand, Side};
 use masked_core::binary::{broadcast_shapes, failed_at, Src};
@@ -80,14 +91,18 @@ struct Zipped<'a, T: Clone, Z> {
 /// A view's values, computed on demand, with the op's type erased.
 trait Produce<O>: Sync {
     /// Computes elements `start .. start + out.len()` of an output of `shape` into
-    /// `out` where `bits` are set (or at every element).
+    /// `out` where `bits` are set (or at every element); the flat position of the first
+    /// element that could not be computed, if any.
     fn produce(
         &self,
         shape: &[usize],
         bits: Option<Bits<'_>>,
         start: usize,
         out: &mut [O],
-    ) -> Result<()>;
+    ) -> Option<usize>;
+
+    /// The error for the element at flat position `i` that could not be computed.
+    fn failure(&self, shape: &[usize], i: usize) -> MaskedError;
 }
 
 impl<T: Element, Z: ZipMap<T>> Produce<Z::Output> for Zipped<'_, T, Z> {
@@ -97,16 +112,17 @@ impl<T: Element, Z: ZipMap<T>> Produce<Z::Output> for Zipped<'_, T, Z> {
         bits: Option<Bits<'_>>,
         start: usize,
         out: &mut [Z::Output],
-    ) -> Result<()> {
+    ) -> Option<usize> {
         let a = Side::Array(&self.a);
         let b = match &self.b {
             Rhs::Array(o) => Side::Array(o),
             Rhs::Scalar(s) => Side::Scalar(*s),
         };
-        match zip_values(&self.z, shape, &a, &b, bits, out, start) {
-            Some(i) => Err(failed_at(&self.z, crate::zip::unravel(shape, i))),
-            None => Ok(()),
-        }
+        zip_values(&self.z, shape, &a, &b, bits, out, start)
+    }
+
+    fn failure(&self, shape: &[usize], i: usize) -> MaskedError {
+        failed_at(&self.z, crate::zip::unravel(shape, i))
     }
 }
 
@@ -212,9 +228,12 @@ impl<'a, O: Element> ZipView<'a, O> {
         self.mask.as_deref().map(BitMask::bits)
     }
 
-    /// Computes elements `start .. start + out.len()` (whole rows) into `out`.
+    /// Computes elements `start .. start + out.len()` into `out`.
     fn produce(&self, start: usize, out: &mut [O]) -> Result<()> {
-        self.src.produce(&self.shape, self.bits(), start, out)
+        match self.src.produce(&self.shape, self.bits(), start, out) {
+            Some(i) => Err(self.src.failure(&self.shape, i)),
+            None => Ok(()),
+        }
     }
 
     /// The whole result, computed once (the fallback of kernels that need more than one
@@ -273,6 +292,14 @@ impl<'a, O: Element> ZipView<'a, O> {
     }
 }
 
+impl<O: Element> Fill<O> for ZipView<'_, O> {
+    fn fill(&self, start: usize, out: &mut [O]) -> Option<usize> {
+        self.src
+            .produce(&self.shape, self.bits(), start, out)
+            .map(|i| i - start)
+    }
+}
+
 impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
     type Reduced<P: Element> = MaskedArrayD<P>;
     type Mapped<P: Element> = MaskedArrayD<P>;
@@ -296,7 +323,21 @@ impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
         if self.shape.is_empty() {
             return self.materialize()?.fold_lanes(op, dims, keepdim);
         }
+        if lanes_are_runs(&plan) {
+            // each lane computed a piece at a time into an L1 scratch and folded at
+            // once, by the array kernel's own tasks: its states, bit for bit
+            let (states, any, failed) = prebuilt::fold_lazy(op, &Lazy(self), self.bits(), &plan);
+            if let Some(i) = failed {
+                return Err(self.src.failure(&self.shape, i));
+            }
+            return finish_fold(op, &plan, &states, any);
+        }
         let across = plan.reduced[0];
+        if across && op.positional() {
+            // a block's kernel counts lane positions from its own first row: argmax and
+            // argmin over dim 0 read the whole result
+            return self.materialize()?.fold_lanes(op, dims, keepdim);
+        }
         let parts = self.each_block(|shape, xs, bits| {
             let sub = ReducePlan::new(shape, dims, keepdim)?;
             Ok(prebuilt::fold_all(op, xs, bits, &sub))
@@ -325,15 +366,7 @@ impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
             }
             (states, any)
         };
-        let values: Vec<F::Output> = states.iter().map(|s| op.finish(s)).collect();
-        let mask = if op.valid_everywhere() {
-            BitMask::filled(&plan.out_shape, true)?
-        } else {
-            BitMask::from_bools(&plan.out_shape, any)?
-        };
-        let data = ArrayD::from_shape_vec(IxDyn(&plan.out_shape), values)
-            .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
-        MaskedArray::new(data, mask)
+        finish_fold(op, &plan, &states, any)
     }
 
     fn stat_lanes<St: LaneStat<O>>(
@@ -380,4 +413,22 @@ impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
             .map_or_else(|| BitMask::filled(&self.shape, true), Ok)?;
         MaskedArray::new(data, mask)
     }
+}
+
+/// The reduced array from the lanes' fold states.
+fn finish_fold<O: Element, F: Fold<O>>(
+    op: &F,
+    plan: &ReducePlan,
+    states: &[F::State],
+    any: Vec<bool>,
+) -> Result<MaskedArrayD<F::Output>> {
+    let values: Vec<F::Output> = states.iter().map(|s| op.finish(s)).collect();
+    let mask = if op.valid_everywhere() {
+        BitMask::filled(&plan.out_shape, true)?
+    } else {
+        BitMask::from_bools(&plan.out_shape, any)?
+    };
+    let data = ArrayD::from_shape_vec(IxDyn(&plan.out_shape), values)
+        .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+    MaskedArray::new(data, mask)
 }

@@ -2,7 +2,7 @@
 //! kernel value type of the engine (the core's `prebuilt_kernels!` says why): the
 //! layout calls these dispatchers where it would call `kernels::*`.
 
-use crate::kernels;
+use crate::kernels::{self, Lazy};
 use masked_core::{Fold, LaneMap, LaneStat, ReducePlan};
 use masked_kernels::Bits;
 
@@ -21,6 +21,17 @@ masked_core::prebuilt_kernels! {
         = kernels::stat_all(op, xs, bits, plan);
     map map_all(op, xs, bits: Option<Bits<'_>>, shape: &[usize], dim: usize) -> MapOut
         = kernels::map_all(op, xs, bits, shape, dim);
+}
+
+/// What the lazy kernel reads: values computed on demand (a `ZipView`'s).
+type LazyInput<'a, T> = Lazy<'a, T>;
+type LazyFoldOut<'a, T, K> = (Vec<<K as Fold<T>>::State>, Vec<bool>, Option<usize>);
+
+masked_core::prebuilt_kernels! {
+    input: LazyInput,
+    dtypes: [f32, f64],
+    fold fold_lazy(op, src, bits: Option<Bits<'_>>, plan: &ReducePlan) -> LazyFoldOut
+        = kernels::fold_lazy(op, src, bits, plan);
 }
 
 #[cfg(all(test, feature = "prebuilt"))]

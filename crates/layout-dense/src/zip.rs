@@ -188,8 +188,10 @@ fn src<'s, T: Element>(r: &Option<Rows<'s, T>>, s: &Side<'_, T>, row: usize) -> 
     }
 }
 
-/// Computes `z(a, b)` into `out` (the output shape's element count) with validity
-/// `bits`; the flat position of the first failure, if any.
+/// Computes elements `start .. start + out.len()` of `z(a, b)` (an output of `shape`,
+/// valid where `bits`, over the whole output, are set) into `out`, from any start (a
+/// lazy view asks for block-sized pieces of rows); the flat position of the first
+/// failure, if any.
 pub(crate) fn zip_values<T: Element, Z: ZipMap<T>>(
     z: &Z,
     shape: &[usize],
@@ -204,44 +206,57 @@ pub(crate) fn zip_values<T: Element, Z: ZipMap<T>>(
         return None;
     }
     if let (Some(x), Some(y)) = (flat(a, shape), flat(b, shape)) {
+        let run = |lo: usize, o: &mut [Z::Output]| {
+            let hi = lo + o.len();
+            z.run(
+                part(x, lo, hi),
+                part(y, lo, hi),
+                bits.map(|b| b.offset(lo)),
+                o,
+            )
+            .map(|k| lo + k)
+        };
+        if n <= CHUNK {
+            // one task (a lazy view's piece): no round trip through the thread pool
+            return run(start, out);
+        }
         return out
             .par_chunks_mut(CHUNK)
             .enumerate()
-            .filter_map(|(c, o)| {
-                let lo = start + c * CHUNK;
-                let hi = lo + o.len();
-                z.run(
-                    part(x, lo, hi),
-                    part(y, lo, hi),
-                    bits.map(|b| b.offset(lo)),
-                    o,
-                )
-                .map(|k| lo + k)
-            })
+            .filter_map(|(c, o)| run(start + c * CHUNK, o))
             .min();
     }
     let (ra, rb) = (rows(a, shape), rows(b, shape));
     let len = shape.last().copied().unwrap_or(1).max(1);
-    debug_assert_eq!(start % len, 0, "a zip over whole rows");
-    let first = start / len;
-    let per = (CHUNK / len).max(1);
-    out.par_chunks_mut(per * len)
-        .enumerate()
-        .filter_map(|(c, o)| {
-            for (k, orow) in o.chunks_mut(len).enumerate() {
-                let row = first + c * per + k;
-                let lo = row * len;
-                if let Some(f) = z.run(
-                    src(&ra, a, row),
-                    src(&rb, b, row),
-                    bits.map(|b| b.offset(lo)),
-                    orow,
-                ) {
-                    return Some(lo + f);
-                }
+    // elements `lo .. lo + o.len()`, row by row (a span may start or end inside a row)
+    let span = |lo: usize, o: &mut [Z::Output]| -> Option<usize> {
+        let mut pos = lo;
+        let mut rest = o;
+        while !rest.is_empty() {
+            let (row, c0) = (pos / len, pos % len);
+            let m = (len - c0).min(rest.len());
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(m);
+            let f = z.run(
+                part(src(&ra, a, row), c0, c0 + m),
+                part(src(&rb, b, row), c0, c0 + m),
+                bits.map(|b| b.offset(pos)),
+                head,
+            );
+            if let Some(k) = f {
+                return Some(pos + k);
             }
-            None
-        })
+            pos += m;
+            rest = tail;
+        }
+        None
+    };
+    if n <= CHUNK {
+        return span(start, out);
+    }
+    let per = (CHUNK / len).max(1) * len;
+    out.par_chunks_mut(per)
+        .enumerate()
+        .filter_map(|(c, o)| span(start + c * per, o))
         .min()
 }
 
