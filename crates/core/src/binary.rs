@@ -22,6 +22,7 @@
 pub use crate::dims::broadcast_shapes;
 use crate::element::{CalcOf, DType, DynVec, Element, Float, Scalar};
 use crate::error::{MaskedError, Result};
+use crate::fold::Fold;
 use crate::math::Math;
 use masked_kernels::run::{map_run, pair_run, zip_run};
 use masked_kernels::Bits;
@@ -141,6 +142,12 @@ pub trait ZipMap<T: Element>: Copy + Send + Sync {
         bits: Option<Bits<'_>>,
         out: &mut [Self::Output],
     ) -> Option<usize>;
+    /// The op of the keep family this map computes with its operands in order, if it is
+    /// one: a layout's fused fold then may read both operands in the fold's own kernel
+    /// ([`keep_pair_run`]) instead of computing the values first.
+    fn keep_bin(&self) -> Option<KeepBin> {
+        None
+    }
     /// Whether `op(x, y)` is the zero value (`0`, `false`): a sparse operand without a
     /// mask keeps its stored positions only for such ops.
     fn keeps_zero(&self, x: T, y: T) -> bool {
@@ -168,6 +175,14 @@ impl<T: Element, Z: ZipMap<T>> ZipMap<T> for Swapped<Z> {
     }
     fn failure(&self) -> &'static str {
         self.0.failure()
+    }
+    fn keep_bin(&self) -> Option<KeepBin> {
+        // swapped, only an op whose operands commute is the same op
+        match self.0.keep_bin() {
+            Some(k @ (KeepBin::Add | KeepBin::Mul)) => Some(k),
+            k if !self.1 => k,
+            _ => None,
+        }
     }
     fn run(
         &self,
@@ -455,7 +470,7 @@ impl KeepBin {
     }
 
     #[inline(always)]
-    fn apply<T: Element>(self, x: T, y: T) -> T {
+    pub(crate) fn apply<T: Element>(self, x: T, y: T) -> T {
         x.zip_keep(
             y,
             #[inline(always)]
@@ -597,6 +612,9 @@ impl<T: Element> ZipMap<T> for KeepZip {
     fn name(&self) -> &'static str {
         self.0.name()
     }
+    fn keep_bin(&self) -> Option<KeepBin> {
+        Some(self.0)
+    }
     #[inline]
     fn one(&self, x: T, y: T) -> Option<T> {
         if !T::DTYPE.is_float() && self.0.int_fails(int_of(y)) {
@@ -629,6 +647,37 @@ impl<T: Element> ZipMap<T> for KeepZip {
         }
         keep_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
         None
+    }
+}
+
+/// The pair path of a fused fold ([`Fold::push_pair_run`]) for an op of the keep
+/// family: folds `bin(xs[k], ys[k])` into `state` with `op`, reading both runs in the
+/// fold's own kernel, the same result bit for bit as folding the values written out.
+/// Taken by the arithmetic ops (`add`, `sub`, `mul`) on float values, which cannot
+/// fail at a masked-out position; `false`, having done nothing, for every other case
+/// (the layout then computes the values first).
+pub fn keep_pair_run<T: Element, F: Fold<T>>(
+    bin: KeepBin,
+    op: &F,
+    state: &mut F::State,
+    (xs, ys): (&[T], &[T]),
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+) -> bool {
+    if !T::DTYPE.is_float() {
+        return false;
+    }
+    macro_rules! pair {
+        ($v:ident) => {{
+            const OP: KeepBin = KeepBin::$v;
+            op.push_pair_run(state, xs, ys, move |x: T, y: T| OP.apply(x, y), bits, idx0)
+        }};
+    }
+    match bin {
+        KeepBin::Add => pair!(Add),
+        KeepBin::Sub => pair!(Sub),
+        KeepBin::Mul => pair!(Mul),
+        _ => false,
     }
 }
 

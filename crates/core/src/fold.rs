@@ -94,6 +94,30 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
         }
     }
 
+    /// Adds the run of values `f(xs[k], ys[k])` (valid where bit `k` of `bits` is set, at
+    /// lane positions from `idx0`) as [`Fold::push_run`] adds those values written out,
+    /// bit for bit, reading the two runs in the op's own kernel: a fused
+    /// elementwise-then-reduce over two operands (`sum(a * b)`) with no pass through
+    /// memory in between. Returns `false`, having done nothing, where the op has no
+    /// such path (the default): the layout then computes the values a piece at a time
+    /// and calls `push_run`. `f` is called at masked-out positions too (its value
+    /// there is not used), so it must not fail or have effects. Ops whose `push_run`
+    /// folds one lane monoid a block at a time override this with
+    /// [`fold_pair_run`](masked_kernels::run::fold_pair_run).
+    #[allow(clippy::too_many_arguments)]
+    fn push_pair_run<A: Copy, B: Copy, Z: Fn(A, B) -> T + Copy>(
+        &self,
+        state: &mut Self::State,
+        xs: &[A],
+        ys: &[B],
+        f: Z,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) -> bool {
+        let _ = (state, xs, ys, f, bits, idx0);
+        false
+    }
+
     /// Adds element `k` of `xs` to `states[k]`, all at lane position `idx` (the column
     /// sweep: one step along many lanes at once).
     fn push_each(&self, states: &mut [Self::State], xs: &[T], bits: Option<Bits<'_>>, idx: i64) {

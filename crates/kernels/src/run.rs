@@ -442,6 +442,15 @@ multiversion! {
 }
 
 multiversion! {
+/// [`fold_run`] over the values `f(xs[k], ys[k])` of two runs (over the common length),
+/// computed in registers and never written out: the same result, bit for bit, as
+/// [`fold_run`] over those values in a slice (positions without a valid bit are not
+/// combined, whatever `f` gives there). For lanes that are not `HEAVY` (those fold
+/// packed values). A fused elementwise-then-reduce reads its two operands here.
+    pub fn fold_pair_run[A: Copy, B: Copy, T: Copy, L: Lanes<T>, F: Fn(A, B) -> T + Copy](l: &L, xs: &[A], ys: &[B], f: F, bits: Option<Bits<'_>>, idx0: i64) -> L::A = pair_fold_kernel;
+}
+
+multiversion! {
 /// Writes `out[k] = on` where bit `k` of `bits` is set and `off` elsewhere, without
 /// reading `out`: a write-only masked fill (the gradient of a sum or a mean).
     pub fn fill_run[O: Copy](out: &mut [O], bits: Bits<'_>, on: O, off: O) = fill_kernel;
@@ -466,7 +475,6 @@ pub const SHORT: usize = 8;
 /// the same combination tree as the `W`-wide kernel, bit for bit, without its
 /// accumulator array. Element `k` sits in accumulator `k`; the tree levels that only
 /// meet identities are replayed so that even the sign of a zero sum matches.
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 pub fn short_kernel<T: Copy, L: Lanes<T>>(
     l: &L,
@@ -474,11 +482,24 @@ pub fn short_kernel<T: Copy, L: Lanes<T>>(
     bits: Option<Bits<'_>>,
     idx0: i64,
 ) -> L::A {
+    short_load(l, xs.len(), bits, idx0, |k| xs[k])
+}
+
+/// [`short_kernel`] over the `n` elements `load(0) .. load(n - 1)`.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn short_load<T, L: Lanes<T>>(
+    l: &L,
+    n: usize,
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+    load: impl Fn(usize) -> T,
+) -> L::A {
     let w = bits.map_or(u64::MAX, |b| b.word_at(0));
     let mut a = [l.id(); SHORT];
-    for (k, &x) in xs.iter().enumerate().take(SHORT) {
+    for k in 0..n.min(SHORT) {
         if (w >> k) & 1 == 1 {
-            a[k] = l.comb(l.id(), l.lift(x, idx0 + k as i64));
+            a[k] = l.comb(l.id(), l.lift(load(k), idx0 + k as i64));
         }
     }
     let mut h = W / 2;
@@ -500,13 +521,66 @@ pub fn short_kernel<T: Copy, L: Lanes<T>>(
 /// The portable kernel: `W` accumulators, 64 elements per mask word, branch-free selects.
 /// Index loops on purpose: fixed-trip loops over fixed-size arrays are what the
 /// vectoriser turns into registers.
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn kernel<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
     if xs.len() <= SHORT {
         return short_kernel(l, xs, bits, idx0);
     }
     wide_kernel(l, xs, bits, idx0)
+}
+
+/// [`kernel`] over the values `f(xs[k], ys[k])` of two runs, computed in registers:
+/// the same accumulators, selects and tree as [`kernel`] over those values written out
+/// (for lanes that are not `HEAVY`, which fold packed values instead).
+#[inline(always)]
+fn pair_fold_kernel<A: Copy, B: Copy, T: Copy, L: Lanes<T>, F: Fn(A, B) -> T + Copy>(
+    l: &L,
+    xs: &[A],
+    ys: &[B],
+    f: F,
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+) -> L::A {
+    debug_assert!(!L::HEAVY, "a HEAVY lane folds packed values");
+    let n = xs.len().min(ys.len());
+    let (xs, ys) = (&xs[..n], &ys[..n]);
+    if n <= SHORT {
+        return short_load(l, n, bits, idx0, |k| f(xs[k], ys[k]));
+    }
+    let mut acc = [l.id(); W];
+    match bits {
+        None => {
+            let full = n - n % W;
+            let steps = xs[..full].chunks_exact(W).zip(ys[..full].chunks_exact(W));
+            for (c, (xc, yc)) in steps.enumerate() {
+                step(l, &mut acc, idx0 + (c * W) as i64, |j| f(xc[j], yc[j]));
+            }
+            if full < n {
+                let (xt, yt) = (&xs[full..], &ys[full..]);
+                padded_step(l, &mut acc, n - full, idx0 + full as i64, |j| {
+                    f(xt[j], yt[j])
+                });
+            }
+        }
+        Some(b) => {
+            let full = n - n % 64;
+            let chunks = xs[..full].chunks_exact(64).zip(ys[..full].chunks_exact(64));
+            for (c, (xc, yc)) in chunks.enumerate() {
+                let w = b.word_at(c * 64);
+                if w != 0 {
+                    chunk64(l, &mut acc, w, idx0 + (c * 64) as i64, |k| f(xc[k], yc[k]));
+                }
+            }
+            if full < n {
+                let (xt, yt) = (&xs[full..], &ys[full..]);
+                let base = idx0 + full as i64;
+                tail(l, &mut acc, n - full, b.word_at(full), base, |k| {
+                    f(xt[k], yt[k])
+                });
+            }
+        }
+    }
+    tree(l, acc)
 }
 
 /// The `W`-accumulator body of [`kernel`], for runs of any length.
@@ -547,44 +621,103 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, id
                 }
             }
             if full < n {
-                let w = b.word_at(full);
-                for (k, &x) in xs[full..].iter().enumerate() {
-                    if (w >> k) & 1 == 1 {
-                        acc[k % W] = l.comb(acc[k % W], l.lift(x, idx0 + (full + k) as i64));
-                    }
-                }
+                let (xt, base) = (&xs[full..], idx0 + full as i64);
+                tail(l, &mut acc, n - full, b.word_at(full), base, |k| xt[k]);
             }
         }
         Some(b) => {
             for (c, ch) in xs[..full].chunks_exact(64).enumerate() {
                 let w = b.word_at(c * 64);
-                if w == 0 {
-                    continue;
-                }
-                let base = idx0 + (c * 64) as i64;
-                for h in 0..64 / W {
-                    // a 32-bit half word: the lane tests become 32-bit vector shifts
-                    // (AVX2 has no 64-bit lane masks for 32-bit elements), and the
-                    // value is loaded unconditionally and selected (no masked loads)
-                    let hw = (w >> (h * W)) as u32;
-                    for j in 0..W {
-                        let k = h * W + j;
-                        let y = l.lift(ch[k], base + k as i64);
-                        let v = if (hw >> j) & 1 == 1 { y } else { l.id() };
-                        acc[j] = l.comb(acc[j], v);
-                    }
+                if w != 0 {
+                    chunk64(l, &mut acc, w, idx0 + (c * 64) as i64, |k| ch[k]);
                 }
             }
             if full < n {
-                let w = b.word_at(full);
-                for (k, &x) in xs[full..].iter().enumerate() {
-                    if (w >> k) & 1 == 1 {
-                        acc[k % W] = l.comb(acc[k % W], l.lift(x, idx0 + (full + k) as i64));
-                    }
-                }
+                let (xt, base) = (&xs[full..], idx0 + full as i64);
+                tail(l, &mut acc, n - full, b.word_at(full), base, |k| xt[k]);
             }
         }
     }
+    tree(l, acc)
+}
+
+/// One 64-element chunk under its mask word `w`, element `k` being `load(k)` at lane
+/// position `base + k`, into the accumulators (element `k` into `k % W`).
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn chunk64<T, L: Lanes<T>>(
+    l: &L,
+    acc: &mut [L::A; W],
+    w: u64,
+    base: i64,
+    load: impl Fn(usize) -> T,
+) {
+    for h in 0..64 / W {
+        // a 32-bit half word: the lane tests become 32-bit vector shifts (AVX2 has no
+        // 64-bit lane masks for 32-bit elements), and the value is loaded
+        // unconditionally and selected (no masked loads)
+        let hw = (w >> (h * W)) as u32;
+        for j in 0..W {
+            let k = h * W + j;
+            let y = l.lift(load(k), base + k as i64);
+            let v = if (hw >> j) & 1 == 1 { y } else { l.id() };
+            acc[j] = l.comb(acc[j], v);
+        }
+    }
+}
+
+/// The last `n < 64` elements of a masked run (mask word `w`), one by one.
+#[inline(always)]
+fn tail<T, L: Lanes<T>>(
+    l: &L,
+    acc: &mut [L::A; W],
+    n: usize,
+    w: u64,
+    base: i64,
+    load: impl Fn(usize) -> T,
+) {
+    for k in 0..n {
+        if (w >> k) & 1 == 1 {
+            acc[k % W] = l.comb(acc[k % W], l.lift(load(k), base + k as i64));
+        }
+    }
+}
+
+/// `W` valid elements, element `j` into accumulator `j`.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn step<T, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], base: i64, load: impl Fn(usize) -> T) {
+    for j in 0..W {
+        acc[j] = l.comb(acc[j], l.lift(load(j), base + j as i64));
+    }
+}
+
+/// The last `rem < W` valid elements as one more step padded with identities (a
+/// fixed-trip step: it vectorises, a HEAVY lift included): lift a padded copy, keep the
+/// identity past the end.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn padded_step<T: Copy, L: Lanes<T>>(
+    l: &L,
+    acc: &mut [L::A; W],
+    rem: usize,
+    base: i64,
+    load: impl Fn(usize) -> T,
+) {
+    let mut t = [load(0); W];
+    for j in 1..rem {
+        t[j] = load(j);
+    }
+    for j in 0..W {
+        let y = l.lift(t[j], base + j as i64);
+        acc[j] = l.comb(acc[j], if j < rem { y } else { l.id() });
+    }
+}
+
+/// The accumulators combined in a tree (halves, then quarters ...).
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn tree<T, L: Lanes<T>>(l: &L, mut acc: [L::A; W]) -> L::A {
     let mut h = W / 2;
     while h > 0 {
         for j in 0..h {
@@ -597,26 +730,15 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, id
 
 /// Combines every element of `xs` into `acc` (element `k` into accumulator `k % W`):
 /// whole `W`-element steps, then the tail as one more step padded with identities.
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn push_all<T: Copy, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], xs: &[T], idx0: i64) {
     let full = xs.len() - xs.len() % W;
     for (c, ch) in xs[..full].chunks_exact(W).enumerate() {
-        let base = idx0 + (c * W) as i64;
-        for j in 0..W {
-            acc[j] = l.comb(acc[j], l.lift(ch[j], base + j as i64));
-        }
+        step(l, acc, idx0 + (c * W) as i64, |j| ch[j]);
     }
     if full < xs.len() {
-        // a fixed-trip step (it vectorises, a HEAVY lift included): lift a padded copy,
-        // keep the identity past the end
-        let rem = xs.len() - full;
-        let mut t = [xs[full]; W];
-        t[..rem].copy_from_slice(&xs[full..]);
-        for j in 0..W {
-            let y = l.lift(t[j], idx0 + (full + j) as i64);
-            acc[j] = l.comb(acc[j], if j < rem { y } else { l.id() });
-        }
+        let xt = &xs[full..];
+        padded_step(l, acc, xt.len(), idx0 + full as i64, |j| xt[j]);
     }
 }
 
@@ -759,6 +881,79 @@ mod tests {
             assert_eq!(fold_run(&Heavy, &x32[..len], None, 0), all);
         }
     }
+    /// An f32 sum with positions folded in (so a wrong position shows).
+    struct PosSum;
+    impl Lanes<f32> for PosSum {
+        type A = f32;
+        fn id(&self) -> f32 {
+            0.0
+        }
+        fn lift(&self, x: f32, idx: i64) -> f32 {
+            x + idx as f32 * 1e-3
+        }
+        fn comb(&self, a: f32, b: f32) -> f32 {
+            a + b
+        }
+    }
+
+    #[test]
+    fn fold_pair_run_equals_fold_run_over_the_written_values() {
+        let words = words8();
+        let xs: Vec<f32> = (0..300)
+            .map(|i| ((i * 7919) % 113) as f32 * 0.37 - 20.0)
+            .collect();
+        // NaN and inf where the mask is clear must not leak into the result
+        let ys: Vec<f32> = (0..300)
+            .map(|i| match i % 29 {
+                3 => f32::NAN,
+                5 => f32::INFINITY,
+                _ => ((i * 31) % 17) as f32 * 0.11 - 0.9,
+            })
+            .collect();
+        let f = |x: f32, y: f32| x * y;
+        for len in [0, 1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 200, 300] {
+            for off in [0, 13, 64] {
+                let b = Bits::new(&words, off);
+                // the values a zip writes: f at valid positions, 0 elsewhere
+                let z: Vec<f32> = (0..len)
+                    .map(|k| if b.get(k) { f(xs[k], ys[k]) } else { 0.0 })
+                    .collect();
+                let want = fold_run(&PosSum, &z, Some(b), 5);
+                let got = fold_pair_run(&PosSum, &xs[..len], &ys[..len], f, Some(b), 5);
+                if want.is_nan() {
+                    assert!(got.is_nan(), "len {len} off {off}");
+                } else {
+                    assert_eq!(got.to_bits(), want.to_bits(), "len {len} off {off}");
+                }
+            }
+            // unmasked: every value, NaN included
+            let z: Vec<f32> = (0..len).map(|k| f(xs[k], ys[k])).collect();
+            let (want, got) = (
+                fold_run(&PosSum, &z, None, 2),
+                fold_pair_run(&PosSum, &xs[..len], &ys[..len], f, None, 2),
+            );
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "len {len}"
+            );
+        }
+        // masked, without NaN in the valid values: the sums are finite and compared
+        let clean: Vec<f32> = ys
+            .iter()
+            .map(|&y| if y.is_finite() { y } else { 0.5 })
+            .collect();
+        let b = Bits::new(&words, 0);
+        let z: Vec<f32> = (0..300)
+            .map(|k| if b.get(k) { xs[k] * clean[k] } else { 0.0 })
+            .collect();
+        let want = fold_run(&PosSum, &z, Some(b), 0);
+        assert!(want.is_finite());
+        assert_eq!(
+            fold_pair_run(&PosSum, &xs, &clean, f, Some(b), 0).to_bits(),
+            want.to_bits()
+        );
+    }
+
     #[test]
     fn sum8_run_matches_the_scalar_partial_sums() {
         let xs: Vec<f32> = (0..301)

@@ -15,6 +15,7 @@
 //! Work is split by fixed sizes, never by thread count, so results are bit-for-bit the
 //! same on any number of threads.
 
+use masked_core::binary::{keep_pair_run, KeepBin};
 use masked_core::{Element, Fold, LaneMap, LaneStat, ReducePlan, RUN_BLOCK};
 use masked_kernels::pack::compress_into;
 use masked_kernels::Bits;
@@ -155,14 +156,36 @@ pub(crate) trait Fill<T>: Sync {
     /// `out` (where the view's mask is set, or everywhere); the offset in `out` of the
     /// first element that could not be computed (an integer division by zero), if any.
     fn fill(&self, start: usize, out: &mut [T]) -> Option<usize>;
+
+    /// The values as `bin(xs[k], ys[k])` over two operands of the output's shape, where
+    /// they are that (an op of the keep family, no broadcasting, no scalar).
+    fn pair(&self) -> Option<(KeepBin, &[T], &[T])> {
+        None
+    }
 }
 
-/// A [`Fill`] as a [`Source`]: each run is computed into the scratch buffer one piece
-/// of at most [`RUN_BLOCK`] elements at a time (L1-resident) and pushed at once, so the
-/// computed values are never held whole. The pieces start at multiples of `RUN_BLOCK`
-/// from the run's start, so by the Fold law of pieces (see [`Fold`]) the states are
-/// those of the materialised values, bit for bit.
-pub(crate) struct Lazy<'a, T>(pub(crate) &'a dyn Fill<T>);
+/// A [`Fill`] as a [`Source`]. Where the values are a keep-family op of two operands
+/// and the op has a pair path ([`keep_pair_run`]: sum and mean of `add`, `sub`, `mul`
+/// on floats), each run is folded straight from the two operands. Otherwise it is
+/// computed into the scratch buffer one piece of at most [`RUN_BLOCK`] elements at a
+/// time (L1-resident) and pushed at once. Either way the computed values are never held
+/// whole, and the states are those of the materialised values, bit for bit: the pair
+/// path is `push_run` over the values written out, and the pieces start at multiples
+/// of `RUN_BLOCK` from the run's start (the Fold law of pieces, see [`Fold`]).
+pub(crate) struct Lazy<'a, T> {
+    fill: &'a dyn Fill<T>,
+    pair: Option<(KeepBin, &'a [T], &'a [T])>,
+}
+
+impl<'a, T> Lazy<'a, T> {
+    /// The source of `fill`'s values.
+    pub(crate) fn new(fill: &'a dyn Fill<T>) -> Self {
+        Lazy {
+            fill,
+            pair: fill.pair(),
+        }
+    }
+}
 
 impl<T: Element> Source<T> for Lazy<'_, T> {
     fn push_run<F: Fold<T>>(
@@ -175,6 +198,12 @@ impl<T: Element> Source<T> for Lazy<'_, T> {
         idx0: i64,
         scratch: &mut Vec<T>,
     ) -> Option<usize> {
+        if let Some((bin, xs, ys)) = self.pair {
+            let run = (&xs[start..start + len], &ys[start..start + len]);
+            if keep_pair_run(bin, op, state, run, bits, idx0) {
+                return None;
+            }
+        }
         const PIECE: usize = RUN_BLOCK;
         if scratch.len() < PIECE.min(len) {
             // written by `fill` before it is read: the initial values never show
@@ -185,7 +214,7 @@ impl<T: Element> Source<T> for Lazy<'_, T> {
         while off < len {
             let n = PIECE.min(len - off);
             let buf = &mut scratch[..n];
-            if let Some(k) = self.0.fill(start + off, buf) {
+            if let Some(k) = self.fill.fill(start + off, buf) {
                 failed = failed.or(Some(start + off + k));
             }
             op.push_run(state, buf, bits.map(|b| b.offset(off)), idx0 + off as i64);

@@ -6,11 +6,14 @@
 //!
 //! - **Folds whose lanes are contiguous runs** (the reduced dims are the innermost
 //!   ones: `sum(a * b, dim=-1)`, or all dims): the array's own run kernel, with the
-//!   values of each lane computed a piece of at most `masked::core::RUN_BLOCK` elements
-//!   at a time into an L1-resident scratch buffer and pushed into the lane's state at
-//!   once (`kernels::Lazy`). The operands are read once, straight into the fold; the
-//!   tasks, pieces and merge order are the materialised array's, so the result is
-//!   the same bit for bit (the Fold law of block-aligned pieces).
+//!   tasks, pieces and merge order of the materialised array, so the result is the
+//!   same bit for bit (`kernels::Lazy`). Where the op has a pair path (sum and mean of
+//!   `add`, `sub`, `mul` of two float operands of one shape: a dot product, a weighted
+//!   sum) the fold's own kernel reads the two operands and computes the values in
+//!   registers (`Fold::push_pair_run`). Otherwise each lane's values are computed a
+//!   piece of at most `masked::core::RUN_BLOCK` elements at a time into an
+//!   L1-resident scratch buffer and pushed into the lane's state at once (the Fold
+//!   law of block-aligned pieces).
 //! - **Everything else** (a fold over dim 0 with kept inner dims, the lane statistics,
 //!   the normalizations): block by block, a block of whole rows along dim 0 (about
 //!   [`BLOCK`] elements, L2-resident) computed into a scratch buffer and handed to the
@@ -25,7 +28,8 @@ use crate::array::{MaskedArray, MaskedArrayD, MaskedView};
 use crate::kernels::{lanes_are_runs, Fill, Lazy};
 use crate::prebuilt;
 use crate::zip::{operand, out_mask, zip_values, Operand, Side};
-use masked_core::binary::{broadcast_shapes, failed_at, Src};
+use masked_core::binary::{broadcast_shapes, failed_at, KeepBin, Src};
+use masked_core::element::{is, same};
 use masked_core::{
     wrap_dim, BitMask, Bits, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskRule,
     MaskedError, ReducePlan, Result, ZipMap,
@@ -103,6 +107,10 @@ trait Produce<O>: Sync {
 
     /// The error for the element at flat position `i` that could not be computed.
     fn failure(&self, shape: &[usize], i: usize) -> MaskedError;
+
+    /// The op and the two operands' values, where the values are a keep-family op of
+    /// two operands of the output `shape` ([`Fill::pair`]).
+    fn pair(&self, shape: &[usize]) -> Option<(KeepBin, &[O], &[O])>;
 }
 
 impl<T: Element, Z: ZipMap<T>> Produce<Z::Output> for Zipped<'_, T, Z> {
@@ -123,6 +131,25 @@ impl<T: Element, Z: ZipMap<T>> Produce<Z::Output> for Zipped<'_, T, Z> {
 
     fn failure(&self, shape: &[usize], i: usize) -> MaskedError {
         failed_at(&self.z, crate::zip::unravel(shape, i))
+    }
+
+    fn pair(&self, shape: &[usize]) -> Option<(KeepBin, &[Z::Output], &[Z::Output])> {
+        let bin = self.z.keep_bin()?;
+        let Rhs::Array(b) = &self.b else {
+            return None;
+        };
+        if self.a.shape != shape || b.shape != shape || !is::<T, Z::Output>() {
+            return None;
+        }
+        // SAFETY: `T` and `Z::Output` are the same type (equal type ids): the casts are
+        // identities.
+        let (xs, ys) = unsafe {
+            (
+                same::<&[T], &[Z::Output]>(&self.a.values[..]),
+                same::<&[T], &[Z::Output]>(&b.values[..]),
+            )
+        };
+        Some((bin, xs, ys))
     }
 }
 
@@ -298,6 +325,10 @@ impl<O: Element> Fill<O> for ZipView<'_, O> {
             .produce(&self.shape, self.bits(), start, out)
             .map(|i| i - start)
     }
+
+    fn pair(&self) -> Option<(KeepBin, &[O], &[O])> {
+        self.src.pair(&self.shape)
+    }
 }
 
 impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
@@ -326,7 +357,8 @@ impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
         if lanes_are_runs(&plan) {
             // each lane computed a piece at a time into an L1 scratch and folded at
             // once, by the array kernel's own tasks: its states, bit for bit
-            let (states, any, failed) = prebuilt::fold_lazy(op, &Lazy(self), self.bits(), &plan);
+            let (states, any, failed) =
+                prebuilt::fold_lazy(op, &Lazy::new(self), self.bits(), &plan);
             if let Some(i) = failed {
                 return Err(self.src.failure(&self.shape, i));
             }
