@@ -519,19 +519,30 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray
         };
         let bits = self.mask.as_ref().map(BitMask::bits);
         let (states, any) = prebuilt::fold_all(op, xs, bits, &plan);
-        let values: Vec<F::Output> = states.iter().map(|s| op.finish(s)).collect();
-        let mask = if op.valid_everywhere() {
-            BitMask::filled(&plan.out_shape, true)?
-        } else {
-            BitMask::from_bools(&plan.out_shape, any)?
-        };
-        let data = ArrayD::from_shape_vec(IxDyn(&plan.out_shape), values)
-            .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
-        Ok(MaskedArray {
-            data,
-            mask: Some(mask),
-        })
+        finish_fold(op, &plan, &states, any)
     }
+}
+
+/// The reduced array of a fold from its lanes' states and whether each lane had a
+/// valid element (the output mask, unless the op is valid everywhere).
+pub(crate) fn finish_fold<O: Element, F: Fold<O>>(
+    op: &F,
+    plan: &ReducePlan,
+    states: &[F::State],
+    any: Vec<bool>,
+) -> Result<MaskedArrayD<F::Output>> {
+    let values: Vec<F::Output> = states.iter().map(|s| op.finish(s)).collect();
+    let mask = if op.valid_everywhere() {
+        BitMask::filled(&plan.out_shape, true)?
+    } else {
+        BitMask::from_bools(&plan.out_shape, any)?
+    };
+    let data = ArrayD::from_shape_vec(IxDyn(&plan.out_shape), values)
+        .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
+    Ok(MaskedArray {
+        data,
+        mask: Some(mask),
+    })
 }
 
 /// Serialised (serde) as `{"values": <ndarray's form>, "mask": <BitMask> | null}`; any

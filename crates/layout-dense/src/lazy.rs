@@ -24,7 +24,7 @@
 //! a normalization along dim 0, the nan-family's NaN mask), the view materialises the
 //! result once and runs the ordinary kernel on it.
 
-use crate::array::{MaskedArray, MaskedArrayD, MaskedView};
+use crate::array::{finish_fold, MaskedArray, MaskedArrayD, MaskedView};
 use crate::kernels::{lanes_are_runs, Fill, Lazy};
 use crate::prebuilt;
 use crate::zip::{operand, out_mask, zip_values, Operand, Side};
@@ -445,22 +445,4 @@ impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
             .map_or_else(|| BitMask::filled(&self.shape, true), Ok)?;
         MaskedArray::new(data, mask)
     }
-}
-
-/// The reduced array from the lanes' fold states.
-fn finish_fold<O: Element, F: Fold<O>>(
-    op: &F,
-    plan: &ReducePlan,
-    states: &[F::State],
-    any: Vec<bool>,
-) -> Result<MaskedArrayD<F::Output>> {
-    let values: Vec<F::Output> = states.iter().map(|s| op.finish(s)).collect();
-    let mask = if op.valid_everywhere() {
-        BitMask::filled(&plan.out_shape, true)?
-    } else {
-        BitMask::from_bools(&plan.out_shape, any)?
-    };
-    let data = ArrayD::from_shape_vec(IxDyn(&plan.out_shape), values)
-        .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
-    MaskedArray::new(data, mask)
 }
