@@ -342,6 +342,100 @@ fn same_sparse(a: &masked::SparseArray<f64>, b: &masked::SparseArray<f64>, what:
     assert!(same_bits(a.values(), b.values()), "{what}");
 }
 
+/// A sparse reduction's shape, stored positions and values (as `f64` bits); `None` for
+/// a normalization (compared elsewhere).
+type SparseExact = Option<(Vec<usize>, Vec<usize>, Vec<u64>)>;
+
+/// The sink that turns a sparse reduction into [`SparseExact`].
+struct ToSparse;
+fn sparse_exact<O: masked::Element>(r: masked::SparseArray<O>) -> SparseExact {
+    let (shape, indices, values) = r.into_parts();
+    let bits = values.iter().map(|v| v.to_f64().to_bits()).collect();
+    Some((shape, indices, bits))
+}
+impl<'v> masked::by_name::Sink<f64, masked::CsrZipView<'v, f64, usize>> for ToSparse {
+    type Out = SparseExact;
+    fn reduced<O: masked::Element>(&self, r: masked::SparseArray<O>) -> SparseExact {
+        sparse_exact(r)
+    }
+    fn mapped<O: masked::Element>(&self, _: masked::CsrMapped<'v, O, usize>) -> SparseExact {
+        None
+    }
+}
+impl<'v> masked::by_name::Sink<f64, masked::MaskedCsr<'v, f64>> for ToSparse {
+    type Out = SparseExact;
+    fn reduced<O: masked::Element>(&self, r: masked::SparseArray<O>) -> SparseExact {
+        sparse_exact(r)
+    }
+    fn mapped<O: masked::Element>(&self, _: masked::CsrMapped<'v, O, usize>) -> SparseExact {
+        None
+    }
+}
+
+/// Every reduction of the registry on the CSR fused view, by name, against the
+/// materialised product: bit for bit over the rows (a row task at a time); over the
+/// columns and all entries, bit for bit too where the view materialises (positional
+/// ops, column reductions) and within float tolerance where row-task states merge.
+#[test]
+fn csr_every_reduction_fused_equals_materialised() {
+    use masked::by_name::{apply_to, Kind, Op, OpRequest};
+    use masked::{Dims, MaskedCsr};
+    let (x, w, pat) = csr_data((1500, 700), 0.3, 11);
+    let mul = KeepZip(KeepBin::Mul);
+    let inputs = [
+        (
+            MaskedCsr::from_pattern(x.view()).unwrap(),
+            MaskedCsr::from_pattern(w.view()).unwrap(),
+        ),
+        (
+            MaskedCsr::with_mask(x.view(), pat.clone()).unwrap(),
+            MaskedCsr::with_mask(w.view(), pat.clone()).unwrap(),
+        ),
+    ];
+    for (case, (a, b)) in inputs.iter().enumerate() {
+        let eager = a.mul(b, MaskRule::Strict).unwrap();
+        let full = MaskedCsr::from_pattern(&eager).unwrap();
+        let mut checked = 0;
+        for &op in Op::ALL {
+            if !matches!(op.kind(), Kind::Reduce | Kind::ReduceOne) {
+                continue;
+            }
+            for (d, bitwise) in [
+                (Dims::from(1), true),
+                (Dims::from(0), false),
+                (Dims::All, false),
+            ] {
+                let what = format!("case {case}: {op} {d:?}");
+                let req = OpRequest::from_op(op).dims(d);
+                let view = a.zip_view(b, mul, MaskRule::Strict).unwrap();
+                let (f, g) = match (
+                    apply_to(&view, &req, &ToSparse),
+                    apply_to(&full, &req, &ToSparse),
+                ) {
+                    (Ok(Some(f)), Ok(Some(g))) => (f, g),
+                    (Err(e), Err(h)) => {
+                        assert_eq!(e, h, "{what}: errors");
+                        continue;
+                    }
+                    (f, g) => panic!("{what}: {:?} vs {:?}", f.err(), g.err()),
+                };
+                assert_eq!((&f.0, &f.1), (&g.0, &g.1), "{what}: shape and positions");
+                if bitwise {
+                    assert_eq!(f.2, g.2, "{what}: values");
+                } else {
+                    let (fv, gv): (Vec<f64>, Vec<f64>) = (
+                        f.2.iter().map(|&v| f64::from_bits(v)).collect(),
+                        g.2.iter().map(|&v| f64::from_bits(v)).collect(),
+                    );
+                    assert!(close(&fv, &gv), "{what}: values");
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 30, "{checked} op cases");
+    }
+}
+
 #[test]
 fn csr_fused_equals_materialise_then_reduce() {
     use masked::{MaskedCsr, MedianMode};
@@ -634,6 +728,85 @@ fn coo_of(
 
 /// The COO view: reductions over trailing dims run on the fused lanes (bit for bit: the
 /// same row kernels on the same groups), the others materialise (bit for bit).
+impl<'v> masked::by_name::Sink<f64, masked::CooZipView<'v, f64>> for ToSparse {
+    type Out = SparseExact;
+    fn reduced<O: masked::Element>(&self, r: masked::SparseArray<O>) -> SparseExact {
+        sparse_exact(r)
+    }
+    fn mapped<O: masked::Element>(&self, _: masked::MaskedCoo<O>) -> SparseExact {
+        None
+    }
+}
+impl masked::by_name::Sink<f64, masked::MaskedCoo<f64>> for ToSparse {
+    type Out = SparseExact;
+    fn reduced<O: masked::Element>(&self, r: masked::SparseArray<O>) -> SparseExact {
+        sparse_exact(r)
+    }
+    fn mapped<O: masked::Element>(&self, _: masked::MaskedCoo<O>) -> SparseExact {
+        None
+    }
+}
+
+/// Every reduction of the registry on the COO fused view, by name, against the
+/// materialised product: bit for bit over trailing dims (the fused row lanes) and
+/// where the view materialises; the other dims as the materialised kernel gives them.
+#[test]
+fn coo_every_reduction_fused_equals_materialised() {
+    use masked::by_name::{apply_to, Kind, Op, OpRequest};
+    use masked::{CooMask, Dims, MaskedCoo};
+    let shape = [40usize, 60, 100];
+    let (coords, v, w, pat) = coo_data(shape, 5);
+    let inputs = [
+        (
+            MaskedCoo::from_pattern(shape, &coords, v.clone()).unwrap(),
+            MaskedCoo::from_pattern(shape, &coords, w.clone()).unwrap(),
+        ),
+        (
+            MaskedCoo::with_mask(shape, &coords, v.clone(), pat.clone()).unwrap(),
+            MaskedCoo::with_mask(shape, &coords, w.clone(), pat.clone()).unwrap(),
+        ),
+    ];
+    let mul = KeepZip(KeepBin::Mul);
+    for (case, (a, b)) in inputs.iter().enumerate() {
+        let full = coo_of(&shape, a.mul(b, MaskRule::Strict).unwrap(), CooMask::Stored);
+        let mut checked = 0;
+        for &op in Op::ALL {
+            if !matches!(op.kind(), Kind::Reduce | Kind::ReduceOne) {
+                continue;
+            }
+            for d in [
+                Dims::from(2),
+                Dims::from(vec![1, 2]),
+                Dims::from(0),
+                Dims::All,
+            ] {
+                let what = format!("case {case}: {op} {d:?}");
+                let req = OpRequest::from_op(op).dims(d);
+                let view = a.zip_view(b, mul, MaskRule::Strict).unwrap();
+                let (f, g) = match (
+                    apply_to(&view, &req, &ToSparse),
+                    apply_to(&full, &req, &ToSparse),
+                ) {
+                    (Ok(Some(f)), Ok(Some(g))) => (f, g),
+                    (Err(e), Err(h)) => {
+                        assert_eq!(e, h, "{what}: errors");
+                        continue;
+                    }
+                    (f, g) => panic!("{what}: {:?} vs {:?}", f.err(), g.err()),
+                };
+                assert_eq!((&f.0, &f.1), (&g.0, &g.1), "{what}: shape and positions");
+                let (fv, gv): (Vec<f64>, Vec<f64>) = (
+                    f.2.iter().map(|&v| f64::from_bits(v)).collect(),
+                    g.2.iter().map(|&v| f64::from_bits(v)).collect(),
+                );
+                assert!(same_bits(&fv, &gv), "{what}: values");
+                checked += 1;
+            }
+        }
+        assert!(checked > 40, "{checked} op cases");
+    }
+}
+
 #[test]
 fn coo_fused_equals_materialise_then_reduce() {
     use masked::{CooMask, Dims, MaskedCoo, MedianMode};
