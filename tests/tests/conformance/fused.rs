@@ -353,36 +353,15 @@ fn sparse_exact<O: masked::Element>(r: masked::SparseArray<O>) -> SparseExact {
     let bits = values.iter().map(|v| v.to_f64().to_bits()).collect();
     Some((shape, indices, bits))
 }
-impl<'v> masked::by_name::Sink<f64, masked::CsrZipView<'v, f64, usize>> for ToSparse {
-    type Out = SparseExact;
-    fn reduced<O: masked::Element>(&self, r: masked::SparseArray<O>) -> SparseExact {
-        sparse_exact(r)
-    }
-    fn mapped<O: masked::Element>(&self, _: masked::CsrMapped<'v, O, usize>) -> SparseExact {
-        None
-    }
-}
-impl<'v> masked::by_name::Sink<f64, masked::MaskedCsr<'v, f64>> for ToSparse {
-    type Out = SparseExact;
-    fn reduced<O: masked::Element>(&self, r: masked::SparseArray<O>) -> SparseExact {
-        sparse_exact(r)
-    }
-    fn mapped<O: masked::Element>(&self, _: masked::CsrMapped<'v, O, usize>) -> SparseExact {
-        None
-    }
-}
-
-/// Every reduction of the registry on the CSR fused view, by name, against the
-/// materialised product: bit for bit over the rows (a row task at a time); over the
-/// columns and all entries, bit for bit too where the view materialises (positional
-/// ops, column reductions) and within float tolerance where row-task states merge.
-#[test]
-fn csr_every_reduction_fused_equals_materialised() {
-    use masked::by_name::{apply_to, Kind, Op, OpRequest};
-    use masked::{Dims, MaskedCsr};
-    let (x, w, pat) = csr_data((1500, 700), 0.3, 11);
-    let mul = KeepZip(KeepBin::Mul);
-    let inputs = [
+/// Two operands of one structure, twice: with the pattern as the mask, and with a
+/// separate mask (values with validity bits).
+fn csr_inputs<'a>(
+    x: &'a sprs::CsMat<f64>,
+    w: &'a sprs::CsMat<f64>,
+    pat: &masked::Pattern,
+) -> [(masked::MaskedCsr<'a, f64>, masked::MaskedCsr<'a, f64>); 2] {
+    use masked::MaskedCsr;
+    [
         (
             MaskedCsr::from_pattern(x.view()).unwrap(),
             MaskedCsr::from_pattern(w.view()).unwrap(),
@@ -391,47 +370,117 @@ fn csr_every_reduction_fused_equals_materialised() {
             MaskedCsr::with_mask(x.view(), pat.clone()).unwrap(),
             MaskedCsr::with_mask(w.view(), pat.clone()).unwrap(),
         ),
+    ]
+}
+
+/// [`csr_inputs`] for COO: random entries of `shape` from `coo_data(shape, seed)`.
+fn coo_inputs(
+    shape: [usize; 3],
+    seed: u64,
+) -> [(masked::MaskedCoo<f64>, masked::MaskedCoo<f64>); 2] {
+    use masked::MaskedCoo;
+    let (coords, v, w, pat) = coo_data(shape, seed);
+    [
+        (
+            MaskedCoo::from_pattern(shape, &coords, v.clone()).unwrap(),
+            MaskedCoo::from_pattern(shape, &coords, w.clone()).unwrap(),
+        ),
+        (
+            MaskedCoo::with_mask(shape, &coords, v, pat.clone()).unwrap(),
+            MaskedCoo::with_mask(shape, &coords, w, pat).unwrap(),
+        ),
+    ]
+}
+
+/// `Sink` for one sparse layout (its mapped type named with the generic `$o`).
+macro_rules! to_sparse {
+    ([$($g:tt)*] $layout:ty, |$o:ident| $mapped:ty) => {
+        impl<$($g)*> masked::by_name::Sink<f64, $layout> for ToSparse {
+            type Out = SparseExact;
+            fn reduced<O: masked::Element>(&self, r: masked::SparseArray<O>) -> SparseExact {
+                sparse_exact(r)
+            }
+            fn mapped<$o: masked::Element>(&self, _: $mapped) -> SparseExact {
+                None
+            }
+        }
+    };
+}
+to_sparse!(['v] masked::CsrZipView<'v, f64, usize>, |O| masked::CsrMapped<'v, O, usize>);
+to_sparse!(['v] masked::MaskedCsr<'v, f64>, |O| masked::CsrMapped<'v, O, usize>);
+to_sparse!(['v] masked::CooZipView<'v, f64>, |O| masked::MaskedCoo<O>);
+to_sparse!([] masked::MaskedCoo<f64>, |O| masked::MaskedCoo<O>);
+
+/// Runs every reduction of the registry by name on a fresh fused `view()` and on the
+/// materialised `full` over each of `dims` (bit for bit where its flag is set, else
+/// within float tolerance); the number of cases compared.
+fn every_sparse_reduction<V, M>(
+    view: impl Fn() -> V,
+    full: &M,
+    dims: &[(masked::Dims, bool)],
+    case: usize,
+) -> usize
+where
+    V: masked::LaneKernels<f64>,
+    M: masked::LaneKernels<f64>,
+    ToSparse: masked::by_name::Sink<f64, V, Out = SparseExact>
+        + masked::by_name::Sink<f64, M, Out = SparseExact>,
+{
+    use masked::by_name::{apply_to, Kind, Op, OpRequest};
+    let mut checked = 0;
+    for &op in Op::ALL {
+        if !matches!(op.kind(), Kind::Reduce | Kind::ReduceOne) {
+            continue;
+        }
+        for (d, bitwise) in dims {
+            let what = format!("case {case}: {op} {d:?}");
+            let req = OpRequest::from_op(op).dims(d.clone());
+            let (f, g) = match (
+                apply_to(&view(), &req, &ToSparse),
+                apply_to(full, &req, &ToSparse),
+            ) {
+                (Ok(Some(f)), Ok(Some(g))) => (f, g),
+                (Err(e), Err(h)) => {
+                    assert_eq!(e, h, "{what}: errors");
+                    continue;
+                }
+                (f, g) => panic!("{what}: {:?} vs {:?}", f.err(), g.err()),
+            };
+            assert_eq!((&f.0, &f.1), (&g.0, &g.1), "{what}: shape and positions");
+            let (fv, gv): (Vec<f64>, Vec<f64>) = (
+                f.2.iter().map(|&v| f64::from_bits(v)).collect(),
+                g.2.iter().map(|&v| f64::from_bits(v)).collect(),
+            );
+            if *bitwise {
+                assert!(same_bits(&fv, &gv), "{what}: values");
+            } else {
+                assert!(close(&fv, &gv), "{what}: values");
+            }
+            checked += 1;
+        }
+    }
+    checked
+}
+
+/// Every reduction of the registry on the CSR fused view, by name, against the
+/// materialised product: bit for bit over the rows (a row task at a time); over the
+/// columns and all entries within float tolerance (row-task states merge there).
+#[test]
+fn csr_every_reduction_fused_equals_materialised() {
+    use masked::{Dims, MaskedCsr};
+    let (x, w, pat) = csr_data((1500, 700), 0.3, 11);
+    let mul = KeepZip(KeepBin::Mul);
+    let inputs = csr_inputs(&x, &w, &pat);
+    let dims = [
+        (Dims::from(1), true),
+        (Dims::from(0), false),
+        (Dims::All, false),
     ];
     for (case, (a, b)) in inputs.iter().enumerate() {
         let eager = a.mul(b, MaskRule::Strict).unwrap();
         let full = MaskedCsr::from_pattern(&eager).unwrap();
-        let mut checked = 0;
-        for &op in Op::ALL {
-            if !matches!(op.kind(), Kind::Reduce | Kind::ReduceOne) {
-                continue;
-            }
-            for (d, bitwise) in [
-                (Dims::from(1), true),
-                (Dims::from(0), false),
-                (Dims::All, false),
-            ] {
-                let what = format!("case {case}: {op} {d:?}");
-                let req = OpRequest::from_op(op).dims(d);
-                let view = a.zip_view(b, mul, MaskRule::Strict).unwrap();
-                let (f, g) = match (
-                    apply_to(&view, &req, &ToSparse),
-                    apply_to(&full, &req, &ToSparse),
-                ) {
-                    (Ok(Some(f)), Ok(Some(g))) => (f, g),
-                    (Err(e), Err(h)) => {
-                        assert_eq!(e, h, "{what}: errors");
-                        continue;
-                    }
-                    (f, g) => panic!("{what}: {:?} vs {:?}", f.err(), g.err()),
-                };
-                assert_eq!((&f.0, &f.1), (&g.0, &g.1), "{what}: shape and positions");
-                if bitwise {
-                    assert_eq!(f.2, g.2, "{what}: values");
-                } else {
-                    let (fv, gv): (Vec<f64>, Vec<f64>) = (
-                        f.2.iter().map(|&v| f64::from_bits(v)).collect(),
-                        g.2.iter().map(|&v| f64::from_bits(v)).collect(),
-                    );
-                    assert!(close(&fv, &gv), "{what}: values");
-                }
-                checked += 1;
-            }
-        }
+        let view = || a.zip_view(b, mul, MaskRule::Strict).unwrap();
+        let checked = every_sparse_reduction(view, &full, &dims, case);
         assert!(checked > 30, "{checked} op cases");
     }
 }
@@ -443,16 +492,7 @@ fn csr_fused_equals_materialise_then_reduce() {
     assert!(x.nnz() > 4 * (1 << 15), "several row tasks");
     let mul = KeepZip(KeepBin::Mul);
     // mask = the pattern, and a separate mask (values with validity bits)
-    let inputs = [
-        (
-            MaskedCsr::from_pattern(x.view()).unwrap(),
-            MaskedCsr::from_pattern(w.view()).unwrap(),
-        ),
-        (
-            MaskedCsr::with_mask(x.view(), pat.clone()).unwrap(),
-            MaskedCsr::with_mask(w.view(), pat.clone()).unwrap(),
-        ),
-    ];
+    let inputs = csr_inputs(&x, &w, &pat);
     for (case, (a, b)) in inputs.iter().enumerate() {
         // a fresh view per op: a view that computed its values once keeps them
         let view = || a.zip_view(b, mul, MaskRule::Strict).unwrap();
@@ -728,81 +768,25 @@ fn coo_of(
 
 /// The COO view: reductions over trailing dims run on the fused lanes (bit for bit: the
 /// same row kernels on the same groups), the others materialise (bit for bit).
-impl<'v> masked::by_name::Sink<f64, masked::CooZipView<'v, f64>> for ToSparse {
-    type Out = SparseExact;
-    fn reduced<O: masked::Element>(&self, r: masked::SparseArray<O>) -> SparseExact {
-        sparse_exact(r)
-    }
-    fn mapped<O: masked::Element>(&self, _: masked::MaskedCoo<O>) -> SparseExact {
-        None
-    }
-}
-impl masked::by_name::Sink<f64, masked::MaskedCoo<f64>> for ToSparse {
-    type Out = SparseExact;
-    fn reduced<O: masked::Element>(&self, r: masked::SparseArray<O>) -> SparseExact {
-        sparse_exact(r)
-    }
-    fn mapped<O: masked::Element>(&self, _: masked::MaskedCoo<O>) -> SparseExact {
-        None
-    }
-}
-
 /// Every reduction of the registry on the COO fused view, by name, against the
-/// materialised product: bit for bit over trailing dims (the fused row lanes) and
-/// where the view materialises; the other dims as the materialised kernel gives them.
+/// materialised product, bit for bit: over trailing dims (the fused row lanes) and
+/// where the view materialises.
 #[test]
 fn coo_every_reduction_fused_equals_materialised() {
-    use masked::by_name::{apply_to, Kind, Op, OpRequest};
-    use masked::{CooMask, Dims, MaskedCoo};
+    use masked::{CooMask, Dims};
     let shape = [40usize, 60, 100];
-    let (coords, v, w, pat) = coo_data(shape, 5);
-    let inputs = [
-        (
-            MaskedCoo::from_pattern(shape, &coords, v.clone()).unwrap(),
-            MaskedCoo::from_pattern(shape, &coords, w.clone()).unwrap(),
-        ),
-        (
-            MaskedCoo::with_mask(shape, &coords, v.clone(), pat.clone()).unwrap(),
-            MaskedCoo::with_mask(shape, &coords, w.clone(), pat.clone()).unwrap(),
-        ),
-    ];
+    let inputs = coo_inputs(shape, 5);
     let mul = KeepZip(KeepBin::Mul);
+    let dims = [
+        (Dims::from(2), true),
+        (Dims::from(vec![1, 2]), true),
+        (Dims::from(0), true),
+        (Dims::All, true),
+    ];
     for (case, (a, b)) in inputs.iter().enumerate() {
         let full = coo_of(&shape, a.mul(b, MaskRule::Strict).unwrap(), CooMask::Stored);
-        let mut checked = 0;
-        for &op in Op::ALL {
-            if !matches!(op.kind(), Kind::Reduce | Kind::ReduceOne) {
-                continue;
-            }
-            for d in [
-                Dims::from(2),
-                Dims::from(vec![1, 2]),
-                Dims::from(0),
-                Dims::All,
-            ] {
-                let what = format!("case {case}: {op} {d:?}");
-                let req = OpRequest::from_op(op).dims(d);
-                let view = a.zip_view(b, mul, MaskRule::Strict).unwrap();
-                let (f, g) = match (
-                    apply_to(&view, &req, &ToSparse),
-                    apply_to(&full, &req, &ToSparse),
-                ) {
-                    (Ok(Some(f)), Ok(Some(g))) => (f, g),
-                    (Err(e), Err(h)) => {
-                        assert_eq!(e, h, "{what}: errors");
-                        continue;
-                    }
-                    (f, g) => panic!("{what}: {:?} vs {:?}", f.err(), g.err()),
-                };
-                assert_eq!((&f.0, &f.1), (&g.0, &g.1), "{what}: shape and positions");
-                let (fv, gv): (Vec<f64>, Vec<f64>) = (
-                    f.2.iter().map(|&v| f64::from_bits(v)).collect(),
-                    g.2.iter().map(|&v| f64::from_bits(v)).collect(),
-                );
-                assert!(same_bits(&fv, &gv), "{what}: values");
-                checked += 1;
-            }
-        }
+        let view = || a.zip_view(b, mul, MaskRule::Strict).unwrap();
+        let checked = every_sparse_reduction(view, &full, &dims, case);
         assert!(checked > 40, "{checked} op cases");
     }
 }
@@ -811,18 +795,13 @@ fn coo_every_reduction_fused_equals_materialised() {
 fn coo_fused_equals_materialise_then_reduce() {
     use masked::{CooMask, Dims, MaskedCoo, MedianMode};
     let shape = [40usize, 60, 100];
+    let inputs = coo_inputs(shape, 3);
+    // the same data again, for the cases below that build other operands from it
     let (coords, v, w, pat) = coo_data(shape, 3);
-    assert!(v.len() > 2 * (1 << 15), "several row tasks");
-    let inputs = [
-        (
-            MaskedCoo::from_pattern(shape, &coords, v.clone()).unwrap(),
-            MaskedCoo::from_pattern(shape, &coords, w.clone()).unwrap(),
-        ),
-        (
-            MaskedCoo::with_mask(shape, &coords, v.clone(), pat.clone()).unwrap(),
-            MaskedCoo::with_mask(shape, &coords, w.clone(), pat.clone()).unwrap(),
-        ),
-    ];
+    assert!(
+        inputs[0].0.values().len() > 2 * (1 << 15),
+        "several row tasks"
+    );
     let mul = KeepZip(KeepBin::Mul);
     let mut argmaxes = 0;
     for (case, (a, b)) in inputs.iter().enumerate() {
