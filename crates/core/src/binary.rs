@@ -142,10 +142,16 @@ pub trait ZipMap<T: Element>: Copy + Send + Sync {
         bits: Option<Bits<'_>>,
         out: &mut [Self::Output],
     ) -> Option<usize>;
-    /// The op of the keep family this map computes with its operands in order, if it is
-    /// one: a layout's fused fold then may read both operands in the fold's own kernel
-    /// ([`keep_pair_run`]) instead of computing the values first.
-    fn keep_bin(&self) -> Option<KeepBin> {
+    /// Where this map is an op of the keep family: that op and the two runs it reads,
+    /// in its operand order (`xs`, `ys` as this map's operands). A layout's fused fold
+    /// then may read both runs in the fold's own kernel ([`keep_pair_run`]) instead of
+    /// computing the values first.
+    fn keep_operands<'s>(
+        &self,
+        xs: &'s [T],
+        ys: &'s [T],
+    ) -> Option<KeepOperands<'s, Self::Output>> {
+        let _ = (xs, ys);
         None
     }
     /// Whether `op(x, y)` is the zero value (`0`, `false`): a sparse operand without a
@@ -176,12 +182,11 @@ impl<T: Element, Z: ZipMap<T>> ZipMap<T> for Swapped<Z> {
     fn failure(&self) -> &'static str {
         self.0.failure()
     }
-    fn keep_bin(&self) -> Option<KeepBin> {
-        // swapped, only an op whose operands commute is the same op
-        match self.0.keep_bin() {
-            Some(k @ (KeepBin::Add | KeepBin::Mul)) => Some(k),
-            k if !self.1 => k,
-            _ => None,
+    fn keep_operands<'s>(&self, xs: &'s [T], ys: &'s [T]) -> Option<KeepOperands<'s, Z::Output>> {
+        if self.1 {
+            self.0.keep_operands(ys, xs)
+        } else {
+            self.0.keep_operands(xs, ys)
         }
     }
     fn run(
@@ -612,8 +617,8 @@ impl<T: Element> ZipMap<T> for KeepZip {
     fn name(&self) -> &'static str {
         self.0.name()
     }
-    fn keep_bin(&self) -> Option<KeepBin> {
-        Some(self.0)
+    fn keep_operands<'s>(&self, xs: &'s [T], ys: &'s [T]) -> Option<KeepOperands<'s, T>> {
+        Some((self.0, xs, ys))
     }
     #[inline]
     fn one(&self, x: T, y: T) -> Option<T> {
@@ -649,6 +654,9 @@ impl<T: Element> ZipMap<T> for KeepZip {
         None
     }
 }
+
+/// A keep-family op and the two runs it reads ([`ZipMap::keep_operands`]).
+pub type KeepOperands<'s, T> = (KeepBin, &'s [T], &'s [T]);
 
 /// The pair path of a fused fold ([`Fold::push_pair_run`]) for an op of the keep
 /// family: folds `bin(xs[k], ys[k])` into `state` with `op`, reading both runs in the

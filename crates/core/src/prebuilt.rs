@@ -45,10 +45,10 @@ pub fn fell_back<T: 'static>() {
 /// prebuilt_kernels! {
 ///     input: Input,
 ///     dtypes: [f32, f64],
-///     fold fold_all(op, xs, bits: Option<Bits<'_>>, plan: &ReducePlan) -> FoldOut
-///         = kernels::fold_all(op, xs, bits, plan);
+///     fold fold_all(op, xs, bits: Option<Bits<'_>>, plan: &ReducePlan, pos0: i64) -> FoldOut
+///         = kernels::fold_all(op, xs, bits, plan, pos0);
 /// }
-/// // then: prebuilt::fold_all(op, xs, bits, plan) wherever kernels::fold_all was called
+/// // then: prebuilt::fold_all(op, xs, bits, plan, pos0) wherever kernels::fold_all was called
 /// ```
 ///
 /// Each entry is `FAMILY NAME(OP, INPUT, ARGS...) -> OUT = CALL;`. `FAMILY` is `fold`,

@@ -518,7 +518,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray
             }
         };
         let bits = self.mask.as_ref().map(BitMask::bits);
-        let (states, any) = prebuilt::fold_all(op, xs, bits, &plan);
+        let (states, any) = prebuilt::fold_all(op, xs, bits, &plan, 0);
         finish_fold(op, &plan, &states, any)
     }
 }

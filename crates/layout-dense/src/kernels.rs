@@ -15,7 +15,7 @@
 //! Work is split by fixed sizes, never by thread count, so results are bit-for-bit the
 //! same on any number of threads.
 
-use masked_core::binary::{keep_pair_run, KeepBin};
+use masked_core::binary::{keep_pair_run, KeepOperands};
 use masked_core::{Element, Fold, LaneMap, LaneStat, ReducePlan, RUN_BLOCK};
 use masked_kernels::pack::compress_into;
 use masked_kernels::Bits;
@@ -60,11 +60,14 @@ const COL_CHUNK: usize = 2048;
 
 /// Folds every lane of `xs` (row-major, shape `plan.in_shape`, valid where `bits` is set)
 /// and returns one state per output position plus whether its lane had a valid element.
+/// Lane positions start at `pos0` (0 for a whole array; a block of rows of a longer
+/// array passes the position of its first element in the lane, for argmax and argmin).
 pub(crate) fn fold_all<T: Element, F: Fold<T>>(
     op: &F,
     xs: &[T],
     bits: Option<Bits<'_>>,
     plan: &ReducePlan,
+    pos0: i64,
 ) -> (Vec<F::State>, Vec<bool>) {
     let n_out = plan.lanes;
     let mut states = vec![op.identity(); n_out];
@@ -72,34 +75,21 @@ pub(crate) fn fold_all<T: Element, F: Fold<T>>(
     if n_out == 0 || plan.lane_len == 0 {
         return (states, any);
     }
+    if lanes_are_runs(plan) {
+        // the array's own values: nothing to compute, nothing can fail
+        let _ = runs(op, xs, bits, plan.lane_len, pos0, &mut states, &mut any);
+        return (states, any);
+    }
     let groups = plan.groups();
     let kinds: Vec<bool> = groups.iter().map(|g| g.0).collect();
+    let (st, an) = (&mut states, &mut any);
     match kinds.as_slice() {
-        [] | [true] | [false] | [false, true] => {
-            // the array's own values: nothing to compute, nothing can fail
-            let _ = runs(op, xs, bits, plan.lane_len, &mut states, &mut any);
+        [true, false] => columns(op, xs, bits, (1, groups[0].1, groups[1].1), pos0, st, an),
+        [false, true, false] => {
+            let dims = (groups[0].1, groups[1].1, groups[2].1);
+            columns(op, xs, bits, dims, pos0, st, an)
         }
-        [true, false] => columns(
-            op,
-            xs,
-            bits,
-            1,
-            groups[0].1,
-            groups[1].1,
-            &mut states,
-            &mut any,
-        ),
-        [false, true, false] => columns(
-            op,
-            xs,
-            bits,
-            groups[0].1,
-            groups[1].1,
-            groups[2].1,
-            &mut states,
-            &mut any,
-        ),
-        _ => gather(op, xs, bits, plan, &mut states, &mut any),
+        _ => gather(op, xs, bits, plan, pos0, st, an),
     }
     (states, any)
 }
@@ -159,7 +149,7 @@ pub(crate) trait Fill<T>: Sync {
 
     /// The values as `bin(xs[k], ys[k])` over two operands of the output's shape, where
     /// they are that (an op of the keep family, no broadcasting, no scalar).
-    fn pair(&self) -> Option<(KeepBin, &[T], &[T])> {
+    fn pair(&self) -> Option<KeepOperands<'_, T>> {
         None
     }
 }
@@ -174,7 +164,7 @@ pub(crate) trait Fill<T>: Sync {
 /// of `RUN_BLOCK` from the run's start (the Fold law of pieces, see [`Fold`]).
 pub(crate) struct Lazy<'a, T> {
     fill: &'a dyn Fill<T>,
-    pair: Option<(KeepBin, &'a [T], &'a [T])>,
+    pair: Option<KeepOperands<'a, T>>,
 }
 
 impl<'a, T> Lazy<'a, T> {
@@ -254,7 +244,7 @@ pub(crate) fn fold_lazy<T: Element, F: Fold<T>>(
     if plan.lanes == 0 || plan.lane_len == 0 {
         return (states, any, None);
     }
-    let failed = runs(op, src, bits, plan.lane_len, &mut states, &mut any);
+    let failed = runs(op, src, bits, plan.lane_len, 0, &mut states, &mut any);
     (states, any, failed)
 }
 
@@ -263,6 +253,7 @@ fn runs<T: Element, F: Fold<T>, S: Source<T> + ?Sized>(
     src: &S,
     bits: Option<Bits<'_>>,
     len: usize,
+    pos0: i64,
     states: &mut [F::State],
     any: &mut [bool],
 ) -> Option<usize> {
@@ -282,7 +273,7 @@ fn runs<T: Element, F: Fold<T>, S: Source<T> + ?Sized>(
                         start,
                         n,
                         bits.map(|b| b.offset(start)),
-                        (c * LANE_CHUNK) as i64,
+                        pos0 + (c * LANE_CHUNK) as i64,
                         scratch,
                     );
                     (st, f)
@@ -306,7 +297,7 @@ fn runs<T: Element, F: Fold<T>, S: Source<T> + ?Sized>(
             for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
                 let start = (c * g + k) * len;
                 let lane_bits = bits.map(|b| b.offset(start));
-                let f = src.push_run(op, s, start, len, lane_bits, 0, scratch);
+                let f = src.push_run(op, s, start, len, lane_bits, pos0, scratch);
                 failed = first(failed, f);
                 *a = any_valid(bits, start, len);
             }
@@ -315,14 +306,13 @@ fn runs<T: Element, F: Fold<T>, S: Source<T> + ?Sized>(
         .reduce(|| None, first)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The column sweep over `(outer, red, inner)` blocks of dims: the middle one reduced.
 fn columns<T: Element, F: Fold<T>>(
     op: &F,
     xs: &[T],
     bits: Option<Bits<'_>>,
-    outer: usize,
-    red: usize,
-    inner: usize,
+    (outer, red, inner): (usize, usize, usize),
+    pos0: i64,
     states: &mut [F::State],
     any: &mut [bool],
 ) {
@@ -340,7 +330,7 @@ fn columns<T: Element, F: Fold<T>>(
                     let w = s.len();
                     let base = o * red * inner + j0;
                     let b = bits.map(|b| b.offset(base));
-                    op.push_columns(s, &xs[base..], inner, red, b, 0);
+                    op.push_columns(s, &xs[base..], inner, red, b, pos0);
                     match b {
                         None => a.fill(red > 0),
                         Some(b) => {
@@ -366,6 +356,7 @@ fn gather<T: Element, F: Fold<T>>(
     xs: &[T],
     bits: Option<Bits<'_>>,
     plan: &ReducePlan,
+    pos0: i64,
     states: &mut [F::State],
     any: &mut [bool],
 ) {
@@ -397,7 +388,8 @@ fn gather<T: Element, F: Fold<T>>(
                         for (i, &o) in seg_off.iter().enumerate() {
                             let start = base + o;
                             let b = bits.map(|b| b.offset(start));
-                            op.push_run(s, &xs[start..start + inner], b, (i * inner) as i64);
+                            let pos = pos0 + (i * inner) as i64;
+                            op.push_run(s, &xs[start..start + inner], b, pos);
                             *a = *a || any_valid(bits, start, inner);
                         }
                     }
@@ -421,7 +413,7 @@ fn gather<T: Element, F: Fold<T>>(
                     vals.extend(lane_off.iter().map(|&o| xs[base + o]));
                     match bits {
                         None => {
-                            op.push_run(s, vals, None, 0);
+                            op.push_run(s, vals, None, pos0);
                             *a = true;
                         }
                         Some(b) => {
@@ -429,7 +421,7 @@ fn gather<T: Element, F: Fold<T>>(
                             for (i, &o) in lane_off.iter().enumerate() {
                                 words[i / 64] |= (b.get(base + o) as u64) << (i % 64);
                             }
-                            op.push_run(s, vals, Some(Bits::new(words, 0)), 0);
+                            op.push_run(s, vals, Some(Bits::new(words, 0)), pos0);
                             *a = words.iter().any(|&w| w != 0);
                         }
                     }

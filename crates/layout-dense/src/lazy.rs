@@ -28,8 +28,7 @@ use crate::array::{finish_fold, MaskedArray, MaskedArrayD, MaskedView};
 use crate::kernels::{lanes_are_runs, Fill, Lazy};
 use crate::prebuilt;
 use crate::zip::{operand, out_mask, zip_values, Operand, Side};
-use masked_core::binary::{broadcast_shapes, failed_at, KeepBin, Src};
-use masked_core::element::{is, same};
+use masked_core::binary::{broadcast_shapes, failed_at, KeepOperands, Src};
 use masked_core::{
     wrap_dim, BitMask, Bits, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskRule,
     MaskedError, ReducePlan, Result, ZipMap,
@@ -110,7 +109,7 @@ trait Produce<O>: Sync {
 
     /// The op and the two operands' values, where the values are a keep-family op of
     /// two operands of the output `shape` ([`Fill::pair`]).
-    fn pair(&self, shape: &[usize]) -> Option<(KeepBin, &[O], &[O])>;
+    fn pair(&self, shape: &[usize]) -> Option<KeepOperands<'_, O>>;
 }
 
 impl<T: Element, Z: ZipMap<T>> Produce<Z::Output> for Zipped<'_, T, Z> {
@@ -133,23 +132,13 @@ impl<T: Element, Z: ZipMap<T>> Produce<Z::Output> for Zipped<'_, T, Z> {
         failed_at(&self.z, crate::zip::unravel(shape, i))
     }
 
-    fn pair(&self, shape: &[usize]) -> Option<(KeepBin, &[Z::Output], &[Z::Output])> {
-        let bin = self.z.keep_bin()?;
-        let Rhs::Array(b) = &self.b else {
-            return None;
-        };
-        if self.a.shape != shape || b.shape != shape || !is::<T, Z::Output>() {
-            return None;
+    fn pair(&self, shape: &[usize]) -> Option<KeepOperands<'_, Z::Output>> {
+        match &self.b {
+            Rhs::Array(b) if self.a.shape == shape && b.shape == shape => {
+                self.z.keep_operands(&self.a.values, &b.values)
+            }
+            _ => None,
         }
-        // SAFETY: `T` and `Z::Output` are the same type (equal type ids): the casts are
-        // identities.
-        let (xs, ys) = unsafe {
-            (
-                same::<&[T], &[Z::Output]>(&self.a.values[..]),
-                same::<&[T], &[Z::Output]>(&b.values[..]),
-            )
-        };
-        Some((bin, xs, ys))
     }
 }
 
@@ -299,7 +288,7 @@ impl<'a, O: Element> ZipView<'a, O> {
     /// in block order: `f(block shape, values, bits)`.
     fn each_block<R: Send>(
         &self,
-        f: impl Fn(&[usize], &[O], Option<Bits<'_>>) -> Result<R> + Sync,
+        f: impl Fn(usize, &[usize], &[O], Option<Bits<'_>>) -> Result<R> + Sync,
     ) -> Result<Vec<R>> {
         let (blocks, inner) = self.blocks();
         blocks
@@ -313,7 +302,7 @@ impl<'a, O: Element> ZipView<'a, O> {
                 if let Some(s) = shape.first_mut() {
                     *s = r1 - r0;
                 }
-                f(&shape, buf, self.bits().map(|b| b.offset(r0 * inner)))
+                f(r0, &shape, buf, self.bits().map(|b| b.offset(r0 * inner)))
             })
             .collect()
     }
@@ -326,7 +315,7 @@ impl<O: Element> Fill<O> for ZipView<'_, O> {
             .map(|i| i - start)
     }
 
-    fn pair(&self) -> Option<(KeepBin, &[O], &[O])> {
+    fn pair(&self) -> Option<KeepOperands<'_, O>> {
         self.src.pair(&self.shape)
     }
 }
@@ -365,14 +354,13 @@ impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
             return finish_fold(op, &plan, &states, any);
         }
         let across = plan.reduced[0];
-        if across && op.positional() {
-            // a block's kernel counts lane positions from its own first row: argmax and
-            // argmin over dim 0 read the whole result
-            return self.materialize()?.fold_lanes(op, dims, keepdim);
-        }
-        let parts = self.each_block(|shape, xs, bits| {
+        // where dim 0 is reduced, a block's lanes continue the lanes of the blocks
+        // before it: their positions (argmax, argmin) start at its first row's
+        let per_row = (plan.lane_len / self.shape[0].max(1)) as i64;
+        let parts = self.each_block(|r0, shape, xs, bits| {
             let sub = ReducePlan::new(shape, dims, keepdim)?;
-            Ok(prebuilt::fold_all(op, xs, bits, &sub))
+            let pos0 = if across { r0 as i64 * per_row } else { 0 };
+            Ok(prebuilt::fold_all(op, xs, bits, &sub, pos0))
         })?;
         let (states, any) = if across {
             // every block folds into the same outputs: merge in block order
@@ -411,7 +399,7 @@ impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
         if self.shape.is_empty() || plan.reduced[0] {
             return self.materialize()?.stat_lanes(stat, dims, keepdim);
         }
-        let parts = self.each_block(|shape, xs, bits| {
+        let parts = self.each_block(|_, shape, xs, bits| {
             let sub = ReducePlan::new(shape, dims, keepdim)?;
             Ok(prebuilt::stat_all(stat, xs, bits, &sub))
         })?;
@@ -434,7 +422,7 @@ impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
             return self.materialize()?.map_lanes(map, dim);
         }
         let parts =
-            self.each_block(|shape, xs, bits| Ok(prebuilt::map_all(map, xs, bits, shape, d)))?;
+            self.each_block(|_, shape, xs, bits| Ok(prebuilt::map_all(map, xs, bits, shape, d)))?;
         let values: Vec<M::Output> = parts.into_iter().flatten().collect();
         let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values)
             .map_err(|e| MaskedError::InvalidData(e.to_string()))?;

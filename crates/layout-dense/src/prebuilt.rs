@@ -15,8 +15,8 @@ type MapOut<'a, T, K> = Vec<<K as LaneMap<T>>::Output>;
 masked_core::prebuilt_kernels! {
     input: Input,
     dtypes: [f32, f64],
-    fold fold_all(op, xs, bits: Option<Bits<'_>>, plan: &ReducePlan) -> FoldOut
-        = kernels::fold_all(op, xs, bits, plan);
+    fold fold_all(op, xs, bits: Option<Bits<'_>>, plan: &ReducePlan, pos0: i64) -> FoldOut
+        = kernels::fold_all(op, xs, bits, plan, pos0);
     stat stat_all(op, xs, bits: Option<Bits<'_>>, plan: &ReducePlan) -> StatOut
         = kernels::stat_all(op, xs, bits, plan);
     map map_all(op, xs, bits: Option<Bits<'_>>, shape: &[usize], dim: usize) -> MapOut

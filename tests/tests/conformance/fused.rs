@@ -195,7 +195,9 @@ fn every_op_fused_equals_materialised() {
     use masked::Dims;
     // rows of 3 blocks of the run kernel and a part; one lane of 2 parallel chunks
     let row = 3 * masked::core::RUN_BLOCK + 333;
-    for shape in [vec![6usize, row], vec![3 * 65_536 + 11]] {
+    // and a 3-D array whose blocks are single rows, for dims (0, 2) (gathered lanes
+    // that continue across blocks)
+    for shape in [vec![6usize, row], vec![3 * 65_536 + 11], vec![3, 50, 900]] {
         let (x, mx) = data(&shape, 3);
         let (w, _) = data(&shape, 4);
         // values near 1: the product stays finite over a long lane
@@ -218,13 +220,22 @@ fn every_op_fused_equals_materialised() {
             let mut checked = 0;
             for &op in Op::ALL {
                 let dims: Vec<(Dims, bool)> = match op.kind() {
-                    Kind::Reduce | Kind::ReduceOne => {
-                        vec![
+                    Kind::Reduce => {
+                        let mut d = vec![
                             (Dims::from(-1), true),
                             (Dims::All, true),
                             (Dims::from(0), false),
-                        ]
+                        ];
+                        if shape.len() == 3 {
+                            d.push((Dims::from(vec![0, 2]), false));
+                        }
+                        d
                     }
+                    Kind::ReduceOne => vec![
+                        (Dims::from(-1), true),
+                        (Dims::All, true),
+                        (Dims::from(0), false),
+                    ],
                     Kind::Normalize => vec![(Dims::from(-1), true), (Dims::from(0), false)],
                     Kind::Unary | Kind::Binary => continue,
                 };
