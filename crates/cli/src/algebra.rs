@@ -1,10 +1,11 @@
 //! `masked where COND A B` and `masked fill INPUT --value V` (docs/cli.md).
 
-use crate::binary::{read_dense, read_sparse, values_as, view_of, DenseIn, SparseIn};
+use crate::binary::{self, read_dense, read_sparse};
 use crate::error::CliError;
 use crate::{extension, npy, sparse_io, RunArgs};
 use masked::by_name::promote;
-use masked::{with_dtype, BitMask, DType, DynVec, Element, MaskedError, Scalar};
+use masked::engine::Output;
+use masked::{DType, Scalar};
 
 /// Flags `where` and `fill` take no part in.
 fn no_op_flags(a: &RunArgs, what: &str) -> Result<(), CliError> {
@@ -52,10 +53,16 @@ pub(crate) fn run_where(a: &RunArgs) -> Result<(), CliError> {
                 read_dense(pb, a.mask_b.as_ref())?,
             );
             let dt = promote(x.values.dtype(), y.values.dtype());
-            let (shape, values, mask) = with_dtype!(dt, T => dense_where::<T>(&cond, &x, &y)?);
-            npy::write_atomic(&a.output, |buf| npy::encode_dyn(&shape, values, buf))?;
+            let (x, y) = (x.array(dt)?, y.array(dt)?);
+            let Output::Dense(out) = x.view()?.select(&cond, &y.view()?)? else {
+                unreachable!("dense in, dense out")
+            };
+            let mask = out.mask.to_vec();
+            npy::write_atomic(&a.output, |buf| {
+                npy::encode_dyn(&out.shape, out.values, buf)
+            })?;
             if let Some(m) = &a.out_mask {
-                npy::write_atomic(m, |buf| npy::encode(&shape, mask.to_vec(), buf))?;
+                npy::write_atomic(m, |buf| npy::encode(&out.shape, mask, buf))?;
             }
             Ok(())
         }
@@ -73,60 +80,26 @@ pub(crate) fn run_where(a: &RunArgs) -> Result<(), CliError> {
                     "coo".into()
                 }
             });
-            let (shape, indices, values) = match layout.as_str() {
-                "csr" => with_dtype!(dt, T => csr_where::<T>(&cond, &x, &y)?),
-                "coo" => with_dtype!(dt, T => coo_where::<T>(&cond, &x, &y)?),
-                other => {
-                    return Err(CliError::Usage(format!(
-                        "invalid --layout '{other}' for sparse operands: expected csr or coo"
-                    )))
-                }
+            if !["csr", "coo"].contains(&layout.as_str()) {
+                return Err(CliError::Usage(format!(
+                    "invalid --layout '{layout}' for sparse operands: expected csr or coo"
+                )));
+            }
+            let (x, y) = (x.array(&layout, dt)?, y.array(&layout, dt)?);
+            let Output::Sparse(out) = x.view()?.select(&cond, &y.view()?)? else {
+                unreachable!("sparse in, sparse out")
             };
-            sparse_io::write_entries(&a.output, &shape, &indices, sparse_io::Data::Num(&values))
+            sparse_io::write_entries(
+                &a.output,
+                &out.shape,
+                &out.indices,
+                sparse_io::Data::Num(&out.values),
+            )
         }
         _ => Err(CliError::Usage(
             "where: A and B are both dense .npy files or both sparse files of one shape".into(),
         )),
     }
-}
-
-fn dense_where<T: Element>(
-    cond: &BitMask,
-    x: &DenseIn,
-    y: &DenseIn,
-) -> Result<(Vec<usize>, DynVec, BitMask), CliError> {
-    let (xv, yv) = (values_as::<T>(&x.values)?, values_as::<T>(&y.values)?);
-    let r = masked::dense::select(cond, None, &view_of(x, &xv)?, &view_of(y, &yv)?)?;
-    let shape = r.shape().to_vec();
-    let (v, m) = r.into_parts();
-    let mask = m.map_or_else(|| BitMask::filled(&shape, true), Ok)?;
-    Ok((shape, T::into_dyn(v.into_raw_vec_and_offset().0), mask))
-}
-
-fn csr_where<T: Element>(
-    cond: &BitMask,
-    x: &SparseIn,
-    y: &SparseIn,
-) -> Result<(Vec<usize>, Vec<usize>, DynVec), CliError> {
-    let (mx, my) = (x.csr_parts::<T>()?, y.csr_parts::<T>()?);
-    let r = masked::csr::select(cond, &x.csr(&mx)?, &y.csr(&my)?)?;
-    let ncols = r.cols();
-    let indices = r.iter().map(|(_, (i, j))| i * ncols + j).collect();
-    Ok((
-        vec![r.rows(), ncols],
-        indices,
-        T::into_dyn(r.data().to_vec()),
-    ))
-}
-
-fn coo_where<T: Element>(
-    cond: &BitMask,
-    x: &SparseIn,
-    y: &SparseIn,
-) -> Result<(Vec<usize>, Vec<usize>, DynVec), CliError> {
-    let r = masked::coo::select(cond, &x.coo::<T>()?, &y.coo::<T>()?)?;
-    let (shape, indices, values) = r.into_parts();
-    Ok((shape, indices, T::into_dyn(values)))
 }
 
 /// `masked fill INPUT --value V`.
@@ -158,12 +131,11 @@ pub(crate) fn run_fill(a: &RunArgs) -> Result<(), CliError> {
             }
             let x = read_dense(&a.input, a.mask.as_ref())?;
             let dt = x.values.dtype();
-            let out = with_dtype!(dt, T => {
-                let v = T::from_scalar(value).ok_or_else(|| cast_err(dt))?;
-                let xv = values_as::<T>(&x.values)?;
-                T::into_dyn(view_of(&x, &xv)?.filled(v).into_raw_vec_and_offset().0)
-            });
-            npy::write_atomic(&a.output, |buf| npy::encode_dyn(&x.shape, out, buf))
+            let x = x.array(dt)?;
+            let out = x.view()?.filled(value).map_err(|_| cast_err(dt))?;
+            npy::write_atomic(&a.output, |buf| {
+                npy::encode_dyn(out.shape(), out.values().clone(), buf)
+            })
         }
         "mtx" | "npz" => {
             let x = read_sparse(&a.input, a.mask.as_ref(), a.mask_from_pattern, "--mask")?;
@@ -186,13 +158,15 @@ pub(crate) fn run_fill(a: &RunArgs) -> Result<(), CliError> {
                         "fill --value 0 of a sparse input writes a sparse .npz or .mtx file".into(),
                     ));
                 }
-                let (shape, indices, values) =
-                    with_dtype!(dt, T => sparse_fill_zero::<T>(&x, &layout)?);
+                let x = x.array(&layout, dt)?;
+                let Output::Sparse(out) = x.view()?.fill_zero()? else {
+                    unreachable!("sparse in, sparse out")
+                };
                 return sparse_io::write_entries(
                     &a.output,
-                    &shape,
-                    &indices,
-                    sparse_io::Data::Num(&values),
+                    &out.shape,
+                    &out.indices,
+                    sparse_io::Data::Num(&out.values),
                 );
             }
             if extension(&a.output) != "npy" {
@@ -201,40 +175,18 @@ pub(crate) fn run_fill(a: &RunArgs) -> Result<(), CliError> {
                     "fill with a non-zero value densifies: the output is a .npy file".into(),
                 ));
             }
-            let (shape, values) = with_dtype!(dt, T => {
-                let v = T::from_scalar(value).ok_or_else(|| cast_err(dt))?;
-                let d = x.coo::<T>()?.filled(v)?;
-                (d.shape().to_vec(), T::into_dyn(d.into_raw_vec_and_offset().0))
-            });
-            npy::write_atomic(&a.output, |buf| npy::encode_dyn(&shape, values, buf))
+            if !binary::scalar_fits(value, dt) {
+                return Err(cast_err(dt));
+            }
+            let x = x.array("coo", dt)?;
+            let out = x.view()?.filled(value)?;
+            npy::write_atomic(&a.output, |buf| {
+                npy::encode_dyn(out.shape(), out.values().clone(), buf)
+            })
         }
         _ => Err(CliError::file(
             &a.input,
             "unknown input extension: expected .npy, .mtx or .npz".into(),
         )),
     }
-}
-
-fn sparse_fill_zero<T: Element>(
-    x: &SparseIn,
-    layout: &str,
-) -> Result<(Vec<usize>, Vec<usize>, DynVec), CliError> {
-    let to_cli = |e: MaskedError| CliError::Engine(e);
-    if layout == "csr" {
-        let m = x.csr_parts::<T>()?;
-        let r = x.csr(&m)?.fill_zero().map_err(to_cli)?;
-        let ncols = r.cols();
-        let indices = r.iter().map(|(_, (i, j))| i * ncols + j).collect();
-        return Ok((
-            vec![r.rows(), ncols],
-            indices,
-            T::into_dyn(r.data().to_vec()),
-        ));
-    }
-    let (pattern, values, _) = x.coo::<T>()?.fill_zero().map_err(to_cli)?.into_parts();
-    Ok((
-        pattern.shape().to_vec(),
-        pattern.flat(),
-        T::into_dyn(values),
-    ))
 }

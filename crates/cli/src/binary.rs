@@ -3,12 +3,12 @@
 
 use crate::error::CliError;
 use crate::{extension, nonzero, npy, sparse_io, RunArgs};
-use masked::by_name::{apply_binary, promote, promote_scalar, BinOp, SparseZipOutcome, ZipOutcome};
+use masked::by_name::{promote, promote_scalar, BinOp};
+use masked::engine::{self, Array, CsrMask, Operand, ZipOutput};
 use masked::{
-    with_dtype, with_dyn_vec, BitMask, CooMask, CooPattern, DType, DynVec, Element, MaskRule,
-    MaskedArray, MaskedCoo, MaskedCsr, Pattern, Scalar, Splat, Values,
+    with_dtype, BitMask, CooMask, CooPattern, DType, DynVec, Element, MaskRule, Pattern, Scalar,
+    Values,
 };
-use ndarray::{ArrayViewD, IxDyn};
 use sparse_io::SparseFile;
 use sprs::CsMat;
 use std::path::{Path, PathBuf};
@@ -18,6 +18,14 @@ pub(crate) struct DenseIn {
     pub(crate) shape: Vec<usize>,
     pub(crate) values: DynVec,
     pub(crate) mask: Option<BitMask>,
+}
+
+impl DenseIn {
+    /// The operand as an engine array with values converted to `dtype`.
+    pub(crate) fn array(&self, dtype: DType) -> Result<Array, CliError> {
+        let values = engine::convert(self.values.clone(), dtype)?;
+        Ok(Array::dense(&self.shape, values, self.mask.clone())?)
+    }
 }
 
 /// A sparse operand as read, with the file of its mask (or its own pattern).
@@ -111,16 +119,6 @@ pub(crate) fn read_sparse(
     })
 }
 
-/// The values of `v` as `T` (a widening after promotion: exact, or rounding an `i64`
-/// beyond 2^53 to a float).
-pub(crate) fn values_as<T: Element>(v: &DynVec) -> Result<Vec<T>, CliError> {
-    with_dyn_vec!(v, v => v
-        .iter()
-        .map(|x| T::from_scalar(x.to_scalar()))
-        .collect::<Option<Vec<T>>>()
-        .ok_or_else(|| CliError::Usage(format!("cannot convert the values to {}", T::DTYPE.name()))))
-}
-
 /// A COO mask pattern from a mask file's non-zero entries.
 pub(crate) fn coo_mask(p: &Path, m: &SparseFile) -> Result<CooPattern, CliError> {
     let keep = nonzero(&m.values);
@@ -140,17 +138,17 @@ pub(crate) fn csr_mask(p: &Path, m: &SparseFile) -> Result<Pattern, CliError> {
 }
 
 impl SparseIn {
-    pub(crate) fn coo<T: Element>(&self) -> Result<MaskedCoo<T>, CliError> {
-        let mask = match &self.mask {
-            None => CooMask::Stored,
-            Some((p, m)) => CooMask::Pattern(coo_mask(p, m)?),
-        };
-        let values = values_as::<T>(&self.file.values)?;
-        MaskedCoo::try_new(&self.file.shape, &self.file.coords, values, mask)
-            .map_err(|e| CliError::file(&self.path, e.to_string()))
-    }
-
-    pub(crate) fn csr_parts<T: Element>(&self) -> Result<CsMat<T>, CliError> {
+    /// The operand on `layout` (`csr` or `coo`) with values converted to `dtype`.
+    pub(crate) fn array(&self, layout: &str, dtype: DType) -> Result<Array, CliError> {
+        if layout == "coo" {
+            let values = engine::convert(self.file.values.clone(), dtype)?;
+            let mask = match &self.mask {
+                None => CooMask::Stored,
+                Some((p, m)) => CooMask::Pattern(coo_mask(p, m)?),
+            };
+            return Array::coo(&self.file.shape, &self.file.coords, values, mask)
+                .map_err(|e| CliError::file(&self.path, e.to_string()));
+        }
         if self.file.shape.len() != 2 {
             return Err(CliError::file(
                 &self.path,
@@ -158,19 +156,14 @@ impl SparseIn {
             ));
         }
         let (indptr, indices, values) = self.file.to_csr(&self.path)?;
+        let values = engine::convert(values, dtype)?;
+        let mask = match &self.mask {
+            None => CsrMask::Stored,
+            Some((p, f)) => CsrMask::Pattern(csr_mask(p, f)?),
+        };
         let shape = (self.file.shape[0], self.file.shape[1]);
-        CsMat::try_new(shape, indptr, indices, values_as::<T>(&values)?)
-            .map_err(|(_, _, _, e)| CliError::file(&self.path, format!("bad sparse input: {e}")))
-    }
-
-    pub(crate) fn csr<'m, T: Element>(
-        &self,
-        m: &'m CsMat<T>,
-    ) -> Result<MaskedCsr<'m, T>, CliError> {
-        Ok(match &self.mask {
-            None => MaskedCsr::from_pattern(m.view())?,
-            Some((p, f)) => MaskedCsr::with_mask(m.view(), csr_mask(p, f)?)?,
-        })
+        Array::csr(shape, indptr, indices, values, mask)
+            .map_err(|e| CliError::file(&self.path, format!("bad sparse input: {e}")))
     }
 }
 
@@ -266,9 +259,9 @@ fn result_dtype(a: DType, rhs: &Rhs) -> DType {
     }
 }
 
-pub(crate) fn scalar_as<T: Element>(s: Scalar) -> Result<T, CliError> {
-    T::from_scalar(s)
-        .ok_or_else(|| CliError::Usage(format!("the scalar does not fit in {}", T::DTYPE.name())))
+/// Whether `s` has a value in `dtype`.
+pub(crate) fn scalar_fits(s: Scalar, dtype: DType) -> bool {
+    with_dtype!(dtype, T => T::from_scalar(s).is_some())
 }
 
 fn dense_out(
@@ -297,8 +290,16 @@ fn dense_out(
             n.saturating_mul(2 * dtype.size() as u128 + 1),
         )?;
     }
-    let out: ZipOutcome =
-        with_dtype!(dtype, T => dense_zip::<T>(x, &rhs, op, rule, a.scalar_first)?);
+    let left = x.array(dtype)?;
+    let right = match &rhs {
+        Rhs::Dense(y) => Some(y.array(dtype)?),
+        Rhs::Scalar(_) => None,
+        Rhs::Sparse(_) => unreachable!("a sparse operand runs on the left"),
+    };
+    let out = zip(&left, right.as_ref(), &rhs, op, rule, a.scalar_first)?;
+    let ZipOutput::Dense(out) = out else {
+        unreachable!("dense with dense or a scalar is dense")
+    };
     let mask = out.mask.to_vec();
     npy::write_atomic(&a.output, |buf| match out.values {
         Values::Num(v) => npy::encode_dyn(&out.shape, v, buf),
@@ -310,34 +311,29 @@ fn dense_out(
     Ok(())
 }
 
-pub(crate) fn view_of<'v, T: Element>(
-    d: &DenseIn,
-    v: &'v [T],
-) -> Result<MaskedArray<ndarray::ViewRepr<&'v T>, IxDyn>, CliError> {
-    let view = ArrayViewD::from_shape(IxDyn(&d.shape), v)
-        .map_err(|e| CliError::Usage(format!("bad input shape: {e}")))?;
-    Ok(match &d.mask {
-        Some(m) => MaskedArray::new(view, m.clone())?,
-        None => MaskedArray::unmasked(view),
-    })
-}
-
-fn dense_zip<T: Element>(
-    x: &DenseIn,
+/// Runs `op` on two erased operands (`right` is `None` for a scalar `rhs`).
+fn zip(
+    left: &Array,
+    right: Option<&Array>,
     rhs: &Rhs,
     op: BinOp,
     rule: MaskRule,
     swapped: bool,
-) -> Result<ZipOutcome, CliError> {
-    let xv = values_as::<T>(&x.values)?;
-    let a = view_of(x, &xv)?;
-    Ok(match rhs {
-        Rhs::Dense(y) => {
-            let yv = values_as::<T>(&y.values)?;
-            apply_binary(&a, &view_of(y, &yv)?, op, rule, false)?
+) -> Result<ZipOutput, CliError> {
+    let l = left.view()?;
+    Ok(match (right, rhs) {
+        (Some(r), _) => l.binary(Operand::Array(&r.view()?), op, rule, swapped)?,
+        (None, Rhs::Scalar(s)) => {
+            if scalar_fits(*s, left.dtype()) {
+                l.binary(Operand::Scalar(*s), op, rule, swapped)?
+            } else {
+                return Err(CliError::Usage(format!(
+                    "the scalar does not fit in {}",
+                    left.dtype().name()
+                )));
+            }
         }
-        Rhs::Scalar(s) => apply_binary(&a, &Splat(scalar_as::<T>(*s)?), op, rule, swapped)?,
-        Rhs::Sparse(_) => unreachable!("a sparse operand runs on the left"),
+        (None, _) => unreachable!("an array operand is given as an array"),
     })
 }
 
@@ -371,58 +367,23 @@ fn sparse_out(
         }
     });
     let dtype = result_dtype(s.file.values.dtype(), &rhs);
-    let out: SparseZipOutcome = match layout.as_str() {
-        "csr" => with_dtype!(dtype, T => csr_zip::<T>(s, &rhs, op, rule, swapped)?),
-        "coo" => with_dtype!(dtype, T => coo_zip::<T>(s, &rhs, op, rule, swapped)?),
-        other => {
-            return Err(CliError::Usage(format!(
-                "invalid --layout '{other}' for a sparse operand: expected csr or coo"
-            )))
-        }
+    if !["csr", "coo"].contains(&layout.as_str()) {
+        return Err(CliError::Usage(format!(
+            "invalid --layout '{layout}' for a sparse operand: expected csr or coo"
+        )));
+    }
+    let left = s.array(&layout, dtype)?;
+    let right = match &rhs {
+        Rhs::Dense(y) => Some(y.array(dtype)?),
+        Rhs::Sparse(b) => Some(b.array(&layout, dtype)?),
+        Rhs::Scalar(_) => None,
+    };
+    let ZipOutput::Sparse(out) = zip(&left, right.as_ref(), &rhs, op, rule, swapped)? else {
+        unreachable!("a sparse left operand gives a sparse result")
     };
     let data = match &out.values {
         Values::Num(v) => sparse_io::Data::Num(v),
         Values::Bool(b) => sparse_io::Data::Bool(b),
     };
     sparse_io::write_entries(&a.output, &out.shape, &out.indices, data)
-}
-
-fn csr_zip<T: Element>(
-    s: &SparseIn,
-    rhs: &Rhs,
-    op: BinOp,
-    rule: MaskRule,
-    swapped: bool,
-) -> Result<SparseZipOutcome, CliError> {
-    let m = s.csr_parts::<T>()?;
-    let a = s.csr(&m)?;
-    Ok(match rhs {
-        Rhs::Scalar(v) => apply_binary(&a, &Splat(scalar_as::<T>(*v)?), op, rule, swapped)?,
-        Rhs::Dense(d) => {
-            let dv = values_as::<T>(&d.values)?;
-            apply_binary(&a, &view_of(d, &dv)?, op, rule, swapped)?
-        }
-        Rhs::Sparse(b) => {
-            let mb = b.csr_parts::<T>()?;
-            apply_binary(&a, &b.csr(&mb)?, op, rule, swapped)?
-        }
-    })
-}
-
-fn coo_zip<T: Element>(
-    s: &SparseIn,
-    rhs: &Rhs,
-    op: BinOp,
-    rule: MaskRule,
-    swapped: bool,
-) -> Result<SparseZipOutcome, CliError> {
-    let a = s.coo::<T>()?;
-    Ok(match rhs {
-        Rhs::Scalar(v) => apply_binary(&a, &Splat(scalar_as::<T>(*v)?), op, rule, swapped)?,
-        Rhs::Dense(d) => {
-            let dv = values_as::<T>(&d.values)?;
-            apply_binary(&a, &view_of(d, &dv)?, op, rule, swapped)?
-        }
-        Rhs::Sparse(b) => apply_binary(&a, &b.coo::<T>()?, op, rule, swapped)?,
-    })
 }

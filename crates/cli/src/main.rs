@@ -13,13 +13,9 @@ use masked_cli::{alloc, error, extension, limits, npy, sparse_io};
 
 use clap::Parser;
 use error::CliError;
-use masked::by_name::{self as ops, Kind, Op, OpRequest, OPTIONS};
-use masked::{
-    with_dyn_vec, BitMask, CooMask, DType, Dims, DynVec, Element, MaskedArray, MaskedCoo,
-    MaskedCsr, Pattern,
-};
-use ndarray::{ArrayViewD, IxDyn};
-use sprs::CsMat;
+use masked::by_name::{Kind, Op, OpRequest, OPTIONS};
+use masked::engine::{Array, CsrMask, Output};
+use masked::{with_dyn_vec, CooMask, DType, Dims, DynVec, Element};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -251,10 +247,12 @@ enum Job {
 }
 
 impl Job {
-    fn run<T: Element, L: ops::ByName<T>>(&self, a: &L) -> Result<L::Out, masked::MaskedError> {
+    /// Runs the job on the input, through the engine's dtype-erased boundary.
+    fn run(&self, a: &Array) -> Result<Output, masked::MaskedError> {
+        let v = a.view()?;
         match self {
-            Job::Op(req) => ops::apply(a, req),
-            Job::Cast(d) => ops::cast(a, *d),
+            Job::Op(req) => v.apply(req),
+            Job::Cast(d) => v.cast(*d),
         }
     }
 }
@@ -437,8 +435,10 @@ fn run_dense_file(a: &RunArgs, job: &Job) -> Result<(), CliError> {
         }
     }
     let input = binary::read_dense(&a.input, a.mask.as_ref())?;
-    let mask = input.mask;
-    let out = with_dyn_vec!(input.values, v => dense_apply(&input.shape, &v, mask, job)?);
+    let x = Array::dense(&input.shape, input.values, input.mask)?;
+    let Output::Dense(out) = job.run(&x)? else {
+        unreachable!("dense in, dense out")
+    };
     let mask_vals = out.mask.to_vec();
     // write the mask first to a temp, then values; a failure removes neither existing file
     npy::write_atomic(&a.output, |buf| {
@@ -448,21 +448,6 @@ fn run_dense_file(a: &RunArgs, job: &Job) -> Result<(), CliError> {
         npy::write_atomic(m, |buf| npy::encode(&out.shape, mask_vals, buf))?;
     }
     Ok(())
-}
-
-fn dense_apply<T: Element>(
-    shape: &[usize],
-    v: &[T],
-    mask: Option<BitMask>,
-    job: &Job,
-) -> Result<ops::Outcome, CliError> {
-    let view = ArrayViewD::from_shape(IxDyn(shape), v)
-        .map_err(|e| CliError::Usage(format!("bad input shape: {e}")))?;
-    let a = match mask {
-        Some(m) => MaskedArray::new(view, m)?,
-        None => MaskedArray::unmasked(view),
-    };
-    Ok(job.run(&a.view())?)
 }
 
 /// A stored 0 / false of a sparse mask file is not valid.
@@ -503,27 +488,26 @@ fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError>
     let input = sparse_io::read_sparse(&a.input)?;
     check_sparse_output(a, job, &input.shape, input.nnz())?;
     let mask = read_sparse_mask(a, &input.shape)?;
-    let out = if layout == "coo" {
+    let x = if layout == "coo" {
         let mask = match mask {
             None if a.mask_from_pattern => CooMask::Stored,
             None => CooMask::All,
             Some((p, m)) => CooMask::Pattern(binary::coo_mask(p, &m)?),
         };
-        let (shape, coords) = (&input.shape, &input.coords);
-        let coo = |e: masked::MaskedError| CliError::file(&a.input, e.to_string());
-        with_dyn_vec!(input.values, v => job.run(
-            &MaskedCoo::try_new(shape, coords, v, mask).map_err(coo)?,
-        )?)
+        Array::coo(&input.shape, &input.coords, input.values, mask)
+            .map_err(|e| CliError::file(&a.input, e.to_string()))?
     } else {
         let (indptr, indices, values) = input.to_csr(&a.input)?;
         let shape = (input.shape[0], input.shape[1]);
         let mask = match mask {
-            None => None,
-            Some((p, m)) => Some(binary::csr_mask(p, &m)?),
+            Some((p, m)) => CsrMask::Pattern(binary::csr_mask(p, &m)?),
+            None if a.mask_from_pattern => CsrMask::Stored,
+            None => CsrMask::All,
         };
-        with_dyn_vec!(values, v => {
-            csr_apply(shape, indptr, indices, v, mask, a.mask_from_pattern, job)?
-        })
+        Array::csr(shape, indptr, indices, values, mask)?
+    };
+    let Output::Sparse(out) = job.run(&x)? else {
+        unreachable!("sparse in, sparse out")
     };
     sparse_io::write_sparse(&a.output, &out)
 }
@@ -579,23 +563,4 @@ fn check_sparse_output(
         ),
         outputs.saturating_mul(32),
     )
-}
-
-fn csr_apply<T: Element>(
-    shape: (usize, usize),
-    indptr: Vec<usize>,
-    indices: Vec<usize>,
-    values: Vec<T>,
-    mask: Option<Pattern>,
-    from_pattern: bool,
-    job: &Job,
-) -> Result<ops::SparseOutcome, CliError> {
-    let m = CsMat::try_new(shape, indptr, indices, values)
-        .map_err(|(_, _, _, e)| CliError::Usage(format!("bad sparse input: {e}")))?;
-    let a = match (mask, from_pattern) {
-        (Some(p), _) => MaskedCsr::with_mask(m.view(), p)?,
-        (None, true) => MaskedCsr::from_pattern(m.view())?,
-        (None, false) => MaskedCsr::unmasked(m.view())?,
-    };
-    Ok(job.run(&a)?)
 }

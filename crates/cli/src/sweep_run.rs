@@ -3,7 +3,8 @@
 //! the binary); the plan, data, records and report are the library's
 //! (`masked_cli::sweep`).
 
-use masked::by_name::{self as ops, OpRequest};
+use masked::by_name::OpRequest;
+use masked::engine::ArrayRef;
 use masked::{DType, Element};
 use masked_cli::error::CliError;
 use masked_cli::limits;
@@ -134,15 +135,19 @@ fn time_op<T: Element>(
     req: &OpRequest,
     t: &Timing,
 ) -> Result<(f64, usize), CliError> {
+    // the typed inputs erased (no copy); the op runs in the engine's compiled dispatch
     match layout {
         "dense" => {
-            let a = built.dense()?;
-            measure(|| ops::apply_to(&a, req, &ops::Discard), t)
+            let a = ArrayRef::from_dense(built.dense()?);
+            measure(|| a.run(req), t)
         }
         "csr" => {
-            let a = built.csr()?;
-            measure(|| ops::apply_to(&a, req, &ops::Discard), t)
+            let a = ArrayRef::from_csr32(built.csr()?);
+            measure(|| a.run(req), t)
         }
-        _ => measure(|| ops::apply_to(built.coo(), req, &ops::Discard), t),
+        _ => {
+            let a = ArrayRef::from_coo(built.coo());
+            measure(|| a.run(req), t)
+        }
     }
 }

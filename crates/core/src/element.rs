@@ -10,7 +10,7 @@ use std::fmt::Debug;
 /// [`with_dyn_vec!`](crate::with_dyn_vec) and [`with_dtype!`](crate::with_dtype). How
 /// each type computes (its accumulators and output types) is its [`Element`] impl.
 macro_rules! dtypes {
-    ($d:tt $( $(#[doc = $doc:literal])* $var:ident => $t:ty, $name:literal, float: $float:literal; )*) => {
+    ($d:tt $( $(#[doc = $doc:literal])* $var:ident => $t:ty, $name:literal, float: $float:tt; )*) => {
         /// Runtime tag of an [`Element`] type.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
         pub enum DType {
@@ -94,6 +94,101 @@ macro_rules! dtypes {
             };
         }
 
+        /// One container of a [`Family`] for whichever dtype: the typed value behind a
+        /// dtype-erased handle (the engine crate's arrays are `ByDType` of a layout's
+        /// container). Dispatch on it with [`with_by_dtype!`](crate::with_by_dtype).
+        pub enum ByDType<F: Family> {
+            $( $(#[doc = $doc])* $var(F::Of<$t>), )*
+        }
+
+        impl<F: Family> ByDType<F> {
+            /// The tag.
+            pub fn dtype(&self) -> DType {
+                match self { $( ByDType::$var(_) => DType::$var, )* }
+            }
+            /// The container by reference, in the same dtype.
+            pub fn as_ref(&self) -> ByDType<Ref<'_, F>> {
+                match self { $( ByDType::$var(x) => ByDType::$var(x), )* }
+            }
+            /// Each dtype's container turned into `G`'s by `f`, keeping the dtype.
+            ///
+            /// # Errors
+            /// `f`'s.
+            pub fn try_map<G: Family, M: FamilyMap<F, G>>(self, f: &M) -> crate::Result<ByDType<G>> {
+                Ok(match self { $( ByDType::$var(x) => ByDType::$var(f.map(x)?), )* })
+            }
+        }
+
+        /// Puts a typed container into the [`ByDType`] of its element type: how typed
+        /// code hands a value to the dtype-erased boundary (a supertrait of [`Element`]).
+        pub trait Erase: Sized + 'static {
+            /// `x` tagged with this type's dtype.
+            fn erase<F: Family>(x: F::Of<Self>) -> ByDType<F>
+            where
+                Self: Element;
+            /// The container of `x` if it holds this type's.
+            fn unerase<F: Family>(x: &ByDType<F>) -> Option<&F::Of<Self>>
+            where
+                Self: Element;
+        }
+
+        $( impl Erase for $t {
+            fn erase<F: Family>(x: F::Of<$t>) -> ByDType<F> {
+                ByDType::$var(x)
+            }
+            fn unerase<F: Family>(x: &ByDType<F>) -> Option<&F::Of<$t>> {
+                match x {
+                    ByDType::$var(v) => Some(v),
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                }
+            }
+        } )*
+
+        impl From<DynVec> for ByDType<VecOf> {
+            fn from(v: DynVec) -> Self {
+                match v { $( DynVec::$var(x) => ByDType::$var(x), )* }
+            }
+        }
+
+        impl From<ByDType<VecOf>> for DynVec {
+            fn from(v: ByDType<VecOf>) -> Self {
+                match v { $( ByDType::$var(x) => DynVec::$var(x), )* }
+            }
+        }
+
+        /// Runs one generic expression on whichever container a [`ByDType`] holds:
+        /// `$x` binds the container of each dtype in turn and `$T` names its element
+        /// type, so the expression is written once instead of once per dtype.
+        ///
+        /// `with_by_dtype!(v, T, x => body; floats_only else other)` compiles `body`
+        /// for the float dtypes only and evaluates `other` for the rest (gradients:
+        /// no integer instantiation is compiled).
+        #[macro_export]
+        macro_rules! with_by_dtype {
+            ($d v:expr, $d T:ident, $d x:ident => $d body:expr) => {
+                match $d v {
+                    $( $d crate::element::ByDType::$var($d x) => {
+                        #[allow(unused)]
+                        type $d T = $d crate::element::types::$var;
+                        $d body
+                    } )*
+                }
+            };
+            ($d v:expr, $d T:ident, $d x:ident => $d body:expr; floats_only else $d other:expr) => {
+                match $d v {
+                    $( $d crate::element::ByDType::$var($d x) => {
+                        let _ = &$d x;
+                        $d crate::__if_float!($float, {
+                            #[allow(unused)]
+                            type $d T = $d crate::element::types::$var;
+                            $d body
+                        }, $d other)
+                    } )*
+                }
+            };
+        }
+
         /// Runs one generic expression with the type parameter `$T` bound to the
         /// [`Element`] type of a [`DType`] (a dtype chosen at run time, e.g. by a flag).
         ///
@@ -110,6 +205,53 @@ macro_rules! dtypes {
                 }
             };
         }
+    };
+}
+
+/// A family of containers indexed by the element type: `Of<T>` is the family's
+/// container of `T` values ([`ByDType`] holds one for whichever dtype).
+pub trait Family {
+    /// The container of `T` values.
+    type Of<T: Element>;
+}
+
+/// The family of `&'a F::Of<T>`: a [`ByDType`] borrowed ([`ByDType::as_ref`]).
+pub struct Ref<'a, F>(std::marker::PhantomData<&'a F>);
+
+impl<'a, F: Family> Family for Ref<'a, F>
+where
+    F: 'a,
+{
+    type Of<T: Element> = &'a F::Of<T>;
+}
+
+/// The family of `Vec<T>`: `ByDType<VecOf>` is a [`DynVec`] (`From` both ways).
+pub struct VecOf;
+
+impl Family for VecOf {
+    type Of<T: Element> = Vec<T>;
+}
+
+/// A function from one family's container to another's, for every element type
+/// ([`ByDType::try_map`]).
+pub trait FamilyMap<F: Family, G: Family> {
+    /// The container of `T` values turned into `G`'s.
+    ///
+    /// # Errors
+    /// As the function decides (a bad shape, a bad index).
+    fn map<T: Element>(&self, x: F::Of<T>) -> crate::Result<G::Of<T>>;
+}
+
+/// Picks the first expression for a float dtype and the second otherwise
+/// ([`with_by_dtype!`](crate::with_by_dtype)'s `floats_only` form).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_float {
+    (true, $a:expr, $b:expr) => {
+        $a
+    };
+    (false, $a:expr, $b:expr) => {
+        $b
     };
 }
 
@@ -241,6 +383,7 @@ pub trait Element:
     + Default
     + Serialize
     + DeserializeOwned
+    + Erase
     + 'static
 {
     /// Runtime tag.

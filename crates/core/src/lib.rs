@@ -44,7 +44,9 @@ pub mod unary;
 
 pub use binary::{MaskRule, Splat, Value, Values, ZipMap};
 pub use dims::{wrap_dim, DimLike, Dims, OneDim, ReducePlan, ShapeLike};
-pub use element::{Acc, DType, DynVec, Element, Float, Scalar};
+pub use element::{
+    Acc, ByDType, DType, DynVec, Element, Erase, Family, FamilyMap, Float, Ref, Scalar, VecOf,
+};
 pub use error::{try_vec, MaskedError, Result};
 pub use fold::{not_nan_words, Fold, RUN_BLOCK};
 pub use grad::GradVisitor;

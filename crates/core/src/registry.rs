@@ -917,6 +917,14 @@ registry! {
         kind: reduce, on: nan_free, run: stat_lanes(Quantile::new(q, interpolation)?) -> T::Real,
         options: [q: f64, interpolation: Interpolation], grad: lanes(QuantileGrad::new(q, interpolation)?),
     }
+    /// Index of the maximum ignoring NaN elements (numpy's `nanargmax`) along one dim, or
+    /// the flat row-major index over all dims; 0 (and masked out) for a lane with no valid
+    /// non-NaN element.
+    nanargmax => NanArgMax { kind: reduce_one, on: nan_free, run: fold_lanes(ArgMax) -> i64, options: [], grad: none }
+    /// Index of the minimum ignoring NaN elements (numpy's `nanargmin`) along one dim, or
+    /// the flat row-major index over all dims; 0 (and masked out) for a lane with no valid
+    /// non-NaN element.
+    nanargmin => NanArgMin { kind: reduce_one, on: nan_free, run: fold_lanes(ArgMin) -> i64, options: [], grad: none }
 
     /// `|x|` (integers keep their type and wrap: `abs(MIN) = MIN`).
     abs => Abs { kind: unary, on: all, run: map_elements(KeepMap(KeepFn::Abs(Abs))) -> T, options: [], grad: lanes(UnaryGrad(KeepFn::Abs(Abs))) }

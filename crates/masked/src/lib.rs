@@ -76,7 +76,14 @@
 //! `docs/semantics.md`; the design in `docs/architecture.md`.
 #![deny(missing_docs)]
 
-pub mod by_name;
+/// The dtype-erased boundary: [`engine::Array`] holds any layout and dtype and runs any
+/// op by name, compiled once.
+#[doc(inline)]
+pub use masked_engine as engine;
+/// Ops by name on typed inputs: the registry's dispatcher with each layout's result
+/// conversion (the typed half of the engine's by-name path).
+#[doc(inline)]
+pub use masked_engine::by_name;
 
 /// The COO layout: n-D coordinate arrays with a sparse mask, and the conversions between
 /// the layouts.

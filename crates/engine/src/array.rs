@@ -1,0 +1,735 @@
+//! [`Array`]: a masked array of any layout and any dtype, and [`ArrayRef`], its borrowed
+//! form on which every op runs by name. The one place where a run-time dtype and layout
+//! meet the typed engine: each match over them is written here once, compiled once in
+//! this crate, and every consumer (the CLI, `masked bench`, the sweep, the test crates, a
+//! Python extension) calls these non-generic functions.
+//!
+//! ```
+//! use masked_engine::{Array, OpRequest, Output};
+//! use masked_core::{BitMask, DynVec};
+//!
+//! let mask = BitMask::from_bools([2, 3], [true, true, false, true, false, true])?;
+//! let x = Array::dense(&[2, 3], DynVec::F32(vec![1.0, 2.0, 9.0, 4.0, 9.0, 6.0]), Some(mask))?;
+//! let Output::Dense(out) = x.view()?.apply(&OpRequest::new("sum")?.dims(1))? else {
+//!     unreachable!("a dense input gives a dense output")
+//! };
+//! assert_eq!(out.values, DynVec::F32(vec![3.0, 10.0]));
+//! # Ok::<(), masked_core::MaskedError>(())
+//! ```
+
+use crate::by_name::{
+    self, BinOp, Discard, Kind, OpRequest, Outcome, SparseOutcome, SparseZipOutcome, ZipOutcome,
+};
+use layout_coo::{CooMask, MaskedCoo};
+use layout_csr::{CsrMapped, CsrMask, MaskedCsr};
+use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
+use masked_core::registry::apply_to;
+use masked_core::{
+    with_by_dtype, BitMask, ByDType, DType, DynVec, Element, Family, FamilyMap, MaskRule,
+    MaskedError, MaskedOps, ReducePlan, Ref, Result, Scalar, SparseArray, Splat, VecOf,
+};
+use ndarray::{ArrayD, IxDyn};
+use sprs::{CsMat, SpIndex};
+use std::marker::PhantomData;
+
+/// The dense family: an owned [`MaskedArrayD`].
+pub struct DenseOf;
+impl Family for DenseOf {
+    type Of<T: Element> = MaskedArrayD<T>;
+}
+
+/// An owned CSR matrix and its mask: what a [`MaskedCsr`] borrows.
+#[derive(Debug, Clone)]
+pub struct CsrParts<T> {
+    /// The matrix (`usize` indices: the engine's one CSR index type).
+    pub mat: CsMat<T>,
+    /// Its mask.
+    pub mask: CsrMask,
+}
+
+/// The CSR family: [`CsrParts`].
+pub struct CsrOf;
+impl Family for CsrOf {
+    type Of<T: Element> = CsrParts<T>;
+}
+
+/// The COO family: an owned [`MaskedCoo`].
+pub struct CooOf;
+impl Family for CooOf {
+    type Of<T: Element> = MaskedCoo<T>;
+}
+
+/// The dense view family: a [`MaskedView`] of any rank.
+pub struct DenseViewOf<'a>(PhantomData<&'a ()>);
+impl<'a> Family for DenseViewOf<'a> {
+    type Of<T: Element> = MaskedView<'a, T, IxDyn>;
+}
+
+/// The CSR view family: a [`MaskedCsr`] with column indices of type `I` (`usize`, or
+/// `u32` where the caller holds 32-bit indices: scipy's int32, the bench's matrices).
+pub struct CsrViewOf<'a, I = usize>(PhantomData<&'a I>);
+impl<'a, I: SpIndex + 'static> Family for CsrViewOf<'a, I> {
+    type Of<T: Element> = MaskedCsr<'a, T, I, usize>;
+}
+
+/// A masked array of any layout and any dtype, owning its values, mask and (sparse)
+/// positions: the dtype-erased value of the engine (as candle's `Storage` or polars'
+/// `Series`). Build one with [`Array::dense`], [`Array::csr`] or [`Array::coo`] (each
+/// validates), then run ops on [`Array::view`].
+pub enum Array {
+    /// Dense values with an optional bit mask.
+    Dense(ByDType<DenseOf>),
+    /// A CSR matrix with its mask.
+    Csr(ByDType<CsrOf>),
+    /// An n-D COO array with its mask.
+    Coo(ByDType<CooOf>),
+}
+
+/// An [`Array`] borrowed as the typed engine's inputs: what every op runs on. Making
+/// one resolves a CSR input's separate mask pattern onto its values (once, not per op).
+pub enum ArrayRef<'a> {
+    /// A dense view.
+    Dense(ByDType<DenseViewOf<'a>>),
+    /// A masked CSR matrix.
+    Csr(ByDType<CsrViewOf<'a>>),
+    /// A masked CSR matrix with `u32` column indices (held by the caller: no copy).
+    Csr32(ByDType<CsrViewOf<'a, u32>>),
+    /// A masked COO array.
+    Coo(ByDType<Ref<'a, CooOf>>),
+}
+
+/// The result of an op by name: dense in, dense out; sparse in, sparse out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Shape, values, output mask.
+    Dense(Outcome),
+    /// Shape, the valid positions (row-major, increasing) and their values.
+    Sparse(SparseOutcome),
+}
+
+impl Output {
+    /// The output shape.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Output::Dense(o) => &o.shape,
+            Output::Sparse(o) => &o.shape,
+        }
+    }
+    /// The values (dense: every position, row-major; sparse: the stored ones).
+    pub fn values(&self) -> &DynVec {
+        match self {
+            Output::Dense(o) => &o.values,
+            Output::Sparse(o) => &o.values,
+        }
+    }
+}
+
+struct ToDense<'s>(&'s [usize], Option<BitMask>);
+impl FamilyMap<VecOf, DenseOf> for ToDense<'_> {
+    fn map<T: Element>(&self, v: Vec<T>) -> Result<MaskedArrayD<T>> {
+        let data = ArrayD::from_shape_vec(IxDyn(self.0), v)
+            .map_err(|e| MaskedError::InvalidData(format!("values for shape {:?}: {e}", self.0)))?;
+        match &self.1 {
+            Some(m) => MaskedArray::new(data, m.clone()),
+            None => Ok(MaskedArray::unmasked(data)),
+        }
+    }
+}
+
+struct ToCsr {
+    shape: (usize, usize),
+    indptr: Vec<usize>,
+    indices: Vec<usize>,
+    mask: CsrMask,
+}
+impl FamilyMap<VecOf, CsrOf> for ToCsr {
+    fn map<T: Element>(&self, v: Vec<T>) -> Result<CsrParts<T>> {
+        let mat = CsMat::try_new(self.shape, self.indptr.clone(), self.indices.clone(), v)
+            .map_err(|(_, _, _, e)| MaskedError::InvalidData(format!("CSR matrix: {e}")))?;
+        Ok(CsrParts {
+            mat,
+            mask: self.mask.clone(),
+        })
+    }
+}
+
+struct ToCoo<'s> {
+    shape: &'s [usize],
+    coords: &'s [Vec<usize>],
+    mask: CooMask,
+}
+impl FamilyMap<VecOf, CooOf> for ToCoo<'_> {
+    fn map<T: Element>(&self, v: Vec<T>) -> Result<MaskedCoo<T>> {
+        MaskedCoo::try_new(self.shape, self.coords, v, self.mask.clone())
+    }
+}
+
+struct ViewDense;
+impl<'a> FamilyMap<Ref<'a, DenseOf>, DenseViewOf<'a>> for ViewDense {
+    fn map<T: Element>(&self, a: &'a MaskedArrayD<T>) -> Result<MaskedView<'a, T, IxDyn>> {
+        Ok(a.view())
+    }
+}
+
+struct ViewCsr;
+impl<'a> FamilyMap<Ref<'a, CsrOf>, CsrViewOf<'a>> for ViewCsr {
+    fn map<T: Element>(&self, p: &'a CsrParts<T>) -> Result<MaskedCsr<'a, T>> {
+        MaskedCsr::new(&p.mat, p.mask.clone())
+    }
+}
+
+impl Array {
+    /// A dense array of `shape` over row-major `values`, with a mask that broadcasts to
+    /// the shape (`None`: every element valid).
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] for a value count other than the shape's; a mask
+    /// that does not broadcast.
+    pub fn dense(shape: &[usize], values: DynVec, mask: Option<BitMask>) -> Result<Array> {
+        Ok(Array::Dense(
+            ByDType::from(values).try_map(&ToDense(shape, mask))?,
+        ))
+    }
+
+    /// A CSR matrix from its parts (sorted, distinct column indices per row) and a mask:
+    /// its own stored pattern, a separate pattern, or none.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] naming what is wrong with the parts; a mask pattern of
+    /// another shape.
+    pub fn csr(
+        shape: (usize, usize),
+        indptr: Vec<usize>,
+        indices: Vec<usize>,
+        values: DynVec,
+        mask: CsrMask,
+    ) -> Result<Array> {
+        let a = Array::Csr(ByDType::from(values).try_map(&ToCsr {
+            shape,
+            indptr,
+            indices,
+            mask,
+        })?);
+        // a mask pattern of another shape fails here, not at the first op
+        a.view()?;
+        Ok(a)
+    }
+
+    /// An n-D COO array from coordinates (one vector per dim, entries in any order, no
+    /// repeated position) and values, with a mask.
+    ///
+    /// # Errors
+    /// As [`MaskedCoo::try_new`].
+    pub fn coo(
+        shape: &[usize],
+        coords: &[Vec<usize>],
+        values: DynVec,
+        mask: CooMask,
+    ) -> Result<Array> {
+        Ok(Array::Coo(ByDType::from(values).try_map(&ToCoo {
+            shape,
+            coords,
+            mask,
+        })?))
+    }
+
+    /// A typed dense array, erased (no copy).
+    pub fn from_dense<T: Element>(a: MaskedArrayD<T>) -> Array {
+        Array::Dense(T::erase::<DenseOf>(a))
+    }
+
+    /// A typed CSR matrix and mask, erased (no copy).
+    pub fn from_csr<T: Element>(a: CsrParts<T>) -> Array {
+        Array::Csr(T::erase::<CsrOf>(a))
+    }
+
+    /// A typed COO array, erased (no copy).
+    pub fn from_coo<T: Element>(a: MaskedCoo<T>) -> Array {
+        Array::Coo(T::erase::<CooOf>(a))
+    }
+
+    /// The value type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Array::Dense(a) => a.dtype(),
+            Array::Csr(a) => a.dtype(),
+            Array::Coo(a) => a.dtype(),
+        }
+    }
+
+    /// The layout's name: `dense`, `csr` or `coo`.
+    pub fn layout(&self) -> &'static str {
+        match self {
+            Array::Dense(_) => "dense",
+            Array::Csr(_) => "csr",
+            Array::Coo(_) => "coo",
+        }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> Vec<usize> {
+        match self {
+            Array::Dense(a) => with_by_dtype!(a, T, x => x.shape().to_vec()),
+            Array::Csr(a) => with_by_dtype!(a, T, x => vec![x.mat.rows(), x.mat.cols()]),
+            Array::Coo(a) => with_by_dtype!(a, T, x => x.shape().to_vec()),
+        }
+    }
+
+    /// Stored entries (dense: every element).
+    pub fn nnz(&self) -> usize {
+        match self {
+            Array::Dense(a) => with_by_dtype!(a, T, x => x.values().len()),
+            Array::Csr(a) => with_by_dtype!(a, T, x => x.mat.nnz()),
+            Array::Coo(a) => with_by_dtype!(a, T, x => x.values().len()),
+        }
+    }
+
+    /// The array borrowed as the engine's typed inputs (a CSR input's separate mask is
+    /// resolved onto its values here, once).
+    ///
+    /// # Errors
+    /// A CSR mask pattern of another shape.
+    pub fn view(&self) -> Result<ArrayRef<'_>> {
+        Ok(match self {
+            Array::Dense(a) => ArrayRef::Dense(a.as_ref().try_map(&ViewDense)?),
+            Array::Csr(a) => ArrayRef::Csr(a.as_ref().try_map(&ViewCsr)?),
+            Array::Coo(a) => ArrayRef::Coo(a.as_ref()),
+        })
+    }
+}
+
+/// Runs `req` on the typed input `x` (of whichever layout the match gave) and wraps the
+/// result; written once for every layout.
+macro_rules! on_layout {
+    ($self:expr, $T:ident, $x:ident => $body:expr) => {
+        match $self {
+            ArrayRef::Dense(a) => with_by_dtype!(a, $T, $x => $body),
+            ArrayRef::Csr(a) => with_by_dtype!(a, $T, $x => $body),
+            ArrayRef::Csr32(a) => with_by_dtype!(a, $T, $x => $body),
+            ArrayRef::Coo(a) => with_by_dtype!(a, $T, y => { let $x = *y; $body }),
+        }
+    };
+}
+
+impl<'a> ArrayRef<'a> {
+    /// A typed dense view, erased (no copy).
+    pub fn from_dense<T: Element>(a: MaskedView<'a, T, IxDyn>) -> Self {
+        ArrayRef::Dense(T::erase::<DenseViewOf<'a>>(a))
+    }
+
+    /// A typed masked CSR matrix, erased (no copy).
+    pub fn from_csr<T: Element>(a: MaskedCsr<'a, T>) -> Self {
+        ArrayRef::Csr(T::erase::<CsrViewOf<'a>>(a))
+    }
+
+    /// A typed masked CSR matrix with `u32` column indices, erased (no copy).
+    pub fn from_csr32<T: Element>(a: MaskedCsr<'a, T, u32, usize>) -> Self {
+        ArrayRef::Csr32(T::erase::<CsrViewOf<'a, u32>>(a))
+    }
+
+    /// A typed COO array, erased (no copy).
+    pub fn from_coo<T: Element>(a: &'a MaskedCoo<T>) -> Self {
+        ArrayRef::Coo(T::erase::<Ref<'a, CooOf>>(a))
+    }
+
+    /// The value type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            ArrayRef::Dense(a) => a.dtype(),
+            ArrayRef::Csr(a) => a.dtype(),
+            ArrayRef::Csr32(a) => a.dtype(),
+            ArrayRef::Coo(a) => a.dtype(),
+        }
+    }
+
+    /// Runs the op of `req` (any op of the registry but the binary ones, with its dims,
+    /// keepdim, options and `dtype=`).
+    ///
+    /// # Errors
+    /// The op's own errors (bad dims, bad option values, a cast the target cannot hold).
+    pub fn apply(&self, req: &OpRequest) -> Result<Output> {
+        Ok(match self {
+            ArrayRef::Dense(a) => Output::Dense(with_by_dtype!(a, T, x => by_name::apply(x, req))?),
+            ArrayRef::Csr(a) => Output::Sparse(with_by_dtype!(a, T, x => by_name::apply(x, req))?),
+            ArrayRef::Csr32(a) => {
+                Output::Sparse(with_by_dtype!(a, T, x => by_name::apply(x, req))?)
+            }
+            ArrayRef::Coo(a) => Output::Sparse(with_by_dtype!(a, T, x => by_name::apply(*x, req))?),
+        })
+    }
+
+    /// Runs the op of `req` and drops its typed result unconverted: what a benchmark
+    /// times (no copy into an [`Output`]). A request with a `dtype=` other than the
+    /// input's times the cast too.
+    ///
+    /// # Errors
+    /// As [`ArrayRef::apply`].
+    pub fn run(&self, req: &OpRequest) -> Result<()> {
+        if req.dtype.is_some_and(|d| d != self.dtype()) {
+            return self.apply(req).map(drop);
+        }
+        on_layout!(self, T, x => apply_to(x, req, &Discard))
+    }
+
+    /// The values cast to `dtype` (mask and positions kept).
+    ///
+    /// # Errors
+    /// [`MaskedError::CastOutOfRange`] where a valid value has no `dtype` value.
+    pub fn cast(&self, dtype: DType) -> Result<Output> {
+        Ok(match self {
+            ArrayRef::Dense(a) => {
+                Output::Dense(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)
+            }
+            ArrayRef::Csr(a) => Output::Sparse(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?),
+            ArrayRef::Csr32(a) => {
+                Output::Sparse(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)
+            }
+            ArrayRef::Coo(a) => {
+                Output::Sparse(with_by_dtype!(a, T, x => by_name::cast(*x, dtype))?)
+            }
+        })
+    }
+
+    /// The vector-Jacobian product of the op of `req` with respect to the input's values,
+    /// given the upstream gradient `g` in the form of the forward output:
+    ///
+    /// - dense input: `g` is an [`Output::Dense`] of the forward output's shape (its mask
+    ///   is not read); the result is dense, of the input's shape;
+    /// - sparse input: `g` is an [`Output::Sparse`] stored at exactly the forward
+    ///   output's valid positions (as [`ArrayRef::apply`] of the same request returns
+    ///   them); the result is stored at the input's valid positions.
+    ///
+    /// `g`'s values have the input's dtype (a float's gradient type is its own).
+    /// Compiled for the float dtypes only.
+    ///
+    /// # Errors
+    /// [`MaskedError::NotDifferentiable`] for an op without a gradient or integer input;
+    /// [`MaskedError::ShapeMismatch`], [`MaskedError::ValueCount`] or
+    /// [`MaskedError::InvalidArgument`] for a `g` that does not fit the forward output.
+    pub fn vjp(&self, req: &OpRequest, g: &Output) -> Result<Output> {
+        let op = req.op;
+        let integer = || MaskedError::NotDifferentiable {
+            op: op.name(),
+            reason: "integer and bool input have no gradient",
+        };
+        let map = matches!(op.kind(), Kind::Normalize | Kind::Unary);
+        match (self, g) {
+            (ArrayRef::Dense(a), Output::Dense(g)) => {
+                Ok(Output::Dense(with_by_dtype!(a, T, x => {
+                dense_vjp(x, req, map, g)?
+            }; floats_only else return Err(integer()))))
+            }
+            (ArrayRef::Csr(a), Output::Sparse(g)) => {
+                Ok(Output::Sparse(with_by_dtype!(a, T, x => {
+                csr_vjp(x, req, map, g)?
+            }; floats_only else return Err(integer()))))
+            }
+            (ArrayRef::Csr32(a), Output::Sparse(g)) => {
+                Ok(Output::Sparse(with_by_dtype!(a, T, x => {
+                csr_vjp(x, req, map, g)?
+            }; floats_only else return Err(integer()))))
+            }
+            (ArrayRef::Coo(a), Output::Sparse(g)) => {
+                Ok(Output::Sparse(with_by_dtype!(a, T, x => {
+                let gv = grad_values::<<T as Element>::Real>(&g.values)?;
+                let up = SparseArray::new(g.shape.clone(), g.indices.clone(), gv)?;
+                let dx = if map {
+                    x.vjp_map(req, &up.into())?
+                } else {
+                    x.vjp_reduce(req, &up.into())?
+                };
+                <MaskedCoo<T> as by_name::ByName<T>>::mapped(dx)
+            }; floats_only else return Err(integer()))))
+            }
+            _ => Err(MaskedError::InvalidArgument {
+                name: "g",
+                value: "an upstream gradient of the other layout kind".into(),
+                reason: "dense input takes a dense upstream, sparse input a sparse one",
+            }),
+        }
+    }
+}
+
+fn csr_vjp<T: Element, I: SpIndex + 'static>(
+    x: &MaskedCsr<'_, T, I, usize>,
+    req: &OpRequest,
+    map: bool,
+    g: &SparseOutcome,
+) -> Result<SparseOutcome> {
+    let gv = grad_values::<T::Real>(&g.values)?;
+    let dx = if map {
+        // the valid structure, as the forward map stores it
+        let mut up: CsrMapped<'_, T::Real, I> = x.softmax(req.one_dim().unwrap_or(-1))?;
+        check_count(up.nnz(), gv.len())?;
+        up.data_mut().copy_from_slice(&gv);
+        x.vjp_map(req, &up)?
+    } else {
+        x.vjp_reduce(
+            req,
+            &SparseArray::new(g.shape.clone(), g.indices.clone(), gv)?,
+        )?
+    };
+    Ok(<MaskedCsr<'_, T, I, usize> as by_name::ByName<T>>::mapped(
+        dx,
+    ))
+}
+
+fn check_count(expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(MaskedError::ValueCount { expected, got })
+    }
+}
+
+/// `g`'s values as the gradient type `R`, which they must have.
+fn grad_values<R: Element>(g: &DynVec) -> Result<Vec<R>> {
+    if g.dtype() != R::DTYPE {
+        return Err(MaskedError::InvalidArgument {
+            name: "g",
+            value: format!("{} values", g.dtype()),
+            reason: "the upstream gradient must have the input's dtype",
+        });
+    }
+    Ok(
+        masked_core::with_dyn_vec!(g, v => v.iter().map(|x| R::from_f64_lossy(x.to_f64())).collect()),
+    )
+}
+
+fn dense_vjp<T: Element>(
+    x: &MaskedView<'_, T, IxDyn>,
+    req: &OpRequest,
+    map: bool,
+    g: &Outcome,
+) -> Result<Outcome> {
+    // g has the forward output's shape
+    let want = if map {
+        x.shape().to_vec()
+    } else {
+        ReducePlan::new(x.shape(), &req.dims, req.keepdim)?.out_shape
+    };
+    if g.shape != want {
+        return Err(MaskedError::ShapeMismatch {
+            what: format!("the upstream gradient vs the output of {}", req.op),
+            left: g.shape.clone(),
+            right: want,
+        });
+    }
+    let values = grad_values::<T::Real>(&g.values)?;
+    check_count(want.iter().product(), values.len())?;
+    let gv = ArrayD::from_shape_vec(IxDyn(&want), values)
+        .map_err(|e| MaskedError::InvalidData(format!("upstream gradient: {e}")))?;
+    let up = MaskedArray::unmasked(gv);
+    let dx = if map {
+        x.vjp_map(req, &up)?
+    } else {
+        x.vjp_reduce(req, &up)?
+    };
+    Ok(<MaskedView<'_, T, IxDyn> as by_name::ByName<T>>::mapped(dx))
+}
+
+/// The second operand of a binary op: an array of the same dtype, or a scalar (converted
+/// to the array's dtype).
+pub enum Operand<'r, 'a> {
+    /// A masked array (dense, or of the first operand's sparse layout).
+    Array(&'r ArrayRef<'a>),
+    /// A scalar, broadcast everywhere and valid everywhere.
+    Scalar(Scalar),
+}
+
+/// The result of a binary op by name: values are numbers or (comparisons) bools.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ZipOutput {
+    /// Shape, values, output mask.
+    Dense(ZipOutcome),
+    /// Shape, the valid positions and their values.
+    Sparse(SparseZipOutcome),
+}
+
+/// `rhs` as the typed container of `T` (the dtype of the left operand), or the error
+/// naming the two dtypes.
+fn same<'x, T: Element, F: Family>(rhs: &'x ByDType<F>) -> Result<&'x F::Of<T>> {
+    T::unerase(rhs).ok_or_else(|| MaskedError::InvalidArgument {
+        name: "rhs",
+        value: format!("{} values", rhs.dtype()),
+        reason: "a binary op's operands share one dtype: promote them first (promote, then \
+                 convert)",
+    })
+}
+
+fn scalar_as<T: Element>(s: Scalar) -> Result<T> {
+    T::from_scalar(s).ok_or_else(|| MaskedError::InvalidArgument {
+        name: "scalar",
+        value: format!("{s:?}"),
+        reason: "the scalar does not fit in the operands' dtype",
+    })
+}
+
+/// Values converted to `to` (promotion before a binary op), moved when they have that
+/// dtype already.
+///
+/// # Errors
+/// As [`by_name::cast_values`].
+pub fn convert(v: DynVec, to: DType) -> Result<DynVec> {
+    if v.dtype() == to {
+        Ok(v)
+    } else {
+        by_name::cast_values(&v, to)
+    }
+}
+
+impl ArrayRef<'_> {
+    /// The binary op `op` on `self` and `rhs` (`op(rhs, self)` when `swapped`: a scalar
+    /// or dense operand on the left of a sparse one) under `rule`. Dense with dense or a
+    /// scalar gives a dense result; a sparse array with a scalar, a dense array or a
+    /// sparse array of its own layout gives a sparse one. Both arrays share one dtype
+    /// ([`by_name::promote`], then [`convert`]).
+    ///
+    /// # Errors
+    /// Operands of two dtypes or of two sparse layouts, a scalar the dtype cannot hold;
+    /// the op's own errors (shapes, masks under the strict rule).
+    pub fn binary(
+        &self,
+        rhs: Operand<'_, '_>,
+        op: BinOp,
+        rule: MaskRule,
+        swapped: bool,
+    ) -> Result<ZipOutput> {
+        use by_name::apply_binary as bin;
+        let layouts = || MaskedError::InvalidArgument {
+            name: "rhs",
+            value: "a sparse array of another layout".into(),
+            reason: "a sparse operand zips with a scalar, a dense array or its own layout",
+        };
+        Ok(match (self, rhs) {
+            (ArrayRef::Dense(a), rhs) => ZipOutput::Dense(with_by_dtype!(a, T, x => match rhs {
+                Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
+                Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                // sparse wins: the sparse operand runs on the left with the op swapped
+                Operand::Array(b) => {
+                    return match b.binary(Operand::Array(self), op, rule, !swapped)? {
+                        ZipOutput::Sparse(s) => Ok(ZipOutput::Sparse(s)),
+                        ZipOutput::Dense(_) => unreachable!("a sparse left operand"),
+                    }
+                }
+            })),
+            (ArrayRef::Csr(a), rhs) => ZipOutput::Sparse(with_by_dtype!(a, T, x => match rhs {
+                Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
+                Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                Operand::Array(ArrayRef::Csr(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                Operand::Array(_) => return Err(layouts()),
+            })),
+            (ArrayRef::Csr32(a), rhs) => ZipOutput::Sparse(with_by_dtype!(a, T, x => match rhs {
+                Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
+                Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                Operand::Array(ArrayRef::Csr32(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                Operand::Array(_) => return Err(layouts()),
+            })),
+            (ArrayRef::Coo(a), rhs) => ZipOutput::Sparse(with_by_dtype!(a, T, x => match rhs {
+                Operand::Scalar(s) => bin(*x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
+                Operand::Array(ArrayRef::Dense(b)) => bin(*x, same::<T, _>(b)?, op, rule, swapped)?,
+                Operand::Array(ArrayRef::Coo(b)) => bin(*x, *same::<T, _>(b)?, op, rule, swapped)?,
+                Operand::Array(_) => return Err(layouts()),
+            })),
+        })
+    }
+}
+
+/// A dense outcome of an array every position of which is valid.
+fn all_valid<T: Element, D: ndarray::Dimension>(a: ndarray::Array<T, D>) -> Result<Outcome> {
+    let shape = a.shape().to_vec();
+    let mask = BitMask::filled(&shape, true)?;
+    Ok(Outcome {
+        values: T::into_dyn(a.into_raw_vec_and_offset().0),
+        shape,
+        mask,
+    })
+}
+
+/// The outcome of a CSR matrix whose stored entries are the valid ones.
+fn csr_outcome<T: Element, I: SpIndex>(m: sprs::CsMatI<T, I, usize>) -> SparseOutcome {
+    let ncols = m.cols();
+    let indices = m
+        .iter()
+        .map(|(_, (i, j))| i.index() * ncols + j.index())
+        .collect();
+    SparseOutcome {
+        shape: vec![m.rows(), ncols],
+        indices,
+        values: T::into_dyn(m.data().to_vec()),
+    }
+}
+
+impl ArrayRef<'_> {
+    /// `where(cond, self, other)`: `self`'s value and validity where `cond` is true,
+    /// `other`'s elsewhere (`cond` broadcasts; both operands share one layout and dtype).
+    ///
+    /// # Errors
+    /// Operands of two dtypes or layouts; shapes that differ or do not broadcast.
+    pub fn select(&self, cond: &BitMask, other: &ArrayRef<'_>) -> Result<Output> {
+        let layouts = || MaskedError::InvalidArgument {
+            name: "other",
+            value: "an array of another layout".into(),
+            reason: "where takes two operands of one layout",
+        };
+        Ok(match (self, other) {
+            (ArrayRef::Dense(a), ArrayRef::Dense(b)) => Output::Dense(with_by_dtype!(a, T, x => {
+                let r = layout_dense::select(cond, None, x, same::<T, _>(b)?)?;
+                <MaskedView<'_, T, IxDyn> as by_name::ByName<T>>::reduced(r)
+            })),
+            (ArrayRef::Csr(a), ArrayRef::Csr(b)) => Output::Sparse(with_by_dtype!(a, T, x => {
+                csr_outcome(layout_csr::select(cond, x, same::<T, _>(b)?)?)
+            })),
+            (ArrayRef::Csr32(a), ArrayRef::Csr32(b)) => Output::Sparse(with_by_dtype!(a, T, x => {
+                csr_outcome(layout_csr::select(cond, x, same::<T, _>(b)?)?)
+            })),
+            (ArrayRef::Coo(a), ArrayRef::Coo(b)) => Output::Sparse(with_by_dtype!(a, T, x => {
+                let r = layout_coo::select(cond, x, same::<T, _>(b)?)?;
+                <MaskedCoo<T> as by_name::ByName<T>>::reduced(r)
+            })),
+            _ => return Err(layouts()),
+        })
+    }
+
+    /// An explicit densification: the valid values and `value` at every other position,
+    /// as a dense output whose every position is valid.
+    ///
+    /// # Errors
+    /// A `value` the dtype cannot hold.
+    pub fn filled(&self, value: Scalar) -> Result<Output> {
+        Ok(Output::Dense(match self {
+            ArrayRef::Dense(a) => {
+                with_by_dtype!(a, T, x => all_valid(x.filled(scalar_as::<T>(value)?))?)
+            }
+            ArrayRef::Csr(a) => {
+                with_by_dtype!(a, T, x => all_valid(x.filled(scalar_as::<T>(value)?))?)
+            }
+            ArrayRef::Csr32(a) => {
+                with_by_dtype!(a, T, x => all_valid(x.filled(scalar_as::<T>(value)?))?)
+            }
+            ArrayRef::Coo(a) => {
+                with_by_dtype!(a, T, x => all_valid(x.filled(scalar_as::<T>(value)?)?)?)
+            }
+        }))
+    }
+
+    /// A sparse array with its invalid positions filled with 0: the valid entries, stored
+    /// exactly (a dense input gives [`ArrayRef::filled`] with 0).
+    ///
+    /// # Errors
+    /// As the layouts' `fill_zero`.
+    pub fn fill_zero(&self) -> Result<Output> {
+        Ok(match self {
+            ArrayRef::Dense(_) => return self.filled(Scalar::Int(0)),
+            ArrayRef::Csr(a) => Output::Sparse(with_by_dtype!(a, T, x => {
+                <MaskedCsr<'_, T> as by_name::ByName<T>>::mapped(x.fill_zero()?)
+            })),
+            ArrayRef::Csr32(a) => Output::Sparse(with_by_dtype!(a, T, x => {
+                <MaskedCsr<'_, T, u32, usize> as by_name::ByName<T>>::mapped(x.fill_zero()?)
+            })),
+            ArrayRef::Coo(a) => Output::Sparse(with_by_dtype!(a, T, x => {
+                <MaskedCoo<T> as by_name::ByName<T>>::mapped(x.fill_zero()?)
+            })),
+        })
+    }
+}

@@ -1,0 +1,28 @@
+//! # masked-engine
+//!
+//! The dtype-erased boundary of the masked engine. An [`Array`] holds a masked array of
+//! any layout (dense, CSR, COO) and any dtype; its [`ArrayRef`] runs any op of the
+//! registry by name ([`ArrayRef::apply`], [`ArrayRef::run`]), casts
+//! ([`ArrayRef::cast`]) and VJPs ([`ArrayRef::vjp`]). Every match from a run-time
+//! dtype and layout to the typed engine is written here, once, and compiled once, in
+//! this crate: the CLI, `masked bench`, the sweep, the test crates and a Python
+//! extension call these functions and instantiate no generic engine code themselves.
+//!
+//! [`by_name`] is the typed half of the same path: the registry's dispatcher with each
+//! layout's result conversion, for code that holds typed inputs.
+#![deny(missing_docs)]
+
+pub mod array;
+pub mod by_name;
+pub mod workload;
+
+pub use array::{
+    convert, Array, ArrayRef, CooOf, CsrOf, CsrParts, CsrViewOf, DenseOf, DenseViewOf, Operand,
+    Output, ZipOutput,
+};
+pub use by_name::{
+    promote, promote_scalar, BinOp, Kind, Op, OpRequest, Outcome, SparseOutcome, SparseZipOutcome,
+    ZipOutcome,
+};
+pub use layout_coo::CooMask;
+pub use layout_csr::CsrMask;

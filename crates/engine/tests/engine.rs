@@ -1,0 +1,597 @@
+//! The dtype-erased boundary: hand-checked values, every op of the registry on every
+//! layout and dtype agreeing with the dense result, the VJP by finite differences, and
+//! bad input as typed errors.
+
+use masked_core::{BitMask, DType, DynVec, Kind, MaskRule, MaskedError, Op, Scalar};
+use masked_engine::by_name::cast_values;
+use masked_engine::{
+    convert, Array, BinOp, CooMask, CsrMask, OpRequest, Operand, Outcome, Output, SparseOutcome,
+    ZipOutput,
+};
+
+/// A 3 x 4 matrix: row 0 has three valid entries, row 1 one, row 2 none (fully masked).
+fn data() -> (Vec<f64>, Vec<bool>) {
+    let v = vec![
+        1.5, -2.0, 0.25, 9.0, //
+        4.0, 7.0, 7.0, 7.0, //
+        -1.0, 3.0, 5.0, 2.0,
+    ];
+    let m = vec![
+        true, true, true, false, //
+        true, false, false, false, //
+        false, false, false, false,
+    ];
+    (v, m)
+}
+
+fn values_of(v: &[f64], dtype: DType) -> DynVec {
+    cast_values(&DynVec::F64(v.to_vec()), dtype).unwrap()
+}
+
+fn dense(dtype: DType) -> Array {
+    let (v, m) = data();
+    Array::dense(
+        &[3, 4],
+        values_of(&v, dtype),
+        Some(BitMask::from_bools([3, 4], m).unwrap()),
+    )
+    .unwrap()
+}
+
+/// The same matrix stored at exactly its valid positions (the mask is the pattern).
+fn stored(dtype: DType) -> (Vec<usize>, Vec<usize>, Vec<usize>, DynVec) {
+    let (v, m) = data();
+    let (mut rows, mut cols, mut vals) = (vec![], vec![], vec![]);
+    for (k, &valid) in m.iter().enumerate() {
+        if valid {
+            rows.push(k / 4);
+            cols.push(k % 4);
+            vals.push(v[k]);
+        }
+    }
+    let mut indptr = vec![0; 4];
+    for &r in &rows {
+        indptr[r + 1] += 1;
+    }
+    for r in 0..3 {
+        indptr[r + 1] += indptr[r];
+    }
+    (rows, cols, indptr, values_of(&vals, dtype))
+}
+
+fn csr(dtype: DType) -> Array {
+    let (_, cols, indptr, vals) = stored(dtype);
+    Array::csr((3, 4), indptr, cols, vals, CsrMask::Stored).unwrap()
+}
+
+fn coo(dtype: DType) -> Array {
+    let (rows, cols, _, vals) = stored(dtype);
+    Array::coo(&[3, 4], &[rows, cols], vals, CooMask::Stored).unwrap()
+}
+
+fn f64s(v: &DynVec) -> Vec<f64> {
+    match cast_values(v, DType::F64).unwrap() {
+        DynVec::F64(x) => x,
+        _ => unreachable!(),
+    }
+}
+
+fn dense_out(o: Output) -> Outcome {
+    match o {
+        Output::Dense(d) => d,
+        Output::Sparse(_) => panic!("expected a dense output"),
+    }
+}
+
+fn sparse_out(o: Output) -> SparseOutcome {
+    match o {
+        Output::Sparse(s) => s,
+        Output::Dense(_) => panic!("expected a sparse output"),
+    }
+}
+
+#[test]
+fn hand_checked_sums_on_every_layout() {
+    let req = OpRequest::new("sum").unwrap().dims(1);
+    let d = dense_out(dense(DType::F32).view().unwrap().apply(&req).unwrap());
+    assert_eq!(d.shape, vec![3]);
+    assert_eq!(d.values, DynVec::F32(vec![-0.25, 4.0, 0.0]));
+    // a sum is valid wherever its lane has a valid element
+    assert_eq!(d.mask.to_vec(), vec![true, true, false]);
+    for a in [csr(DType::F32), coo(DType::F32)] {
+        let s = sparse_out(a.view().unwrap().apply(&req).unwrap());
+        assert_eq!(s.shape, vec![3]);
+        assert_eq!(s.indices, vec![0, 1]);
+        assert_eq!(s.values, DynVec::F32(vec![-0.25, 4.0]));
+    }
+    // integers widen to i64
+    let i = dense_out(dense(DType::I32).view().unwrap().apply(&req).unwrap());
+    assert_eq!(i.values, DynVec::I64(vec![-1, 4, 0]));
+}
+
+/// Every reduction and normalization of the registry, by name through the erased
+/// boundary, on every dtype: the sparse layouts' stored outputs equal the dense output at
+/// its valid positions, and they store exactly those.
+#[test]
+fn every_op_every_layout_every_dtype_agrees_with_dense() {
+    let mut checked = 0;
+    for &op in Op::ALL {
+        let dims: Vec<OpRequest> = match op.kind() {
+            Kind::Reduce => vec![
+                OpRequest::from_op(op).dims(1),
+                OpRequest::from_op(op).dims(0),
+                OpRequest::from_op(op),
+            ],
+            Kind::ReduceOne => vec![OpRequest::from_op(op).dims(1), OpRequest::from_op(op)],
+            Kind::Normalize => vec![
+                OpRequest::from_op(op).dims(1),
+                OpRequest::from_op(op).dims(0),
+            ],
+            Kind::Unary | Kind::Binary => continue,
+        };
+        for &dtype in DType::ALL {
+            for req in &dims {
+                let d = dense_out(dense(dtype).view().unwrap().apply(req).unwrap());
+                let valid: Vec<usize> = d
+                    .mask
+                    .to_vec()
+                    .iter()
+                    .enumerate()
+                    .filter(|x| *x.1)
+                    .map(|x| x.0)
+                    .collect();
+                let dv = f64s(&d.values);
+                for a in [csr(dtype), coo(dtype)] {
+                    let s = sparse_out(a.view().unwrap().apply(req).unwrap());
+                    let ctx = format!("{op} {dtype} {} {:?}", a.layout(), req.dims);
+                    assert_eq!(s.shape, d.shape, "{ctx}");
+                    assert_eq!(s.values.dtype(), d.values.dtype(), "{ctx}");
+                    // count is valid everywhere on dense; sparse stores the valid lanes
+                    if op != Op::Count {
+                        assert_eq!(s.indices, valid, "{ctx}");
+                    }
+                    for (&p, x) in s.indices.iter().zip(f64s(&s.values)) {
+                        let want = dv[p];
+                        let tol = 1e-2 * want.abs().max(1.0);
+                        assert!(
+                            (x - want).abs() <= tol || (x.is_nan() && want.is_nan()),
+                            "{ctx} at {p}: {x} vs {want}"
+                        );
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 300, "only {checked} cases ran");
+}
+
+#[test]
+fn run_and_cast_and_dtype_requests() {
+    let a = dense(DType::F64);
+    let v = a.view().unwrap();
+    for &op in Op::ALL {
+        if matches!(op.kind(), Kind::Reduce | Kind::ReduceOne) {
+            v.run(&OpRequest::from_op(op).dims(1)).unwrap();
+        }
+    }
+    let c = dense_out(v.cast(DType::I32).unwrap());
+    // masked-out values are 0 in the output (9.0 at [0, 3] was masked)
+    assert_eq!(
+        c.values,
+        DynVec::I32(vec![1, -2, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0])
+    );
+    let h = dense(DType::F16);
+    let req = OpRequest::new("sum").unwrap().dims(1).dtype(DType::F32);
+    let s = dense_out(h.view().unwrap().apply(&req).unwrap());
+    assert_eq!(s.values, DynVec::F32(vec![-0.25, 4.0, 0.0]));
+    // run with a dtype request times the cast too, and succeeds
+    h.view().unwrap().run(&req).unwrap();
+}
+
+/// The softmax VJP through the boundary equals central finite differences of
+/// `sum(g * softmax(x))`, on the dense and both sparse layouts.
+#[test]
+fn softmax_vjp_equals_finite_differences() {
+    let (v, m) = data();
+    let g = [0.3, -1.0, 2.0, 0.7, 1.1, -0.4, 0.2, 0.9, 0.5, 0.5, 0.5, 0.5];
+    let req = OpRequest::new("softmax").unwrap().dims(1);
+    let f = |x: &[f64]| -> f64 {
+        let a = Array::dense(
+            &[3, 4],
+            DynVec::F64(x.to_vec()),
+            Some(BitMask::from_bools([3, 4], m.clone()).unwrap()),
+        )
+        .unwrap();
+        let y = f64s(&dense_out(a.view().unwrap().apply(&req).unwrap()).values);
+        y.iter().zip(&g).map(|(y, g)| y * g).sum()
+    };
+    let up = Output::Dense(Outcome {
+        shape: vec![3, 4],
+        values: DynVec::F64(g.to_vec()),
+        mask: BitMask::filled(&[3, 4], true).unwrap(),
+    });
+    let dx = f64s(
+        dense(DType::F64)
+            .view()
+            .unwrap()
+            .vjp(&req, &up)
+            .unwrap()
+            .values(),
+    );
+    let h = 1e-6;
+    for k in 0..12 {
+        let (mut p, mut q) = (v.clone(), v.clone());
+        p[k] += h;
+        q[k] -= h;
+        let fd = (f(&p) - f(&q)) / (2.0 * h);
+        assert!((dx[k] - fd).abs() < 1e-6, "at {k}: {} vs {fd}", dx[k]);
+        if !m[k] {
+            assert_eq!(dx[k], 0.0, "a masked-out position has no gradient");
+        }
+    }
+    // sparse: the upstream at the forward output's valid positions
+    for a in [csr(DType::F64), coo(DType::F64)] {
+        let x = a.view().unwrap();
+        let fwd = sparse_out(x.apply(&req).unwrap());
+        let gv: Vec<f64> = fwd.indices.iter().map(|&p| g[p]).collect();
+        let up = Output::Sparse(SparseOutcome {
+            values: DynVec::F64(gv),
+            ..fwd.clone()
+        });
+        let s = sparse_out(x.vjp(&req, &up).unwrap());
+        assert_eq!(s.indices, fwd.indices, "{}", a.layout());
+        for (&p, d) in s.indices.iter().zip(f64s(&s.values)) {
+            assert!((d - dx[p]).abs() < 1e-12, "{} at {p}", a.layout());
+        }
+    }
+}
+
+#[test]
+fn vjp_of_a_fully_masked_lane_is_zero_not_nan() {
+    let req = OpRequest::new("var").unwrap().dims(1);
+    let up = Output::Dense(Outcome {
+        shape: vec![3],
+        values: DynVec::F32(vec![1.0, 1.0, 1.0]),
+        mask: BitMask::filled(&[3], true).unwrap(),
+    });
+    let dx = f64s(
+        dense(DType::F32)
+            .view()
+            .unwrap()
+            .vjp(&req, &up)
+            .unwrap()
+            .values(),
+    );
+    assert!(dx.iter().all(|x| x.is_finite()), "{dx:?}");
+    assert_eq!(&dx[8..], &[0.0; 4]);
+}
+
+#[test]
+fn vjp_bad_input_is_a_typed_error() {
+    let req = OpRequest::new("sum").unwrap().dims(1);
+    let up = |dtype, shape: Vec<usize>| {
+        let n = shape.iter().product();
+        Output::Dense(Outcome {
+            values: values_of(&vec![1.0; n], dtype),
+            mask: BitMask::filled(&shape, true).unwrap(),
+            shape,
+        })
+    };
+    // integer input: not differentiable, and no integer VJP is compiled
+    let e = dense(DType::I64)
+        .view()
+        .unwrap()
+        .vjp(&req, &up(DType::I64, vec![3]));
+    assert!(
+        matches!(e, Err(MaskedError::NotDifferentiable { .. })),
+        "{e:?}"
+    );
+    let x = dense(DType::F32);
+    let e = x.view().unwrap().vjp(&req, &up(DType::F64, vec![3]));
+    assert!(
+        matches!(e, Err(MaskedError::InvalidArgument { name: "g", .. })),
+        "{e:?}"
+    );
+    let e = x.view().unwrap().vjp(&req, &up(DType::F32, vec![4]));
+    assert!(matches!(e, Err(MaskedError::ShapeMismatch { .. })), "{e:?}");
+    let e = csr(DType::F32)
+        .view()
+        .unwrap()
+        .vjp(&req, &up(DType::F32, vec![3]));
+    assert!(
+        matches!(e, Err(MaskedError::InvalidArgument { name: "g", .. })),
+        "{e:?}"
+    );
+    let e = x.view().unwrap().vjp(
+        &OpRequest::new("argmax").unwrap().dims(1),
+        &up(DType::F32, vec![3]),
+    );
+    assert!(
+        matches!(e, Err(MaskedError::NotDifferentiable { .. })),
+        "{e:?}"
+    );
+    // a sparse map upstream of the wrong length
+    let sm = OpRequest::new("softmax").unwrap().dims(1);
+    let bad = Output::Sparse(SparseOutcome {
+        shape: vec![3, 4],
+        indices: vec![0],
+        values: DynVec::F32(vec![1.0]),
+    });
+    let e = csr(DType::F32).view().unwrap().vjp(&sm, &bad);
+    assert!(matches!(e, Err(MaskedError::ValueCount { .. })), "{e:?}");
+}
+
+#[test]
+fn binary_ops_hand_checked() {
+    use masked_core::binary::KeepBin;
+    let mul = BinOp::Keep(KeepBin::Mul);
+    let sub = BinOp::Keep(KeepBin::Sub);
+    let x = dense(DType::F64);
+    let v = x.view().unwrap();
+    // 1 - x, valid where x is
+    let ZipOutput::Dense(r) = v
+        .binary(Operand::Scalar(Scalar::Int(1)), sub, MaskRule::Strict, true)
+        .unwrap()
+    else {
+        panic!("dense")
+    };
+    assert_eq!(r.mask.to_vec(), data().1);
+    let got = f64s(match &r.values {
+        masked_core::Values::Num(n) => n,
+        _ => panic!("numbers"),
+    });
+    assert_eq!(&got[..4], &[-0.5, 3.0, 0.75, 0.0]);
+    // sparse * dense: a sparse result at the sparse operand's valid positions
+    let s = csr(DType::F64);
+    let ZipOutput::Sparse(r) = s
+        .view()
+        .unwrap()
+        .binary(Operand::Array(&v), mul, MaskRule::Strict, false)
+        .unwrap()
+    else {
+        panic!("sparse")
+    };
+    assert_eq!(r.indices, vec![0, 1, 2, 4]);
+    // dense * sparse: sparse wins, the same result
+    let ZipOutput::Sparse(r2) = v
+        .binary(
+            Operand::Array(&s.view().unwrap()),
+            mul,
+            MaskRule::Strict,
+            false,
+        )
+        .unwrap()
+    else {
+        panic!("sparse")
+    };
+    assert_eq!(r, r2);
+    match &r.values {
+        masked_core::Values::Num(n) => assert_eq!(f64s(n), vec![2.25, 4.0, 0.0625, 16.0]),
+        _ => panic!("numbers"),
+    }
+    // two dtypes: an error naming them, until promoted
+    let y = dense(DType::F32);
+    let e = v.binary(
+        Operand::Array(&y.view().unwrap()),
+        mul,
+        MaskRule::Strict,
+        false,
+    );
+    assert!(
+        matches!(e, Err(MaskedError::InvalidArgument { name: "rhs", .. })),
+        "{e:?}"
+    );
+    // CSR with COO: refused
+    let c = coo(DType::F64);
+    let e = s.view().unwrap().binary(
+        Operand::Array(&c.view().unwrap()),
+        mul,
+        MaskRule::Strict,
+        false,
+    );
+    assert!(
+        matches!(e, Err(MaskedError::InvalidArgument { .. })),
+        "{e:?}"
+    );
+    // a scalar the dtype cannot hold
+    let i = dense(DType::I32);
+    let e = i.view().unwrap().binary(
+        Operand::Scalar(Scalar::Float(f64::NAN)),
+        mul,
+        MaskRule::Strict,
+        false,
+    );
+    assert!(
+        matches!(e, Err(MaskedError::InvalidArgument { name: "scalar", .. })),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn select_filled_and_fill_zero() {
+    let cond = BitMask::from_bools([4], [true, false, true, false]).unwrap();
+    let x = dense(DType::F64);
+    let (v, _) = data();
+    let y = Array::dense(
+        &[3, 4],
+        DynVec::F64(v.iter().map(|x| x * 10.0).collect()),
+        None,
+    )
+    .unwrap();
+    let r = dense_out(x.view().unwrap().select(&cond, &y.view().unwrap()).unwrap());
+    assert_eq!(&f64s(&r.values)[..4], &[1.5, -20.0, 0.25, 90.0]);
+    assert_eq!(&r.mask.to_vec()[..4], &[true, true, true, true]);
+    let f = dense_out(x.view().unwrap().filled(Scalar::Float(-1.0)).unwrap());
+    assert_eq!(
+        &f64s(&f.values)[..8],
+        &[1.5, -2.0, 0.25, -1.0, 4.0, -1.0, -1.0, -1.0]
+    );
+    for a in [csr(DType::F32), coo(DType::F32)] {
+        let f = dense_out(a.view().unwrap().filled(Scalar::Int(7)).unwrap());
+        assert_eq!(
+            &f64s(&f.values)[..4],
+            &[1.5, -2.0, 0.25, 7.0],
+            "{}",
+            a.layout()
+        );
+        let z = sparse_out(a.view().unwrap().fill_zero().unwrap());
+        assert_eq!(z.indices, vec![0, 1, 2, 4], "{}", a.layout());
+    }
+    let e = dense(DType::I32)
+        .view()
+        .unwrap()
+        .filled(Scalar::Float(0.5e300));
+    assert!(e.is_err());
+}
+
+#[test]
+fn constructors_refuse_bad_parts() {
+    let e = Array::dense(&[2, 2], DynVec::F32(vec![1.0; 3]), None);
+    assert!(matches!(e, Err(MaskedError::InvalidData(_))));
+    let e = Array::csr(
+        (2, 2),
+        vec![0, 1],
+        vec![0],
+        DynVec::F32(vec![1.0]),
+        CsrMask::All,
+    );
+    assert!(matches!(e, Err(MaskedError::InvalidData(_))));
+    let e = Array::coo(
+        &[2, 2],
+        &[vec![0, 0], vec![1, 1]],
+        DynVec::F32(vec![1.0, 2.0]),
+        CooMask::All,
+    );
+    assert!(e.is_err(), "a repeated position");
+    let a = coo(DType::BF16);
+    assert_eq!(
+        (a.dtype(), a.layout(), a.shape(), a.nnz()),
+        (DType::BF16, "coo", vec![3, 4], 4)
+    );
+    // convert moves values of the same dtype and casts others
+    assert_eq!(
+        convert(DynVec::I32(vec![3]), DType::F64).unwrap(),
+        DynVec::F64(vec![3.0])
+    );
+    assert!(convert(DynVec::F64(vec![f64::NAN]), DType::I32).is_err());
+}
+
+/// nanargmax / nanargmin (registry entries over the nan-free data): numpy's
+/// `nanargmax` / `nanargmin` on the valid elements, hand-checked.
+#[test]
+fn nanargmax_and_nanargmin() {
+    let nan = f64::NAN;
+    // row 0: NaN is the first valid element (argmax would pick it); row 1: all NaN
+    let v = vec![nan, 3.0, 8.0, 1.0, nan, nan, 2.0, 5.0];
+    let m = vec![true, true, false, true, true, true, false, false];
+    let x = Array::dense(
+        &[2, 4],
+        DynVec::F64(v),
+        Some(BitMask::from_bools([2, 4], m).unwrap()),
+    )
+    .unwrap();
+    let x = x.view().unwrap();
+    let get = |name: &str, dims: Option<isize>| {
+        let mut req = OpRequest::new(name).unwrap();
+        if let Some(d) = dims {
+            req = req.dims(d);
+        }
+        dense_out(x.apply(&req).unwrap())
+    };
+    let a = get("argmax", Some(1));
+    assert_eq!(
+        a.values,
+        DynVec::I64(vec![0, 0]),
+        "argmax takes the first NaN"
+    );
+    let a = get("nanargmax", Some(1));
+    assert_eq!(a.values, DynVec::I64(vec![1, 0]));
+    assert_eq!(a.mask.to_vec(), vec![true, false]);
+    let a = get("nanargmin", Some(1));
+    assert_eq!(a.values, DynVec::I64(vec![3, 0]));
+    assert_eq!(get("nanargmax", None).values, DynVec::I64(vec![1]));
+    assert_eq!(get("nanargmin", None).values, DynVec::I64(vec![3]));
+    let e = x.apply(&OpRequest::new("nanargmax").unwrap().dims([0, 1]));
+    assert!(matches!(e, Err(MaskedError::DimCount { .. })), "{e:?}");
+}
+
+/// The op table of docs/cli.md is the registry's: adding an op without documenting it
+/// (or documenting one that does not exist) fails here.
+#[test]
+fn docs_cli_op_table_is_the_registry() {
+    let docs = include_str!("../../../docs/cli.md");
+    let (begin, end) = ("<!-- ops:begin -->\n", "<!-- ops:end -->");
+    let start = docs
+        .find(begin)
+        .expect("docs/cli.md has no ops:begin marker")
+        + begin.len();
+    let stop = docs[start..].find(end).expect("no ops:end marker") + start;
+    let want = masked_engine::by_name::markdown_table();
+    assert!(
+        docs[start..stop] == want,
+        "docs/cli.md's op table differs from the registry; replace it with:\n{want}"
+    );
+}
+
+/// Every kind of prepared bench call runs on every layout; bad combinations are typed
+/// errors, not panics.
+#[test]
+fn workloads_prepare_every_kind_of_call() {
+    use masked_core::binary::{FloatBin, KeepBin};
+    use masked_engine::workload::{Gen, Workload};
+    let g = Gen {
+        seed: 3,
+        density: 0.2,
+        mask_density: 0.5,
+        mask_source: "random".into(),
+    };
+    let sum = OpRequest::new("sum").unwrap().dims(1);
+    let softmax = OpRequest::new("softmax").unwrap().dims(1);
+    let mul = BinOp::Keep(KeepBin::Mul);
+    for (layout, shape) in [
+        ("dense", vec![6, 9]),
+        ("csr", vec![6, 9]),
+        ("coo", vec![6, 9]),
+    ] {
+        let w = Workload::generate(layout, DType::F32, &shape, &g).unwrap();
+        assert!(w.nnz() > 0 && w.bytes() > 0.0, "{layout}");
+        let p = w.partner(&g, MaskRule::Strict).unwrap();
+        w.op(&sum).unwrap()().unwrap();
+        w.vjp(&softmax, false).unwrap()().unwrap();
+        w.vjp(&sum, false).unwrap()().unwrap();
+        w.binary(&p, mul, MaskRule::Strict, false).unwrap()().unwrap();
+        w.fused(&p, &sum, mul, MaskRule::Strict).unwrap()().unwrap();
+        let vb = OpRequest::new("mul").unwrap();
+        w.vjp_binary(&p, &vb, MaskRule::Strict, false).unwrap()().unwrap();
+        if layout == "dense" {
+            w.vjp(&softmax, true).unwrap()().unwrap();
+            w.binary(&p, BinOp::Float(FloatBin::Div), MaskRule::Strict, true)
+                .unwrap()()
+            .unwrap();
+            w.vjp_binary(&p, &vb, MaskRule::Strict, true).unwrap()().unwrap();
+        } else {
+            assert!(
+                w.vjp(&softmax, true).is_err(),
+                "{layout}: --into is dense only"
+            );
+        }
+        let a = w.partner(&g, MaskRule::And).unwrap();
+        w.binary(&a, mul, MaskRule::And, false).unwrap()().unwrap();
+        // a comparison has no reduction
+        let lt = BinOp::Cmp(masked_core::binary::CmpBin::Lt);
+        assert!(w.fused(&p, &sum, lt, MaskRule::Strict).is_err());
+    }
+    let i = Workload::generate("dense", DType::I32, &[4, 4], &g).unwrap();
+    let e = i.vjp(&sum, false);
+    assert!(matches!(e, Err(MaskedError::NotDifferentiable { .. })));
+    let f = Workload::generate("dense", DType::F64, &[4, 4], &g).unwrap();
+    let e = f.binary(&i, mul, MaskRule::Strict, false);
+    assert!(matches!(e, Err(MaskedError::InvalidData(_))));
+    let c = Workload::generate("csr", DType::F64, &[4, 4], &g).unwrap();
+    assert!(f.binary(&c, mul, MaskRule::Strict, false).is_err());
+    assert!(Workload::generate("csc", DType::F64, &[4, 4], &g).is_err());
+    assert!(Workload::generate("csr", DType::F64, &[4, 4, 4], &g).is_err());
+    let bad = Gen { density: 2.0, ..g };
+    assert!(Workload::generate("coo", DType::F64, &[4, 4], &bad).is_err());
+}
