@@ -103,7 +103,7 @@ fn dense(a: &RunArgs, req: &OpRequest, grad: &Path) -> Result<(), CliError> {
     let up = Output::Dense(Outcome {
         shape: g.shape,
         values: g.values,
-        mask: BitMask::filled(&[0], true)?,
+        mask: BitMask::filled([0], true)?,
     });
     let dx = x.view()?.vjp(req, &up).map_err(|e| match e {
         // the upstream file's fault, named as such

@@ -436,7 +436,7 @@ impl<'a> ArrayRef<'a> {
                 let dx = if map {
                     x.vjp_map(req, &up.into())?
                 } else {
-                    x.vjp_reduce(req, &up.into())?
+                    x.vjp_reduce(req, &up)?
                 };
                 <MaskedCoo<T> as by_name::ByName<T>>::mapped(dx)
             }; floats_only else return Err(integer()))))
@@ -548,7 +548,7 @@ pub enum ZipOutput {
 
 /// `rhs` as the typed container of `T` (the dtype of the left operand), or the error
 /// naming the two dtypes.
-fn same<'x, T: Element, F: Family>(rhs: &'x ByDType<F>) -> Result<&'x F::Of<T>> {
+fn same<T: Element, F: Family>(rhs: &ByDType<F>) -> Result<&F::Of<T>> {
     T::unerase(rhs).ok_or_else(|| MaskedError::InvalidArgument {
         name: "rhs",
         value: format!("{} values", rhs.dtype()),

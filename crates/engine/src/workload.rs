@@ -778,7 +778,7 @@ fn dense_of<'a, T: Element>(
 ) -> Result<MaskedView<'a, T, IxDyn>> {
     let view = ArrayViewD::from_shape(IxDyn(shape), values)
         .map_err(|e| usage(format!("bad --shape: {e}")))?;
-    Ok(MaskedArray::new(view, mask.clone())?)
+    MaskedArray::new(view, mask.clone())
 }
 
 fn csr_of<'m, T: Element>(

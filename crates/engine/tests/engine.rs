@@ -209,7 +209,7 @@ fn softmax_vjp_equals_finite_differences() {
     let up = Output::Dense(Outcome {
         shape: vec![3, 4],
         values: DynVec::F64(g.to_vec()),
-        mask: BitMask::filled(&[3, 4], true).unwrap(),
+        mask: BitMask::filled([3, 4], true).unwrap(),
     });
     let dx = f64s(
         dense(DType::F64)
@@ -253,7 +253,7 @@ fn vjp_of_a_fully_masked_lane_is_zero_not_nan() {
     let up = Output::Dense(Outcome {
         shape: vec![3],
         values: DynVec::F32(vec![1.0, 1.0, 1.0]),
-        mask: BitMask::filled(&[3], true).unwrap(),
+        mask: BitMask::filled([3], true).unwrap(),
     });
     let dx = f64s(
         dense(DType::F32)
