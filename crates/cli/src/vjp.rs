@@ -107,10 +107,14 @@ fn dense(a: &RunArgs, req: &OpRequest, grad: &Path) -> Result<(), CliError> {
     });
     let dx = x.view()?.vjp(req, &up).map_err(|e| match e {
         // the upstream file's fault, named as such
-        e
-        @ (MaskedError::ShapeMismatch { .. } | MaskedError::InvalidArgument { name: "g", .. }) => {
-            CliError::file(grad, e.to_string())
-        }
+        MaskedError::ShapeMismatch { left, right, .. } => CliError::file(
+            grad,
+            format!(
+                "the upstream gradient has shape {left:?}, the output of {} has shape {right:?}",
+                req.op
+            ),
+        ),
+        e @ MaskedError::InvalidArgument { name: "g", .. } => CliError::file(grad, e.to_string()),
         e => e.into(),
     })?;
     npy::write_atomic(&a.output, |buf| {

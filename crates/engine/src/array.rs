@@ -5,8 +5,8 @@
 //! Python extension) calls these non-generic functions.
 //!
 //! ```
-//! use masked_engine::{Array, OpRequest, Output};
-//! use masked_core::{BitMask, DynVec};
+//! use masked::engine::{Array, OpRequest, Output};
+//! use masked::{BitMask, DynVec};
 //!
 //! let mask = BitMask::from_bools([2, 3], [true, true, false, true, false, true])?;
 //! let x = Array::dense(&[2, 3], DynVec::F32(vec![1.0, 2.0, 9.0, 4.0, 9.0, 6.0]), Some(mask))?;
@@ -14,7 +14,7 @@
 //!     unreachable!("a dense input gives a dense output")
 //! };
 //! assert_eq!(out.values, DynVec::F32(vec![3.0, 10.0]));
-//! # Ok::<(), masked_core::MaskedError>(())
+//! # Ok::<(), masked::MaskedError>(())
 //! ```
 
 use crate::by_name::{
