@@ -145,6 +145,14 @@ macro_rules! dtypes {
             }
         } )*
 
+        impl DynVec {
+            /// The vector borrowed as a [`ByDType`] (for [`Erase::unerase`]: the values
+            /// as `&Vec<T>` when they are of type `T`).
+            pub fn as_by_dtype(&self) -> ByDType<Ref<'_, VecOf>> {
+                match self { $( DynVec::$var(x) => ByDType::$var(x), )* }
+            }
+        }
+
         impl From<DynVec> for ByDType<VecOf> {
             fn from(v: DynVec) -> Self {
                 match v { $( DynVec::$var(x) => ByDType::$var(x), )* }

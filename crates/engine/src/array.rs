@@ -482,18 +482,17 @@ fn check_count(expected: usize, got: usize) -> Result<()> {
     }
 }
 
-/// `g`'s values as the gradient type `R`, which they must have.
+/// `g`'s values as the gradient type `R`, which they must have (one copy, no
+/// conversion).
 fn grad_values<R: Element>(g: &DynVec) -> Result<Vec<R>> {
-    if g.dtype() != R::DTYPE {
-        return Err(MaskedError::InvalidArgument {
+    match R::unerase(&g.as_by_dtype()) {
+        Some(v) => Ok(v.to_vec()),
+        None => Err(MaskedError::InvalidArgument {
             name: "g",
             value: format!("{} values", g.dtype()),
             reason: "the upstream gradient must have the input's dtype",
-        });
+        }),
     }
-    Ok(
-        masked_core::with_dyn_vec!(g, v => v.iter().map(|x| R::from_f64_lossy(x.to_f64())).collect()),
-    )
 }
 
 fn dense_vjp<T: Element>(

@@ -694,36 +694,25 @@ macro_rules! fused_by_family {
 use fused_by_family;
 
 /// A prepared run of `body` (with `z` the op of `op`'s family, `out` one buffer of `n`
-/// outputs reused by every run), one arm per family of binary ops.
+/// outputs reused by every run), one arm per family of binary ops (each family has its
+/// own output element type).
 macro_rules! by_family {
     ($op:expr, $n:expr, |$z:ident, $out:ident| $body:expr) => {
         match $op {
-            BinOp::Keep(k) => {
-                let buf = Mutex::new(vec![Default::default(); $n]);
-                Box::new(move || {
-                    let $z = &KeepZip(k);
-                    let $out: &mut [_] = &mut buf.lock().expect("one user");
-                    $body
-                }) as Run<'_>
-            }
-            BinOp::Float(f) => {
-                let buf = Mutex::new(vec![Default::default(); $n]);
-                Box::new(move || {
-                    let $z = &FloatZip(f);
-                    let $out: &mut [_] = &mut buf.lock().expect("one user");
-                    $body
-                }) as Run<'_>
-            }
-            BinOp::Cmp(c) => {
-                let buf = Mutex::new(vec![Default::default(); $n]);
-                Box::new(move || {
-                    let $z = &CmpZip(c);
-                    let $out: &mut [_] = &mut buf.lock().expect("one user");
-                    $body
-                }) as Run<'_>
-            }
+            BinOp::Keep(k) => by_family!(@one KeepZip(k), $n, |$z, $out| $body),
+            BinOp::Float(f) => by_family!(@one FloatZip(f), $n, |$z, $out| $body),
+            BinOp::Cmp(c) => by_family!(@one CmpZip(c), $n, |$z, $out| $body),
         }
     };
+    (@one $zip:expr, $n:expr, |$z:ident, $out:ident| $body:expr) => {{
+        let buf = Mutex::new(vec![Default::default(); $n]);
+        let zip = $zip;
+        Box::new(move || {
+            let $z = &zip;
+            let $out: &mut [_] = &mut buf.lock().expect("one user");
+            $body
+        }) as Run<'_>
+    }};
 }
 use by_family;
 
