@@ -292,7 +292,16 @@ impl DynVec {
 /// An accumulator number: the lane and total types of sums and products
 /// (`f32`, `f64`, `i64`). Integer arithmetic wraps (two's complement) and never panics.
 pub trait Acc:
-    Copy + Send + Sync + Debug + PartialEq + Default + Serialize + DeserializeOwned + 'static
+    Copy
+    + Send
+    + Sync
+    + Debug
+    + PartialEq
+    + Default
+    + Serialize
+    + DeserializeOwned
+    + crate::wire::WireNum
+    + 'static
 {
     /// Additive identity.
     const ZERO: Self;
@@ -391,6 +400,7 @@ pub trait Element:
     + Default
     + Serialize
     + DeserializeOwned
+    + crate::wire::WireNum
     + Erase
     + 'static
 {

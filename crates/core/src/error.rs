@@ -216,20 +216,70 @@ pub fn try_vec<T>(n: usize, what: impl FnOnce() -> String) -> Result<Vec<T>> {
     Ok(v)
 }
 
-/// The fix for the commonest broadcasting mistake: a mask over the leading dims (a
-/// `[batch, len]` padding mask on `[batch, len, features]` data) needs trailing unit dims,
-/// since NumPy rules align dims from the right.
+/// The fix for the commonest broadcasting mistake: a mask over some of the input's dims
+/// (a `[batch, len]` padding mask on `[batch, len, features]` data) that NumPy rules,
+/// aligning dims from the right, do not place where it was meant. Names every reshape
+/// (unit dims inserted) that lays the mask over an ordered choice of the input's dims,
+/// with those dims: for `[3, 5]` on attention scores `[3, 5, 5]` both `[3, 5, 1]`
+/// (dims 0, 1: batch and query) and `[3, 1, 5]` (dims 0, 2: batch and key, the key
+/// padding attention needs).
 fn leading_dims_hint(mask: &[usize], input: &[usize]) -> String {
-    if mask.len() < input.len() && input.starts_with(mask) {
-        let mut fixed = mask.to_vec();
-        fixed.resize(input.len(), 1);
-        format!(
-            " (dims align from the right; a mask over the leading dims needs trailing unit \
-             dims: reshape it to {fixed:?})"
-        )
-    } else {
-        String::new()
+    const MAX: usize = 4;
+    if mask.is_empty() || mask.len() >= input.len() || input.len() > 16 {
+        return String::new();
     }
+    // ordered placements of the mask's dims among the input's, each dim equal or 1
+    fn place(
+        mask: &[usize],
+        input: &[usize],
+        from: usize,
+        at: &mut Vec<usize>,
+        out: &mut Vec<Vec<usize>>,
+    ) {
+        if out.len() == MAX {
+            return;
+        }
+        let k = at.len();
+        if k == mask.len() {
+            out.push(at.clone());
+            return;
+        }
+        // leave room for the mask's remaining dims
+        for p in from..=input.len() - (mask.len() - k) {
+            if mask[k] == input[p] || mask[k] == 1 {
+                at.push(p);
+                place(mask, input, p + 1, at, out);
+                at.pop();
+            }
+        }
+    }
+    let mut found = Vec::new();
+    place(mask, input, 0, &mut Vec::new(), &mut found);
+    // the right-aligned placement is the one that failed
+    let right: Vec<usize> = (input.len() - mask.len()..input.len()).collect();
+    found.retain(|p| *p != right);
+    if found.is_empty() {
+        return String::new();
+    }
+    let fixes: Vec<String> = found
+        .iter()
+        .map(|p| {
+            let mut shape = vec![1; input.len()];
+            for (&d, &at) in mask.iter().zip(p) {
+                shape[at] = d;
+            }
+            let dims: Vec<String> = p.iter().map(|d| d.to_string()).collect();
+            format!(
+                "{shape:?} to lay it over the input's dims {}",
+                dims.join(", ")
+            )
+        })
+        .collect();
+    format!(
+        " (dims align from the right; reshape it to {}{})",
+        fixes.join(", or to "),
+        if found.len() == MAX { ", ..." } else { "" }
+    )
 }
 
 impl MaskedError {

@@ -505,7 +505,7 @@ impl<T: Element> LaneMap<T> for Normalize {
     fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
         // the norm's state is f64: finish it there, without rounding to the output type
         let s = Fold::<T>::fold_slice(&self.norm, xs, bits);
-        let d = self.norm.finish_f64(s);
+        let d = self.norm.finish_f64(s.0);
         // max(norm, eps), NaN-propagating
         let denom = if d.is_nan() { d } else { d.max(self.eps) };
         let denom = <CalcOf<T> as Float>::from_f64(denom);

@@ -41,6 +41,7 @@ pub mod registry;
 pub mod sparse;
 pub mod stats;
 pub mod unary;
+pub mod wire;
 
 pub use binary::{MaskRule, Splat, Value, Values, ZipMap};
 pub use dims::{wrap_dim, DimLike, Dims, OneDim, ReducePlan, ShapeLike};
@@ -62,3 +63,4 @@ pub use registry::{
     OpRequest, Options, Sink,
 };
 pub use sparse::SparseArray;
+pub use wire::{Num, WireNum};

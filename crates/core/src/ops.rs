@@ -12,6 +12,7 @@
 
 use crate::element::{Acc, Element, Float};
 use crate::fold::Fold;
+use crate::wire::Num;
 use masked_kernels::pack::{packed_blocks, packs_fast};
 use masked_kernels::run::{first_match, fold_columns, fold_pair_run, fold_run, Lanes};
 use masked_kernels::{Bits, BLOCK};
@@ -204,7 +205,7 @@ impl<T: Element> Lanes<T> for SumLanes {
 
 impl<T: Element> Fold<T> for Sum {
     const PREBUILT: bool = true;
-    type State = T::Total;
+    type State = Num<T::Total>;
     type Output = T::Wide;
     fn name(&self) -> &'static str {
         "sum"
@@ -212,29 +213,29 @@ impl<T: Element> Fold<T> for Sum {
     fn positional(&self) -> bool {
         false
     }
-    fn identity(&self) -> T::Total {
-        <T::Total as Acc>::ZERO
+    fn identity(&self) -> Num<T::Total> {
+        Num(<T::Total as Acc>::ZERO)
     }
     #[inline]
-    fn push(&self, s: &mut T::Total, x: T, _: i64) {
-        *s = s.add(x.to_total());
+    fn push(&self, s: &mut Num<T::Total>, x: T, _: i64) {
+        s.0 = s.0.add(x.to_total());
     }
-    fn merge(&self, s: &mut T::Total, o: T::Total) {
-        *s = s.add(o);
+    fn merge(&self, s: &mut Num<T::Total>, o: Num<T::Total>) {
+        s.0 = s.0.add(o.0);
     }
-    fn finish(&self, s: &T::Total) -> T::Wide {
-        T::total_to_wide(*s)
+    fn finish(&self, s: &Num<T::Total>) -> T::Wide {
+        T::total_to_wide(s.0)
     }
-    fn push_run(&self, s: &mut T::Total, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+    fn push_run(&self, s: &mut Num<T::Total>, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         unpacked_blocks(xs, bits, idx0, |b, m, i| {
-            *s = s.add(T::lane_to_total(fold_run(&SumLanes, b, m, i)));
+            s.0 = s.0.add(T::lane_to_total(fold_run(&SumLanes, b, m, i)));
         });
     }
     // the same blocks and lanes as `push_run` (the halves' lanes read the values as the
     // unpacked kernel does, exactly)
     fn push_pair_run<A: Copy, B: Copy, Z: Fn(A, B) -> T + Copy>(
         &self,
-        s: &mut T::Total,
+        s: &mut Num<T::Total>,
         xs: &[A],
         ys: &[B],
         f: Z,
@@ -242,13 +243,14 @@ impl<T: Element> Fold<T> for Sum {
         idx0: i64,
     ) -> bool {
         pair_blocks(xs, ys, bits, idx0, |bx, by, m, i| {
-            *s = s.add(T::lane_to_total(fold_pair_run(&SumLanes, bx, by, f, m, i)));
+            s.0 =
+                s.0.add(T::lane_to_total(fold_pair_run(&SumLanes, bx, by, f, m, i)));
         });
         true
     }
     fn push_columns(
         &self,
-        states: &mut [T::Total],
+        states: &mut [Num<T::Total>],
         xs: &[T],
         stride: usize,
         nrows: usize,
@@ -256,7 +258,7 @@ impl<T: Element> Fold<T> for Sum {
         idx0: i64,
     ) {
         columns_via(&SumLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
-            *s = s.add(T::lane_to_total(a))
+            s.0 = s.0.add(T::lane_to_total(a))
         });
     }
 }
@@ -288,7 +290,7 @@ impl<T: Element> Lanes<T> for ProdLanes {
 
 impl<T: Element> Fold<T> for Prod {
     const PREBUILT: bool = true;
-    type State = T::Total;
+    type State = Num<T::Total>;
     type Output = T::Wide;
     fn name(&self) -> &'static str {
         "prod"
@@ -296,28 +298,28 @@ impl<T: Element> Fold<T> for Prod {
     fn positional(&self) -> bool {
         false
     }
-    fn identity(&self) -> T::Total {
-        <T::Total as Acc>::ONE
+    fn identity(&self) -> Num<T::Total> {
+        Num(<T::Total as Acc>::ONE)
     }
     #[inline]
-    fn push(&self, s: &mut T::Total, x: T, _: i64) {
-        *s = s.mul(x.to_total());
+    fn push(&self, s: &mut Num<T::Total>, x: T, _: i64) {
+        s.0 = s.0.mul(x.to_total());
     }
-    fn merge(&self, s: &mut T::Total, o: T::Total) {
-        *s = s.mul(o);
+    fn merge(&self, s: &mut Num<T::Total>, o: Num<T::Total>) {
+        s.0 = s.0.mul(o.0);
     }
-    fn finish(&self, s: &T::Total) -> T::Wide {
-        T::total_to_wide(*s)
+    fn finish(&self, s: &Num<T::Total>) -> T::Wide {
+        T::total_to_wide(s.0)
     }
-    fn push_run(&self, s: &mut T::Total, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+    fn push_run(&self, s: &mut Num<T::Total>, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         // per block, so that a run's product is its blocks' in order (the Fold law)
         blocks(xs, bits, idx0, |b, m, i| {
-            *s = s.mul(fold_run(&ProdLanes, b, m, i));
+            s.0 = s.0.mul(fold_run(&ProdLanes, b, m, i));
         });
     }
     fn push_columns(
         &self,
-        states: &mut [T::Total],
+        states: &mut [Num<T::Total>],
         xs: &[T],
         stride: usize,
         nrows: usize,
@@ -325,7 +327,7 @@ impl<T: Element> Fold<T> for Prod {
         idx0: i64,
     ) {
         columns_via(&ProdLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
-            *s = s.mul(a)
+            s.0 = s.0.mul(a)
         });
     }
 }
@@ -379,7 +381,7 @@ macro_rules! extreme_op {
 
         impl<T: Element> Fold<T> for $op {
             const PREBUILT: bool = true;
-            type State = T;
+            type State = Num<T>;
             type Output = T;
             fn name(&self) -> &'static str {
                 $name
@@ -387,25 +389,25 @@ macro_rules! extreme_op {
             fn positional(&self) -> bool {
                 false
             }
-            fn identity(&self) -> T {
-                T::$id
+            fn identity(&self) -> Num<T> {
+                Num(T::$id)
             }
             #[inline]
-            fn push(&self, s: &mut T, x: T, _: i64) {
-                *s = $f(*s, x);
+            fn push(&self, s: &mut Num<T>, x: T, _: i64) {
+                s.0 = $f(s.0, x);
             }
-            fn merge(&self, s: &mut T, o: T) {
-                *s = $f(*s, o);
+            fn merge(&self, s: &mut Num<T>, o: Num<T>) {
+                s.0 = $f(s.0, o.0);
             }
-            fn finish(&self, s: &T) -> T {
-                *s
+            fn finish(&self, s: &Num<T>) -> T {
+                s.0
             }
-            fn push_run(&self, s: &mut T, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-                *s = $f(*s, fold_run(&$lanes, xs, bits, idx0));
+            fn push_run(&self, s: &mut Num<T>, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+                s.0 = $f(s.0, fold_run(&$lanes, xs, bits, idx0));
             }
             fn push_columns(
                 &self,
-                states: &mut [T],
+                states: &mut [Num<T>],
                 xs: &[T],
                 stride: usize,
                 nrows: usize,
@@ -413,7 +415,7 @@ macro_rules! extreme_op {
                 idx0: i64,
             ) {
                 columns_via(&$lanes, states, xs, stride, nrows, bits, idx0, |s, a| {
-                    *s = $f(*s, a)
+                    s.0 = $f(s.0, a)
                 });
             }
         }
@@ -439,7 +441,7 @@ pub struct Ptp;
 
 impl<T: Element> Fold<T> for Ptp {
     const PREBUILT: bool = true;
-    type State = (T, T);
+    type State = (Num<T>, Num<T>);
     type Output = T::Wide;
     fn name(&self) -> &'static str {
         "ptp"
@@ -447,32 +449,32 @@ impl<T: Element> Fold<T> for Ptp {
     fn positional(&self) -> bool {
         false
     }
-    fn identity(&self) -> (T, T) {
-        (T::LOWEST, T::HIGHEST)
+    fn identity(&self) -> (Num<T>, Num<T>) {
+        (Num(T::LOWEST), Num(T::HIGHEST))
     }
     #[inline]
-    fn push(&self, s: &mut (T, T), x: T, _: i64) {
-        *s = (max_nan(s.0, x), min_nan(s.1, x));
+    fn push(&self, s: &mut (Num<T>, Num<T>), x: T, _: i64) {
+        *s = (Num(max_nan(s.0 .0, x)), Num(min_nan(s.1 .0, x)));
     }
-    fn merge(&self, s: &mut (T, T), o: (T, T)) {
-        *s = (max_nan(s.0, o.0), min_nan(s.1, o.1));
+    fn merge(&self, s: &mut (Num<T>, Num<T>), o: (Num<T>, Num<T>)) {
+        *s = (Num(max_nan(s.0 .0, o.0 .0)), Num(min_nan(s.1 .0, o.1 .0)));
     }
-    fn finish(&self, s: &(T, T)) -> T::Wide {
+    fn finish(&self, s: &(Num<T>, Num<T>)) -> T::Wide {
         // an empty lane still holds the identity (LOWEST, HIGHEST): no element at all
-        if s.0 < s.1 {
+        if s.0 .0 < s.1 .0 {
             return T::total_to_wide(<T::Total as Acc>::ZERO);
         }
-        T::total_to_wide(s.0.to_total().sub(s.1.to_total()))
+        T::total_to_wide(s.0 .0.to_total().sub(s.1 .0.to_total()))
     }
     /// Two vectorised passes over the (cache-resident) run: the maximum and the minimum.
-    fn push_run(&self, s: &mut (T, T), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+    fn push_run(&self, s: &mut (Num<T>, Num<T>), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         let hi = fold_run(&AMaxLanes, xs, bits, idx0);
         let lo = fold_run(&AMinLanes, xs, bits, idx0);
-        self.merge(s, (hi, lo));
+        self.merge(s, (Num(hi), Num(lo)));
     }
     fn push_columns(
         &self,
-        states: &mut [(T, T)],
+        states: &mut [(Num<T>, Num<T>)],
         xs: &[T],
         stride: usize,
         nrows: usize,
@@ -480,10 +482,10 @@ impl<T: Element> Fold<T> for Ptp {
         idx0: i64,
     ) {
         columns_via(&AMaxLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
-            s.0 = max_nan(s.0, a)
+            s.0 .0 = max_nan(s.0 .0, a)
         });
         columns_via(&AMinLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
-            s.1 = min_nan(s.1, a)
+            s.1 .0 = min_nan(s.1 .0, a)
         });
     }
 }
@@ -508,6 +510,13 @@ fn arg_pick<T: Element>(a: (T, i64), b: (T, i64), better: impl Fn(T, T) -> bool)
     } else {
         a
     }
+}
+
+/// [`arg_pick`] into a state: the state's candidate against `c`.
+#[inline(always)]
+fn arg_step<T: Element>(s: &mut (Num<T>, i64), c: (T, i64), better: impl Fn(T, T) -> bool) {
+    let (v, i) = arg_pick((s.0 .0, s.1), c, better);
+    *s = (Num(v), i);
 }
 
 macro_rules! arg_op {
@@ -537,22 +546,22 @@ macro_rules! arg_op {
 
         impl<T: Element> Fold<T> for $op {
             const PREBUILT: bool = true;
-            type State = (T, i64);
+            type State = (Num<T>, i64);
             type Output = i64;
             fn name(&self) -> &'static str {
                 $name
             }
-            fn identity(&self) -> (T, i64) {
-                (T::$id, NO_INDEX)
+            fn identity(&self) -> (Num<T>, i64) {
+                (Num(T::$id), NO_INDEX)
             }
             #[inline]
-            fn push(&self, s: &mut (T, i64), x: T, i: i64) {
-                *s = arg_pick(*s, (x, i), $cmp);
+            fn push(&self, s: &mut (Num<T>, i64), x: T, i: i64) {
+                arg_step(s, (x, i), $cmp);
             }
-            fn merge(&self, s: &mut (T, i64), o: (T, i64)) {
-                *s = arg_pick(*s, o, $cmp);
+            fn merge(&self, s: &mut (Num<T>, i64), o: (Num<T>, i64)) {
+                arg_step(s, (o.0 .0, o.1), $cmp);
             }
-            fn finish(&self, s: &(T, i64)) -> i64 {
+            fn finish(&self, s: &(Num<T>, i64)) -> i64 {
                 if s.1 == NO_INDEX {
                     0
                 } else {
@@ -562,7 +571,7 @@ macro_rules! arg_op {
             /// Two passes over the (cache-resident) run, both vectorised: the extreme
             /// value with the branch-free extreme lanes, then the first valid position
             /// holding it.
-            fn push_run(&self, s: &mut (T, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+            fn push_run(&self, s: &mut (Num<T>, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
                 let best = fold_run(&$ext, xs, bits, idx0);
                 let pos = if best.is_nan() {
                     first_match(xs, bits, move |x: T| x.is_nan())
@@ -570,14 +579,14 @@ macro_rules! arg_op {
                     first_match(xs, bits, move |x: T| x == best)
                 };
                 if let Some(p) = pos {
-                    *s = arg_pick(*s, (xs[p], idx0 + p as i64), $cmp);
+                    arg_step(s, (xs[p], idx0 + p as i64), $cmp);
                 }
             }
             /// Per block of rows: the column extremes with the vector column kernel,
             /// then the first valid row holding each (stopping once all are found).
             fn push_columns(
                 &self,
-                states: &mut [(T, i64)],
+                states: &mut [(Num<T>, i64)],
                 xs: &[T],
                 stride: usize,
                 nrows: usize,
@@ -620,7 +629,7 @@ macro_rules! arg_op {
                             left |= *o;
                             while hit != 0 {
                                 let k = lo + hit.trailing_zeros() as usize;
-                                states[k] = arg_pick(states[k], (row[k], idx0 + (r0 + r) as i64), $cmp);
+                                arg_step(&mut states[k], (row[k], idx0 + (r0 + r) as i64), $cmp);
                                 hit &= hit - 1;
                             }
                         }
@@ -675,7 +684,7 @@ impl<T: Element> Lanes<T> for MeanLanes {
 
 impl<T: Element> Fold<T> for Mean {
     const PREBUILT: bool = true;
-    type State = (T::MeanTotal, i64);
+    type State = (Num<T::MeanTotal>, i64);
     type Output = T::Real;
     fn name(&self) -> &'static str {
         "mean"
@@ -683,31 +692,38 @@ impl<T: Element> Fold<T> for Mean {
     fn positional(&self) -> bool {
         false
     }
-    fn identity(&self) -> (T::MeanTotal, i64) {
-        (<T::MeanTotal as Acc>::ZERO, 0)
+    fn identity(&self) -> (Num<T::MeanTotal>, i64) {
+        (Num(<T::MeanTotal as Acc>::ZERO), 0)
     }
     #[inline]
-    fn push(&self, s: &mut (T::MeanTotal, i64), x: T, _: i64) {
-        s.0 = s.0.add(T::mean_lane_to_total(x.to_mean_lane()));
+    fn push(&self, s: &mut (Num<T::MeanTotal>, i64), x: T, _: i64) {
+        s.0 .0 = s.0 .0.add(T::mean_lane_to_total(x.to_mean_lane()));
         s.1 += 1;
     }
-    fn merge(&self, s: &mut (T::MeanTotal, i64), o: (T::MeanTotal, i64)) {
-        s.0 = s.0.add(o.0);
+    fn merge(&self, s: &mut (Num<T::MeanTotal>, i64), o: (Num<T::MeanTotal>, i64)) {
+        s.0 .0 = s.0 .0.add(o.0 .0);
         s.1 += o.1;
     }
-    fn finish(&self, s: &(T::MeanTotal, i64)) -> T::Real {
-        <T::Real as Float>::from_f64(s.0.as_f64() / s.1 as f64)
+    fn finish(&self, s: &(Num<T::MeanTotal>, i64)) -> T::Real {
+        <T::Real as Float>::from_f64(s.0 .0.as_f64() / s.1 as f64)
     }
-    fn push_run(&self, s: &mut (T::MeanTotal, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+    fn push_run(
+        &self,
+        s: &mut (Num<T::MeanTotal>, i64),
+        xs: &[T],
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
         unpacked_blocks(xs, bits, idx0, |b, m, i| {
-            s.0 =
-                s.0.add(T::mean_lane_to_total(fold_run(&MeanLanes, b, m, i)));
+            s.0 .0 =
+                s.0 .0
+                    .add(T::mean_lane_to_total(fold_run(&MeanLanes, b, m, i)));
         });
         s.1 += valid_count(xs.len(), bits);
     }
     fn push_pair_run<A: Copy, B: Copy, Z: Fn(A, B) -> T + Copy>(
         &self,
-        s: &mut (T::MeanTotal, i64),
+        s: &mut (Num<T::MeanTotal>, i64),
         xs: &[A],
         ys: &[B],
         f: Z,
@@ -715,7 +731,7 @@ impl<T: Element> Fold<T> for Mean {
         idx0: i64,
     ) -> bool {
         pair_blocks(xs, ys, bits, idx0, |bx, by, m, i| {
-            s.0 = s.0.add(T::mean_lane_to_total(fold_pair_run(
+            s.0 .0 = s.0 .0.add(T::mean_lane_to_total(fold_pair_run(
                 &MeanLanes, bx, by, f, m, i,
             )));
         });
@@ -724,7 +740,7 @@ impl<T: Element> Fold<T> for Mean {
     }
     fn push_columns(
         &self,
-        states: &mut [(T::MeanTotal, i64)],
+        states: &mut [(Num<T::MeanTotal>, i64)],
         xs: &[T],
         stride: usize,
         nrows: usize,
@@ -732,7 +748,7 @@ impl<T: Element> Fold<T> for Mean {
         idx0: i64,
     ) {
         columns_via(&MeanLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
-            s.0 = s.0.add(T::mean_lane_to_total(a))
+            s.0 .0 = s.0 .0.add(T::mean_lane_to_total(a))
         });
         columns_via(
             &CountLanes,
@@ -875,7 +891,7 @@ mod tests {
         let mut s = <Sum as Fold<f64>>::identity(&Sum);
         let b = Some(Bits::new(&words, 0));
         assert!(Sum.push_pair_run(&mut s, &x64, &y64, |x: f64, y: f64| x * y, b, 0));
-        assert!(!s.is_nan());
+        assert!(!s.0.is_nan());
         let x32: Vec<f32> = x64.iter().map(|&v| v as f32).collect();
         let y32: Vec<f32> = clean.iter().map(|&v| v as f32).collect();
         every(&x32, &y32, &words);

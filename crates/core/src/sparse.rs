@@ -1,6 +1,7 @@
 //! The result type of a reduction over a sparse layout: sparse in, sparse out.
 
 use crate::error::{MaskedError, Result};
+use crate::wire::WireNum;
 use serde::{Deserialize, Serialize};
 
 /// An n-D sparse array whose stored positions are exactly the valid outputs of a
@@ -16,21 +17,29 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(a.get(&[0, 0]), None);
 /// ```
 ///
-/// Serialised (serde) as `{"shape", "indices", "values"}`; deserialising re-validates
-/// through [`SparseArray::new`] (lengths, increasing positions inside the shape).
+/// Serialised (serde) as `{"shape", "indices", "values"}`, each value through
+/// [`Num`](crate::Num) (in JSON a NaN is `"NaN"`, an infinity `"inf"` or `"-inf"`);
+/// deserialising re-validates through [`SparseArray::new`] (lengths, increasing positions
+/// inside the shape).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "SparseRepr<O>")]
+#[serde(
+    try_from = "SparseRepr<O>",
+    bound(serialize = "O: WireNum", deserialize = "O: WireNum")
+)]
 pub struct SparseArray<O> {
     shape: Vec<usize>,
     indices: Vec<usize>,
+    #[serde(with = "crate::wire::nums")]
     values: Vec<O>,
 }
 
 /// The serialised form of a [`SparseArray`], checked on the way in.
 #[derive(Deserialize)]
+#[serde(bound(deserialize = "O: WireNum"))]
 struct SparseRepr<O> {
     shape: Vec<usize>,
     indices: Vec<usize>,
+    #[serde(with = "crate::wire::nums")]
     values: Vec<O>,
 }
 

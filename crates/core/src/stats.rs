@@ -5,6 +5,7 @@ use crate::element::{CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
 use crate::ops::{blocks, max_nan, min_nan, valid_blocks, AMaxLanes, MeanLanes};
+use crate::wire::Num;
 use crate::Acc;
 use masked_kernels::cpu::fused_exp;
 use masked_kernels::run::{fold_run, Lanes};
@@ -66,8 +67,10 @@ pub struct Moments {
     /// Number of valid elements.
     pub n: i64,
     /// Their mean.
+    #[serde(with = "crate::wire::num")]
     pub mean: f64,
     /// Sum of squared deviations from the mean.
+    #[serde(with = "crate::wire::num")]
     pub m2: f64,
 }
 
@@ -378,7 +381,7 @@ impl<T: Element, const K: u8> Lanes<T> for NormLanes<K> {
 
 impl<T: Element> Fold<T> for Norm {
     const PREBUILT: bool = true;
-    type State = f64;
+    type State = Num<f64>;
     type Output = T::Real;
     fn name(&self) -> &'static str {
         "norm"
@@ -386,24 +389,24 @@ impl<T: Element> Fold<T> for Norm {
     fn positional(&self) -> bool {
         false
     }
-    fn identity(&self) -> f64 {
-        with_kind!(self, K => norm_id::<K>())
+    fn identity(&self) -> Num<f64> {
+        Num(with_kind!(self, K => norm_id::<K>()))
     }
     #[inline]
-    fn push(&self, s: &mut f64, x: T, _: i64) {
-        *s = with_kind!(self, K => norm_comb::<K>(*s, norm_g::<K>(x.to_f64(), self.ord)));
+    fn push(&self, s: &mut Num<f64>, x: T, _: i64) {
+        s.0 = with_kind!(self, K => norm_comb::<K>(s.0, norm_g::<K>(x.to_f64(), self.ord)));
     }
-    fn merge(&self, s: &mut f64, o: f64) {
-        *s = with_kind!(self, K => norm_comb::<K>(*s, o));
+    fn merge(&self, s: &mut Num<f64>, o: Num<f64>) {
+        s.0 = with_kind!(self, K => norm_comb::<K>(s.0, o.0));
     }
-    fn finish(&self, s: &f64) -> T::Real {
-        <T::Real as Float>::from_f64(self.finish_f64(*s))
+    fn finish(&self, s: &Num<f64>) -> T::Real {
+        <T::Real as Float>::from_f64(self.finish_f64(s.0))
     }
-    fn push_run(&self, s: &mut f64, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+    fn push_run(&self, s: &mut Num<f64>, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         // per block, so that a run's norm is its blocks' in order (the Fold law)
         with_kind!(self, K => blocks(xs, bits, idx0, |b, m, i| {
             let r = fold_run(&NormLanes::<K> { p: self.ord }, b, m, i);
-            *s = norm_comb::<K>(*s, r);
+            s.0 = norm_comb::<K>(s.0, r);
         }));
     }
 }
@@ -417,10 +420,17 @@ impl<T: Element> Fold<T> for Norm {
 pub struct LogSumExp;
 
 /// State of [`LogSumExp`]: `(max, sum of exp(x - max))`.
-pub type LseState = (f64, f64);
+pub type LseState = (Num<f64>, Num<f64>);
 
 #[inline]
-fn lse_merge(a: &mut LseState, b: LseState) {
+fn lse_merge(s: &mut LseState, b: (f64, f64)) {
+    let mut a = (s.0 .0, s.1 .0);
+    lse_merge_f64(&mut a, b);
+    *s = (Num(a.0), Num(a.1));
+}
+
+#[inline]
+fn lse_merge_f64(a: &mut (f64, f64), b: (f64, f64)) {
     if a.0.is_nan() || b.0.is_nan() {
         *a = (f64::NAN, 0.0);
     } else if b.0 == f64::NEG_INFINITY {
@@ -448,20 +458,21 @@ impl<T: Element> Fold<T> for LogSumExp {
         false
     }
     fn identity(&self) -> LseState {
-        (f64::NEG_INFINITY, 0.0)
+        (Num(f64::NEG_INFINITY), Num(0.0))
     }
     #[inline]
     fn push(&self, s: &mut LseState, x: T, _: i64) {
         lse_merge(s, (x.to_f64(), 1.0));
     }
     fn merge(&self, s: &mut LseState, o: LseState) {
-        lse_merge(s, o);
+        lse_merge(s, (o.0 .0, o.1 .0));
     }
     fn finish(&self, s: &LseState) -> T::Real {
-        let v = if s.0.is_nan() || s.0.is_infinite() {
-            s.0
+        let (m, sum) = (s.0 .0, s.1 .0);
+        let v = if m.is_nan() || m.is_infinite() {
+            m
         } else {
-            s.0 + s.1.ln()
+            m + sum.ln()
         };
         <T::Real as Float>::from_f64(v)
     }

@@ -10,12 +10,19 @@
 //!
 //! [`by_name`] is the typed half of the same path: the registry's dispatcher with each
 //! layout's result conversion, for code that holds typed inputs.
+//!
+//! `Array`, `ArrayRef` and the bench workloads compile every op for every dtype and
+//! layout: they are behind the `erased` feature (the facade's `engine` feature), so a
+//! crate using only the typed API does not compile them.
 #![deny(missing_docs)]
 
+#[cfg(feature = "erased")]
 pub mod array;
 pub mod by_name;
+#[cfg(feature = "erased")]
 pub mod workload;
 
+#[cfg(feature = "erased")]
 pub use array::{
     convert, Array, ArrayRef, CooOf, CsrOf, CsrParts, CsrViewOf, DenseOf, DenseViewOf, Operand,
     Output, ZipOutput,

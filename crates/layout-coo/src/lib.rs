@@ -89,7 +89,8 @@ enum Resolved<T> {
 /// An n-D COO array with a sparse mask. See the [crate docs](crate).
 ///
 /// Serialised (serde) as `{"pattern", "values", "mask"}` ([`CooPattern`], the values in
-/// its sorted order, a [`CooMask`]); deserialising re-validates the pattern and goes
+/// its sorted order, each through `masked::Num`: in JSON a NaN is `"NaN"`, an
+/// infinity `"inf"` or `"-inf"`; a [`CooMask`]); deserialising re-validates the pattern and goes
 /// through [`MaskedCoo::from_parts`] (one value per stored position, a mask pattern of
 /// the same shape).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -386,6 +387,7 @@ impl<O: Element> From<SparseArray<O>> for MaskedCoo<O> {
 #[serde(bound(serialize = "T: Element", deserialize = "T: Element"))]
 struct CooArrayRepr<T> {
     pattern: CooPattern,
+    #[serde(with = "masked_core::wire::nums")]
     values: Vec<T>,
     mask: CooMask,
 }

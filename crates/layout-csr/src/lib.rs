@@ -164,6 +164,45 @@ impl<O, I: SpIndex> IntoCsMat<O, I> for CsrMapped<'_, O, I> {
     }
 }
 
+/// `filled` for a CSR normalization's result ([`CsrMapped`], a `sprs` matrix whose stored
+/// entries are exactly the valid outputs), as every other result has it. In the prelude.
+///
+/// ```
+/// use masked::prelude::*;
+/// let m = sprs::CsMat::new((2, 3), vec![0, 2, 2], vec![0, 2], vec![1.0f64, 1.0]);
+/// let p = MaskedCsr::from_pattern(&m)?.softmax(1)?;
+/// // row 1 stores nothing: fully masked, so `value` everywhere
+/// assert_eq!(p.filled(-1.0)?, ndarray::array![[0.5, -1.0, 0.5], [-1.0, -1.0, -1.0]]);
+/// # Ok::<(), MaskedError>(())
+/// ```
+pub trait CsrFilled<O> {
+    /// An explicit densification: a dense matrix with the valid (stored) values and
+    /// `value` at every other position.
+    ///
+    /// # Errors
+    /// [`MaskedError::TooLarge`] when the dense matrix cannot be allocated (checked before
+    /// allocating), [`MaskedError::InvalidData`] when its size overflows.
+    fn filled(&self, value: O) -> Result<ndarray::Array2<O>>;
+}
+
+impl<O: Element, I: SpIndex> CsrFilled<O> for CsrMapped<'_, O, I> {
+    fn filled(&self, value: O) -> Result<ndarray::Array2<O>> {
+        let (r, c) = self.shape();
+        let n = r.checked_mul(c).ok_or_else(|| {
+            MaskedError::InvalidData(format!("a dense {r} x {c} matrix: size overflows"))
+        })?;
+        let mut out = masked_core::try_vec(n, || format!("a dense {r} x {c} matrix"))?;
+        out.resize(n, value);
+        for (i, row) in self.outer_iterator().enumerate() {
+            for (j, &v) in row.iter() {
+                out[i * c + j] = v;
+            }
+        }
+        ndarray::Array2::from_shape_vec((r, c), out)
+            .map_err(|e| MaskedError::InvalidData(e.to_string()))
+    }
+}
+
 impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     fn build(mat: CsMatViewI<'a, T, I, Iptr>, mask: Mask<T, I>) -> Result<Self> {
         if !mat.is_csr() {

@@ -546,15 +546,21 @@ pub(crate) fn finish_fold<O: Element, F: Fold<O>>(
 }
 
 /// Serialised (serde) as `{"values": <ndarray's form>, "mask": <BitMask> | null}`; any
-/// storage serialises, an owned array deserialises.
+/// storage serialises, an owned array deserialises. Each value goes through
+/// `masked::Num` (in JSON and other text formats a valid NaN is `"NaN"`, an
+/// infinity `"inf"` or `"-inf"`), and a value under a false mask bit, which carries no
+/// meaning, is written as 0: whatever is written reads back.
 impl<S: Data, D: Dimension + serde::Serialize> serde::Serialize for MaskedArray<S, D>
 where
-    S::Elem: serde::Serialize,
+    S::Elem: Element,
 {
     fn serialize<Se: serde::Serializer>(&self, s: Se) -> std::result::Result<Se::Ok, Se::Error> {
         use serde::ser::SerializeStruct;
+        let values = self
+            .filled(<S::Elem as Element>::ZERO)
+            .mapv(masked_core::Num);
         let mut st = s.serialize_struct("MaskedArray", 2)?;
-        st.serialize_field("values", &self.data)?;
+        st.serialize_field("values", &values)?;
         st.serialize_field("mask", &self.mask)?;
         st.end()
     }
@@ -564,23 +570,22 @@ where
 /// ([`MaskedArray::new`]), and the mask itself is checked as [`BitMask`]'s form is.
 impl<'de, T, D> serde::Deserialize<'de> for MaskedArray<ndarray::OwnedRepr<T>, D>
 where
-    T: serde::Deserialize<'de>,
+    T: Element,
     D: Dimension + serde::Deserialize<'de>,
 {
     fn deserialize<De: serde::Deserializer<'de>>(d: De) -> std::result::Result<Self, De::Error> {
         use serde::de::Error;
         #[derive(serde::Deserialize)]
-        #[serde(bound(
-            deserialize = "T: serde::Deserialize<'de>, D: Dimension + serde::Deserialize<'de>"
-        ))]
+        #[serde(bound(deserialize = "T: Element, D: Dimension + serde::Deserialize<'de>"))]
         struct Repr<T, D: Dimension> {
-            values: ndarray::Array<T, D>,
+            values: ndarray::Array<masked_core::Num<T>, D>,
             mask: Option<BitMask>,
         }
         let r = Repr::<T, D>::deserialize(d)?;
+        let values = r.values.mapv(|n| n.0);
         match r.mask {
-            Some(m) => MaskedArray::new(r.values, m).map_err(De::Error::custom),
-            None => Ok(MaskedArray::unmasked(r.values)),
+            Some(m) => MaskedArray::new(values, m).map_err(De::Error::custom),
+            None => Ok(MaskedArray::unmasked(values)),
         }
     }
 }

@@ -76,8 +76,9 @@
 //! `docs/semantics.md`; the design in `docs/architecture.md`.
 #![deny(missing_docs)]
 
-/// The dtype-erased boundary: [`engine::Array`] holds any layout and dtype and runs any
-/// op by name, compiled once.
+/// The dtype-erased boundary: with the `engine` feature, `engine::Array` holds any
+/// layout and dtype and runs any op by name, compiled once (off by default: it compiles
+/// every op for every dtype and layout, which a user of the typed API does not need).
 #[doc(inline)]
 pub use masked_engine as engine;
 /// Ops by name on typed inputs: the registry's dispatcher with each layout's result
@@ -104,17 +105,17 @@ pub use layout_coo::{
     CooZipView, MaskedCoo,
 };
 pub use layout_csr::{
-    to_csmat, to_csvec, CsrGradients, CsrLanes, CsrMapped, CsrMask, CsrZipView, DynEntries,
-    EntryValues, FusedLanes, IntoCsMat, IntoCsrView, MaskedCsr, Pattern, PatternI,
+    to_csmat, to_csvec, CsrFilled, CsrGradients, CsrLanes, CsrMapped, CsrMask, CsrZipView,
+    DynEntries, EntryValues, FusedLanes, IntoCsMat, IntoCsrView, MaskedCsr, Pattern, PatternI,
 };
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
     binary, cast, check_lengths, dims, element, fold, grad, half, lane, mask, math, not_nan_words,
-    ops, registry, sparse, stats, unary, with_dtype, with_dyn_vec, BitMask, Bits, BoolArray, DType,
-    DimLike, Dims, DynVec, Element, Float, Fold, GradVisitor, Interpolation, Kind, LaneGrad,
+    ops, registry, sparse, stats, unary, wire, with_dtype, with_dyn_vec, BitMask, Bits, BoolArray,
+    DType, DimLike, Dims, DynVec, Element, Float, Fold, GradVisitor, Interpolation, Kind, LaneGrad,
     LaneKernels, LaneMap, LaneStat, MaskLogic, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps,
-    MedianMode, OneDim, Op, ReducePlan, Result, Scalar, ShapeLike, SparseArray, Splat, Value,
-    Values, ZipKernels, ZipMap,
+    MedianMode, Num, OneDim, Op, ReducePlan, Result, Scalar, ShapeLike, SparseArray, Splat, Value,
+    Values, WireNum, ZipKernels, ZipMap,
 };
 
 /// The README's examples, compiled and run as doctests.
@@ -130,9 +131,9 @@ pub struct GuideDoctests;
 /// Everything a user of the engine needs in scope.
 pub mod prelude {
     pub use crate::{
-        BitMask, CooMask, CooPattern, CsrMask, DType, Dims, Element, Interpolation, IntoCsMat,
-        LaneKernels, MaskLogic, MaskRule, MaskedArray, MaskedArrayD, MaskedBinaryOps, MaskedCoo,
-        MaskedCsr, MaskedError, MaskedOps, MaskedView, MedianMode, Op, Pattern, PatternI, Result,
-        SparseArray, Splat, ZipKernels,
+        BitMask, CooMask, CooPattern, CsrFilled, CsrMask, DType, Dims, Element, Interpolation,
+        IntoCsMat, LaneKernels, MaskLogic, MaskRule, MaskedArray, MaskedArrayD, MaskedBinaryOps,
+        MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView, MedianMode, Op, Pattern,
+        PatternI, Result, SparseArray, Splat, ZipKernels,
     };
 }

@@ -243,6 +243,14 @@ fn filled_on_every_result() -> R {
         coo.filled(-2.0)?,
         array![[-2.0, -2.0], [5.0, -2.0]].into_dyn()
     );
+    // a CSR normalization's result (a sprs matrix): `CsrFilled`, in the prelude
+    let p = MaskedCsr::from_pattern(&csr)?.softmax(1)?;
+    assert_eq!(p.filled(-1.0)?, array![[-1.0, 1.0], [-1.0, -1.0]]);
+    // checked before allocating
+    let huge = CsMat::new((1, 1usize << 60), vec![0, 1], vec![5], vec![2.0f64]);
+    let p = MaskedCsr::from_pattern(&huge)?.softmax(1)?;
+    let e = p.filled(0.0).unwrap_err();
+    assert!(matches!(e, masked::MaskedError::TooLarge { .. }), "{e}");
     Ok(())
 }
 
@@ -271,7 +279,30 @@ fn messages_name_the_real_problem() {
     let x = ndarray::Array3::<f32>::zeros((4, 6, 8));
     let pad = BitMask::from_lengths([4, 6], &[6, 5, 4, 3]).unwrap();
     let e = MaskedArray::new(x.view(), pad.clone()).unwrap_err();
-    assert!(e.to_string().contains("reshape it to [4, 6, 1]"), "{e}");
+    assert!(
+        e.to_string().contains(
+            "(dims align from the right; reshape it to [4, 6, 1] to lay it over the input's dims 0, 1)"
+        ),
+        "{e}"
+    );
+    // key padding of attention scores [batch, query, key]: both readings are named
+    let scores = ndarray::Array3::<f32>::zeros((3, 5, 5));
+    let keys = BitMask::from_lengths([3, 5], &[5, 3, 1]).unwrap();
+    let e = MaskedArray::new(scores.view(), keys.clone())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with(
+            "(dims align from the right; reshape it to [3, 5, 1] to lay it over the input's \
+             dims 0, 1, or to [3, 1, 5] to lay it over the input's dims 0, 2)"
+        ),
+        "{e}"
+    );
+    let by_key = MaskedArray::new(scores.view(), keys.reshape([3, 1, 5]).unwrap()).unwrap();
+    assert_eq!(by_key.mask().unwrap().count_ones(), (5 + 3 + 1) * 5);
+    // a mask that fits nowhere gets no hint
+    let e = MaskedArray::new(scores.view(), BitMask::filled([7], true).unwrap()).unwrap_err();
+    assert!(!e.to_string().contains("reshape"), "{e}");
     // ... and the fix works
     let fixed = MaskedArray::new(x.view(), pad.reshape([4, 6, 1]).unwrap()).unwrap();
     assert_eq!(fixed.mask().unwrap().count_ones(), (6 + 5 + 4 + 3) * 8);
