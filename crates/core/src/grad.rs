@@ -322,8 +322,8 @@ impl VarGrad {
 }
 
 /// The gradient of a vector norm of order `ord`: `sign(x) |x|^(p-1) / norm^(p-1)`; 0 at
-/// a zero norm and for ord 0; inf / -inf split evenly among the extremal `|x|` with
-/// their signs.
+/// a zero norm and for ord 0; inf / -inf split evenly among the extremal `|x|` times
+/// their signs (so 0 where the extremum is 0: a lane of zeros gets 0).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NormGrad {
     ord: f64,
@@ -400,12 +400,12 @@ impl NormGrad {
             return;
         }
         if p.is_infinite() {
-            // all of g to the extremal |x| (split evenly), with the sign of x
+            // all of g to the extremal |x| (split evenly), times sign(x): 0 where the
+            // extremum is a zero (a lane of zeros: the contract's 0, as torch's
+            // `sign(x) * (|x| == norm) / count`)
             split_evenly(xs, |x| x.abs() == n, g[0], out);
             for (o, &x) in out.iter_mut().zip(xs) {
-                if x < 0.0 {
-                    *o = -*o;
-                }
+                *o *= sign(x);
             }
             return;
         }
@@ -1490,6 +1490,11 @@ mod tests {
         assert_eq!(run(&n2, &[0.0, 0.0], &[1.0]), [0.0, 0.0]);
         let ninf = NormGrad::new(f64::INFINITY).unwrap();
         assert_eq!(run(&ninf, &[3.0, -4.0, 4.0], &[1.0]), [0.0, -0.5, 0.5]);
+        // a lane of valid zeros: 0 everywhere (not g / len), for +inf and -inf
+        assert_eq!(run(&ninf, &[0.0; 8], &[1.0]), [0.0; 8]);
+        let nminf = NormGrad::new(f64::NEG_INFINITY).unwrap();
+        assert_eq!(run(&nminf, &[0.0, 2.0, -0.0], &[1.0]), [0.0; 3]);
+        assert_eq!(run(&nminf, &[-1.0, 2.0, 1.0], &[1.0]), [-0.5, 0.0, 0.5]);
         // logsumexp of all -inf splits evenly
         let lse = run(&LogSumExpGrad, &[f64::NEG_INFINITY; 4], &[1.0]);
         assert_eq!(lse, [0.25; 4]);

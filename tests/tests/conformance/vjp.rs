@@ -1583,3 +1583,32 @@ mod binary {
         assert_eq!((dx, dy), (vec![7.0; 2], vec![7.0; 3]));
     }
 }
+
+/// The contract's "at a zero lane 0" for the infinity norms, through the layout's VJP
+/// (the saved-forward path included): a lane of valid zeros gets 0, not `g / len`.
+#[test]
+fn inf_norm_gradients_are_zero_on_a_zero_lane() {
+    let x = ArrayD::from_shape_vec(
+        IxDyn(&[2, 8]),
+        (0..16)
+            .map(|i| if i < 8 { 0.0 } else { i as f64 - 12.0 })
+            .collect(),
+    )
+    .unwrap();
+    let a = MaskedArray::unmasked(x);
+    let g = MaskedArray::unmasked(ArrayD::from_elem(IxDyn(&[2]), 1.0f64));
+    for ord in [f64::INFINITY, f64::NEG_INFINITY] {
+        let r = OpRequest::new("norm").unwrap().dims(1).ord(ord);
+        let dx = a.vjp_reduce(&r, &g).unwrap();
+        let row0: Vec<f64> = dx.values().iter().take(8).copied().collect();
+        assert_eq!(row0, [0.0; 8], "ord {ord}");
+        // the other lane, -4..=3: the +inf norm is 4 at x = -4 (row position 0, sign -);
+        // the -inf norm is 0 at x = 0 (position 4, sign 0)
+        let row1: Vec<f64> = dx.values().iter().skip(8).copied().collect();
+        let mut want = [0.0; 8];
+        if ord > 0.0 {
+            want[0] = -1.0;
+        }
+        assert_eq!(row1, want, "ord {ord}");
+    }
+}
