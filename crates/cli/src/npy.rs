@@ -4,6 +4,7 @@ use crate::error::CliError;
 use masked::{BitMask, DynVec};
 use ndarray::{ArrayD, IxDyn};
 use ndarray_npy::{ReadNpyError, ReadNpyExt, ReadableElement, WritableElement, WriteNpyExt};
+use std::borrow::Cow;
 use std::path::Path;
 
 /// A dense array read from a file, with its dtype.
@@ -33,6 +34,42 @@ fn header_len(bytes: &[u8]) -> Option<(u64, usize)> {
         }
         _ => None,
     }
+}
+
+/// The bytes with a modern `.npy` header: numpy wrote the shapes of Python 2 files as
+/// `(2L, 3L)`, and still reads them, while ndarray-npy's parser refuses the `L`. Such a
+/// header is rewritten in a copy: each `L` after a digit inside the shape's parentheses
+/// dropped and the header padded with a space instead, so its length and the data's
+/// offset do not change. Any other input is returned as it is, without a copy.
+fn modern_header(bytes: &[u8]) -> Cow<'_, [u8]> {
+    let Some((len, start)) = header_len(bytes) else {
+        return Cow::Borrowed(bytes);
+    };
+    let Some(h) = bytes.get(start..start.saturating_add(len as usize)) else {
+        return Cow::Borrowed(bytes);
+    };
+    let (Some(open), Some(close)) = (
+        h.iter().position(|&b| b == b'('),
+        h.iter().position(|&b| b == b')'),
+    ) else {
+        return Cow::Borrowed(bytes);
+    };
+    let legacy = |i: usize| {
+        i > open && i < close && matches!(h[i], b'L' | b'l') && h[i - 1].is_ascii_digit()
+    };
+    let dropped = (0..h.len()).filter(|&i| legacy(i)).count();
+    if dropped == 0 || h.last() != Some(&b'\n') {
+        return Cow::Borrowed(bytes);
+    }
+    let mut header: Vec<u8> = (0..h.len() - 1)
+        .filter(|&i| !legacy(i))
+        .map(|i| h[i])
+        .collect();
+    header.extend(std::iter::repeat_n(b' ', dropped));
+    header.push(b'\n');
+    let mut out = bytes.to_vec();
+    out[start..start + header.len()].copy_from_slice(&header);
+    Cow::Owned(out)
 }
 
 /// The bytes an item of a `.npy` type descriptor takes, for the descriptors the readers
@@ -161,6 +198,9 @@ pub fn read_stream(
         ));
     }
     r.by_ref().take(len).read_to_end(&mut head).map_err(io)?;
+    if let Cow::Owned(h) = modern_header(&head) {
+        head = h;
+    }
     let (d, _) = declared(path, &head).map_err(|e| match e {
         CliError::File { what: w, .. } => CliError::file(path, format!("array '{what}': {w}")),
         other => other,
@@ -319,6 +359,7 @@ pub fn read_values(path: &Path) -> Result<DynArray, CliError> {
 /// Parses the bytes of a `.npy` value array (f16, f32, f64, i32 or i64); `path` names
 /// it in messages. The declared size is checked first ([`preflight`]).
 pub fn parse_values(path: &Path, bytes: &[u8]) -> Result<DynArray, CliError> {
+    let bytes = &*modern_header(bytes);
     let d = preflight(path, bytes)?;
     let err = |e| describe(path, e);
     // one read, of the type the descriptor names: the data reader allocates before it
@@ -367,6 +408,7 @@ pub fn read_mask(path: &Path) -> Result<BitMask, CliError> {
 /// Parses the bytes of a `.npy` mask (bool, or integers / floats with nonzero = valid);
 /// `path` names it in messages.
 pub fn parse_mask(path: &Path, bytes: &[u8]) -> Result<BitMask, CliError> {
+    let bytes = &*modern_header(bytes);
     let d = preflight(path, bytes)?;
     let err = |e| describe(path, e);
     macro_rules! as_mask {
@@ -446,5 +488,37 @@ mod tests {
         let mut ok = Vec::new();
         encode(&[2, 3], vec![1.0f32; 6], &mut ok).unwrap();
         assert_eq!(parse_values(Path::new("x.npy"), &ok).unwrap().shape, [2, 3]);
+    }
+
+    /// A Python 2 header, `(2L, 3L)`, as numpy wrote it and still reads it.
+    #[test]
+    fn legacy_long_shapes_read() {
+        let mut modern = Vec::new();
+        encode(&[2, 3], (0..6).map(|i| i as f32).collect(), &mut modern).unwrap();
+        let text = String::from_utf8_lossy(&modern[10..]).to_string();
+        assert!(text.contains("(2, 3)"), "{text}");
+        // the same file with `L`s, its padding two spaces shorter
+        let pad = modern.iter().position(|&b| b == b'\n').unwrap();
+        let mut legacy = modern[..pad - 2].to_vec();
+        legacy.push(b'\n');
+        legacy.extend_from_slice(&modern[pad + 1..]);
+        let h = legacy.windows(6).position(|w| w == b"(2, 3)").unwrap();
+        legacy.splice(h..h + 6, b"(2L, 3L)".iter().copied());
+        assert_eq!(legacy.len(), modern.len());
+        let a = parse_values(Path::new("x.npy"), &legacy).unwrap();
+        assert_eq!(a.shape, [2, 3]);
+        assert!(matches!(&a.values, DynVec::F32(v) if v == &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]));
+        // and as a mask, and as an .npz member's stream
+        assert_eq!(
+            parse_mask(Path::new("m.npy"), &legacy)
+                .unwrap()
+                .count_ones(),
+            5
+        );
+        let bytes = read_stream(Path::new("a.npz"), "x", &mut &legacy[..]).unwrap();
+        assert_eq!(
+            parse_values(Path::new("a.npz"), &bytes).unwrap().shape,
+            [2, 3]
+        );
     }
 }

@@ -460,6 +460,37 @@ fn softmax_f64(xs: &[f64], out: &mut [f64]) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LogSumExpGrad;
 
+/// `g · softmax(x)`: the gradient of logmeanexp (logsumexp minus a constant per lane).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LogMeanExpGrad;
+
+impl LaneGrad for LogMeanExpGrad {
+    fn name(&self) -> &'static str {
+        "logmeanexp"
+    }
+    fn upstream(&self) -> Upstream {
+        Upstream::PerLane
+    }
+    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
+        LogSumExpGrad.grad(xs, g, out);
+    }
+    fn uses_output(&self) -> bool {
+        true
+    }
+    /// `g · exp(x - lme) / n` from the saved logmeanexp (`n` valid elements): one pass (a
+    /// non-finite output recomputes, as logsumexp's).
+    fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
+        let lme = ys[0];
+        if !lme.is_finite() {
+            return self.grad(xs, g, out);
+        }
+        let scale = g[0] / xs.len() as f64;
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = scale * (x - lme).exp();
+        }
+    }
+}
+
 impl LaneGrad for LogSumExpGrad {
     fn name(&self) -> &'static str {
         "logsumexp"

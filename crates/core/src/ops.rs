@@ -174,7 +174,7 @@ impl<T> Lanes<T> for CountLanes {
 
 /// Number of valid elements in a run.
 #[inline]
-fn valid_count(len: usize, bits: Option<Bits<'_>>) -> i64 {
+pub(crate) fn valid_count(len: usize, bits: Option<Bits<'_>>) -> i64 {
     bits.map_or(len, |b| b.count_ones(len)) as i64
 }
 

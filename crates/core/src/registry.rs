@@ -28,16 +28,16 @@ use crate::dims::{DimLike, Dims};
 use crate::element::{DType, Element};
 use crate::error::{MaskedError, Result};
 use crate::grad::{
-    CumulativeGrad, ExtremumGrad, GradVisitor, LaneGrad, LogSumExpGrad, MeanGrad, NanFree,
-    NormGrad, NormalizeGrad, ProdGrad, PtpGrad, QuantileGrad, SoftmaxGrad, SumGrad, UnaryGrad,
-    VarGrad,
+    CumulativeGrad, ExtremumGrad, GradVisitor, LaneGrad, LogMeanExpGrad, LogSumExpGrad, MeanGrad,
+    NanFree, NormGrad, NormalizeGrad, ProdGrad, PtpGrad, QuantileGrad, SoftmaxGrad, SumGrad,
+    UnaryGrad, VarGrad,
 };
 use crate::lane::{
     Cumulative, Interpolation, MedianIndex, MedianMode, Normalize, Quantile, Softmax, SoftmaxKind,
 };
 use crate::layout::{LaneKernels, ZipKernels};
 use crate::ops::{AMax, AMin, ArgMax, ArgMin, Count, Mean, Prod, Ptp, Sum};
-use crate::stats::{check_correction, LogSumExp, Norm, Std, Var};
+use crate::stats::{check_correction, LogMeanExp, LogSumExp, Norm, Std, Var};
 use crate::unary::{
     Abs, Acos, Acosh, Asin, Asinh, Atan, Atanh, Ceil, Clamp, Cos, Cosh, Erf, Erfc, Exp, Exp2,
     Expm1, FloatFn, FloatMap, Floor, Frac, Gelu, KeepFn, KeepMap, Log, Log10, Log1p, Log2, Logit,
@@ -838,6 +838,11 @@ registry! {
     /// Masked, overflow-safe `log(sum(exp(x)))`; `-inf` when fully masked.
     logsumexp => LogSumExp {
         kind: reduce, on: all, run: fold_lanes(LogSumExp) -> T::Real, options: [], grad: lanes(LogSumExpGrad),
+    }
+    /// Masked, overflow-safe `log(mean(exp(x)))` (logsumexp minus the log of the valid
+    /// count); NaN when fully masked.
+    logmeanexp => LogMeanExp {
+        kind: reduce, on: all, run: fold_lanes(LogMeanExp) -> T::Real, options: [], grad: lanes(LogMeanExpGrad),
     }
     /// Masked median (`mode` avg: mean of the two middle values of an even count; lower:
     /// the lower one). A valid NaN gives NaN; fully masked gives NaN.

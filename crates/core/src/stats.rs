@@ -4,7 +4,7 @@
 use crate::element::{CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
-use crate::ops::{blocks, max_nan, min_nan, valid_blocks, AMaxLanes, MeanLanes};
+use crate::ops::{blocks, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, MeanLanes};
 use crate::wire::Num;
 use crate::Acc;
 use masked_kernels::cpu::fused_exp;
@@ -447,6 +447,16 @@ fn lse_merge_f64(a: &mut (f64, f64), b: (f64, f64)) {
     }
 }
 
+/// The logsumexp of a state, in `f64`.
+fn lse_value(s: &LseState) -> f64 {
+    let (m, sum) = (s.0 .0, s.1 .0);
+    if m.is_nan() || m.is_infinite() {
+        m
+    } else {
+        m + sum.ln()
+    }
+}
+
 impl<T: Element> Fold<T> for LogSumExp {
     const PREBUILT: bool = true;
     type State = LseState;
@@ -468,13 +478,7 @@ impl<T: Element> Fold<T> for LogSumExp {
         lse_merge(s, (o.0 .0, o.1 .0));
     }
     fn finish(&self, s: &LseState) -> T::Real {
-        let (m, sum) = (s.0 .0, s.1 .0);
-        let v = if m.is_nan() || m.is_infinite() {
-            m
-        } else {
-            m + sum.ln()
-        };
-        <T::Real as Float>::from_f64(v)
+        <T::Real as Float>::from_f64(lse_value(s))
     }
     fn push_run(&self, s: &mut LseState, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         // per block: the max, then the sum of exp(x - max) from L1
@@ -492,5 +496,49 @@ impl<T: Element> Fold<T> for LogSumExp {
         };
         // with packing, max and exp see only the valid values
         valid_blocks(xs, bits, idx0, block);
+    }
+}
+
+// ---------------------------------------------------------------- logmeanexp
+
+/// Masked `log(mean(exp(x)))`: logsumexp minus the log of the valid count, overflow-safe
+/// and mergeable (logsumexp's state and the count). A valid `+inf` gives `+inf`, a valid
+/// NaN NaN, valid values all `-inf` give `-inf`; a fully masked lane gives NaN (the mean
+/// of nothing, as `mean`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogMeanExp;
+
+impl<T: Element> Fold<T> for LogMeanExp {
+    type State = (LseState, i64);
+    type Output = T::Real;
+    fn name(&self) -> &'static str {
+        "logmeanexp"
+    }
+    fn positional(&self) -> bool {
+        false
+    }
+    fn identity(&self) -> (LseState, i64) {
+        (Fold::<T>::identity(&LogSumExp), 0)
+    }
+    #[inline]
+    fn push(&self, s: &mut (LseState, i64), x: T, i: i64) {
+        LogSumExp.push(&mut s.0, x, i);
+        s.1 += 1;
+    }
+    fn merge(&self, s: &mut (LseState, i64), o: (LseState, i64)) {
+        Fold::<T>::merge(&LogSumExp, &mut s.0, o.0);
+        s.1 += o.1;
+    }
+    fn finish(&self, s: &(LseState, i64)) -> T::Real {
+        let v = if s.1 == 0 {
+            f64::NAN
+        } else {
+            lse_value(&s.0) - (s.1 as f64).ln()
+        };
+        <T::Real as Float>::from_f64(v)
+    }
+    fn push_run(&self, s: &mut (LseState, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
+        LogSumExp.push_run(&mut s.0, xs, bits, idx0);
+        s.1 += valid_count(xs.len(), bits);
     }
 }

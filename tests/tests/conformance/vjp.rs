@@ -383,6 +383,7 @@ fn saved_forward_outputs_give_the_recomputed_gradients() {
                 let rounded = matches!(
                     op.name(),
                     "logsumexp"
+                        | "logmeanexp"
                         | "norm"
                         | "std"
                         | "nanstd"
@@ -1611,4 +1612,81 @@ fn inf_norm_gradients_are_zero_on_a_zero_lane() {
         }
         assert_eq!(row1, want, "ord {ord}");
     }
+}
+
+/// `logmeanexp`, the op added through the registry alone (its fold, its gradient, one
+/// entry): values by hand on every layout, the fully masked and non-finite lanes, and the
+/// gradient `g · softmax(x)`.
+#[test]
+fn logmeanexp_by_hand_on_every_layout() {
+    use masked::{MaskedCoo, MaskedCsr};
+    let ln3 = 3f64.ln();
+    // rows: [0, ln 3] -> ln 2; [1] (one valid of two) -> 1; fully masked -> NaN, invalid;
+    // [-inf, -inf] -> -inf; [inf, 0] -> inf
+    let x = ArrayD::from_shape_vec(
+        IxDyn(&[5, 2]),
+        vec![
+            0.0,
+            ln3,
+            1.0,
+            7.0,
+            5.0,
+            6.0,
+            f64::NEG_INFINITY,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            0.0,
+        ],
+    )
+    .unwrap();
+    let valid = [
+        true, true, true, false, false, false, true, true, true, true,
+    ];
+    let a = MaskedArray::new(x.clone(), BitMask::from_bools([5, 2], valid).unwrap()).unwrap();
+    let r = a.logmeanexp(1, false).unwrap();
+    let v: Vec<f64> = r.values().iter().copied().collect();
+    assert!((v[0] - 2f64.ln()).abs() < 1e-15, "{v:?}");
+    assert_eq!(v[1], 1.0);
+    assert!(v[2].is_nan());
+    assert_eq!(&v[3..], &[f64::NEG_INFINITY, f64::INFINITY]);
+    assert_eq!(r.mask().unwrap().to_vec(), [true, true, false, true, true]);
+    // CSR and COO storing exactly the valid positions give the valid lanes
+    let (mut rows, mut cols, mut vals) = (vec![], vec![], vec![]);
+    for (k, &ok) in valid.iter().enumerate() {
+        if ok {
+            rows.push(k / 2);
+            cols.push(k % 2);
+            vals.push(x.as_slice().unwrap()[k]);
+        }
+    }
+    let m = sprs::TriMat::from_triplets((5, 2), rows.clone(), cols.clone(), vals.clone())
+        .to_csr::<usize>();
+    let c = MaskedCsr::from_pattern(&m)
+        .unwrap()
+        .logmeanexp(1, false)
+        .unwrap();
+    let o = MaskedCoo::from_pattern([5, 2], &[rows, cols], vals)
+        .unwrap()
+        .logmeanexp(1, false)
+        .unwrap();
+    for s in [&c, &o] {
+        assert_eq!(s.indices(), &[0, 1, 3, 4]);
+        let sv = s.values();
+        assert!((sv[0] - 2f64.ln()).abs() < 1e-15);
+        assert_eq!(&sv[1..], &[1.0, f64::NEG_INFINITY, f64::INFINITY]);
+    }
+    // the gradient: g · softmax over the valid elements: [1/4, 3/4] for row 0, 1 for
+    // row 1's valid element, 0 elsewhere in the rows with finite lanes
+    let g = MaskedArray::unmasked(
+        ArrayD::from_shape_vec(IxDyn(&[5]), vec![2.0, 3.0, 4.0, 0.0, 0.0]).unwrap(),
+    );
+    let req = OpRequest::new("logmeanexp").unwrap().dims(1);
+    let dx = a.vjp_reduce(&req, &g).unwrap();
+    let d: Vec<f64> = dx.values().iter().copied().collect();
+    assert!(
+        (d[0] - 0.5).abs() < 1e-15 && (d[1] - 1.5).abs() < 1e-15,
+        "{d:?}"
+    );
+    assert_eq!(&d[2..6], &[3.0, 0.0, 0.0, 0.0]);
+    assert!(d.iter().all(|v| !v.is_nan()), "{d:?}");
 }
