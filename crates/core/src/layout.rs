@@ -1,4 +1,4 @@
-//! What a layout implements: [`LaneKernels`], three lane kernels and the result types.
+//! What a layout implements: [`MaskedReduce`], three lane kernels and the result types.
 //! Every op of the registry then comes with [`MaskedOps`](crate::MaskedOps), a blanket
 //! impl over this trait: a new layout writes these kernels and gets every op.
 
@@ -17,14 +17,14 @@ use crate::lane::{LaneMap, LaneStat};
 ///
 /// The result types are the layout's own: a dense masked array for the dense layout, a
 /// sparse result for the sparse ones (sparse in, sparse out).
-pub trait LaneKernels<T: Element> {
+pub trait MaskedReduce<T: Element> {
     /// The layout's result of a reduction whose values have type `O`.
     type Reduced<O: Element>;
     /// The layout's result of a shape-preserving map with values of type `O`.
     type Mapped<O: Element>;
     /// The same data with `!is_nan(x)` ANDed into the mask (the nan-family). Its
     /// reductions have the same result types as this layout's.
-    type NanMasked<'a>: LaneKernels<
+    type NanMasked<'a>: MaskedReduce<
         T,
         Reduced<T::Real> = Self::Reduced<T::Real>,
         Reduced<T> = Self::Reduced<T>,
@@ -77,7 +77,7 @@ pub trait LaneKernels<T: Element> {
     /// `zero_preserving` says whether `map` takes 0 to 0, which a sparse layout without a
     /// mask needs to keep its stored positions as the result's.
     ///
-    /// The default runs [`LaneKernels::map_lanes`] along the last dim; a layout overrides
+    /// The default runs [`MaskedReduce::map_lanes`] along the last dim; a layout overrides
     /// it where it has a faster flat path.
     ///
     /// # Errors
@@ -126,7 +126,7 @@ pub trait LaneKernels<T: Element> {
     /// The default reports that the layout has no gradient kernels.
     ///
     /// # Errors
-    /// As [`LaneKernels::grad_reduced`], `g` and `saved` shaped like the input (a
+    /// As [`MaskedReduce::grad_reduced`], `g` and `saved` shaped like the input (a
     /// sparse `saved` storing the input's valid positions).
     fn grad_mapped<G: LaneGrad>(
         &self,

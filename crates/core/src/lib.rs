@@ -8,7 +8,7 @@
 //! - [`Fold`]: an op written once as identity / push / merge / finish, with a vector fast
 //!   path through the kernels crate's `Lanes` and `fold_run`;
 //! - [`ops`]: the op values ([`ops::Sum`], [`ops::Mean`], ...);
-//! - [`LaneKernels`]: the contract a layout implements (fold, compute a statistic of, or
+//! - [`MaskedReduce`]: the contract a layout implements (fold, compute a statistic of, or
 //!   map each lane);
 //! - [`registry`]: every op declared once ([`Op`]), and from it [`MaskedOps`], the op
 //!   methods every layout gets, and the by-name dispatcher [`apply_to`];
@@ -56,7 +56,7 @@ pub use grad::{LaneGrad, Upstream};
 #[doc(no_inline)]
 pub use half;
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
-pub use layout::{LaneKernels, ZipKernels};
+pub use layout::{MaskedReduce, ZipKernels};
 pub use mask::{check_lengths, BitMask, Bits, BoolArray, MaskLogic};
 pub use registry::{
     apply_to, binary_grad_op, check_grad, visit_grad, Kind, MaskedBinaryOps, MaskedOps, Op,

@@ -169,7 +169,7 @@ macro_rules! prebuilt_kernels {
 
 /// [`prebuilt_kernels!`](crate::prebuilt_kernels) for a layout whose kernels are methods
 /// of a lanes type `INPUT<'a, T>` (CSR's and COO's): the lanes type implements
-/// [`LaneKernels`](crate::LaneKernels) by dispatching to the four functions this defines
+/// [`MaskedReduce`](crate::MaskedReduce) by dispatching to the four functions this defines
 /// (`fold_lanes`, `stat_lanes`, `map_lanes`, `map_elements`), which call its inherent
 /// `kernel_fold_lanes`, `kernel_stat_lanes`, `kernel_map_lanes` and
 /// `kernel_map_elements` (the trait methods' signatures).
@@ -177,13 +177,13 @@ macro_rules! prebuilt_kernels {
 macro_rules! prebuilt_lanes {
     (input: $In:ident, dtypes: $dl:tt) => {
         type FoldOut<'a, T, K> = $crate::Result<
-            <$In<'a, T> as $crate::LaneKernels<T>>::Reduced<<K as $crate::Fold<T>>::Output>,
+            <$In<'a, T> as $crate::MaskedReduce<T>>::Reduced<<K as $crate::Fold<T>>::Output>,
         >;
         type StatOut<'a, T, K> = $crate::Result<
-            <$In<'a, T> as $crate::LaneKernels<T>>::Reduced<<K as $crate::LaneStat<T>>::Output>,
+            <$In<'a, T> as $crate::MaskedReduce<T>>::Reduced<<K as $crate::LaneStat<T>>::Output>,
         >;
         type MapOut<'a, T, K> = $crate::Result<
-            <$In<'a, T> as $crate::LaneKernels<T>>::Mapped<<K as $crate::LaneMap<T>>::Output>,
+            <$In<'a, T> as $crate::MaskedReduce<T>>::Mapped<<K as $crate::LaneMap<T>>::Output>,
         >;
         $crate::prebuilt_kernels! {
             input: $In,
@@ -204,7 +204,7 @@ macro_rules! prebuilt_lanes {
 /// op that refuses an option-less call ran no kernel). The layouts' tests call it with
 /// `f32` and `f64` inputs and then assert that [`FALLBACKS`] is still 0.
 #[doc(hidden)]
-pub fn run_every_op<T: crate::Element, L: crate::LaneKernels<T>>(a: &L) {
+pub fn run_every_op<T: crate::Element, L: crate::MaskedReduce<T>>(a: &L) {
     use crate::registry::{apply_to, Discard, Kind, Op, OpRequest};
     use crate::MaskedOps;
     for &op in Op::ALL {

@@ -5,7 +5,7 @@
 //!   gradient), which code outside the host kernels (the CLI, a config file, a future GPU or
 //!   SQL backend) dispatches on;
 //! - its method on [`MaskedOps`], the trait every layout gets through a blanket impl over
-//!   [`LaneKernels`];
+//!   [`MaskedReduce`];
 //! - its arm of the by-name dispatcher [`apply_to`] (the CLI, the bench, the golden tests);
 //! - the op list of the unknown-op message, of `masked --help` and of docs/cli.md (a test
 //!   fails when the docs and this table disagree).
@@ -35,7 +35,7 @@ use crate::grad::{
 use crate::lane::{
     Cumulative, Interpolation, MedianIndex, MedianMode, Normalize, Quantile, Softmax, SoftmaxKind,
 };
-use crate::layout::{LaneKernels, ZipKernels};
+use crate::layout::{MaskedReduce, ZipKernels};
 use crate::ops::{AMax, AMin, ArgMax, ArgMin, Count, Mean, Prod, Ptp, Sum};
 use crate::stats::{check_correction, LogMeanExp, LogSumExp, Norm, Std, Var};
 use crate::unary::{
@@ -287,7 +287,7 @@ declare_options! {
 }
 
 /// Where [`apply_to`] sends the typed result of an op on layout `L`.
-pub trait Sink<T: Element, L: LaneKernels<T>> {
+pub trait Sink<T: Element, L: MaskedReduce<T>> {
     /// What the sink makes of a result.
     type Out;
     /// Takes a reduction result.
@@ -300,7 +300,7 @@ pub trait Sink<T: Element, L: LaneKernels<T>> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Discard;
 
-impl<T: Element, L: LaneKernels<T>> Sink<T, L> for Discard {
+impl<T: Element, L: MaskedReduce<T>> Sink<T, L> for Discard {
     type Out = ();
     fn reduced<O: Element>(&self, r: L::Reduced<O>) {
         drop(std::hint::black_box(r));
@@ -313,7 +313,7 @@ impl<T: Element, L: LaneKernels<T>> Sink<T, L> for Discard {
 /// The forward result of a differentiable op in the input's float type, kept for the
 /// saved forms of its VJP ([`MaskedOps::vjp_reduce_saved`],
 /// [`MaskedOps::vjp_map_saved`]).
-pub enum Forward<T: Element, L: LaneKernels<T> + ?Sized> {
+pub enum Forward<T: Element, L: MaskedReduce<T> + ?Sized> {
     /// A reduction's output.
     Reduced(L::Reduced<T::Real>),
     /// A map's output (a normalization or unary op).
@@ -328,7 +328,7 @@ pub enum Forward<T: Element, L: LaneKernels<T> + ?Sized> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KeepForward;
 
-impl<T: Element, L: LaneKernels<T>> Sink<T, L> for KeepForward {
+impl<T: Element, L: MaskedReduce<T>> Sink<T, L> for KeepForward {
     type Out = Forward<T, L>;
     fn reduced<O: Element>(&self, r: L::Reduced<O>) -> Forward<T, L> {
         if crate::element::is::<O, T::Real>() {
@@ -366,14 +366,14 @@ pub fn at_most_one(op: &'static str, d: Dims) -> Result<Dims> {
 /// Checks that `req` asks for a gradient this module computes: an op of one of `kinds`,
 /// differentiable, on float input, without a dtype cast.
 /// The gradient kernel of a reduction, handed the op's [`LaneGrad`] by [`visit_grad`].
-struct ReduceGrad<'a, T: Element, L: LaneKernels<T> + ?Sized> {
+struct ReduceGrad<'a, T: Element, L: MaskedReduce<T> + ?Sized> {
     a: &'a L,
     req: &'a OpRequest,
     g: &'a L::Reduced<T::Real>,
     saved: Option<&'a L::Reduced<T::Real>>,
 }
 
-impl<T: Element, L: LaneKernels<T> + ?Sized> GradVisitor for ReduceGrad<'_, T, L> {
+impl<T: Element, L: MaskedReduce<T> + ?Sized> GradVisitor for ReduceGrad<'_, T, L> {
     type Out = L::Mapped<T::Real>;
     fn visit<G: LaneGrad>(self, grad: &G) -> Result<Self::Out> {
         let (dims, keepdim) = (&self.req.dims, self.req.keepdim);
@@ -382,14 +382,14 @@ impl<T: Element, L: LaneKernels<T> + ?Sized> GradVisitor for ReduceGrad<'_, T, L
 }
 
 /// The gradient kernel of a map, handed the op's [`LaneGrad`] by [`visit_grad`].
-struct MapGrad<'a, T: Element, L: LaneKernels<T> + ?Sized> {
+struct MapGrad<'a, T: Element, L: MaskedReduce<T> + ?Sized> {
     a: &'a L,
     dim: isize,
     g: &'a L::Mapped<T::Real>,
     saved: Option<&'a L::Mapped<T::Real>>,
 }
 
-impl<T: Element, L: LaneKernels<T> + ?Sized> GradVisitor for MapGrad<'_, T, L> {
+impl<T: Element, L: MaskedReduce<T> + ?Sized> GradVisitor for MapGrad<'_, T, L> {
     type Out = L::Mapped<T::Real>;
     fn visit<G: LaneGrad>(self, grad: &G) -> Result<Self::Out> {
         self.a.grad_mapped(grad, self.dim, self.g, self.saved)
@@ -397,7 +397,7 @@ impl<T: Element, L: LaneKernels<T> + ?Sized> GradVisitor for MapGrad<'_, T, L> {
 }
 
 /// [`MaskedOps::vjp_map`] and [`MaskedOps::vjp_map_saved`].
-fn vjp_map_with<T: Element, L: LaneKernels<T> + ?Sized>(
+fn vjp_map_with<T: Element, L: MaskedReduce<T> + ?Sized>(
     a: &L,
     req: &OpRequest,
     saved: Option<&L::Mapped<T::Real>>,
@@ -565,18 +565,18 @@ macro_rules! registry {
         }
 
         /// Every op of the engine, on every layout: a blanket impl over the layout
-        /// contract [`LaneKernels`], generated from the op registry.
+        /// contract [`MaskedReduce`], generated from the op registry.
         ///
         /// Reductions take `dims` (anything [`Into<Dims>`]: one `isize`, an array of them,
         /// or [`Dims::All`]) and `keepdim`, and return the layout's
-        /// [`LaneKernels::Reduced`]; normalizations take one `dim` and return its
-        /// [`LaneKernels::Mapped`].
-        pub trait MaskedOps<T: Element>: LaneKernels<T> {
+        /// [`MaskedReduce::Reduced`]; normalizations take one `dim` and return its
+        /// [`MaskedReduce::Mapped`].
+        pub trait MaskedOps<T: Element>: MaskedReduce<T> {
             $( registry!(@method $kind $on $name [$($doc)+] ($value) -> $out, [$($opt : $oty),*] $kernel); )*
             $($extra)*
         }
 
-        impl<T: Element, L: LaneKernels<T> + ?Sized> MaskedOps<T> for L {}
+        impl<T: Element, L: MaskedReduce<T> + ?Sized> MaskedOps<T> for L {}
 
         /// Every binary elementwise op, on every layout and operand kind the layout
         /// zips with (`Rhs`: a masked container of the layout, a dense array, a scalar
@@ -625,7 +625,7 @@ macro_rules! registry {
         ///
         /// # Errors
         /// The op's own errors (bad dims, bad option values).
-        pub fn apply_to<T: Element, L: LaneKernels<T>, S: Sink<T, L>>(
+        pub fn apply_to<T: Element, L: MaskedReduce<T>, S: Sink<T, L>>(
             a: &L,
             req: &OpRequest,
             sink: &S,

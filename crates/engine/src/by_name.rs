@@ -25,8 +25,8 @@ pub use masked_core::registry::{
     OpRequest, Options, Sink, OPTIONS,
 };
 use masked_core::{
-    with_dtype, with_dyn_vec, BitMask, DType, DynVec, Element, LaneKernels, MaskedError, MaskedOps,
-    SparseArray,
+    with_dtype, with_dyn_vec, BitMask, DType, DynVec, Element, MaskedError, MaskedOps,
+    MaskedReduce, SparseArray,
 };
 use masked_core::{MaskRule, Splat, Value, Values, ZipKernels};
 use ndarray::IxDyn;
@@ -63,7 +63,7 @@ impl SparseOutcome {
 
 /// A layout whose results the dispatcher can hand back in one type: the op table runs
 /// on any layout that implements this.
-pub trait ByName<T: Element>: LaneKernels<T> {
+pub trait ByName<T: Element>: MaskedReduce<T> {
     /// What a named op returns on this layout.
     type Out;
     /// Converts a reduction result.

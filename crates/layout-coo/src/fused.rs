@@ -14,7 +14,7 @@ use layout_csr::{DynEntries, EntryValues, FusedLanes};
 use layout_dense::{DenseOperand, EntryRhs as Rhs, MaskedArray, Unary};
 use masked_core::binary::failed_at;
 use masked_core::{
-    Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskRule, MaskedError, Result,
+    Dims, Element, Fold, LaneMap, LaneStat, MaskRule, MaskedError, MaskedReduce, Result,
     SparseArray, Value, ZipMap,
 };
 use masked_kernels::{fresh_vec, Bits};
@@ -298,7 +298,7 @@ impl<'a, O: Element> CooZipView<'a, O> {
     }
 }
 
-impl<'a, O: Element> LaneKernels<O> for CooZipView<'a, O> {
+impl<'a, O: Element> MaskedReduce<O> for CooZipView<'a, O> {
     type Reduced<P: Element> = SparseArray<P>;
     type Mapped<P: Element> = MaskedCoo<P>;
     type NanMasked<'b>

@@ -1,4 +1,4 @@
-//! [`CooLanes`]: a masked COO array as the kernels see it, and its [`LaneKernels`]: a
+//! [`CooLanes`]: a masked COO array as the kernels see it, and its [`MaskedReduce`]: a
 //! reduction groups the entries by their kept coordinates and runs the CSR layout's lane
 //! kernels on the groups; a normalization maps each lane the same way.
 
@@ -10,8 +10,8 @@ use masked_core::grad::{sparse_lanes, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    not_nan_words, wrap_dim, Dims, Element, Fold, LaneGrad, LaneKernels, LaneMap, LaneStat,
-    MaskedError, Result, SparseArray,
+    not_nan_words, wrap_dim, Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MaskedError,
+    MaskedReduce, Result, SparseArray,
 };
 use masked_kernels::pack::compress_into;
 use masked_kernels::{fresh_vec, Bits};
@@ -213,7 +213,7 @@ pub(crate) fn out_shape(shape: &[usize], reduced: &[usize], keepdim: bool) -> Ve
 /// At most this many parts in a scatter fold (each holds a state per kept position).
 const SCATTER_PARTS: usize = 4;
 
-impl<'a, T: Element> LaneKernels<T> for CooLanes<'a, T> {
+impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = SparseArray<O>;
     type NanMasked<'b>

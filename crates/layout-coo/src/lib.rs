@@ -62,7 +62,7 @@ pub use pattern::CooPattern;
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    Dims, Element, Fold, LaneGrad, LaneKernels, LaneMap, LaneStat, MaskedError, Result, ShapeLike,
+    Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MaskedError, MaskedReduce, Result, ShapeLike,
 };
 use rayon::prelude::*;
 
@@ -278,7 +278,7 @@ fn resolve<T: Element>(pattern: &CooPattern, values: &[T], mask: &CooPattern) ->
     out
 }
 
-impl<T: Element> LaneKernels<T> for MaskedCoo<T> {
+impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = MaskedCoo<O>;
     type NanMasked<'a>

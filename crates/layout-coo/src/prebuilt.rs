@@ -1,6 +1,6 @@
 //! The COO lane kernels instantiated in this crate for `f32` and `f64`, for every kernel
 //! value type of the engine (the core's `prebuilt_kernels!` says why). `CooLanes`'
-//! `LaneKernels` methods dispatch here.
+//! `MaskedReduce` methods dispatch here.
 
 use crate::CooLanes;
 

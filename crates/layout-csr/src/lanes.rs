@@ -10,8 +10,8 @@ use masked_core::prebuilt::{is, same};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    not_nan_words, wrap_dim, Dims, Element, Fold, LaneGrad, LaneKernels, LaneMap, LaneStat,
-    MaskedError, Result, SparseArray,
+    not_nan_words, wrap_dim, Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MaskedError,
+    MaskedReduce, Result, SparseArray,
 };
 use masked_kernels::pack::compress_into;
 use masked_kernels::{fresh_vec, Bits};
@@ -300,7 +300,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     }
 }
 
-impl<'a, T: Element, I: SpIndex + 'static> LaneKernels<T> for CsrLanes<'a, T, I> {
+impl<'a, T: Element, I: SpIndex + 'static> MaskedReduce<T> for CsrLanes<'a, T, I> {
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = CsrMapped<'a, O, I>;
     type NanMasked<'b>

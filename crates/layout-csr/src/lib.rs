@@ -60,7 +60,7 @@ use lanes::Other;
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    Dims, Element, Fold, LaneGrad, LaneKernels, LaneMap, LaneStat, MaskRule, MaskedError, Result,
+    Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MaskRule, MaskedError, MaskedReduce, Result,
     Splat, Value, ZipKernels, ZipMap,
 };
 use rayon::prelude::*;
@@ -349,7 +349,7 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     }
 }
 
-impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> LaneKernels<T>
+impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedReduce<T>
     for MaskedCsr<'m, T, I, Iptr>
 {
     type Reduced<O: Element> = SparseArray<O>;

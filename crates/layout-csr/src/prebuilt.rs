@@ -1,6 +1,6 @@
 //! The CSR lane kernels instantiated in this crate for `f32` and `f64` with `usize`
 //! column indices (`Pattern`'s and `CsMat`'s), for every kernel value type of the engine
-//! (the core's `prebuilt_kernels!` says why). `CsrLanes`' `LaneKernels` methods
+//! (the core's `prebuilt_kernels!` says why). `CsrLanes`' `MaskedReduce` methods
 //! dispatch here.
 
 use crate::CsrLanes;

@@ -2,8 +2,8 @@
 
 use crate::prebuilt;
 use masked_core::{
-    not_nan_words, wrap_dim, BitMask, BoolArray, Dims, Element, Fold, LaneKernels, LaneMap,
-    LaneStat, MaskedError, ReducePlan, Result,
+    not_nan_words, wrap_dim, BitMask, BoolArray, Dims, Element, Fold, LaneMap, LaneStat,
+    MaskedError, MaskedReduce, ReducePlan, Result,
 };
 use masked_core::{try_vec, Bits, LaneGrad, Upstream};
 // named by the docs' links
@@ -198,7 +198,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     }
 
     /// This array with the extra mask `!is_nan(x)` ANDed into its mask (the nan-family;
-    /// users call [`LaneKernels::without_nans`]).
+    /// users call [`MaskedReduce::without_nans`]).
     pub(crate) fn and_not_nan(&self) -> MaskedView<'_, T, D> {
         let words = not_nan_words(&self.row_major(), self.mask.as_ref().map(BitMask::words));
         MaskedArray {
@@ -419,7 +419,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     }
 }
 
-impl<T: Element, S: Data<Elem = T>, D: Dimension> LaneKernels<T> for MaskedArray<S, D> {
+impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArray<S, D> {
     type Reduced<O: Element> = MaskedArrayD<O>;
     type Mapped<O: Element> = MaskedArray<OwnedRepr<O>, D>;
     type NanMasked<'a>

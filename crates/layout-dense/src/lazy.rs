@@ -1,6 +1,6 @@
 //! Fused elementwise-then-reduce: [`ZipView`], a lazy `z(a, b)` (or a lazy unary map)
 //! that every reduction and normalization of the registry consumes without
-//! materialising the elementwise result. The view implements [`LaneKernels`], so
+//! materialising the elementwise result. The view implements [`MaskedReduce`], so
 //! `a.zip_view(&b, &mul, rule)?.sum(1, false)` is the ordinary `sum`, run one of two
 //! ways:
 //!
@@ -30,8 +30,8 @@ use crate::prebuilt;
 use crate::zip::{operand, out_mask, zip_values, Operand, Side};
 use masked_core::binary::{broadcast_shapes, failed_at, KeepOperands, Src};
 use masked_core::{
-    wrap_dim, BitMask, Bits, Dims, Element, Fold, LaneKernels, LaneMap, LaneStat, MaskRule,
-    MaskedError, ReducePlan, Result, ZipMap,
+    wrap_dim, BitMask, Bits, Dims, Element, Fold, LaneMap, LaneStat, MaskRule, MaskedError,
+    MaskedReduce, ReducePlan, Result, ZipMap,
 };
 use masked_kernels::fresh_vec;
 use ndarray::{ArrayD, Data, Dimension, IxDyn};
@@ -320,7 +320,7 @@ impl<O: Element> Fill<O> for ZipView<'_, O> {
     }
 }
 
-impl<'a, O: Element> LaneKernels<O> for ZipView<'a, O> {
+impl<'a, O: Element> MaskedReduce<O> for ZipView<'a, O> {
     type Reduced<P: Element> = MaskedArrayD<P>;
     type Mapped<P: Element> = MaskedArrayD<P>;
     type NanMasked<'b>

@@ -31,7 +31,7 @@ pub use algebra::select;
 pub use array::{MaskedArray, MaskedArrayD, MaskedView};
 pub use lazy::{Unary, ZipView, BLOCK};
 pub use masked_core::{
-    BitMask, Dims, LaneKernels, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, Result,
+    BitMask, Dims, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MaskedReduce, Result,
     ZipKernels,
 };
 pub use zip::{DenseOperand, EntryOther, EntryRhs, Gradients};

@@ -101,19 +101,18 @@ pub use layout_dense as dense;
 pub use masked_core as core;
 
 pub use layout_coo::{
-    csr_to_dense, dense_to_csr, CooEntries, CooGradients, CooLanes, CooMask, CooPattern,
-    CooZipView, MaskedCoo,
+    csr_to_dense, dense_to_csr, CooGradients, CooMask, CooPattern, CooZipView, MaskedCoo,
 };
 pub use layout_csr::{
-    to_csmat, to_csvec, CsrFilled, CsrGradients, CsrLanes, CsrMapped, CsrMask, CsrZipView,
-    DynEntries, EntryValues, FusedLanes, IntoCsMat, IntoCsrView, MaskedCsr, Pattern, PatternI,
+    to_csmat, to_csvec, CsrFilled, CsrGradients, CsrMapped, CsrMask, CsrZipView, IntoCsMat,
+    IntoCsrView, MaskedCsr, Pattern, PatternI,
 };
 pub use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 pub use masked_core::{
-    binary, cast, check_lengths, dims, element, fold, grad, half, lane, mask, math, not_nan_words,
-    ops, registry, sparse, stats, unary, wire, with_dtype, with_dyn_vec, BitMask, Bits, BoolArray,
-    DType, DimLike, Dims, DynVec, Element, Float, Fold, GradVisitor, Interpolation, Kind, LaneGrad,
-    LaneKernels, LaneMap, LaneStat, MaskLogic, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps,
+    binary, cast, check_lengths, dims, element, fold, grad, half, lane, mask, math, ops, registry,
+    sparse, stats, unary, wire, with_dtype, with_dyn_vec, BitMask, Bits, BoolArray, DType, DimLike,
+    Dims, DynVec, Element, Float, Fold, GradVisitor, Interpolation, Kind, LaneGrad, LaneMap,
+    LaneStat, MaskLogic, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MaskedReduce,
     MedianMode, Num, OneDim, Op, ReducePlan, Result, Scalar, ShapeLike, SparseArray, Splat, Value,
     Values, WireNum, ZipKernels, ZipMap,
 };
@@ -132,8 +131,8 @@ pub struct GuideDoctests;
 pub mod prelude {
     pub use crate::{
         BitMask, CooMask, CooPattern, CsrFilled, CsrMask, DType, Dims, Element, Interpolation,
-        IntoCsMat, LaneKernels, MaskLogic, MaskRule, MaskedArray, MaskedArrayD, MaskedBinaryOps,
-        MaskedCoo, MaskedCsr, MaskedError, MaskedOps, MaskedView, MedianMode, Op, Pattern,
+        IntoCsMat, MaskLogic, MaskRule, MaskedArray, MaskedArrayD, MaskedBinaryOps, MaskedCoo,
+        MaskedCsr, MaskedError, MaskedOps, MaskedReduce, MaskedView, MedianMode, Op, Pattern,
         PatternI, Result, SparseArray, Splat, ZipKernels,
     };
 }

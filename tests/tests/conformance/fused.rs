@@ -432,8 +432,8 @@ fn every_sparse_reduction<V, M>(
     case: usize,
 ) -> usize
 where
-    V: masked::LaneKernels<f64>,
-    M: masked::LaneKernels<f64>,
+    V: masked::MaskedReduce<f64>,
+    M: masked::MaskedReduce<f64>,
     ToSparse: masked::by_name::Sink<f64, V, Out = SparseExact>
         + masked::by_name::Sink<f64, M, Out = SparseExact>,
 {

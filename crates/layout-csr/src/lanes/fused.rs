@@ -465,7 +465,7 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
     }
 }
 
-impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> LaneKernels<O>
+impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> MaskedReduce<O>
     for FusedLanes<'a, O, I, V>
 {
     type Reduced<P: Element> = SparseArray<P>;
@@ -579,7 +579,7 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> LaneKernels<O>
         })
     }
 
-    /// As [`LaneKernels::map_lanes`] along dim 1; without a mask, a map that does not
+    /// As [`MaskedReduce::map_lanes`] along dim 1; without a mask, a map that does not
     /// keep 0 is an error (the result would store every position).
     fn map_elements<M: LaneMap<O>>(
         &self,
