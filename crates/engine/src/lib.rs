@@ -1,9 +1,9 @@
 //! # masked-engine
 //!
-//! The dtype-erased boundary of the masked engine. An [`Array`] holds a masked array of
-//! any layout (dense, CSR, COO) and any dtype; its [`ArrayRef`] runs any op of the
-//! registry by name ([`ArrayRef::apply`], [`ArrayRef::run`]), casts
-//! ([`ArrayRef::cast`]) and VJPs ([`ArrayRef::vjp`]). Every match from a run-time
+//! The dtype-erased boundary of the masked engine. An `Array` holds a masked array of
+//! any layout (dense, CSR, COO) and any dtype; its `ArrayRef` runs any op of the
+//! registry by name (`ArrayRef::apply`, `ArrayRef::run`), casts (`ArrayRef::cast`) and
+//! VJPs (`ArrayRef::vjp`). Every match from a run-time
 //! dtype and layout to the typed engine is written here, once, and compiled once, in
 //! this crate: the CLI, `masked bench`, the sweep, the test crates and a Python
 //! extension call these functions and instantiate no generic engine code themselves.
