@@ -69,7 +69,7 @@ macro_rules! prebuilt_kernels {
             $crate::ops::Sum, $crate::ops::Prod, $crate::ops::AMax, $crate::ops::AMin,
             $crate::ops::Ptp, $crate::ops::ArgMax, $crate::ops::ArgMin, $crate::ops::Mean,
             $crate::ops::Count, $crate::stats::Var, $crate::stats::Std, $crate::stats::Norm,
-            $crate::stats::LogSumExp
+            $crate::stats::LogSumExp, $crate::stats::LogMeanExp
         ]);
     };
     (@family stat $cfg:tt) => {

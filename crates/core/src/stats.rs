@@ -509,6 +509,7 @@ impl<T: Element> Fold<T> for LogSumExp {
 pub struct LogMeanExp;
 
 impl<T: Element> Fold<T> for LogMeanExp {
+    const PREBUILT: bool = true;
     type State = (LseState, i64);
     type Output = T::Real;
     fn name(&self) -> &'static str {
