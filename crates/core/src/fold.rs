@@ -211,7 +211,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
 /// per parallel task.
 ///
 /// ```
-/// use masked::not_nan_words;
+/// use masked::core::not_nan_words;
 /// let w = not_nan_words(&[1.0f64, f64::NAN, 3.0, 4.0], Some(&[0b0111]));
 /// assert_eq!(w, vec![0b0101]);
 /// ```

@@ -174,7 +174,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     /// [`MaskedError::InvalidData`] naming the first broken rule.
     ///
     /// ```
-    /// use masked::CsrLanes;
+    /// use masked::csr::CsrLanes;
     /// use masked::MaskedOps;
     /// let (indptr, cols, vals) = ([0, 2, 2], [1usize, 3], [4.0f64, 5.0]);
     /// let l = CsrLanes::try_new((2, 4), &indptr, &cols, &vals, None, false).unwrap();
