@@ -701,10 +701,10 @@ impl ArrayRef<'_> {
                 with_by_dtype!(a, T, x => all_valid(x.filled(scalar_as::<T>(value)?))?)
             }
             ArrayRef::Csr(a) => {
-                with_by_dtype!(a, T, x => all_valid(x.filled(scalar_as::<T>(value)?))?)
+                with_by_dtype!(a, T, x => all_valid(x.filled(scalar_as::<T>(value)?)?)?)
             }
             ArrayRef::Csr32(a) => {
-                with_by_dtype!(a, T, x => all_valid(x.filled(scalar_as::<T>(value)?))?)
+                with_by_dtype!(a, T, x => all_valid(x.filled(scalar_as::<T>(value)?)?)?)
             }
             ArrayRef::Coo(a) => {
                 with_by_dtype!(a, T, x => all_valid(x.filled(scalar_as::<T>(value)?)?)?)

@@ -97,7 +97,8 @@ impl<T: Element> MaskedCoo<T> {
     /// every other position.
     ///
     /// # Errors
-    /// A shape whose element count overflows.
+    /// A shape whose element count overflows; [`MaskedError::TooLarge`] when the dense
+    /// array cannot be allocated (checked before allocating).
     pub fn filled(&self, value: T) -> Result<ArrayD<T>> {
         let all = matches!(self.mask(), CooMask::All);
         let (shape, flat, vals) = if all {
@@ -111,7 +112,8 @@ impl<T: Element> MaskedCoo<T> {
             (f.shape().to_vec(), f.pattern().flat(), f.values().to_vec())
         };
         let n = crate::pattern::size_of(&shape)?;
-        let mut out = vec![if all { T::ZERO } else { value }; n];
+        let mut out = masked_core::try_vec(n, || format!("a dense array of shape {shape:?}"))?;
+        out.resize(n, if all { T::ZERO } else { value });
         for (f, v) in flat.into_iter().zip(vals) {
             out[f] = v;
         }

@@ -111,18 +111,21 @@ impl<'a, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'a, T, I, Ip
 
     /// An explicit densification: a dense matrix with the valid values and `value` at
     /// every other position (`filled(0)` of a mask-free matrix is its dense form).
-    pub fn filled(&self, value: T) -> Array2<T> {
-        let (r, c) = self.matrix().shape();
+    ///
+    /// # Errors
+    /// [`MaskedError::TooLarge`] when the dense matrix cannot be allocated (checked
+    /// before allocating), [`MaskedError::InvalidData`] when its size overflows.
+    pub fn filled(&self, value: T) -> Result<Array2<T>> {
         let l = self.lanes();
-        let mut out = Array2::from_elem((r, c), if l.fill { T::ZERO } else { value });
-        for i in 0..r {
-            for k in l.row(i) {
-                if l.is_valid(k) {
-                    out[[i, l.col(k)]] = l.values[k];
-                }
-            }
-        }
-        out
+        let fill = if l.fill { T::ZERO } else { value };
+        crate::dense_with(
+            self.matrix().shape(),
+            fill,
+            (0..l.shape().0)
+                .flat_map(|i| l.row(i).map(move |k| (i, k)))
+                .filter(|&(_, k)| l.is_valid(k))
+                .map(|(i, k)| (i, l.col(k), l.values[k])),
+        )
     }
 
     /// The valid values in row-major order (numpy.ma's `compressed`), valid-but-unstored

@@ -187,20 +187,35 @@ pub trait CsrFilled<O> {
 
 impl<O: Element, I: SpIndex> CsrFilled<O> for CsrMapped<'_, O, I> {
     fn filled(&self, value: O) -> Result<ndarray::Array2<O>> {
-        let (r, c) = self.shape();
-        let n = r.checked_mul(c).ok_or_else(|| {
-            MaskedError::InvalidData(format!("a dense {r} x {c} matrix: size overflows"))
-        })?;
-        let mut out = masked_core::try_vec(n, || format!("a dense {r} x {c} matrix"))?;
-        out.resize(n, value);
-        for (i, row) in self.outer_iterator().enumerate() {
-            for (j, &v) in row.iter() {
-                out[i * c + j] = v;
-            }
-        }
-        ndarray::Array2::from_shape_vec((r, c), out)
-            .map_err(|e| MaskedError::InvalidData(e.to_string()))
+        let (ip, ix, d) = (self.indptr(), self.indices(), self.data());
+        dense_with(
+            self.shape(),
+            value,
+            (0..self.rows())
+                .flat_map(|i| ip.outer_inds_sz(i).map(move |k| (i, ix[k].index(), d[k]))),
+        )
     }
+}
+
+/// A dense `r x c` matrix of `fill` with `entries` (row, column, value) written over it:
+/// the size is checked before allocating ([`MaskedError::TooLarge`] when memory cannot
+/// hold it, [`MaskedError::InvalidData`] when it overflows). Every explicit CSR
+/// densification goes through here.
+pub(crate) fn dense_with<T: Copy>(
+    (r, c): (usize, usize),
+    fill: T,
+    entries: impl Iterator<Item = (usize, usize, T)>,
+) -> Result<ndarray::Array2<T>> {
+    let n = r.checked_mul(c).ok_or_else(|| {
+        MaskedError::InvalidData(format!("a dense {r} x {c} matrix: size overflows"))
+    })?;
+    let mut out = masked_core::try_vec(n, || format!("a dense {r} x {c} matrix"))?;
+    out.resize(n, fill);
+    for (i, j, v) in entries {
+        out[i * c + j] = v;
+    }
+    ndarray::Array2::from_shape_vec((r, c), out)
+        .map_err(|e| MaskedError::InvalidData(e.to_string()))
 }
 
 impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {

@@ -234,7 +234,7 @@ fn filled_on_every_result() -> R {
     let csr = CsMat::new((2, 2), vec![0, 1, 1], vec![1], vec![5.0f32]);
     assert_eq!(
         MaskedCsr::from_pattern(&csr)?
-            .filled(f32::NAN)
+            .filled(f32::NAN)?
             .map(|v| v.is_nan()),
         array![[true, false], [true, true]]
     );
@@ -250,6 +250,12 @@ fn filled_on_every_result() -> R {
     let huge = CsMat::new((1, 1usize << 60), vec![0, 1], vec![5], vec![2.0f64]);
     let p = MaskedCsr::from_pattern(&huge)?.softmax(1)?;
     let e = p.filled(0.0).unwrap_err();
+    assert!(matches!(e, masked::MaskedError::TooLarge { .. }), "{e}");
+    // the masked input's own densification and a COO one: checked alike
+    let e = MaskedCsr::from_pattern(&huge)?.filled(0.0).unwrap_err();
+    assert!(matches!(e, masked::MaskedError::TooLarge { .. }), "{e}");
+    let big = MaskedCoo::from_pattern([1, 1usize << 60], &[vec![0], vec![5]], vec![2.0f64])?;
+    let e = big.filled(0.0).unwrap_err();
     assert!(matches!(e, masked::MaskedError::TooLarge { .. }), "{e}");
     Ok(())
 }

@@ -469,7 +469,7 @@ proptest! {
         let fz = oa.fill_zero().unwrap();
         prop_assert_eq!(&fz.pattern().flat()[..], &positions(&ma)[..]);
         let filled = xa.filled(-7.0);
-        for (x, y) in sa.filled(-7.0).iter().zip(filled.iter()) {
+        for (x, y) in sa.filled(-7.0).unwrap().iter().zip(filled.iter()) {
             prop_assert!(same(*x, *y), "csr to_dense");
         }
         for (x, y) in oa.filled(-7.0).unwrap().iter().zip(filled.iter()) {

@@ -1,0 +1,1254 @@
+//! `masked._masked`: the Python extension of the masked engine.
+//!
+//! One class, [`Handle`], holds a masked array of any layout and dtype as the Python
+//! objects that own its buffers (numpy arrays, possibly views of scipy or torch memory)
+//! plus the engine-side mask; every op builds the engine's borrowed
+//! [`ArrayRef`](masked_engine::ArrayRef) over those buffers (no copy), releases the GIL,
+//! and runs the dtype-erased boundary ([`masked_engine`]), which is where every generic
+//! instantiation is compiled. Results come back as numpy arrays that own the engine's
+//! output vectors (no copy). The Python package (`python/masked`) builds the user's API
+//! (`MaskedArray`, the functions, `mk.torch`) on top.
+#![allow(clippy::too_many_arguments)]
+
+use half::{bf16, f16};
+use layout_coo::{CooMask, CooPattern, MaskedCoo};
+use layout_csr::{CsrMask, MaskedCsr, PatternI};
+use layout_dense::{MaskedArray, MaskedView};
+use masked_core::{BitMask, DType, DynVec, MaskRule, MaskedError as Error, Op, Scalar, Values};
+use masked_engine::{
+    promote, promote_scalar, Array, ArrayRef, Kind, OpRequest, Operand, Output, SparseOutcome,
+    ZipOutput,
+};
+use ndarray::{ArrayViewD, IxDyn};
+use numpy::{
+    PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArrayDyn,
+    PyUntypedArrayMethods,
+};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use sprs::{CompressedStorage, CsMatViewI};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+create_exception!(
+    _masked,
+    MaskedError,
+    PyValueError,
+    "A masked-engine error: a bad shape, dim, mask, option or value (a ValueError)."
+);
+
+/// The engine's error as a Python exception: resource limits are `MemoryError`, an
+/// unsupported dtype or operand a `TypeError`, everything else `MaskedError`.
+fn py_err(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        Error::TooLarge { .. } => PyMemoryError::new_err(msg),
+        Error::Unsupported { .. } => PyTypeError::new_err(msg),
+        _ => MaskedError::new_err(msg),
+    }
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// Runs an engine call with the GIL released; a panic inside becomes
+/// `MaskedError("internal error: ...")`, never an abort.
+fn engine<R: Send>(py: Python<'_>, f: impl FnOnce() -> Result<R, Error> + Send) -> PyResult<R> {
+    py.detach(|| catch_unwind(AssertUnwindSafe(f)))
+        .map_err(|p| MaskedError::new_err(format!("internal error: {}", panic_text(&*p))))?
+        .map_err(py_err)
+}
+
+fn dtype_of(name: &str) -> PyResult<DType> {
+    name.parse::<DType>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "unsupported dtype {name:?}: expected one of f32, f64, f16, bf16, i32, i64"
+        ))
+    })
+}
+
+/// A CSR input's mask.
+#[derive(Clone)]
+enum CsrMaskSpec {
+    Stored,
+    All,
+    Pattern(PatternI<usize>),
+    Pattern32(PatternI<u32>),
+}
+
+/// What a [`Handle`] holds.
+enum Store {
+    /// A numpy array (bf16 as its `uint16` bits) and the mask broadcast to its shape.
+    Dense {
+        data: Py<PyAny>,
+        dtype: DType,
+        mask: Option<BitMask>,
+    },
+    /// A bool result (comparisons): numpy bools and the mask; no op runs on it.
+    Bool { data: Py<PyAny>, mask: BitMask },
+    /// A CSR matrix over numpy buffers: `indices` int64 (`wide`) or int32, `data` 1-D.
+    /// The structure was validated once when the handle was made.
+    Csr {
+        shape: (usize, usize),
+        indptr: Vec<usize>,
+        indptr_obj: Py<PyAny>,
+        indices: Py<PyAny>,
+        wide: bool,
+        data: Py<PyAny>,
+        dtype: DType,
+        mask: CsrMaskSpec,
+    },
+    /// An n-D COO array, owned by the engine (stored sorted).
+    Coo(Array),
+    /// A sparse bool result: shape, coordinates `[ndim, nnz]` (int64) and values.
+    BoolSparse {
+        shape: Vec<usize>,
+        coords: Py<PyAny>,
+        values: Py<PyAny>,
+    },
+}
+
+/// A masked array of any layout and dtype, over buffers Python owns (see the module
+/// docs). Made by `Handle.dense`, `Handle.csr`, `Handle.coo`, or returned by an op.
+#[pyclass(frozen, module = "masked._masked")]
+struct Handle {
+    store: Store,
+}
+
+/// `i64` values as `usize` (the same bits), after checking that none is negative.
+fn as_usize(v: &[i64]) -> Result<&[usize], Error> {
+    if let Some(p) = v.iter().position(|&x| x < 0) {
+        return Err(Error::InvalidData(format!(
+            "negative index {} at entry {p}",
+            v[p]
+        )));
+    }
+    // SAFETY: i64 and usize have one size and alignment on 64-bit targets (checked at
+    // compile time below) and every value is non-negative
+    Ok(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<usize>(), v.len()) })
+}
+
+/// `i32` values as `u32` (the same bits), after checking that none is negative.
+fn as_u32(v: &[i32]) -> Result<&[u32], Error> {
+    if let Some(p) = v.iter().position(|&x| x < 0) {
+        return Err(Error::InvalidData(format!(
+            "negative index {} at entry {p}",
+            v[p]
+        )));
+    }
+    // SAFETY: same size and alignment, every value non-negative
+    Ok(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u32>(), v.len()) })
+}
+
+const _: () = assert!(std::mem::size_of::<usize>() == 8, "a 64-bit target");
+
+/// A `Vec<A>` as a `Vec<B>` of the same size and alignment, without a copy.
+///
+/// # Safety
+/// Every bit pattern of `A` must be a valid `B`.
+unsafe fn recast_vec<A, B>(v: Vec<A>) -> Vec<B> {
+    assert!(std::mem::size_of::<A>() == std::mem::size_of::<B>());
+    assert!(std::mem::align_of::<A>() == std::mem::align_of::<B>());
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: same layout (asserted); the caller vouches for the bit patterns
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<B>(), v.len(), v.capacity()) }
+}
+
+/// A view of `A` values as `B` values (same shape and strides, no copy).
+///
+/// # Safety
+/// `A` and `B` have one size and alignment, and every bit pattern of `A` is a `B`.
+unsafe fn recast_view<'a, A, B>(v: ArrayViewD<'a, A>) -> ArrayViewD<'a, B> {
+    assert!(std::mem::size_of::<A>() == std::mem::size_of::<B>());
+    assert!(std::mem::align_of::<A>() == std::mem::align_of::<B>());
+    use ndarray::ShapeBuilder;
+    let strides: Vec<usize> = v.strides().iter().map(|&s| s as usize).collect();
+    let shape = IxDyn(v.shape()).strides(IxDyn(&strides));
+    // SAFETY: the same memory, shape and strides as `v`, read as `B` (the caller's
+    // guarantee); the lifetime is `v`'s
+    unsafe { ArrayViewD::from_shape_ptr(shape, v.as_ptr().cast::<B>()) }
+}
+
+/// A numpy array that owns `v` (no copy), bf16 as its `uint16` bits, reshaped.
+fn dyn_to_numpy(py: Python<'_>, v: DynVec, shape: &[usize]) -> PyResult<Py<PyAny>> {
+    fn mk<T: numpy::Element>(py: Python<'_>, v: Vec<T>, shape: &[usize]) -> PyResult<Py<PyAny>> {
+        let a = PyArray1::from_vec(py, v);
+        Ok(a.reshape(shape)?.into_any().unbind())
+    }
+    match v {
+        DynVec::F32(v) => mk(py, v, shape),
+        DynVec::F64(v) => mk(py, v, shape),
+        DynVec::F16(v) => mk(py, v, shape),
+        // SAFETY: every u16 is a bf16 and back
+        DynVec::BF16(v) => mk(py, unsafe { recast_vec::<bf16, u16>(v) }, shape),
+        DynVec::I32(v) => mk(py, v, shape),
+        DynVec::I64(v) => mk(py, v, shape),
+    }
+}
+
+fn usize_to_numpy(py: Python<'_>, v: Vec<usize>, shape: &[usize]) -> PyResult<Py<PyAny>> {
+    // SAFETY: indices and shapes are far below i64::MAX
+    let v: Vec<i64> = unsafe { recast_vec(v) };
+    Ok(PyArray1::from_vec(py, v)
+        .reshape(shape)?
+        .into_any()
+        .unbind())
+}
+
+/// A bool mask as numpy bools of its shape (unpacked: one byte per element).
+fn bits_to_numpy(py: Python<'_>, m: &BitMask) -> PyResult<Py<PyAny>> {
+    dense_bools(py, m.to_vec(), m.shape())
+}
+
+fn dense_bools(py: Python<'_>, v: Vec<bool>, shape: &[usize]) -> PyResult<Py<PyAny>> {
+    Ok(PyArray1::from_vec(py, v)
+        .reshape(shape)?
+        .into_any()
+        .unbind())
+}
+
+/// A numpy bool array (any shape) as a bit mask.
+fn bits_from(a: &Bound<'_, PyAny>) -> PyResult<BitMask> {
+    let b: PyReadonlyArrayDyn<'_, bool> = a
+        .extract()
+        .map_err(|_| PyTypeError::new_err("a mask must be a numpy bool array"))?;
+    BitMask::from_array(b.as_array()).map_err(py_err)
+}
+
+/// A numpy integer array `[ndim, nnz]` as one `usize` vector per dim.
+fn coords_from(a: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<usize>>> {
+    let c: PyReadonlyArrayDyn<'_, i64> = a
+        .extract()
+        .map_err(|_| PyTypeError::new_err("coordinates must be an int64 array [ndim, nnz]"))?;
+    let c = c.as_array();
+    if c.ndim() != 2 {
+        return Err(MaskedError::new_err(format!(
+            "coordinates must be 2-D [ndim, nnz], got {} dims",
+            c.ndim()
+        )));
+    }
+    c.outer_iter()
+        .map(|row| {
+            row.iter()
+                .enumerate()
+                .map(|(k, &x)| {
+                    usize::try_from(x).map_err(|_| {
+                        MaskedError::new_err(format!("negative coordinate {x} at entry {k}"))
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Runs `f` on the dense view of `T` over `data` (no copy).
+fn dense_ref<T, R>(
+    py: Python<'_>,
+    data: &Py<PyAny>,
+    mask: &Option<BitMask>,
+    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+) -> PyResult<R>
+where
+    T: masked_core::Element + numpy::Element,
+{
+    let arr: PyReadonlyArrayDyn<'_, T> = data.bind(py).extract()?;
+    with_mask(arr.as_array(), mask, f)
+}
+
+fn with_mask<T: masked_core::Element, R>(
+    v: ArrayViewD<'_, T>,
+    mask: &Option<BitMask>,
+    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+) -> PyResult<R> {
+    let m: MaskedView<'_, T, IxDyn> = match mask {
+        Some(b) => MaskedArray::new(v, b.clone()).map_err(py_err)?,
+        None => MaskedArray::unmasked(v),
+    };
+    f(ArrayRef::from_dense(m))
+}
+
+fn csr_ref<T, R>(
+    py: Python<'_>,
+    s: &Store,
+    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+) -> PyResult<R>
+where
+    T: masked_core::Element + numpy::Element,
+{
+    let Store::Csr {
+        shape,
+        indptr,
+        indices,
+        wide,
+        data,
+        mask,
+        ..
+    } = s
+    else {
+        unreachable!("csr_ref on a CSR store")
+    };
+    let d: PyReadonlyArray1<'_, T> = data.bind(py).extract()?;
+    let d = d.as_slice()?;
+    if *wide {
+        let ix: PyReadonlyArray1<'_, i64> = indices.bind(py).extract()?;
+        let ix = as_usize(ix.as_slice()?).map_err(py_err)?;
+        // SAFETY: the structure was validated when the handle was made (`Handle::csr`)
+        let m = unsafe {
+            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, d)
+        };
+        let mask = match mask {
+            CsrMaskSpec::Stored => CsrMask::Stored,
+            CsrMaskSpec::All => CsrMask::All,
+            CsrMaskSpec::Pattern(p) => CsrMask::Pattern(p.clone()),
+            CsrMaskSpec::Pattern32(_) => unreachable!("a u32 pattern on usize indices"),
+        };
+        f(ArrayRef::from_csr(MaskedCsr::new(m, mask).map_err(py_err)?))
+    } else {
+        let ix: PyReadonlyArray1<'_, i32> = indices.bind(py).extract()?;
+        let ix = as_u32(ix.as_slice()?).map_err(py_err)?;
+        // SAFETY: as above
+        let m = unsafe {
+            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, d)
+        };
+        let mask = match mask {
+            CsrMaskSpec::Stored => CsrMask::Stored,
+            CsrMaskSpec::All => CsrMask::All,
+            CsrMaskSpec::Pattern32(p) => CsrMask::Pattern(p.clone()),
+            CsrMaskSpec::Pattern(_) => unreachable!("a usize pattern on u32 indices"),
+        };
+        f(ArrayRef::from_csr32(
+            MaskedCsr::new(m, mask).map_err(py_err)?,
+        ))
+    }
+}
+
+/// Dispatches on the run-time dtype to a function generic over the value type (the
+/// numpy element type; bf16 handled by the callers).
+macro_rules! by_dtype {
+    ($dt:expr, $f:ident :: <T> ($($arg:expr),*), bf16 => $bf:expr) => {
+        match $dt {
+            DType::F32 => $f::<f32, _>($($arg),*),
+            DType::F64 => $f::<f64, _>($($arg),*),
+            DType::F16 => $f::<f16, _>($($arg),*),
+            DType::I32 => $f::<i32, _>($($arg),*),
+            DType::I64 => $f::<i64, _>($($arg),*),
+            DType::BF16 => $bf,
+        }
+    };
+}
+
+impl Store {
+    /// Runs `f` on the engine's borrowed view of this array (no copy of the values).
+    fn with_ref<R>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+    ) -> PyResult<R> {
+        match self {
+            Store::Dense { data, dtype, mask } => {
+                by_dtype!(*dtype, dense_ref::<T>(py, data, mask, f), bf16 => {
+                    let arr: PyReadonlyArrayDyn<'_, u16> = data.bind(py).extract()?;
+                    // SAFETY: bf16 and u16 have one size and alignment; every bit pattern is
+                    // a bf16
+                    let v = unsafe { recast_view::<u16, bf16>(arr.as_array()) };
+                    with_mask(v, mask, f)
+                })
+            }
+            Store::Csr { dtype, .. } => by_dtype!(*dtype, csr_ref::<T>(py, self, f), bf16 => {
+                bf16_csr(py, self, f)
+            }),
+            Store::Coo(a) => f(a.view().map_err(py_err)?),
+            Store::Bool { .. } | Store::BoolSparse { .. } => Err(PyTypeError::new_err(
+                "a bool array (a comparison's result) takes no engine op: use its values, \
+                 valid, filled() or compressed()",
+            )),
+        }
+    }
+
+    fn dtype_name(&self) -> &'static str {
+        match self {
+            Store::Dense { dtype, .. } | Store::Csr { dtype, .. } => dtype.name(),
+            Store::Coo(a) => a.dtype().name(),
+            Store::Bool { .. } | Store::BoolSparse { .. } => "bool",
+        }
+    }
+
+    fn layout(&self) -> &'static str {
+        match self {
+            Store::Dense { .. } | Store::Bool { .. } => "dense",
+            Store::Csr { .. } => "csr",
+            Store::Coo(_) | Store::BoolSparse { .. } => "coo",
+        }
+    }
+}
+
+/// The CSR view of bf16 values held as numpy `uint16` bits.
+fn bf16_csr<R>(
+    py: Python<'_>,
+    s: &Store,
+    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+) -> PyResult<R> {
+    let Store::Csr {
+        shape,
+        indptr,
+        indices,
+        wide,
+        data,
+        mask,
+        ..
+    } = s
+    else {
+        unreachable!("bf16_csr on a CSR store")
+    };
+    let bits: PyReadonlyArray1<'_, u16> = data.bind(py).extract()?;
+    let slice = bits.as_slice()?;
+    // SAFETY: same size and alignment, every bit pattern a bf16
+    let vals: &[bf16] = unsafe { std::slice::from_raw_parts(slice.as_ptr().cast(), slice.len()) };
+    if *wide {
+        let ix: PyReadonlyArray1<'_, i64> = indices.bind(py).extract()?;
+        let ix = as_usize(ix.as_slice()?).map_err(py_err)?;
+        // SAFETY: validated when the handle was made
+        let m = unsafe {
+            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, vals)
+        };
+        let mask = match mask {
+            CsrMaskSpec::Stored => CsrMask::Stored,
+            CsrMaskSpec::All => CsrMask::All,
+            CsrMaskSpec::Pattern(p) => CsrMask::Pattern(p.clone()),
+            CsrMaskSpec::Pattern32(_) => unreachable!("a u32 pattern on usize indices"),
+        };
+        f(ArrayRef::from_csr(MaskedCsr::new(m, mask).map_err(py_err)?))
+    } else {
+        let ix: PyReadonlyArray1<'_, i32> = indices.bind(py).extract()?;
+        let ix = as_u32(ix.as_slice()?).map_err(py_err)?;
+        // SAFETY: validated when the handle was made
+        let m = unsafe {
+            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, vals)
+        };
+        let mask = match mask {
+            CsrMaskSpec::Stored => CsrMask::Stored,
+            CsrMaskSpec::All => CsrMask::All,
+            CsrMaskSpec::Pattern32(p) => CsrMask::Pattern(p.clone()),
+            CsrMaskSpec::Pattern(_) => unreachable!("a usize pattern on u32 indices"),
+        };
+        f(ArrayRef::from_csr32(
+            MaskedCsr::new(m, mask).map_err(py_err)?,
+        ))
+    }
+}
+
+/// A 1-D numpy array's values as a `DynVec` of `dtype` (one copy).
+fn dynvec_from(py: Python<'_>, a: &Bound<'_, PyAny>, dtype: DType) -> PyResult<DynVec> {
+    fn get<T: numpy::Element + Clone>(a: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
+        let r: PyReadonlyArrayDyn<'_, T> = a.extract()?;
+        Ok(r.as_array().iter().cloned().collect())
+    }
+    let _ = py;
+    Ok(match dtype {
+        DType::F32 => DynVec::F32(get(a)?),
+        DType::F64 => DynVec::F64(get(a)?),
+        DType::F16 => DynVec::F16(get(a)?),
+        // SAFETY: every u16 is a bf16
+        DType::BF16 => DynVec::BF16(unsafe { recast_vec::<u16, bf16>(get(a)?) }),
+        DType::I32 => DynVec::I32(get(a)?),
+        DType::I64 => DynVec::I64(get(a)?),
+    })
+}
+
+/// The CSR structure of a sparse 2-D outcome (flat row-major positions, increasing).
+fn csr_structure(shape: (usize, usize), flat: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let (nrows, ncols) = shape;
+    let mut indptr = vec![0usize; nrows + 1];
+    let mut indices = Vec::with_capacity(flat.len());
+    for &p in flat {
+        indptr[p / ncols + 1] += 1;
+        indices.push(p % ncols);
+    }
+    for r in 0..nrows {
+        indptr[r + 1] += indptr[r];
+    }
+    (indptr, indices)
+}
+
+fn sparse_handle(py: Python<'_>, s: SparseOutcome, as_csr: bool) -> PyResult<Handle> {
+    if as_csr && s.shape.len() == 2 {
+        let shape = (s.shape[0], s.shape[1]);
+        let dtype = s.values.dtype();
+        let (indptr, indices) = if shape.1 == 0 {
+            (vec![0; shape.0 + 1], vec![])
+        } else {
+            csr_structure(shape, &s.indices)
+        };
+        let n = indices.len();
+        return Ok(Handle {
+            store: Store::Csr {
+                shape,
+                indptr_obj: usize_to_numpy(py, indptr.clone(), &[shape.0 + 1])?,
+                indptr,
+                indices: usize_to_numpy(py, indices, &[n])?,
+                wide: true,
+                data: dyn_to_numpy(py, s.values, &[n])?,
+                dtype,
+                mask: CsrMaskSpec::Stored,
+            },
+        });
+    }
+    let coords = s.coords();
+    let a = engine(py, move || {
+        Array::coo(&s.shape, &coords, s.values, CooMask::Stored)
+    })?;
+    Ok(Handle {
+        store: Store::Coo(a),
+    })
+}
+
+fn output_handle(py: Python<'_>, out: Output, csr: bool) -> PyResult<Handle> {
+    match out {
+        Output::Dense(o) => Ok(Handle {
+            store: Store::Dense {
+                dtype: o.values.dtype(),
+                data: dyn_to_numpy(py, o.values, &o.shape)?,
+                mask: Some(o.mask),
+            },
+        }),
+        Output::Sparse(s) => sparse_handle(py, s, csr),
+    }
+}
+
+fn zip_handle(py: Python<'_>, out: ZipOutput, csr: bool) -> PyResult<Handle> {
+    match out {
+        ZipOutput::Dense(o) => match o.values {
+            Values::Num(v) => output_handle(
+                py,
+                Output::Dense(masked_engine::Outcome {
+                    shape: o.shape,
+                    values: v,
+                    mask: o.mask,
+                }),
+                csr,
+            ),
+            Values::Bool(b) => Ok(Handle {
+                store: Store::Bool {
+                    data: dense_bools(py, b, &o.shape)?,
+                    mask: o.mask,
+                },
+            }),
+        },
+        ZipOutput::Sparse(s) => match s.values {
+            Values::Num(v) => sparse_handle(
+                py,
+                SparseOutcome {
+                    shape: s.shape,
+                    indices: s.indices,
+                    values: v,
+                },
+                csr,
+            ),
+            Values::Bool(b) => {
+                let n = b.len();
+                let coords = masked_core::sparse::unravel(&s.shape, &s.indices);
+                let ndim = s.shape.len();
+                let flat: Vec<usize> = coords.into_iter().flatten().collect();
+                Ok(Handle {
+                    store: Store::BoolSparse {
+                        coords: usize_to_numpy(py, flat, &[ndim, n])?,
+                        values: dense_bools(py, b, &[n])?,
+                        shape: s.shape,
+                    },
+                })
+            }
+        },
+    }
+}
+
+/// A request from the Python call's pieces.
+fn request(
+    op: &str,
+    dims: Option<Vec<isize>>,
+    keepdim: bool,
+    options: Vec<(String, String)>,
+    dtype: Option<&str>,
+) -> PyResult<OpRequest> {
+    let mut req = OpRequest::new(op).map_err(py_err)?;
+    if let Some(d) = dims {
+        req = req.dims(d);
+    }
+    req = req.keepdim(keepdim);
+    for (k, v) in options {
+        req.set_option(&k, &v).map_err(py_err)?;
+    }
+    if let Some(d) = dtype {
+        req = req.dtype(dtype_of(d)?);
+    }
+    Ok(req)
+}
+
+/// A Python scalar (bool, int or float) as the engine's scalar.
+fn scalar_of(x: &Bound<'_, PyAny>) -> PyResult<Scalar> {
+    if let Ok(b) = x.extract::<bool>() {
+        return Ok(Scalar::Int(b as i64));
+    }
+    if let Ok(i) = x.extract::<i64>() {
+        return Ok(Scalar::Int(i));
+    }
+    if let Ok(f) = x.extract::<f64>() {
+        return Ok(Scalar::Float(f));
+    }
+    Err(PyTypeError::new_err(format!(
+        "expected a MaskedArray or a Python scalar, got {}",
+        x.get_type().name()?
+    )))
+}
+
+#[pymethods]
+impl Handle {
+    /// A dense masked array over the numpy array `data` (no copy; bf16 as `uint16`
+    /// bits with `dtype="bf16"`), with `valid` a numpy bool array broadcastable to it
+    /// (`invert=True`: True means masked out, numpy.ma's convention) or None.
+    #[staticmethod]
+    #[pyo3(signature = (data, dtype, valid=None, invert=false))]
+    fn dense(
+        py: Python<'_>,
+        data: Bound<'_, PyAny>,
+        dtype: &str,
+        valid: Option<Bound<'_, PyAny>>,
+        invert: bool,
+    ) -> PyResult<Handle> {
+        let dtype = dtype_of(dtype)?;
+        let shape: Vec<usize> = {
+            let a = data
+                .cast::<numpy::PyUntypedArray>()
+                .map_err(|_| PyTypeError::new_err("data must be a numpy array"))?;
+            a.shape().to_vec()
+        };
+        let mask = match valid {
+            None => None,
+            Some(v) => {
+                let b = bits_from(&v)?;
+                let b = engine(py, move || {
+                    let b = b.broadcast_to(&shape)?;
+                    Ok(if invert { b.not() } else { b })
+                })?;
+                Some(b)
+            }
+        };
+        let h = Handle {
+            store: Store::Dense {
+                data: data.unbind(),
+                dtype,
+                mask,
+            },
+        };
+        // the data has the dtype it claims (a typed view is taken once here)
+        h.store.with_ref(py, |_| Ok(()))?;
+        Ok(h)
+    }
+
+    /// A CSR matrix over scipy's buffers (no copy of `indices` or `data`; an int32
+    /// `indptr` is widened once): `mask_kind` is "pattern" (the stored entries are the
+    /// valid ones), "all", or "other" with the valid pattern given by
+    /// (`mask_indptr`, `mask_indices`). The structure is validated here, once.
+    #[staticmethod]
+    #[pyo3(signature = (shape, indptr, indices, data, dtype, mask_kind, mask_indptr=None, mask_indices=None))]
+    fn csr(
+        py: Python<'_>,
+        shape: (usize, usize),
+        indptr: Bound<'_, PyAny>,
+        indices: Bound<'_, PyAny>,
+        data: Bound<'_, PyAny>,
+        dtype: &str,
+        mask_kind: &str,
+        mask_indptr: Option<Bound<'_, PyAny>>,
+        mask_indices: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Handle> {
+        let dtype = dtype_of(dtype)?;
+        let ptr = usize_vec(&indptr, "indptr")?;
+        let wide = if indices.extract::<PyReadonlyArray1<'_, i64>>().is_ok() {
+            true
+        } else if indices.extract::<PyReadonlyArray1<'_, i32>>().is_ok() {
+            false
+        } else {
+            return Err(PyTypeError::new_err(
+                "CSR indices must be a contiguous 1-D int32 or int64 array",
+            ));
+        };
+        let mask = match mask_kind {
+            "pattern" => CsrMaskSpec::Stored,
+            "all" => CsrMaskSpec::All,
+            "other" => {
+                let (Some(mp), Some(mi)) = (mask_indptr, mask_indices) else {
+                    return Err(PyValueError::new_err(
+                        "mask_kind='other' needs mask_indptr and mask_indices",
+                    ));
+                };
+                let mp = usize_vec(&mp, "mask indptr")?;
+                let mi = usize_vec(&mi, "mask indices")?;
+                if wide {
+                    CsrMaskSpec::Pattern(engine(py, move || {
+                        PatternI::try_from_parts(shape, mp, mi)
+                    })?)
+                } else {
+                    let mi: Vec<u32> = mi
+                        .into_iter()
+                        .map(|x| {
+                            u32::try_from(x)
+                                .map_err(|_| MaskedError::new_err("mask index beyond u32"))
+                        })
+                        .collect::<PyResult<_>>()?;
+                    CsrMaskSpec::Pattern32(engine(py, move || {
+                        PatternI::try_from_parts(shape, mp, mi)
+                    })?)
+                }
+            }
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown CSR mask kind {other:?}"
+                )))
+            }
+        };
+        let h = Handle {
+            store: Store::Csr {
+                shape,
+                indptr: ptr,
+                indptr_obj: indptr.unbind(),
+                indices: indices.unbind(),
+                wide,
+                data: data.unbind(),
+                dtype,
+                mask,
+            },
+        };
+        h.validate_csr(py)?;
+        Ok(h)
+    }
+
+    /// An n-D COO array (copied into the engine, stored sorted): `coords` int64
+    /// `[ndim, nnz]` in any order, `values` 1-D; `mask_kind` "pattern", "all", "coords"
+    /// (`mask` an int64 `[ndim, k]` array of the valid positions) or "dense" (`mask` a
+    /// numpy bool array of the shape).
+    #[staticmethod]
+    #[pyo3(signature = (shape, coords, values, dtype, mask_kind, mask=None))]
+    fn coo(
+        py: Python<'_>,
+        shape: Vec<usize>,
+        coords: Bound<'_, PyAny>,
+        values: Bound<'_, PyAny>,
+        dtype: &str,
+        mask_kind: &str,
+        mask: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Handle> {
+        let dtype = dtype_of(dtype)?;
+        let c = coords_from(&coords)?;
+        let v = dynvec_from(py, &values, dtype)?;
+        let mask = match (mask_kind, mask) {
+            ("pattern", _) => CooMask::Stored,
+            ("all", _) => CooMask::All,
+            ("coords", Some(m)) => {
+                let mc = coords_from(&m)?;
+                let s = shape.clone();
+                CooMask::Pattern(engine(py, move || CooPattern::from_coords(&s[..], &mc))?)
+            }
+            ("dense", Some(m)) => {
+                let b: PyReadonlyArrayDyn<'_, bool> = m.extract()?;
+                CooMask::Pattern(CooPattern::from_array(b.as_array()).map_err(py_err)?)
+            }
+            (k, _) => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown COO mask kind {k:?} (or its mask missing)"
+                )))
+            }
+        };
+        let a = engine(py, move || Array::coo(&shape, &c, v, mask))?;
+        Ok(Handle {
+            store: Store::Coo(a),
+        })
+    }
+
+    /// A dense bool array (mask logic on comparison results): `data` numpy bools, `valid`
+    /// numpy bools broadcastable to it.
+    #[staticmethod]
+    fn bools(py: Python<'_>, data: Bound<'_, PyAny>, valid: Bound<'_, PyAny>) -> PyResult<Handle> {
+        let shape = data
+            .cast::<PyArrayDyn<bool>>()
+            .map_err(|_| PyTypeError::new_err("data must be a numpy bool array"))?
+            .shape()
+            .to_vec();
+        let b = bits_from(&valid)?;
+        let mask = engine(py, move || b.broadcast_to(&shape))?;
+        Ok(Handle {
+            store: Store::Bool {
+                data: data.unbind(),
+                mask,
+            },
+        })
+    }
+
+    /// The dtype's name (`f32`, `bf16`, ..., `bool` for a comparison's result).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.store.dtype_name()
+    }
+
+    /// `dense`, `csr` or `coo`.
+    #[getter]
+    fn layout(&self) -> &'static str {
+        self.store.layout()
+    }
+
+    /// The shape.
+    #[getter]
+    fn shape(&self, py: Python<'_>) -> PyResult<Vec<usize>> {
+        Ok(match &self.store {
+            Store::Dense { data, .. } | Store::Bool { data, .. } => data
+                .bind(py)
+                .cast::<numpy::PyUntypedArray>()?
+                .shape()
+                .to_vec(),
+            Store::Csr { shape, .. } => vec![shape.0, shape.1],
+            Store::Coo(a) => a.shape(),
+            Store::BoolSparse { shape, .. } => shape.clone(),
+        })
+    }
+
+    /// The numpy array of values this handle computes on (dense: the caller's array, no
+    /// copy; CSR: the stored values; COO: a copy of the sorted stored values).
+    fn data(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match &self.store {
+            Store::Dense { data, .. } | Store::Bool { data, .. } | Store::Csr { data, .. } => {
+                Ok(data.clone_ref(py))
+            }
+            Store::BoolSparse { values, .. } => Ok(values.clone_ref(py)),
+            Store::Coo(a) => {
+                let Output::Sparse(s) =
+                    a.view().map_err(py_err)?.cast(a.dtype()).map_err(py_err)?
+                else {
+                    unreachable!("a COO cast is sparse")
+                };
+                let n = s.values.len();
+                dyn_to_numpy(py, s.values, &[n])
+            }
+        }
+    }
+
+    /// Dense: the validity as numpy bools of the data's shape, or None (all valid).
+    fn valid(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        match &self.store {
+            Store::Dense { mask, .. } => mask.as_ref().map(|m| bits_to_numpy(py, m)).transpose(),
+            Store::Bool { mask, .. } => Ok(Some(bits_to_numpy(py, mask)?)),
+            _ => Err(PyTypeError::new_err("valid() is the dense layout's; a sparse array's valid positions are valid_coords()")),
+        }
+    }
+
+    /// Sparse: the valid positions (int64 `[ndim, k]`, row-major order) and their values.
+    fn valid_entries(&self, py: Python<'_>) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+        if let Store::BoolSparse { coords, values, .. } = &self.store {
+            return Ok((coords.clone_ref(py), values.clone_ref(py)));
+        }
+        let out = self
+            .store
+            .with_ref(py, |r| engine(py, move || r.fill_zero()))?;
+        let Output::Sparse(s) = out else {
+            return Err(PyTypeError::new_err(
+                "valid_entries() is the sparse layouts'",
+            ));
+        };
+        let n = s.indices.len();
+        let ndim = s.shape.len();
+        let flat: Vec<usize> = s.coords().into_iter().flatten().collect();
+        Ok((
+            usize_to_numpy(py, flat, &[ndim, n])?,
+            dyn_to_numpy(py, s.values, &[n])?,
+        ))
+    }
+
+    /// CSR: `(indptr, indices, data)` as the handle holds them, and the mask kind.
+    fn csr_parts(
+        &self,
+        py: Python<'_>,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>, &'static str)> {
+        match &self.store {
+            Store::Csr {
+                indptr_obj,
+                indices,
+                data,
+                mask,
+                ..
+            } => Ok((
+                indptr_obj.clone_ref(py),
+                indices.clone_ref(py),
+                data.clone_ref(py),
+                match mask {
+                    CsrMaskSpec::Stored => "pattern",
+                    CsrMaskSpec::All => "all",
+                    _ => "other",
+                },
+            )),
+            _ => Err(PyTypeError::new_err("csr_parts() is the CSR layout's")),
+        }
+    }
+
+    /// COO: the stored coordinates (int64 `[ndim, nnz]`, sorted row-major), the stored
+    /// values, and the mask kind.
+    fn coo_parts(&self, py: Python<'_>) -> PyResult<(Py<PyAny>, Py<PyAny>, &'static str)> {
+        let Store::Coo(a) = &self.store else {
+            return Err(PyTypeError::new_err("coo_parts() is the COO layout's"));
+        };
+        let ArrayRef::Coo(c) = a.view().map_err(py_err)? else {
+            unreachable!("a COO view")
+        };
+        let (flat, ndim, n, kind) = masked_core::with_by_dtype!(c, T, x => {
+            let x: &MaskedCoo<T> = x;
+            let p = x.pattern();
+            let flat: Vec<usize> = (0..p.ndim()).flat_map(|d| p.coords(d).iter().copied()).collect();
+            let kind = match x.mask() {
+                CooMask::Stored => "pattern",
+                CooMask::All => "all",
+                CooMask::Pattern(_) => "other",
+            };
+            (flat, p.ndim(), p.nnz(), kind)
+        });
+        Ok((usize_to_numpy(py, flat, &[ndim, n])?, self.data(py)?, kind))
+    }
+
+    /// Stored entries (dense: every element).
+    #[getter]
+    fn nnz(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(match &self.store {
+            Store::Csr { indptr, .. } => indptr[indptr.len() - 1],
+            Store::Coo(a) => a.nnz(),
+            Store::BoolSparse { shape, .. } => {
+                let _ = shape;
+                self.valid_entries(py)?.1.bind(py).len()?
+            }
+            _ => self.shape(py)?.iter().product(),
+        })
+    }
+
+    /// Runs a reduction, normalization or unary op of the registry by name: `dims`
+    /// None for every dim, `options` (name, text) pairs as the CLI takes them, `dtype`
+    /// the dtype to compute in (torch's `dtype=`).
+    #[pyo3(signature = (op, dims=None, keepdim=false, options=vec![], dtype=None))]
+    fn apply(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        dims: Option<Vec<isize>>,
+        keepdim: bool,
+        options: Vec<(String, String)>,
+        dtype: Option<&str>,
+    ) -> PyResult<Handle> {
+        let req = request(op, dims, keepdim, options, dtype)?;
+        let out = self.store.with_ref(py, |r| engine(py, || r.apply(&req)))?;
+        let csr = matches!(self.store, Store::Csr { .. });
+        output_handle(py, out, csr)
+    }
+
+    /// The gradient with respect to this array's values of the op of the request, given
+    /// the upstream gradient `g` shaped as the forward output (dense: an array of its
+    /// shape; sparse: a sparse handle stored at exactly the forward output's valid
+    /// positions).
+    #[pyo3(signature = (op, g, dims=None, keepdim=false, options=vec![]))]
+    fn vjp(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        g: &Handle,
+        dims: Option<Vec<isize>>,
+        keepdim: bool,
+        options: Vec<(String, String)>,
+    ) -> PyResult<Handle> {
+        let req = request(op, dims, keepdim, options, None)?;
+        let up = match &g.store {
+            Store::Dense { data, dtype, .. } => {
+                let shape = g.shape(py)?;
+                let values = dynvec_from(py, data.bind(py), *dtype)?;
+                Output::Dense(masked_engine::Outcome {
+                    mask: BitMask::filled(&shape[..], true).map_err(py_err)?,
+                    shape,
+                    values,
+                })
+            }
+            _ => g
+                .store
+                .with_ref(py, |r| engine(py, move || r.fill_zero()))?,
+        };
+        let out = self
+            .store
+            .with_ref(py, |r| engine(py, || r.vjp(&req, &up)))?;
+        let csr = matches!(self.store, Store::Csr { .. });
+        output_handle(py, out, csr)
+    }
+
+    /// The binary op `op` (a registry name) with `other` (a handle or a Python scalar)
+    /// under `rule` ("strict" or "and"); `swapped` computes `op(other, self)`. Operands of
+    /// two dtypes are promoted first (torch's rules).
+    #[pyo3(signature = (other, op, rule="strict", swapped=false))]
+    fn binary(
+        &self,
+        py: Python<'_>,
+        other: Bound<'_, PyAny>,
+        op: &str,
+        rule: &str,
+        swapped: bool,
+    ) -> PyResult<Handle> {
+        let bop = op
+            .parse::<Op>()
+            .map_err(py_err)?
+            .binary()
+            .ok_or_else(|| MaskedError::new_err(format!("{op} is not a binary op")))?;
+        let rule = match rule {
+            "strict" => MaskRule::Strict,
+            "and" => MaskRule::And,
+            r => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown mask rule {r:?}: strict or and"
+                )))
+            }
+        };
+        let csr = matches!(self.store, Store::Csr { .. });
+        let mine = dtype_of(self.store.dtype_name())?;
+        if let Ok(h) = other.cast::<Handle>() {
+            let h = h.get();
+            let theirs = dtype_of(h.store.dtype_name())?;
+            let to = promote(mine, theirs);
+            let a = if to == mine {
+                None
+            } else {
+                Some(self.cast(py, to.name())?)
+            };
+            let b = if to == theirs {
+                None
+            } else {
+                Some(h.cast(py, to.name())?)
+            };
+            let a = a.as_ref().unwrap_or(self);
+            let b = b.as_ref().unwrap_or(h);
+            let out = a.store.with_ref(py, |ra| {
+                b.store.with_ref(py, |rb| {
+                    engine(py, || ra.binary(Operand::Array(&rb), bop, rule, swapped))
+                })
+            })?;
+            return zip_handle(py, out, csr || matches!(b.store, Store::Csr { .. }));
+        }
+        let s = scalar_of(&other)?;
+        let to = promote_scalar(mine, s);
+        let a = if to == mine {
+            None
+        } else {
+            Some(self.cast(py, to.name())?)
+        };
+        let a = a.as_ref().unwrap_or(self);
+        let out = a.store.with_ref(py, |r| {
+            engine(py, || r.binary(Operand::Scalar(s), bop, rule, swapped))
+        })?;
+        zip_handle(py, out, csr)
+    }
+
+    /// The values cast to `dtype` (mask and positions kept).
+    fn cast(&self, py: Python<'_>, dtype: &str) -> PyResult<Handle> {
+        let to = dtype_of(dtype)?;
+        let out = self.store.with_ref(py, |r| engine(py, || r.cast(to)))?;
+        output_handle(py, out, matches!(self.store, Store::Csr { .. }))
+    }
+
+    /// A dense array with `value` at every invalid position (explicit densification).
+    fn filled(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<Handle> {
+        let s = scalar_of(&value)?;
+        let out = self.store.with_ref(py, |r| engine(py, || r.filled(s)))?;
+        output_handle(py, out, false)
+    }
+
+    /// `where(cond, self, other)`: `cond` a numpy bool array broadcastable to the shape.
+    fn select(&self, py: Python<'_>, cond: Bound<'_, PyAny>, other: &Handle) -> PyResult<Handle> {
+        let c = bits_from(&cond)?;
+        let out = self.store.with_ref(py, |a| {
+            other
+                .store
+                .with_ref(py, |b| engine(py, || a.select(&c, &b)))
+        })?;
+        output_handle(py, out, matches!(self.store, Store::Csr { .. }))
+    }
+}
+
+impl Handle {
+    /// Checks a CSR handle's structure once (sorted, in range, no duplicate).
+    fn validate_csr(&self, py: Python<'_>) -> PyResult<()> {
+        let Store::Csr {
+            shape,
+            indptr,
+            indices,
+            wide,
+            data,
+            ..
+        } = &self.store
+        else {
+            return Ok(());
+        };
+        let n = data.bind(py).cast::<numpy::PyUntypedArray>()?.len();
+        let check = |r: Result<(), sprs::errors::StructureError>| {
+            r.map_err(|e| {
+                MaskedError::new_err(format!(
+                    "not a canonical CSR matrix ({e}): call sort_indices() and \
+                     sum_duplicates() on it first"
+                ))
+            })
+        };
+        if *wide {
+            let ix: PyReadonlyArray1<'_, i64> = indices.bind(py).extract()?;
+            let ix = as_usize(ix.as_slice()?).map_err(py_err)?;
+            if ix.len() != n {
+                return Err(MaskedError::new_err(format!(
+                    "{} indices for {n} values",
+                    ix.len()
+                )));
+            }
+            let dummy = vec![(); n];
+            check(
+                CsMatViewI::try_new(*shape, &indptr[..], ix, &dummy[..])
+                    .map(drop)
+                    .map_err(|(.., e)| e),
+            )
+        } else {
+            let ix: PyReadonlyArray1<'_, i32> = indices.bind(py).extract()?;
+            let ix = as_u32(ix.as_slice()?).map_err(py_err)?;
+            if ix.len() != n {
+                return Err(MaskedError::new_err(format!(
+                    "{} indices for {n} values",
+                    ix.len()
+                )));
+            }
+            let dummy = vec![(); n];
+            check(
+                CsMatViewI::try_new(*shape, &indptr[..], ix, &dummy[..])
+                    .map(drop)
+                    .map_err(|(.., e)| e),
+            )
+        }?;
+        self.store.with_ref(py, |_| Ok(()))
+    }
+}
+
+/// A 1-D int32 or int64 numpy array as `usize`s (one copy), negatives refused.
+fn usize_vec(a: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<usize>> {
+    let conv = |v: Vec<i64>| {
+        v.into_iter()
+            .enumerate()
+            .map(|(k, x)| {
+                usize::try_from(x).map_err(|_| {
+                    MaskedError::new_err(format!("{what}: negative value {x} at entry {k}"))
+                })
+            })
+            .collect::<PyResult<Vec<usize>>>()
+    };
+    if let Ok(r) = a.extract::<PyReadonlyArray1<'_, i64>>() {
+        return conv(r.as_array().to_vec());
+    }
+    if let Ok(r) = a.extract::<PyReadonlyArray1<'_, i32>>() {
+        return conv(r.as_array().iter().map(|&x| x as i64).collect());
+    }
+    Err(PyTypeError::new_err(format!(
+        "{what} must be a 1-D int32 or int64 array"
+    )))
+}
+
+/// The registry: `(name, kind, options, differentiable, summary)` for every op.
+#[pyfunction]
+fn ops(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    let rows = Op::ALL.iter().map(|&op| {
+        let kind = match op.kind() {
+            Kind::Reduce => "reduce",
+            Kind::ReduceOne => "reduce_one",
+            Kind::Normalize => "normalize",
+            Kind::Unary => "unary",
+            Kind::Binary => "binary",
+        };
+        (
+            op.name(),
+            kind,
+            op.options().to_vec(),
+            op.differentiable(),
+            op.summary(),
+        )
+    });
+    PyList::new(py, rows)
+}
+
+/// Every option: `(name, help)`.
+#[pyfunction]
+fn options(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    PyList::new(
+        py,
+        masked_engine::by_name::OPTIONS
+            .iter()
+            .map(|o| (o.name, o.help)),
+    )
+}
+
+/// Runs a deliberately failing internal path (a panic inside an engine call), to test
+/// that it surfaces as `MaskedError("internal error: ...")`.
+#[pyfunction]
+fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
+    engine(py, || -> Result<(), Error> {
+        panic!("a deliberate panic for the test suite")
+    })
+}
+
+/// Burns CPU for about `n` iterations with the GIL released (the GIL test's yardstick).
+#[pyfunction]
+fn _spin(py: Python<'_>, n: u64) -> PyResult<u64> {
+    engine(py, move || {
+        let mut x = 0u64;
+        for i in 0..n {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+        Ok(x)
+    })
+}
+
+static PROBE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Waits inside an engine call (the GIL released, as every op's) until another Python
+/// thread calls `_probe_release()`, for at most `timeout_s`: True when released in time.
+/// The GIL test's probe: were the GIL held here, no other thread could release it.
+#[pyfunction]
+fn _probe_wait(py: Python<'_>, timeout_s: f64) -> PyResult<bool> {
+    use std::sync::atomic::Ordering;
+    PROBE.store(false, Ordering::SeqCst);
+    engine(py, move || {
+        let t = std::time::Instant::now();
+        while !PROBE.load(Ordering::SeqCst) {
+            if t.elapsed().as_secs_f64() > timeout_s {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        Ok(true)
+    })
+}
+
+/// Releases `_probe_wait`.
+#[pyfunction]
+fn _probe_release() {
+    PROBE.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[pymodule]
+fn _masked(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Handle>()?;
+    m.add("MaskedError", m.py().get_type::<MaskedError>())?;
+    m.add_function(wrap_pyfunction!(ops, m)?)?;
+    m.add_function(wrap_pyfunction!(options, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(_spin, m)?)?;
+    m.add_function(wrap_pyfunction!(_probe_wait, m)?)?;
+    m.add_function(wrap_pyfunction!(_probe_release, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,59 @@
+"""masked: masked reductions, normalizations and algebra, sparse-first, on numpy,
+scipy.sparse and torch buffers without copying them.
+
+    import masked as mk
+    import numpy as np
+
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=np.float32)
+    valid = np.array([[True, True, False], [False, True, True]])
+    mk.sum(x, 1, mask=valid).compressed()     # torch.masked's convention: True = valid
+    a = mk.MaskedArray(x, valid)               # no copy of x
+    a.softmax(1).filled(0)
+
+Two mask conventions, never confused: the module functions take torch.masked's
+`mask=` (True = valid); `MaskedArray(data, valid=...)` says `valid=` and
+`MaskedArray(data, mask=...)` is numpy.ma's (True = masked out). See docs/python.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _masked
+from ._api import compress, vjp, where
+from ._array import MaskedArray, MaskedError, as_masked, coo, csr, from_numpy_ma
+from ._ops import *  # noqa: F401,F403  (every op of the registry)
+from ._ops import __all__ as _op_names
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MaskedArray",
+    "MaskedError",
+    "as_masked",
+    "compress",
+    "coo",
+    "csr",
+    "from_numpy_ma",
+    "ops",
+    "shared",
+    "torch",
+    "vjp",
+    "where",
+    *_op_names,
+]
+
+
+def ops() -> list[tuple[str, str, tuple[str, ...], bool, str]]:
+    """The engine's registry: `(name, kind, options, differentiable, summary)` per op,
+    kind one of reduce, reduce_one, normalize, unary, binary."""
+    return [(n, k, tuple(o), d, s) for n, k, o, d, s in _masked.ops()]
+
+
+def __getattr__(name: str) -> Any:
+    # mk.torch and mk.shared import their optional dependencies on first use
+    if name in ("torch", "shared"):
+        import importlib
+
+        return importlib.import_module(f"masked.{name}")
+    raise AttributeError(f"module 'masked' has no attribute {name!r}")

@@ -1,0 +1,244 @@
+"""Dense masked arrays against numpy.ma (an independent implementation) and by hand."""
+
+import numpy as np
+import pytest
+
+import masked as mk
+
+RNG = np.random.default_rng(7)
+
+
+def data(shape=(5, 7), dtype=np.float64, p=0.6):
+    x = RNG.standard_normal(shape).astype(dtype)
+    valid = RNG.random(shape) < p
+    return x, valid
+
+
+def ma(x, valid):
+    return np.ma.MaskedArray(x, mask=~valid)
+
+
+@pytest.mark.parametrize("dim", [0, 1, None, (0, 1)])
+@pytest.mark.parametrize(
+    "op, ref",
+    [
+        ("sum", lambda m, ax: m.sum(axis=ax)),
+        ("prod", lambda m, ax: m.prod(axis=ax)),
+        ("amax", lambda m, ax: m.max(axis=ax)),
+        ("amin", lambda m, ax: m.min(axis=ax)),
+        ("mean", lambda m, ax: m.mean(axis=ax)),
+        ("var", lambda m, ax: m.var(axis=ax, ddof=1)),
+        ("std", lambda m, ax: m.std(axis=ax, ddof=1)),
+        ("count", lambda m, ax: m.count(axis=ax)),
+    ],
+)
+def test_reductions_equal_numpy_ma(op, ref, dim):
+    x, valid = data()
+    valid[2] = False  # a fully masked row
+    got = getattr(mk, op)(x, dim, mask=valid)
+    want = ref(ma(x, valid), dim if not isinstance(dim, tuple) else None)
+    want = np.ma.asarray(want)
+    gv = got.valid
+    wv = ~np.ma.getmaskarray(want)
+    if op == "count":
+        np.testing.assert_array_equal(got.data, want.data)
+        return
+    if op in ("var", "std"):
+        # numpy.ma masks a lane with one valid element for ddof=1; the engine gives NaN there
+        # as a valid output? compare where both say valid
+        both = gv & wv
+        np.testing.assert_allclose(got.data[both], np.ma.getdata(want)[both], rtol=1e-12)
+        return
+    np.testing.assert_array_equal(gv, wv)
+    np.testing.assert_allclose(got.data[gv], np.ma.getdata(want)[gv], rtol=1e-12)
+
+
+def test_conventions_never_confused():
+    x, valid = data()
+    torch_style = mk.sum(x, 1, mask=valid)
+    numpy_style = mk.MaskedArray(x, mask=~valid).sum(1)
+    explicit = mk.MaskedArray(x, valid=valid).sum(1)
+    np.testing.assert_array_equal(torch_style.data, numpy_style.data)
+    np.testing.assert_array_equal(torch_style.data, explicit.data)
+    with pytest.raises(ValueError, match="not both"):
+        mk.MaskedArray(x, valid=valid, mask=~valid)
+    with pytest.raises(ValueError, match="MaskedArray carries its own mask"):
+        mk.sum(mk.MaskedArray(x), 1, mask=valid)
+
+
+def test_hand_checked_values():
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=np.float32)
+    valid = np.array([[True, True, False], [False, True, True]])
+    s = mk.sum(x, 1, mask=valid)
+    assert s.dtype == "float32"
+    np.testing.assert_array_equal(s.data, [3.0, 11.0])
+    m = mk.mean(x, 0, mask=valid, keepdim=True)
+    assert m.shape == (1, 3)
+    np.testing.assert_array_equal(m.data, [[1.0, 3.5, 6.0]])
+    sm = mk.softmax(x, 1, mask=valid)
+    e = np.exp([1.0, 2.0])
+    np.testing.assert_allclose(sm.data[0, :2], e / e.sum(), rtol=1e-6)
+    assert not sm.valid[0, 2]
+    np.testing.assert_array_equal(sm.filled(0)[0, 2], 0.0)
+    am = mk.argmax(x, 1, mask=valid)
+    np.testing.assert_array_equal(am.data, [1, 2])
+    med = mk.median(np.array([[1.0, 5.0, 2.0, 8.0]]), mask=np.array([[True, True, True, False]]))
+    np.testing.assert_array_equal(med.data, [2.0])
+    q = mk.quantile(np.array([1.0, 2.0, 3.0, 4.0]), 0.25)
+    np.testing.assert_allclose(q.data, np.quantile([1.0, 2.0, 3.0, 4.0], 0.25))
+    n = mk.norm(np.array([3.0, 4.0]), 2)
+    np.testing.assert_allclose(n.data, 5.0)
+    v = mk.var(np.array([1.0, 2.0, 3.0, 4.0]), unbiased=False)
+    np.testing.assert_allclose(v.data, 1.25)
+    v = mk.var(np.array([1.0, 2.0, 3.0, 4.0]), correction=0)
+    np.testing.assert_allclose(v.data, 1.25)
+
+
+def test_fully_masked_lane_fill_values_and_validity():
+    x = np.array([[1.0, 2.0], [3.0, 4.0]])
+    valid = np.array([[True, True], [False, False]])
+    s = mk.sum(x, 1, mask=valid)
+    assert s.valid.tolist() == [True, False]
+    assert s.filled(-7).tolist() == [3.0, -7.0]
+    mean = mk.mean(x, 1, mask=valid)
+    assert np.isnan(mean.data[1])  # torch.masked's fill value, under a false bit
+    assert mean.filled(0).tolist() == [1.5, 0.0]
+
+
+def test_integers_widen_and_every_dtype():
+    x = np.array([[2**31 - 1, 5], [1, 1]], dtype=np.int32)
+    s = mk.sum(x, 1)
+    assert s.dtype == "int64"
+    assert s.data.tolist() == [2**31 + 4, 2]
+    for dt in (np.float16, np.float32, np.float64, np.int32, np.int64):
+        y = np.arange(6, dtype=dt).reshape(2, 3)
+        r = mk.amax(y, 1, mask=np.array([True, True, False]))
+        assert r.data.tolist() == [1, 4]
+
+
+def test_normalizations_need_a_dim():
+    with pytest.raises(mk.MaskedError, match="dim"):
+        mk.softmax(np.ones((2, 2)), None)
+    with pytest.raises(TypeError):
+        mk.softmax(np.ones((2, 2)))  # dim is required, as torch.masked's
+
+
+def test_elementwise_keep_the_mask_and_never_leak_nan():
+    x = np.array([-1.5, 0.25, np.nan, 4.0], dtype=np.float32)
+    valid = np.array([True, True, False, True])
+    r = mk.sqrt(x, mask=valid)
+    assert np.isnan(r.data[0])  # a valid sqrt(-1.5) is a valid NaN
+    assert r.valid.tolist() == valid.tolist()
+    assert r.filled(0)[2] == 0.0
+    c = mk.clamp(x, 0.0, 1.0, mask=valid)
+    assert c.compressed().tolist() == [0.0, 0.25, 1.0]
+
+
+def test_operators_and_rules():
+    x = np.array([1.0, 2.0, 3.0])
+    a = mk.MaskedArray(x, valid=np.array([True, False, True]))
+    b = mk.MaskedArray(np.array([10.0, 20.0, 30.0]), valid=np.array([True, True, False]))
+    assert (a + 1).compressed().tolist() == [2.0, 4.0]
+    assert (1 - a).compressed().tolist() == [0.0, -2.0]
+    assert (2 ** a).compressed().tolist() == [2.0, 8.0]
+    assert (a * a).compressed().tolist() == [1.0, 9.0]
+    assert (-a).compressed().tolist() == [-1.0, -3.0]
+    with pytest.raises(mk.MaskedError, match="mask"):
+        a + b  # the strict rule: masks differ
+    r = mk.add(a, b, rule="and")
+    assert r.valid.tolist() == [True, False, False]
+    assert r.compressed().tolist() == [11.0]
+    cmp = a > 1.5
+    assert cmp.dtype == "bool"
+    assert cmp.compressed().tolist() == [False, True]
+    both = (a > 0.5) & (a < 2.5)
+    assert both.compressed().tolist() == [True, False]
+    assert (~cmp).compressed().tolist() == [True, False]
+    # promotion: int32 + float scalar gives a float
+    i = mk.MaskedArray(np.array([1, 2], dtype=np.int32))
+    assert (i + 0.5).dtype == "float64"
+    # broadcasting a row over a matrix
+    m = mk.MaskedArray(np.ones((2, 3)))
+    w = mk.MaskedArray(np.array([1.0, 2.0, 3.0]))
+    assert (m * w).data.tolist() == [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
+
+
+def test_where_fill_compress():
+    a = mk.MaskedArray(np.array([1.0, 2.0, 3.0]), valid=np.array([True, False, True]))
+    b = mk.MaskedArray(np.array([7.0, 8.0, 9.0]))
+    w = mk.where(np.array([True, False, False]), a, b)
+    assert w.compressed().tolist() == [1.0, 8.0, 9.0]
+    f = a.fill(0.0)
+    assert f.valid.all() and f.data.tolist() == [1.0, 0.0, 3.0]
+    assert mk.compress(a).tolist() == [1.0, 3.0]
+
+
+def test_numpy_ma_round_trip():
+    x, valid = data()
+    m = ma(x, valid)
+    a = mk.from_numpy_ma(m)
+    assert np.shares_memory(a.data, x)
+    back = a.to_numpy_ma()
+    np.testing.assert_array_equal(np.ma.getmaskarray(back), ~valid)
+    assert mk.sum(m, 1).data.tolist() == mk.sum(x, 1, mask=valid).data.tolist()
+
+
+def test_repr_shows_masked_entries():
+    a = mk.MaskedArray(np.array([1.0, 2.0]), valid=np.array([True, False]))
+    assert "--" in repr(a)
+
+
+def test_numpy_functions_refuse_to_drop_the_mask():
+    a = mk.MaskedArray(np.array([1.0, 2.0]))
+    with pytest.raises(TypeError, match="filled"):
+        np.asarray(a)
+    with pytest.raises(TypeError, match="drop its mask"):
+        np.sum(a)
+
+
+def test_out_writes_into_the_callers_buffer():
+    x, valid = data((3, 4), np.float32)
+    buf = np.zeros((3, 4), dtype=np.float32)
+    vbuf = np.zeros((3, 4), dtype=bool)
+    out = mk.MaskedArray(buf, valid=vbuf)
+    r = mk.softmax(x, 1, mask=valid, out=out)
+    assert r is out
+    assert out.data is buf or np.shares_memory(out.data, buf)
+    want = mk.softmax(x, 1, mask=valid)
+    np.testing.assert_array_equal(buf, want.data)
+    np.testing.assert_array_equal(vbuf, want.valid)
+    e = mk.exp(x, mask=valid, out=out)
+    assert e is out and np.shares_memory(out.data, buf)
+    with pytest.raises(mk.MaskedError, match="shape"):
+        mk.softmax(np.ones((2, 2), dtype=np.float32), 1, out=out)
+
+
+def test_vjp_matches_finite_differences_and_no_nan():
+    x, valid = data((3, 5), np.float64)
+    valid[1] = False  # a fully masked row
+    g = RNG.standard_normal((3, 5))
+    dx = mk.vjp("softmax", x, g, 1, mask=valid)
+    assert not np.isnan(dx.data).any()
+    assert (dx.data[1] == 0).all()
+    eps = 1e-6
+    for i, j in [(0, 0), (2, 3), (0, 4)]:
+        if not valid[i, j]:
+            continue
+        xp, xm = x.copy(), x.copy()
+        xp[i, j] += eps
+        xm[i, j] -= eps
+        fp = (mk.softmax(xp, 1, mask=valid).filled(0) * g).sum()
+        fm = (mk.softmax(xm, 1, mask=valid).filled(0) * g).sum()
+        np.testing.assert_allclose(dx.data[i, j], (fp - fm) / (2 * eps), rtol=1e-5, atol=1e-8)
+    gs = RNG.standard_normal(3)
+    dv = mk.vjp("var", x, gs, 1, mask=valid)
+    assert not np.isnan(dv.data).any()
+    with pytest.raises(mk.MaskedError, match="gradient|differentiable"):
+        mk.vjp("sum", np.array([1, 2], dtype=np.int64), np.array(1, dtype=np.int64))
+
+
+def test_halves():
+    x = np.array([[1.0, 2.0, 3.0]], dtype=np.float16)
+    r = mk.sum(x, 1, dtype=np.float32)
+    assert r.dtype == "float32" and r.data.tolist() == [6.0]
+    assert mk.softmax(x, 1).dtype == "float16"

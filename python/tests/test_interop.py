@@ -1,0 +1,218 @@
+"""Zero-copy inputs and outputs (proved by pointers), scipy.sparse, COO, errors, the GIL."""
+
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+
+import masked as mk
+from masked import _masked
+
+sp = pytest.importorskip("scipy.sparse", reason="scipy is installed by the test command")
+
+
+def engine_owned(a: np.ndarray) -> bool:
+    """True when the array's memory is a Rust vector handed over by the engine (numpy's
+    base object is rust-numpy's container), not a numpy allocation."""
+    base = a
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return type(base).__name__ == "PySliceContainer"
+
+
+def test_dense_inputs_without_copy():
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    a = mk.MaskedArray(x)
+    assert a.data is x
+    s = x[:, ::2]  # strided
+    b = mk.MaskedArray(s, valid=np.ones(3, dtype=bool))
+    assert np.shares_memory(b.data, x)
+    assert b.sum(1).data.tolist() == s.sum(1).tolist()
+    t = x.T  # transposed (F order)
+    assert mk.sum(t, 1).data.tolist() == t.sum(1).tolist()
+    neg = x[::-1, ::-1]  # negative strides
+    assert mk.amax(neg, 1).data.tolist() == neg.max(1).tolist()
+
+
+def test_results_own_the_engine_buffers():
+    x = np.arange(12, dtype=np.float64).reshape(3, 4)
+    r = mk.softmax(x, 1)
+    assert engine_owned(r.data)
+    assert engine_owned(mk.sum(x, 0).data)
+    A = sp.random(50, 40, density=0.2, format="csr", random_state=1)
+    assert engine_owned(mk.csr(A).softmax(1).data)
+
+
+def test_unsupported_dtypes_are_type_errors():
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        mk.MaskedArray(np.zeros(3, dtype=np.uint8))
+    with pytest.raises(TypeError, match="bool array"):
+        mk.MaskedArray(np.zeros(3), valid=np.zeros(3, dtype=np.int8))
+    with pytest.raises(TypeError):
+        mk.sum("not an array")
+
+
+def test_errors_are_typed():
+    with pytest.raises(mk.MaskedError, match="dim"):
+        mk.sum(np.ones((2, 2)), 5)
+    assert issubclass(mk.MaskedError, ValueError)
+    with pytest.raises(mk.MaskedError, match="broadcast"):
+        mk.MaskedArray(np.ones((2, 3)), valid=np.ones((4,), dtype=bool))
+    with pytest.raises(mk.MaskedError, match="unknown|expected"):
+        mk.quantile(np.ones(3), 0.5, interpolation="sideways")
+    # a dense result larger than the resource limits: MemoryError before any allocation
+    big = sp.csr_array((np.array([1.0]), np.array([0]), np.array([0, 1] + [1] * 0)), shape=(1, 2**62))
+    with pytest.raises(MemoryError):
+        mk.csr(big).filled(0)
+
+
+def test_a_panic_becomes_an_exception():
+    with pytest.raises(mk.MaskedError, match="internal error: a deliberate panic"):
+        _masked._panic_for_test()
+    # and the module still works afterwards
+    assert mk.sum(np.ones(3)).data.tolist() == 3.0
+
+
+def test_the_gil_is_released_during_engine_calls():
+    # a thread waits inside an engine call until this thread releases it; were the GIL
+    # held during the call, this thread could not run and the wait would time out
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(_masked._probe_wait(30.0)))
+    t.start()
+    while t.is_alive() and not seen:
+        _masked._probe_release()
+        t.join(0.01)
+    t.join()
+    assert seen == [True]
+
+
+def test_two_threads_compute_at_once():
+    x = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    want = mk.softmax(x, 1).data
+    out = [None, None]
+
+    def run(k):
+        out[k] = mk.softmax(x, 1).data
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    np.testing.assert_array_equal(out[0], want)
+    np.testing.assert_array_equal(out[1], want)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_csr_without_copy_and_equal_to_scipy(index_dtype):
+    A = sp.random(200, 150, density=0.05, format="csr", random_state=3, dtype=np.float64)
+    A.indices = A.indices.astype(index_dtype)
+    A.indptr = A.indptr.astype(index_dtype)
+    a = mk.csr(A)
+    indptr, indices, data, kind = a._h.csr_parts()
+    assert kind == "pattern"
+    assert indices is A.indices and data is A.data
+    assert np.shares_memory(a.data, A.data)
+    # row sums of the stored entries equal scipy's plain row sums
+    s = a.sum(1)
+    full = np.asarray(A.sum(1)).ravel()
+    nonempty = np.diff(A.indptr) > 0
+    assert s.layout == "coo"
+    got = np.zeros(200)
+    got[s.coords[0]] = s.compressed()
+    np.testing.assert_allclose(got[nonempty], full[nonempty], rtol=1e-12)
+    assert s.nnz == nonempty.sum()  # rows with no stored entry have no valid sum
+    # mean of the stored entries vs by hand; valid="all" counts unstored zeros
+    m = mk.mean(A, 1, mask=A)
+    counts = np.diff(A.indptr)
+    want = full[nonempty] / counts[nonempty]
+    np.testing.assert_allclose(m.compressed(), want, rtol=1e-12)
+    m_all = mk.mean(A, 1)  # torch.masked's convention: mask=None, every position valid
+    np.testing.assert_allclose(m_all.compressed(), full / 150, rtol=1e-12)
+    # softmax: sparse in, sparse out, over the same pattern
+    sm = a.softmax(1)
+    assert sm.layout == "csr" and sm.nnz == A.nnz
+    d = A.toarray()
+    r0 = np.nonzero(nonempty)[0][0]
+    vals = d[r0, A.indices[A.indptr[r0] : A.indptr[r0 + 1]]]
+    e = np.exp(vals - vals.max())
+    np.testing.assert_allclose(sm.to_scipy().toarray()[r0, A.indices[A.indptr[r0] : A.indptr[r0 + 1]]], e / e.sum(), rtol=1e-12)
+
+
+def test_csr_non_canonical_is_refused_with_the_fix():
+    A = sp.csr_array((np.array([1.0, 2.0]), np.array([1, 0]), np.array([0, 2])), shape=(1, 2))
+    A.has_sorted_indices = False
+    with pytest.raises(mk.MaskedError, match="sort_indices"):
+        mk.csr(A)
+
+
+def test_csr_other_masks():
+    A = sp.csr_array(np.array([[1.0, 0.0, 3.0], [0.0, 5.0, 6.0]]))
+    P = sp.csr_array(np.array([[1, 1, 0], [0, 0, 1]]))
+    r = mk.csr(A, valid=P).sum(1)
+    assert r.compressed().tolist() == [1.0, 6.0]
+    r = mk.csr(A, valid=np.array([[True, True, False], [False, False, True]])).sum(1)
+    assert r.compressed().tolist() == [1.0, 6.0]
+    r = mk.csr(A, valid="all").mean(1)
+    np.testing.assert_allclose(r.compressed(), [4 / 3, 11 / 3])
+
+
+def test_coo_n_d_and_scipy():
+    rng = np.random.default_rng(5)
+    shape = (6, 5, 4)
+    flat = rng.choice(np.prod(shape), 40, replace=False)
+    coords = np.stack(np.unravel_index(flat, shape)).astype(np.int64)
+    vals = rng.standard_normal(40)
+    a = mk.coo(coords, vals, shape)
+    dense = np.zeros(shape)
+    dense[tuple(coords)] = vals
+    present = np.zeros(shape, dtype=bool)
+    present[tuple(coords)] = True
+    for dims in [0, 2, (0, 2)]:
+        got = a.sum(dims)
+        ref = np.ma.MaskedArray(dense, mask=~present).sum(axis=dims)
+        want = np.ma.getdata(ref)[~np.ma.getmaskarray(ref)]
+        np.testing.assert_allclose(got.compressed(), want, rtol=1e-12)
+    sm = a.softmax(2)
+    assert sm.layout == "coo" and sm.nnz == 40
+    C = sp.coo_array(np.array([[0.0, 2.0], [3.0, 0.0]]))
+    c = mk.coo(C)
+    assert c.sum(0).compressed().tolist() == [3.0, 2.0]
+    assert mk.sum(C, 1, mask=C).compressed().tolist() == [2.0, 3.0]
+    with pytest.raises(mk.MaskedError):
+        mk.coo(np.array([[0, 0], [1, 1]]), np.array([1.0, 2.0]), (2, 2))  # a repeated position
+
+
+def _worker(name, shape):
+    x = mk.shared.attach(name, shape, "float32")
+    rng = np.random.default_rng(11)
+    src = rng.standard_normal(shape).astype(np.float32)
+    valid = rng.random(shape) < 0.7
+    mk.softmax(src, 1, mask=valid, out=x)
+
+
+def test_shared_memory_between_processes():
+    shape = (4, 8)
+    shm, x = mk.shared.empty(shape, "float32")
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        p = ctx.Process(target=_worker, args=(shm.name, shape))
+        p.start()
+        p.join(120)
+        assert p.exitcode == 0
+        # the parent reads the worker's result from the same buffer, without a copy
+        y = mk.shared.refresh(x)
+        assert np.shares_memory(y.data, x.data)
+        rng = np.random.default_rng(11)
+        src = rng.standard_normal(shape).astype(np.float32)
+        valid = rng.random(shape) < 0.7
+        want = mk.softmax(src, 1, mask=valid)
+        np.testing.assert_array_equal(y.data, want.data)
+        np.testing.assert_array_equal(y.valid, want.valid)
+        del y, want
+    finally:
+        del x
+        import gc
+
+        gc.collect()
+        shm.close()
+        shm.unlink()

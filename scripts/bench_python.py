@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Times the Python package against its peers in one run (best of --rounds each):
+per-call overhead, dense 4096^2 f32 reductions and softmax, mk.torch forward+backward,
+CSR row sums against scipy, and two Python threads against one.
+
+    MASKED_PROFILE=release scripts/python_test.sh -k nothing   # an optimised build in .venv
+    .venv/bin/pip install torch                                 # optional peer
+    .venv/bin/python scripts/bench_python.py [--rounds 5] [--cli target/release/masked]
+
+Prints a markdown table (docs/benchmarks.md, "Python"). Ratios are measured in the same
+run; the machine is shared and noisy, so compare ratios, not absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import threading
+import time
+
+import numpy as np
+
+import masked as mk
+
+
+def best(f, rounds: int) -> float:
+    f()  # warm up
+    ts = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def per_call(f, n: int = 2000) -> float:
+    f()
+    t = time.perf_counter()
+    for _ in range(n):
+        f()
+    return (time.perf_counter() - t) / n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--cli", default=None, help="the masked binary, to time `masked bench` on the same data")
+    args = ap.parse_args()
+    R = args.rounds
+    rows = []
+
+    def row(what, ours, peer_name=None, peer=None):
+        ratio = f"{peer / ours:.1f}x" if peer else ""
+        rows.append((what, f"{ours * 1e3:.3f}", peer_name or "", f"{peer * 1e3:.3f}" if peer else "", ratio))
+
+    try:
+        import torch
+        import torch.masked  # noqa: F401
+
+        torch.set_num_threads(2)
+    except ImportError:
+        torch = None
+
+    # per-call overhead
+    one = np.ones(1, dtype=np.float32)
+    onev = np.ones(1, dtype=bool)
+    o_mk = per_call(lambda: mk.sum(one, mask=onev))
+    om = np.ma.MaskedArray(one, mask=~onev)
+    o_np = per_call(lambda: om.sum())
+    rows.append(("per call: sum of 1 element (us)", f"{o_mk * 1e6:.1f}", "numpy.ma", f"{o_np * 1e6:.1f}", ""))
+    if torch is not None:
+        t1, m1 = torch.ones(1), torch.ones(1, dtype=torch.bool)
+        o_t = per_call(lambda: torch.masked.sum(t1, mask=m1), 500)
+        rows.append(("per call: sum of 1 element (us)", f"{o_mk * 1e6:.1f}", "torch.masked", f"{o_t * 1e6:.1f}", ""))
+
+    # dense 4096^2 f32, 50% mask, dim 1
+    n = args.n
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, n), dtype=np.float32)
+    valid = rng.random((n, n)) < 0.5
+    a = mk.MaskedArray(x, valid)
+    for op in ("sum", "softmax", "median"):
+        t_mk = best(lambda: getattr(a, op)(1), R)
+        peer = None
+        if torch is not None:
+            tx, tv = torch.from_numpy(x), torch.from_numpy(valid)
+            f = getattr(torch.masked, op, None)
+            if f is not None:
+                peer = best(lambda: f(tx, 1, mask=tv), max(1, R // 2))
+        row(f"dense {n}^2 f32 {op} dim 1 (ms)", t_mk, "torch.masked" if peer else None, peer)
+    if args.cli:
+        out = subprocess.run(
+            [args.cli, "bench", "--op", "sum,softmax,median", "--layout", "dense", "--shape", f"{n},{n}", "--format", "json"],
+            capture_output=True, text=True,
+        )
+        rows.append(("masked bench (same shape, CLI)", out.stdout.strip()[:200] or out.stderr.strip()[:200], "", "", ""))
+
+    if torch is not None:
+        tx = torch.from_numpy(x[:1024, :1024].copy())
+        tv = torch.from_numpy(valid[:1024, :1024].copy())
+        for op in ("softmax", "var"):
+            def ours():
+                y = tx.clone().requires_grad_(True)
+                getattr(mk.torch, op)(y, 1, mask=tv).sum().backward()
+
+            def theirs():
+                y = tx.clone().requires_grad_(True)
+                getattr(torch.masked, op)(y, 1, mask=tv).sum().backward()
+
+            row(f"mk.torch.{op} fwd+bwd 1024^2 (ms)", best(ours, R), "torch.masked", best(theirs, R))
+
+    # CSR row sums against scipy
+    try:
+        import scipy.sparse as sp
+
+        m = 100_000
+        nnz = 10_000_000
+        rr = np.sort(rng.integers(0, m, nnz))
+        cc = rng.integers(0, m, nnz)
+        A = sp.csr_array((rng.standard_normal(nnz).astype(np.float32), (rr, cc)), shape=(m, m))
+        A.sum_duplicates()
+        ca = mk.csr(A)
+        row(f"CSR {m}^2 {A.nnz} stored, row sum (ms)", best(lambda: ca.sum(1), R), "scipy A.sum(1)", best(lambda: A.sum(1), R))
+    except ImportError:
+        pass
+
+    # two Python threads, each a 4096^2 softmax
+    def one_run():
+        a.softmax(1)
+
+    t1 = best(one_run, R)
+
+    def two():
+        ts = [threading.Thread(target=one_run) for _ in range(2)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+
+    t2 = best(two, R)
+    rows.append(("two threads x softmax vs one: throughput", f"{2 * t1 / t2:.2f}x", "", "", ""))
+
+    print("| what | masked | peer | peer | peer / masked |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    print(json.dumps({"rounds": R}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the Python package into a venv inside the checkout (.venv) and runs its tests.
+#
+#   scripts/python_test.sh            # build with the test profile (shares `cargo test`'s
+#                                     # compiled engine), then pytest python/tests
+#   MASKED_PROFILE=release scripts/python_test.sh   # the optimised build (benchmarks)
+#
+# Needs python3 (>= 3.10) and cargo on PATH; installs maturin, numpy, scipy and pytest
+# into the venv from PyPI. torch is optional: its tests skip, saying so, when it is absent
+# (pip install torch into .venv to run them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${MASKED_VENV:-.venv}
+profile=${MASKED_PROFILE:-test}
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2" numpy scipy pytest
+# pip install . with maturin from the venv (no isolated build env to download), in the
+# chosen cargo profile: the test profile reuses the engine `cargo test` compiled
+MATURIN_PEP517_ARGS="--profile $profile" \
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
+"$venv/bin/python" scripts/gen_python_ops.py --check
+"$venv/bin/python" -m pytest -q python/tests "$@"
