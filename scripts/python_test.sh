@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Python package into a venv inside the checkout (.venv) and runs its tests.
 #
-#   scripts/python_test.sh            # build with the test profile (shares `cargo test`'s
+#   scripts/python_test.sh            # build with the dev profile (shares `cargo test`'s
 #                                     # compiled engine), then pytest python/tests
 #   MASKED_PROFILE=release scripts/python_test.sh   # the optimised build (benchmarks)
 #
@@ -11,13 +11,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${MASKED_VENV:-.venv}
-profile=${MASKED_PROFILE:-test}
+profile=${MASKED_PROFILE:-dev}
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2" numpy scipy pytest
 # pip install . with maturin from the venv (no isolated build env to download), in the
-# chosen cargo profile: the test profile reuses the engine `cargo test` compiled
+# chosen cargo profile: dev (whose settings the test profile inherits) reuses the engine
 MATURIN_PEP517_ARGS="--profile $profile" \
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
 "$venv/bin/python" scripts/gen_python_ops.py --check
