@@ -84,6 +84,9 @@ enum CsrMaskSpec {
     Pattern32(PatternI<u32>),
 }
 
+/// `(indptr, indices, data, mask kind)` of a CSR handle.
+type CsrPartsPy = (Py<PyAny>, Py<PyAny>, Py<PyAny>, &'static str);
+
 /// What a [`Handle`] holds.
 enum Store {
     /// A numpy array (bf16 as its `uint16` bits) and the mask broadcast to its shape.
@@ -283,26 +286,54 @@ fn csr_ref<T, R>(
 where
     T: masked_core::Element + numpy::Element,
 {
+    let Store::Csr { data, .. } = s else {
+        unreachable!("csr_ref on a CSR store")
+    };
+    let d: PyReadonlyArray1<'_, T> = data.bind(py).extract()?;
+    csr_over(py, s, d.as_slice()?, f)
+}
+
+/// The CSR view of bf16 values held as numpy `uint16` bits.
+fn bf16_csr<R>(
+    py: Python<'_>,
+    s: &Store,
+    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+) -> PyResult<R> {
+    let Store::Csr { data, .. } = s else {
+        unreachable!("bf16_csr on a CSR store")
+    };
+    let bits: PyReadonlyArray1<'_, u16> = data.bind(py).extract()?;
+    let slice = bits.as_slice()?;
+    // SAFETY: same size and alignment, every bit pattern a bf16
+    let vals: &[bf16] = unsafe { std::slice::from_raw_parts(slice.as_ptr().cast(), slice.len()) };
+    csr_over(py, s, vals, f)
+}
+
+/// The masked CSR view over `vals` and the store's indices (int64 as `usize`, int32 as
+/// `u32`: no copy) and mask.
+fn csr_over<T: masked_core::Element, R>(
+    py: Python<'_>,
+    s: &Store,
+    vals: &[T],
+    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+) -> PyResult<R> {
     let Store::Csr {
         shape,
         indptr,
         indices,
         wide,
-        data,
         mask,
         ..
     } = s
     else {
-        unreachable!("csr_ref on a CSR store")
+        unreachable!("csr_over on a CSR store")
     };
-    let d: PyReadonlyArray1<'_, T> = data.bind(py).extract()?;
-    let d = d.as_slice()?;
     if *wide {
         let ix: PyReadonlyArray1<'_, i64> = indices.bind(py).extract()?;
         let ix = as_usize(ix.as_slice()?).map_err(py_err)?;
         // SAFETY: the structure was validated when the handle was made (`Handle::csr`)
         let m = unsafe {
-            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, d)
+            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, vals)
         };
         let mask = match mask {
             CsrMaskSpec::Stored => CsrMask::Stored,
@@ -316,7 +347,7 @@ where
         let ix = as_u32(ix.as_slice()?).map_err(py_err)?;
         // SAFETY: as above
         let m = unsafe {
-            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, d)
+            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, vals)
         };
         let mask = match mask {
             CsrMaskSpec::Stored => CsrMask::Stored,
@@ -387,61 +418,6 @@ impl Store {
             Store::Csr { .. } => "csr",
             Store::Coo(_) | Store::BoolSparse { .. } => "coo",
         }
-    }
-}
-
-/// The CSR view of bf16 values held as numpy `uint16` bits.
-fn bf16_csr<R>(
-    py: Python<'_>,
-    s: &Store,
-    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
-) -> PyResult<R> {
-    let Store::Csr {
-        shape,
-        indptr,
-        indices,
-        wide,
-        data,
-        mask,
-        ..
-    } = s
-    else {
-        unreachable!("bf16_csr on a CSR store")
-    };
-    let bits: PyReadonlyArray1<'_, u16> = data.bind(py).extract()?;
-    let slice = bits.as_slice()?;
-    // SAFETY: same size and alignment, every bit pattern a bf16
-    let vals: &[bf16] = unsafe { std::slice::from_raw_parts(slice.as_ptr().cast(), slice.len()) };
-    if *wide {
-        let ix: PyReadonlyArray1<'_, i64> = indices.bind(py).extract()?;
-        let ix = as_usize(ix.as_slice()?).map_err(py_err)?;
-        // SAFETY: validated when the handle was made
-        let m = unsafe {
-            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, vals)
-        };
-        let mask = match mask {
-            CsrMaskSpec::Stored => CsrMask::Stored,
-            CsrMaskSpec::All => CsrMask::All,
-            CsrMaskSpec::Pattern(p) => CsrMask::Pattern(p.clone()),
-            CsrMaskSpec::Pattern32(_) => unreachable!("a u32 pattern on usize indices"),
-        };
-        f(ArrayRef::from_csr(MaskedCsr::new(m, mask).map_err(py_err)?))
-    } else {
-        let ix: PyReadonlyArray1<'_, i32> = indices.bind(py).extract()?;
-        let ix = as_u32(ix.as_slice()?).map_err(py_err)?;
-        // SAFETY: validated when the handle was made
-        let m = unsafe {
-            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, vals)
-        };
-        let mask = match mask {
-            CsrMaskSpec::Stored => CsrMask::Stored,
-            CsrMaskSpec::All => CsrMask::All,
-            CsrMaskSpec::Pattern32(p) => CsrMask::Pattern(p.clone()),
-            CsrMaskSpec::Pattern(_) => unreachable!("a usize pattern on u32 indices"),
-        };
-        f(ArrayRef::from_csr32(
-            MaskedCsr::new(m, mask).map_err(py_err)?,
-        ))
     }
 }
 
@@ -870,10 +846,7 @@ impl Handle {
     }
 
     /// CSR: `(indptr, indices, data)` as the handle holds them, and the mask kind.
-    fn csr_parts(
-        &self,
-        py: Python<'_>,
-    ) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>, &'static str)> {
+    fn csr_parts(&self, py: Python<'_>) -> PyResult<CsrPartsPy> {
         match &self.store {
             Store::Csr {
                 indptr_obj,
