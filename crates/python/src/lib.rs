@@ -1,9 +1,9 @@
 //! `masked._masked`: the Python extension of the masked engine.
 //!
-//! One class, [`Handle`], holds a masked array of any layout and dtype as the Python
+//! One class, `Handle`, holds a masked array of any layout and dtype as the Python
 //! objects that own its buffers (numpy arrays, possibly views of scipy or torch memory)
 //! plus the engine-side mask; every op builds the engine's borrowed
-//! [`ArrayRef`](masked_engine::ArrayRef) over those buffers (no copy), releases the GIL,
+//! [`ArrayRef`] over those buffers (no copy), releases the GIL,
 //! and runs the dtype-erased boundary ([`masked_engine`]), which is where every generic
 //! instantiation is compiled. Results come back as numpy arrays that own the engine's
 //! output vectors (no copy). The Python package (`python/masked`) builds the user's API
