@@ -1066,47 +1066,40 @@ impl Handle {
             return Ok(());
         };
         let n = data.bind(py).cast::<numpy::PyUntypedArray>()?.len();
-        let check = |r: Result<(), sprs::errors::StructureError>| {
-            r.map_err(|e| {
-                MaskedError::new_err(format!(
-                    "not a canonical CSR matrix ({e}): call sort_indices() and \
-                     sum_duplicates() on it first"
-                ))
-            })
-        };
         if *wide {
             let ix: PyReadonlyArray1<'_, i64> = indices.bind(py).extract()?;
-            let ix = as_usize(ix.as_slice()?).map_err(py_err)?;
-            if ix.len() != n {
-                return Err(MaskedError::new_err(format!(
-                    "{} indices for {n} values",
-                    ix.len()
-                )));
-            }
-            let dummy = vec![(); n];
-            check(
-                CsMatViewI::try_new(*shape, &indptr[..], ix, &dummy[..])
-                    .map(drop)
-                    .map_err(|(.., e)| e),
-            )
+            check_structure(*shape, indptr, as_usize(ix.as_slice()?).map_err(py_err)?, n)?;
         } else {
             let ix: PyReadonlyArray1<'_, i32> = indices.bind(py).extract()?;
-            let ix = as_u32(ix.as_slice()?).map_err(py_err)?;
-            if ix.len() != n {
-                return Err(MaskedError::new_err(format!(
-                    "{} indices for {n} values",
-                    ix.len()
-                )));
-            }
-            let dummy = vec![(); n];
-            check(
-                CsMatViewI::try_new(*shape, &indptr[..], ix, &dummy[..])
-                    .map(drop)
-                    .map_err(|(.., e)| e),
-            )
-        }?;
+            check_structure(*shape, indptr, as_u32(ix.as_slice()?).map_err(py_err)?, n)?;
+        }
         self.store.with_ref(py, |_| Ok(()))
     }
+}
+
+/// Checks a CSR structure (sorted, in range, no duplicate, `n` values) once, naming the
+/// fix for a non-canonical matrix.
+fn check_structure<I: sprs::SpIndex>(
+    shape: (usize, usize),
+    indptr: &[usize],
+    ix: &[I],
+    n: usize,
+) -> PyResult<()> {
+    if ix.len() != n {
+        return Err(MaskedError::new_err(format!(
+            "{} indices for {n} values",
+            ix.len()
+        )));
+    }
+    let dummy = vec![(); n];
+    CsMatViewI::try_new(shape, indptr, ix, &dummy[..])
+        .map(drop)
+        .map_err(|(.., e)| {
+            MaskedError::new_err(format!(
+                "not a canonical CSR matrix ({e}): call sort_indices() and sum_duplicates() \
+                 on it first"
+            ))
+        })
 }
 
 /// A 1-D int32 or int64 numpy array as `usize`s (one copy), negatives refused.
