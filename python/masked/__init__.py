@@ -32,6 +32,7 @@ __all__ = [
     "MaskedError",
     "as_masked",
     "compress",
+    "dask",
     "coo",
     "csr",
     "from_numpy_ma",
@@ -51,8 +52,8 @@ def ops() -> list[tuple[str, str, tuple[str, ...], bool, str]]:
 
 
 def __getattr__(name: str) -> Any:
-    # mk.torch and mk.shared import their optional dependencies on first use
-    if name in ("torch", "shared"):
+    # mk.torch, mk.dask and mk.shared import their optional dependencies on first use
+    if name in ("torch", "shared", "dask"):
         import importlib
 
         return importlib.import_module(f"masked.{name}")

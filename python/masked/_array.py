@@ -73,6 +73,10 @@ def _as_numpy(x: Any) -> tuple[np.ndarray, str]:
         arr = np.asarray(x)
     if isinstance(arr, np.ma.MaskedArray):
         raise TypeError("a numpy.ma array: use mk.from_numpy_ma(x) (its mask means hidden)")
+    if not arr.flags.aligned:
+        # numpy allows unaligned buffers (a pickle's, a byte offset into another array);
+        # the engine reads typed values: one aligned copy
+        arr = arr.copy()
     if arr.dtype.name == "bfloat16":  # ml_dtypes
         return arr.view(np.uint16), "bf16"
     if not arr.dtype.isnative:

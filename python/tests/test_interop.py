@@ -35,6 +35,13 @@ def test_dense_inputs_without_copy():
     assert mk.amax(neg, 1).data.tolist() == neg.max(1).tolist()
 
 
+def test_unaligned_input_is_copied_not_a_crash():
+    raw = np.zeros(8 * 6 + 1, dtype=np.uint8)
+    x = np.frombuffer(raw.data, dtype=np.float64, count=6, offset=1).reshape(2, 3)
+    assert not x.flags.aligned
+    assert mk.sum(x, 1).data.tolist() == [0.0, 0.0]
+
+
 def test_results_own_the_engine_buffers():
     x = np.arange(12, dtype=np.float64).reshape(3, 4)
     r = mk.softmax(x, 1)
