@@ -6,7 +6,7 @@
 #   MASKED_PROFILE=release scripts/python_test.sh   # the optimised build (benchmarks)
 #
 # Needs python3 (>= 3.10) and cargo on PATH; installs maturin, numpy, scipy and pytest
-# into the venv from PyPI. torch is optional: its tests skip, saying so, when it is absent
+# (and dask, distributed) into the venv from PyPI. torch is optional: its tests skip, saying so, when it is absent
 # (pip install torch into .venv to run them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ profile=${MASKED_PROFILE:-dev}
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2" numpy scipy pytest
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2" numpy scipy pytest "dask[array]" distributed
 # pip install . with maturin from the venv (no isolated build env to download), in the
 # chosen cargo profile: dev (whose settings the test profile inherits) reuses the engine
 MATURIN_PEP517_ARGS="--profile $profile" \
