@@ -5,9 +5,9 @@
 #                                     # compiled engine), then pytest python/tests
 #   MASKED_PROFILE=release scripts/python_test.sh   # the optimised build (benchmarks)
 #
-# Needs python3 (>= 3.10) and cargo on PATH; installs maturin, numpy, scipy and pytest
-# (and dask, distributed) into the venv from PyPI. torch is optional: its tests skip, saying so, when it is absent
-# (pip install torch into .venv to run them).
+# Needs python3 (>= 3.10) and cargo on PATH; installs maturin, numpy, scipy, pytest,
+# dask and distributed into the venv from PyPI. torch is optional: its tests skip,
+# saying so, when it is absent (pip install torch into .venv to run them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${MASKED_VENV:-.venv}
@@ -17,7 +17,8 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2" numpy scipy pytest "dask[array]" distributed
 # pip install . with maturin from the venv (no isolated build env to download), in the
-# chosen cargo profile: dev (whose settings the test profile inherits) reuses the engine
+# chosen cargo profile: dev, whose settings the test profile inherits, reuses the engine
+# that `cargo test` compiled into target/debug
 MATURIN_PEP517_ARGS="--profile $profile" \
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
 "$venv/bin/python" scripts/gen_python_ops.py --check

@@ -383,11 +383,13 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, mask: Any, split_every: 
         return s
 
     def combine(s, axis=None, keepdims=True):
-        return fam.merge(s, axes_of(axis))
+        with np.errstate(all="ignore"):  # empty lanes and NaN states are masked out
+            return fam.merge(s, axes_of(axis))
 
     def aggregate(s, axis=None, keepdims=False):
-        m = fam.merge(s, axes_of(axis))
-        v, ok = fam.finish(m, out, **fin_kw)
+        with np.errstate(all="ignore"):
+            m = fam.merge(s, axes_of(axis))
+            v, ok = fam.finish(m, out, **fin_kw)
         r = _masked_result(v, ok)
         if not keepdims:
             r = r.reshape(tuple(d for i, d in enumerate(r.shape) if i not in axes))
