@@ -102,7 +102,23 @@ def vjp(
     read) and gives a dense gradient of the input's shape; a sparse input takes a sparse
     `grad` stored at exactly the forward output's valid positions (as the forward op
     returns them) and gives a gradient stored at the input's valid positions. Never NaN
-    from masked-out positions or fully masked lanes (semantics.md, "Gradients")."""
+    from masked-out positions or fully masked lanes (semantics.md, "Gradients").
+
+    A binary op (`mul`, `div`, `atan2`, ...) takes `input=(a, b)` and returns both
+    gradients `(da, db)`, each of its operand's shape (broadcast dims summed back);
+    `rule="strict"` or `"and"` as the forward call's. Dense operands."""
+    if isinstance(input, tuple):
+        if len(input) != 2:
+            raise TypeError("a binary op's vjp takes input=(a, b)")
+        rule = options.pop("rule", "strict")
+        if options or dim is not None:
+            raise TypeError(f"a binary op's vjp takes no dim or options, got {sorted(options)}")
+        x, y = (as_masked(v) for v in input)
+        g = grad if isinstance(grad, MaskedArray) else MaskedArray(grad)
+        if x.dtype != y.dtype:
+            raise MaskedError(f"the operands' dtypes differ ({x.dtype}, {y.dtype}): cast one with astype")
+        dx, dy = x._h.vjp_binary(y._h, op, g._h, rule)
+        return MaskedArray._wrap(dx), MaskedArray._wrap(dy)
     a = as_masked(input, mask)
     if isinstance(grad, MaskedArray):
         g = grad

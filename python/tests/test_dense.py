@@ -242,3 +242,20 @@ def test_halves():
     r = mk.sum(x, 1, dtype=np.float32)
     assert r.dtype == "float32" and r.data.tolist() == [6.0]
     assert mk.softmax(x, 1).dtype == "float16"
+
+
+def test_binary_vjp_returns_both_gradients():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 4))
+    w = rng.standard_normal((4,))  # broadcast over rows
+    a = mk.MaskedArray(x, valid=rng.random((3, 4)) < 0.7)
+    b = mk.MaskedArray(w)
+    g = rng.standard_normal((3, 4))
+    da_, db = mk.vjp("mul", (a, b), g, rule="and")
+    valid = a.valid
+    np.testing.assert_allclose(da_.data, np.where(valid, g * w, 0.0), rtol=1e-12)
+    np.testing.assert_allclose(db.data, np.where(valid, g * x, 0.0).sum(0), rtol=1e-12)
+    dq, dr = mk.vjp("div", (a, b), g, rule="and")
+    np.testing.assert_allclose(dq.data, np.where(valid, g / w, 0.0), rtol=1e-12)
+    np.testing.assert_allclose(dr.data, np.where(valid, -g * x / w**2, 0.0).sum(0), rtol=1e-12)
+    assert not np.isnan(dr.data).any()

@@ -223,3 +223,24 @@ def test_shared_memory_between_processes():
         gc.collect()
         shm.close()
         shm.unlink()
+
+
+def test_sparse_vjp_is_stored_at_the_valid_entries():
+    A = sp.csr_array(np.array([[1.0, 0.0, 3.0], [0.0, 0.0, 0.0], [4.0, 5.0, 0.0]]))
+    a = mk.csr(A)
+    r = a.sum(1)  # valid rows 0 and 2 (row 1 stores nothing)
+    assert r.coords.tolist() == [[0, 2]]
+    g = mk.coo(r.coords, np.array([2.0, -1.0]), r.shape)
+    dx = mk.vjp("sum", a, g, 1)
+    assert dx.layout == "csr"
+    np.testing.assert_array_equal(dx.to_scipy().toarray(), [[2.0, 0.0, 2.0], [0, 0, 0], [-1.0, -1.0, 0.0]])
+    # softmax: the upstream gradient is stored where the forward output is
+    p = a.softmax(1)
+    gp = mk.vjp("softmax", a, p, 1)  # g = p itself
+    want = []
+    for row in A.toarray():
+        v = row[row != 0]
+        if v.size:
+            s = np.exp(v - v.max()) / np.exp(v - v.max()).sum()
+            want.extend(s * (s - (s * s).sum()))
+    np.testing.assert_allclose(gp.compressed(), want, rtol=1e-12)

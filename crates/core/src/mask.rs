@@ -32,11 +32,38 @@ use std::borrow::Borrow;
 /// dtype="<u8").view(np.uint8), bitorder="little")[:n]`). Deserialising re-validates:
 /// a shape whose size overflows or words too few for it are an error, and the unused
 /// high bits are cleared.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "MaskRepr", into = "MaskRepr")]
 pub struct BitMask {
     shape: Vec<usize>,
     bits: BitVec<u64, Lsb0>,
+}
+
+/// A copy of the words (one `memcpy`): `bitvec`'s own `Clone` goes element by element
+/// through its domain iterator, about 4 ns a word, which made every mask copy (a unary
+/// op's output mask, a view made over a mask the caller keeps) cost milliseconds at
+/// 16M elements.
+impl Clone for BitMask {
+    fn clone(&self) -> Self {
+        let mut bits = BitVec::<u64, Lsb0>::from_vec(self.bits.as_raw_slice().to_vec());
+        bits.truncate(self.bits.len());
+        BitMask {
+            shape: self.shape.clone(),
+            bits,
+        }
+    }
+}
+
+/// Packs row-major bools into mask words (bit `i` of word `w` is element `64 w + i`).
+fn pack_bools(bools: &[bool]) -> Vec<u64> {
+    bools
+        .chunks(64)
+        .map(|c| {
+            c.iter()
+                .enumerate()
+                .fold(0u64, |w, (i, &b)| w | (u64::from(b) << i))
+        })
+        .collect()
 }
 
 /// `BitMask { shape: [2, 3], valid: 3, bits: "101001" }`: the bits in row-major order
@@ -312,7 +339,19 @@ impl BitMask {
     /// ```
     pub fn from_array(mask: impl BoolArray) -> Result<Self> {
         let v = mask.bool_view();
-        Self::from_bools(v.shape(), v.iter())
+        let shape = v.shape().to_vec();
+        match v.as_slice() {
+            // row-major memory: packed 64 at a time (numpy's bool arrays, owned arrays)
+            Some(s) => Self::from_words(&shape, pack_bools(s)),
+            None => {
+                let n = element_count(&shape)?;
+                let mut words = vec![0u64; n.div_ceil(64)];
+                for (i, &b) in v.iter().enumerate() {
+                    words[i / 64] |= u64::from(b) << (i % 64);
+                }
+                Self::from_words(&shape, words)
+            }
+        }
     }
 
     /// A mask of `shape` from a bit vector in row-major order.
@@ -400,7 +439,13 @@ impl BitMask {
     }
     /// The elements in row-major order.
     pub fn to_vec(&self) -> Vec<bool> {
-        self.bits.iter().by_vals().collect()
+        let n = self.bits.len();
+        let mut out = Vec::with_capacity(n);
+        for &w in self.words() {
+            let k = (n - out.len()).min(64);
+            out.extend((0..k).map(|i| (w >> i) & 1 == 1));
+        }
+        out
     }
     /// The underlying bit vector.
     pub fn as_bitvec(&self) -> &BitVec<u64, Lsb0> {
@@ -451,16 +496,22 @@ impl BitMask {
             stride *= ms;
         }
         let total: usize = shape.iter().product();
-        let mut bits = BitVec::<u64, Lsb0>::with_capacity(total);
+        let mut words =
+            crate::try_vec::<u64>(total.div_ceil(64), || format!("a mask of shape {shape:?}"))?;
+        words.resize(total.div_ceil(64), 0);
+        let src = self.words();
+        let get = |k: usize| (src[k / 64] >> (k % 64)) & 1;
         if total > 0 {
             let inner = shape[n - 1];
             let inner_stride = src_strides[n - 1];
             let mut idx = vec![0usize; n];
             let rows = total / inner.max(1);
+            let mut at = 0usize;
             for _ in 0..rows {
                 let base: usize = (0..n - 1).map(|d| idx[d] * src_strides[d]).sum();
                 for j in 0..inner {
-                    bits.push(self.bits[base + j * inner_stride]);
+                    words[at / 64] |= get(base + j * inner_stride) << (at % 64);
+                    at += 1;
                 }
                 // advance the odometer over the outer dims
                 for d in (0..n - 1).rev() {
@@ -472,10 +523,7 @@ impl BitMask {
                 }
             }
         }
-        Ok(BitMask {
-            shape: shape.to_vec(),
-            bits,
-        })
+        Self::from_words(shape, words)
     }
 
     /// Valid where both are: the two masks broadcast to one shape (NumPy rules), as `&a & &b`.

@@ -450,6 +450,50 @@ impl<'a> ArrayRef<'a> {
     }
 }
 
+impl ArrayRef<'_> {
+    /// The vector-Jacobian products of the binary op of `req` (`mul`, `div`, `atan2`,
+    /// ...) with respect to both operands' values: `(d self, d other)`, each of its
+    /// operand's shape (broadcast dims summed back), given the upstream gradient `g` of
+    /// the forward output's shape (its mask is not read: the operands' masks and `rule`
+    /// decide which positions take part). Dense operands of one dtype; compiled for the
+    /// float dtypes only.
+    ///
+    /// # Errors
+    /// [`MaskedError::NotDifferentiable`] for an op without a gradient or integer input;
+    /// [`MaskedError::Unsupported`] for sparse operands (the typed API's `vjp_binary`
+    /// has them); shapes that do not broadcast or a `g` of another shape.
+    pub fn vjp_binary(
+        &self,
+        other: &ArrayRef<'_>,
+        req: &OpRequest,
+        rule: MaskRule,
+        g: &Output,
+    ) -> Result<(Output, Output)> {
+        let integer = || MaskedError::NotDifferentiable {
+            op: req.op.name(),
+            reason: "integer and bool input have no gradient",
+        };
+        let (ArrayRef::Dense(a), ArrayRef::Dense(b), Output::Dense(g)) = (self, other, g) else {
+            return Err(MaskedError::Unsupported {
+                op: req.op.name(),
+                context: "a binary VJP by name of sparse operands (dense ones here; \
+                          sparse ones through the typed API's vjp_binary)"
+                    .into(),
+            });
+        };
+        with_by_dtype!(a, T, x => {
+            let y = same::<T, _>(b)?;
+            let gv = grad_values::<<T as Element>::Real>(&g.values)?;
+            check_count(g.shape.iter().product(), gv.len())?;
+            let up = ArrayD::from_shape_vec(IxDyn(&g.shape), gv)
+                .map_err(|e| MaskedError::InvalidData(format!("upstream gradient: {e}")))?;
+            let (dx, dy) = x.vjp_binary(req, y, rule, &MaskedArray::unmasked(up))?;
+            let wrap = |d| Output::Dense(<MaskedView<'_, T, IxDyn> as by_name::ByName<T>>::mapped(d));
+            Ok((wrap(dx), wrap(dy)))
+        }; floats_only else Err(integer()))
+    }
+}
+
 fn csr_vjp<T: Element, I: SpIndex + 'static>(
     x: &MaskedCsr<'_, T, I, usize>,
     req: &OpRequest,

@@ -111,7 +111,11 @@ impl<S: RawData, D: Dimension> MaskedArray<S, D> {
     /// # Errors
     /// [`MaskedError::MaskRank`] or [`MaskedError::MaskNotBroadcastable`].
     pub fn new(data: ArrayBase<S, D>, mask: BitMask) -> Result<Self> {
-        let mask = mask.broadcast_to(data.shape())?;
+        let mask = if mask.shape() == data.shape() {
+            mask
+        } else {
+            mask.broadcast_to(data.shape())?
+        };
         Ok(MaskedArray {
             data,
             mask: Some(mask),

@@ -567,6 +567,16 @@ fn request(
     Ok(req)
 }
 
+fn mask_rule(rule: &str) -> PyResult<MaskRule> {
+    match rule {
+        "strict" => Ok(MaskRule::Strict),
+        "and" => Ok(MaskRule::And),
+        r => Err(PyValueError::new_err(format!(
+            "unknown mask rule {r:?}: strict or and"
+        ))),
+    }
+}
+
 /// A Python scalar (bool, int or float) as the engine's scalar.
 fn scalar_of(x: &Bound<'_, PyAny>) -> PyResult<Scalar> {
     if let Ok(b) = x.extract::<bool>() {
@@ -958,6 +968,43 @@ impl Handle {
             .with_ref(py, |r| engine(py, || r.vjp(&req, &up)))?;
         let csr = matches!(self.store, Store::Csr { .. });
         output_handle(py, out, csr)
+    }
+
+    /// The gradients of the binary op `op` with respect to this array's and `other`'s
+    /// values (dense operands of one dtype), given the upstream gradient `g` of the
+    /// forward output's shape, under `rule`.
+    #[pyo3(signature = (other, op, g, rule="strict"))]
+    fn vjp_binary(
+        &self,
+        py: Python<'_>,
+        other: &Handle,
+        op: &str,
+        g: &Handle,
+        rule: &str,
+    ) -> PyResult<(Handle, Handle)> {
+        let req = request(op, None, false, vec![], None)?;
+        let rule = mask_rule(rule)?;
+        let up = match &g.store {
+            Store::Dense { data, dtype, .. } => {
+                let shape = g.shape(py)?;
+                Output::Dense(masked_engine::Outcome {
+                    values: dynvec_from(py, data.bind(py), *dtype)?,
+                    mask: BitMask::filled(&shape[..], true).map_err(py_err)?,
+                    shape,
+                })
+            }
+            _ => {
+                return Err(PyTypeError::new_err(
+                    "a binary VJP's upstream gradient is dense",
+                ))
+            }
+        };
+        let (dx, dy) = self.store.with_ref(py, |a| {
+            other
+                .store
+                .with_ref(py, |b| engine(py, || a.vjp_binary(&b, &req, rule, &up)))
+        })?;
+        Ok((output_handle(py, dx, false)?, output_handle(py, dy, false)?))
     }
 
     /// The binary op `op` (a registry name) with `other` (a handle or a Python scalar)
