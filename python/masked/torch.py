@@ -61,7 +61,9 @@ class _EngineOp(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
         a, name, grad, dtype = ctx.saved
-        gm = MaskedArray(g.detach().to(dtype))
+        # torch hands a reduction's upstream as an expanded (stride 0) view: one
+        # contiguous copy here is cheaper than a strided walk in the engine
+        gm = MaskedArray(g.detach().to(dtype).contiguous())
         dx = vjp(name, a, gm, grad["dim"], keepdim=grad["keepdim"], **grad["options"])
         return _to_tensor(dx), None, None, None, None
 

@@ -425,7 +425,12 @@ impl Store {
 fn dynvec_from(py: Python<'_>, a: &Bound<'_, PyAny>, dtype: DType) -> PyResult<DynVec> {
     fn get<T: numpy::Element + Clone>(a: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
         let r: PyReadonlyArrayDyn<'_, T> = a.extract()?;
-        Ok(r.as_array().iter().cloned().collect())
+        let v = r.as_array();
+        // one memcpy for row-major memory; element by element otherwise
+        Ok(match v.as_slice() {
+            Some(s) => s.to_vec(),
+            None => v.iter().cloned().collect(),
+        })
     }
     let _ = py;
     Ok(match dtype {
@@ -439,17 +444,25 @@ fn dynvec_from(py: Python<'_>, a: &Bound<'_, PyAny>, dtype: DType) -> PyResult<D
     })
 }
 
-/// The CSR structure of a sparse 2-D outcome (flat row-major positions, increasing).
+/// The CSR structure of a sparse 2-D outcome (flat row-major positions, increasing):
+/// one walk over the positions and the rows, no division per entry.
 fn csr_structure(shape: (usize, usize), flat: &[usize]) -> (Vec<usize>, Vec<usize>) {
     let (nrows, ncols) = shape;
-    let mut indptr = vec![0usize; nrows + 1];
+    let mut indptr = Vec::with_capacity(nrows + 1);
     let mut indices = Vec::with_capacity(flat.len());
+    indptr.push(0);
+    let (mut row, mut start) = (0usize, 0usize);
     for &p in flat {
-        indptr[p / ncols + 1] += 1;
-        indices.push(p % ncols);
+        while p >= start + ncols {
+            indptr.push(indices.len());
+            row += 1;
+            start += ncols;
+        }
+        indices.push(p - start);
     }
-    for r in 0..nrows {
-        indptr[r + 1] += indptr[r];
+    while row < nrows {
+        indptr.push(indices.len());
+        row += 1;
     }
     (indptr, indices)
 }
@@ -930,6 +943,10 @@ impl Handle {
     ) -> PyResult<Handle> {
         let req = request(op, dims, keepdim, options, dtype)?;
         let out = self.store.with_ref(py, |r| engine(py, || r.apply(&req)))?;
+        let out = match self.same_structure(py, out)? {
+            Ok(h) => return Ok(h),
+            Err(out) => out,
+        };
         let csr = matches!(self.store, Store::Csr { .. });
         output_handle(py, out, csr)
     }
@@ -1099,6 +1116,48 @@ impl Handle {
 }
 
 impl Handle {
+    /// A CSR input masked by its own stored entries and an output of its shape storing
+    /// as many entries (a normalization, an elementwise op): the output's positions are
+    /// the input's, so the result shares its `indptr` and `indices` arrays (no copy,
+    /// no rebuilt structure) and owns only its new values.
+    /// `Err(out)` hands the output back when it does not qualify.
+    fn same_structure(&self, py: Python<'_>, out: Output) -> PyResult<Result<Handle, Output>> {
+        let (
+            Store::Csr {
+                shape,
+                indptr,
+                indptr_obj,
+                indices,
+                wide,
+                mask: CsrMaskSpec::Stored,
+                ..
+            },
+            Output::Sparse(o),
+        ) = (&self.store, &out)
+        else {
+            return Ok(Err(out));
+        };
+        if o.shape != [shape.0, shape.1] || o.indices.len() != indptr[indptr.len() - 1] {
+            return Ok(Err(out));
+        }
+        let Output::Sparse(o) = out else {
+            unreachable!("matched above")
+        };
+        let n = o.values.len();
+        Ok(Ok(Handle {
+            store: Store::Csr {
+                shape: *shape,
+                indptr: indptr.clone(),
+                indptr_obj: indptr_obj.clone_ref(py),
+                indices: indices.clone_ref(py),
+                wide: *wide,
+                dtype: o.values.dtype(),
+                data: dyn_to_numpy(py, o.values, &[n])?,
+                mask: CsrMaskSpec::Stored,
+            },
+        }))
+    }
+
     /// Checks a CSR handle's structure once (sorted, in range, no duplicate).
     fn validate_csr(&self, py: Python<'_>) -> PyResult<()> {
         let Store::Csr {
