@@ -379,26 +379,35 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, mask: Any, split_every: 
     args = (data,) if valid is None else (data, valid)
     partial = da.map_blocks(state, *args, chunks=chunks, dtype=sdt, meta=np.empty((0,) * data.ndim, dtype=sdt))
 
-    def ident(s, axis=None, keepdims=True):
-        return s
-
-    def combine(s, axis=None, keepdims=True):
+    def merge(st):
         with np.errstate(all="ignore"):  # empty lanes and NaN states are masked out
-            return fam.merge(s, axes_of(axis))
+            return fam.merge(st, axes)
 
-    def aggregate(s, axis=None, keepdims=False):
+    def finish(st):
         with np.errstate(all="ignore"):
-            m = fam.merge(s, axes_of(axis))
-            v, ok = fam.finish(m, out, **fin_kw)
+            return fam.finish(fam.merge(st, axes), out, **fin_kw)
+
+    return _tree(partial, merge, finish, axes, keepdims, sdt, out, split_every)
+
+
+def _tree(partial: Any, merge: Callable, finish: Callable, axes: tuple[int, ...], keepdims: bool, sdt: np.dtype, out: np.dtype, split_every: Any) -> Any:
+    """`dask.array.reduction` over partial states: `merge` (states -> a state, the
+    reduced axes of size 1) in the tree, `finish` (states -> values, validity) at the
+    root, a dask array of numpy.ma chunks out."""
+    ndim = partial.ndim
+
+    def ident(st, axis=None, keepdims=True):
+        return st
+
+    def combine(st, axis=None, keepdims=True):
+        return merge(st)
+
+    def aggregate(st, axis=None, keepdims=False):
+        v, ok = finish(st)
         r = _masked_result(v, ok)
         if not keepdims:
             r = r.reshape(tuple(d for i, d in enumerate(r.shape) if i not in axes))
         return r
-
-    def axes_of(axis):
-        if axis is None:
-            return axes
-        return tuple(sorted(a % data.ndim for a in (axis if isinstance(axis, tuple) else (axis,))))
 
     return da.reduction(
         partial,
@@ -410,7 +419,7 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, mask: Any, split_every: 
         dtype=sdt,  # the partial states' (the result's comes from meta)
         split_every=split_every,
         concatenate=True,
-        meta=np.ma.MaskedArray(np.empty((0,) * (data.ndim if keepdims else data.ndim - len(axes)), dtype=out)),
+        meta=np.ma.MaskedArray(np.empty((0,) * (ndim if keepdims else ndim - len(axes)), dtype=out)),
     )
 
 
@@ -484,31 +493,11 @@ def _arg(op: str, data: Any, valid: Any, axes: tuple[int, ...], keepdims: bool, 
         out["n"] = n.sum(axis=-1, keepdims=True)
         return np.moveaxis(out.reshape(lead + (1,) * k), tail, axes)
 
-    def ident(s, axis=None, keepdims=True):
-        return s
+    def finish(st):
+        m = pick(st, axes)
+        return m["i"], m["n"] > 0
 
-    def combine(s, axis=None, keepdims=True):
-        return pick(s, axes)
-
-    def aggregate(s, axis=None, keepdims=False):
-        m = pick(s, axes)
-        r = _masked_result(m["i"], m["n"] > 0)
-        if not keepdims:
-            r = r.reshape(tuple(d for i, d in enumerate(r.shape) if i not in axes))
-        return r
-
-    return da.reduction(
-        partial,
-        ident,
-        aggregate,
-        combine=combine,
-        axis=axes,
-        keepdims=keepdims,
-        dtype=sdt,  # the partial states' (the result's comes from meta)
-        split_every=split_every,
-        concatenate=True,
-        meta=np.ma.MaskedArray(np.empty((0,) * (ndim if keepdims else ndim - len(axes)), dtype=np.int64)),
-    )
+    return _tree(partial, lambda st: pick(st, axes), finish, axes, keepdims, sdt, np.dtype(np.int64), split_every)
 
 
 def _whole(op: str, data: Any, valid: Any, axes: tuple[int, ...], keepdims: bool, kw: dict) -> Any:
