@@ -51,7 +51,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     chunk = rng.random((c, c), dtype=np.float32)
     cvalid = chunk > 0.1
-    nchunks = -(-n // c) ** 2
+    nchunks = (-(-n // c)) ** 2
 
     def per_chunk(op):
         getattr(mk, op)(chunk, 1, mask=cvalid)

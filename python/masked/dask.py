@@ -97,18 +97,19 @@ def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def _engine(op: str, v: np.ndarray, ok: Optional[np.ndarray], axes: tuple[int, ...], **kw: Any) -> Any:
-    """The engine's `op` over `axes` of one chunk, keepdim."""
-    return getattr(_engine_ops, op)(v, dim=list(axes), keepdim=True, mask=ok, **kw)
+def _engine(op: str, v: Any, ok: Optional[np.ndarray], axes: tuple[int, ...], **kw: Any) -> Any:
+    """The engine's `op` over `axes` of one chunk, keepdim: `v` the chunk's MaskedArray
+    (made once per chunk: its mask is packed once), `ok` then unused."""
+    return getattr(_engine_ops, op)(v, dim=list(axes), keepdim=True, **kw)
 
 
-def _count(ok: Optional[np.ndarray], v: np.ndarray, axes: tuple[int, ...], nan: bool) -> np.ndarray:
-    if nan and v.dtype.kind == "f":
-        ok = ~np.isnan(v) if ok is None else ok & ~np.isnan(v)
-    if ok is None:
-        shape = tuple(1 if i in axes else s for i, s in enumerate(v.shape))
-        return np.full(shape, int(np.prod([v.shape[i] for i in axes])), dtype=np.int64)
-    return ok.sum(axis=axes, keepdims=True, dtype=np.int64)
+def _count(ok: Optional[np.ndarray], v: Any, axes: tuple[int, ...], nan: bool) -> np.ndarray:
+    """Valid elements per lane (the nan-family: valid and not NaN), int64, keepdim."""
+    data = v.data
+    if nan and data.dtype.kind == "f":
+        ok = ~np.isnan(data) if ok is None else ok & ~np.isnan(data)
+        return ok.sum(axis=axes, keepdims=True, dtype=np.int64)
+    return _engine_ops.count(v, dim=list(axes), keepdim=True).data.astype(np.int64, copy=False)
 
 
 # ---- partial states: chunk -> state, merge, finish -----------------------------------
@@ -352,6 +353,12 @@ def _out_dtype(op: str, dtype: np.dtype, kw: dict) -> np.dtype:
     return np.dtype(r.data.dtype)
 
 
+def _ma(v: np.ndarray, ok: Optional[np.ndarray]) -> Any:
+    from ._array import MaskedArray
+
+    return MaskedArray(v, valid=ok)
+
+
 def _masked_result(values: np.ndarray, valid: np.ndarray) -> np.ma.MaskedArray:
     return np.ma.MaskedArray(values, mask=~np.asarray(valid, dtype=bool))
 
@@ -374,7 +381,7 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, mask: Any, split_every: 
     chunks = tuple(tuple(1 for _ in c) if i in axes else c for i, c in enumerate(data.chunks))
 
     def state(v, ok=None):
-        return fam.chunk(v, ok, axes, out, chunk_kw)
+        return fam.chunk(_ma(v, ok), ok, axes, out, chunk_kw)
 
     args = (data,) if valid is None else (data, valid)
     partial = da.map_blocks(state, *args, chunks=chunks, dtype=sdt, meta=np.empty((0,) * data.ndim, dtype=sdt))
@@ -458,7 +465,7 @@ def _arg(op: str, data: Any, valid: Any, axes: tuple[int, ...], keepdims: bool, 
                 li = r.data.astype(np.int64)
                 iv = li + loc[ax][0]
                 vv = np.take_along_axis(v, np.clip(li, 0, v.shape[ax] - 1), axis=ax)
-        n = _count(ok, v, axes, nan)
+        n = _count(ok, _ma(v, ok), axes, nan)
         return _rec(iv.shape, sdt.descr, v=vv, i=iv, n=n)
 
     args = (data,) if valid is None else (data, valid)
