@@ -8,7 +8,7 @@ mask derived from it (x > 0.1, 90% valid).
     .venv/bin/python scripts/bench_dask.py --n 81920 --chunk 4096 --workers 1,2
 
 Reports per op and worker count: seconds, peak resident memory per worker (the workers
-are restarted before each run), the ratio to dask.array.ma, the generation alone
+are fresh for each run), the ratio to dask.array.ma, the generation alone
 (`x.sum()` of the same graph) and, at one worker, the engine's per-chunk time measured
 in this process on one chunk times the chunk count (the scheduler's overhead is the
 difference). Prints a markdown table (docs/benchmarks.md, "Dask").
@@ -60,24 +60,22 @@ def main() -> None:
             getattr(mk, op)(chunk, 1, mask=cvalid)
         return (time.perf_counter() - t) / 3
 
+    jobs = [("generation only (x.sum())", lambda x, v: x.sum())]
+    for op in ("var", "sum"):
+        jobs.append((f"mk.dask.{op}", lambda x, v, op=op: getattr(mk.dask, op)(x, axis=1, mask=v)))
+        if not args.skip_peer:
+            jobs.append((f"dask.array.ma {op}", lambda x, v, op=op: getattr(da.ma.masked_array(x, mask=~v), op)(axis=1)))
     for w in [int(v) for v in args.workers.split(",")]:
-        with distributed.LocalCluster(
-            n_workers=w,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            host="127.0.0.1",
-            env={"RAYON_NUM_THREADS": "1"},
-        ) as cluster, distributed.Client(cluster) as client:
-            jobs = [("generation only (x.sum())", lambda x, v: x.sum())]
-            for op in ("var", "sum"):
-                jobs.append((f"mk.dask.{op}", lambda x, v, op=op: getattr(mk.dask, op)(x, axis=1, mask=v)))
-                if not args.skip_peer:
-                    jobs.append(
-                        (f"dask.array.ma {op}", lambda x, v, op=op: getattr(da.ma.masked_array(x, mask=~v), op)(axis=1))
-                    )
-            for name, job in jobs:
-                client.restart()
+        for name, job in jobs:
+            # a fresh cluster per job: each worker's peak memory is this job's
+            with distributed.LocalCluster(
+                n_workers=w,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                host="127.0.0.1",
+                env={"RAYON_NUM_THREADS": "1"},
+            ) as cluster, distributed.Client(cluster) as client:
                 x, v = graph()
                 t = time.perf_counter()
                 client.compute(job(x, v), sync=True)
