@@ -6,6 +6,7 @@ import numbers
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
+import numpy.ma as _npma  # once: `np.ma` is looked up lazily on every access in numpy 2
 
 from . import _masked
 from ._masked import Handle, MaskedError
@@ -24,6 +25,8 @@ _ENGINE = {
 }
 _PUBLIC = {v: k for k, v in _ENGINE.items()}
 _PUBLIC["bool"] = "bool"
+# native-order numpy dtypes -> the engine's name (a dict lookup per call, not dtype.name)
+_BY_DTYPE = {np.dtype(k): v for k, v in _ENGINE.items() if k != "bfloat16"}
 
 DTypeLike = Any
 
@@ -71,7 +74,10 @@ def _as_numpy(x: Any) -> tuple[np.ndarray, str]:
         arr = np.from_dlpack(x)
     else:
         arr = np.asarray(x)
-    if isinstance(arr, np.ma.MaskedArray):
+    name = _BY_DTYPE.get(arr.dtype)
+    if name is not None and type(arr) is np.ndarray and arr.flags.aligned:
+        return arr, name  # the common case, checked in one lookup
+    if isinstance(arr, _npma.MaskedArray):
         raise TypeError("a numpy.ma array: use mk.from_numpy_ma(x) (its mask means hidden)")
     if not arr.flags.aligned:
         # numpy allows unaligned buffers (a pickle's, a byte offset into another array);
@@ -90,6 +96,8 @@ def _as_numpy(x: Any) -> tuple[np.ndarray, str]:
 
 
 def _bool_array(m: Any, what: str) -> np.ndarray:
+    if type(m) is np.ndarray and m.dtype == np.bool_:
+        return m
     if _is_torch(m):
         m = m.detach().cpu().numpy()
     a = np.asarray(m)
@@ -244,11 +252,11 @@ class MaskedArray(_Ops):
         widened to float32 (numpy has no bfloat16)."""
         if self.layout != "dense":
             d = self.filled(0)
-            return np.ma.MaskedArray(d, mask=~self.to_dense_valid())
+            return _npma.MaskedArray(d, mask=~self.to_dense_valid())
         d = self.data
         if self.dtype == "bfloat16":
             d = self._h.cast("f32").data()
-        return np.ma.MaskedArray(d, mask=self.mask)
+        return _npma.MaskedArray(d, mask=self.mask)
 
     def to_torch(self) -> Any:
         """The values as a torch tensor over the same memory (dense: `data`; sparse: a
@@ -300,7 +308,7 @@ class MaskedArray(_Ops):
 
     def __repr__(self) -> str:
         if self.layout == "dense":
-            body = str(self.to_numpy_ma()) if self.dtype != "bool" else str(np.ma.MaskedArray(self.data, mask=self.mask))
+            body = str(self.to_numpy_ma()) if self.dtype != "bool" else str(_npma.MaskedArray(self.data, mask=self.mask))
         else:
             c = self.coords
             body = f"nnz={c.shape[1]}, coords={c.tolist() if c.shape[1] <= 8 else '...'}"
@@ -555,10 +563,10 @@ def coo(coords: Any, values: Any = None, shape: Optional[Sequence[int]] = None, 
 def from_numpy_ma(x: np.ma.MaskedArray) -> MaskedArray:
     """A dense `MaskedArray` over a numpy.ma array's data (no copy) with its mask
     inverted (numpy.ma's True = masked out)."""
-    if not isinstance(x, np.ma.MaskedArray):
+    if not isinstance(x, _npma.MaskedArray):
         raise TypeError("from_numpy_ma takes a numpy.ma.MaskedArray")
-    m = np.ma.getmask(x)
-    return MaskedArray(x.data, mask=None if m is np.ma.nomask else m)
+    m = _npma.getmask(x)
+    return MaskedArray(x.data, mask=None if m is _npma.nomask else m)
 
 
 def as_masked(x: Any, mask: Any = None) -> MaskedArray:
@@ -570,7 +578,7 @@ def as_masked(x: Any, mask: Any = None) -> MaskedArray:
         if mask is not None:
             raise ValueError("mask= is for plain inputs: a MaskedArray carries its own mask")
         return x
-    if isinstance(x, np.ma.MaskedArray):
+    if isinstance(x, _npma.MaskedArray):
         if mask is not None:
             raise ValueError("mask= is for plain inputs: a numpy.ma array carries its own mask")
         return from_numpy_ma(x)
