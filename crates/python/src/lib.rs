@@ -153,6 +153,17 @@ fn as_u32(v: &[i32]) -> Result<&[u32], Error> {
 
 const _: () = assert!(std::mem::size_of::<usize>() == 8, "a 64-bit target");
 
+/// A slice of `A` read as `B` (same size and alignment), without a check.
+///
+/// # Safety
+/// Every value must be a valid `B` meaning the same number (non-negative indices).
+unsafe fn recast_slice<A, B>(v: &[A]) -> &[B] {
+    assert!(std::mem::size_of::<A>() == std::mem::size_of::<B>());
+    assert!(std::mem::align_of::<A>() == std::mem::align_of::<B>());
+    // SAFETY: same layout (asserted); the caller vouches for the values
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<B>(), v.len()) }
+}
+
 /// A `Vec<A>` as a `Vec<B>` of the same size and alignment, without a copy.
 ///
 /// # Safety
@@ -330,7 +341,9 @@ fn csr_over<T: masked_core::Element, R>(
     };
     if *wide {
         let ix: PyReadonlyArray1<'_, i64> = indices.bind(py).extract()?;
-        let ix = as_usize(ix.as_slice()?).map_err(py_err)?;
+        // SAFETY (both): the indices were checked non-negative and in range when the
+        // handle was made (`Handle::csr`); no scan per call
+        let ix = unsafe { recast_slice::<i64, usize>(ix.as_slice()?) };
         // SAFETY: the structure was validated when the handle was made (`Handle::csr`)
         let m = unsafe {
             CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, vals)
@@ -344,7 +357,7 @@ fn csr_over<T: masked_core::Element, R>(
         f(ArrayRef::from_csr(MaskedCsr::new(m, mask).map_err(py_err)?))
     } else {
         let ix: PyReadonlyArray1<'_, i32> = indices.bind(py).extract()?;
-        let ix = as_u32(ix.as_slice()?).map_err(py_err)?;
+        let ix = unsafe { recast_slice::<i32, u32>(ix.as_slice()?) };
         // SAFETY: as above
         let m = unsafe {
             CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, vals)
