@@ -11,7 +11,7 @@
 #![allow(clippy::too_many_arguments)]
 
 use half::{bf16, f16};
-use layout_coo::{CooMask, CooPattern, MaskedCoo};
+use layout_coo::{CooMask, CooPattern};
 use layout_csr::{CsrMask, MaskedCsr, PatternI};
 use layout_dense::{MaskedArray, MaskedView};
 use masked_core::{BitMask, DType, DynVec, MaskRule, MaskedError as Error, Op, Scalar, Values};
@@ -904,29 +904,6 @@ impl Handle {
         }
     }
 
-    /// COO: the stored coordinates (int64 `[ndim, nnz]`, sorted row-major), the stored
-    /// values, and the mask kind.
-    fn coo_parts(&self, py: Python<'_>) -> PyResult<(Py<PyAny>, Py<PyAny>, &'static str)> {
-        let Store::Coo(a) = &self.store else {
-            return Err(PyTypeError::new_err("coo_parts() is the COO layout's"));
-        };
-        let ArrayRef::Coo(c) = a.view().map_err(py_err)? else {
-            unreachable!("a COO view")
-        };
-        let (flat, ndim, n, kind) = masked_core::with_by_dtype!(c, T, x => {
-            let x: &MaskedCoo<T> = x;
-            let p = x.pattern();
-            let flat: Vec<usize> = (0..p.ndim()).flat_map(|d| p.coords(d).iter().copied()).collect();
-            let kind = match x.mask() {
-                CooMask::Stored => "pattern",
-                CooMask::All => "all",
-                CooMask::Pattern(_) => "other",
-            };
-            (flat, p.ndim(), p.nnz(), kind)
-        });
-        Ok((usize_to_numpy(py, flat, &[ndim, n])?, self.data(py)?, kind))
-    }
-
     /// Stored entries (dense: every element).
     #[getter]
     fn nnz(&self, py: Python<'_>) -> PyResult<usize> {
@@ -1286,18 +1263,6 @@ fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     })
 }
 
-/// Burns CPU for about `n` iterations with the GIL released (the GIL test's yardstick).
-#[pyfunction]
-fn _spin(py: Python<'_>, n: u64) -> PyResult<u64> {
-    engine(py, move || {
-        let mut x = 0u64;
-        for i in 0..n {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
-        }
-        Ok(x)
-    })
-}
-
 static PROBE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Waits inside an engine call (the GIL released, as every op's) until another Python
@@ -1332,7 +1297,6 @@ fn _masked(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops, m)?)?;
     m.add_function(wrap_pyfunction!(options, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
-    m.add_function(wrap_pyfunction!(_spin, m)?)?;
     m.add_function(wrap_pyfunction!(_probe_wait, m)?)?;
     m.add_function(wrap_pyfunction!(_probe_release, m)?)?;
     Ok(())
