@@ -11,7 +11,7 @@
 #![allow(clippy::too_many_arguments)]
 
 use half::{bf16, f16};
-use layout_coo::{CooMask, CooPattern};
+use layout_coo::{CooMask, CooPattern, MaskedCoo};
 use layout_csr::{CsrMask, MaskedCsr, PatternI};
 use layout_dense::{MaskedArray, MaskedView};
 use masked_core::{BitMask, DType, DynVec, MaskRule, MaskedError as Error, Op, Scalar, Values};
@@ -503,9 +503,25 @@ fn sparse_handle(py: Python<'_>, s: SparseOutcome, as_csr: bool) -> PyResult<Han
             },
         });
     }
-    let coords = s.coords();
+    // the positions come sorted and distinct: a pattern from them as they are (no
+    // coordinate arrays, no canonical sort)
     let a = engine(py, move || {
-        Array::coo(&s.shape, &coords, s.values, CooMask::Stored)
+        fn coo<T: masked_core::Element>(p: CooPattern, v: Vec<T>) -> Result<Array, Error> {
+            Ok(Array::from_coo(MaskedCoo::from_parts(
+                p,
+                v,
+                CooMask::Stored,
+            )?))
+        }
+        let p = CooPattern::from_flat(&s.shape[..], &s.indices)?;
+        match s.values {
+            DynVec::F32(v) => coo(p, v),
+            DynVec::F64(v) => coo(p, v),
+            DynVec::F16(v) => coo(p, v),
+            DynVec::BF16(v) => coo(p, v),
+            DynVec::I32(v) => coo(p, v),
+            DynVec::I64(v) => coo(p, v),
+        }
     })?;
     Ok(Handle {
         store: Store::Coo(a),
