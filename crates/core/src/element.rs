@@ -697,7 +697,7 @@ macro_rules! unpack_self {
 }
 
 macro_rules! element_float {
-    ($t:ty, $dt:expr, $lane:ty, $var:ident, $exp:ident, $key:ty) => {
+    ($t:ty, $dt:expr, $lane:ty, $var:ident, $exp:ident, $ln:path, $key:ty) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
             const PREBUILT: bool = true;
@@ -815,7 +815,7 @@ macro_rules! element_float {
             }
             #[inline(always)]
             fn ln(self) -> Self {
-                <$t>::ln(self)
+                $ln(self)
             }
             #[inline(always)]
             fn abs(self) -> Self {
@@ -852,8 +852,16 @@ macro_rules! element_float {
         }
     };
 }
-element_float!(f32, DType::F32, f32, F32, exp_nonpos_f32, u32);
-element_float!(f64, DType::F64, f64, F64, exp_nonpos_f64, u64);
+element_float!(
+    f32,
+    DType::F32,
+    f32,
+    F32,
+    exp_nonpos_f32,
+    crate::math::ln_f32,
+    u32
+);
+element_float!(f64, DType::F64, f64, F64, exp_nonpos_f64, f64::ln, u64);
 
 pub use masked_kernels::widen::{bf16_bits_to_f32, f16_bits_to_f32};
 

@@ -216,13 +216,12 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
 /// assert_eq!(w, vec![0b0101]);
 /// ```
 pub fn not_nan_words<T: crate::Element>(values: &[T], prior: Option<&[u64]>) -> Vec<u64> {
-    use rayon::prelude::*;
     let mut words = vec![0u64; values.len().div_ceil(64)];
     let chunk = 1 << 16;
-    words
-        .par_chunks_mut(chunk / 64)
-        .zip(values.par_chunks(chunk))
-        .for_each(|(w, xs)| pred_bits(xs, w, move |x: T| !x.is_nan()));
+    masked_kernels::par::chunks_mut(&mut words, chunk / 64, |c, w| {
+        let xs = &values[c * chunk..((c + 1) * chunk).min(values.len())];
+        pred_bits(xs, w, move |x: T| !x.is_nan())
+    });
     if let Some(p) = prior {
         for (w, &m) in words.iter_mut().zip(p) {
             *w &= m;

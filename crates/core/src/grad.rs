@@ -1234,7 +1234,6 @@ pub fn grad_runs<T: crate::element::Element, G: LaneGrad>(
     g: &[T::Real],
     saved: &[T::Real],
 ) -> Result<Vec<T::Real>> {
-    use rayon::prelude::*;
     let n = xs.len();
     // the size checked fallibly, then fresh zeroed pages (huge pages where the kernel
     // grants them): every value is written below, and a zeroing pass would fault each
@@ -1272,26 +1271,34 @@ pub fn grad_runs<T: crate::element::Element, G: LaneGrad>(
             LaneValues::Each(&v[starts[l]..starts[l + 1]])
         }
     }
-    blocks
-        .into_par_iter()
-        .for_each_init(GradScratch::default, |s, (ls, out)| {
-            let base = starts[ls.start];
-            for l in ls {
-                let run = starts[l]..starts[l + 1];
-                if run.is_empty() {
-                    continue;
-                }
-                let o = &mut out[run.start - base..run.end - base];
-                s.lane(
-                    grad,
-                    &xs[run],
-                    pick(g, l, starts, per_lane),
-                    pick(saved, l, starts, per_lane),
-                    o,
-                );
+    masked_kernels::par::map_vec(blocks, |(ls, out)| {
+        let s = &mut GradScratch::default();
+        let base = starts[ls.start];
+        for l in ls {
+            let run = starts[l]..starts[l + 1];
+            if run.is_empty() {
+                continue;
             }
-        });
+            let o = &mut out[run.start - base..run.end - base];
+            s.lane(
+                grad,
+                &xs[run],
+                pick(g, l, starts, per_lane),
+                pick(saved, l, starts, per_lane),
+                o,
+            );
+        }
+    });
     Ok(out)
+}
+
+/// The permutation that sorts `keys` stably (entries of one key keep their order): a
+/// non-generic sort, compiled once.
+fn stable_order(keys: &[usize]) -> Vec<usize> {
+    use rayon::prelude::*;
+    let mut o: Vec<usize> = (0..keys.len()).collect();
+    o.par_sort_by_key(|&e| keys[e]);
+    o
 }
 
 /// The upstream gradient of a VJP over a sparse layout's valid entries.
@@ -1382,7 +1389,6 @@ pub fn sparse_lanes<'a, T: crate::element::Element, G: LaneGrad>(
     saved: Option<SparseUpstream<'a, T::Real>>,
 ) -> Result<Vec<T::Real>> {
     use crate::element::Element;
-    use rayon::prelude::*;
     use std::borrow::Cow;
     let n = xs.len();
     let kind_ok = |g: &SparseUpstream<'_, T::Real>| match (grad.upstream(), g) {
@@ -1417,18 +1423,14 @@ pub fn sparse_lanes<'a, T: crate::element::Element, G: LaneGrad>(
         }
         k
     };
-    let keys: Vec<usize> = flat
-        .par_iter()
-        .with_min_len(1 << 12)
-        .map(|&p| key(p))
-        .collect();
+    let keys: Vec<usize> = masked_kernels::par::flat_map_ranges(n, 1 << 12, |r, out| {
+        out.extend(flat[r].iter().map(|&p| key(p)))
+    });
     // entries grouped by lane, row-major within a lane (a stable sort when needed)
     let order: Option<Vec<usize>> = if keys.windows(2).all(|w| w[0] <= w[1]) {
         None
     } else {
-        let mut o: Vec<usize> = (0..n).collect();
-        o.par_sort_by_key(|&e| keys[e]);
-        Some(o)
+        Some(stable_order(&keys))
     };
     let sorted = |v: &[T::Real]| -> Vec<T::Real> {
         order

@@ -503,9 +503,7 @@ fn csr_vjp<T: Element, I: SpIndex + 'static>(
     let gv = grad_values::<T::Real>(&g.values)?;
     let dx = if map {
         // the valid structure, as the forward map stores it
-        let mut up: CsrMapped<'_, T::Real, I> = x.softmax(req.one_dim().unwrap_or(-1))?;
-        check_count(up.nnz(), gv.len())?;
-        up.data_mut().copy_from_slice(&gv);
+        let up: CsrMapped<'_, T::Real, I> = x.on_valid(gv)?;
         x.vjp_map(req, &up)?
     } else {
         x.vjp_reduce(

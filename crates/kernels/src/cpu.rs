@@ -54,16 +54,16 @@ pub fn fused_exp() -> bool {
     }
 }
 
-/// Defines a public function that runs an `#[inline(always)]` kernel compiled for
+/// Defines a function (of the given visibility) that runs an `#[inline(always)]` kernel compiled for
 /// AVX-512, for AVX2 + FMA, or for the baseline target, whichever this CPU supports
 /// (checked at run time). The kernel is inlined into each `#[target_feature]` wrapper, so
 /// the one generic loop is vectorised three times.
 #[macro_export]
 macro_rules! multiversion {
-    ($(#[$doc:meta])* pub fn $name:ident[$($gen:tt)*]($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? = $kernel:ident;) => {
+    ($(#[$doc:meta])* $vis:vis fn $name:ident[$($gen:tt)*]($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? = $kernel:ident;) => {
         $(#[$doc])*
         #[inline]
-        pub fn $name<$($gen)*>($($a: $t),*) $(-> $r)? {
+        $vis fn $name<$($gen)*>($($a: $t),*) $(-> $r)? {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,popcnt")]

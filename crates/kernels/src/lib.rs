@@ -35,6 +35,7 @@ pub mod bits;
 pub mod buffer;
 pub mod cpu;
 pub mod pack;
+pub mod par;
 pub mod run;
 pub mod select;
 pub mod widen;

@@ -375,10 +375,21 @@ fn columns_kernel<T: Copy, L: Lanes<T>>(
     }
 }
 
-multiversion! {
 /// Folds `xs` (element `k` at lane position `idx0 + k`, valid where bit `k` of `bits` is
-/// set) with the monoid `L`, in the fastest kernel this CPU supports.
-    pub fn fold_run[T: Copy, L: Lanes<T>](l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A = kernel;
+/// set) with the monoid `L`, in the fastest kernel this CPU supports. A run of at most
+/// [`SHORT`] elements (a sparse lane of a few entries) takes [`short_kernel`] inline:
+/// the same result as every tier gives, without the tier dispatch and its call.
+#[inline]
+pub fn fold_run<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
+    if xs.len() <= SHORT {
+        return short_kernel(l, xs, bits, idx0);
+    }
+    fold_wide_run(l, xs, bits, idx0)
+}
+
+multiversion! {
+/// [`fold_run`] through the CPU tiers (the runs longer than [`SHORT`]).
+    fn fold_wide_run[T: Copy, L: Lanes<T>](l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A = kernel;
 }
 
 multiversion! {
@@ -496,10 +507,21 @@ fn short_load<T, L: Lanes<T>>(
     load: impl Fn(usize) -> T,
 ) -> L::A {
     let w = bits.map_or(u64::MAX, |b| b.word_at(0));
+    let n = n.min(SHORT);
     let mut a = [l.id(); SHORT];
-    for k in 0..n.min(SHORT) {
-        if (w >> k) & 1 == 1 {
-            a[k] = l.comb(l.id(), l.lift(load(k), idx0 + k as i64));
+    if n > 0 {
+        // Every one of the SHORT slots is computed (positions past the run load its last
+        // element, then select the identity): a loop of constant trip count, unrolled,
+        // keeps `a` in registers. A loop to `n` with conditional stores spilled `a` to the
+        // stack, and the tree's wider reloads of those narrow stores stalled store
+        // forwarding (half the time of a COO reduction over lanes of one or two entries).
+        for k in 0..SHORT {
+            let v = l.comb(l.id(), l.lift(load(k.min(n - 1)), idx0 + k as i64));
+            a[k] = if k < n && (w >> k) & 1 == 1 {
+                v
+            } else {
+                l.id()
+            };
         }
     }
     let mut h = W / 2;

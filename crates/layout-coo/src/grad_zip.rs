@@ -12,8 +12,8 @@ use masked_core::{
     ZipKernels,
 };
 use masked_kernels::pack::compress_into;
+use masked_kernels::par;
 use masked_kernels::Bits;
-use rayon::prelude::*;
 // named by the docs' links
 #[allow(unused_imports)]
 use layout_csr::MaskedCsr;
@@ -90,7 +90,13 @@ impl<T: Element> MaskedCoo<T> {
     ) -> Result<(SparseArray<T::Real>, T::Real)> {
         let op = binary_grad_op::<T>(req)?;
         let (dx, dy) = self.partials_times(op, &Splat(s), MaskRule::Strict, g)?;
-        let sum = dy.values().par_iter().map(|v| v.to_f64()).sum::<f64>();
+        let d = dy.values();
+        let sum = par::map(d.len().div_ceil(1 << 16), |c| {
+            let r = c << 16..((c + 1) << 16).min(d.len());
+            d[r].iter().map(|v| v.to_f64()).sum::<f64>()
+        })
+        .into_iter()
+        .sum::<f64>();
         Ok((self.onto_valid(dx)?, <T::Real as Float>::from_f64(sum)))
     }
 
@@ -125,11 +131,12 @@ impl<T: Element> MaskedCoo<T> {
                 });
             }
             let (shape, pos, mut vals) = p.into_parts();
-            vals.par_iter_mut()
-                .zip(g.values().par_iter())
-                .for_each(|(p, &gv)| {
+            let gv = g.values();
+            par::chunks_mut(&mut vals, 1 << 16, |c, pc| {
+                for (p, &gv) in pc.iter_mut().zip(&gv[c << 16..]) {
                     *p = <T::Real as Float>::from_f64(p.to_f64() * gv.to_f64());
-                });
+                }
+            });
             SparseArray::new(shape, pos, vals)
         };
         Ok((partial(false)?, partial(true)?))

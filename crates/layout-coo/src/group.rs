@@ -5,6 +5,7 @@
 use crate::pattern::{flat_of, size_of};
 use layout_csr::CsrLanes;
 use masked_core::{Element, Result, SparseArray};
+use masked_kernels::par;
 use rayon::prelude::*;
 use std::borrow::Cow;
 
@@ -152,8 +153,8 @@ pub(crate) fn group<'a, T: Element>(
         )
     } else {
         let perm = order_by_group(&keys, &cols, nkept, ncols);
-        let gather = |src: &[usize]| -> Vec<usize> { perm.par_iter().map(|&p| src[p]).collect() };
-        let vals: Vec<T> = perm.par_iter().map(|&p| values[p]).collect();
+        let gather = |src: &[usize]| -> Vec<usize> { par::gather(src, &perm) };
+        let vals: Vec<T> = par::gather(values, &perm);
         let bits = valid.map(|w| {
             let mut out = vec![0u64; nnz.div_ceil(64)];
             for (k, &p) in perm.iter().enumerate() {
@@ -180,12 +181,10 @@ pub(crate) fn group<'a, T: Element>(
         (indptr, None)
     } else {
         // a group starts where the key changes
-        let mut indptr: Vec<usize> = (0..nnz)
-            .into_par_iter()
-            .with_min_len(1 << 14)
-            .filter(|&e| e == 0 || keys[e] != keys[e - 1])
-            .collect();
-        let ids = indptr.par_iter().map(|&e| keys[e]).collect();
+        let mut indptr: Vec<usize> = par::flat_map_ranges(nnz, 1 << 14, |es, out| {
+            out.extend(es.filter(|&e| e == 0 || keys[e] != keys[e - 1]))
+        });
+        let ids = par::gather(&keys, &indptr);
         indptr.push(nnz);
         (indptr, Some(ids))
     };
@@ -204,10 +203,9 @@ pub(crate) fn group<'a, T: Element>(
 
 /// The rows of `nnz` entries (coordinates per dim, row-major sorted) grouped by their
 /// first `nkept` dims, the others reduced: the entries are in group order already, so
-/// a row starts where a kept coordinate differs from the entry before. No key is
-/// computed per entry: a row's kept position is computed at its start only, and the
-/// columns are the reduced dim's coordinates, borrowed, when one dim is reduced. With
-/// `full`, a row for every kept position.
+/// a row starts where the kept position changes ([`row_starts`]), and the columns are
+/// the reduced dim's coordinates, borrowed, when one dim is reduced. With `full`, a row
+/// for every kept position.
 pub(crate) fn rows_in_order<'a>(
     shape: &[usize],
     coords: &[&'a [usize]],
@@ -219,17 +217,8 @@ pub(crate) fn rows_in_order<'a>(
     let npos = size_of(&shape[..nkept])?;
     let ncols = size_of(&shape[nkept..])?;
     let cols = index_over(shape, coords, &reduced, nnz);
-    let lead = &coords[..nkept];
-    let mut starts: Vec<usize> = (0..nnz)
-        .into_par_iter()
-        .with_min_len(1 << 14)
-        .filter(|&e| e == 0 || lead.iter().any(|c| c[e] != c[e - 1]))
-        .collect();
     let st = sub_strides(shape, &kept);
-    let ids: Vec<usize> = starts
-        .par_iter()
-        .map(|&e| lead.iter().zip(&st).map(|(c, s)| c[e] * s).sum())
-        .collect();
+    let (mut starts, ids) = row_starts(&coords[..nkept], &st[..nkept], nnz);
     starts.push(nnz);
     let (indptr, ids) = if full {
         let mut indptr = vec![0usize; npos + 1];
@@ -249,6 +238,63 @@ pub(crate) fn rows_in_order<'a>(
         cols,
         ids,
     })
+}
+
+/// Where each row of entries grouped by their leading coordinates `lead` (strides `st`)
+/// starts, and its kept position (`Σ lead[d][e] · st[d]`): a row starts where the kept
+/// position changes. One sequential scan per chunk of entries (in parallel over chunks):
+/// no per-entry closure of a parallel filter, and one or two kept dims read their
+/// coordinates directly.
+fn row_starts(lead: &[&[usize]], st: &[usize], nnz: usize) -> (Vec<usize>, Vec<usize>) {
+    const CHUNK: usize = 1 << 15;
+    fn scan(
+        lo: usize,
+        hi: usize,
+        key: impl Fn(usize) -> usize,
+        starts: &mut Vec<usize>,
+        ids: &mut Vec<usize>,
+    ) {
+        let mut prev = if lo == 0 { None } else { Some(key(lo - 1)) };
+        for e in lo..hi {
+            let k = key(e);
+            if prev != Some(k) {
+                starts.push(e);
+                ids.push(k);
+                prev = Some(k);
+            }
+        }
+    }
+    let parts: Vec<(Vec<usize>, Vec<usize>)> = par::map(nnz.div_ceil(CHUNK), |c| {
+        let (lo, hi) = (c * CHUNK, ((c + 1) * CHUNK).min(nnz));
+        let (mut starts, mut ids) = (Vec::new(), Vec::new());
+        match (lead, st) {
+            ([], _) => scan(lo, hi, |_| 0, &mut starts, &mut ids),
+            ([a], _) => scan(lo, hi, |e| a[e], &mut starts, &mut ids),
+            ([a, b], [sa, _]) => scan(lo, hi, |e| a[e] * sa + b[e], &mut starts, &mut ids),
+            _ => scan(
+                lo,
+                hi,
+                |e| lead.iter().zip(st).map(|(c, s)| c[e] * s).sum(),
+                &mut starts,
+                &mut ids,
+            ),
+        }
+        (starts, ids)
+    });
+    let n: usize = parts.iter().map(|p| p.0.len()).sum();
+    let (mut starts, mut ids) = (Vec::with_capacity(n + 1), Vec::with_capacity(n));
+    for (s, i) in parts {
+        starts.extend_from_slice(&s);
+        ids.extend_from_slice(&i);
+    }
+    (starts, ids)
+}
+
+/// The permutation that sorts `flat` (distinct values) increasingly.
+pub(crate) fn sorting_order(flat: &[usize]) -> Vec<usize> {
+    let mut order: Vec<(usize, usize)> = flat.iter().copied().zip(0..).collect();
+    order.par_sort_unstable();
+    order.into_iter().map(|p| p.1).collect()
 }
 
 /// The permutation that sorts entries by (group, column): a stable counting sort by

@@ -14,8 +14,8 @@ use masked_core::{
     MaskedReduce, Result, SparseArray,
 };
 use masked_kernels::pack::compress_into;
+use masked_kernels::par;
 use masked_kernels::{fresh_vec, Bits};
-use rayon::prelude::*;
 use std::borrow::Cow;
 
 /// The lanes of a masked COO array as the kernels see them: entries (positions and
@@ -114,41 +114,39 @@ impl<'a, T: Element> CooLanes<'a, T> {
         let parts = nnz.div_ceil(1 << 16).clamp(1, SCATTER_PARTS);
         let per = nnz.div_ceil(parts);
         let valid = self.valid.as_deref();
-        let mut states: Vec<(Vec<F::State>, Vec<u64>)> = (0..parts)
-            .into_par_iter()
-            .map(|p| {
-                let mut st: Vec<F::State> = (0..nkept).map(|_| op.identity()).collect();
-                let mut seen = vec![0u64; nkept.div_ceil(64)];
-                for e in p * per..((p + 1) * per).min(nnz) {
-                    if valid.is_some_and(|w| (w[e / 64] >> (e % 64)) & 1 == 0) {
-                        continue;
-                    }
-                    let k = keys[e];
-                    let at = pos.as_ref().map_or(0, |c| c[e] as i64);
-                    op.push(&mut st[k], self.values[e], at);
-                    seen[k / 64] |= 1 << (k % 64);
+        let mut states: Vec<(Vec<F::State>, Vec<u64>)> = par::map(parts, |p| {
+            let mut st: Vec<F::State> = (0..nkept).map(|_| op.identity()).collect();
+            let mut seen = vec![0u64; nkept.div_ceil(64)];
+            for e in p * per..((p + 1) * per).min(nnz) {
+                if valid.is_some_and(|w| (w[e / 64] >> (e % 64)) & 1 == 0) {
+                    continue;
                 }
-                (st, seen)
-            })
-            .collect();
+                let k = keys[e];
+                let at = pos.as_ref().map_or(0, |c| c[e] as i64);
+                op.push(&mut st[k], self.values[e], at);
+                seen[k / 64] |= 1 << (k % 64);
+            }
+            (st, seen)
+        });
         let (mut st, mut seen) = states.remove(0);
-        for (other, other_seen) in states {
-            st.par_iter_mut()
-                .zip(other.into_par_iter())
-                .with_min_len(1 << 12)
-                .for_each(|(a, b)| op.merge(a, b));
+        for (mut other, other_seen) in states {
+            par::chunks_mut2(&mut st, 1 << 12, &mut other, 1 << 12, |_, a, b| {
+                for (a, b) in a.iter_mut().zip(b) {
+                    op.merge(a, std::mem::replace(b, op.identity()));
+                }
+            });
             for (a, b) in seen.iter_mut().zip(other_seen) {
                 *a |= b;
             }
         }
         let every = op.valid_everywhere();
-        let (ids, values): (Vec<usize>, Vec<F::Output>) = st
-            .par_iter()
-            .enumerate()
-            .with_min_len(1 << 12)
-            .filter(|(k, _)| every || (seen[k / 64] >> (k % 64)) & 1 == 1)
-            .map(|(k, s)| (k, op.finish(s)))
-            .unzip();
+        let kept = par::flat_map_ranges(st.len(), 1 << 12, |ks, out| {
+            out.extend(
+                ks.filter(|k| every || (seen[k / 64] >> (k % 64)) & 1 == 1)
+                    .map(|k| (k, op.finish(&st[k]))),
+            )
+        });
+        let (ids, values): (Vec<usize>, Vec<F::Output>) = kept.into_iter().unzip();
         SparseArray::new(self.out_shape(reduced, keepdim), ids, values).map(Some)
     }
 
@@ -174,7 +172,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
             rest = b;
             r0 = r1;
         }
-        blocks.into_par_iter().for_each(|(rows, o)| {
+        par::map_vec(blocks, |(rows, o)| {
             let base = ind[rows.start];
             for r in rows {
                 let e = ind[r]..ind[r + 1];
@@ -389,7 +387,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
         const CHUNK: usize = 1 << 14;
         let mut out = fresh_vec::<M::Output>(self.values.len());
         let valid = self.valid.as_deref();
-        out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+        par::chunks_mut(&mut out, CHUNK, |c, o| {
             let lo = c * CHUNK;
             let bits = valid.map(|w| Bits::new(w, lo));
             map.map(&self.values[lo..lo + o.len()], bits, o);
@@ -430,28 +428,27 @@ impl<'a, T: Element> CooLanes<'a, T> {
         let indptr = out.indptr();
         let indptr = indptr.raw_storage();
         let cols = out.indices();
-        let flat: Vec<usize> = (0..indptr.len() - 1)
-            .into_par_iter()
-            .with_min_len(1 << 12)
-            .flat_map_iter(|r| {
+        let flat: Vec<usize> = par::flat_map_ranges(indptr.len() - 1, 1 << 12, |rs, out| {
+            for r in rs {
                 let gid = g.rows.id(r);
                 let (outer, low) = if inner == 1 {
                     (gid, 0)
                 } else {
                     (gid / inner, gid % inner)
                 };
-                cols[indptr[r]..indptr[r + 1]]
-                    .iter()
-                    .map(move |&c| (outer * len + c) * inner + low)
-            })
-            .collect();
+                out.extend(
+                    cols[indptr[r]..indptr[r + 1]]
+                        .iter()
+                        .map(|&c| (outer * len + c) * inner + low),
+                );
+            }
+        });
         let (_, _, values) = out.into_raw_storage();
         if inner == 1 {
             return SparseArray::new(shape.to_vec(), flat, values);
         }
         // entries are in (kept, position) order; the output is row-major
-        let mut order: Vec<usize> = (0..flat.len()).collect();
-        order.par_sort_unstable_by_key(|&k| flat[k]);
+        let order = group::sorting_order(&flat);
         let f = order.iter().map(|&k| flat[k]).collect();
         let v = order.iter().map(|&k| values[k]).collect();
         SparseArray::new(shape.to_vec(), f, v)

@@ -3,6 +3,7 @@
 use masked_core::{check_lengths, BitMask, BoolArray, MaskedError, Result, ShapeLike};
 use rayon::prelude::*;
 use std::borrow::Borrow;
+use std::sync::Arc;
 
 /// An n-D COO index pattern: a shape and the stored positions, sorted in row-major order
 /// without duplicates. It is the stored structure of a [`crate::MaskedCoo`] and, on its
@@ -32,8 +33,10 @@ use std::borrow::Borrow;
 pub struct CooPattern {
     shape: Vec<usize>,
     nnz: usize,
-    /// Dim-major: entry `k`'s index along dim `d` at `d * nnz + k`.
-    coords: Vec<usize>,
+    /// Dim-major: entry `k`'s index along dim `d` at `d * nnz + k`. Shared: a
+    /// normalization's result stores its input's positions, and a clone of the pattern
+    /// costs a reference count, not a copy of every coordinate.
+    coords: Arc<Vec<usize>>,
 }
 
 /// Number of elements of `shape`, checked against overflow.
@@ -140,7 +143,7 @@ impl CooPattern {
             let me = CooPattern {
                 shape: shape.to_vec(),
                 nnz,
-                coords: out,
+                coords: Arc::new(out),
             };
             return Ok((me, Some(perm)));
         }
@@ -152,7 +155,7 @@ impl CooPattern {
             CooPattern {
                 shape: shape.to_vec(),
                 nnz,
-                coords: out,
+                coords: Arc::new(out),
             },
             None,
         ))
@@ -174,7 +177,7 @@ impl CooPattern {
         CooPattern {
             shape: shape.to_vec(),
             nnz,
-            coords,
+            coords: Arc::new(coords),
         }
     }
 

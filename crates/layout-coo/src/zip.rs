@@ -11,9 +11,9 @@ use masked_core::binary::{failed_at, mask_mismatch, merge, MergeStop, Side, Src}
 use masked_core::{
     Element, MaskRule, MaskedError, Result, SparseArray, Splat, Value, ZipKernels, ZipMap,
 };
+use masked_kernels::par;
 use masked_kernels::{fresh_vec, Bits};
 use ndarray::{Data, Dimension};
-use rayon::prelude::*;
 
 /// Entries per parallel task (a multiple of 64: tasks start on validity words).
 const CHUNK: usize = 1 << 14;
@@ -29,10 +29,12 @@ pub(crate) fn fill_chunks<O: Send>(
     bits: Option<&[u64]>,
     f: impl Fn(usize, Option<Bits<'_>>, &mut [O]) -> Option<usize> + Sync,
 ) -> Option<usize> {
-    out.par_chunks_mut(CHUNK)
-        .enumerate()
-        .filter_map(|(c, o)| f(c * CHUNK, bits.map(|w| Bits::new(w, c * CHUNK)), o))
-        .min()
+    par::chunks_mut(out, CHUNK, |c, o| {
+        f(c * CHUNK, bits.map(|w| Bits::new(w, c * CHUNK)), o)
+    })
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 impl<T: Element> CooLanes<'_, T> {
@@ -164,11 +166,12 @@ impl<T: Element> CooLanes<'_, T> {
             return Ok(());
         };
         let count = own.map_or(n, |w| Bits::new(w, 0).count_ones(n));
-        d.check_strict(op, self.shape(), count, || {
-            (0..n)
-                .into_par_iter()
-                .filter(|&k| valid(own, k))
-                .map(|k| (self.flat_at(k), self.offset(d, k)))
+        // parts of 2^14 entries
+        const PART: usize = 1 << 14;
+        d.check_strict(op, self.shape(), count, n.div_ceil(PART), |i| {
+            (i * PART..((i + 1) * PART).min(n))
+                .filter(move |&k| valid(own, k))
+                .map(move |k| (self.flat_at(k), self.offset(d, k)))
         })
     }
 

@@ -11,7 +11,7 @@ use masked_core::binary::{spread, BinOp, PartialZip};
 use masked_core::{
     binary_grad_op, Element, Float, MaskRule, MaskedError, OpRequest, Result, Splat, ZipKernels,
 };
-use rayon::prelude::*;
+use masked_kernels::par;
 use sprs::{CsMatBase, SpIndex};
 
 /// The gradients of a CSR operand and a CSR operand.
@@ -105,7 +105,13 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'m, T, I, Ip
     ) -> Result<(CsrMapped<'m, T::Real, I>, T::Real)> {
         let op = binary_grad_op::<T>(req)?;
         let (dx, dy) = self.partials_times(op, &Splat(s), MaskRule::Strict, g)?;
-        let sum = dy.data().par_iter().map(|v| v.to_f64()).sum::<f64>();
+        let d = dy.data();
+        let sum = par::map(d.len().div_ceil(1 << 16), |c| {
+            let r = c << 16..((c + 1) << 16).min(d.len());
+            d[r].iter().map(|v| v.to_f64()).sum::<f64>()
+        })
+        .into_iter()
+        .sum::<f64>();
         Ok((self.onto_valid(dx)?, <T::Real as Float>::from_f64(sum)))
     }
 
@@ -143,12 +149,12 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'m, T, I, Ip
                              output's entries",
                 });
             }
-            p.data_mut()
-                .par_iter_mut()
-                .zip(g.data().par_iter())
-                .for_each(|(p, &gv)| {
+            let gd = g.data();
+            par::chunks_mut(p.data_mut(), 1 << 16, |c, pc| {
+                for (p, &gv) in pc.iter_mut().zip(&gd[c << 16..]) {
                     *p = <T::Real as Float>::from_f64(p.to_f64() * gv.to_f64());
-                });
+                }
+            });
             Ok(p)
         };
         Ok((partial(false)?, partial(true)?))

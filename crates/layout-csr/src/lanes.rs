@@ -14,8 +14,8 @@ use masked_core::{
     MaskedReduce, Result, SparseArray,
 };
 use masked_kernels::pack::compress_into;
+use masked_kernels::par;
 use masked_kernels::{fresh_vec, Bits};
-use rayon::prelude::*;
 use sprs::{CsMatBase, SpIndex};
 use std::borrow::Cow;
 use std::ops::Range;
@@ -101,9 +101,11 @@ fn collect_sparse<O>(
     shape: Vec<usize>,
     lanes: impl IntoIterator<Item = Option<O>>,
 ) -> Result<SparseArray<O>> {
-    let mut indices = Vec::new();
-    let mut values = Vec::new();
-    for (i, v) in lanes.into_iter().enumerate() {
+    let lanes = lanes.into_iter();
+    let n = lanes.size_hint().0;
+    let mut indices = Vec::with_capacity(n);
+    let mut values = Vec::with_capacity(n);
+    for (i, v) in lanes.enumerate() {
         if let Some(v) = v {
             indices.push(i);
             values.push(v);
@@ -146,13 +148,16 @@ fn check_structure<I: SpIndex>(
     if let Some(r) = indptr.windows(2).position(|w| w[0] > w[1]) {
         return bad(format!("row pointer decreases at row {r}"));
     }
-    let broken = (0..shape.0)
-        .into_par_iter()
-        .with_min_len(1 << 12)
-        .find_first(|&r| {
+    const ROWS: usize = 1 << 12;
+    let broken = par::map(shape.0.div_ceil(ROWS), |c| {
+        (c * ROWS..((c + 1) * ROWS).min(shape.0)).find(|&r| {
             let row = &indices[indptr[r]..indptr[r + 1]];
             row.windows(2).any(|w| w[0] >= w[1]) || row.last().is_some_and(|c| c.index() >= shape.1)
-        });
+        })
+    })
+    .into_iter()
+    .flatten()
+    .next();
     if let Some(r) = broken {
         return bad(format!(
             "row {r}: indices not strictly increasing and below {}",

@@ -63,7 +63,7 @@ use masked_core::{
     Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MaskRule, MaskedError, MaskedReduce, Result,
     Splat, Value, ZipKernels, ZipMap,
 };
-use rayon::prelude::*;
+use masked_kernels::par;
 use sprs::{CsMatBase, CsMatViewI, SpIndex};
 use std::borrow::Cow;
 
@@ -307,23 +307,19 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
             rest = b;
         }
         let (idx, data) = (self.mat.indices(), self.mat.data());
-        pieces
-            .into_par_iter()
-            .with_min_len(256)
-            .enumerate()
-            .for_each(|(r, out)| {
-                let e = self.indptr[r]..self.indptr[r + 1];
-                let (cols, vals) = (&idx[e.clone()], &data[e]);
-                let mut j = 0;
-                for (o, m) in out.iter_mut().zip(mask.row(r)) {
-                    while j < cols.len() && cols[j] < *m {
-                        j += 1;
-                    }
-                    if j < cols.len() && cols[j] == *m {
-                        *o = vals[j];
-                    }
+        par::map_vec(pieces.into_iter().enumerate().collect(), |(r, out)| {
+            let e = self.indptr[r]..self.indptr[r + 1];
+            let (cols, vals) = (&idx[e.clone()], &data[e]);
+            let mut j = 0;
+            for (o, m) in out.iter_mut().zip(mask.row(r)) {
+                while j < cols.len() && cols[j] < *m {
+                    j += 1;
                 }
-            });
+                if j < cols.len() && cols[j] == *m {
+                    *o = vals[j];
+                }
+            }
+        });
         values
     }
 
@@ -338,6 +334,37 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
             Mask::Own { pattern, .. } => Some(pattern),
             _ => None,
         }
+    }
+
+    /// `values` (one per valid entry, row-major) on this matrix's valid structure: the
+    /// form a normalization's output takes, and so its VJP's upstream gradient.
+    ///
+    /// # Errors
+    /// [`MaskedError::ValueCount`] for another count of values;
+    /// [`MaskedError::Unsupported`] without a mask (every position valid: a structure
+    /// the engine never stores).
+    pub fn on_valid<R>(&self, values: Vec<R>) -> Result<CsrMapped<'_, R, I>>
+    where
+        I: 'static,
+    {
+        let (ptr, idx) = self.lanes().valid_structure()?;
+        if values.len() != idx.len() {
+            return Err(MaskedError::ValueCount {
+                expected: idx.len(),
+                got: values.len(),
+            });
+        }
+        // SAFETY: this matrix's valid structure (checked when it was built), with one
+        // value per entry.
+        Ok(unsafe {
+            CsMatBase::new_unchecked(
+                sprs::CompressedStorage::CSR,
+                self.mat.shape(),
+                ptr,
+                idx,
+                values,
+            )
+        })
     }
 
     /// The lanes the kernels run on (borrowing this matrix and mask).

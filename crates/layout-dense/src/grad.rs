@@ -7,8 +7,8 @@
 use masked_core::grad::{GradScratch, LaneValues, Spread};
 use masked_core::{Bits, Element, Float, LaneGrad, ReducePlan, Upstream};
 use masked_kernels::pack::{compress_to, expand_to};
+use masked_kernels::par;
 use masked_kernels::run::fill_run;
-use rayon::prelude::*;
 
 /// Where a lane's upstream gradient (or saved forward output) comes from, unpacked.
 #[derive(Clone, Copy)]
@@ -244,23 +244,22 @@ pub(crate) fn grad_reduce<T: Element, G: LaneGrad>(
     if trailing {
         // blocks of whole lanes of about 2^14 elements
         let per = ((1 << 14) / len).max(1);
-        out.par_chunks_mut(len * per)
-            .zip(xs.par_chunks(len * per))
-            .enumerate()
-            .for_each_init(Scratch::default, |s, (c, (ob, xb))| {
-                for (i, (o, x)) in ob.chunks_mut(len).zip(xb.chunks(len)).enumerate() {
-                    let k = c * per + i;
-                    let b = bits.map(|b| b.offset(k * len));
-                    s.contiguous(grad, x, b, Src::One(g[k]), one(saved, k), o);
-                }
-            });
+        par::chunks_mut(out, len * per, |c, ob| {
+            let s = &mut Scratch::default();
+            let xb = &xs[c * len * per..];
+            for (i, (o, x)) in ob.chunks_mut(len).zip(xb.chunks(len)).enumerate() {
+                let k = c * per + i;
+                let b = bits.map(|b| b.offset(k * len));
+                s.contiguous(grad, x, b, Src::One(g[k]), one(saved, k), o);
+            }
+        });
         return;
     }
     // general: the lane of each position (row-major over the kept dims), positions
     // grouped by lane in row-major order (a counting sort); only valid positions are
     // written
     if !zeroed {
-        out.par_iter_mut().for_each(|o| *o = zero);
+        par::chunks_mut(out, 1 << 16, |_, o| o.fill(zero));
     }
     let lane_of = lane_ids(plan);
     let mut start = vec![0usize; plan.lanes + 1];
@@ -340,29 +339,30 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
     if inner == 1 {
         // lanes are runs: blocks of whole lanes of about 2^14 elements
         let per = ((1 << 14) / n).max(1);
-        out.par_chunks_mut(n * per)
-            .zip(xs.par_chunks(n * per))
-            .enumerate()
-            .for_each_init(Scratch::default, |s, (c, (ob, xb))| {
-                for (i, (o, x)) in ob.chunks_mut(n).zip(xb.chunks(n)).enumerate() {
-                    let start = (c * per + i) * n;
-                    let r = start..start + n;
-                    let b = bits.map(|b| b.offset(start));
-                    s.contiguous(grad, x, b, each(g, r.clone()), each(saved, r), o);
-                }
-            });
+        par::chunks_mut(out, n * per, |c, ob| {
+            let s = &mut Scratch::default();
+            let xb = &xs[c * n * per..];
+            for (i, (o, x)) in ob.chunks_mut(n).zip(xb.chunks(n)).enumerate() {
+                let start = (c * per + i) * n;
+                let r = start..start + n;
+                let b = bits.map(|b| b.offset(start));
+                s.contiguous(grad, x, b, each(g, r.clone()), each(saved, r), o);
+            }
+        });
         return;
     }
     // one block per index of the dims before d: lanes at stride `inner` inside it (only
     // valid positions written)
     if !zeroed {
-        out.par_iter_mut()
-            .for_each(|o| *o = <T::Real as Element>::ZERO);
+        par::chunks_mut(out, 1 << 16, |_, o| o.fill(<T::Real as Element>::ZERO));
     }
-    out.par_chunks_mut(block)
-        .zip(xs.par_chunks(block))
-        .enumerate()
-        .for_each_init(Scratch::default, |s, (b, (o, x))| {
+    // tasks of whole blocks, about 2^14 elements each, with their scratch
+    let per = ((1 << 14) / block.max(1)).max(1);
+    par::chunks_mut(out, block * per, |t, ot| {
+        let s = &mut Scratch::default();
+        for (i, o) in ot.chunks_mut(block).enumerate() {
+            let b = t * per + i;
+            let x = &xs[b * block..(b + 1) * block];
             let r = b * block..(b + 1) * block;
             let valid = validity(bits, b * block);
             let (gb, yb) = (each(g, r.clone()), each(saved, r));
@@ -370,7 +370,8 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
                 let at = (0..n).map(|k| i + k * inner);
                 s.scattered(grad, at, x, &valid, gb, yb, o);
             }
-        });
+        }
+    });
 }
 
 #[cfg(test)]

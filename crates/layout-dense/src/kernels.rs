@@ -18,8 +18,8 @@
 use masked_core::binary::{keep_pair_run, KeepOperands};
 use masked_core::{Element, Fold, LaneMap, LaneStat, ReducePlan, RUN_BLOCK};
 use masked_kernels::pack::compress_into;
+use masked_kernels::par;
 use masked_kernels::Bits;
-use rayon::prelude::*;
 
 use masked_kernels::fresh_vec as output_vec;
 
@@ -261,24 +261,22 @@ fn runs<T: Element, F: Fold<T>, S: Source<T> + ?Sized>(
         // few long lanes: split each lane, fold the chunks in parallel, merge in order
         let mut failed = None;
         for (i, (s, a)) in states.iter_mut().zip(any.iter_mut()).enumerate() {
-            let parts: Vec<(F::State, Option<usize>)> = (0..len.div_ceil(LANE_CHUNK))
-                .into_par_iter()
-                .map_init(Vec::new, |scratch, c| {
-                    let mut st = op.identity();
-                    let start = i * len + c * LANE_CHUNK;
-                    let n = LANE_CHUNK.min(len - c * LANE_CHUNK);
-                    let f = src.push_run(
-                        op,
-                        &mut st,
-                        start,
-                        n,
-                        bits.map(|b| b.offset(start)),
-                        pos0 + (c * LANE_CHUNK) as i64,
-                        scratch,
-                    );
-                    (st, f)
-                })
-                .collect();
+            let parts: Vec<(F::State, Option<usize>)> = par::map(len.div_ceil(LANE_CHUNK), |c| {
+                let scratch = &mut Vec::new();
+                let mut st = op.identity();
+                let start = i * len + c * LANE_CHUNK;
+                let n = LANE_CHUNK.min(len - c * LANE_CHUNK);
+                let f = src.push_run(
+                    op,
+                    &mut st,
+                    start,
+                    n,
+                    bits.map(|b| b.offset(start)),
+                    pos0 + (c * LANE_CHUNK) as i64,
+                    scratch,
+                );
+                (st, f)
+            });
             for (p, f) in parts {
                 op.merge(s, p);
                 failed = first(failed, f);
@@ -288,22 +286,20 @@ fn runs<T: Element, F: Fold<T>, S: Source<T> + ?Sized>(
         return failed;
     }
     let g = (GRAIN / len).max(1);
-    states
-        .par_chunks_mut(g)
-        .zip(any.par_chunks_mut(g))
-        .enumerate()
-        .map_init(Vec::new, |scratch, (c, (st, an))| {
-            let mut failed = None;
-            for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
-                let start = (c * g + k) * len;
-                let lane_bits = bits.map(|b| b.offset(start));
-                let f = src.push_run(op, s, start, len, lane_bits, pos0, scratch);
-                failed = first(failed, f);
-                *a = any_valid(bits, start, len);
-            }
-            failed
-        })
-        .reduce(|| None, first)
+    par::chunks_mut2(states, g, any, g, |c, st, an| {
+        let scratch = &mut Vec::new();
+        let mut failed = None;
+        for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
+            let start = (c * g + k) * len;
+            let lane_bits = bits.map(|b| b.offset(start));
+            let f = src.push_run(op, s, start, len, lane_bits, pos0, scratch);
+            failed = first(failed, f);
+            *a = any_valid(bits, start, len);
+        }
+        failed
+    })
+    .into_iter()
+    .fold(None, first)
 }
 
 /// The column sweep over `(outer, red, inner)` blocks of dims: the middle one reduced.
@@ -317,38 +313,31 @@ fn columns<T: Element, F: Fold<T>>(
     any: &mut [bool],
 ) {
     debug_assert_eq!(states.len(), outer * inner);
-    states
-        .par_chunks_mut(inner)
-        .zip(any.par_chunks_mut(inner))
-        .enumerate()
-        .for_each(|(o, (srow, arow))| {
-            srow.par_chunks_mut(COL_CHUNK)
-                .zip(arow.par_chunks_mut(COL_CHUNK))
-                .enumerate()
-                .for_each(|(c, (s, a))| {
-                    let j0 = c * COL_CHUNK;
-                    let w = s.len();
-                    let base = o * red * inner + j0;
-                    let b = bits.map(|b| b.offset(base));
-                    op.push_columns(s, &xs[base..], inner, red, b, pos0);
-                    match b {
-                        None => a.fill(red > 0),
-                        Some(b) => {
-                            // OR the rows' mask words, 64 columns at a time
-                            let mut words = vec![0u64; w.div_ceil(64)];
-                            for r in 0..red {
-                                let br = b.offset(r * inner);
-                                for (c, wd) in words.iter_mut().enumerate() {
-                                    *wd |= br.word_at(c * 64);
-                                }
-                            }
-                            for (k, ak) in a.iter_mut().enumerate() {
-                                *ak = (words[k / 64] >> (k % 64)) & 1 == 1;
-                            }
+    par::chunks_mut2(states, inner, any, inner, |o, srow, arow| {
+        par::chunks_mut2(srow, COL_CHUNK, arow, COL_CHUNK, |c, s, a| {
+            let j0 = c * COL_CHUNK;
+            let w = s.len();
+            let base = o * red * inner + j0;
+            let b = bits.map(|b| b.offset(base));
+            op.push_columns(s, &xs[base..], inner, red, b, pos0);
+            match b {
+                None => a.fill(red > 0),
+                Some(b) => {
+                    // OR the rows' mask words, 64 columns at a time
+                    let mut words = vec![0u64; w.div_ceil(64)];
+                    for r in 0..red {
+                        let br = b.offset(r * inner);
+                        for (c, wd) in words.iter_mut().enumerate() {
+                            *wd |= br.word_at(c * 64);
                         }
                     }
-                });
+                    for (k, ak) in a.iter_mut().enumerate() {
+                        *ak = (words[k / 64] >> (k % 64)) & 1 == 1;
+                    }
+                }
+            }
         });
+    });
 }
 
 fn gather<T: Element, F: Fold<T>>(
@@ -378,56 +367,48 @@ fn gather<T: Element, F: Fold<T>>(
             }
             let seg_off = offsets(&seg_dims);
             let g = (GRAIN / plan.lane_len).max(1);
-            states
-                .par_chunks_mut(g)
-                .zip(any.par_chunks_mut(g))
-                .enumerate()
-                .for_each(|(c, (st, an))| {
-                    for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
-                        let base = bases[c * g + k];
-                        for (i, &o) in seg_off.iter().enumerate() {
-                            let start = base + o;
-                            let b = bits.map(|b| b.offset(start));
-                            let pos = pos0 + (i * inner) as i64;
-                            op.push_run(s, &xs[start..start + inner], b, pos);
-                            *a = *a || any_valid(bits, start, inner);
-                        }
+            par::chunks_mut2(states, g, any, g, |c, st, an| {
+                for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
+                    let base = bases[c * g + k];
+                    for (i, &o) in seg_off.iter().enumerate() {
+                        let start = base + o;
+                        let b = bits.map(|b| b.offset(start));
+                        let pos = pos0 + (i * inner) as i64;
+                        op.push_run(s, &xs[start..start + inner], b, pos);
+                        *a = *a || any_valid(bits, start, inner);
                     }
-                });
+                }
+            });
             return;
         }
     }
     let lane_off = offsets(&dims_of(true));
     let len = lane_off.len();
     let g = (GRAIN / len).max(1);
-    states
-        .par_chunks_mut(g)
-        .zip(any.par_chunks_mut(g))
-        .enumerate()
-        .for_each_init(
-            || (Vec::with_capacity(len), vec![0u64; len.div_ceil(64)]),
-            |(vals, words), (c, (st, an))| {
-                for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
-                    let base = bases[c * g + k];
-                    vals.clear();
-                    vals.extend(lane_off.iter().map(|&o| xs[base + o]));
-                    match bits {
-                        None => {
-                            op.push_run(s, vals, None, pos0);
-                            *a = true;
+    par::chunks_mut2(states, g, any, g, |c, st, an| {
+        let (vals, words) = &mut (Vec::with_capacity(len), vec![0u64; len.div_ceil(64)]);
+        {
+            for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
+                let base = bases[c * g + k];
+                vals.clear();
+                vals.extend(lane_off.iter().map(|&o| xs[base + o]));
+                match bits {
+                    None => {
+                        op.push_run(s, vals, None, pos0);
+                        *a = true;
+                    }
+                    Some(b) => {
+                        words.fill(0);
+                        for (i, &o) in lane_off.iter().enumerate() {
+                            words[i / 64] |= (b.get(base + o) as u64) << (i % 64);
                         }
-                        Some(b) => {
-                            words.fill(0);
-                            for (i, &o) in lane_off.iter().enumerate() {
-                                words[i / 64] |= (b.get(base + o) as u64) << (i % 64);
-                            }
-                            op.push_run(s, vals, Some(Bits::new(words, 0)), pos0);
-                            *a = words.iter().any(|&w| w != 0);
-                        }
+                        op.push_run(s, vals, Some(Bits::new(words, 0)), pos0);
+                        *a = words.iter().any(|&w| w != 0);
                     }
                 }
-            },
-        );
+            }
+        }
+    });
 }
 
 /// Computes `stat` over the valid values of every lane: gathers each lane's valid values
@@ -458,46 +439,41 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
     };
     let g = (GRAIN / len.max(1)).max(1);
     let want_pos = stat.positions();
-    out.par_chunks_mut(g)
-        .zip(any.par_chunks_mut(g))
-        .enumerate()
-        .for_each_init(
-            || (Vec::with_capacity(len), Vec::new()),
-            |(vals, pos), (c, (oc, ac))| {
-                for (k, (o, a)) in oc.iter_mut().zip(ac.iter_mut()).enumerate() {
-                    let lane = c * g + k;
-                    vals.clear();
-                    pos.clear();
-                    if contiguous {
-                        let start = lane * len;
-                        let lx = &xs[start..start + len];
-                        let lb = bits.map(|b| b.offset(start));
-                        if want_pos {
-                            for (i, &x) in lx.iter().enumerate() {
-                                if lb.is_none_or(|b| b.get(i)) {
-                                    vals.push(x);
-                                    pos.push(i as i64);
-                                }
-                            }
-                        } else {
-                            compress_into(lx, lb, vals);
-                        }
-                    } else {
-                        let base = bases[lane];
-                        for (i, &off) in lane_off.iter().enumerate() {
-                            if bits.is_none_or(|b| b.get(base + off)) {
-                                vals.push(xs[base + off]);
-                                if want_pos {
-                                    pos.push(i as i64);
-                                }
-                            }
+    par::chunks_mut2(&mut out, g, &mut any, g, |c, oc, ac| {
+        let (vals, pos) = &mut (Vec::with_capacity(len), Vec::new());
+        for (k, (o, a)) in oc.iter_mut().zip(ac.iter_mut()).enumerate() {
+            let lane = c * g + k;
+            vals.clear();
+            pos.clear();
+            if contiguous {
+                let start = lane * len;
+                let lx = &xs[start..start + len];
+                let lb = bits.map(|b| b.offset(start));
+                if want_pos {
+                    for (i, &x) in lx.iter().enumerate() {
+                        if lb.is_none_or(|b| b.get(i)) {
+                            vals.push(x);
+                            pos.push(i as i64);
                         }
                     }
-                    *a = !vals.is_empty();
-                    *o = stat.compute_at(vals, pos);
+                } else {
+                    compress_into(lx, lb, vals);
                 }
-            },
-        );
+            } else {
+                let base = bases[lane];
+                for (i, &off) in lane_off.iter().enumerate() {
+                    if bits.is_none_or(|b| b.get(base + off)) {
+                        vals.push(xs[base + off]);
+                        if want_pos {
+                            pos.push(i as i64);
+                        }
+                    }
+                }
+            }
+            *a = !vals.is_empty();
+            *o = stat.compute_at(vals, pos);
+        }
+    });
     (out, any)
 }
 
@@ -524,7 +500,7 @@ pub(crate) fn map_all<T: Element, M: LaneMap<T>>(
     let inner: usize = shape[dim + 1..].iter().product();
     if inner == 1 {
         let g = (GRAIN / len).max(1);
-        out.par_chunks_mut(len * g).enumerate().for_each(|(c, oc)| {
+        par::chunks_mut(&mut out, len * g, |c, oc| {
             for (k, o) in oc.chunks_mut(len).enumerate() {
                 let start = (c * g + k) * len;
                 map.map(&xs[start..start + len], bits.map(|b| b.offset(start)), o);
@@ -532,16 +508,16 @@ pub(crate) fn map_all<T: Element, M: LaneMap<T>>(
         });
         return out;
     }
-    out.par_chunks_mut(len * inner).enumerate().for_each_init(
-        || {
-            (
-                Vec::with_capacity(len),
-                vec![0u64; len.div_ceil(64)],
-                vec![M::Output::default(); len],
-            )
-        },
-        |(vals, words, tmp), (o, block)| {
-            let base = o * len * inner;
+    // tasks of whole `len * inner` blocks, about GRAIN elements each, with their scratch
+    let gb = (GRAIN / (len * inner)).max(1);
+    par::chunks_mut(&mut out, len * inner * gb, |t, blocks| {
+        let (vals, words, tmp) = &mut (
+            Vec::with_capacity(len),
+            vec![0u64; len.div_ceil(64)],
+            vec![M::Output::default(); len],
+        );
+        for (ob, block) in blocks.chunks_mut(len * inner).enumerate() {
+            let base = (t * gb + ob) * len * inner;
             for j in 0..inner {
                 vals.clear();
                 vals.extend((0..len).map(|k| xs[base + k * inner + j]));
@@ -557,7 +533,7 @@ pub(crate) fn map_all<T: Element, M: LaneMap<T>>(
                     block[k * inner + j] = v;
                 }
             }
-        },
-    );
+        }
+    });
     out
 }

@@ -34,8 +34,8 @@ use masked_core::{
     MaskedReduce, ReducePlan, Result, ZipMap,
 };
 use masked_kernels::fresh_vec;
+use masked_kernels::par;
 use ndarray::{ArrayD, Data, Dimension, IxDyn};
-use rayon::prelude::*;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
@@ -291,20 +291,21 @@ impl<'a, O: Element> ZipView<'a, O> {
         f: impl Fn(usize, &[usize], &[O], Option<Bits<'_>>) -> Result<R> + Sync,
     ) -> Result<Vec<R>> {
         let (blocks, inner) = self.blocks();
-        blocks
-            .par_iter()
-            .map_init(Vec::new, |buf: &mut Vec<O>, &(r0, r1)| {
-                let n = (r1 - r0) * inner;
-                // every element is written by `produce`: no clearing pass
-                buf.resize(n, O::default());
-                self.produce(r0 * inner, buf)?;
-                let mut shape = self.shape.clone();
-                if let Some(s) = shape.first_mut() {
-                    *s = r1 - r0;
-                }
-                f(r0, &shape, buf, self.bits().map(|b| b.offset(r0 * inner)))
-            })
-            .collect()
+        par::map(blocks.len(), |i| {
+            let (r0, r1) = blocks[i];
+            let buf: &mut Vec<O> = &mut Vec::new();
+            let n = (r1 - r0) * inner;
+            // every element is written by `produce`: no clearing pass
+            buf.resize(n, O::default());
+            self.produce(r0 * inner, buf)?;
+            let mut shape = self.shape.clone();
+            if let Some(s) = shape.first_mut() {
+                *s = r1 - r0;
+            }
+            f(r0, &shape, buf, self.bits().map(|b| b.offset(r0 * inner)))
+        })
+        .into_iter()
+        .collect()
     }
 }
 

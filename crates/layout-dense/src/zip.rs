@@ -10,8 +10,8 @@ use masked_kernels::buffer::fresh_vec;
 // named by the docs' links
 #[allow(unused_imports)]
 use masked_core::{binary::BinOp, MaskedBinaryOps};
+use masked_kernels::par;
 use ndarray::{ArrayD, Data, Dimension, IxDyn};
-use rayon::prelude::*;
 use std::borrow::Cow;
 
 /// Elements per parallel task of a flat zip (a multiple of 64: tasks start on mask words).
@@ -220,10 +220,9 @@ pub(crate) fn zip_values<T: Element, Z: ZipMap<T>>(
             // one task (a lazy view's piece): no round trip through the thread pool
             return run(start, out);
         }
-        return out
-            .par_chunks_mut(CHUNK)
-            .enumerate()
-            .filter_map(|(c, o)| run(start + c * CHUNK, o))
+        return par::chunks_mut(out, CHUNK, |c, o| run(start + c * CHUNK, o))
+            .into_iter()
+            .flatten()
             .min();
     }
     let (ra, rb) = (rows(a, shape), rows(b, shape));
@@ -254,9 +253,9 @@ pub(crate) fn zip_values<T: Element, Z: ZipMap<T>>(
         return span(start, out);
     }
     let per = (CHUNK / len).max(1) * len;
-    out.par_chunks_mut(per)
-        .enumerate()
-        .filter_map(|(c, o)| span(start + c * per, o))
+    par::chunks_mut(out, per, |c, o| span(start + c * per, o))
+        .into_iter()
+        .flatten()
         .min()
 }
 
@@ -496,33 +495,44 @@ impl<'a, T: Element> DenseOperand<'a, T> {
     /// The strict rule between a sparse operand of shape `shape` and this operand: this
     /// operand must be valid at exactly the sparse operand's valid entries. `entries()`
     /// yields those entries as `(flat position, operand offset)` pairs (row-major flat
-    /// positions, increasing), `count` of them. Without a mask this operand takes the
-    /// sparse operand's mask and nothing is checked. Work O(valid entries); the shape is
-    /// walked (up to the first difference) only to name the position of an error.
+    /// positions, increasing), `count` of them, in `parts` parts: `entries(i)` yields part
+    /// `i` (checked in parallel), the parts in order. Without a mask this operand takes
+    /// the sparse operand's mask and nothing is checked. Work O(valid entries); the shape
+    /// is walked (up to the first difference) only to name the position of an error.
     ///
     /// # Errors
     /// [`MaskedError::MaskMismatch`] naming the first position (row-major) that is
     /// valid on one side only.
-    pub fn check_strict<P: ParallelIterator<Item = (usize, usize)>>(
+    pub fn check_strict<It: Iterator<Item = (usize, usize)>>(
         &self,
         op: &'static str,
         shape: &[usize],
         count: usize,
-        entries: impl Fn() -> P,
+        parts: usize,
+        entries: impl Fn(usize) -> It + Sync,
     ) -> Result<()> {
         if !self.has_mask() {
             return Ok(());
         }
         // the first valid entry where this operand is invalid ...
-        let missing = entries()
-            .find_first(|&(_, off)| !self.valid(off))
-            .map(|(p, _)| p);
+        let missing = par::map(parts, |i| {
+            entries(i)
+                .find(|&(_, off)| !self.valid(off))
+                .map(|(p, _)| p)
+        })
+        .into_iter()
+        .flatten()
+        .next();
         if missing.is_none() && self.valid_count() == count {
             return Ok(());
         }
         // ... unless a position valid in this operand only comes before it
         let end = missing.unwrap_or_else(|| shape.iter().product());
-        let mine: Vec<usize> = entries().map(|(p, _)| p).filter(|&p| p < end).collect();
+        let mine: Vec<usize> = (0..parts)
+            .flat_map(&entries)
+            .map(|(p, _)| p)
+            .filter(|&p| p < end)
+            .collect();
         let mut next = mine.iter().copied().peekable();
         // an odometer over the shape: coordinates and this operand's offset
         let mut c = vec![0usize; shape.len()];
@@ -564,7 +574,7 @@ impl<'a, T: Element> DenseOperand<'a, T> {
         }
         const WORDS: usize = 256;
         let mut w = bits.unwrap_or_else(|| vec![u64::MAX; n.div_ceil(64)]);
-        w.par_chunks_mut(WORDS).enumerate().for_each(|(c, ws)| {
+        par::chunks_mut(&mut w, WORDS, |c, ws| {
             let lo = c * WORDS * 64;
             let hi = (lo + ws.len() * 64).min(n);
             for (q, off) in offsets(lo..hi).enumerate() {
@@ -678,37 +688,32 @@ fn flat_grads_into<T: Element>(
     let bits = valid.map(BitMask::bits);
     match ys {
         Src::Slice(y) => {
-            dx.par_chunks_mut(CHUNK)
-                .zip(dy.par_chunks_mut(CHUNK))
-                .enumerate()
-                .for_each(|(c, (dx, dy))| {
-                    let r = c * CHUNK..c * CHUNK + dx.len();
-                    let b = bits.map(|b| b.offset(r.start));
-                    grad_run(
-                        op,
-                        &xs[r.clone()],
-                        Src::Slice(&y[r.clone()]),
-                        &g[r],
-                        b,
-                        dx,
-                        dy,
-                    );
-                });
+            par::chunks_mut2(dx, CHUNK, dy, CHUNK, |c, dx, dy| {
+                let r = c * CHUNK..c * CHUNK + dx.len();
+                let b = bits.map(|b| b.offset(r.start));
+                grad_run(
+                    op,
+                    &xs[r.clone()],
+                    Src::Slice(&y[r.clone()]),
+                    &g[r],
+                    b,
+                    dx,
+                    dy,
+                );
+            });
             0.0
         }
         // the scalar's gradient: the sum of its terms, kept in f64 per chunk
-        // (one scratch per worker, not one allocation per chunk)
-        Src::Splat(_) => dx
-            .par_chunks_mut(CHUNK)
-            .enumerate()
-            .map_init(Vec::<f64>::new, |terms, (c, dx)| {
-                let r = c * CHUNK..c * CHUNK + dx.len();
-                let b = bits.map(|b| b.offset(r.start));
-                terms.resize(dx.len(), 0.0);
-                grad_run(op, &xs[r.clone()], ys, &g[r], b, dx, &mut terms[..]);
-                terms.iter().sum::<f64>()
-            })
-            .sum::<f64>(),
+        // (one scratch per chunk of CHUNK elements)
+        Src::Splat(_) => par::chunks_mut(dx, CHUNK, |c, dx| {
+            let r = c * CHUNK..c * CHUNK + dx.len();
+            let b = bits.map(|b| b.offset(r.start));
+            let mut terms = vec![0.0f64; dx.len()];
+            grad_run(op, &xs[r.clone()], ys, &g[r], b, dx, &mut terms[..]);
+            terms.iter().sum::<f64>()
+        })
+        .into_iter()
+        .sum::<f64>(),
     }
 }
 

@@ -51,125 +51,118 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             st
         };
         let tasks = row_tasks(self.indptr);
-        let parts: Vec<Vec<Option<F::Output>>> = tasks
-            .par_iter()
-            .map(|t| {
-                if let Some(pieces) = t.pieces() {
-                    // one huge row: fold its pieces in parallel, merge them in order
-                    let r = t.rows.start;
-                    let e = self.row(r);
-                    let states: Vec<F::State> = pieces
-                        .par_iter()
-                        .map(|p| {
-                            let lo = if p.start == e.start {
-                                0
-                            } else {
-                                self.col(p.start - 1) + 1
-                            };
-                            let hi = if p.end == e.end {
-                                ncols
-                            } else {
-                                self.col(p.end - 1) + 1
-                            };
-                            fold_row(p.clone(), lo as i64..hi as i64)
-                        })
-                        .collect();
-                    let mut it = states.into_iter();
-                    let mut st = it.next().unwrap_or_else(|| op.identity());
-                    for s in it {
-                        op.merge(&mut st, s);
-                    }
-                    let ok = op.valid_everywhere() || self.lane_valid(e, ncols);
-                    return vec![ok.then(|| op.finish(&st))];
+        let parts: Vec<Vec<Option<F::Output>>> = par::map(tasks.len(), |ti| {
+            let t = &tasks[ti];
+            if let Some(pieces) = t.pieces() {
+                // one huge row: fold its pieces in parallel, merge them in order
+                let r = t.rows.start;
+                let e = self.row(r);
+                let states: Vec<F::State> = par::map(pieces.len(), |pi| {
+                    let p = &pieces[pi];
+                    let lo = if p.start == e.start {
+                        0
+                    } else {
+                        self.col(p.start - 1) + 1
+                    };
+                    let hi = if p.end == e.end {
+                        ncols
+                    } else {
+                        self.col(p.end - 1) + 1
+                    };
+                    fold_row(p.clone(), lo as i64..hi as i64)
+                });
+                let mut it = states.into_iter();
+                let mut st = it.next().unwrap_or_else(|| op.identity());
+                for s in it {
+                    op.merge(&mut st, s);
                 }
-                t.rows
-                    .clone()
-                    .map(|r| {
-                        let e = self.row(r);
-                        if !op.valid_everywhere() && !self.lane_valid(e.clone(), ncols) {
-                            return None;
-                        }
-                        Some(op.finish(&fold_row(e, 0..ncols as i64)))
-                    })
-                    .collect()
-            })
-            .collect();
-        parts.into_iter().flatten().collect()
+                let ok = op.valid_everywhere() || self.lane_valid(e, ncols);
+                return vec![ok.then(|| op.finish(&st))];
+            }
+            t.rows
+                .clone()
+                .map(|r| {
+                    let e = self.row(r);
+                    if !op.valid_everywhere() && !self.lane_valid(e.clone(), ncols) {
+                        return None;
+                    }
+                    Some(op.finish(&fold_row(e, 0..ncols as i64)))
+                })
+                .collect()
+        });
+        par::concat(parts)
     }
 
     pub(super) fn fold_cols<F: Fold<T>>(&self, op: &F) -> Vec<Option<F::Output>> {
         let (nrows, ncols) = self.shape;
         let positional_fill = self.fill && op.positional();
-        let parts: Vec<ColGroup<F::State>> = groups(self.indptr)
-            .into_par_iter()
-            .map(|rows| {
-                let mut states = vec![op.identity(); ncols];
-                // one bit per column: any valid entry seen (L1-resident, unlike a count)
-                let mut seen = vec![0u64; ncols.div_ceil(64)];
-                let mut stored = if self.fill {
-                    vec![0u32; ncols]
-                } else {
-                    Vec::new()
-                };
-                let mut next = if positional_fill {
-                    vec![rows.start as u32; ncols]
-                } else {
-                    Vec::new()
-                };
-                if self.valid.is_none() && !self.fill {
-                    // the fast path (mask = a pattern): every entry valid, no zeros
-                    for r in rows.clone() {
-                        let e = self.row(r);
-                        for (x, c) in self.values[e.clone()].iter().zip(&self.indices[e]) {
-                            let c = c.index_unchecked();
-                            // SAFETY: every column index is below `ncols` (the
-                            // struct's invariant): `states` has `ncols` slots and
-                            // `seen` a bit for each.
-                            unsafe {
-                                op.push(states.get_unchecked_mut(c), *x, r as i64);
-                                *seen.get_unchecked_mut(c / 64) |= 1 << (c % 64);
-                            }
-                        }
-                    }
-                } else {
-                    // validity bits or unstored zeros: entry by entry
-                    for r in rows.clone() {
-                        for k in self.row(r) {
-                            let c = self.col(k);
-                            if positional_fill && (r as u32) > next[c] {
-                                let gap = r as u32 - next[c];
-                                op.push_zeros(&mut states[c], gap as u64, next[c] as i64);
-                            }
-                            if self.is_valid(k) {
-                                op.push(&mut states[c], self.values[k], r as i64);
-                                seen[c / 64] |= 1 << (c % 64);
-                            }
-                            if self.fill {
-                                stored[c] += 1;
-                            }
-                            if positional_fill {
-                                next[c] = r as u32 + 1;
-                            }
+        let gs = groups(self.indptr);
+        let parts: Vec<ColGroup<F::State>> = par::map(gs.len(), |gi| {
+            let rows = gs[gi].clone();
+            let mut states = vec![op.identity(); ncols];
+            // one bit per column: any valid entry seen (L1-resident, unlike a count)
+            let mut seen = vec![0u64; ncols.div_ceil(64)];
+            let mut stored = if self.fill {
+                vec![0u32; ncols]
+            } else {
+                Vec::new()
+            };
+            let mut next = if positional_fill {
+                vec![rows.start as u32; ncols]
+            } else {
+                Vec::new()
+            };
+            if self.valid.is_none() && !self.fill {
+                // the fast path (mask = a pattern): every entry valid, no zeros
+                for r in rows.clone() {
+                    let e = self.row(r);
+                    for (x, c) in self.values[e.clone()].iter().zip(&self.indices[e]) {
+                        let c = c.index_unchecked();
+                        // SAFETY: every column index is below `ncols` (the
+                        // struct's invariant): `states` has `ncols` slots and
+                        // `seen` a bit for each.
+                        unsafe {
+                            op.push(states.get_unchecked_mut(c), *x, r as i64);
+                            *seen.get_unchecked_mut(c / 64) |= 1 << (c % 64);
                         }
                     }
                 }
-                if positional_fill {
-                    for c in 0..ncols {
-                        let gap = rows.end as u32 - next[c];
-                        op.push_zeros(&mut states[c], gap as u64, next[c] as i64);
+            } else {
+                // validity bits or unstored zeros: entry by entry
+                for r in rows.clone() {
+                    for k in self.row(r) {
+                        let c = self.col(k);
+                        if positional_fill && (r as u32) > next[c] {
+                            let gap = r as u32 - next[c];
+                            op.push_zeros(&mut states[c], gap as u64, next[c] as i64);
+                        }
+                        if self.is_valid(k) {
+                            op.push(&mut states[c], self.values[k], r as i64);
+                            seen[c / 64] |= 1 << (c % 64);
+                        }
+                        if self.fill {
+                            stored[c] += 1;
+                        }
+                        if positional_fill {
+                            next[c] = r as u32 + 1;
+                        }
                     }
                 }
-                ColGroup {
-                    states,
-                    seen,
-                    stored,
+            }
+            if positional_fill {
+                for c in 0..ncols {
+                    let gap = rows.end as u32 - next[c];
+                    op.push_zeros(&mut states[c], gap as u64, next[c] as i64);
                 }
-            })
-            .collect();
-        (0..ncols)
-            .into_par_iter()
-            .with_min_len(1024)
-            .map(|c| {
+            }
+            ColGroup {
+                states,
+                seen,
+                stored,
+            }
+        });
+        par::flat_map_ranges(ncols, 1024, |cs, out| {
+            out.extend(cs.map(|c| {
                 let mut st = op.identity();
                 let (mut any, mut ns) = (false, 0u64);
                 for ColGroup {
@@ -189,35 +182,34 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                     op.push_zeros(&mut st, zeros, 0);
                 }
                 (op.valid_everywhere() || any || zeros > 0).then(|| op.finish(&st))
-            })
-            .collect()
+            }))
+        })
     }
 
     pub(super) fn fold_all<F: Fold<T>>(&self, op: &F) -> Option<F::Output> {
         let ncols = self.shape.1 as i64;
-        let states: Vec<F::State> = groups(self.indptr)
-            .into_par_iter()
-            .map(|rows| {
-                let mut st = op.identity();
-                if op.positional() {
-                    for r in rows {
-                        let base = r as i64 * ncols;
-                        self.fold_segment(
-                            op,
-                            &mut st,
-                            self.row(r),
-                            |k| base + self.col(k) as i64,
-                            base..base + ncols,
-                        );
-                    }
-                } else {
-                    let ents = self.indptr[rows.start]..self.indptr[rows.end];
-                    let span = rows.start as i64 * ncols..rows.end as i64 * ncols;
-                    self.fold_segment(op, &mut st, ents, |_| 0, span);
+        let gs = groups(self.indptr);
+        let states: Vec<F::State> = par::map(gs.len(), |gi| {
+            let rows = gs[gi].clone();
+            let mut st = op.identity();
+            if op.positional() {
+                for r in rows {
+                    let base = r as i64 * ncols;
+                    self.fold_segment(
+                        op,
+                        &mut st,
+                        self.row(r),
+                        |k| base + self.col(k) as i64,
+                        base..base + ncols,
+                    );
                 }
-                st
-            })
-            .collect();
+            } else {
+                let ents = self.indptr[rows.start]..self.indptr[rows.end];
+                let span = rows.start as i64 * ncols..rows.end as i64 * ncols;
+                self.fold_segment(op, &mut st, ents, |_| 0, span);
+            }
+            st
+        });
         let mut st = op.identity();
         for s in states {
             op.merge(&mut st, s);

@@ -365,14 +365,14 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
                 pieces.push((t, v));
                 rest = r;
             }
-            let bad = pieces
-                .into_par_iter()
-                .filter_map(|(t, o)| {
-                    let bits = self.valid.as_deref().map(|w| Bits::new(w, t.entries.start));
-                    src.compute(t.rows.clone(), t.entries.clone(), bits, o)
-                        .err()
-                })
-                .min();
+            let bad = par::map_vec(pieces, |(t, o)| {
+                let bits = self.valid.as_deref().map(|w| Bits::new(w, t.entries.start));
+                src.compute(t.rows.clone(), t.entries.clone(), bits, o)
+                    .err()
+            })
+            .into_iter()
+            .flatten()
+            .min();
             if let Some(k) = bad {
                 return Err(src.error_at(k));
             }
@@ -396,12 +396,11 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
         src: &V,
         f: impl Fn(&CsrLanes<'_, O, I>) -> R + Sync,
     ) -> Result<Vec<R>> {
-        let parts: Vec<std::result::Result<R, usize>> = row_tasks(&self.indptr)
-            .par_iter()
-            .map_init(Scratch::default, |(vals, ptr, words), t| {
-                Ok(f(&self.task_lanes(src, t, vals, ptr, words)?))
-            })
-            .collect();
+        let tasks = row_tasks(&self.indptr);
+        let parts: Vec<std::result::Result<R, usize>> = par::map(tasks.len(), |ti| {
+            let (vals, ptr, words) = &mut Scratch::default();
+            Ok(f(&self.task_lanes(src, &tasks[ti], vals, ptr, words)?))
+        });
         parts
             .into_iter()
             .map(|p| p.map_err(|k| src.error_at(k)))

@@ -126,12 +126,9 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             pieces.push((c, a));
             rest = b;
         }
-        pieces
-            .into_par_iter()
-            .with_min_len(256)
-            .for_each(|(c, out)| {
-                map.map(&gathered[colptr[c]..colptr[c + 1]], None, out);
-            });
+        par::map_vec(pieces, |(c, out)| {
+            map.map(&gathered[colptr[c]..colptr[c + 1]], None, out);
+        });
         let mut values = fresh_vec::<M::Output>(indices.len());
         for (s, &k) in entry.iter().enumerate() {
             values[k] = mapped[s];
@@ -182,10 +179,8 @@ pub(super) fn map_rows_by<'i, I: SpIndex, O: Clone + Default + Send, E: Send>(
         vrest = vr;
         irest = ir;
     }
-    let results: Vec<std::result::Result<(), E>> = pieces
-        .into_par_iter()
-        .map(|(t, vout, iout)| task(t, vout, iout))
-        .collect();
+    let results: Vec<std::result::Result<(), E>> =
+        par::map_vec(pieces, |(t, vout, iout)| task(t, vout, iout));
     results
         .into_iter()
         .collect::<std::result::Result<(), E>>()?;

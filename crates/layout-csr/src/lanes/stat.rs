@@ -22,35 +22,34 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
 
     pub(super) fn stat_rows<S: LaneStat<T>>(&self, stat: &S) -> Vec<Option<S::Output>> {
         let ncols = self.shape.1;
-        let parts: Vec<Vec<Option<S::Output>>> = row_tasks(self.indptr)
-            .par_iter()
-            .map(|t| {
-                let (mut vals, mut at) = (Vec::new(), Vec::new());
-                t.rows
-                    .clone()
-                    .map(|r| {
-                        let e = self.row(r);
-                        if !self.lane_valid(e.clone(), ncols) {
-                            return None;
-                        }
-                        let col = |k: usize| self.col(k) as i64;
-                        self.gather(
-                            e.clone(),
-                            stat.positions().then_some(&col as _),
-                            &mut vals,
-                            &mut at,
-                        );
-                        let (zeros, first) = if self.fill {
-                            (ncols - e.len(), first_gap(e.map(|k| self.col(k))) as i64)
-                        } else {
-                            (0, -1)
-                        };
-                        Some(stat.compute_sparse(&mut vals, &at, zeros, first))
-                    })
-                    .collect()
-            })
-            .collect();
-        parts.into_iter().flatten().collect()
+        let tasks = row_tasks(self.indptr);
+        let parts: Vec<Vec<Option<S::Output>>> = par::map(tasks.len(), |ti| {
+            let t = &tasks[ti];
+            let (mut vals, mut at) = (Vec::new(), Vec::new());
+            t.rows
+                .clone()
+                .map(|r| {
+                    let e = self.row(r);
+                    if !self.lane_valid(e.clone(), ncols) {
+                        return None;
+                    }
+                    let col = |k: usize| self.col(k) as i64;
+                    self.gather(
+                        e.clone(),
+                        stat.positions().then_some(&col as _),
+                        &mut vals,
+                        &mut at,
+                    );
+                    let (zeros, first) = if self.fill {
+                        (ncols - e.len(), first_gap(e.map(|k| self.col(k))) as i64)
+                    } else {
+                        (0, -1)
+                    };
+                    Some(stat.compute_sparse(&mut vals, &at, zeros, first))
+                })
+                .collect()
+        });
+        par::concat(parts)
     }
 
     /// Every entry's slot in column-major order (a counting sort by column: O(nnz)),
@@ -97,35 +96,31 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         let nrows = self.shape.0;
         let (entry, colptr) = self.by_column();
         let row_of = self.row_of_entries();
-        (0..self.shape.1)
-            .into_par_iter()
-            .with_min_len(256)
-            .map_init(
-                || (Vec::new(), Vec::new()),
-                |(vals, at), c| {
-                    let ents = &entry[colptr[c]..colptr[c + 1]];
-                    vals.clear();
-                    at.clear();
-                    for &k in ents {
-                        if self.is_valid(k) {
-                            vals.push(self.values[k]);
-                            if stat.positions() {
-                                at.push(row_of[k] as i64);
-                            }
+        par::flat_map_ranges(self.shape.1, 256, |cs, out| {
+            let (vals, at) = &mut (Vec::new(), Vec::new());
+            out.extend(cs.map(|c| {
+                let ents = &entry[colptr[c]..colptr[c + 1]];
+                vals.clear();
+                at.clear();
+                for &k in ents {
+                    if self.is_valid(k) {
+                        vals.push(self.values[k]);
+                        if stat.positions() {
+                            at.push(row_of[k] as i64);
                         }
                     }
-                    let (zeros, first) = if self.fill {
-                        (
-                            nrows - ents.len(),
-                            first_gap(ents.iter().map(|&k| row_of[k] as usize)) as i64,
-                        )
-                    } else {
-                        (0, -1)
-                    };
-                    (vals.len() + zeros > 0).then(|| stat.compute_sparse(vals, at, zeros, first))
-                },
-            )
-            .collect()
+                }
+                let (zeros, first) = if self.fill {
+                    (
+                        nrows - ents.len(),
+                        first_gap(ents.iter().map(|&k| row_of[k] as usize)) as i64,
+                    )
+                } else {
+                    (0, -1)
+                };
+                (vals.len() + zeros > 0).then(|| stat.compute_sparse(vals, at, zeros, first))
+            }))
+        })
     }
 
     pub(super) fn stat_all<S: LaneStat<T>>(&self, stat: &S) -> Option<S::Output> {

@@ -42,36 +42,33 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         let nrows = self.shape.0;
         let tasks = row_tasks(self.indptr);
         // some entries drop out: each task keeps its valid entries, then they are joined
-        let parts: Vec<_> = tasks
-            .par_iter()
-            .map(|t| {
-                let (mut ptr, mut idx, mut val) = (Vec::new(), Vec::new(), Vec::new());
-                let (mut ys, mut tmp, mut rb) = (Vec::new(), Vec::new(), Vec::new());
-                for r in t.rows.clone() {
-                    let e = self.row(r);
-                    let y = self.other_run(&other, r, e.clone(), &mut ys);
-                    // this row's validity bits, from bit 0
-                    let b = Bits::new(&bits, e.start);
-                    rb.clear();
-                    rb.extend((0..e.len().div_ceil(64)).map(|w| b.word_at(w * 64)));
-                    tmp.clear();
-                    tmp.resize(e.len(), Z::Output::default());
-                    let rbits = Some(Bits::new(&rb, 0));
-                    if let Some(q) = z.run(Src::Slice(&self.values[e.clone()]), y, rbits, &mut tmp)
-                    {
-                        return Err((r, e.start + q));
-                    }
-                    for (q, k) in e.clone().enumerate() {
-                        if (rb[q / 64] >> (q % 64)) & 1 == 1 {
-                            idx.push(self.indices[k]);
-                            val.push(tmp[q]);
-                        }
-                    }
-                    ptr.push(idx.len());
+        let parts: Vec<_> = par::map(tasks.len(), |ti| {
+            let t = &tasks[ti];
+            let (mut ptr, mut idx, mut val) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut ys, mut tmp, mut rb) = (Vec::new(), Vec::new(), Vec::new());
+            for r in t.rows.clone() {
+                let e = self.row(r);
+                let y = self.other_run(&other, r, e.clone(), &mut ys);
+                // this row's validity bits, from bit 0
+                let b = Bits::new(&bits, e.start);
+                rb.clear();
+                rb.extend((0..e.len().div_ceil(64)).map(|w| b.word_at(w * 64)));
+                tmp.clear();
+                tmp.resize(e.len(), Z::Output::default());
+                let rbits = Some(Bits::new(&rb, 0));
+                if let Some(q) = z.run(Src::Slice(&self.values[e.clone()]), y, rbits, &mut tmp) {
+                    return Err((r, e.start + q));
                 }
-                Ok((ptr, idx, val))
-            })
-            .collect();
+                for (q, k) in e.clone().enumerate() {
+                    if (rb[q / 64] >> (q % 64)) & 1 == 1 {
+                        idx.push(self.indices[k]);
+                        val.push(tmp[q]);
+                    }
+                }
+                ptr.push(idx.len());
+            }
+            Ok((ptr, idx, val))
+        });
         let mut out = (Vec::with_capacity(nrows + 1), Vec::new(), Vec::new());
         join_parts(parts, &mut out).map_err(|(r, k)| self.fail_at(z, r, k))?;
         Ok((out.0, Cow::Owned(out.1), out.2))
@@ -129,13 +126,13 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             pieces.push((t.rows.clone(), v));
             rest = r;
         }
-        let bad = pieces
-            .into_par_iter()
-            .filter_map(|(rows, out)| {
-                let b = bits.map(|w| Bits::new(w, self.indptr[rows.start]));
-                self.zip_rows(other, z, rows, b, out, &mut Vec::new())
-            })
-            .min_by_key(|&(_, k)| k);
+        let bad = par::map_vec(pieces, |(rows, out)| {
+            let b = bits.map(|w| Bits::new(w, self.indptr[rows.start]));
+            self.zip_rows(other, z, rows, b, out, &mut Vec::new())
+        })
+        .into_iter()
+        .flatten()
+        .min_by_key(|&(_, k)| k);
         match bad {
             Some((r, k)) => Err(self.fail_at(z, r, k)),
             None => Ok(()),
@@ -250,14 +247,23 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             return Ok(());
         };
         let count = own.map_or(n, |w| Bits::new(w, 0).count_ones(n));
-        d.check_strict(op, &[self.shape.0, self.shape.1], count, || {
-            (0..self.shape.0).into_par_iter().flat_map_iter(move |r| {
-                self.row(r).filter(move |&k| valid(own, k)).map(move |k| {
-                    let c = self.col(k);
-                    (r * self.shape.1 + c, d.offset([r, c]))
+        // parts of 1024 rows
+        const ROWS: usize = 1 << 10;
+        let nrows = self.shape.0;
+        d.check_strict(
+            op,
+            &[nrows, self.shape.1],
+            count,
+            nrows.div_ceil(ROWS),
+            |i| {
+                (i * ROWS..((i + 1) * ROWS).min(nrows)).flat_map(move |r| {
+                    self.row(r).filter(move |&k| valid(own, k)).map(move |k| {
+                        let c = self.col(k);
+                        (r * self.shape.1 + c, d.offset([r, c]))
+                    })
                 })
-            })
-        })
+            },
+        )
     }
 
     /// `z(self, other)` for two structures of one shape: one merge pass per row.
@@ -272,28 +278,26 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         }
         let ncols = self.shape.1;
         let tasks = row_tasks(self.indptr);
-        let parts: Vec<_> = tasks
-            .par_iter()
-            .map(|t| {
-                let (mut ptr, mut idx, mut val) = (Vec::new(), Vec::new(), Vec::new());
-                for r in t.rows.clone() {
-                    let (ea, eb) = (self.row(r), other.row(r));
-                    merge(
-                        self.side(ea),
-                        other.side(eb),
-                        z,
-                        rule,
-                        ncols,
-                        |i: I| i.index_unchecked(),
-                        &mut idx,
-                        &mut val,
-                    )
-                    .map_err(|s| (r, s))?;
-                    ptr.push(idx.len());
-                }
-                Ok((ptr, idx, val))
-            })
-            .collect();
+        let parts: Vec<_> = par::map(tasks.len(), |ti| {
+            let t = &tasks[ti];
+            let (mut ptr, mut idx, mut val) = (Vec::new(), Vec::new(), Vec::new());
+            for r in t.rows.clone() {
+                let (ea, eb) = (self.row(r), other.row(r));
+                merge(
+                    self.side(ea),
+                    other.side(eb),
+                    z,
+                    rule,
+                    ncols,
+                    |i: I| i.index_unchecked(),
+                    &mut idx,
+                    &mut val,
+                )
+                .map_err(|s| (r, s))?;
+                ptr.push(idx.len());
+            }
+            Ok((ptr, idx, val))
+        });
         let mut out = (Vec::with_capacity(self.shape.0 + 1), Vec::new(), Vec::new());
         join_parts(parts, &mut out).map_err(|(r, s)| match s {
             MergeStop::Mismatch { pos, left_valid } => {
@@ -348,7 +352,10 @@ fn par_eq<X: PartialEq + Sync>(a: &[X], b: &[X]) -> bool {
     const CHUNK: usize = 1 << 16;
     a.len() == b.len()
         && (std::ptr::eq(a.as_ptr(), b.as_ptr())
-            || a.par_chunks(CHUNK)
-                .zip(b.par_chunks(CHUNK))
-                .all(|(x, y)| x == y))
+            || par::map(a.len().div_ceil(CHUNK), |c| {
+                let r = c * CHUNK..((c + 1) * CHUNK).min(a.len());
+                a[r.clone()] == b[r]
+            })
+            .into_iter()
+            .all(|same| same))
 }

@@ -1,0 +1,220 @@
+//! Parallel loops through one non-generic entry point.
+//!
+//! Every rayon parallel iterator, `join` or scope used in generic code is compiled again
+//! for each closure type it is given: in the engine (every op x dtype x layout) rayon's
+//! job, join and bridge machinery was most of the generated code (65% of the dispatch
+//! crate's LLVM IR lines, `cargo llvm-lines`). These helpers take the work as a trait
+//! object (`&dyn Fn(usize)`), so that rayon is instantiated once, here, and generic code
+//! only builds a small closure: a task is a chunk of work (thousands of elements), so the
+//! one indirect call per task costs nothing measurable.
+//!
+//! ```
+//! use masked_kernels::par;
+//!
+//! let squares = par::map(5, |i| i * i);
+//! assert_eq!(squares, [0, 1, 4, 9, 16]);
+//! let mut xs = vec![0u32; 10];
+//! par::chunks_mut(&mut xs, 4, |c, chunk| chunk.fill(c as u32));
+//! assert_eq!(xs, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]);
+//! ```
+
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// A raw pointer that may cross threads: each task touches a disjoint part of what it
+/// points to (the callers below guarantee it).
+struct SendPtr<T>(*mut T);
+// SAFETY: the pointer is only dereferenced at disjoint offsets, one task each, while the
+// slice it came from is borrowed mutably by the caller for the whole parallel loop.
+unsafe impl<T: Send> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+impl<T> SendPtr<T> {
+    // a method, so that closures capture the wrapper (Sync), not its raw field
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
+/// Runs `f(i)` for every `i` in `0..n` on the thread pool (in any order, in parallel):
+/// the one place this crate's users instantiate rayon.
+pub fn for_each_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    match n {
+        0 => {}
+        1 => f(0),
+        _ => (0..n).into_par_iter().for_each(f),
+    }
+}
+
+/// [`for_each_dyn`] for any closure.
+#[inline]
+pub fn for_each(n: usize, f: impl Fn(usize) + Sync) {
+    for_each_dyn(n, &f)
+}
+
+/// `[f(0), .., f(n - 1)]`, computed in parallel, in order.
+pub fn map<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    let mut out: Vec<R> = Vec::with_capacity(n);
+    let p = SendPtr(out.as_mut_ptr());
+    // SAFETY: slot `i < n` lies in the capacity and is written once, by task `i`.
+    for_each_dyn(n, &|i| unsafe { p.get().add(i).write(f(i)) });
+    // SAFETY: every task has run (a panic in one propagates before this line, leaking
+    // the values written, never exposing an unwritten slot).
+    unsafe { out.set_len(n) };
+    out
+}
+
+/// `[f(items[0]), f(items[1]), ..]`, computed in parallel, in order: each item (a task
+/// and the disjoint output slices it writes, say) is moved into its call.
+pub fn map_vec<P: Send, R: Send>(items: Vec<P>, f: impl Fn(P) -> R + Sync) -> Vec<R> {
+    let mut items = std::mem::ManuallyDrop::new(items);
+    let (n, cap) = (items.len(), items.capacity());
+    let p = SendPtr(items.as_mut_ptr());
+    // SAFETY: item `i < n` is initialised and read (moved out) once, by task `i`.
+    let out = map(n, |i| f(unsafe { p.get().add(i).read() }));
+    // SAFETY: the buffer came from this Vec; length 0, as every item was moved out (a
+    // panic above leaks the buffer and the unread items instead, never drops twice).
+    drop(unsafe { Vec::from_raw_parts(p.get(), 0, cap) });
+    out
+}
+
+/// `[src[idx[0]], src[idx[1]], ..]`, gathered in parallel chunks.
+pub fn gather<T: Copy + Send + Sync>(src: &[T], idx: &[usize]) -> Vec<T> {
+    const CHUNK: usize = 1 << 14;
+    concat(map(idx.len().div_ceil(CHUNK), |c| {
+        let r = c * CHUNK..((c + 1) * CHUNK).min(idx.len());
+        idx[r].iter().map(|&i| src[i]).collect::<Vec<T>>()
+    }))
+}
+
+/// The items that `f` pushes for each of the chunks `0..len` cut into `chunk`-long
+/// ranges, concatenated in order: a parallel filter or flat map.
+pub fn flat_map_ranges<R: Send>(
+    len: usize,
+    chunk: usize,
+    f: impl Fn(Range<usize>, &mut Vec<R>) + Sync,
+) -> Vec<R> {
+    let chunk = chunk.max(1);
+    let parts = map(len.div_ceil(chunk), |c| {
+        let mut v = Vec::new();
+        f(c * chunk..((c + 1) * chunk).min(len), &mut v);
+        v
+    });
+    concat(parts)
+}
+
+/// The vectors in order, in one allocation.
+pub fn concat<R>(parts: Vec<Vec<R>>) -> Vec<R> {
+    let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+    for p in parts {
+        out.extend(p);
+    }
+    out
+}
+
+/// `[f(0, chunk 0), f(1, chunk 1), ..]` over the chunks of `xs` of `size` elements (the
+/// last may be shorter; `size` 0 counts as 1), run in parallel.
+pub fn chunks_mut<T: Send, R: Send>(
+    xs: &mut [T],
+    size: usize,
+    f: impl Fn(usize, &mut [T]) -> R + Sync,
+) -> Vec<R> {
+    let (size, len) = (size.max(1), xs.len());
+    let p = SendPtr(xs.as_mut_ptr());
+    map(len.div_ceil(size), |c| {
+        let lo = c * size;
+        // SAFETY: chunk `c` is `lo..min(lo + size, len)` of the borrowed slice, disjoint
+        // from every other task's.
+        f(c, unsafe {
+            std::slice::from_raw_parts_mut(p.get().add(lo), size.min(len - lo))
+        })
+    })
+}
+
+/// [`chunks_mut`] over two slices at once, in chunks of `sa` and `sb` elements: chunk `c`
+/// of each (as many chunks as the shorter split has, as rayon's `zip`).
+pub fn chunks_mut2<A: Send, B: Send, R: Send>(
+    a: &mut [A],
+    sa: usize,
+    b: &mut [B],
+    sb: usize,
+    f: impl Fn(usize, &mut [A], &mut [B]) -> R + Sync,
+) -> Vec<R> {
+    let (sa, sb) = (sa.max(1), sb.max(1));
+    let (la, lb) = (a.len(), b.len());
+    let n = la.div_ceil(sa).min(lb.div_ceil(sb));
+    let (pa, pb) = (SendPtr(a.as_mut_ptr()), SendPtr(b.as_mut_ptr()));
+    map(n, |c| {
+        let (lo_a, lo_b) = (c * sa, c * sb);
+        // SAFETY: as in `chunks_mut`, for each slice.
+        let (ca, cb) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(pa.get().add(lo_a), sa.min(la - lo_a)),
+                std::slice::from_raw_parts_mut(pb.get().add(lo_b), sb.min(lb - lo_b)),
+            )
+        };
+        f(c, ca, cb)
+    })
+}
+
+/// `(a(), b())`, run in parallel where a thread is free (rayon's `join`).
+pub fn join<RA: Send, RB: Send>(
+    a: impl FnOnce() -> RA + Send,
+    b: impl FnOnce() -> RB + Send,
+) -> (RA, RB) {
+    let (mut a, mut b) = (Some(a), Some(b));
+    let (mut ra, mut rb) = (None, None);
+    join_dyn(&mut || ra = a.take().map(|f| f()), &mut || {
+        rb = b.take().map(|f| f())
+    });
+    match (ra, rb) {
+        (Some(x), Some(y)) => (x, y),
+        // both closures ran (a panic in either propagates out of join_dyn)
+        _ => unreachable!("join ran both halves"),
+    }
+}
+
+fn join_dyn(a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
+    rayon::join(a, b);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helpers_cover_every_index_once_in_order() {
+        for n in [0usize, 1, 2, 7, 1000] {
+            assert_eq!(map(n, |i| i * 3), (0..n).map(|i| i * 3).collect::<Vec<_>>());
+            let hits: Vec<std::sync::atomic::AtomicUsize> =
+                (0..n).map(|_| Default::default()).collect();
+            for_each(n, |i| {
+                hits[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            });
+            assert!(hits
+                .iter()
+                .all(|h| h.load(std::sync::atomic::Ordering::Relaxed) == 1));
+            let evens = flat_map_ranges(n, 64, |r, out| out.extend(r.filter(|i| i % 2 == 0)));
+            assert_eq!(evens, (0..n).filter(|i| i % 2 == 0).collect::<Vec<_>>());
+            let mut xs = vec![usize::MAX; n];
+            let mut ys = vec![0u8; n.div_ceil(3)];
+            chunks_mut2(&mut xs, 9, &mut ys, 3, |c, x, y| {
+                x.iter_mut().enumerate().for_each(|(k, v)| *v = c * 9 + k);
+                y.fill(c as u8);
+            });
+            assert_eq!(xs, (0..n).collect::<Vec<_>>());
+            let mut zs = vec![0usize; n];
+            chunks_mut(&mut zs, 0, |c, z| z[0] = c);
+            assert_eq!(zs, (0..n).collect::<Vec<_>>());
+        }
+        assert_eq!(join(|| 1, || "b"), (1, "b"));
+        assert_eq!(gather(&[10, 20, 30], &[2, 0, 2]), [30, 10, 30]);
+        let strings: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+        assert_eq!(
+            map_vec(strings, |s| s.len()),
+            (0..100)
+                .map(|i: usize| i.to_string().len())
+                .collect::<Vec<_>>()
+        );
+    }
+}
