@@ -247,39 +247,49 @@ pub(crate) fn rows_in_order<'a>(
 /// coordinates directly.
 fn row_starts(lead: &[&[usize]], st: &[usize], nnz: usize) -> (Vec<usize>, Vec<usize>) {
     const CHUNK: usize = 1 << 15;
+    // a key is below the kept size, so never usize::MAX: the "no previous key" mark
+    const NONE: usize = usize::MAX;
+    #[inline(always)]
     fn scan(
         lo: usize,
         hi: usize,
+        prev: usize,
         key: impl Fn(usize) -> usize,
-        starts: &mut Vec<usize>,
-        ids: &mut Vec<usize>,
-    ) {
-        let mut prev = if lo == 0 { None } else { Some(key(lo - 1)) };
+    ) -> (Vec<usize>, Vec<usize>) {
+        let (mut starts, mut ids) = (Vec::with_capacity(hi - lo), Vec::with_capacity(hi - lo));
+        let mut prev = prev;
         for e in lo..hi {
             let k = key(e);
-            if prev != Some(k) {
+            if k != prev {
                 starts.push(e);
                 ids.push(k);
-                prev = Some(k);
+                prev = k;
             }
         }
+        (starts, ids)
     }
     let parts: Vec<(Vec<usize>, Vec<usize>)> = par::map(nnz.div_ceil(CHUNK), |c| {
         let (lo, hi) = (c * CHUNK, ((c + 1) * CHUNK).min(nnz));
-        let (mut starts, mut ids) = (Vec::new(), Vec::new());
         match (lead, st) {
-            ([], _) => scan(lo, hi, |_| 0, &mut starts, &mut ids),
-            ([a], _) => scan(lo, hi, |e| a[e], &mut starts, &mut ids),
-            ([a, b], [sa, _]) => scan(lo, hi, |e| a[e] * sa + b[e], &mut starts, &mut ids),
-            _ => scan(
-                lo,
-                hi,
-                |e| lead.iter().zip(st).map(|(c, s)| c[e] * s).sum(),
-                &mut starts,
-                &mut ids,
-            ),
+            ([], _) => scan(lo, hi, if lo == 0 { NONE } else { 0 }, |_| 0),
+            ([a], _) => {
+                let a = &a[..hi];
+                scan(lo, hi, if lo == 0 { NONE } else { a[lo - 1] }, |e| a[e])
+            }
+            ([a, b], [sa, _]) => {
+                let (a, b, sa) = (&a[..hi], &b[..hi], *sa);
+                let prev = if lo == 0 {
+                    NONE
+                } else {
+                    a[lo - 1] * sa + b[lo - 1]
+                };
+                scan(lo, hi, prev, |e| a[e] * sa + b[e])
+            }
+            _ => {
+                let key = |e: usize| lead.iter().zip(st).map(|(c, s)| c[e] * s).sum::<usize>();
+                scan(lo, hi, if lo == 0 { NONE } else { key(lo - 1) }, key)
+            }
         }
-        (starts, ids)
     });
     let n: usize = parts.iter().map(|p| p.0.len()).sum();
     let (mut starts, mut ids) = (Vec::with_capacity(n + 1), Vec::with_capacity(n));

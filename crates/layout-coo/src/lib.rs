@@ -430,3 +430,40 @@ impl<T: Element> From<MaskedCoo<T>> for CooArrayRepr<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use masked_core::MaskedOps;
+
+    /// A map over every stored entry (mask = the stored pattern) returns a result on the
+    /// input's pattern itself: the coordinates are shared (the same memory), and the
+    /// values equal a result built from flat positions.
+    #[test]
+    fn a_map_of_every_stored_entry_shares_the_pattern() {
+        let coords = [vec![0, 0, 1, 1], vec![0, 2, 1, 2], vec![1, 0, 1, 0]];
+        let x = MaskedCoo::from_pattern([2, 3, 2], &coords, vec![1.0f64, -2.0, 3.0, 0.5]).unwrap();
+        for dim in [0, 1, 2] {
+            let s = x.softmax(dim).unwrap();
+            for d in 0..3 {
+                assert!(std::ptr::eq(s.pattern().coords(d), x.pattern().coords(d)));
+            }
+            let op = masked_core::lane::Softmax {
+                kind: masked_core::lane::SoftmaxKind::Softmax,
+            };
+            let rebuilt = MaskedCoo::from(x.lanes().map_lanes(&op, dim).unwrap());
+            assert_eq!(s.values(), rebuilt.values());
+            assert_eq!(s.pattern(), rebuilt.pattern());
+        }
+        // a separate mask pattern: the result is stored at the mask's positions
+        let mask = CooPattern::from_lengths([2, 3, 2], &[2, 3]).unwrap();
+        let y = MaskedCoo::with_mask(
+            [2, 3, 2],
+            &coords,
+            vec![1.0f64, -2.0, 3.0, 0.5],
+            mask.clone(),
+        )
+        .unwrap();
+        assert_eq!(y.softmax(2).unwrap().pattern(), &mask);
+    }
+}
