@@ -861,7 +861,15 @@ element_float!(
     crate::math::ln_f32,
     u32
 );
-element_float!(f64, DType::F64, f64, F64, exp_nonpos_f64, f64::ln, u64);
+element_float!(
+    f64,
+    DType::F64,
+    f64,
+    F64,
+    exp_nonpos_f64,
+    crate::math::ln_f64,
+    u64
+);
 
 pub use masked_kernels::widen::{bf16_bits_to_f32, f16_bits_to_f32};
 
