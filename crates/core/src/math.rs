@@ -294,8 +294,8 @@ math!(
     libm::erf,
     libm::erfc,
     exp_f64,
-    f64::log2,
-    f64::log10,
+    log2_f64,
+    log10_f64,
     f64::ln_1p,
     f64::exp_m1,
     f64::tanh
@@ -362,17 +362,17 @@ fn log_parts_f32(x: f32) -> (f32, f32, f32) {
 }
 
 /// The special values of a logarithm: `r` for positive finite `x`, `+inf` at `+inf`,
-/// `-inf` at 0, NaN below 0 and at NaN.
+/// `-inf` at 0, NaN below 0 and at NaN (selects: loops over it vectorise).
 #[inline(always)]
-fn log_specials_f32(x: f32, r: f32) -> f32 {
-    let r = if x > 0.0 {
+fn log_specials<C: crate::Float>(x: C, r: C) -> C {
+    let r = if x > C::ZERO {
         r
-    } else if x == 0.0 {
-        f32::NEG_INFINITY
+    } else if x == C::ZERO {
+        C::NEG_INFINITY
     } else {
-        f32::NAN
+        C::NAN
     };
-    if x == f32::INFINITY {
+    if x == C::INFINITY {
         x
     } else {
         r
@@ -385,7 +385,7 @@ pub(crate) fn ln_f32(x: f32) -> f32 {
     let (e, f, y) = log_parts_f32(x);
     // ln 2 in two parts: e * 0.693359375 is exact
     let r = (y - 2.121_944_4e-4 * e) + f + 0.693_359_4 * e;
-    log_specials_f32(x, r)
+    log_specials(x, r)
 }
 
 /// `log2(x)` in f32, branch-free: the exponent added exactly (powers of 2 give exact
@@ -395,7 +395,7 @@ fn log2_f32(x: f32) -> f32 {
     const LOG2EA: f32 = 0.442_695_04; // log2(e) - 1
     let (e, f, y) = log_parts_f32(x);
     let r = y * LOG2EA + f * LOG2EA + y + f + e;
-    log_specials_f32(x, r)
+    log_specials(x, r)
 }
 
 /// `log10(x)` in f32, branch-free: `log10(e)` and `log10(2)` each in two parts
@@ -408,7 +408,7 @@ fn log10_f32(x: f32) -> f32 {
     const L10EB: f32 = 7.007_319e-4;
     let (e, f, y) = log_parts_f32(x);
     let r = y * L10EB + f * L10EB + e * L102B + y * L10EA + f * L10EA + e * L102A;
-    log_specials_f32(x, r)
+    log_specials(x, r)
 }
 
 /// `ln(1 + x)` in f32, branch-free: `u = 1 + x` rounded, then
@@ -468,6 +468,8 @@ fn tanh_f32(x: f32) -> f32 {
 /// `x = 2^k (1 + f)` with `1 + f` in `[sqrt(1/2), sqrt(2))`, and `ln(1 + f) - f`
 /// (fdlibm's `__ieee754_log` reduction and polynomial, below 1 ulp), for positive finite
 /// `x` (subnormals scaled first). Branch-free: loops over it vectorise.
+// fdlibm's constants as published
+#[allow(clippy::excessive_precision)]
 #[inline(always)]
 fn log_parts_f64(x: f64) -> (f64, f64, f64) {
     const LG: [f64; 7] = [
@@ -498,34 +500,21 @@ fn log_parts_f64(x: f64) -> (f64, f64, f64) {
     (k, f, s * (hfsq + t1 + t2) - hfsq)
 }
 
-/// The special values of a logarithm in f64, as [`log_specials_f32`].
-#[inline(always)]
-fn log_specials_f64(x: f64, r: f64) -> f64 {
-    let r = if x > 0.0 {
-        r
-    } else if x == 0.0 {
-        f64::NEG_INFINITY
-    } else {
-        f64::NAN
-    };
-    if x == f64::INFINITY {
-        x
-    } else {
-        r
-    }
-}
-
 /// `ln(x)` in f64, branch-free (vectorises): fdlibm's `log` (below 1 ulp).
+// fdlibm's constants as published
+#[allow(clippy::excessive_precision)]
 #[inline(always)]
 pub(crate) fn ln_f64(x: f64) -> f64 {
     const LN2_HI: f64 = 6.931_471_803_691_238_2e-1;
     const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
     let (k, f, y) = log_parts_f64(x);
-    log_specials_f64(x, k * LN2_HI + (f + (y + k * LN2_LO)))
+    log_specials(x, k * LN2_HI + (f + (y + k * LN2_LO)))
 }
 
 /// `log2(x)` in f64, branch-free: the exponent added exactly (powers of 2 give exact
 /// integers) to `ln(1 + f) / ln 2`, the `f` term split in two parts.
+// fdlibm's constants as published
+#[allow(clippy::excessive_precision)]
 #[inline(always)]
 fn log2_f64(x: f64) -> f64 {
     const IVLN2HI: f64 = 1.442_695_040_721_446_2; // the high 32 bits of 1 / ln 2
@@ -536,11 +525,13 @@ fn log2_f64(x: f64) -> f64 {
     let (val_hi, val_lo) = (hi * IVLN2HI, (lo + hi) * IVLN2LO + lo * IVLN2HI);
     // k + val_hi with its rounding error carried (k is exact)
     let w = k + val_hi;
-    log_specials_f64(x, w + (val_lo + ((k - w) + val_hi)))
+    log_specials(x, w + (val_lo + ((k - w) + val_hi)))
 }
 
 /// `log10(x)` in f64, branch-free: `ln(x) / ln 10` with `log10(2)` and `1 / ln 10` in
 /// two parts.
+// fdlibm's constants as published
+#[allow(clippy::excessive_precision)]
 #[inline(always)]
 fn log10_f64(x: f64) -> f64 {
     const IVLN10HI: f64 = 4.342_944_818_781_689e-1;
@@ -553,7 +544,7 @@ fn log10_f64(x: f64) -> f64 {
     let (y2, val_hi) = (k * LOG10_2HI, hi * IVLN10HI);
     let val_lo = k * LOG10_2LO + (lo + hi) * IVLN10LO + lo * IVLN10HI;
     let w = y2 + val_hi;
-    log_specials_f64(x, w + (val_lo + ((y2 - w) + val_hi)))
+    log_specials(x, w + (val_lo + ((y2 - w) + val_hi)))
 }
 
 /// `e^x` in f64 over the whole range, as [`exp_f32`] with the degree-12 polynomial.

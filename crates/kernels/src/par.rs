@@ -87,6 +87,17 @@ pub fn gather<T: Copy + Send + Sync>(src: &[T], idx: &[usize]) -> Vec<T> {
     }))
 }
 
+/// The sum of `f(range)` over the chunks of `0..len` cut into `chunk`-long ranges, each
+/// chunk in parallel, the chunks' sums added in order (deterministic).
+pub fn sum_chunks(len: usize, chunk: usize, f: impl Fn(Range<usize>) -> f64 + Sync) -> f64 {
+    let chunk = chunk.max(1);
+    map(len.div_ceil(chunk), |c| {
+        f(c * chunk..((c + 1) * chunk).min(len))
+    })
+    .into_iter()
+    .sum()
+}
+
 /// The items that `f` pushes for each of the chunks `0..len` cut into `chunk`-long
 /// ranges, concatenated in order: a parallel filter or flat map.
 pub fn flat_map_ranges<R: Send>(
@@ -209,6 +220,7 @@ mod tests {
         }
         assert_eq!(join(|| 1, || "b"), (1, "b"));
         assert_eq!(gather(&[10, 20, 30], &[2, 0, 2]), [30, 10, 30]);
+        assert_eq!(sum_chunks(10, 3, |r| r.map(|i| i as f64).sum()), 45.0);
         let strings: Vec<String> = (0..100).map(|i| i.to_string()).collect();
         assert_eq!(
             map_vec(strings, |s| s.len()),

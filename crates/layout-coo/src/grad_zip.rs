@@ -91,12 +91,7 @@ impl<T: Element> MaskedCoo<T> {
         let op = binary_grad_op::<T>(req)?;
         let (dx, dy) = self.partials_times(op, &Splat(s), MaskRule::Strict, g)?;
         let d = dy.values();
-        let sum = par::map(d.len().div_ceil(1 << 16), |c| {
-            let r = c << 16..((c + 1) << 16).min(d.len());
-            d[r].iter().map(|v| v.to_f64()).sum::<f64>()
-        })
-        .into_iter()
-        .sum::<f64>();
+        let sum = par::sum_chunks(d.len(), 1 << 16, |r| d[r].iter().map(|v| v.to_f64()).sum());
         Ok((self.onto_valid(dx)?, <T::Real as Float>::from_f64(sum)))
     }
 
