@@ -168,6 +168,46 @@ pub fn chunks_mut2<A: Send, B: Send, R: Send>(
     })
 }
 
+/// `[f(0, part 0 of a, part 0 of b), ..]`: part `c` of `a` is `a[ab[c]..ab[c + 1]]`, of
+/// `b` `b[bb[c]..bb[c + 1]]` (bounds non-decreasing, within the slices, as many parts
+/// in each), run in parallel: chunks of uneven sizes (a sparse matrix's rows by their
+/// stored entries) beside chunks of even ones.
+///
+/// # Panics
+/// If the bounds are not as described (a caller's bug, checked before any task runs).
+pub fn parts_mut2<A: Send, B: Send, R: Send>(
+    a: &mut [A],
+    ab: &[usize],
+    b: &mut [B],
+    bb: &[usize],
+    f: impl Fn(usize, &mut [A], &mut [B]) -> R + Sync,
+) -> Vec<R> {
+    let ok = |bounds: &[usize], len: usize| {
+        bounds.windows(2).all(|w| w[0] <= w[1]) && bounds.last().is_none_or(|&e| e <= len)
+    };
+    assert!(
+        ab.len() == bb.len() && ok(ab, a.len()) && ok(bb, b.len()),
+        "parts_mut2: bounds out of order or out of range"
+    );
+    let (pa, pb) = (SendPtr(a.as_mut_ptr()), SendPtr(b.as_mut_ptr()));
+    map(ab.len().saturating_sub(1), |c| {
+        // SAFETY: the parts are disjoint ranges inside each slice (checked above), one
+        // task each, while both slices are borrowed mutably for the whole loop.
+        let (ca, cb) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(pa.get().add(ab[c]), ab[c + 1] - ab[c]),
+                std::slice::from_raw_parts_mut(pb.get().add(bb[c]), bb[c + 1] - bb[c]),
+            )
+        };
+        f(c, ca, cb)
+    })
+}
+
+/// The number of worker threads parallel loops run on (the current rayon pool's).
+pub fn threads() -> usize {
+    rayon::current_num_threads()
+}
+
 /// `(a(), b())`, run in parallel where a thread is free (rayon's `join`).
 pub fn join<RA: Send, RB: Send>(
     a: impl FnOnce() -> RA + Send,
@@ -192,6 +232,20 @@ fn join_dyn(a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_mut2_splits_at_the_bounds() {
+        let mut a = vec![0usize; 6];
+        let mut b = vec![0usize; 4];
+        let lens = parts_mut2(&mut a, &[0, 1, 1, 6], &mut b, &[0, 2, 3, 4], |c, x, y| {
+            x.fill(c + 1);
+            y.fill(c + 10);
+            (x.len(), y.len())
+        });
+        assert_eq!(lens, [(1, 2), (0, 1), (5, 1)]);
+        assert_eq!(a, [1, 3, 3, 3, 3, 3]);
+        assert_eq!(b, [10, 10, 11, 12]);
+    }
 
     #[test]
     fn helpers_cover_every_index_once_in_order() {

@@ -1,0 +1,530 @@
+//! The row and column kernels: each a loop over a chunk of a pattern's rows (or, through
+//! the transpose, its columns), compiled once per accumulator type (`f32`, `f64`) and CPU
+//! tier by [`multiversion!`](masked_kernels::multiversion). Three building blocks inside
+//! them: `scores` (dot products of one query with its keys, four keys at a time),
+//! `softmax` (in place over one row's scores) and `combine` (a weighted sum of rows of
+//! a dense matrix, accumulated in registers a block of 16 columns at a time).
+
+use masked_core::Float;
+use masked_kernels::multiversion;
+
+/// An accumulator type: `f32` (also for f16 and bf16 storage) or `f64`.
+pub trait Acc: Float + PartialOrd + Send + Sync + 'static {
+    /// `self * b + c`, rounded once (a fused multiply-add).
+    fn fma(self, b: Self, c: Self) -> Self;
+    /// To `f64` (exact).
+    fn to_f64(self) -> f64;
+}
+
+impl Acc for f32 {
+    #[inline(always)]
+    fn fma(self, b: f32, c: f32) -> f32 {
+        self.mul_add(b, c)
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl Acc for f64 {
+    #[inline(always)]
+    fn fma(self, b: f64, c: f64) -> f64 {
+        self.mul_add(b, c)
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+/// How the kernels multiply-add and exponentiate: [`Fused`] inside the AVX2 and AVX-512
+/// tiers (one instruction each), [`Plain`] in the baseline tier, where a fused
+/// multiply-add would be a library call.
+pub trait Madd: Copy + Send + Sync + 'static {
+    /// `a * b + c`.
+    fn madd<A: Acc>(a: A, b: A, c: A) -> A;
+    /// `e^x` for `x <= 0`.
+    fn exp<A: Acc>(x: A) -> A;
+}
+
+/// Fused multiply-adds.
+#[derive(Clone, Copy)]
+pub struct Fused;
+/// Separate multiply and add.
+#[derive(Clone, Copy)]
+pub struct Plain;
+
+impl Madd for Fused {
+    #[inline(always)]
+    fn madd<A: Acc>(a: A, b: A, c: A) -> A {
+        a.fma(b, c)
+    }
+    #[inline(always)]
+    fn exp<A: Acc>(x: A) -> A {
+        x.exp_nonpos_fused()
+    }
+}
+
+impl Madd for Plain {
+    #[inline(always)]
+    fn madd<A: Acc>(a: A, b: A, c: A) -> A {
+        a * b + c
+    }
+    #[inline(always)]
+    fn exp<A: Acc>(x: A) -> A {
+        x.exp_nonpos()
+    }
+}
+
+/// Runs `$body` with `$m` bound to [`Fused`] where the vector kernels have fused
+/// multiply-adds, to [`Plain`] elsewhere.
+macro_rules! with_madd {
+    ($m:ident => $body:expr) => {
+        if masked_kernels::cpu::fused_exp() {
+            let $m = $crate::kernels::Fused;
+            $body
+        } else {
+            let $m = $crate::kernels::Plain;
+            $body
+        }
+    };
+}
+pub(crate) use with_madd;
+
+/// A row-major matrix: `data.len() == rows * cols`.
+#[derive(Clone, Copy)]
+pub struct Mat<'a, A> {
+    /// The values.
+    pub data: &'a [A],
+    /// Row length.
+    pub cols: usize,
+}
+
+impl<'a, A> Mat<'a, A> {
+    #[inline(always)]
+    fn row(&self, i: usize) -> &'a [A] {
+        &self.data[i * self.cols..(i + 1) * self.cols]
+    }
+}
+
+/// A compressed index structure: the entries of row `r` are `ptr[r]..ptr[r + 1]` of
+/// `idx` (a pattern's rows over `usize` columns, or its transpose's columns over `u32`
+/// rows).
+#[derive(Clone, Copy)]
+pub struct Index<'a, I> {
+    /// Row pointer.
+    pub ptr: &'a [usize],
+    /// Indices.
+    pub idx: &'a [I],
+}
+
+/// An index into a matrix's rows.
+pub trait Idx: Copy + Send + Sync + 'static {
+    /// As `usize`.
+    fn at(self) -> usize;
+}
+impl Idx for usize {
+    #[inline(always)]
+    fn at(self) -> usize {
+        self
+    }
+}
+impl Idx for u32 {
+    #[inline(always)]
+    fn at(self) -> usize {
+        self as usize
+    }
+}
+
+/// Lanes of the accumulator arrays (one AVX-512 register of f32, two of AVX2).
+const L: usize = 16;
+
+/// The sum of 16 lanes, pairwise.
+#[inline(always)]
+fn hsum<A: Acc>(mut a: [A; L]) -> A {
+    let mut w = L / 2;
+    while w > 0 {
+        for l in 0..w {
+            a[l] = a[l] + a[l + w];
+        }
+        w /= 2;
+    }
+    a[0]
+}
+
+/// `[q·k0, q·k1, q·k2, q·k3]`, every `k` as long as `q`.
+#[inline(always)]
+fn dot4<A: Acc, M: Madd>(q: &[A], k: [&[A]; 4]) -> [A; 4] {
+    let d = q.len();
+    let full = d / L * L;
+    let mut acc = [[A::ZERO; L]; 4];
+    let mut c = 0;
+    while c < full {
+        let qc: &[A; L] = q[c..c + L].try_into().expect("a full block");
+        for u in 0..4 {
+            let kc: &[A; L] = k[u][c..c + L].try_into().expect("a full block");
+            for l in 0..L {
+                acc[u][l] = M::madd(qc[l], kc[l], acc[u][l]);
+            }
+        }
+        c += L;
+    }
+    let mut out = [A::ZERO; 4];
+    for u in 0..4 {
+        let mut s = hsum(acc[u]);
+        for t in full..d {
+            s = M::madd(q[t], k[u][t], s);
+        }
+        out[u] = s;
+    }
+    out
+}
+
+/// `q·k`.
+#[inline(always)]
+fn dot1<A: Acc, M: Madd>(q: &[A], k: &[A]) -> A {
+    let d = q.len();
+    let full = d / L * L;
+    let mut acc = [A::ZERO; L];
+    let mut c = 0;
+    while c < full {
+        let qc: &[A; L] = q[c..c + L].try_into().expect("a full block");
+        let kc: &[A; L] = k[c..c + L].try_into().expect("a full block");
+        for l in 0..L {
+            acc[l] = M::madd(qc[l], kc[l], acc[l]);
+        }
+        c += L;
+    }
+    let mut s = hsum(acc);
+    for t in full..d {
+        s = M::madd(q[t], k[t], s);
+    }
+    s
+}
+
+/// `s[t] = scale · (q · k[keys[t]])`.
+#[inline(always)]
+fn scores<A: Acc, M: Madd>(q: &[A], k: Mat<'_, A>, keys: &[usize], scale: A, s: &mut [A]) {
+    let n4 = keys.len() / 4 * 4;
+    let mut t = 0;
+    while t < n4 {
+        let r = dot4::<A, M>(
+            q,
+            [
+                k.row(keys[t]),
+                k.row(keys[t + 1]),
+                k.row(keys[t + 2]),
+                k.row(keys[t + 3]),
+            ],
+        );
+        for u in 0..4 {
+            s[t + u] = r[u] * scale;
+        }
+        t += 4;
+    }
+    while t < keys.len() {
+        s[t] = dot1::<A, M>(q, k.row(keys[t])) * scale;
+        t += 1;
+    }
+}
+
+/// The sum of `xs`, in 16 lanes.
+#[inline(always)]
+fn sum_lanes<A: Acc>(xs: &[A]) -> A {
+    let mut acc = [A::ZERO; L];
+    let mut chunks = xs.chunks_exact(L);
+    for c in &mut chunks {
+        for l in 0..L {
+            acc[l] = acc[l] + c[l];
+        }
+    }
+    let mut s = hsum(acc);
+    for &x in chunks.remainder() {
+        s = s + x;
+    }
+    s
+}
+
+/// The largest of `xs` (NaN if any is NaN; `-inf` if empty), in 16 lanes.
+#[inline(always)]
+fn max_lanes<A: Acc>(xs: &[A]) -> A {
+    let mx = |a: A, b: A| if b > a || b != b { b } else { a };
+    let mut acc = [A::NEG_INFINITY; L];
+    let mut chunks = xs.chunks_exact(L);
+    for c in &mut chunks {
+        for l in 0..L {
+            acc[l] = mx(acc[l], c[l]);
+        }
+    }
+    let mut m = A::NEG_INFINITY;
+    for a in acc.into_iter().chain(chunks.remainder().iter().copied()) {
+        m = mx(m, a);
+    }
+    m
+}
+
+/// The softmax of one row's scores, in place. A row whose scores are all `-inf` (every
+/// key biased away) gives zeros, as a row with no key does; a NaN score gives NaNs, as
+/// in torch.
+#[inline(always)]
+fn softmax<A: Acc, M: Madd>(s: &mut [A]) {
+    let m = max_lanes(s);
+    if m == A::NEG_INFINITY {
+        s.fill(A::ZERO);
+        return;
+    }
+    for x in s.iter_mut() {
+        *x = M::exp(*x - m);
+    }
+    let inv = A::ONE / sum_lanes(s);
+    for x in s.iter_mut() {
+        *x = *x * inv;
+    }
+}
+
+/// `out += Σ_t w[t] · x[idx[t]]` (rows of `x`, as long as `out`), sixteen columns at a
+/// time in registers, four keys at a time.
+#[inline(always)]
+fn combine<A: Acc, M: Madd, I: Idx>(w: &[A], idx: &[I], x: Mat<'_, A>, out: &mut [A]) {
+    let width = out.len();
+    let n = idx.len().min(w.len());
+    let n4 = n / 4 * 4;
+    let mut c = 0;
+    while c + L <= width {
+        let mut acc = [[A::ZERO; L]; 4];
+        let mut t = 0;
+        while t < n4 {
+            for u in 0..4 {
+                let xr: &[A; L] = x.row(idx[t + u].at())[c..c + L]
+                    .try_into()
+                    .expect("a full block");
+                let wt = w[t + u];
+                for l in 0..L {
+                    acc[u][l] = M::madd(wt, xr[l], acc[u][l]);
+                }
+            }
+            t += 4;
+        }
+        while t < n {
+            let xr: &[A; L] = x.row(idx[t].at())[c..c + L]
+                .try_into()
+                .expect("a full block");
+            let wt = w[t];
+            for l in 0..L {
+                acc[0][l] = M::madd(wt, xr[l], acc[0][l]);
+            }
+            t += 1;
+        }
+        for l in 0..L {
+            out[c + l] = out[c + l] + ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]));
+        }
+        c += L;
+    }
+    if c < width {
+        let tail = &mut out[c..];
+        for t in 0..n {
+            let xr = &x.row(idx[t].at())[c..];
+            let wt = w[t];
+            for (o, &xv) in tail.iter_mut().zip(xr) {
+                *o = M::madd(wt, xv, *o);
+            }
+        }
+    }
+}
+
+/// What the attention kernels read for one batch element: the queries (`nq × d`), keys
+/// (`nk × d`), values (`nk × dv`), the pattern's rows, its bias (one value per stored
+/// position, or none) and the scale.
+#[derive(Clone, Copy)]
+pub struct Attn<'a, A> {
+    /// Queries.
+    pub q: Mat<'a, A>,
+    /// Keys.
+    pub k: Mat<'a, A>,
+    /// Values.
+    pub v: Mat<'a, A>,
+    /// The pattern.
+    pub p: Index<'a, usize>,
+    /// The bias at the pattern's positions.
+    pub bias: Option<&'a [A]>,
+    /// Scale of the scores.
+    pub scale: A,
+}
+
+impl<A: Acc> Attn<'_, A> {
+    /// Row `i`'s probabilities into `s` (resized to the row's length), and its keys.
+    #[inline(always)]
+    fn probs<M: Madd>(&self, i: usize, s: &mut Vec<A>) -> &[usize] {
+        let (lo, hi) = (self.p.ptr[i], self.p.ptr[i + 1]);
+        let keys = &self.p.idx[lo..hi];
+        s.clear();
+        s.resize(keys.len(), A::ZERO);
+        scores::<A, M>(self.q.row(i), self.k, keys, self.scale, s);
+        if let Some(b) = self.bias {
+            for (x, &bb) in s.iter_mut().zip(&b[lo..hi]) {
+                *x = *x + bb;
+            }
+        }
+        softmax::<A, M>(s);
+        keys
+    }
+}
+
+#[inline(always)]
+fn attend_rows_k<A: Acc, M: Madd>(_: M, a: &Attn<'_, A>, r0: usize, r1: usize, out: &mut [A]) {
+    let dv = a.v.cols;
+    let mut s = Vec::new();
+    for i in r0..r1 {
+        let keys = a.probs::<M>(i, &mut s);
+        combine::<A, M, usize>(&s, keys, a.v, &mut out[(i - r0) * dv..(i - r0 + 1) * dv]);
+    }
+}
+
+multiversion! {
+    /// The attention output of rows `r0..r1` (`dv` values each in `out`, zeroed): each
+    /// row's probabilities, then their weighted sum of value rows.
+    pub fn attend_rows[A: Acc, M: Madd](m: M, a: &Attn<'_, A>, r0: usize, r1: usize, out: &mut [A]) = attend_rows_k;
+}
+
+#[inline(always)]
+fn grad_rows_k<A: Acc, M: Madd>(
+    _: M,
+    a: &Attn<'_, A>,
+    g: Mat<'_, A>,
+    r0: usize,
+    r1: usize,
+    dq: &mut [A],
+    pds: &mut [[A; 2]],
+) {
+    let d = a.q.cols;
+    let (mut s, mut dp) = (Vec::new(), Vec::new());
+    let base = a.p.ptr[r0];
+    for i in r0..r1 {
+        let dqi = &mut dq[(i - r0) * d..(i - r0 + 1) * d];
+        let keys = a.probs::<M>(i, &mut s);
+        dp.clear();
+        dp.resize(keys.len(), A::ZERO);
+        scores::<A, M>(g.row(i), a.v, keys, A::ONE, &mut dp);
+        // D = Σ p dp = dO · O; dS = P (dP - D)
+        let mut acc = [A::ZERO; L];
+        let mut t = 0;
+        while t + L <= s.len() {
+            for l in 0..L {
+                acc[l] = M::madd(s[t + l], dp[t + l], acc[l]);
+            }
+            t += L;
+        }
+        let mut big_d = hsum(acc);
+        while t < s.len() {
+            big_d = M::madd(s[t], dp[t], big_d);
+            t += 1;
+        }
+        let lo = a.p.ptr[i] - base;
+        for ((pd, &p), x) in pds[lo..lo + keys.len()].iter_mut().zip(&s).zip(&mut dp) {
+            let ds = p * (*x - big_d);
+            *pd = [p, ds];
+            *x = ds * a.scale;
+        }
+        combine::<A, M, usize>(&dp, keys, a.k, dqi);
+    }
+}
+
+multiversion! {
+    /// The first pass of the attention VJP over rows `r0..r1` (`d` values each in `dq`): each row's probabilities `P` again, `dP = dO Vᵀ`, `dS = P ⊙ (dP − rowsum(P ⊙
+    /// dP))`; `(P, dS)` into `pds` (the rows' stored positions, in order); `dQ += scale ·
+    /// dS K` into `dq`.
+    pub fn grad_rows[A: Acc, M: Madd](m: M, a: &Attn<'_, A>, g: Mat<'_, A>, r0: usize, r1: usize, dq: &mut [A], pds: &mut [[A; 2]]) = grad_rows_k;
+}
+
+/// A column pass: `out[j] += Σ scale · w[pos] · x[row]` over the entries `(row, pos)` of
+/// columns `c0..` of the transpose: `Pᵀ x` for a pattern's values `w`.
+#[derive(Clone, Copy)]
+pub struct Cols<'a, A> {
+    /// The transpose: column pointer and rows.
+    pub t: Index<'a, u32>,
+    /// The stored position (in the pattern's row order) of each transpose entry.
+    pub pos: &'a [u32],
+    /// The weights, `stride` per stored position.
+    pub w: &'a [A],
+    /// Values per stored position in `w`.
+    pub stride: usize,
+    /// Which of them.
+    pub which: usize,
+    /// The factor.
+    pub scale: A,
+    /// The rows combined.
+    pub x: Mat<'a, A>,
+}
+
+#[inline(always)]
+fn cols_k<A: Acc, M: Madd>(_: M, c: &Cols<'_, A>, c0: usize, out: &mut [A]) {
+    let width = c.x.cols;
+    let mut w = Vec::new();
+    for (j, oj) in (c0..).zip(out.chunks_exact_mut(width.max(1))) {
+        let (lo, hi) = (c.t.ptr[j], c.t.ptr[j + 1]);
+        w.clear();
+        w.extend(
+            c.pos[lo..hi]
+                .iter()
+                .map(|&p| c.w[p as usize * c.stride + c.which] * c.scale),
+        );
+        combine::<A, M, u32>(&w, &c.t.idx[lo..hi], c.x, oj);
+    }
+}
+
+multiversion! {
+    /// A column pass over columns `c0..` (as many as `out` holds, `x.cols` each).
+    pub fn cols[A: Acc, M: Madd](m: M, c: &Cols<'_, A>, c0: usize, out: &mut [A]) = cols_k;
+}
+
+#[inline(always)]
+fn sddmm_rows_k<A: Acc, M: Madd>(
+    _: M,
+    a: Mat<'_, A>,
+    b: Mat<'_, A>,
+    p: Index<'_, usize>,
+    scale: A,
+    r0: usize,
+    r1: usize,
+    out: &mut [A],
+) {
+    let base = p.ptr[r0];
+    for i in r0..r1 {
+        let (lo, hi) = (p.ptr[i], p.ptr[i + 1]);
+        scores::<A, M>(
+            a.row(i),
+            b,
+            &p.idx[lo..hi],
+            scale,
+            &mut out[lo - base..hi - base],
+        );
+    }
+}
+
+multiversion! {
+    /// `out = scale · (a bᵀ)` at the stored positions of rows `r0..r1` (`out` holds
+    /// exactly their entries).
+    pub fn sddmm_rows[A: Acc, M: Madd](m: M, a: Mat<'_, A>, b: Mat<'_, A>, p: Index<'_, usize>, scale: A, r0: usize, r1: usize, out: &mut [A]) = sddmm_rows_k;
+}
+
+#[inline(always)]
+fn spmm_rows_k<A: Acc, M: Madd>(
+    _: M,
+    vals: &[A],
+    p: Index<'_, usize>,
+    x: Mat<'_, A>,
+    r0: usize,
+    out: &mut [A],
+) {
+    for (i, oi) in (r0..).zip(out.chunks_exact_mut(x.cols.max(1))) {
+        let (lo, hi) = (p.ptr[i], p.ptr[i + 1]);
+        combine::<A, M, usize>(&vals[lo..hi], &p.idx[lo..hi], x, oi);
+    }
+}
+
+multiversion! {
+    /// `out += P x` for rows `r0..` of the pattern with values `vals` (as many rows as
+    /// `out` holds, `x.cols` each).
+    pub fn spmm_rows[A: Acc, M: Madd](m: M, vals: &[A], p: Index<'_, usize>, x: Mat<'_, A>, r0: usize, out: &mut [A]) = spmm_rows_k;
+}
