@@ -170,6 +170,15 @@ impl Batch {
         }
     }
 
+    /// Values on the pattern of every batch element together.
+    pub(crate) fn value_total(&self, plan: &AttentionPlan) -> usize {
+        if plan.is_per_batch() {
+            (self.count / self.lead[0].max(1)) * plan.nnz()
+        } else {
+            self.count * plan.nnz()
+        }
+    }
+
     /// Where batch element `b`'s values on the pattern start in a vector of every
     /// element's (each element's stored positions, element after element).
     pub(crate) fn value_start(&self, b: usize, plan: &AttentionPlan) -> usize {

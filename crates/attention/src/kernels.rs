@@ -7,6 +7,7 @@
 
 use masked_core::Float;
 use masked_kernels::multiversion;
+use masked_kernels::par::Scatter;
 
 /// An accumulator type: `f32` (also for f16 and bf16 storage) or `f64`.
 pub trait Acc: Float + PartialOrd + Send + Sync + 'static {
@@ -153,30 +154,51 @@ fn hsum<A: Acc>(mut a: [A; L]) -> A {
     a[0]
 }
 
+/// `acc[l] += a[l] * b[l]` over one block (one vector instruction per register).
+#[inline(always)]
+fn fma_block<A: Acc, M: Madd>(acc: &mut [A; L], a: &[A; L], b: &[A; L]) {
+    for l in 0..L {
+        acc[l] = M::madd(a[l], b[l], acc[l]);
+    }
+}
+
+/// `acc[l] += w * b[l]` over one block.
+#[inline(always)]
+fn axpy_block<A: Acc, M: Madd>(acc: &mut [A; L], w: A, b: &[A; L]) {
+    for l in 0..L {
+        acc[l] = M::madd(w, b[l], acc[l]);
+    }
+}
+
+/// Block `c` (of `L` values) of `x`.
+#[inline(always)]
+fn block<A>(x: &[A], c: usize) -> &[A; L] {
+    x[c..c + L].try_into().expect("a full block")
+}
+
 /// `[q·k0, q·k1, q·k2, q·k3]`, every `k` as long as `q`.
 #[inline(always)]
 fn dot4<A: Acc, M: Madd>(q: &[A], k: [&[A]; 4]) -> [A; 4] {
     let d = q.len();
     let full = d / L * L;
-    let mut acc = [[A::ZERO; L]; 4];
+    let [k0, k1, k2, k3] = k;
+    let (k0, k1, k2, k3) = (&k0[..d], &k1[..d], &k2[..d], &k3[..d]);
+    let (mut a0, mut a1, mut a2, mut a3) = ([A::ZERO; L], [A::ZERO; L], [A::ZERO; L], [A::ZERO; L]);
     let mut c = 0;
     while c < full {
-        let qc: &[A; L] = q[c..c + L].try_into().expect("a full block");
-        for u in 0..4 {
-            let kc: &[A; L] = k[u][c..c + L].try_into().expect("a full block");
-            for l in 0..L {
-                acc[u][l] = M::madd(qc[l], kc[l], acc[u][l]);
-            }
-        }
+        let qc = block(q, c);
+        fma_block::<A, M>(&mut a0, qc, block(k0, c));
+        fma_block::<A, M>(&mut a1, qc, block(k1, c));
+        fma_block::<A, M>(&mut a2, qc, block(k2, c));
+        fma_block::<A, M>(&mut a3, qc, block(k3, c));
         c += L;
     }
-    let mut out = [A::ZERO; 4];
-    for u in 0..4 {
-        let mut s = hsum(acc[u]);
-        for t in full..d {
-            s = M::madd(q[t], k[u][t], s);
-        }
-        out[u] = s;
+    let mut out = [hsum(a0), hsum(a1), hsum(a2), hsum(a3)];
+    for t in full..d {
+        out[0] = M::madd(q[t], k0[t], out[0]);
+        out[1] = M::madd(q[t], k1[t], out[1]);
+        out[2] = M::madd(q[t], k2[t], out[2]);
+        out[3] = M::madd(q[t], k3[t], out[3]);
     }
     out
 }
@@ -185,15 +207,12 @@ fn dot4<A: Acc, M: Madd>(q: &[A], k: [&[A]; 4]) -> [A; 4] {
 #[inline(always)]
 fn dot1<A: Acc, M: Madd>(q: &[A], k: &[A]) -> A {
     let d = q.len();
+    let k = &k[..d];
     let full = d / L * L;
     let mut acc = [A::ZERO; L];
     let mut c = 0;
     while c < full {
-        let qc: &[A; L] = q[c..c + L].try_into().expect("a full block");
-        let kc: &[A; L] = k[c..c + L].try_into().expect("a full block");
-        for l in 0..L {
-            acc[l] = M::madd(qc[l], kc[l], acc[l]);
-        }
+        fma_block::<A, M>(&mut acc, block(q, c), block(k, c));
         c += L;
     }
     let mut s = hsum(acc);
@@ -289,35 +308,27 @@ fn softmax<A: Acc, M: Madd>(s: &mut [A]) {
 fn combine<A: Acc, M: Madd, I: Idx>(w: &[A], idx: &[I], x: Mat<'_, A>, out: &mut [A]) {
     let width = out.len();
     let n = idx.len().min(w.len());
+    let (w, idx) = (&w[..n], &idx[..n]);
     let n4 = n / 4 * 4;
     let mut c = 0;
     while c + L <= width {
-        let mut acc = [[A::ZERO; L]; 4];
+        let (mut a0, mut a1, mut a2, mut a3) =
+            ([A::ZERO; L], [A::ZERO; L], [A::ZERO; L], [A::ZERO; L]);
         let mut t = 0;
         while t < n4 {
-            for u in 0..4 {
-                let xr: &[A; L] = x.row(idx[t + u].at())[c..c + L]
-                    .try_into()
-                    .expect("a full block");
-                let wt = w[t + u];
-                for l in 0..L {
-                    acc[u][l] = M::madd(wt, xr[l], acc[u][l]);
-                }
-            }
+            axpy_block::<A, M>(&mut a0, w[t], block(x.row(idx[t].at()), c));
+            axpy_block::<A, M>(&mut a1, w[t + 1], block(x.row(idx[t + 1].at()), c));
+            axpy_block::<A, M>(&mut a2, w[t + 2], block(x.row(idx[t + 2].at()), c));
+            axpy_block::<A, M>(&mut a3, w[t + 3], block(x.row(idx[t + 3].at()), c));
             t += 4;
         }
         while t < n {
-            let xr: &[A; L] = x.row(idx[t].at())[c..c + L]
-                .try_into()
-                .expect("a full block");
-            let wt = w[t];
-            for l in 0..L {
-                acc[0][l] = M::madd(wt, xr[l], acc[0][l]);
-            }
+            axpy_block::<A, M>(&mut a0, w[t], block(x.row(idx[t].at()), c));
             t += 1;
         }
+        let o: &mut [A; L] = (&mut out[c..c + L]).try_into().expect("a full block");
         for l in 0..L {
-            out[c + l] = out[c + l] + ((acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]));
+            o[l] = o[l] + ((a0[l] + a1[l]) + (a2[l] + a3[l]));
         }
         c += L;
     }
@@ -348,6 +359,8 @@ pub struct Attn<'a, A> {
     pub p: Index<'a, usize>,
     /// The bias at the pattern's positions.
     pub bias: Option<&'a [A]>,
+    /// For the gradient: each stored position's slot in column order (else empty).
+    pub dest: &'a [u32],
     /// Scale of the scores.
     pub scale: A,
 }
@@ -395,11 +408,10 @@ fn grad_rows_k<A: Acc, M: Madd>(
     r0: usize,
     r1: usize,
     dq: &mut [A],
-    pds: &mut [[A; 2]],
+    pds: &Scatter<'_, [A; 2]>,
 ) {
     let d = a.q.cols;
     let (mut s, mut dp) = (Vec::new(), Vec::new());
-    let base = a.p.ptr[r0];
     for i in r0..r1 {
         let dqi = &mut dq[(i - r0) * d..(i - r0 + 1) * d];
         let keys = a.probs::<M>(i, &mut s);
@@ -420,10 +432,12 @@ fn grad_rows_k<A: Acc, M: Madd>(
             big_d = M::madd(s[t], dp[t], big_d);
             t += 1;
         }
-        let lo = a.p.ptr[i] - base;
-        for ((pd, &p), x) in pds[lo..lo + keys.len()].iter_mut().zip(&s).zip(&mut dp) {
+        let lo = a.p.ptr[i];
+        for ((&slot, &p), x) in a.dest[lo..lo + keys.len()].iter().zip(&s).zip(&mut dp) {
             let ds = p * (*x - big_d);
-            *pd = [p, ds];
+            // SAFETY: `dest` is a permutation (the plan's transpose), and each stored
+            // position belongs to one row, handled by one task
+            unsafe { pds.write(slot as usize, [p, ds]) };
             *x = ds * a.scale;
         }
         combine::<A, M, usize>(&dp, keys, a.k, dqi);
@@ -432,20 +446,18 @@ fn grad_rows_k<A: Acc, M: Madd>(
 
 multiversion! {
     /// The first pass of the attention VJP over rows `r0..r1` (`d` values each in `dq`): each row's probabilities `P` again, `dP = dO Vᵀ`, `dS = P ⊙ (dP − rowsum(P ⊙
-    /// dP))`; `(P, dS)` into `pds` (the rows' stored positions, in order); `dQ += scale ·
-    /// dS K` into `dq`.
-    pub fn grad_rows[A: Acc, M: Madd](m: M, a: &Attn<'_, A>, g: Mat<'_, A>, r0: usize, r1: usize, dq: &mut [A], pds: &mut [[A; 2]]) = grad_rows_k;
+    /// dP))`; `(P, dS)` into `pds` at each position's column-order slot (`a.dest`);
+    /// `dQ += scale · dS K` into `dq`.
+    pub fn grad_rows[A: Acc, M: Madd](m: M, a: &Attn<'_, A>, g: Mat<'_, A>, r0: usize, r1: usize, dq: &mut [A], pds: &Scatter<'_, [A; 2]>) = grad_rows_k;
 }
 
-/// A column pass: `out[j] += Σ scale · w[pos] · x[row]` over the entries `(row, pos)` of
-/// columns `c0..` of the transpose: `Pᵀ x` for a pattern's values `w`.
+/// A column pass: `out[j] += Σ scale · w[e] · x[row[e]]` over the entries `e` of columns
+/// `c0..` of the transpose: `Pᵀ x` for a pattern's values `w` (in column order).
 #[derive(Clone, Copy)]
 pub struct Cols<'a, A> {
     /// The transpose: column pointer and rows.
     pub t: Index<'a, u32>,
-    /// The stored position (in the pattern's row order) of each transpose entry.
-    pub pos: &'a [u32],
-    /// The weights, `stride` per stored position.
+    /// The weights, `stride` per stored position, in column order.
     pub w: &'a [A],
     /// Values per stored position in `w`.
     pub stride: usize,
@@ -465,9 +477,11 @@ fn cols_k<A: Acc, M: Madd>(_: M, c: &Cols<'_, A>, c0: usize, out: &mut [A]) {
         let (lo, hi) = (c.t.ptr[j], c.t.ptr[j + 1]);
         w.clear();
         w.extend(
-            c.pos[lo..hi]
+            c.w[lo * c.stride..hi * c.stride]
                 .iter()
-                .map(|&p| c.w[p as usize * c.stride + c.which] * c.scale),
+                .skip(c.which)
+                .step_by(c.stride)
+                .map(|&x| x * c.scale),
         );
         combine::<A, M, u32>(&w, &c.t.idx[lo..hi], c.x, oj);
     }

@@ -35,6 +35,7 @@
 mod batch;
 pub mod erased;
 mod kernels;
+pub mod patterns;
 mod plan;
 
 pub use kernels::Acc;
@@ -238,6 +239,7 @@ fn attend<A: Acc>(
             v: vo.mat(v, batch.offset(b, vo)),
             p: plan.index(pi),
             bias: bias.map(|x| &x[plan.start(pi)..plan.start(pi + 1)]),
+            dest: &[],
             scale,
         };
         let ob = &mut out[b * nq * dv..(b + 1) * nq * dv];
@@ -339,22 +341,27 @@ fn attend_grad<A: Acc>(
             v: vo.mat(v, vb),
             p: index,
             bias: bias.map(|x| &x[plan.start(pi)..plan.start(pi + 1)]),
+            dest: &t.dest,
             scale,
         };
         let gm = go.mat(g, b * nq * dv);
         let nnz = index.idx.len();
         let pairs: &mut [[A; 2]] = as_pairs(&mut pds[..2 * nnz]);
-        let rb = bounds(nq, rpt);
-        let eb: Vec<usize> = rb.iter().map(|&r| index.ptr[r]).collect();
-        let db: Vec<usize> = rb.iter().map(|&r| r * d).collect();
         let dqb = &mut dq[qb..qb + nq * d];
-        with_madd!(m => par::parts_mut2(dqb, &db, pairs, &eb, |c, dqc, pc| {
-            kernels::grad_rows(m, &a, gm, rb[c], rb[c + 1], dqc, pc)
-        }));
+        {
+            let scatter = par::Scatter::new(pairs);
+            // row chunks of dq (empty ones too where d = 0: the rows still scatter P)
+            let rb = bounds(nq, rpt);
+            let db: Vec<usize> = rb.iter().map(|&r| r * d).collect();
+            let none: &mut [u8] = &mut [];
+            let zb = vec![0usize; rb.len()];
+            with_madd!(m => par::parts_mut2(dqb, &db, none, &zb, |c, dqc, _| {
+                kernels::grad_rows(m, &a, gm, rb[c], rb[c + 1], dqc, &scatter)
+            }));
+        }
         let flat: &[A] = pairs.as_flattened();
         let dk_cols = Cols {
             t: t.index(),
-            pos: &t.pos,
             w: flat,
             stride: 2,
             which: 1,
@@ -376,8 +383,9 @@ fn attend_grad<A: Acc>(
             }));
         }
         if let Some(db) = bias.map(|_| &mut dbias[plan.start(pi)..plan.start(pi + 1)]) {
-            for (x, p) in db.iter_mut().zip(pairs.iter()) {
-                *x = *x + p[1];
+            // dS in row order: the slot of each stored position
+            for (x, &slot) in db.iter_mut().zip(&t.dest) {
+                *x = *x + pairs[slot as usize][1];
             }
         }
     }
@@ -406,7 +414,7 @@ enum ValuesAt {
 
 impl ValuesAt {
     fn of(shape: &[usize], batch: &Batch, plan: &AttentionPlan) -> Result<ValuesAt> {
-        let total = batch.value_start(batch.count, plan);
+        let total = batch.value_total(plan);
         let count_error = |got: usize| MaskedError::ValueCount {
             expected: plan.nnz(),
             got,
@@ -463,7 +471,7 @@ impl ValuesAt {
 /// pattern, flat (element after element) for one pattern per batch element.
 fn values_shape(batch: &Batch, plan: &AttentionPlan) -> Vec<usize> {
     if plan.is_per_batch() {
-        vec![batch.value_start(batch.count, plan)]
+        vec![batch.value_total(plan)]
     } else {
         let mut s = batch.lead.clone();
         s.push(plan.nnz());
@@ -673,10 +681,10 @@ pub fn sddmm_vjp<T: AttnFloat>(
         with_madd!(m => par::chunks_mut(dab, rpt * ao.cols, |c, chunk| {
             kernels::spmm_rows(m, gvals, index, bm, c * rpt, chunk)
         }));
+        let wcols = t.to_columns(gvals);
         let cols = Cols {
             t: t.index(),
-            pos: &t.pos,
-            w: gvals,
+            w: &wcols,
             stride: 1,
             which: 0,
             scale: T::Acc::ONE,
@@ -744,10 +752,10 @@ pub fn spmm_vjp<T: AttnFloat>(
         for (o, &v) in dvals[vs..vs + nnz].iter_mut().zip(&tmp) {
             *o = *o + v;
         }
+        let wcols = t.to_columns(&va[vs..vs + nnz]);
         let cols = Cols {
             t: t.index(),
-            pos: &t.pos,
-            w: &va[vs..vs + nnz],
+            w: &wcols,
             stride: 1,
             which: 0,
             scale: T::Acc::ONE,

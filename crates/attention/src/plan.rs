@@ -7,13 +7,15 @@ use layout_csr::Pattern;
 use masked_core::{MaskedError, Result};
 use std::sync::OnceLock;
 
-/// The transpose of a pattern: for each key (column), the queries (rows) that see it and
-/// the position of each pair in the pattern's row order.
+/// The transpose of a pattern: for each key (column), the queries (rows) that see it; and
+/// for each stored position in the pattern's row order, its slot in the transpose's
+/// column order (where the row pass scatters per-pair values, so that the column pass
+/// reads them in order).
 #[derive(Debug)]
 pub(crate) struct Transpose {
     pub(crate) colptr: Vec<usize>,
     pub(crate) rows: Vec<u32>,
-    pub(crate) pos: Vec<u32>,
+    pub(crate) dest: Vec<u32>,
 }
 
 impl Transpose {
@@ -36,17 +38,26 @@ impl Transpose {
             colptr[j + 1] += colptr[j];
         }
         let mut next = colptr[..ncols].to_vec();
-        let (mut rows, mut pos) = (vec![0u32; p.nnz()], vec![0u32; p.nnz()]);
+        let (mut rows, mut dest) = (vec![0u32; p.nnz()], vec![0u32; p.nnz()]);
         let indptr = p.indptr();
         for r in 0..nrows {
             for (e, &c) in (indptr[r]..).zip(p.row(r)) {
                 let slot = next[c];
                 next[c] += 1;
                 rows[slot] = r as u32;
-                pos[slot] = e as u32;
+                dest[e] = slot as u32;
             }
         }
-        Ok(Transpose { colptr, rows, pos })
+        Ok(Transpose { colptr, rows, dest })
+    }
+
+    /// `xs` (one value per stored position, in row order) in column order.
+    pub(crate) fn to_columns<A: Copy + Default>(&self, xs: &[A]) -> Vec<A> {
+        let mut out = vec![A::default(); xs.len()];
+        for (&x, &d) in xs.iter().zip(&self.dest) {
+            out[d as usize] = x;
+        }
+        out
     }
 
     pub(crate) fn index(&self) -> Index<'_, u32> {
@@ -57,7 +68,7 @@ impl Transpose {
     }
 
     fn bytes(&self) -> usize {
-        self.colptr.len() * std::mem::size_of::<usize>() + (self.rows.len() + self.pos.len()) * 4
+        self.colptr.len() * std::mem::size_of::<usize>() + (self.rows.len() + self.dest.len()) * 4
     }
 }
 

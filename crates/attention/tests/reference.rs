@@ -717,3 +717,63 @@ fn the_erased_boundary_equals_the_typed_api() {
     assert_eq!(eg.dv.dtype(), masked_core::DType::F32);
     assert!(eg.dbias.is_none());
 }
+
+#[test]
+fn per_batch_patterns_through_sddmm_softmax_spmm_equal_fused_attention() {
+    // [2 batch, 3 heads], one pattern per batch element: the values are flat, element
+    // after element (batch 0's three heads on pattern 0, then batch 1's on pattern 1)
+    let mut rng = Rng(31);
+    let pats = vec![rng.pattern(6, 6, 0.5), rng.pattern(6, 6, 0.3)];
+    let plan = AttentionPlan::per_batch(pats.clone()).unwrap();
+    let (q, k, v) = (
+        rng.array(&[2, 3, 6, 4]),
+        rng.array(&[2, 3, 6, 4]),
+        rng.array(&[2, 3, 6, 5]),
+    );
+    let s = sddmm(q.view(), k.view(), &plan, 0.5).unwrap();
+    let total = 3 * (pats[0].nnz() + pats[1].nnz());
+    assert_eq!(s.shape(), &[total]);
+    let mut probs = s.as_slice().unwrap().to_vec();
+    let mut at = 0;
+    for e in 0..6 {
+        let p = &pats[e / 3];
+        for i in 0..6 {
+            let r = &mut probs[at + p.indptr()[i]..at + p.indptr()[i + 1]];
+            let m = r.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = r.iter().map(|x| (x - m).exp()).sum();
+            r.iter_mut().for_each(|x| *x = (*x - m).exp() / z);
+        }
+        at += p.nnz();
+    }
+    let probs = ArrayD::from_shape_vec(IxDyn(&[total]), probs).unwrap();
+    let unfused = spmm(probs.view(), &plan, v.view()).unwrap();
+    let opts = Options {
+        scale: Some(0.5),
+        bias: None,
+    };
+    let fused = attention(q.view(), k.view(), v.view(), &plan, &opts).unwrap();
+    close(
+        fused.as_slice().unwrap(),
+        unfused.as_slice().unwrap(),
+        1e-12,
+        "per-batch",
+    );
+    let r = reference(&q, &k, &v, &pats, 0.5, None);
+    close(
+        fused.as_slice().unwrap(),
+        r.as_slice().unwrap(),
+        1e-12,
+        "per-batch reference",
+    );
+    // values shared per pattern (one per stored position of the plan) are accepted too
+    let shared = ArrayD::from_shape_vec(IxDyn(&[plan.nnz()]), vec![1.0; plan.nnz()]).unwrap();
+    let o = spmm(shared.view(), &plan, v.view()).unwrap();
+    assert_eq!(o.shape(), &[2, 3, 6, 5]);
+    let (dvals, _) = spmm_vjp(shared.view(), &plan, v.view(), o.view()).unwrap();
+    assert_eq!(dvals.shape(), &[plan.nnz()]);
+    let bad = ArrayD::from_shape_vec(IxDyn(&[5]), vec![1.0; 5]).unwrap();
+    assert!(matches!(
+        spmm(bad.view(), &plan, v.view()),
+        Err(MaskedError::ValueCount { .. })
+    ));
+}

@@ -13,13 +13,13 @@ use masked_cli::timing::{emit, measure, parse_list, Timing};
 pub struct BenchArgs {
     /// Ops, comma separated.
     #[arg(long, default_value = "sum")]
-    op: String,
+    pub(crate) op: String,
     /// Layouts, comma separated: dense, csr, coo.
     #[arg(long, default_value = "dense")]
     layout: String,
     /// Shape, comma separated.
     #[arg(long, default_value = "4096,4096")]
-    shape: String,
+    pub(crate) shape: String,
     /// Stored-entry density of sparse inputs.
     #[arg(long, default_value_t = 0.001)]
     density: f64,
@@ -34,21 +34,21 @@ pub struct BenchArgs {
     dim: Option<String>,
     /// Timed repeats (median reported), after a warm-up of at least 0.2 s.
     #[arg(long, default_value_t = 7)]
-    repeat: usize,
+    pub(crate) repeat: usize,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
     /// Memory ceiling (bytes; K, M, G suffixes); default MASKED_MAX_MEMORY, else 80% of
     /// physical memory. The generated data is checked against it before it is built.
     #[arg(long)]
-    max_memory: Option<String>,
+    pub(crate) max_memory: Option<String>,
     /// Seed of the generator.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Value dtype: f32, f64, f16, bf16, i32 or i64 (integers: normal values x 100,
     /// rounded).
     #[arg(long, default_value = "f32")]
-    dtype: String,
+    pub(crate) dtype: String,
     /// Mask rule of binary ops: strict (the second operand has the first's mask and
     /// structure) or and (an independent mask and pattern of the same densities).
     #[arg(long, default_value = "strict")]
@@ -59,16 +59,50 @@ pub struct BenchArgs {
     /// shares the structure).
     #[arg(long)]
     into: bool,
+    /// Attention ops: the pattern, generated: causal (the default), band:W (each query
+    /// sees itself and the W-1 keys before it), random:P (each pair valid with
+    /// probability P, plus the diagonal), lengths[:L] (padding; with --batch and no L,
+    /// one random length per batch element).
+    #[arg(long)]
+    pub(crate) pattern: Option<String>,
+    /// Attention ops: leading batch and head dims, comma separated (B,H).
+    #[arg(long)]
+    pub(crate) batch: Option<String>,
     /// The op options (`--q`, `--correction`, ...), as for the op commands.
     #[command(flatten)]
     options: crate::OpOptions,
     /// One JSON object per line.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// Runs the benchmark.
 pub fn run(a: BenchArgs) -> Result<(), CliError> {
+    let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
+    let (attn, rest): (Vec<&str>, Vec<&str>) =
+        a.op.split(',')
+            .map(str::trim)
+            .partition(|o| crate::attention_bench::OPS.contains(o));
+    if a.repeat == 0 {
+        return Err(CliError::Usage(
+            "invalid --repeat 0: expected at least 1".into(),
+        ));
+    }
+    if !attn.is_empty() {
+        if !rest.is_empty() {
+            return Err(CliError::Usage(format!(
+                "--op {}: attention ops ({}) run alone: their --shape is N,D",
+                a.op,
+                crate::attention_bench::OPS.join(", ")
+            )));
+        }
+        return crate::attention_bench::run(&a, &attn, threads);
+    }
+    if a.pattern.is_some() || a.batch.is_some() {
+        return Err(CliError::Usage(
+            "--pattern and --batch belong to the attention ops".into(),
+        ));
+    }
     let shape: Vec<usize> = parse_list(&a.shape, "shape")?;
     if !(0.0..=1.0).contains(&a.mask_density) {
         return Err(CliError::Usage(format!(
@@ -97,11 +131,6 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         format!("bench data of shape {:?}", shape),
         per_layout.saturating_mul(3),
     )?;
-    if a.repeat == 0 {
-        return Err(CliError::Usage(
-            "invalid --repeat 0: expected at least 1".into(),
-        ));
-    }
     let dims = match a.dim.as_deref() {
         Some(_) => crate::parse_dims(a.dim.as_deref())?,
         None if shape.is_empty() => Dims::All,
@@ -112,7 +141,6 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         Dims::Set(v) if v.len() == 1 => serde_json::json!(v[0]),
         Dims::Set(v) => serde_json::json!(v),
     };
-    let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()

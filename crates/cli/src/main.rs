@@ -3,6 +3,8 @@
 //! message naming the problem.
 
 mod algebra;
+mod attention;
+mod attention_bench;
 mod bench;
 mod binary;
 mod sweep_run;
@@ -97,7 +99,7 @@ pub(crate) struct RunArgs {
 /// The help text after the flags: every op of the registry with its options.
 fn ops_help() -> String {
     let mut s = String::from(
-        "Run `masked sweep --help` for the layout sweep (which layout for my data), `masked bench --help` for the benchmark.\n\nOPs:\n",
+        "Run `masked sweep --help` for the layout sweep (which layout for my data), `masked bench --help` for the benchmark, `masked attention --help` for sparse attention (and `attention-vjp`, its gradients).\n\nOPs:\n",
     );
     for op in Op::ALL {
         let opts: Vec<String> = op.options().iter().map(|o| format!("--{o}")).collect();
@@ -173,6 +175,13 @@ fn main() -> ExitCode {
         rest.extend(argv[2..].iter().cloned());
         match RunArgs::try_parse_from(rest) {
             Ok(a) => limits::init(a.max_memory.as_deref()).and_then(|()| vjp::run(&a)),
+            Err(e) => return clap_exit(e),
+        }
+    } else if let Some(cmd @ ("attention" | "attention-vjp")) = argv.get(1).map(String::as_str) {
+        let mut rest = vec![format!("masked {cmd}")];
+        rest.extend(argv[2..].iter().cloned());
+        match attention::AttnArgs::try_parse_from(rest) {
+            Ok(a) => attention::run(&a, cmd == "attention-vjp"),
             Err(e) => return clap_exit(e),
         }
     } else if argv.get(1).map(String::as_str) == Some("sweep") {

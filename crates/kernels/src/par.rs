@@ -203,6 +203,42 @@ pub fn parts_mut2<A: Send, B: Send, R: Send>(
     })
 }
 
+/// One buffer that many tasks write at distinct slots (a scatter through a
+/// permutation): each slot is written by one task only, which the caller guarantees.
+pub struct Scatter<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _buf: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: writes go to distinct slots (the contract of `write`), so sharing the pointer
+// between tasks is sharing disjoint parts of a slice borrowed mutably for `'a`.
+unsafe impl<T: Send> Send for Scatter<'_, T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Scatter<'_, T> {}
+
+impl<'a, T> Scatter<'a, T> {
+    /// The buffer, borrowed for as long as the scatter lives.
+    pub fn new(xs: &'a mut [T]) -> Self {
+        Scatter {
+            ptr: xs.as_mut_ptr(),
+            len: xs.len(),
+            _buf: std::marker::PhantomData,
+        }
+    }
+
+    /// Writes slot `i` (checked against the length).
+    ///
+    /// # Safety
+    /// No other write to slot `i` happens while this scatter lives (in any task).
+    #[inline(always)]
+    pub unsafe fn write(&self, i: usize, v: T) {
+        assert!(i < self.len, "scatter slot {i} out of {}", self.len);
+        // SAFETY: in bounds (checked); no other task touches slot `i` (the contract).
+        unsafe { self.ptr.add(i).write(v) }
+    }
+}
+
 /// The number of worker threads parallel loops run on (the current rayon pool's).
 pub fn threads() -> usize {
     rayon::current_num_threads()

@@ -86,6 +86,11 @@ pub use masked_engine as engine;
 #[doc(inline)]
 pub use masked_engine::by_name;
 
+/// Sparse attention and message passing on a CSR pattern: SDDMM, SpMM and fused
+/// `softmax(scale · Q Kᵀ + bias) V` with their gradients, in O(nnz + n·d) memory.
+#[doc(inline)]
+pub use masked_attention as attention;
+
 /// The COO layout: n-D coordinate arrays with a sparse mask, and the conversions between
 /// the layouts.
 #[doc(inline)]
