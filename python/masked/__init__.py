@@ -21,6 +21,7 @@ from typing import Any
 
 from . import _masked
 from ._api import compress, vjp, where
+from .attention import AttentionPattern, attention, attention_vjp
 from ._array import MaskedArray, MaskedError, as_masked, coo, csr, from_numpy_ma
 from ._ops import *  # noqa: F401,F403  (every op of the registry)
 from ._ops import __all__ as _op_names
@@ -28,7 +29,10 @@ from ._ops import __all__ as _op_names
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionPattern",
     "MaskedArray",
+    "attention",
+    "attention_vjp",
     "MaskedError",
     "as_masked",
     "compress",

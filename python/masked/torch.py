@@ -18,7 +18,7 @@ positions or fully masked lanes.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -122,3 +122,63 @@ for _name, _kind, _options, _diff, _summary in _masked.ops():
         globals()[_name] = _make(_name, _kind, tuple(_options), _diff)
         __all__.append(_name)
 del _name, _kind, _options, _diff, _summary
+
+
+class _Attention(torch.autograd.Function):
+    """Sparse attention with the engine's VJP as its backward (nothing but the inputs
+    saved: the backward computes each row's probabilities again)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Any, pattern: Any, scale: Any) -> torch.Tensor:  # type: ignore[override]
+        ins = [_np_of(x) for x in (q, k, v)]
+        b = None if bias is None else _np_of(bias).reshape(-1)
+        bf = q.dtype == torch.bfloat16
+        out = _masked.attention(*ins, pattern._plan, scale, b, bf)
+        ctx.saved = (ins, b, pattern, scale, bf, q.dtype, bias is not None)
+        return _tensor_of(out, q.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
+        ins, b, pattern, scale, bf, dtype, has_bias = ctx.saved
+        gn = _np_of(g.to(dtype).contiguous())
+        dq, dk, dv, db = _masked.attention_vjp(*ins, pattern._plan, gn, scale, b, bf)
+        dbias = _tensor_of(db, dtype) if has_bias and ctx.needs_input_grad[3] else None
+        return _tensor_of(dq, dtype), _tensor_of(dk, dtype), _tensor_of(dv, dtype), dbias, None, None
+
+
+def _np_of(x: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's memory as numpy (no copy where contiguous; bf16 as its uint16 bits)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"mk.torch.attention takes torch.Tensors, got {type(x).__name__}")
+    x = x.detach()
+    if x.device.type != "cpu":
+        raise TypeError(f"mk.torch.attention runs on CPU tensors, got one on {x.device}")
+    if x.dtype == torch.bfloat16:
+        return x.contiguous().view(torch.int16).numpy().view(np.uint16)
+    return x.numpy()
+
+
+def _tensor_of(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pattern: Any,
+    scale: Optional[float] = None,
+    bias: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Sparse attention on CPU tensors, differentiable by autograd: `softmax(scale * q @
+    k.transpose(-1, -2) + bias) @ v` over the valid pairs of `pattern` (a
+    `mk.AttentionPattern`), the replacement of `F.scaled_dot_product_attention(q, k, v,
+    attn_mask=mask)` for a sparse `mask`. q `[..., n, d]`, k `[..., m, d]`, v `[..., m,
+    dv]`; float32, float64, float16, bfloat16. `bias`: one value per valid pair, in
+    pattern order. A query with no valid key gives zeros (SDPA gives NaN)."""
+    return _Attention.apply(q, k, v, bias, pattern, scale)
+
+
+__all__.append("attention")

@@ -2177,3 +2177,280 @@ fn vjp_on_sparse_files() {
         stderr(&o)
     );
 }
+
+/// Q, K, V and a pattern whose attention is checked by hand: row 0 sees key 0, row 1
+/// keys 0 and 2 (equal scores), row 2 nothing.
+fn attention_files(p: &Path) {
+    save(p, "q.npy", &array![[1.0f64, 0.0], [0.0, 1.0], [1.0, 1.0]]);
+    save(p, "k.npy", &array![[1.0f64, 0.0], [0.0, 1.0], [2.0, 0.0]]);
+    save(p, "v.npy", &array![[1.0f64], [2.0], [4.0]]);
+    write(
+        p,
+        "p.mtx",
+        "%%MatrixMarket matrix coordinate pattern general\n3 3 3\n1 1\n2 1\n2 3\n",
+    );
+}
+
+#[test]
+fn attention_and_its_gradients_on_files() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    attention_files(p);
+    let o = run(
+        p,
+        &[
+            "attention",
+            "q.npy",
+            "k.npy",
+            "v.npy",
+            "--pattern",
+            "p.mtx",
+            "--scale",
+            "1",
+            "-o",
+            "o.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f64>(&p.join("o.npy"))
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        [1.0, 2.5, 0.0]
+    );
+    // a bias of ln 3 on (1, 0) weighs row 1's keys 3 : 1
+    write(
+        p,
+        "b.mtx",
+        &format!(
+            "%%MatrixMarket matrix coordinate real general\n3 3 3\n2 3 0\n1 1 0\n2 1 {}\n",
+            3f64.ln()
+        ),
+    );
+    let o = run(
+        p,
+        &[
+            "attention",
+            "q.npy",
+            "k.npy",
+            "v.npy",
+            "--pattern",
+            "p.mtx",
+            "--scale",
+            "1",
+            "--bias",
+            "b.mtx",
+            "-o",
+            "o.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = load::<f64>(&p.join("o.npy"));
+    assert!((got[[1, 0]] - 1.75).abs() < 1e-12, "{got}");
+    // gradients of sum(O): dV = Pᵀ 1 = [1.5, 0, 0.5]; row 0 has one key, so dQ row 0 = 0
+    save(p, "g.npy", &array![[1.0f64], [1.0], [1.0]]);
+    let o = run(
+        p,
+        &[
+            "attention-vjp",
+            "q.npy",
+            "k.npy",
+            "v.npy",
+            "--pattern",
+            "p.mtx",
+            "--scale",
+            "1",
+            "--grad",
+            "g.npy",
+            "-o",
+            "dq.npy",
+            "--dk",
+            "dk.npy",
+            "--dv",
+            "dv.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        load::<f64>(&p.join("dv.npy"))
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        [1.5, 0.0, 0.5]
+    );
+    assert_eq!(
+        load::<f64>(&p.join("dq.npy"))
+            .iter()
+            .take(2)
+            .copied()
+            .collect::<Vec<_>>(),
+        [0.0, 0.0]
+    );
+    assert_eq!(load::<f64>(&p.join("dk.npy")).shape(), &[3, 2]);
+    // a generated pattern: causal, the default scale
+    let o = run(
+        p,
+        &[
+            "attention",
+            "q.npy",
+            "k.npy",
+            "v.npy",
+            "--pattern",
+            "causal",
+            "-o",
+            "o.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(load::<f64>(&p.join("o.npy"))[[0, 0]], 1.0);
+}
+
+#[test]
+fn bad_attention_inputs_exit_2_naming_the_problem() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    attention_files(p);
+    write(
+        p,
+        "p4.mtx",
+        "%%MatrixMarket matrix coordinate pattern general\n4 3 1\n1 1\n",
+    );
+    assert_bad(
+        p,
+        &[
+            "attention",
+            "q.npy",
+            "k.npy",
+            "v.npy",
+            "--pattern",
+            "p4.mtx",
+            "-o",
+            "out.npy",
+        ],
+        "p4.mtx",
+    );
+    write(
+        p,
+        "b.mtx",
+        "%%MatrixMarket matrix coordinate real general\n3 3 1\n1 1 0\n",
+    );
+    assert_bad(
+        p,
+        &[
+            "attention",
+            "q.npy",
+            "k.npy",
+            "v.npy",
+            "--pattern",
+            "p.mtx",
+            "--bias",
+            "b.mtx",
+            "-o",
+            "out.npy",
+        ],
+        "b.mtx",
+    );
+    assert_bad(
+        p,
+        &[
+            "attention-vjp",
+            "q.npy",
+            "k.npy",
+            "v.npy",
+            "--pattern",
+            "p.mtx",
+            "-o",
+            "out.npy",
+        ],
+        "--grad",
+    );
+    assert_bad(
+        p,
+        &[
+            "attention",
+            "q.npy",
+            "k.npy",
+            "v.npy",
+            "--pattern",
+            "band:0",
+            "-o",
+            "out.npy",
+        ],
+        "pattern",
+    );
+    save(p, "i.npy", &array![[1i32, 0], [0, 1], [1, 1]]);
+    assert_bad(
+        p,
+        &[
+            "attention",
+            "i.npy",
+            "k.npy",
+            "v.npy",
+            "--pattern",
+            "p.mtx",
+            "-o",
+            "out.npy",
+        ],
+        "i.npy",
+    );
+    save(p, "k1.npy", &array![[1.0f64], [0.0], [2.0]]);
+    assert_bad(
+        p,
+        &[
+            "attention",
+            "q.npy",
+            "k1.npy",
+            "v.npy",
+            "--pattern",
+            "p.mtx",
+            "-o",
+            "out.npy",
+        ],
+        "head dim",
+    );
+}
+
+#[test]
+fn bench_times_the_attention_ops() {
+    let o = bin()
+        .args([
+            "bench",
+            "--op",
+            "attention,attention-vjp,sddmm,spmm",
+            "--shape",
+            "64,16",
+            "--batch",
+            "2,2",
+            "--pattern",
+            "lengths",
+            "--repeat",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    for (l, op) in lines
+        .iter()
+        .zip(["attention", "attention-vjp", "sddmm", "spmm"])
+    {
+        assert_eq!(l["op"], op);
+        assert_eq!(l["shape"], serde_json::json!([2, 2, 64, 16]));
+        // lengths drawn in [32, 64] per batch element: between 2·2·32² and 2·2·64² pairs
+        let nnz = l["nnz"].as_u64().unwrap();
+        assert!((4 * 32 * 32..=4 * 64 * 64).contains(&nnz), "{nnz}");
+        assert!(l["gflops"].as_f64().unwrap() > 0.0);
+    }
+    let o = bin()
+        .args(["bench", "--op", "attention,sum", "--shape", "64,16"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}

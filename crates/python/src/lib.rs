@@ -10,6 +10,8 @@
 //! (`MaskedArray`, the functions, `mk.torch`) on top.
 #![allow(clippy::too_many_arguments)]
 
+mod attention;
+
 use half::{bf16, f16};
 use layout_coo::{CooMask, CooPattern, MaskedCoo};
 use layout_csr::{CsrMask, MaskedCsr, PatternI};
@@ -1309,6 +1311,9 @@ fn _probe_release() {
 #[pymodule]
 fn _masked(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Handle>()?;
+    m.add_class::<attention::PlanPy>()?;
+    m.add_function(wrap_pyfunction!(attention::attention, m)?)?;
+    m.add_function(wrap_pyfunction!(attention::attention_vjp, m)?)?;
     m.add("MaskedError", m.py().get_type::<MaskedError>())?;
     m.add_function(wrap_pyfunction!(ops, m)?)?;
     m.add_function(wrap_pyfunction!(options, m)?)?;
