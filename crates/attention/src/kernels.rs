@@ -268,7 +268,7 @@ fn sum_lanes<A: Acc>(xs: &[A]) -> A {
 /// The largest of `xs` (NaN if any is NaN; `-inf` if empty), in 16 lanes.
 #[inline(always)]
 fn max_lanes<A: Acc>(xs: &[A]) -> A {
-    let mx = |a: A, b: A| if b > a || b != b { b } else { a };
+    let mx = |a: A, b: A| if b > a || b.is_nan() { b } else { a };
     let mut acc = [A::NEG_INFINITY; L];
     let mut chunks = xs.chunks_exact(L);
     for c in &mut chunks {
@@ -499,8 +499,7 @@ fn sddmm_rows_k<A: Acc, M: Madd>(
     b: Mat<'_, A>,
     p: Index<'_, usize>,
     scale: A,
-    r0: usize,
-    r1: usize,
+    (r0, r1): (usize, usize),
     out: &mut [A],
 ) {
     let base = p.ptr[r0];
@@ -519,7 +518,7 @@ fn sddmm_rows_k<A: Acc, M: Madd>(
 multiversion! {
     /// `out = scale · (a bᵀ)` at the stored positions of rows `r0..r1` (`out` holds
     /// exactly their entries).
-    pub fn sddmm_rows[A: Acc, M: Madd](m: M, a: Mat<'_, A>, b: Mat<'_, A>, p: Index<'_, usize>, scale: A, r0: usize, r1: usize, out: &mut [A]) = sddmm_rows_k;
+    pub fn sddmm_rows[A: Acc, M: Madd](m: M, a: Mat<'_, A>, b: Mat<'_, A>, p: Index<'_, usize>, scale: A, rows: (usize, usize), out: &mut [A]) = sddmm_rows_k;
 }
 
 #[inline(always)]

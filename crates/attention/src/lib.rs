@@ -569,7 +569,7 @@ fn sddmm_into<A: Acc>(
         let none: &mut [u8] = &mut [];
         let zb = vec![0usize; rb.len()];
         with_madd!(m => par::parts_mut2(dst, &eb, none, &zb, |c, chunk, _| {
-            kernels::sddmm_rows(m, am, bm, index, scale, rb[c], rb[c + 1], chunk)
+            kernels::sddmm_rows(m, am, bm, index, scale, (rb[c], rb[c + 1]), chunk)
         }));
         if add {
             let s = plan.start(pi);
@@ -747,7 +747,7 @@ pub fn spmm_vjp<T: AttnFloat>(
         let none: &mut [u8] = &mut [];
         let zb = vec![0usize; rb.len()];
         with_madd!(mm => par::parts_mut2(&mut tmp, &eb, none, &zb, |c, chunk, _| {
-            kernels::sddmm_rows(mm, gm, xm, index, T::Acc::ONE, rb[c], rb[c + 1], chunk)
+            kernels::sddmm_rows(mm, gm, xm, index, T::Acc::ONE, (rb[c], rb[c + 1]), chunk)
         }));
         for (o, &v) in dvals[vs..vs + nnz].iter_mut().zip(&tmp) {
             *o = *o + v;

@@ -39,9 +39,8 @@ impl Transpose {
         }
         let mut next = colptr[..ncols].to_vec();
         let (mut rows, mut dest) = (vec![0u32; p.nnz()], vec![0u32; p.nnz()]);
-        let indptr = p.indptr();
-        for r in 0..nrows {
-            for (e, &c) in (indptr[r]..).zip(p.row(r)) {
+        for (r, w) in p.indptr().windows(2).enumerate() {
+            for (e, &c) in (w[0]..).zip(&p.indices()[w[0]..w[1]]) {
                 let slot = next[c];
                 next[c] += 1;
                 rows[slot] = r as u32;

@@ -178,7 +178,14 @@ fn forward_equals_the_dense_reference_on_every_pattern() {
             let (q, k, v) = (rng.array(&[n, d]), rng.array(&[m, d]), rng.array(&[m, dv]));
             let plan = AttentionPlan::new(p.clone());
             let o = attention(q.view(), k.view(), v.view(), &plan, &Options::default()).unwrap();
-            let r = reference(&q, &k, &v, &[p.clone()], 1.0 / (d as f64).sqrt(), None);
+            let r = reference(
+                &q,
+                &k,
+                &v,
+                std::slice::from_ref(&p),
+                1.0 / (d as f64).sqrt(),
+                None,
+            );
             close(o.as_slice().unwrap(), r.as_slice().unwrap(), 1e-12, "out");
             // f32 storage
             let o32 = attention(
@@ -298,7 +305,8 @@ fn numeric(x: &mut [f64], f: &mut dyn FnMut(&[f64]) -> f64) -> Vec<f64> {
 fn attention_vjp_equals_finite_differences_with_broadcasting_and_bias() {
     let mut rng = Rng(5);
     let (n, m, d, dv) = (5, 6, 3, 2);
-    let cases: [(&[usize], &[usize], &[usize], bool); 3] = [
+    type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], bool);
+    let cases: [Case; 3] = [
         (&[n, d], &[m, d], &[m, dv], false),
         (&[2, 2, n, d], &[1, 2, m, d], &[2, 1, m, dv], false),
         (&[2, 1, n, d], &[2, 2, m, d], &[m, dv], true),
@@ -526,7 +534,7 @@ fn half_storage_computes_in_f32_and_rounds_once() {
         rng.array(&[33, 24]),
         rng.array(&[33, 8]),
     );
-    let h = |x: &ArrayD<f64>| x.mapv(|e| half::f16::from_f64(e));
+    let h = |x: &ArrayD<f64>| x.mapv(half::f16::from_f64);
     let (qh, kh, vh) = (h(&q), h(&k), h(&v));
     let o = attention(qh.view(), kh.view(), vh.view(), &plan, &Options::default()).unwrap();
     // the reference on the rounded inputs, in f64, then rounded once to f16
@@ -543,7 +551,7 @@ fn half_storage_computes_in_f32_and_rounds_once() {
         let (x, y) = (x.to_f64(), half::f16::from_f64(*y).to_f64());
         assert!((x - y).abs() <= 1e-3 * (1.0 + y.abs()), "{x} vs {y}");
     }
-    let bf = |x: &ArrayD<f64>| x.mapv(|e| half::bf16::from_f64(e));
+    let bf = |x: &ArrayD<f64>| x.mapv(half::bf16::from_f64);
     let ob = attention(
         bf(&q).view(),
         bf(&k).view(),

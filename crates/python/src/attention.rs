@@ -144,6 +144,9 @@ pub(crate) fn attention(
     to_numpy(py, out)
 }
 
+/// `(dq, dk, dv, dbias or None)` as numpy arrays.
+type Grads = (Py<PyAny>, Py<PyAny>, Py<PyAny>, Option<Py<PyAny>>);
+
 /// The gradients of `sum(attention(q, k, v) * grad)`: `(dq, dk, dv, dbias or None)`.
 #[pyfunction]
 #[pyo3(signature = (q, k, v, plan, grad, scale = None, bias = None, bf16 = false))]
@@ -157,7 +160,7 @@ pub(crate) fn attention_vjp(
     scale: Option<f64>,
     bias: Option<Bound<'_, PyAny>>,
     bf16: bool,
-) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>, Option<Py<PyAny>>)> {
+) -> PyResult<Grads> {
     let (q, k, v) = (
         Ro::of(&q, "q", bf16)?,
         Ro::of(&k, "k", bf16)?,
