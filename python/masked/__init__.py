@@ -21,7 +21,17 @@ from typing import Any
 
 from . import _masked
 from ._api import compress, vjp, where
-from .attention import AttentionPattern, attention, attention_vjp
+from .attention import (
+    AttentionPattern,
+    attention,
+    attention_vjp,
+    sddmm,
+    segment_amax,
+    segment_mean,
+    segment_softmax,
+    segment_sum,
+    spmm,
+)
 from ._array import MaskedArray, MaskedError, as_masked, coo, csr, from_numpy_ma
 from ._ops import *  # noqa: F401,F403  (every op of the registry)
 from ._ops import __all__ as _op_names
@@ -33,6 +43,12 @@ __all__ = [
     "MaskedArray",
     "attention",
     "attention_vjp",
+    "sddmm",
+    "segment_amax",
+    "segment_mean",
+    "segment_softmax",
+    "segment_sum",
+    "spmm",
     "MaskedError",
     "as_masked",
     "compress",

@@ -20,7 +20,17 @@ import numpy as np
 
 from . import _masked
 
-__all__ = ["AttentionPattern", "attention", "attention_vjp"]
+__all__ = [
+    "AttentionPattern",
+    "attention",
+    "attention_vjp",
+    "sddmm",
+    "spmm",
+    "segment_amax",
+    "segment_mean",
+    "segment_softmax",
+    "segment_sum",
+]
 
 
 class AttentionPattern:
@@ -150,3 +160,65 @@ def attention_vjp(
     q, k, v, g = (_prep(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (grad, "grad")))
     b = None if bias is None else np.asarray(bias, dtype=q.dtype).reshape(-1)
     return _masked.attention_vjp(q, k, v, pattern._plan, g, scale, b)
+
+
+def sddmm(a: Any, b: Any, pattern: AttentionPattern, scale: float = 1.0) -> np.ndarray:
+    """`scale * (a @ b.T)` at the pattern's pairs only: a `[..., n, d]`, b `[..., m, d]`;
+    returns `[..., nnz]`, the values in pattern order (query by query)."""
+    return _masked.sddmm(_prep(a, "a"), _prep(b, "b"), pattern._plan, float(scale))
+
+
+def spmm(values: Any, pattern: AttentionPattern, x: Any) -> np.ndarray:
+    """`P @ x` for `P` the pattern with `values` (`[nnz]`, or `[..., nnz]` per batch
+    element) and x `[..., m, dv]`: message passing, a graph's weighted adjacency times node
+    features. Returns `[..., n, dv]`."""
+    return _masked.spmm(_prep(values, "values"), pattern._plan, _prep(x, "x"))
+
+
+# Segment reductions: each query's (node's) stored pairs (incoming edges) form a segment;
+# these are the engine's CSR row reductions (the registry's sum, mean, amax, softmax over
+# dim 1, with their VJPs) on the pattern holding the per-pair values.
+
+_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.float16): "f16"}
+
+
+def _edge_handle(values: np.ndarray, pattern: AttentionPattern) -> Any:
+    v = np.ascontiguousarray(values)
+    if v.ndim != 1 or v.shape[0] != pattern.nnz:
+        raise _masked.MaskedError(f"{v.shape} values for a pattern of {pattern.nnz} pairs: one per pair, 1-D")
+    dt = _DTYPES.get(v.dtype)
+    if dt is None:
+        raise TypeError(f"segment values must be float32, float64 or float16, got {v.dtype}")
+    return _masked.Handle.csr(pattern.shape, pattern.indptr, pattern.indices, v, dt, "pattern")
+
+
+def _per_row(values: Any, pattern: AttentionPattern, f: Any) -> np.ndarray:
+    """`f` on each 1-D slice of `values` `[..., nnz]`, stacked."""
+    v = _prep(values, "values")
+    flat = v.reshape(-1, v.shape[-1]) if v.ndim > 1 else v[None]
+    out = np.stack([f(_edge_handle(r, pattern)) for r in flat])
+    return out.reshape(v.shape[:-1] + out.shape[1:])
+
+
+def _segment(op: str) -> Any:
+    def fn(values: Any, pattern: AttentionPattern) -> np.ndarray:
+        return _per_row(values, pattern, lambda h: h.apply(op, [1]).filled(0).data())
+
+    fn.__name__ = f"segment_{op}"
+    fn.__qualname__ = fn.__name__
+    fn.__doc__ = (
+        f"The {op} of each query's (node's) pair values (`[..., nnz]` in pattern order): "
+        f"`[..., n]`, 0 for a query with no pair. The CSR layout's row {op}."
+    )
+    return fn
+
+
+segment_sum = _segment("sum")
+segment_mean = _segment("mean")
+segment_amax = _segment("amax")
+
+
+def segment_softmax(values: Any, pattern: AttentionPattern) -> np.ndarray:
+    """The softmax of each query's (node's) pair values over its pairs (GAT's attention
+    coefficients over a node's incoming edges): `[..., nnz]`, in pattern order."""
+    return _per_row(values, pattern, lambda h: h.apply("softmax", [1]).data())

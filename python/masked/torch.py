@@ -182,3 +182,114 @@ def attention(
 
 
 __all__.append("attention")
+
+
+class _Spmm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, values: torch.Tensor, x: torch.Tensor, pattern: Any) -> torch.Tensor:  # type: ignore[override]
+        w, xn = _np_of(values), _np_of(x)
+        bf = x.dtype == torch.bfloat16
+        ctx.saved = (w, xn, pattern, bf, x.dtype)
+        return _tensor_of(_masked.spmm(w, pattern._plan, xn, bf), x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
+        w, xn, pattern, bf, dtype = ctx.saved
+        dw, dx = _masked.spmm_vjp(w, pattern._plan, xn, _np_of(g.to(dtype).contiguous()), bf)
+        return _tensor_of(dw, dtype), _tensor_of(dx, dtype), None
+
+
+class _Sddmm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, pattern: Any, scale: float) -> torch.Tensor:  # type: ignore[override]
+        an, bn = _np_of(a), _np_of(b)
+        bf = a.dtype == torch.bfloat16
+        ctx.saved = (an, bn, pattern, scale, bf, a.dtype)
+        return _tensor_of(_masked.sddmm(an, bn, pattern._plan, scale, bf), a.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
+        an, bn, pattern, scale, bf, dtype = ctx.saved
+        da, db = _masked.sddmm_vjp(an, bn, pattern._plan, scale, _np_of(g.to(dtype).contiguous()), bf)
+        return _tensor_of(da, dtype), _tensor_of(db, dtype), None, None
+
+
+def spmm(values: torch.Tensor, pattern: Any, x: torch.Tensor) -> torch.Tensor:
+    """`P @ x` for `P` the `mk.AttentionPattern` with `values` (`[nnz]` or `[..., nnz]`)
+    and x `[..., m, dv]`, differentiable in both (message passing: a graph's weighted
+    adjacency times node features)."""
+    return _Spmm.apply(values, x, pattern)
+
+
+def sddmm(a: torch.Tensor, b: torch.Tensor, pattern: Any, scale: float = 1.0) -> torch.Tensor:
+    """`scale * a @ b.transpose(-1, -2)` at the pattern's pairs only (`[..., nnz]`),
+    differentiable in both."""
+    return _Sddmm.apply(a, b, pattern, float(scale))
+
+
+_SEG_DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16"}
+
+
+class _Segment(torch.autograd.Function):
+    """A CSR row reduction or softmax of per-pair values, with the engine's VJP."""
+
+    @staticmethod
+    def forward(ctx: Any, values: torch.Tensor, pattern: Any, op: str) -> torch.Tensor:  # type: ignore[override]
+        if values.dtype not in _SEG_DT:
+            raise TypeError(f"segment values must be float32, float64 or float16, got {values.dtype}")
+        v = _np_of(values)
+        rows = v.reshape(-1, v.shape[-1]) if v.ndim > 1 else v[None]
+        from .attention import _edge_handle
+
+        hs = [_edge_handle(r, pattern) for r in rows]
+        outs = []
+        for h in hs:
+            y = h.apply(op, [1])
+            outs.append(y.data() if op == "softmax" else y.filled(0).data())
+        ctx.saved = (hs, pattern, op, v.shape, values.dtype)
+        out = np.stack(outs)
+        return torch.from_numpy(out.reshape(v.shape[:-1] + out.shape[1:]))
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
+        hs, pattern, op, shape, dtype = ctx.saved
+        gn = _np_of(g.to(dtype).contiguous())
+        gn = gn.reshape(len(hs), -1)
+        dt = _SEG_DT[dtype]
+        n = pattern.shape[0]
+        counts = np.diff(pattern.indptr)
+        dx = []
+        for h, gr in zip(hs, gn):
+            if op == "softmax":
+                gh = _masked.Handle.csr(pattern.shape, pattern.indptr, pattern.indices, np.ascontiguousarray(gr), dt, "pattern")
+            else:
+                # the forward output is valid at the rows with a pair: the gradient there
+                rows = np.flatnonzero(counts > 0)
+                gh = _masked.Handle.coo([n], rows[None].astype(np.int64), np.ascontiguousarray(gr[rows]), dt, "pattern")
+            dx.append(h.vjp(op, gh, [1]).data())
+        return torch.from_numpy(np.stack(dx).reshape(shape)), None, None
+
+
+def segment_softmax(values: torch.Tensor, pattern: Any) -> torch.Tensor:
+    """The softmax of each query's (node's) pair values (`[..., nnz]`, pattern order) over
+    its pairs, differentiable: GAT's attention coefficients over a node's incoming edges."""
+    return _Segment.apply(values, pattern, "softmax")
+
+
+def segment_sum(values: torch.Tensor, pattern: Any) -> torch.Tensor:
+    """The sum of each query's (node's) pair values: `[..., n]`, 0 for none; differentiable."""
+    return _Segment.apply(values, pattern, "sum")
+
+
+def segment_mean(values: torch.Tensor, pattern: Any) -> torch.Tensor:
+    """The mean of each query's (node's) pair values: `[..., n]`, 0 for none; differentiable."""
+    return _Segment.apply(values, pattern, "mean")
+
+
+def segment_amax(values: torch.Tensor, pattern: Any) -> torch.Tensor:
+    """The largest of each query's (node's) pair values: `[..., n]`, 0 for none;
+    differentiable (the engine's amax VJP)."""
+    return _Segment.apply(values, pattern, "amax")
+
+
+__all__ += ["spmm", "sddmm", "segment_softmax", "segment_sum", "segment_mean", "segment_amax"]

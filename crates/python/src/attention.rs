@@ -181,3 +181,79 @@ pub(crate) fn attention_vjp(
         db,
     ))
 }
+
+/// SDDMM: `scale · (a bᵀ)` at the plan's pairs (see `masked.sddmm`).
+#[pyfunction]
+#[pyo3(signature = (a, b, plan, scale, bf16 = false))]
+pub(crate) fn sddmm(
+    py: Python<'_>,
+    a: Bound<'_, PyAny>,
+    b: Bound<'_, PyAny>,
+    plan: &PlanPy,
+    scale: f64,
+    bf16: bool,
+) -> PyResult<Py<PyAny>> {
+    let (a, b) = (Ro::of(&a, "a", bf16)?, Ro::of(&b, "b", bf16)?);
+    let (av, bv) = (a.view(), b.view());
+    let out = engine(py, || erased::sddmm(&av, &bv, &plan.plan, scale))?;
+    to_numpy(py, out)
+}
+
+/// The gradients of `sum(sddmm(a, b) * grad)`: `(da, db)`.
+#[pyfunction]
+#[pyo3(signature = (a, b, plan, scale, grad, bf16 = false))]
+pub(crate) fn sddmm_vjp(
+    py: Python<'_>,
+    a: Bound<'_, PyAny>,
+    b: Bound<'_, PyAny>,
+    plan: &PlanPy,
+    scale: f64,
+    grad: Bound<'_, PyAny>,
+    bf16: bool,
+) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+    let (a, b, g) = (
+        Ro::of(&a, "a", bf16)?,
+        Ro::of(&b, "b", bf16)?,
+        Ro::of(&grad, "grad", bf16)?,
+    );
+    let (av, bv, gv) = (a.view(), b.view(), g.view());
+    let (da, db) = engine(py, || erased::sddmm_vjp(&av, &bv, &plan.plan, scale, &gv))?;
+    Ok((to_numpy(py, da)?, to_numpy(py, db)?))
+}
+
+/// SpMM: `P x` for values `P` on the plan's pairs (see `masked.spmm`).
+#[pyfunction]
+#[pyo3(signature = (values, plan, x, bf16 = false))]
+pub(crate) fn spmm(
+    py: Python<'_>,
+    values: Bound<'_, PyAny>,
+    plan: &PlanPy,
+    x: Bound<'_, PyAny>,
+    bf16: bool,
+) -> PyResult<Py<PyAny>> {
+    let (w, x) = (Ro::of(&values, "values", bf16)?, Ro::of(&x, "x", bf16)?);
+    let (wv, xv) = (w.view(), x.view());
+    let out = engine(py, || erased::spmm(&wv, &plan.plan, &xv))?;
+    to_numpy(py, out)
+}
+
+/// The gradients of `sum(spmm(values, x) * grad)`: `(dvalues, dx)`.
+#[pyfunction]
+#[pyo3(signature = (values, plan, x, grad, bf16 = false))]
+pub(crate) fn spmm_vjp(
+    py: Python<'_>,
+    values: Bound<'_, PyAny>,
+    plan: &PlanPy,
+    x: Bound<'_, PyAny>,
+    grad: Bound<'_, PyAny>,
+    bf16: bool,
+) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+    let (w, x, g) = (
+        Ro::of(&values, "values", bf16)?,
+        Ro::of(&x, "x", bf16)?,
+        Ro::of(&grad, "grad", bf16)?,
+    );
+    let (wv, xv, gv) = (w.view(), x.view(), g.view());
+    let (dw, dx) = engine(py, || erased::spmm_vjp(&wv, &plan.plan, &xv, &gv))?;
+    Ok((to_numpy(py, dw)?, to_numpy(py, dx)?))
+}

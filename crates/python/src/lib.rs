@@ -1314,6 +1314,10 @@ fn _masked(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<attention::PlanPy>()?;
     m.add_function(wrap_pyfunction!(attention::attention, m)?)?;
     m.add_function(wrap_pyfunction!(attention::attention_vjp, m)?)?;
+    m.add_function(wrap_pyfunction!(attention::sddmm, m)?)?;
+    m.add_function(wrap_pyfunction!(attention::sddmm_vjp, m)?)?;
+    m.add_function(wrap_pyfunction!(attention::spmm, m)?)?;
+    m.add_function(wrap_pyfunction!(attention::spmm_vjp, m)?)?;
     m.add("MaskedError", m.py().get_type::<MaskedError>())?;
     m.add_function(wrap_pyfunction!(ops, m)?)?;
     m.add_function(wrap_pyfunction!(options, m)?)?;
