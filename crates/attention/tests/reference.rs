@@ -785,3 +785,77 @@ fn per_batch_patterns_through_sddmm_softmax_spmm_equal_fused_attention() {
         Err(MaskedError::ValueCount { .. })
     ));
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `x` of leading dims `lead` (rank-aligned right) expanded to `full` leading dims.
+    fn expand(x: &ArrayD<f64>, full: &[usize]) -> ArrayD<f64> {
+        let s = x.shape();
+        let mut shape = full.to_vec();
+        shape.extend(&s[s.len() - 2..]);
+        x.broadcast(IxDyn(&shape)).unwrap().to_owned()
+    }
+
+    /// Sums an expanded gradient back over the dims `x` was broadcast along.
+    fn reduce_to(g: &ArrayD<f64>, shape: &[usize]) -> ArrayD<f64> {
+        let mut g = g.clone();
+        while g.ndim() > shape.len() {
+            g = g.sum_axis(ndarray::Axis(0));
+        }
+        for (ax, &s) in shape.iter().enumerate() {
+            if s == 1 && g.shape()[ax] != 1 {
+                g = g.sum_axis(ndarray::Axis(ax)).insert_axis(ndarray::Axis(ax));
+            }
+        }
+        g
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(40))]
+        #[test]
+        fn any_batch_and_head_shapes_equal_the_reference_and_sum_broadcast_gradients(
+            lead in proptest::collection::vec(1usize..4, 0..3),
+            keep in proptest::collection::vec(proptest::bool::ANY, 9),
+            n in 1usize..7, m in 1usize..7, d in 1usize..20, dv in 1usize..20,
+            density in 0.0f64..1.0, seed in 1u64..1000,
+        ) {
+            let mut rng = Rng(seed);
+            // each operand keeps a suffix of the leading dims, some of them as 1
+            let own = |o: usize| -> Vec<usize> {
+                let r = if keep[3 * o] { lead.len() } else { lead.len().saturating_sub(1) };
+                lead[lead.len() - r..]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &s)| if keep[3 * o + 1 + i % 2] { s } else { 1 })
+                    .collect()
+            };
+            let shape = |o: usize, rows: usize, cols: usize| {
+                let mut s = own(o);
+                s.extend([rows, cols]);
+                s
+            };
+            let (qs, ks, vs) = (shape(0, n, d), shape(1, m, d), shape(2, m, dv));
+            let (q, k, v) = (rng.array(&qs), rng.array(&ks), rng.array(&vs));
+            let pats = vec![rng.pattern(n, m, density)];
+            let plan = AttentionPlan::new(pats[0].clone());
+            let opts = Options { scale: Some(0.8), bias: None };
+            let o = attention(q.view(), k.view(), v.view(), &plan, &opts).unwrap();
+            let r = reference(&q, &k, &v, &pats, 0.8, None);
+            prop_assert_eq!(o.shape(), r.shape());
+            close(o.as_slice().unwrap(), r.as_slice().unwrap(), 1e-12, "out");
+            // the gradients of broadcast operands are the expanded ones summed back
+            let full = broadcast(&[lead_of(&qs), lead_of(&ks), lead_of(&vs)]);
+            let g = rng.array(o.shape());
+            let ours = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
+            let (qe, ke, ve) = (expand(&q, &full), expand(&k, &full), expand(&v, &full));
+            let exp = attention_vjp(qe.view(), ke.view(), ve.view(), &plan, &opts, g.view()).unwrap();
+            for (got, want, s) in [(&ours.dq, &exp.dq, &qs), (&ours.dk, &exp.dk, &ks), (&ours.dv, &exp.dv, &vs)] {
+                let want = reduce_to(want, s);
+                prop_assert_eq!(got.shape(), want.shape());
+                close(got.as_slice().unwrap(), want.as_standard_layout().as_slice().unwrap(), 1e-12, "broadcast grad");
+            }
+        }
+    }
+}
