@@ -9,9 +9,10 @@ use masked::{DType, Element};
 use masked_cli::error::CliError;
 use masked_cli::limits;
 use masked_cli::sweep::data::{Logical, Structure};
+use masked_cli::sweep::report;
 use masked_cli::sweep::{
-    export_point, progress, report, write_json, Built, Output, Plan, Point, Series, SweepArgs,
-    Vary, CONVERSIONS,
+    export_point, progress, write_json, Built, Output, Plan, Point, Series, SweepArgs, Vary,
+    CONVERSIONS,
 };
 use masked_cli::timing::{emit, measure, Timing};
 
@@ -118,6 +119,24 @@ fn sweep<T: Element>(a: &SweepArgs) -> Result<(), CliError> {
         std::fs::write(a.out.join("points.jsonl"), lines.join("\n") + "\n")
             .map_err(|e| CliError::file(&a.out.join("points.jsonl"), e.to_string()))?;
     }
+    let attn_path = a.out.join("attention.jsonl");
+    let _ = std::fs::remove_file(&attn_path);
+    if !a.no_attention {
+        let threads = *plan.meta.threads.iter().max().unwrap_or(&1);
+        let pool = &pools[plan
+            .meta
+            .threads
+            .iter()
+            .position(|&t| t == threads)
+            .unwrap_or(0)];
+        let records = pool.install(|| attention_series(a, threads, &plan.timing))?;
+        let lines: Vec<String> = records
+            .iter()
+            .map(|r| serde_json::to_string(r).expect("a plain struct serialises"))
+            .collect();
+        std::fs::write(&attn_path, lines.join("\n") + "\n")
+            .map_err(|e| CliError::file(&attn_path, e.to_string()))?;
+    }
     // peer figures of an earlier run are of other data (scripts/sweep_peers.py writes
     // this run's after it)
     let _ = std::fs::remove_file(a.out.join("peers.jsonl"));
@@ -150,4 +169,92 @@ fn time_op<T: Element>(
             measure(|| a.run(req), t)
         }
     }
+}
+
+/// The attention series: dense masked attention (a dense `Q Kᵀ`, the engine's masked
+/// softmax, `P V`) and the sparse path, on the same random patterns across densities.
+fn attention_series(
+    a: &SweepArgs,
+    threads: usize,
+    t: &Timing,
+) -> Result<Vec<report::AttnRecord>, CliError> {
+    use masked::attention::patterns::PatternSpec;
+    use masked::attention::{attention, AttentionPlan, Options};
+    use masked::{BitMask, MaskedArray};
+    use ndarray::Array2;
+    let (n, d) = (if a.full { 2048 } else { 1024 }, 64);
+    let grid: &[f64] = if a.full {
+        &[1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0]
+    } else {
+        &[1e-3, 1e-2, 0.1, 0.3, 1.0]
+    };
+    limits::check(
+        "the attention series' dense scores",
+        (n * n * 4 * 3) as u128,
+    )?;
+    let mut state = a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+    };
+    let mut gen = |r: usize| Array2::from_shape_fn((r, d), |_| next());
+    let (q, k, v) = (gen(n), gen(n), gen(n));
+    let scale = 1.0 / (d as f32).sqrt();
+    let softmax = OpRequest::new("softmax")?.dims(1);
+    let mut out = Vec::new();
+    for &p in grid {
+        let pattern = PatternSpec::Random(p).generate(n, n, a.seed)?;
+        let nnz = pattern.nnz();
+        let mut bools = vec![false; n * n];
+        for i in 0..n {
+            for &j in pattern.row(i) {
+                bools[i * n + j] = true;
+            }
+        }
+        let mask = BitMask::from_bools([n, n], bools)?;
+        let plan = AttentionPlan::new(pattern);
+        let dense = || -> Result<Array2<f32>, masked::MaskedError> {
+            let s = q.dot(&k.t()) * scale;
+            let x = MaskedArray::new(s.view().into_dyn(), mask.clone())?;
+            let masked::engine::Output::Dense(o) = ArrayRef::from_dense(x).apply(&softmax)? else {
+                unreachable!("a dense input gives a dense output")
+            };
+            let masked::DynVec::F32(pv) = o.values else {
+                unreachable!("an f32 softmax is f32")
+            };
+            Ok(Array2::from_shape_vec((n, n), pv).expect("n x n").dot(&v))
+        };
+        let sparse = || {
+            attention(
+                q.view().into_dyn(),
+                k.view().into_dyn(),
+                v.view().into_dyn(),
+                &plan,
+                &Options::default(),
+            )
+        };
+        let (ds, dp) = measure(|| dense().map(drop), t)?;
+        let (ss, sp) = measure(|| sparse().map(drop), t)?;
+        let (od, os) = (dense()?, sparse()?);
+        let max_diff = od
+            .iter()
+            .zip(os.iter())
+            .map(|(x, y)| (x - y).abs() as f64)
+            .fold(0.0, f64::max);
+        out.push(report::AttnRecord {
+            n,
+            d,
+            density: p,
+            nnz,
+            threads,
+            dense_seconds: ds,
+            sparse_seconds: ss,
+            dense_peak: dp,
+            sparse_peak: sp,
+            max_diff,
+        });
+    }
+    Ok(out)
 }

@@ -77,6 +77,10 @@ pub struct SweepArgs {
     /// Skip timing the conversions between layouts.
     #[arg(long)]
     pub no_convert: bool,
+    /// Skip the attention series (dense masked attention vs the sparse path across
+    /// pattern densities: n = 1024, or 2048 with --full; d = 64, f32).
+    #[arg(long)]
+    pub no_attention: bool,
     /// Seed of the generator.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -76,6 +76,90 @@ impl Record {
     }
 }
 
+/// One point of the attention series (attention.jsonl): dense masked attention and the
+/// sparse path at one pattern density.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttnRecord {
+    /// Queries (= keys).
+    pub n: usize,
+    /// Head dim.
+    pub d: usize,
+    /// Probability of a valid (query, key) pair (plus the diagonal).
+    pub density: f64,
+    /// Valid pairs.
+    pub nnz: usize,
+    /// Threads.
+    pub threads: usize,
+    /// Median seconds of dense masked attention: scores `Q Kᵀ` (a dense matrix product),
+    /// the engine's masked softmax, `P V`.
+    pub dense_seconds: f64,
+    /// Median seconds of the sparse path (`masked::attention::attention`).
+    pub sparse_seconds: f64,
+    /// Peak bytes one dense run allocated.
+    pub dense_peak: usize,
+    /// Peak bytes one sparse run allocated.
+    pub sparse_peak: usize,
+    /// Largest difference between the two outputs (the same result).
+    pub max_diff: f64,
+}
+
+/// The attention section of report.md from attention.jsonl (empty where there is none).
+pub fn attention_section(rs: &[AttnRecord]) -> String {
+    let mut md = String::new();
+    let Some(first) = rs.first() else {
+        return md;
+    };
+    let _ = writeln!(
+        md,
+        "## Attention: dense masked vs sparse
+"
+    );
+    let _ = writeln!(
+        md,
+        "Masked attention `softmax(Q Kᵀ/√d) V` over a random pattern (each (query, key) pair valid with probability p, plus the diagonal), n = {}, d = {}, f32, {} thread(s). Dense: the scores as a dense n × n product, the engine's masked softmax on them, then `P V`. Sparse: `masked::attention` (the scores at the valid pairs only). Both give the same output (largest difference in the table).
+",
+        first.n, first.d, first.threads
+    );
+    let _ = writeln!(
+        md,
+        "| p | valid pairs | dense s | sparse s | dense/sparse time | dense MB | sparse MB | max diff |\n|---|---|---|---|---|---|---|---|"
+    );
+    for r in rs {
+        let _ = writeln!(
+            md,
+            "| {:e} | {} | {:.5} | {:.5} | {:.2} | {:.1} | {:.1} | {:.1e} |",
+            r.density,
+            r.nnz,
+            r.dense_seconds,
+            r.sparse_seconds,
+            r.dense_seconds / r.sparse_seconds,
+            r.dense_peak as f64 / 1e6,
+            r.sparse_peak as f64 / 1e6,
+            r.max_diff
+        );
+    }
+    let xs: Vec<f64> = rs.iter().map(|r| r.density).collect();
+    let ratio: Vec<f64> = rs
+        .iter()
+        .map(|r| r.sparse_seconds / r.dense_seconds)
+        .collect();
+    let cross = match crossing(&xs, &ratio, true) {
+        Some(Cross::At(x)) => format!("the sparse path is faster below p ≈ {x:.2e}"),
+        Some(Cross::Above(x)) => {
+            format!("the sparse path is faster over the whole grid (up to p = {x:e})")
+        }
+        Some(Cross::Below(x)) => format!("dense is faster over the whole grid (from p = {x:e})"),
+        None => "no points".into(),
+    };
+    let _ = writeln!(
+        md,
+        "
+Crossover: {cross}.
+"
+    );
+    md
+}
+
 /// A peer's time at one point (peers.jsonl, written by scripts/sweep_peers.py).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeerRecord {
@@ -576,6 +660,12 @@ pub fn write_all(dir: &Path, meta: Option<&Meta>) -> Result<String, CliError> {
         md.push_str(&peer_table(&rs, &peers, threads));
         md.push('\n');
     }
+    let attn: Vec<AttnRecord> = if dir.join("attention.jsonl").exists() {
+        read_jsonl(&dir.join("attention.jsonl"))?
+    } else {
+        Vec::new()
+    };
+    md.push_str(&attention_section(&attn));
     let _ = writeln!(
         md,
         "## Data\n\n[results.csv](results.csv) and [results.jsonl](results.jsonl) hold every measurement (seconds, GB/s of the byte model, peak bytes allocated during one run)."

@@ -324,3 +324,29 @@ fn report_has_its_fields_and_well_formed_svgs() {
         }
     }
 }
+
+#[test]
+fn attention_section_names_the_crossover_of_dense_and_sparse() {
+    use super::report::{attention_section, AttnRecord};
+    let rec = |density: f64, dense: f64, sparse: f64| AttnRecord {
+        n: 1024,
+        d: 64,
+        density,
+        nnz: (density * 1024.0 * 1024.0) as usize,
+        threads: 2,
+        dense_seconds: dense,
+        sparse_seconds: sparse,
+        dense_peak: 1,
+        sparse_peak: 1,
+        max_diff: 0.0,
+    };
+    // sparse/dense time 0.1 at p = 0.01, 10 at p = 1: log-log through 1 at p = 0.1
+    let md = attention_section(&[rec(0.01, 1.0, 0.1), rec(1.0, 1.0, 10.0)]);
+    assert!(
+        md.contains("| 1e-2 | 10485 | 1.00000 | 0.10000 | 10.00 |"),
+        "{md}"
+    );
+    assert!(md.contains("faster below p ≈ 1.00e-1"), "{md}");
+    assert!(attention_section(&[rec(0.5, 1.0, 0.5)]).contains("over the whole grid"));
+    assert!(attention_section(&[]).is_empty());
+}
