@@ -141,25 +141,16 @@ impl Idx for u32 {
 /// Lanes of the accumulator arrays (one AVX-512 register of f32, two of AVX2).
 const L: usize = 16;
 
-/// The sum of 16 lanes, pairwise.
+/// The sum of 16 lanes, in order. (Summed pairwise, the lanes led the compiler to
+/// vectorise the loops that fill them two lanes wide; in order, each loop is one 16-lane
+/// operation a block.)
 #[inline(always)]
-fn hsum<A: Acc>(mut a: [A; L]) -> A {
-    let mut w = L / 2;
-    while w > 0 {
-        for l in 0..w {
-            a[l] = a[l] + a[l + w];
-        }
-        w /= 2;
+fn hsum<A: Acc>(a: [A; L]) -> A {
+    let mut s = A::ZERO;
+    for x in a {
+        s = s + x;
     }
-    a[0]
-}
-
-/// `acc[l] += a[l] * b[l]` over one block (one vector instruction per register).
-#[inline(always)]
-fn fma_block<A: Acc, M: Madd>(acc: &mut [A; L], a: &[A; L], b: &[A; L]) {
-    for l in 0..L {
-        acc[l] = M::madd(a[l], b[l], acc[l]);
-    }
+    s
 }
 
 /// `acc[l] += w * b[l]` over one block.
@@ -176,75 +167,33 @@ fn block<A>(x: &[A], c: usize) -> &[A; L] {
     x[c..c + L].try_into().expect("a full block")
 }
 
-/// `[q·k0, q·k1, q·k2, q·k3]`, every `k` as long as `q`.
-#[inline(always)]
-fn dot4<A: Acc, M: Madd>(q: &[A], k: [&[A]; 4]) -> [A; 4] {
-    let d = q.len();
-    let full = d / L * L;
-    let [k0, k1, k2, k3] = k;
-    let (k0, k1, k2, k3) = (&k0[..d], &k1[..d], &k2[..d], &k3[..d]);
-    let (mut a0, mut a1, mut a2, mut a3) = ([A::ZERO; L], [A::ZERO; L], [A::ZERO; L], [A::ZERO; L]);
-    let mut c = 0;
-    while c < full {
-        let qc = block(q, c);
-        fma_block::<A, M>(&mut a0, qc, block(k0, c));
-        fma_block::<A, M>(&mut a1, qc, block(k1, c));
-        fma_block::<A, M>(&mut a2, qc, block(k2, c));
-        fma_block::<A, M>(&mut a3, qc, block(k3, c));
-        c += L;
-    }
-    let mut out = [hsum(a0), hsum(a1), hsum(a2), hsum(a3)];
-    for t in full..d {
-        out[0] = M::madd(q[t], k0[t], out[0]);
-        out[1] = M::madd(q[t], k1[t], out[1]);
-        out[2] = M::madd(q[t], k2[t], out[2]);
-        out[3] = M::madd(q[t], k3[t], out[3]);
-    }
-    out
-}
-
-/// `q·k`.
+/// `q·k`: sixteen lanes a block, summed at the end.
 #[inline(always)]
 fn dot1<A: Acc, M: Madd>(q: &[A], k: &[A]) -> A {
     let d = q.len();
     let k = &k[..d];
-    let full = d / L * L;
     let mut acc = [A::ZERO; L];
-    let mut c = 0;
-    while c < full {
-        fma_block::<A, M>(&mut acc, block(q, c), block(k, c));
-        c += L;
+    let (qc, kc) = (q.chunks_exact(L), k.chunks_exact(L));
+    let (qr, kr) = (qc.remainder(), kc.remainder());
+    for (a, b) in qc.zip(kc) {
+        for l in 0..L {
+            acc[l] = M::madd(a[l], b[l], acc[l]);
+        }
     }
     let mut s = hsum(acc);
-    for t in full..d {
-        s = M::madd(q[t], k[t], s);
+    for (&a, &b) in qr.iter().zip(kr) {
+        s = M::madd(a, b, s);
     }
     s
 }
 
-/// `s[t] = scale · (q · k[keys[t]])`.
+/// `s[t] = scale · (q · k[keys[t]])`, one key at a time: each dot product is one loop
+/// over 16-lane blocks, which the compiler vectorises along the lanes (four keys in one
+/// loop were vectorised across the keys instead, four lanes wide with transposes).
 #[inline(always)]
 fn scores<A: Acc, M: Madd>(q: &[A], k: Mat<'_, A>, keys: &[usize], scale: A, s: &mut [A]) {
-    let n4 = keys.len() / 4 * 4;
-    let mut t = 0;
-    while t < n4 {
-        let r = dot4::<A, M>(
-            q,
-            [
-                k.row(keys[t]),
-                k.row(keys[t + 1]),
-                k.row(keys[t + 2]),
-                k.row(keys[t + 3]),
-            ],
-        );
-        for u in 0..4 {
-            s[t + u] = r[u] * scale;
-        }
-        t += 4;
-    }
-    while t < keys.len() {
-        s[t] = dot1::<A, M>(q, k.row(keys[t])) * scale;
-        t += 1;
+    for (x, &j) in s.iter_mut().zip(keys) {
+        *x = dot1::<A, M>(q, k.row(j)) * scale;
     }
 }
 
