@@ -199,35 +199,53 @@ pub fn attention<T: AttnFloat>(
     plan: &AttentionPlan,
     opts: &Options<'_, T>,
 ) -> Result<ArrayD<T>> {
-    let (qo, ko, vo) = (
-        Operand::of(&q, "q")?,
-        Operand::of(&k, "k")?,
-        Operand::of(&v, "v")?,
-    );
-    let batch = Batch::attention(&qo, &ko, &vo, plan)?;
-    check_bias(opts.bias, plan)?;
-    let scale = T::acc(scale_of(opts.scale, qo.cols)?);
-    let (qa, ka, va) = (acc_values(&q), acc_values(&k), acc_values(&v));
-    let bias = opts.bias.map(T::widen);
-    let out = attend(
-        &batch,
-        plan,
-        [&qa, &ka, &va],
-        [&qo, &ko, &vo],
-        bias.as_deref(),
-        scale,
-    )?;
-    Ok(array(batch.shape(plan.shape().0, vo.cols), T::narrow(out)))
+    let inp = inputs(&q, &k, &v, plan, opts)?;
+    let out = attend(&inp, plan)?;
+    Ok(array(
+        inp.batch.shape(plan.shape().0, inp.ops[2].cols),
+        T::narrow(out),
+    ))
 }
 
-fn attend<A: Acc>(
-    batch: &Batch,
-    plan: &AttentionPlan,
-    [q, k, v]: [&[A]; 3],
-    [qo, ko, vo]: [&Operand; 3],
-    bias: Option<&[A]>,
+/// What attention and its gradient read, checked: the batch, the operands' shapes and
+/// values in the compute type (borrowed where the storage is the compute type), the bias
+/// and the scale.
+struct Inputs<'a, A: Clone> {
+    batch: Batch,
+    ops: [Operand; 3],
+    vals: [Cow<'a, [A]>; 3],
+    bias: Option<Cow<'a, [A]>>,
     scale: A,
-) -> Result<Vec<A>> {
+}
+
+fn inputs<'a, T: AttnFloat>(
+    q: &'a ArrayViewD<'a, T>,
+    k: &'a ArrayViewD<'a, T>,
+    v: &'a ArrayViewD<'a, T>,
+    plan: &AttentionPlan,
+    opts: &Options<'a, T>,
+) -> Result<Inputs<'a, T::Acc>> {
+    let ops = [
+        Operand::of(q, "q")?,
+        Operand::of(k, "k")?,
+        Operand::of(v, "v")?,
+    ];
+    let batch = Batch::attention(&ops[0], &ops[1], &ops[2], plan)?;
+    check_bias(opts.bias, plan)?;
+    let scale = T::acc(scale_of(opts.scale, ops[0].cols)?);
+    Ok(Inputs {
+        batch,
+        vals: [acc_values(q), acc_values(k), acc_values(v)],
+        bias: opts.bias.map(T::widen),
+        scale,
+        ops,
+    })
+}
+
+fn attend<A: Acc>(inp: &Inputs<'_, A>, plan: &AttentionPlan) -> Result<Vec<A>> {
+    let (batch, [qo, ko, vo], scale) = (&inp.batch, &inp.ops, inp.scale);
+    let [q, k, v] = [&*inp.vals[0], &*inp.vals[1], &*inp.vals[2]];
+    let bias = inp.bias.as_deref();
     let (nq, dv) = (plan.shape().0, vo.cols);
     let mut out = zeros::<A>(batch.count * nq * dv, "attention's output")?;
     let rpt = rows_per_task(nq, 4096);
@@ -266,14 +284,8 @@ pub fn attention_vjp<T: AttnFloat>(
     opts: &Options<'_, T>,
     grad: ArrayViewD<'_, T>,
 ) -> Result<AttentionGrads<T>> {
-    let (qo, ko, vo) = (
-        Operand::of(&q, "q")?,
-        Operand::of(&k, "k")?,
-        Operand::of(&v, "v")?,
-    );
-    let batch = Batch::attention(&qo, &ko, &vo, plan)?;
-    check_bias(opts.bias, plan)?;
-    let out_shape = batch.shape(plan.shape().0, vo.cols);
+    let inp = inputs(&q, &k, &v, plan, opts)?;
+    let out_shape = inp.batch.shape(plan.shape().0, inp.ops[2].cols);
     if grad.shape() != out_shape.as_slice() {
         return Err(MaskedError::ShapeMismatch {
             what: "the gradient and attention's output".into(),
@@ -281,38 +293,21 @@ pub fn attention_vjp<T: AttnFloat>(
             right: out_shape,
         });
     }
-    let scale = T::acc(scale_of(opts.scale, qo.cols)?);
-    let (qa, ka, va, ga) = (
-        acc_values(&q),
-        acc_values(&k),
-        acc_values(&v),
-        acc_values(&grad),
-    );
-    let bias = opts.bias.map(T::widen);
-    let g = attend_grad(
-        &batch,
-        plan,
-        [&qa, &ka, &va, &ga],
-        [&qo, &ko, &vo],
-        bias.as_deref(),
-        scale,
-    )?;
+    let g = attend_grad(&inp, &acc_values(&grad), plan)?;
+    let has_bias = inp.bias.is_some();
+    let [dq, dk, dv, dbias] = g;
     Ok(AttentionGrads {
-        dq: array(q.shape().to_vec(), T::narrow(g[0].clone())),
-        dk: array(k.shape().to_vec(), T::narrow(g[1].clone())),
-        dv: array(v.shape().to_vec(), T::narrow(g[2].clone())),
-        dbias: bias.map(|_| T::narrow(g[3].clone())),
+        dq: array(q.shape().to_vec(), T::narrow(dq)),
+        dk: array(k.shape().to_vec(), T::narrow(dk)),
+        dv: array(v.shape().to_vec(), T::narrow(dv)),
+        dbias: has_bias.then(|| T::narrow(dbias)),
     })
 }
 
-fn attend_grad<A: Acc>(
-    batch: &Batch,
-    plan: &AttentionPlan,
-    [q, k, v, g]: [&[A]; 4],
-    [qo, ko, vo]: [&Operand; 3],
-    bias: Option<&[A]>,
-    scale: A,
-) -> Result<[Vec<A>; 4]> {
+fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Result<[Vec<A>; 4]> {
+    let (batch, [qo, ko, vo], scale) = (&inp.batch, &inp.ops, inp.scale);
+    let [q, k, v] = [&*inp.vals[0], &*inp.vals[1], &*inp.vals[2]];
+    let bias = inp.bias.as_deref();
     let ((nq, nk), d, dv) = (plan.shape(), qo.cols, vo.cols);
     let mut dq = zeros::<A>(q.len(), "the gradient of q")?;
     let mut dk = zeros::<A>(k.len(), "the gradient of k")?;
@@ -353,9 +348,7 @@ fn attend_grad<A: Acc>(
             // row chunks of dq (empty ones too where d = 0: the rows still scatter P)
             let rb = bounds(nq, rpt);
             let db: Vec<usize> = rb.iter().map(|&r| r * d).collect();
-            let none: &mut [u8] = &mut [];
-            let zb = vec![0usize; rb.len()];
-            with_madd!(m => par::parts_mut2(dqb, &db, none, &zb, |c, dqc, _| {
+            with_madd!(m => par::parts_mut(dqb, &db, |c, dqc| {
                 kernels::grad_rows(m, &a, gm, rb[c], rb[c + 1], dqc, &scatter)
             }));
         }
@@ -498,7 +491,7 @@ pub fn sddmm<T: AttnFloat>(
     let (aa, ba) = (acc_values(&a), acc_values(&b));
     let shape = values_shape(&batch, plan);
     let mut out = zeros::<T::Acc>(shape.iter().product(), "sddmm's output")?;
-    sddmm_into(&batch, plan, [&aa, &ba], [&ao, &bo], scale, &mut out, false);
+    sddmm_into(&batch, plan, [&aa, &ba], [&ao, &bo], scale, &mut out);
     Ok(array(shape, T::narrow(out)))
 }
 
@@ -534,8 +527,8 @@ fn pair_batch(
     Ok(batch)
 }
 
-/// `out (+)= scale · (a bᵀ)` on the pattern, every batch element (`add`: summed into a
-/// shared `out` where `out` holds fewer elements than the batch).
+/// `out = scale · (a bᵀ)` on the pattern, every batch element's values after the
+/// previous element's.
 fn sddmm_into<A: Acc>(
     batch: &Batch,
     plan: &AttentionPlan,
@@ -543,11 +536,9 @@ fn sddmm_into<A: Acc>(
     [ao, bo]: [&Operand; 2],
     scale: A,
     out: &mut [A],
-    add: bool,
 ) {
     let n = plan.shape().0;
     let rpt = rows_per_task(n, 4096);
-    let mut tmp = Vec::new();
     for e in 0..batch.count {
         let pi = batch.pattern(e, plan);
         let index = plan.index(pi);
@@ -555,28 +546,13 @@ fn sddmm_into<A: Acc>(
             ao.mat(a, batch.offset(e, ao)),
             bo.mat(b, batch.offset(e, bo)),
         );
-        let nnz = index.idx.len();
-        let dst = if add {
-            tmp.clear();
-            tmp.resize(nnz, A::ZERO);
-            &mut tmp[..]
-        } else {
-            let s = batch.value_start(e, plan);
-            &mut out[s..s + nnz]
-        };
+        let s = batch.value_start(e, plan);
+        let dst = &mut out[s..s + index.idx.len()];
         let rb = bounds(n, rpt);
         let eb: Vec<usize> = rb.iter().map(|&r| index.ptr[r]).collect();
-        let none: &mut [u8] = &mut [];
-        let zb = vec![0usize; rb.len()];
-        with_madd!(m => par::parts_mut2(dst, &eb, none, &zb, |c, chunk, _| {
+        with_madd!(m => par::parts_mut(dst, &eb, |c, chunk| {
             kernels::sddmm_rows(m, am, bm, index, scale, (rb[c], rb[c + 1]), chunk)
         }));
-        if add {
-            let s = plan.start(pi);
-            for (o, &x) in out[s..s + nnz].iter_mut().zip(&tmp) {
-                *o = *o + x;
-            }
-        }
     }
 }
 
@@ -744,9 +720,7 @@ pub fn spmm_vjp<T: AttnFloat>(
         tmp.resize(nnz, T::Acc::ZERO);
         let rb = bounds(n, rpt);
         let eb: Vec<usize> = rb.iter().map(|&r| index.ptr[r]).collect();
-        let none: &mut [u8] = &mut [];
-        let zb = vec![0usize; rb.len()];
-        with_madd!(mm => par::parts_mut2(&mut tmp, &eb, none, &zb, |c, chunk, _| {
+        with_madd!(mm => par::parts_mut(&mut tmp, &eb, |c, chunk| {
             kernels::sddmm_rows(mm, gm, xm, index, T::Acc::ONE, (rb[c], rb[c + 1]), chunk)
         }));
         for (o, &v) in dvals[vs..vs + nnz].iter_mut().zip(&tmp) {

@@ -203,6 +203,21 @@ pub fn parts_mut2<A: Send, B: Send, R: Send>(
     })
 }
 
+/// `[f(0, part 0), ..]`: part `c` is `xs[bounds[c]..bounds[c + 1]]` ([`parts_mut2`] for
+/// one slice).
+///
+/// # Panics
+/// As [`parts_mut2`].
+pub fn parts_mut<T: Send, R: Send>(
+    xs: &mut [T],
+    bounds: &[usize],
+    f: impl Fn(usize, &mut [T]) -> R + Sync,
+) -> Vec<R> {
+    let none: &mut [u8] = &mut [];
+    let zeros = vec![0usize; bounds.len()];
+    parts_mut2(xs, bounds, none, &zeros, |c, x, _| f(c, x))
+}
+
 /// One buffer that many tasks write at distinct slots (a scatter through a
 /// permutation): each slot is written by one task only, which the caller guarantees.
 pub struct Scatter<'a, T> {
