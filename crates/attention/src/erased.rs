@@ -3,9 +3,9 @@
 //! the CLI and the Python extension call non-generic functions.
 //!
 //! ```
-//! use masked_attention::erased::{self, FloatArray};
-//! use masked_attention::{AttentionPlan, Pattern};
-//! use masked_core::DynVec;
+//! use masked::attention::erased::{self, FloatArray};
+//! use masked::attention::{AttentionPlan, Pattern};
+//! use masked::DynVec;
 //!
 //! let plan = AttentionPlan::new(Pattern::causal(2)?);
 //! let x = FloatArray::from_dyn(vec![2, 1], DynVec::F64(vec![1.0, 2.0]))?;
@@ -14,7 +14,7 @@
 //! let FloatArray::F64(o) = o else { unreachable!() };
 //! let w = 1.0 / (1.0 + (2.0f64).exp());
 //! assert!((o[[1, 0]] - (w * 1.0 + (1.0 - w) * 2.0)).abs() < 1e-12);
-//! # Ok::<(), masked_core::MaskedError>(())
+//! # Ok::<(), masked::MaskedError>(())
 //! ```
 
 use crate::{AttentionPlan, Options};

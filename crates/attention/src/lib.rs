@@ -19,7 +19,7 @@
 //! functions take run-time dtypes (what the CLI and the Python extension call).
 //!
 //! ```
-//! use masked_attention::{attention, AttentionPlan, Options, Pattern};
+//! use masked::attention::{attention, AttentionPlan, Options, Pattern};
 //! use ndarray::ArrayD;
 //!
 //! // one query row attending to keys 0 and 1 of two, d = 1

@@ -79,7 +79,7 @@ impl Transpose {
 /// ahead).
 ///
 /// ```
-/// use masked_attention::{AttentionPlan, Pattern};
+/// use masked::attention::{AttentionPlan, Pattern};
 /// let plan = AttentionPlan::new(Pattern::causal(4).unwrap());
 /// assert_eq!(plan.shape(), (4, 4));
 /// assert_eq!(plan.nnz(), 10);
