@@ -15,6 +15,77 @@ pub trait Acc: Float + PartialOrd + Send + Sync + 'static {
     fn fma(self, b: Self, c: Self) -> Self;
     /// To `f64` (exact).
     fn to_f64(self) -> f64;
+    /// The sum of 16 lanes with AVX-512 instructions.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn hsum_avx512(a: &[Self; L]) -> Self;
+    /// The sum of 16 lanes with AVX instructions.
+    ///
+    /// # Safety
+    /// The CPU has AVX.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn hsum_avx2(a: &[Self; L]) -> Self;
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! Horizontal sums of 16 lanes, one instruction sequence each (the kernels reach them
+    //! only through [`super::Avx512`] and [`super::Avx2`], which exist only where the CPU
+    //! has the features).
+    use super::L;
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn f32_avx512(a: &[f32; L]) -> f32 {
+        // SAFETY: 16 f32 read from a 16-element array
+        unsafe { _mm512_reduce_add_ps(_mm512_loadu_ps(a.as_ptr())) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn f64_avx512(a: &[f64; L]) -> f64 {
+        // SAFETY: two 8-lane reads inside a 16-element array
+        unsafe {
+            let v = _mm512_add_pd(
+                _mm512_loadu_pd(a.as_ptr()),
+                _mm512_loadu_pd(a.as_ptr().add(8)),
+            );
+            _mm512_reduce_add_pd(v)
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx")]
+    pub(super) fn f32_avx2(a: &[f32; L]) -> f32 {
+        // SAFETY: two 8-lane reads inside a 16-element array
+        unsafe {
+            let v = _mm256_add_ps(
+                _mm256_loadu_ps(a.as_ptr()),
+                _mm256_loadu_ps(a.as_ptr().add(8)),
+            );
+            let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+            _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps::<1>(h, h)))
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx")]
+    pub(super) fn f64_avx2(a: &[f64; L]) -> f64 {
+        // SAFETY: four 4-lane reads inside a 16-element array
+        unsafe {
+            let p = a.as_ptr();
+            let v = _mm256_add_pd(
+                _mm256_add_pd(_mm256_loadu_pd(p), _mm256_loadu_pd(p.add(4))),
+                _mm256_add_pd(_mm256_loadu_pd(p.add(8)), _mm256_loadu_pd(p.add(12))),
+            );
+            let h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd::<1>(v));
+            _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)))
+        }
+    }
 }
 
 impl Acc for f32 {
@@ -25,6 +96,18 @@ impl Acc for f32 {
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self as f64
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn hsum_avx512(a: &[f32; L]) -> f32 {
+        // SAFETY: the caller's (AVX-512F)
+        unsafe { x86::f32_avx512(a) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn hsum_avx2(a: &[f32; L]) -> f32 {
+        // SAFETY: the caller's (AVX)
+        unsafe { x86::f32_avx2(a) }
     }
 }
 
@@ -37,16 +120,41 @@ impl Acc for f64 {
     fn to_f64(self) -> f64 {
         self
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn hsum_avx512(a: &[f64; L]) -> f64 {
+        // SAFETY: the caller's (AVX-512F)
+        unsafe { x86::f64_avx512(a) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn hsum_avx2(a: &[f64; L]) -> f64 {
+        // SAFETY: the caller's (AVX)
+        unsafe { x86::f64_avx2(a) }
+    }
 }
 
-/// How the kernels multiply-add and exponentiate: [`Fused`] inside the AVX2 and AVX-512
-/// tiers (one instruction each), [`Plain`] in the baseline tier, where a fused
-/// multiply-add would be a library call.
+/// How the kernels multiply-add, exponentiate and sum lanes, by CPU: [`Avx512`] and
+/// [`Avx2`] (fused multiply-adds, a horizontal sum in one instruction sequence), [`Fused`]
+/// (fused multiply-adds elsewhere: aarch64), [`Plain`] (the baseline, where a fused
+/// multiply-add would be a library call). `with_madd!` picks one from the CPU, as
+/// `multiversion!` picks the tier.
 pub trait Madd: Copy + Send + Sync + 'static {
     /// `a * b + c`.
     fn madd<A: Acc>(a: A, b: A, c: A) -> A;
     /// `e^x` for `x <= 0`.
     fn exp<A: Acc>(x: A) -> A;
+    /// The sum of 16 lanes: in order where no instruction sequence is known (a pairwise
+    /// sum written as code led the compiler to vectorise the loops that fill the lanes two
+    /// lanes wide; in order, 15 dependent adds a key).
+    #[inline(always)]
+    fn hsum<A: Acc>(a: [A; L]) -> A {
+        let mut s = A::ZERO;
+        for x in a {
+            s = s + x;
+        }
+        s
+    }
 }
 
 /// Fused multiply-adds.
@@ -55,16 +163,70 @@ pub struct Fused;
 /// Separate multiply and add.
 #[derive(Clone, Copy)]
 pub struct Plain;
+/// AVX-512: constructed only where the CPU has it ([`Avx512::detect`]).
+#[derive(Clone, Copy)]
+pub struct Avx512(());
+/// AVX2 with FMA: constructed only where the CPU has them ([`Avx2::detect`]).
+#[derive(Clone, Copy)]
+pub struct Avx2(());
+
+impl Avx512 {
+    /// The marker, where the CPU has AVX-512.
+    pub fn detect() -> Option<Avx512> {
+        #[cfg(target_arch = "x86_64")]
+        if masked_kernels::cpu::has_avx512() {
+            return Some(Avx512(()));
+        }
+        None
+    }
+}
+
+impl Avx2 {
+    /// The marker, where the CPU has AVX2 and FMA.
+    pub fn detect() -> Option<Avx2> {
+        #[cfg(target_arch = "x86_64")]
+        if masked_kernels::cpu::has_avx2() {
+            return Some(Avx2(()));
+        }
+        None
+    }
+}
+
+macro_rules! fused_madd {
+    () => {
+        #[inline(always)]
+        fn madd<A: Acc>(a: A, b: A, c: A) -> A {
+            a.fma(b, c)
+        }
+        #[inline(always)]
+        fn exp<A: Acc>(x: A) -> A {
+            x.exp_nonpos_fused()
+        }
+    };
+}
+
+impl Madd for Avx512 {
+    fused_madd!();
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn hsum<A: Acc>(a: [A; L]) -> A {
+        // SAFETY: an `Avx512` exists only where the CPU has AVX-512 (`detect`)
+        unsafe { A::hsum_avx512(&a) }
+    }
+}
+
+impl Madd for Avx2 {
+    fused_madd!();
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn hsum<A: Acc>(a: [A; L]) -> A {
+        // SAFETY: an `Avx2` exists only where the CPU has AVX2 (`detect`)
+        unsafe { A::hsum_avx2(&a) }
+    }
+}
 
 impl Madd for Fused {
-    #[inline(always)]
-    fn madd<A: Acc>(a: A, b: A, c: A) -> A {
-        a.fma(b, c)
-    }
-    #[inline(always)]
-    fn exp<A: Acc>(x: A) -> A {
-        x.exp_nonpos_fused()
-    }
+    fused_madd!();
 }
 
 impl Madd for Plain {
@@ -78,18 +240,42 @@ impl Madd for Plain {
     }
 }
 
-/// Runs `$body` with `$m` bound to [`Fused`] where the vector kernels have fused
-/// multiply-adds, to [`Plain`] elsewhere.
+/// A lower [`Madd`] than the CPU's, for tests: 0 the CPU's, 1 [`Plain`], 2 [`Fused`]
+/// (where the CPU has fused multiply-adds), 3 [`Avx2`] (where it has AVX2).
+static CAP: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Caps the kernels' [`Madd`] for the tests of the paths this CPU would not take (see
+/// [`CAP`]); a cap the CPU cannot run is ignored.
+#[doc(hidden)]
+pub fn cap_madd(level: u8) {
+    CAP.store(level, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The cap (0: none).
+#[doc(hidden)]
+pub fn madd_cap() -> u8 {
+    CAP.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Runs `$body` with `$m` bound to the [`Madd`] of this CPU: [`Avx512`], [`Avx2`],
+/// [`Fused`] (other CPUs with fused multiply-adds) or [`Plain`] (lower under a test's
+/// [`cap_madd`]).
 macro_rules! with_madd {
-    ($m:ident => $body:expr) => {
-        if masked_kernels::cpu::fused_exp() {
+    ($m:ident => $body:expr) => {{
+        let cap = $crate::kernels::madd_cap();
+        let fused = masked_kernels::cpu::fused_exp();
+        if let Some($m) = $crate::kernels::Avx512::detect().filter(|_| cap == 0) {
+            $body
+        } else if let Some($m) = $crate::kernels::Avx2::detect().filter(|_| cap == 0 || cap >= 3) {
+            $body
+        } else if fused && cap != 1 {
             let $m = $crate::kernels::Fused;
             $body
         } else {
             let $m = $crate::kernels::Plain;
             $body
         }
-    };
+    }};
 }
 pub(crate) use with_madd;
 
@@ -141,18 +327,6 @@ impl Idx for u32 {
 /// Lanes of the accumulator arrays (one AVX-512 register of f32, two of AVX2).
 const L: usize = 16;
 
-/// The sum of 16 lanes, in order. (Summed pairwise, the lanes led the compiler to
-/// vectorise the loops that fill them two lanes wide; in order, each loop is one 16-lane
-/// operation a block.)
-#[inline(always)]
-fn hsum<A: Acc>(a: [A; L]) -> A {
-    let mut s = A::ZERO;
-    for x in a {
-        s = s + x;
-    }
-    s
-}
-
 /// `acc[l] += w * b[l]` over one block.
 #[inline(always)]
 fn axpy_block<A: Acc, M: Madd>(acc: &mut [A; L], w: A, b: &[A; L]) {
@@ -180,7 +354,7 @@ fn dot1<A: Acc, M: Madd>(q: &[A], k: &[A]) -> A {
             acc[l] = M::madd(a[l], b[l], acc[l]);
         }
     }
-    let mut s = hsum(acc);
+    let mut s = M::hsum(acc);
     for (&a, &b) in qr.iter().zip(kr) {
         s = M::madd(a, b, s);
     }
@@ -199,7 +373,7 @@ fn scores<A: Acc, M: Madd>(q: &[A], k: Mat<'_, A>, keys: &[usize], scale: A, s: 
 
 /// The sum of `xs`, in 16 lanes.
 #[inline(always)]
-fn sum_lanes<A: Acc>(xs: &[A]) -> A {
+fn sum_lanes<A: Acc, M: Madd>(xs: &[A]) -> A {
     let mut acc = [A::ZERO; L];
     let mut chunks = xs.chunks_exact(L);
     for c in &mut chunks {
@@ -207,7 +381,7 @@ fn sum_lanes<A: Acc>(xs: &[A]) -> A {
             acc[l] = acc[l] + c[l];
         }
     }
-    let mut s = hsum(acc);
+    let mut s = M::hsum(acc);
     for &x in chunks.remainder() {
         s = s + x;
     }
@@ -245,7 +419,7 @@ fn softmax<A: Acc, M: Madd>(s: &mut [A]) {
     for x in s.iter_mut() {
         *x = M::exp(*x - m);
     }
-    let inv = A::ONE / sum_lanes(s);
+    let inv = A::ONE / sum_lanes::<A, M>(s);
     for x in s.iter_mut() {
         *x = *x * inv;
     }
@@ -376,7 +550,7 @@ fn grad_rows_k<A: Acc, M: Madd>(
             }
             t += L;
         }
-        let mut big_d = hsum(acc);
+        let mut big_d = M::hsum(acc);
         while t < s.len() {
             big_d = M::madd(s[t], dp[t], big_d);
             t += 1;

@@ -38,6 +38,8 @@ mod kernels;
 pub mod patterns;
 mod plan;
 
+#[doc(hidden)]
+pub use kernels::cap_madd;
 pub use kernels::Acc;
 pub use layout_csr::Pattern;
 pub use plan::AttentionPlan;

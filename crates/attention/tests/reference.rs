@@ -859,3 +859,57 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn every_cpu_path_gives_the_reference() {
+    // the kernels' lower paths (no FMA; FMA without AVX; AVX2), which this CPU would not
+    // take by itself, against the same reference; f32 and f64 (each has its own sums)
+    let mut rng = Rng(17);
+    let p = rng.pattern(9, 40, 0.6);
+    let plan = AttentionPlan::new(p.clone());
+    let (q, k, v) = (
+        rng.array(&[2, 9, 37]),
+        rng.array(&[2, 40, 37]),
+        rng.array(&[2, 40, 19]),
+    );
+    let r = reference(&q, &k, &v, std::slice::from_ref(&p), 0.3, None);
+    let opts = Options {
+        scale: Some(0.3),
+        bias: None,
+    };
+    let g = rng.array(&[2, 9, 19]);
+    let base = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
+    for cap in [1u8, 2, 3, 0] {
+        masked_attention::cap_madd(cap);
+        let o = attention(q.view(), k.view(), v.view(), &plan, &opts).unwrap();
+        close(
+            o.as_slice().unwrap(),
+            r.as_slice().unwrap(),
+            1e-12,
+            &format!("cap {cap}"),
+        );
+        let f = |x: &ArrayD<f64>| x.mapv(|e| e as f32);
+        let o32 = attention(
+            f(&q).view(),
+            f(&k).view(),
+            f(&v).view(),
+            &plan,
+            &Options {
+                scale: Some(0.3),
+                bias: None,
+            },
+        )
+        .unwrap();
+        let o32: Vec<f64> = o32.iter().map(|&x| x as f64).collect();
+        close(&o32, r.as_slice().unwrap(), 1e-5, &format!("cap {cap} f32"));
+        let gr = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
+        for (a, b) in [(&gr.dq, &base.dq), (&gr.dk, &base.dk), (&gr.dv, &base.dv)] {
+            close(
+                a.as_slice().unwrap(),
+                b.as_slice().unwrap(),
+                1e-12,
+                &format!("cap {cap} grad"),
+            );
+        }
+    }
+}
