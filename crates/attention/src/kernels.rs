@@ -1,9 +1,11 @@
 //! The row and column kernels: each a loop over a chunk of a pattern's rows (or, through
 //! the transpose, its columns), compiled once per accumulator type (`f32`, `f64`) and CPU
-//! tier by [`multiversion!`](masked_kernels::multiversion). Three building blocks inside
-//! them: `scores` (dot products of one query with its keys, four keys at a time),
-//! `softmax` (in place over one row's scores) and `combine` (a weighted sum of rows of
-//! a dense matrix, accumulated in registers a block of 16 columns at a time).
+//! tier by [`multiversion!`](masked_kernels::multiversion), with a [`Madd`] marker of the
+//! CPU (fused multiply-adds, the horizontal sum). Three building blocks inside them:
+//! `scores` (dot products of one query with its keys, one key at a time in 16-lane
+//! blocks), `softmax` (in place over one row's scores) and `combine` (a weighted sum of
+//! rows of a dense matrix, accumulated in registers a block of 16 columns at a time, four
+//! rows at a time).
 
 use masked_core::Float;
 use masked_kernels::multiversion;
