@@ -120,6 +120,42 @@ pub fn run_constructors(c: &ConstructorCase) {
         let _ = a ^ b;
     }
 
+    // attention: generated patterns, plans, and attention on the case's shapes (mismatched
+    // or huge ones are errors, never a panic)
+    {
+        use masked::attention::patterns::PatternSpec;
+        use masked::attention::{attention, attention_vjp, AttentionPlan, Options};
+        for spec in [
+            PatternSpec::Causal,
+            PatternSpec::Band(lo.max(1)),
+            PatternSpec::Random(0.3),
+            PatternSpec::Lengths(Some(c.n)),
+            PatternSpec::Lengths(None),
+        ] {
+            // sizes a test can walk (a generated pattern visits every row)
+            if r <= 64 && cols <= 64 {
+                let _ = spec.generate(r, cols, c.n as u64);
+            } else {
+                let _ = spec.generate(r, 0, 0).err();
+            }
+        }
+        if let Ok(p) = &csr_bools {
+            let plan = AttentionPlan::new(p.clone());
+            let _ = AttentionPlan::per_batch(vec![p.clone(), p.clone()]);
+            let _ = plan.prepare_backward();
+            if let (Ok(q), Ok(k)) = (
+                ArrayD::from_shape_vec(shape, c.values.clone()),
+                ArrayD::from_shape_vec(other, c.values.clone()),
+            ) {
+                let o = Options::default();
+                let _ = attention(q.view(), k.view(), k.view(), &plan, &o);
+                let _ = attention_vjp(q.view(), k.view(), k.view(), &plan, &o, q.view());
+                let _ = attention(q.view(), q.view(), q.view(), &plan, &o);
+                let _ = attention_vjp(q.view(), q.view(), q.view(), &plan, &o, q.view());
+            }
+        }
+    }
+
     // COO patterns
     let coo_coords = CooPattern::from_coords(shape, &c.coords);
     let _ = CooPattern::from_flat(shape, &c.flat);

@@ -90,17 +90,21 @@ impl PatternSpec {
                         max: n.min(m),
                     });
                 }
-                let lengths: Vec<usize> = (0..n).map(|i| if i < len { len } else { 0 }).collect();
+                let mut lengths = masked_core::try_vec(n, || "a pattern's lengths".into())?;
+                lengths.extend((0..n).map(|i| if i < len { len } else { 0 }));
                 Pattern::from_lengths([n, m], &lengths)
             }
             PatternSpec::Random(p) => {
                 // per row: geometric gaps between valid keys (O(nnz), not O(n·m)), and
                 // the diagonal
-                let mut indptr = masked_core::try_vec(n + 1, || "a pattern's row pointer".into())?;
+                let mut indptr =
+                    masked_core::try_vec(n.saturating_add(1), || "a pattern's row pointer".into())?;
                 indptr.push(0);
-                let expect = (n as f64 * m as f64 * p) as usize + n;
+                let expect = ((n as f64 * m as f64 * p) as usize).saturating_add(n);
                 let mut indices: Vec<usize> =
-                    masked_core::try_vec(expect + expect / 8, || "a pattern's indices".into())?;
+                    masked_core::try_vec(expect.saturating_add(expect / 8), || {
+                        "a pattern's indices".into()
+                    })?;
                 let ln_q = (1.0 - p).ln();
                 for i in 0..n {
                     let mut j = 0usize;
