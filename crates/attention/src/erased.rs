@@ -81,8 +81,18 @@ macro_rules! float_enums {
                 match self {
                     $(FloatArray::$var(x) => {
                         let shape = x.shape().to_vec();
-                        let x = x.as_standard_layout().into_owned();
-                        (shape, DynVec::$var(x.into_raw_vec_and_offset().0))
+                        // an owned row-major array's buffer as it is; others copied in order
+                        let n = x.len();
+                        let v = if x.is_standard_layout() {
+                            match x.into_raw_vec_and_offset() {
+                                (v, Some(0)) if v.len() == n => v,
+                                (v, Some(o)) => v[o..o + n].to_vec(),
+                                (_, None) => Vec::new(),
+                            }
+                        } else {
+                            x.iter().copied().collect()
+                        };
+                        (shape, DynVec::$var(v))
                     })*
                 }
             }
@@ -131,29 +141,17 @@ fn dtype_mismatch(a: DType, b: DType) -> MaskedError {
     }
 }
 
-/// A bias (or values on a pattern) in the operands' dtype.
-fn typed_values<T: crate::AttnFloat>(v: Option<&FloatView<'_>>) -> Result<Option<Vec<T>>> {
+/// A bias (or values on a pattern) in the operands' dtype, as a flat slice (borrowed
+/// where it is contiguous).
+fn typed_values<'a, T: crate::AttnFloat>(
+    v: Option<&FloatView<'a>>,
+) -> Result<Option<std::borrow::Cow<'a, [T]>>> {
     let Some(v) = v else { return Ok(None) };
-    if v.dtype() != T::DTYPE {
-        return Err(dtype_mismatch(T::DTYPE, v.dtype()));
-    }
-    let flat = |x: &FloatView<'_>| -> Vec<T> {
-        // SAFETY-free downcast: the dtype check above makes exactly one arm match
-        macro_rules! arm {
-            ($($var:ident),*) => {
-                match x { $(FloatView::$var(a) => a.iter().map(|&e| cast::<_, T>(e)).collect(),)* }
-            };
-        }
-        arm!(F32, F64, F16, BF16)
-    };
-    Ok(Some(flat(v)))
-}
-
-/// The identity between two equal types (checked by the caller through the dtype tag).
-fn cast<S: Copy + 'static, T: Copy + 'static>(s: S) -> T {
-    *(&s as &dyn std::any::Any)
-        .downcast_ref::<T>()
-        .expect("the dtype tags agree")
+    let x = T::unwrap(v).ok_or_else(|| dtype_mismatch(T::DTYPE, v.dtype()))?;
+    Ok(Some(match x.to_slice() {
+        Some(s) => std::borrow::Cow::Borrowed(s),
+        None => std::borrow::Cow::Owned(x.iter().copied().collect()),
+    }))
 }
 
 /// The attention gradients of [`attention_vjp`].
@@ -269,16 +267,7 @@ pub fn spmm_vjp(
     })
 }
 
-/// A typed array as a [`FloatArray`].
+/// A typed array as a [`FloatArray`] (no copy).
 fn wrap<T: crate::AttnFloat>(x: ArrayD<T>) -> FloatArray {
-    let shape = x.shape().to_vec();
-    let v = x.into_raw_vec_and_offset().0;
-    let d = match T::DTYPE {
-        DType::F32 => DynVec::F32(v.into_iter().map(cast).collect()),
-        DType::F64 => DynVec::F64(v.into_iter().map(cast).collect()),
-        DType::F16 => DynVec::F16(v.into_iter().map(cast).collect()),
-        DType::BF16 => DynVec::BF16(v.into_iter().map(cast).collect()),
-        other => unreachable!("{other} is not an attention float"),
-    };
-    FloatArray::from_dyn(shape, d).expect("the shape holds the values")
+    T::wrap(x)
 }

@@ -544,19 +544,7 @@ fn grad_rows_k<A: Acc, M: Madd>(
         dp.resize(keys.len(), A::ZERO);
         scores::<A, M>(g.row(i), a.v, keys, A::ONE, &mut dp);
         // D = Σ p dp = dO · O; dS = P (dP - D)
-        let mut acc = [A::ZERO; L];
-        let mut t = 0;
-        while t + L <= s.len() {
-            for l in 0..L {
-                acc[l] = M::madd(s[t + l], dp[t + l], acc[l]);
-            }
-            t += L;
-        }
-        let mut big_d = M::hsum(acc);
-        while t < s.len() {
-            big_d = M::madd(s[t], dp[t], big_d);
-            t += 1;
-        }
+        let big_d = dot1::<A, M>(&s, &dp);
         let lo = a.p.ptr[i];
         for ((&slot, &p), x) in a.dest[lo..lo + keys.len()].iter().zip(&s).zip(&mut dp) {
             let ds = p * (*x - big_d);

@@ -65,11 +65,31 @@ pub trait AttnFloat: Copy + Send + Sync + 'static {
     fn acc(v: f64) -> Self::Acc {
         <Self::Acc as masked_core::Float>::from_f64(v)
     }
+    /// The array as a run-time-dtype one (no copy).
+    fn wrap(x: ArrayD<Self>) -> erased::FloatArray;
+    /// The view, where it holds this type.
+    fn unwrap<'a>(x: &erased::FloatView<'a>) -> Option<ArrayViewD<'a, Self>>;
+}
+
+/// The run-time-dtype conversions of an [`AttnFloat`]: its variant of the erased enums.
+macro_rules! attn_float_erased {
+    ($var:ident) => {
+        fn wrap(x: ArrayD<Self>) -> erased::FloatArray {
+            erased::FloatArray::$var(x)
+        }
+        fn unwrap<'a>(x: &erased::FloatView<'a>) -> Option<ArrayViewD<'a, Self>> {
+            match x {
+                erased::FloatView::$var(v) => Some(v.clone()),
+                _ => None,
+            }
+        }
+    };
 }
 
 macro_rules! attn_float_self {
-    ($t:ty, $dt:expr) => {
+    ($t:ty, $dt:expr, $var:ident) => {
         impl AttnFloat for $t {
+            attn_float_erased!($var);
             type Acc = $t;
             const DTYPE: DType = $dt;
             fn widen(xs: &[$t]) -> Cow<'_, [$t]> {
@@ -81,12 +101,13 @@ macro_rules! attn_float_self {
         }
     };
 }
-attn_float_self!(f32, DType::F32);
-attn_float_self!(f64, DType::F64);
+attn_float_self!(f32, DType::F32, F32);
+attn_float_self!(f64, DType::F64, F64);
 
 macro_rules! attn_float_half {
-    ($t:ty, $dt:expr) => {
+    ($t:ty, $dt:expr, $var:ident) => {
         impl AttnFloat for $t {
+            attn_float_erased!($var);
             type Acc = f32;
             const DTYPE: DType = $dt;
             fn widen(xs: &[$t]) -> Cow<'_, [f32]> {
@@ -99,8 +120,8 @@ macro_rules! attn_float_half {
         }
     };
 }
-attn_float_half!(half::f16, DType::F16);
-attn_float_half!(half::bf16, DType::BF16);
+attn_float_half!(half::f16, DType::F16, F16);
+attn_float_half!(half::bf16, DType::BF16, BF16);
 
 /// The options of [`attention`] and [`attention_vjp`].
 #[derive(Debug, Clone, Copy, Default)]

@@ -913,3 +913,23 @@ fn every_cpu_path_gives_the_reference() {
         }
     }
 }
+
+#[test]
+fn the_erased_output_hands_over_its_buffer() {
+    // an owned row-major result leaves the boundary without a copy (the CLI and Python
+    // write or wrap this very buffer)
+    let x = ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let ptr = x.as_ptr();
+    let (shape, values) = FloatArray::F32(x).into_dyn();
+    let DynVec::F32(v) = values else {
+        panic!("f32 in, f32 out")
+    };
+    assert_eq!((shape, v.as_ptr()), (vec![2, 3], ptr));
+    // a transposed one comes out in row-major order
+    let t = ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0])
+        .unwrap()
+        .reversed_axes();
+    let (shape, values) = FloatArray::F64(t).into_dyn();
+    assert_eq!(shape, vec![3, 2]);
+    assert_eq!(values, DynVec::F64(vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]));
+}

@@ -168,54 +168,29 @@ pub fn chunks_mut2<A: Send, B: Send, R: Send>(
     })
 }
 
-/// `[f(0, part 0 of a, part 0 of b), ..]`: part `c` of `a` is `a[ab[c]..ab[c + 1]]`, of
-/// `b` `b[bb[c]..bb[c + 1]]` (bounds non-decreasing, within the slices, as many parts
-/// in each), run in parallel: chunks of uneven sizes (a sparse matrix's rows by their
-/// stored entries) beside chunks of even ones.
+/// `[f(0, part 0), ..]`: part `c` is `xs[bounds[c]..bounds[c + 1]]` (bounds
+/// non-decreasing, within the slice), run in parallel: chunks of uneven sizes (a sparse
+/// matrix's rows by their stored entries).
 ///
 /// # Panics
 /// If the bounds are not as described (a caller's bug, checked before any task runs).
-pub fn parts_mut2<A: Send, B: Send, R: Send>(
-    a: &mut [A],
-    ab: &[usize],
-    b: &mut [B],
-    bb: &[usize],
-    f: impl Fn(usize, &mut [A], &mut [B]) -> R + Sync,
-) -> Vec<R> {
-    let ok = |bounds: &[usize], len: usize| {
-        bounds.windows(2).all(|w| w[0] <= w[1]) && bounds.last().is_none_or(|&e| e <= len)
-    };
-    assert!(
-        ab.len() == bb.len() && ok(ab, a.len()) && ok(bb, b.len()),
-        "parts_mut2: bounds out of order or out of range"
-    );
-    let (pa, pb) = (SendPtr(a.as_mut_ptr()), SendPtr(b.as_mut_ptr()));
-    map(ab.len().saturating_sub(1), |c| {
-        // SAFETY: the parts are disjoint ranges inside each slice (checked above), one
-        // task each, while both slices are borrowed mutably for the whole loop.
-        let (ca, cb) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(pa.get().add(ab[c]), ab[c + 1] - ab[c]),
-                std::slice::from_raw_parts_mut(pb.get().add(bb[c]), bb[c + 1] - bb[c]),
-            )
-        };
-        f(c, ca, cb)
-    })
-}
-
-/// `[f(0, part 0), ..]`: part `c` is `xs[bounds[c]..bounds[c + 1]]` ([`parts_mut2`] for
-/// one slice).
-///
-/// # Panics
-/// As [`parts_mut2`].
 pub fn parts_mut<T: Send, R: Send>(
     xs: &mut [T],
     bounds: &[usize],
     f: impl Fn(usize, &mut [T]) -> R + Sync,
 ) -> Vec<R> {
-    let none: &mut [u8] = &mut [];
-    let zeros = vec![0usize; bounds.len()];
-    parts_mut2(xs, bounds, none, &zeros, |c, x, _| f(c, x))
+    assert!(
+        bounds.windows(2).all(|w| w[0] <= w[1]) && bounds.last().is_none_or(|&e| e <= xs.len()),
+        "parts_mut: bounds out of order or out of range"
+    );
+    let p = SendPtr(xs.as_mut_ptr());
+    map(bounds.len().saturating_sub(1), |c| {
+        // SAFETY: the parts are disjoint ranges inside the slice (checked above), one task
+        // each, while the slice is borrowed mutably for the whole loop.
+        f(c, unsafe {
+            std::slice::from_raw_parts_mut(p.get().add(bounds[c]), bounds[c + 1] - bounds[c])
+        })
+    })
 }
 
 /// One buffer that many tasks write at distinct slots (a scatter through a
@@ -285,17 +260,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parts_mut2_splits_at_the_bounds() {
+    fn parts_mut_splits_at_the_bounds() {
         let mut a = vec![0usize; 6];
-        let mut b = vec![0usize; 4];
-        let lens = parts_mut2(&mut a, &[0, 1, 1, 6], &mut b, &[0, 2, 3, 4], |c, x, y| {
+        let lens = parts_mut(&mut a, &[0, 1, 1, 6], |c, x| {
             x.fill(c + 1);
-            y.fill(c + 10);
-            (x.len(), y.len())
+            x.len()
         });
-        assert_eq!(lens, [(1, 2), (0, 1), (5, 1)]);
+        assert_eq!(lens, [1, 0, 5]);
         assert_eq!(a, [1, 3, 3, 3, 3, 3]);
-        assert_eq!(b, [10, 10, 11, 12]);
     }
 
     #[test]
