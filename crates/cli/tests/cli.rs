@@ -594,6 +594,21 @@ fn bench_times_fused_forms_on_every_layout() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("bool values"), "{}", stderr(&bad));
+    // integer operands: the fused forms are compiled for the float dtypes only
+    let int = bin()
+        .args([
+            "bench",
+            "--op",
+            "sum-of-mul",
+            "--dtype",
+            "i32",
+            "--shape",
+            "8,8",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(int.status.code(), Some(2), "{}", stderr(&int));
+    assert!(stderr(&int).contains("float dtypes"), "{}", stderr(&int));
 }
 
 /// Reads a COO `.npz` result: coords (ndim x nnz), data, shape.

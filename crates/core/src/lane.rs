@@ -30,7 +30,7 @@ pub trait LaneStat<T: Element>: Send + Sync + 'static {
     /// [`Element::PREBUILT`], the layouts' dispatchers then call their own compiled
     /// kernel and the generic one is not instantiated in the calling crate at all. A
     /// listed type without it, or a flagged type missing from the list, fails the
-    /// layouts' prebuilt tests.
+    /// prebuilt test (`tests/tests/prebuilt.rs`).
     #[doc(hidden)]
     const PREBUILT: bool = false;
     /// Name of the op, for messages.
@@ -109,7 +109,7 @@ pub trait LaneMap<T: Element>: Send + Sync + 'static {
     /// [`Element::PREBUILT`], the layouts' dispatchers then call their own compiled
     /// kernel and the generic one is not instantiated in the calling crate at all. A
     /// listed type without it, or a flagged type missing from the list, fails the
-    /// layouts' prebuilt tests.
+    /// prebuilt test (`tests/tests/prebuilt.rs`).
     #[doc(hidden)]
     const PREBUILT: bool = false;
     /// Name of the op, for messages.

@@ -14,8 +14,10 @@
 //! type), tested first: after monomorphisation the other branch is gone, so a listed
 //! pair does not instantiate the generic kernel (and its parallel plumbing) in the
 //! calling crate, which is most of a dependent's compile time. A listed pair that is not
-//! flagged is a compile error; a flagged type missing from the list fails the layouts'
-//! prebuilt tests.
+//! flagged is a compile error; a flagged type missing from the list fails the prebuilt
+//! test (`tests/tests/prebuilt.rs`, which links the layouts as a dependent does). A
+//! layout's own unit-test build compiles no entries (`not(test)`): its tests call the
+//! generic kernels, and the entries were most of those builds' compile time.
 
 pub use crate::element::{is, same};
 
@@ -55,7 +57,7 @@ pub fn fell_back<T: 'static>() {
 /// `stat` or `map` (the `Fold`, `LaneStat` or `LaneMap` types of the list). `CALL` runs
 /// the kernel with the kernel value `OP: &K` and `INPUT: &INPUT_TYPE<'a, T>`, and
 /// `OUT<'a, T, K>` names its result (which may borrow from the input). The list: a new
-/// `Fold` / `LaneStat` / `LaneMap` type of the engine goes here (the layouts' tests fail
+/// `Fold` / `LaneStat` / `LaneMap` type of the engine goes here (the prebuilt test fails
 /// until it does).
 #[macro_export]
 macro_rules! prebuilt_kernels {
@@ -89,7 +91,7 @@ macro_rules! prebuilt_kernels {
     (@entry ($In:ident, $dl:tt, $entry:ident, ($op:ident, $input:ident $(, $a:ident: $at:ty)*),
         $params:tt, $Out:ident, $call:expr), $Tr:ident, [$($k:ty),*]) => {
         /// This entry's kernels, compiled here (see the core's `prebuilt` module).
-        #[cfg(feature = "prebuilt")]
+        #[cfg(all(feature = "prebuilt", not(test)))]
         mod $entry {
             #[allow(unused_imports)]
             use super::*;
@@ -112,7 +114,7 @@ macro_rules! prebuilt_kernels {
             $input: &$In<'a, T>,
             $($a: $at),*
         ) -> $Out<'a, T, K> {
-            #[cfg(feature = "prebuilt")]
+            #[cfg(all(feature = "prebuilt", not(test)))]
             {
                 if <T as $crate::Element>::PREBUILT && <K as $crate::$Tr<T>>::PREBUILT {
                     $( $crate::prebuilt_kernels!(@try $k, $dl, $In, $entry, T, K, $params); )*
@@ -201,8 +203,8 @@ macro_rules! prebuilt_lanes {
 
 /// Runs every one-operand op of the registry on `a` along the last dim, the first dim and
 /// all dims, plus the casts to `f32` and `f64`, discarding the results (errors too: an
-/// op that refuses an option-less call ran no kernel). The layouts' tests call it with
-/// `f32` and `f64` inputs and then assert that [`FALLBACKS`] is still 0.
+/// op that refuses an option-less call ran no kernel). The prebuilt test calls it with
+/// `f32` and `f64` inputs of every layout and then assert that [`FALLBACKS`] is still 0.
 #[doc(hidden)]
 pub fn run_every_op<T: crate::Element, L: crate::MaskedReduce<T>>(a: &L) {
     use crate::registry::{apply_to, Discard, Kind, Op, OpRequest};

@@ -257,10 +257,13 @@ impl Workload {
 
     /// `R-of-B`: `req`'s reduction or normalization of the lazy binary op `op` of this
     /// operand and `other` (the sparse views compute values a row task at a time where
-    /// the reduction allows).
+    /// the reduction allows). Float dtypes only: each (dtype, layout, op family) is
+    /// a lazy view with every op of the registry compiled over it, and the integer
+    /// ones were a twelfth of this crate's code for a benchmark nobody times (the
+    /// typed API keeps `zip_view` for every dtype).
     ///
     /// # Errors
-    /// A comparison (bool values), operands of two dtypes or layouts.
+    /// A comparison (bool values), integer operands, operands of two dtypes or layouts.
     pub fn fused<'s>(
         &'s self,
         other: &'s Workload,
@@ -268,7 +271,14 @@ impl Workload {
         op: BinOp,
         rule: MaskRule,
     ) -> Result<Run<'s>> {
-        with_by_dtype!(&self.0, T, d => d.fused(same::<T>(&other.0)?, req, op, rule))
+        let dtype = self.dtype();
+        with_by_dtype!(&self.0, T, d => d.fused(same::<T>(&other.0)?, req, op, rule);
+        floats_only else Err(usage(format!(
+            "{}-of-{} on {dtype}: the fused forms are benchmarked on float dtypes \
+             (f16, bf16, f32, f64)",
+            req.op,
+            op.name()
+        ))))
     }
 }
 

@@ -33,28 +33,3 @@ masked_core::prebuilt_kernels! {
     fold fold_lazy(op, src, bits: Option<Bits<'_>>, plan: &ReducePlan) -> LazyFoldOut
         = kernels::fold_lazy(op, src, bits, plan);
 }
-
-#[cfg(all(test, feature = "prebuilt"))]
-mod tests {
-    use crate::MaskedArray;
-    use masked_core::prebuilt::{run_every_op, FALLBACKS};
-    use masked_core::Element;
-    use std::sync::atomic::Ordering;
-
-    /// Every op of the registry on `f32` and `f64` runs a kernel compiled here: a kernel
-    /// type missing from `prebuilt_kernels!` fails this.
-    #[test]
-    fn every_op_runs_a_kernel_compiled_here() {
-        fn run<T: Element>(x: ndarray::ArrayView2<'_, T>) {
-            let a = MaskedArray::from_bool_mask(x, x.mapv(|v| v != T::ZERO)).unwrap();
-            run_every_op(&a.view());
-            run_every_op(&MaskedArray::unmasked(x));
-        }
-        let x = ndarray::Array2::from_shape_fn((5, 7), |(i, j)| ((i * 7 + j) % 4) as f32);
-        run(x.view());
-        run(x.mapv(f64::from).view());
-        // integers take the generic kernels (not counted)
-        run(x.mapv(|v| v as i32).view());
-        assert_eq!(FALLBACKS.load(Ordering::Relaxed), 0);
-    }
-}
