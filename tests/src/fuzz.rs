@@ -106,16 +106,17 @@ fn check_sparse(p: &Path, f: &SparseFile) {
         // the COO pattern also refuses shapes whose size overflows
         _ => {}
     }
-    if order.is_ok() && f.shape.len() == 2 {
-        if let Ok((indptr, indices, values)) = f.to_csr(p) {
-            assert_eq!(values.len(), nnz);
-            let pat = Pattern::try_from_parts((f.shape[0], f.shape[1]), indptr, indices);
-            assert!(
-                pat.is_ok(),
-                "the reader's CSR form is invalid: {:?}",
-                pat.err()
-            );
-        }
+    if order.is_ok()
+        && f.shape.len() == 2
+        && let Ok((indptr, indices, values)) = f.to_csr(p)
+    {
+        assert_eq!(values.len(), nnz);
+        let pat = Pattern::try_from_parts((f.shape[0], f.shape[1]), indptr, indices);
+        assert!(
+            pat.is_ok(),
+            "the reader's CSR form is invalid: {:?}",
+            pat.err()
+        );
     }
 }
 

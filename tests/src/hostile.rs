@@ -195,10 +195,10 @@ pub fn run_constructors(c: &ConstructorCase) {
         }
     }
     let _ = SparseArray::new(shape.to_vec(), c.flat.clone(), c.values.clone());
-    if let Ok(data) = ArrayD::from_shape_vec(shape, c.values.clone()) {
-        if let Ok(m) = BitMask::from_bools(other, c.bools.iter()) {
-            let _ = MaskedArray::new(data.view(), m);
-        }
+    if let Ok(data) = ArrayD::from_shape_vec(shape, c.values.clone())
+        && let Ok(m) = BitMask::from_bools(other, c.bools.iter())
+    {
+        let _ = MaskedArray::new(data.view(), m);
     }
     // a CsMat from parts our own pattern check accepted (sprs 0.11's own
     // `CsMat::try_new` overflows on a row pointer near usize::MAX: not fed hostile parts)

@@ -49,10 +49,9 @@ pub(crate) fn parse_scalar(s: &str) -> Result<Scalar, CliError> {
     if !t.contains(['.', 'e', 'E'])
         && !t.to_ascii_lowercase().contains("inf")
         && !t.eq_ignore_ascii_case("nan")
+        && let Ok(i) = t.parse::<i64>()
     {
-        if let Ok(i) = t.parse::<i64>() {
-            return Ok(Scalar::Int(i));
-        }
+        return Ok(Scalar::Int(i));
     }
     t.parse::<f64>().map(Scalar::Float).map_err(|_| bad())
 }

@@ -438,10 +438,10 @@ fn run_dense_file(a: &RunArgs, job: &Job) -> Result<(), CliError> {
             "dense output must be a .npy file".into(),
         ));
     }
-    if let Some(m) = &a.out_mask {
-        if extension(m) != "npy" {
-            return Err(CliError::file(m, "output mask must be a .npy file".into()));
-        }
+    if let Some(m) = &a.out_mask
+        && extension(m) != "npy"
+    {
+        return Err(CliError::file(m, "output mask must be a .npy file".into()));
     }
     let input = binary::read_dense(&a.input, a.mask.as_ref())?;
     let x = Array::dense(&input.shape, input.values, input.mask)?;

@@ -199,8 +199,8 @@ fn attention_series(
         state ^= state << 17;
         (state >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
     };
-    let mut gen = |r: usize| Array2::from_shape_fn((r, d), |_| next());
-    let (q, k, v) = (gen(n), gen(n), gen(n));
+    let mut r#gen = |r: usize| Array2::from_shape_fn((r, d), |_| next());
+    let (q, k, v) = (r#gen(n), r#gen(n), r#gen(n));
     let scale = 1.0 / (d as f32).sqrt();
     let softmax = OpRequest::new("softmax")?.dims(1);
     let mut out = Vec::new();

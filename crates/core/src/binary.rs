@@ -643,12 +643,10 @@ impl<T: Element> ZipMap<T> for KeepZip {
                 op,
                 KeepBin::FloorDivide | KeepBin::Fmod | KeepBin::Remainder | KeepBin::Pow
             )
-        {
-            if let Some(k) =
+            && let Some(k) =
                 first_failure(xs, ys, bits, out.len(), |_, y: T| op.int_fails(int_of(y)))
-            {
-                return Some(k);
-            }
+        {
+            return Some(k);
         }
         keep_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
         None

@@ -1187,11 +1187,11 @@ impl GradScratch {
                 LaneValues::Each(rs) => v.extend(rs[..n].iter().map(|r| r.to_f64())),
             }
         }
-        if let LaneValues::One(g) = g {
-            if let Some(v) = grad.uniform(n, g.to_f64()) {
-                out[..n].fill(<T::Real as Float>::from_f64(v));
-                return;
-            }
+        if let LaneValues::One(g) = g
+            && let Some(v) = grad.uniform(n, g.to_f64())
+        {
+            out[..n].fill(<T::Real as Float>::from_f64(v));
+            return;
         }
         let from_output = grad.uses_output() && !matches!(saved, LaneValues::Absent);
         if from_output && grad.typed_from_output(xs, saved, g, out) {

@@ -155,7 +155,7 @@ pub fn check_lengths(shape: &[usize], lengths: &[usize]) -> Result<()> {
             reason: "expected a shape [batch, len, ...] with one length per batch row",
         });
     }
-    if let Some((row, &length)) = lengths.iter().enumerate().find(|(_, &l)| l > shape[1]) {
+    if let Some((row, &length)) = lengths.iter().enumerate().find(|&(_, &l)| l > shape[1]) {
         return Err(MaskedError::LengthOutOfRange {
             row,
             length,

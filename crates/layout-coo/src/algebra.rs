@@ -55,7 +55,7 @@ impl<T: Element> MaskedCoo<T> {
             .indices()
             .iter()
             .zip(m.values())
-            .filter(|(_, &b)| b)
+            .filter(|&(_, &b)| b)
             .map(|(&f, _)| f)
             .collect();
         CooPattern::from_flat(m.shape(), &flat)

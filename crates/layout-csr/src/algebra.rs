@@ -67,7 +67,7 @@ impl<'a, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'a, T, I, Ip
             let _ = r;
             indices.extend(
                 row.iter()
-                    .filter(|(_, &b)| b)
+                    .filter(|&(_, &b)| b)
                     .map(|(c, _)| I::from_usize(c)),
             );
             indptr.push(indices.len());

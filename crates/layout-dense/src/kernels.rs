@@ -355,32 +355,32 @@ fn gather<T: Element, F: Fold<T>>(
     // when the innermost dims are reduced, a lane is a sequence of contiguous segments:
     // fold them in place instead of gathering
     let groups = plan.groups();
-    if let Some(&(true, seg)) = groups.last() {
-        if seg >= 16 {
-            let mut seg_dims = dims_of(true);
-            let mut inner = 1;
-            while inner < seg {
-                match seg_dims.pop() {
-                    Some(d) => inner *= shape[d],
-                    None => break,
+    if let Some(&(true, seg)) = groups.last()
+        && seg >= 16
+    {
+        let mut seg_dims = dims_of(true);
+        let mut inner = 1;
+        while inner < seg {
+            match seg_dims.pop() {
+                Some(d) => inner *= shape[d],
+                None => break,
+            }
+        }
+        let seg_off = offsets(&seg_dims);
+        let g = (GRAIN / plan.lane_len).max(1);
+        par::chunks_mut2(states, g, any, g, |c, st, an| {
+            for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
+                let base = bases[c * g + k];
+                for (i, &o) in seg_off.iter().enumerate() {
+                    let start = base + o;
+                    let b = bits.map(|b| b.offset(start));
+                    let pos = pos0 + (i * inner) as i64;
+                    op.push_run(s, &xs[start..start + inner], b, pos);
+                    *a = *a || any_valid(bits, start, inner);
                 }
             }
-            let seg_off = offsets(&seg_dims);
-            let g = (GRAIN / plan.lane_len).max(1);
-            par::chunks_mut2(states, g, any, g, |c, st, an| {
-                for (k, (s, a)) in st.iter_mut().zip(an.iter_mut()).enumerate() {
-                    let base = bases[c * g + k];
-                    for (i, &o) in seg_off.iter().enumerate() {
-                        let start = base + o;
-                        let b = bits.map(|b| b.offset(start));
-                        let pos = pos0 + (i * inner) as i64;
-                        op.push_run(s, &xs[start..start + inner], b, pos);
-                        *a = *a || any_valid(bits, start, inner);
-                    }
-                }
-            });
-            return;
-        }
+        });
+        return;
     }
     let lane_off = offsets(&dims_of(true));
     let len = lane_off.len();

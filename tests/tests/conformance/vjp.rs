@@ -125,7 +125,7 @@ fn check_fd(x: &ArrayD<f64>, m: &[bool], req: &OpRequest, rng: &mut Rng) {
             .zip(&out_mask)
             // a lane whose forward value is not finite (var with count <= correction)
             // has no derivative: the contract's gradient there is 0
-            .filter(|(((u, d), _), &ok)| ok && u.is_finite() && d.is_finite())
+            .filter(|&(((u, d), _), &ok)| ok && u.is_finite() && d.is_finite())
             .map(|(((u, d), g), _)| g * (u - d) / (2.0 * h))
             .sum();
         assert!(
