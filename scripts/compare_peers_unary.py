@@ -39,6 +39,9 @@ OPS = {  # ours -> (numpy, torch)
     "log10": (np.log10, T("log10")),
     "log1p": (np.log1p, T("log1p")),
     "expm1": (np.expm1, T("expm1")),
+    "sin": (np.sin, T("sin")),
+    "cos": (np.cos, T("cos")),
+    "tan": (np.tan, T("tan")),
 }
 
 dtype = sys.argv[2] if len(sys.argv) > 2 else "f32"

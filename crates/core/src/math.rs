@@ -1,7 +1,9 @@
 //! The scalar math of the compute types (`f32`, `f64`): what the elementwise ops
-//! ([`crate::unary`]) call on [`Float::Calc`](crate::Float::Calc) values. Transcendentals
-//! come from the standard library (and `libm` for erf / erfc); `exp` is the engine's own
-//! branch-free version, so that a loop over it vectorises.
+//! ([`crate::unary`]) call on [`Float::Calc`](crate::Float::Calc) values. The engine's own
+//! branch-free functions, so that a loop over them vectorises: `exp` (both types); ln,
+//! log2, log10 (both); f32 log1p, expm1, tanh and atan; f32 sin, cos and tan below
+//! [`Math::TRIG_LIMIT`] (computed in f64; the map recomputes larger arguments with the
+//! std functions). The rest come from the standard library (and `libm` for erf / erfc).
 
 /// The reduction and polynomial every `exp` of the engine shares, in f32: for `xc`
 /// (clamped by the caller to where its scaling is valid), `x = n ln2 + r` with
@@ -102,6 +104,17 @@ pub trait Math: Copy {
     fn cos(self) -> Self;
     /// Tangent.
     fn tan(self) -> Self;
+    /// Below this magnitude `sin_fast`, `cos_fast` and `tan_fast` are accurate (f32:
+    /// 2^19; f64: everywhere finite, as they are the std functions).
+    const TRIG_LIMIT: Self;
+    /// Sine for `|x| < TRIG_LIMIT`, branch-free (loops over it vectorise); beyond, a
+    /// value the caller replaces ([`crate::unary`]'s `map_float` recomputes those
+    /// elements with [`Math::sin`]).
+    fn sin_fast(self) -> Self;
+    /// Cosine as [`Math::sin_fast`].
+    fn cos_fast(self) -> Self;
+    /// Tangent as [`Math::sin_fast`].
+    fn tan_fast(self) -> Self;
     /// Arcsine.
     fn asin(self) -> Self;
     /// Arccosine.
@@ -147,10 +160,24 @@ pub trait Math: Copy {
 }
 
 macro_rules! math {
-    ($t:ty, $erf:path, $erfc:path, $exp:path, $log2:path, $log10:path, $ln1p:path, $expm1:path, $tanh:path) => {
+    ($t:ty, $erf:path, $erfc:path, $exp:path, $log2:path, $log10:path, $ln1p:path, $expm1:path, $tanh:path,
+        trig: $limit:expr, $sinf:path, $cosf:path, $tanf:path, $atan:path) => {
         impl Math for $t {
             const MAX: Self = <$t>::MAX;
             const MIN: Self = <$t>::MIN;
+            const TRIG_LIMIT: Self = $limit;
+            #[inline(always)]
+            fn sin_fast(self) -> Self {
+                $sinf(self)
+            }
+            #[inline(always)]
+            fn cos_fast(self) -> Self {
+                $cosf(self)
+            }
+            #[inline(always)]
+            fn tan_fast(self) -> Self {
+                $tanf(self)
+            }
             #[inline(always)]
             fn of(v: f64) -> Self {
                 v as $t
@@ -201,7 +228,7 @@ macro_rules! math {
             }
             #[inline(always)]
             fn atan(self) -> Self {
-                <$t>::atan(self)
+                $atan(self)
             }
             #[inline(always)]
             fn atan2(self, other: Self) -> Self {
@@ -287,7 +314,12 @@ math!(
     log10_f32,
     ln_1p_f32,
     exp_m1_f32,
-    tanh_f32
+    tanh_f32,
+    trig: 524_288.0,
+    sin_f32,
+    cos_f32,
+    tan_f32,
+    atan_f32
 );
 math!(
     f64,
@@ -298,7 +330,12 @@ math!(
     log10_f64,
     f64::ln_1p,
     f64::exp_m1,
-    f64::tanh
+    f64::tanh,
+    trig: f64::INFINITY,
+    f64::sin,
+    f64::cos,
+    f64::tan,
+    f64::atan
 );
 
 /// `e^x` in f32 over the whole range, branch-free (vectorises): the engine's shared
@@ -465,6 +502,96 @@ fn tanh_f32(x: f32) -> f32 {
     f32::from_bits(r.to_bits() | (x.to_bits() & 0x8000_0000))
 }
 
+/// `sin r` and `cos r` in f64 for `x = n pi/2 + r`, `|r| <= pi/4`, and `n mod 4`: the
+/// shared core of the f32 sine, cosine and tangent, accurate for `|x| < 2^19` (`n` then
+/// fits 19 bits, so `n` times the 33-bit head of pi/2 is exact: Cody-Waite in f64),
+/// branch-free (loops over it vectorise). Taylor polynomials in f64 (truncation below
+/// 2e-9 relative on `|r| <= pi/4`, 1/30 of an f32 ulp): the f32 result is the f64 value
+/// rounded once. NaN and infinities give NaN.
+#[inline(always)]
+fn trig_parts_f32(x: f32) -> (f64, f64, u64) {
+    // fdlibm's pi/2: 33 leading bits, then the rest
+    const PIO2_1: f64 = 1.570_796_326_734_125_6;
+    const PIO2_1T: f64 = 6.077_100_506_506_192e-11;
+    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52: adding it rounds to an integer
+    let xd = x as f64;
+    let t = xd * std::f64::consts::FRAC_2_PI + MAGIC;
+    let n = t - MAGIC;
+    let r = (xd - n * PIO2_1) - n * PIO2_1T;
+    let z = r * r;
+    // r (1 + ...), not r + r (...): the sign of r survives at -0
+    let s = r
+        * (1.0
+            + z * (-1.0 / 6.0 + z * (1.0 / 120.0 + z * (-1.0 / 5040.0 + z * (1.0 / 362_880.0)))));
+    let c = 1.0
+        + z * (-0.5
+            + z * (1.0 / 24.0
+                + z * (-1.0 / 720.0 + z * (1.0 / 40_320.0 + z * (-1.0 / 3_628_800.0)))));
+    // n mod 4 from the low mantissa bits of t (two's complement for negative n)
+    (s, c, t.to_bits())
+}
+
+/// `sin(x)` in f32 for `|x| < 2^19`, branch-free: [`trig_parts_f32`] by quadrant.
+#[inline(always)]
+fn sin_f32(x: f32) -> f32 {
+    let (s, c, q) = trig_parts_f32(x);
+    let v = if q & 1 == 0 { s } else { c };
+    (if q & 2 == 0 { v } else { -v }) as f32
+}
+
+/// `cos(x)` in f32 for `|x| < 2^19`, branch-free: `sin(x + pi/2)` by quadrant.
+#[inline(always)]
+fn cos_f32(x: f32) -> f32 {
+    let (s, c, q) = trig_parts_f32(x);
+    let q = q.wrapping_add(1);
+    let v = if q & 1 == 0 { s } else { c };
+    (if q & 2 == 0 { v } else { -v }) as f32
+}
+
+/// `tan(x)` in f32 for `|x| < 2^19`, branch-free: `sin r / cos r`, or `-cos r / sin r`
+/// in the odd quadrants, divided in f64.
+#[inline(always)]
+fn tan_f32(x: f32) -> f32 {
+    let (s, c, q) = trig_parts_f32(x);
+    let odd = q & 1 == 1;
+    let (a, b) = if odd { (-c, s) } else { (s, c) };
+    (a / b) as f32
+}
+
+/// `atan(x)` in f32 over the whole range, branch-free (vectorises): Cephes' `atanf`
+/// (the argument reduced to `|t| <= tan(pi/8)` by `-1/|x|` above `tan(3 pi/8)` and
+/// `(|x| - 1)/(|x| + 1)` above `tan(pi/8)`, an odd polynomial of degree 9), the sign of
+/// `x` (`-0` at `-0`).
+// Cephes' coefficients as published
+#[allow(clippy::excessive_precision)]
+#[inline(always)]
+fn atan_f32(x: f32) -> f32 {
+    let a = x.abs();
+    let big = a > 2.414_213_562_373_095;
+    let mid = a > 0.414_213_562_373_095;
+    let t = if big {
+        -1.0 / a
+    } else if mid {
+        (a - 1.0) / (a + 1.0)
+    } else {
+        a
+    };
+    let y0 = if big {
+        std::f32::consts::FRAC_PI_2
+    } else if mid {
+        std::f32::consts::FRAC_PI_4
+    } else {
+        0.0
+    };
+    let z = t * t;
+    let p = (((8.053_744_495_38e-2 * z - 1.387_768_560_32e-1) * z + 1.997_771_064_78e-1) * z
+        - 3.333_294_915_39e-1)
+        * z
+        * t
+        + t;
+    f32::from_bits((y0 + p).to_bits() | (x.to_bits() & 0x8000_0000))
+}
+
 /// `x = 2^k (1 + f)` with `1 + f` in `[sqrt(1/2), sqrt(2))`, and `ln(1 + f) - f`
 /// (fdlibm's `__ieee754_log` reduction and polynomial, below 1 ulp), for positive finite
 /// `x` (subnormals scaled first). Branch-free: loops over it vectorise.
@@ -619,14 +746,15 @@ mod tests {
         ulps_by(a, b, f64::is_nan, |x| order_key(x.to_bits(), 1 << 63))
     }
 
-    /// The f32 logarithms, log1p, expm1 and tanh against f64's std functions rounded to
+    /// The f32 logarithms, log1p, expm1, tanh and atan against f64's std functions rounded to
     /// f32 (correctly rounded in practice) over the whole f32 range: every 251st bit
     /// pattern (both signs, subnormals, infinities, NaNs) plus the special values; within
     /// the contract's 4 ulp (the worst seen is asserted below that).
     #[test]
     fn f32_functions_are_accurate_over_the_range() {
         type F = (&'static str, fn(f32) -> f32, fn(f64) -> f64);
-        let fns: [F; 6] = [
+        let fns: [F; 7] = [
+            ("atan", atan_f32, f64::atan),
             ("ln", ln_f32, f64::ln),
             ("log2", log2_f32, f64::log2),
             ("log10", log10_f32, f64::log10),
@@ -674,6 +802,48 @@ mod tests {
         assert_eq!(tanh_f32(-0.0).to_bits(), (-0.0f32).to_bits());
         assert_eq!(ln_1p_f32(-1.0), f32::NEG_INFINITY);
         assert_eq!(exp_m1_f32(f32::NEG_INFINITY), -1.0);
+    }
+
+    /// The f32 sine, cosine and tangent below `TRIG_LIMIT` (where the vector form
+    /// applies: beyond, `map_float` recomputes with the std functions) against f64's std
+    /// functions rounded to f32: every 61st bit pattern of that range (both signs,
+    /// subnormals) plus the values nearest multiples of pi/2 and pi/4, where the
+    /// reduction cancels; within 1 ulp.
+    #[test]
+    fn f32_trigonometry_is_accurate_below_the_limit() {
+        type F = (&'static str, fn(f32) -> f32, fn(f64) -> f64);
+        let fns: [F; 3] = [
+            ("sin", sin_f32, f64::sin),
+            ("cos", cos_f32, f64::cos),
+            ("tan", tan_f32, f64::tan),
+        ];
+        let limit = <f32 as Math>::TRIG_LIMIT.to_bits();
+        let near = (1..300_000u32).flat_map(|k| {
+            let m = k as f64 * std::f64::consts::FRAC_PI_4;
+            let x = m as f32;
+            [
+                x,
+                f32::from_bits(x.to_bits() + 1),
+                f32::from_bits(x.to_bits() - 1),
+                -x,
+            ]
+        });
+        for (name, f, g) in fns {
+            let xs = (0..limit / 61)
+                .map(|k| f32::from_bits(k * 61))
+                .flat_map(|x| [x, -x])
+                .chain(near.clone())
+                .chain([0.0, -0.0, 1e-45, -1e-45, f32::MIN_POSITIVE, 1.0, -1.0]);
+            check_ulps(name, xs, |x| (f(x), g(x as f64) as f32), ulps, 1);
+        }
+        assert_eq!(sin_f32(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(tan_f32(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(cos_f32(0.0), 1.0);
+        for f in [sin_f32, cos_f32, tan_f32] {
+            assert!(
+                f(f32::NAN).is_nan() && f(f32::INFINITY).is_nan() && f(f32::NEG_INFINITY).is_nan()
+            );
+        }
     }
 
     /// The f64 logarithms against Rust's std functions: 2^22 bit patterns spread over
