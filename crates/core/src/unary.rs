@@ -209,10 +209,17 @@ fn beyond_fast<T: Element>(
     f: impl Fn(CalcOf<T>) -> CalcOf<T>,
 ) {
     let limit = <CalcOf<T> as Math>::TRIG_LIMIT;
+    // NaN too: it fails every comparison
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    let beyond = |x: T| !(x.calc().abs() < limit);
+    // first an OR over the run, which vectorises (a test per element with a store
+    // behind it cost half the sine's time)
+    if !xs.iter().fold(false, |any, &x| any | beyond(x)) {
+        return;
+    }
     for (k, (&x, o)) in xs.iter().zip(out.iter_mut()).enumerate() {
-        let c = x.calc();
-        if !(c.abs() < limit) && bits.is_none_or(|b| b.get(k)) {
-            *o = <T::Real as Float>::from_calc(f(c));
+        if beyond(x) && bits.is_none_or(|b| b.get(k)) {
+            *o = <T::Real as Float>::from_calc(f(x.calc()));
         }
     }
 }
