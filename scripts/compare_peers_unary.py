@@ -42,6 +42,7 @@ OPS = {  # ours -> (numpy, torch)
     "sin": (np.sin, T("sin")),
     "cos": (np.cos, T("cos")),
     "tan": (np.tan, T("tan")),
+    "atan": (np.arctan, T("atan")),
 }
 
 dtype = sys.argv[2] if len(sys.argv) > 2 else "f32"

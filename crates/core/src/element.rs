@@ -871,7 +871,9 @@ element_float!(
     u64
 );
 
-pub use masked_kernels::widen::{bf16_bits_to_f32, f16_bits_to_f32};
+pub use masked_kernels::widen::{
+    bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits,
+};
 
 macro_rules! element_half {
     // f16 unpacks a block at a time with the CPU's conversion instruction; bf16 widens
@@ -891,7 +893,7 @@ macro_rules! element_half {
     (@unpack) => {
         unpack_self!();
     };
-    ($t:ty, $dt:expr, $var:ident, $to32:ident $(, $widen:path)?) => {
+    ($t:ty, $dt:expr, $var:ident, $to32:ident, $from32:ident $(, $widen:path)?) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
             const LOWEST: Self = <$t>::NEG_INFINITY;
@@ -1035,7 +1037,9 @@ macro_rules! element_half {
             }
             #[inline(always)]
             fn from_calc(c: f32) -> $t {
-                <$t>::from_f32(c)
+                // branch-free (half's own conversion checks the CPU on every call, which
+                // kept every map writing halves scalar)
+                <$t>::from_bits($from32(c))
             }
         }
     };
@@ -1045,9 +1049,16 @@ element_half!(
     DType::F16,
     F16,
     f16_bits_to_f32,
+    f32_to_f16_bits,
     masked_kernels::widen::widen_f16
 );
-element_half!(half::bf16, DType::BF16, BF16, bf16_bits_to_f32);
+element_half!(
+    half::bf16,
+    DType::BF16,
+    BF16,
+    bf16_bits_to_f32,
+    f32_to_bf16_bits
+);
 
 macro_rules! element_int {
     ($t:ty, $dt:expr, $var:ident, $mean:ty, $key:ty) => {

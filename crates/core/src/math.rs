@@ -106,9 +106,9 @@ pub trait Math: Copy {
     /// Below this magnitude `sin_fast`, `cos_fast` and `tan_fast` are accurate (f32:
     /// 2^19; f64: everywhere, as they are the std functions).
     const TRIG_LIMIT: Self;
-    /// Sine for `|x| < TRIG_LIMIT`, branch-free (loops over it vectorise); beyond, a
-    /// value the caller replaces ([`crate::unary`]'s `map_float` recomputes those
-    /// elements with [`Math::sin`]).
+    /// Sine for `|x| < TRIG_LIMIT`, branch-free (loops over it vectorise); beyond, NaN,
+    /// which the caller replaces ([`crate::unary`]'s `map_float` recomputes its NaN
+    /// outputs with [`Math::sin`]).
     fn sin_fast(self) -> Self;
     /// Cosine as [`Math::sin_fast`].
     fn cos_fast(self) -> Self;
@@ -314,7 +314,7 @@ math!(
     ln_1p_f32,
     exp_m1_f32,
     tanh_f32,
-    trig: 524_288.0,
+    trig: F32_TRIG_LIMIT,
     sin_f32,
     cos_f32,
     tan_f32,
@@ -535,32 +535,39 @@ fn trig_parts_f32(x: f32) -> (f32, f32, u32) {
     (s, c, t.to_bits())
 }
 
-/// `sin(x)` in f32 for `|x| < 2^19`, branch-free: [`trig_parts_f32`] by quadrant.
+/// Where the f32 trigonometric functions apply: `|x| < 2^19`.
+const F32_TRIG_LIMIT: f32 = 524_288.0;
+
+/// `v` where `|x| < F32_TRIG_LIMIT`, else NaN (which the map recomputes).
+#[inline(always)]
+fn within_trig_limit(x: f32, v: f32) -> f32 {
+    if x.abs() < F32_TRIG_LIMIT {
+        v
+    } else {
+        f32::NAN
+    }
+}
+
+/// `sin(x)` in f32 for `|x| < 2^19` (NaN beyond), branch-free: [`trig_parts_f32`] by
+/// quadrant.
 #[inline(always)]
 fn sin_f32(x: f32) -> f32 {
     let (s, c, q) = trig_parts_f32(x);
     let v = if q & 1 == 0 { s } else { c };
-    if q & 2 == 0 {
-        v
-    } else {
-        -v
-    }
+    within_trig_limit(x, if q & 2 == 0 { v } else { -v })
 }
 
-/// `cos(x)` in f32 for `|x| < 2^19`, branch-free: `sin(x + pi/2)` by quadrant.
+/// `cos(x)` in f32 for `|x| < 2^19` (NaN beyond), branch-free: `sin(x + pi/2)` by
+/// quadrant.
 #[inline(always)]
 fn cos_f32(x: f32) -> f32 {
     let (s, c, q) = trig_parts_f32(x);
     let q = q.wrapping_add(1);
     let v = if q & 1 == 0 { s } else { c };
-    if q & 2 == 0 {
-        v
-    } else {
-        -v
-    }
+    within_trig_limit(x, if q & 2 == 0 { v } else { -v })
 }
 
-/// `tan(x)` in f32 for `|x| < 2^19`, branch-free, in f64 (the quotient of two f32
+/// `tan(x)` in f32 for `|x| < 2^19` (NaN beyond), branch-free, in f64 (the quotient of two f32
 /// polynomials reached 4 ulp): `x = n pi/2 + r` by Cody-Waite in f64 (`n` fits 19 bits,
 /// so `n` times the 33-bit head of pi/2 is exact), Taylor polynomials of `sin r` and
 /// `cos r` (truncation below 2e-9 relative on `|r| <= pi/4`), `sin r / cos r`, or
@@ -590,7 +597,7 @@ fn tan_f32(x: f32) -> f32 {
     } else {
         (s, c)
     };
-    (a / b) as f32
+    within_trig_limit(x, (a / b) as f32)
 }
 
 /// `atan(x)` in f32 over the whole range, branch-free (vectorises): Cephes' `atanf`

@@ -145,8 +145,8 @@ impl<T: Element, U: Unary + 'static> LaneMap<T> for KeepMap<U> {
 
 /// Declares a stateless unary op: `Name, "name", zero_preserving, |x| float body,
 /// d |x| derivative [, |i| integer body] [, fast |x| body]`. A `fast` body is a
-/// branch-free form valid for `|x| < Math::TRIG_LIMIT` (the trigonometric functions):
-/// runs map with it, then recompute the few elements beyond with the float body.
+/// branch-free form valid for `|x| < Math::TRIG_LIMIT`, NaN beyond (the trigonometric
+/// functions): runs map with it, then recompute the NaN outputs with the float body.
 macro_rules! unary {
     ($(#[$doc:meta])* $ty:ident, $name:literal, $zero:literal, |$x:ident| $body:expr,
         d |$dx:ident| $dbody:expr, fast |$fx:ident| $fast:expr) => {
@@ -160,7 +160,7 @@ macro_rules! unary {
                         <T::Real as Element>::ZERO
                     }
                 });
-                beyond_fast(xs, bits, out, |c| self.float::<T>(c));
+                beyond_fast(xs, out, |c| self.float::<T>(c));
             }
         );
     };
@@ -199,26 +199,17 @@ macro_rules! unary {
     };
 }
 
-/// Recomputes with `f` (the op's exact form) the valid elements of a run that a `fast`
-/// body does not cover: `|x| >= Math::TRIG_LIMIT`, infinities and NaN. A scan of the run
-/// (in cache: the map just read it) and, for ML data, no element to redo.
-fn beyond_fast<T: Element>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    out: &mut [T::Real],
-    f: impl Fn(CalcOf<T>) -> CalcOf<T>,
-) {
-    let limit = <CalcOf<T> as Math>::TRIG_LIMIT;
-    // NaN too: it fails every comparison
-    #[allow(clippy::neg_cmp_op_on_partial_ord)]
-    let beyond = |x: T| !(x.calc().abs() < limit);
-    // first an OR over the run, which vectorises (a test per element with a store
-    // behind it cost half the sine's time)
-    if !xs.iter().fold(false, |any, &x| any | beyond(x)) {
+/// Recomputes with `f` (the op's exact form) the elements of a run that a `fast` body
+/// left NaN: arguments beyond `Math::TRIG_LIMIT` (and NaN ones, which stay NaN).
+/// Masked-out outputs are 0, so no mask is read. First an OR over the output, which
+/// vectorises and is all a run of ML data costs (a test of each input, converted
+/// again, with a store behind it cost half the sine's time, and more for halves).
+fn beyond_fast<T: Element>(xs: &[T], out: &mut [T::Real], f: impl Fn(CalcOf<T>) -> CalcOf<T>) {
+    if !out.iter().fold(false, |any, o| any | o.is_nan()) {
         return;
     }
-    for (k, (&x, o)) in xs.iter().zip(out.iter_mut()).enumerate() {
-        if beyond(x) && bits.is_none_or(|b| b.get(k)) {
+    for (&x, o) in xs.iter().zip(out.iter_mut()) {
+        if o.is_nan() {
             *o = <T::Real as Float>::from_calc(f(x.calc()));
         }
     }

@@ -32,6 +32,45 @@ pub fn bf16_bits_to_f32(h: u16) -> f32 {
     f32::from_bits((h as u32) << 16)
 }
 
+/// `f32` to `f16` bits, rounded to nearest even, without branches or a per-call CPU
+/// feature check (as [`f16_bits_to_f32`], so that a map writing halves vectorises):
+/// normal results round their mantissa by an integer add (Giesen's `float_to_half`),
+/// subnormal ones by adding a magic float (the FPU rounds), overflow gives infinity, NaN
+/// a quiet NaN.
+#[inline(always)]
+pub fn f32_to_f16_bits(x: f32) -> u16 {
+    const INF: u32 = 255 << 23;
+    const F16_OVER: u32 = (127 + 16) << 23; // 65536: this and above round to inf
+    const DENORM_MAGIC: u32 = ((127 - 15) + (23 - 10) + 1) << 23;
+    let b = x.to_bits();
+    let sign = (b >> 16) & 0x8000;
+    let a = b & 0x7fff_ffff;
+    let over = if a > INF { 0x7e00 } else { 0x7c00 };
+    let sub = (f32::from_bits(a) + f32::from_bits(DENORM_MAGIC)).to_bits() - DENORM_MAGIC;
+    let odd = (a >> 13) & 1;
+    let normal = a
+        .wrapping_add((15u32.wrapping_sub(127) << 23).wrapping_add(0xfff))
+        .wrapping_add(odd)
+        >> 13;
+    let r = if a >= F16_OVER {
+        over
+    } else if a < (113 << 23) {
+        sub
+    } else {
+        normal
+    };
+    (r | sign) as u16
+}
+
+/// `f32` to `bf16` bits, rounded to nearest even (NaN stays a quiet NaN), branch-free.
+#[inline(always)]
+pub fn f32_to_bf16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+    let nan = (b >> 16) | 0x0040;
+    (if x.is_nan() { nan } else { rounded }) as u16
+}
+
 /// Widens the `f16` bit patterns of `src` into `dst` (same length), exactly, and returns
 /// `dst` as initialised values: AVX-512 or F16C where the CPU has them (checked at run
 /// time), else [`f16_bits_to_f32`]. `dst` may be uninitialised (a stack block): every
@@ -98,6 +137,49 @@ unsafe fn widen_f16_f16c(src: &[u16], dst: &mut [MaybeUninit<f32>]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The narrowing conversions equal the `half` crate's (round to nearest even) on
+    /// every 13th f32 bit pattern and the boundaries (subnormal, overflow, ties), NaN
+    /// staying NaN.
+    #[test]
+    fn narrowing_rounds_to_nearest_even() {
+        let edges = [
+            0.0f32,
+            -0.0,
+            65504.0,
+            65519.99,
+            65520.0,
+            -65520.0,
+            6.1035156e-5,
+            6.097555e-5,
+            5.9604645e-8,
+            2.9802322e-8,
+            2.9802326e-8,
+            1.0 + 1.0 / 2048.0,
+            1.0 + 3.0 / 2048.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            1e-45,
+        ];
+        let xs = (0..u32::MAX / 13)
+            .map(|k| f32::from_bits(k * 13))
+            .chain(edges);
+        for x in xs {
+            let (h, b) = (f32_to_f16_bits(x), f32_to_bf16_bits(x));
+            if x.is_nan() {
+                assert!(
+                    f16_bits_to_f32(h).is_nan() && bf16_bits_to_f32(b).is_nan(),
+                    "{x}"
+                );
+                continue;
+            }
+            assert_eq!(h, half::f16::from_f32(x).to_bits(), "f16 of {x:e}");
+            assert_eq!(b, half::bf16::from_f32(x).to_bits(), "bf16 of {x:e}");
+        }
+    }
 
     /// Every bit pattern, through every path this CPU has, equals the scalar conversion
     /// (NaN payloads included: compared as bits).
