@@ -162,6 +162,12 @@ impl clap::Args for OpOptions {
 }
 
 fn main() -> ExitCode {
+    // a native build (MASKED_CPU=native) on a CPU without its tier: say so before any
+    // kernel runs
+    if let Err(e) = masked::cpu::check() {
+        eprintln!("masked: error: {e}");
+        return ExitCode::from(2);
+    }
     let argv: Vec<String> = std::env::args().collect();
     let result = if argv.get(1).map(String::as_str) == Some("bench") {
         let mut rest = vec!["masked bench".to_string()];

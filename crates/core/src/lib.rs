@@ -58,6 +58,9 @@ pub use half;
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use layout::{MaskedReduce, ZipKernels};
 pub use mask::{check_lengths, BitMask, Bits, BoolArray, MaskLogic};
+/// Which CPU tiers the vector kernels were compiled for, and whether this CPU runs them
+/// (`MASKED_CPU=native` / `portable`, chosen when the kernels crate is built).
+pub use masked_kernels::cpu;
 pub use registry::{
     apply_to, binary_grad_op, check_grad, visit_grad, Kind, MaskedBinaryOps, MaskedOps, Op,
     OpRequest, Options, Sink,

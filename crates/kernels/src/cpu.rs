@@ -1,6 +1,83 @@
 //! Run-time CPU feature detection and [`multiversion!`](crate::multiversion): one generic
 //! kernel compiled for AVX-512, for AVX2 + FMA and for the baseline target, the best
 //! picked at run time.
+//!
+//! Which tiers are compiled is chosen when this crate is built (`build.rs`):
+//! `MASKED_CPU=portable`, the default for a dependent, compiles all three;
+//! `MASKED_CPU=native`, what this repository's `.cargo/config.toml` sets for its own
+//! builds (the CLI, the tests, the Python extension built from a checkout), compiles
+//! only the building CPU's tier ([`BUILT_FOR`]): a third of the kernels' machine code
+//! and of the release build's time, for a binary that runs on CPUs with that tier
+//! ([`check`] says so, with the fix, on any other).
+
+/// The CPU tiers [`multiversion!`](crate::multiversion) compiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tiers {
+    /// All of them, the best picked at run time (`MASKED_CPU=portable`, the default).
+    Portable,
+    /// AVX-512 (F, BW, VL, DQ) only: built with `MASKED_CPU=native` on such a CPU.
+    Avx512,
+    /// AVX2 + FMA only.
+    Avx2,
+    /// The baseline target only.
+    Baseline,
+}
+
+/// The tiers this build compiled.
+pub const BUILT_FOR: Tiers = if cfg!(masked_tier = "avx512") {
+    Tiers::Avx512
+} else if cfg!(masked_tier = "avx2") {
+    Tiers::Avx2
+} else if cfg!(masked_tier = "baseline") {
+    Tiers::Baseline
+} else {
+    Tiers::Portable
+};
+
+/// [`multiversion!`](crate::multiversion) compiles its AVX-512 form.
+#[doc(hidden)]
+pub const TIER_AVX512: bool = matches!(BUILT_FOR, Tiers::Portable | Tiers::Avx512);
+/// [`multiversion!`](crate::multiversion) compiles its AVX2 + FMA form.
+#[doc(hidden)]
+pub const TIER_AVX2: bool = matches!(BUILT_FOR, Tiers::Portable | Tiers::Avx2);
+/// [`multiversion!`](crate::multiversion) compiles no baseline form (a native build for
+/// a CPU with AVX2 or AVX-512).
+#[doc(hidden)]
+pub const NO_BASELINE: bool = matches!(BUILT_FOR, Tiers::Avx512 | Tiers::Avx2);
+
+/// Whether this CPU runs this build's kernels: always for a portable build; for a
+/// native one, where the CPU has the tier it was built for.
+///
+/// # Errors
+/// A message naming the tier the build needs and the fix (`MASKED_CPU=portable`): the
+/// command line and the Python extension check this before any kernel runs.
+pub fn check() -> Result<(), String> {
+    let ok = match BUILT_FOR {
+        Tiers::Portable | Tiers::Baseline => true,
+        Tiers::Avx512 => has_avx512(),
+        Tiers::Avx2 => has_avx2(),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "this build of masked was compiled for its build machine's CPU ({BUILT_FOR:?} \
+             kernels only, MASKED_CPU=native) and this CPU lacks that tier; rebuild here, \
+             or build a portable binary with MASKED_CPU=portable"
+        ))
+    }
+}
+
+/// A kernel of a native build called on a CPU without its tier, where no [`check`] ran
+/// first.
+#[doc(hidden)]
+#[cold]
+pub fn unsupported() -> ! {
+    match check() {
+        Err(e) => panic!("{e}"),
+        Ok(()) => unreachable!("a native build's kernel fell through on a CPU with its tier"),
+    }
+}
 
 #[cfg(target_arch = "x86_64")]
 pub use x86::{has_avx2, has_avx512};
@@ -57,7 +134,8 @@ pub fn fused_exp() -> bool {
 /// Defines a function (of the given visibility) that runs an `#[inline(always)]` kernel compiled for
 /// AVX-512, for AVX2 + FMA, or for the baseline target, whichever this CPU supports
 /// (checked at run time). The kernel is inlined into each `#[target_feature]` wrapper, so
-/// the one generic loop is vectorised three times.
+/// the one generic loop is vectorised three times; a native build ([`BUILT_FOR`])
+/// compiles only its own tier's form.
 #[macro_export]
 macro_rules! multiversion {
     ($(#[$doc:meta])* $vis:vis fn $name:ident[$($gen:tt)*]($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? = $kernel:ident;) => {
@@ -74,16 +152,68 @@ macro_rules! multiversion {
                 unsafe fn avx2<$($gen)*>($($a: $t),*) $(-> $r)? {
                     $kernel($($a),*)
                 }
-                if $crate::cpu::has_avx512() {
+                // the tier constants are known when this is compiled: a form a native
+                // build does not want is never instantiated
+                if $crate::cpu::TIER_AVX512 && $crate::cpu::has_avx512() {
                     // SAFETY: the CPU supports every feature `avx512` enables.
                     return unsafe { avx512($($a),*) };
                 }
-                if $crate::cpu::has_avx2() {
+                if $crate::cpu::TIER_AVX2 && $crate::cpu::has_avx2() {
                     // SAFETY: as above for `avx2`.
                     return unsafe { avx2($($a),*) };
+                }
+                if $crate::cpu::NO_BASELINE {
+                    $crate::cpu::unsupported();
                 }
             }
             $kernel($($a),*)
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A native build compiled the best tier of the CPU it runs on (the tests run where
+    /// they were built): the build script's detection agrees with the run-time one.
+    #[test]
+    fn native_build_is_this_cpus_best_tier() {
+        let best = if has_avx512() {
+            Tiers::Avx512
+        } else if has_avx2() {
+            Tiers::Avx2
+        } else {
+            Tiers::Baseline
+        };
+        match BUILT_FOR {
+            Tiers::Portable => {
+                assert_eq!((TIER_AVX512, TIER_AVX2, NO_BASELINE), (true, true, false))
+            }
+            tier => {
+                assert_eq!(tier, best);
+                assert_eq!(TIER_AVX512, tier == Tiers::Avx512);
+                assert_eq!(TIER_AVX2, tier == Tiers::Avx2);
+            }
+        }
+        assert!(check().is_ok());
+    }
+
+    multiversion! {
+        fn double_all[](xs: &mut [f32]) = double_all_k;
+    }
+    #[inline(always)]
+    fn double_all_k(xs: &mut [f32]) {
+        for x in xs {
+            *x *= 2.0;
+        }
+    }
+
+    /// A multiversioned kernel runs (and is not the `unsupported` path) in this build.
+    #[test]
+    fn multiversioned_kernel_runs() {
+        let mut xs = [1.0f32, -2.5, 3.0];
+        double_all(&mut xs);
+        assert_eq!(xs, [2.0, -5.0, 6.0]);
+    }
 }

@@ -104,6 +104,11 @@ pub use layout_dense as dense;
 /// The layout-independent core: the op registry, folds, lane statistics, masks, dtypes.
 #[doc(inline)]
 pub use masked_core as core;
+/// Which CPU tiers the vector kernels were compiled for (`cpu::BUILT_FOR`) and whether
+/// this CPU runs them (`cpu::check`): a build from this repository compiles its build
+/// machine's tier only (`MASKED_CPU=native`), a dependent all of them (`portable`).
+#[doc(inline)]
+pub use masked_core::cpu;
 
 pub use layout_coo::{
     csr_to_dense, dense_to_csr, CooGradients, CooMask, CooPattern, CooZipView, MaskedCoo,

@@ -1310,6 +1310,8 @@ fn _probe_release() {
 
 #[pymodule]
 fn _masked(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // a native build (MASKED_CPU=native) imported on a CPU without its tier
+    masked_core::cpu::check().map_err(pyo3::exceptions::PyImportError::new_err)?;
     m.add_class::<Handle>()?;
     m.add_class::<attention::PlanPy>()?;
     m.add_function(wrap_pyfunction!(attention::attention, m)?)?;
