@@ -3,5 +3,8 @@
 # tests, CLI tests), then the Python package's (built into .venv, pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --workspace
+# every test target, then the doc tests (examples are not built here: `.ci/run`'s clippy
+# checks them, and the conformance suite runs the worked example)
+cargo test --workspace --lib --bins --tests
+cargo test --workspace --doc
 scripts/python_test.sh
