@@ -677,5 +677,40 @@ mod tests {
                 );
             }
         }
+        // f64: its own limit (2^30 for sin and cos)
+        let big = <f64 as Math>::TRIG_LIMIT;
+        let mut xs: Vec<f64> = (0..100).map(|k| (k as f64 - 50.0) * 0.37).collect();
+        let far = [
+            big,
+            -big,
+            big * 4.0,
+            1e300,
+            -1e10,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        for (k, v) in far.into_iter().enumerate() {
+            xs[7 * k + 3] = v;
+        }
+        type G = (FloatFn, fn(f64) -> f64);
+        let fns: [G; 3] = [
+            (FloatFn::Sin(Sin), f64::sin),
+            (FloatFn::Cos(Cos), f64::cos),
+            (FloatFn::Tan(Tan), f64::tan),
+        ];
+        for (u, f) in fns {
+            let mut out = vec![1.0f64; xs.len()];
+            u.map_float(&xs, Some(bits), &mut out);
+            for (k, (&x, &o)) in xs.iter().zip(&out).enumerate() {
+                let want = if bits.get(k) { f(x) } else { 0.0 };
+                let close = (want.is_nan() && o.is_nan()) || (want - o).abs() <= 8e-16 * want.abs();
+                assert!(
+                    close,
+                    "{}({x:e}) at {k}: got {o:e}, want {want:e}",
+                    u.name()
+                );
+            }
+        }
     }
 }
