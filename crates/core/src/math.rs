@@ -548,23 +548,26 @@ fn within_trig_limit(x: f32, v: f32) -> f32 {
     }
 }
 
-/// `sin(x)` in f32 for `|x| < 2^19` (NaN beyond), branch-free: [`trig_parts_f32`] by
-/// quadrant.
+/// `sin(x + shift pi/2)` in f32 for `|x| < 2^19` (NaN beyond), branch-free:
+/// [`trig_parts_f32`] by quadrant.
 #[inline(always)]
-fn sin_f32(x: f32) -> f32 {
+fn sin_quadrant_f32(x: f32, shift: u32) -> f32 {
     let (s, c, q) = trig_parts_f32(x);
+    let q = q.wrapping_add(shift);
     let v = if q & 1 == 0 { s } else { c };
     within_trig_limit(x, if q & 2 == 0 { v } else { -v })
 }
 
-/// `cos(x)` in f32 for `|x| < 2^19` (NaN beyond), branch-free: `sin(x + pi/2)` by
-/// quadrant.
+/// `sin(x)` in f32 for `|x| < 2^19` (NaN beyond), branch-free.
+#[inline(always)]
+fn sin_f32(x: f32) -> f32 {
+    sin_quadrant_f32(x, 0)
+}
+
+/// `cos(x)` in f32 for `|x| < 2^19` (NaN beyond), branch-free: `sin(x + pi/2)`.
 #[inline(always)]
 fn cos_f32(x: f32) -> f32 {
-    let (s, c, q) = trig_parts_f32(x);
-    let q = q.wrapping_add(1);
-    let v = if q & 1 == 0 { s } else { c };
-    within_trig_limit(x, if q & 2 == 0 { v } else { -v })
+    sin_quadrant_f32(x, 1)
 }
 
 /// `tan(x)` in f32 for `|x| < 2^19` (NaN beyond), branch-free, in f64 (the quotient of two f32
@@ -650,11 +653,12 @@ fn trig_parts_f64(x: f64) -> (f64, f64, u64) {
 /// Where the f64 sine, cosine and tangent apply: `|x| < 2^30`.
 const F64_TRIG_LIMIT: f64 = 1_073_741_824.0;
 
-/// `sin(x)` in f64 for `|x| < 2^30` (NaN beyond), branch-free: [`trig_parts_f64`] by
-/// quadrant.
+/// `sin(x + shift pi/2)` in f64 for `|x| < 2^30` (NaN beyond), branch-free:
+/// [`trig_parts_f64`] by quadrant.
 #[inline(always)]
-fn sin_f64(x: f64) -> f64 {
+fn sin_quadrant_f64(x: f64, shift: u64) -> f64 {
     let (s, c, q) = trig_parts_f64(x);
+    let q = q.wrapping_add(shift);
     let v = if q & 1 == 0 { s } else { c };
     let v = if q & 2 == 0 { v } else { -v };
     if x.abs() < F64_TRIG_LIMIT {
@@ -664,19 +668,16 @@ fn sin_f64(x: f64) -> f64 {
     }
 }
 
-/// `cos(x)` in f64 for `|x| < 2^30` (NaN beyond), branch-free: `sin(x + pi/2)` by
-/// quadrant.
+/// `sin(x)` in f64 for `|x| < 2^30` (NaN beyond), branch-free.
+#[inline(always)]
+fn sin_f64(x: f64) -> f64 {
+    sin_quadrant_f64(x, 0)
+}
+
+/// `cos(x)` in f64 for `|x| < 2^30` (NaN beyond), branch-free: `sin(x + pi/2)`.
 #[inline(always)]
 fn cos_f64(x: f64) -> f64 {
-    let (s, c, q) = trig_parts_f64(x);
-    let q = q.wrapping_add(1);
-    let v = if q & 1 == 0 { s } else { c };
-    let v = if q & 2 == 0 { v } else { -v };
-    if x.abs() < F64_TRIG_LIMIT {
-        v
-    } else {
-        f64::NAN
-    }
+    sin_quadrant_f64(x, 1)
 }
 
 /// `tan(x)` in f64 for `|x| < 2^30` (NaN beyond), branch-free: `sin r / cos r` from
@@ -763,7 +764,7 @@ fn atan_f64(x: f64) -> f64 {
         (
             a - 1.0,
             a + 1.0,
-            7.853_981_633_974_482_789_99e-01,
+            std::f64::consts::FRAC_PI_4,
             3.061_616_997_868_383_017_93e-17,
         )
     } else if a < 2.4375 {
@@ -777,7 +778,7 @@ fn atan_f64(x: f64) -> f64 {
         (
             -1.0,
             a,
-            1.570_796_326_794_896_558_00e+00,
+            std::f64::consts::FRAC_PI_2,
             6.123_233_995_736_766_035_87e-17,
         )
     };
