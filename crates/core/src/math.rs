@@ -1,7 +1,7 @@
 //! The scalar math of the compute types (`f32`, `f64`): what the elementwise ops
 //! ([`crate::unary`]) call on [`Float::Calc`](crate::Float::Calc) values. The engine's own
 //! branch-free functions, so that a loop over them vectorises: `exp` (both types); ln,
-//! log2, log10, atan (both); f32 log1p, expm1 and tanh; sin, cos and tan (both) below
+//! log2, log10, atan, tanh (both); f32 log1p and expm1; sin, cos and tan (both) below
 //! [`Math::TRIG_LIMIT`] (the map recomputes larger arguments with the std functions). The rest come from the standard library (and `libm` for erf / erfc).
 
 /// The reduction and polynomial every `exp` of the engine shares, in f32: for `xc`
@@ -329,7 +329,7 @@ math!(
     log10_f64,
     f64::ln_1p,
     f64::exp_m1,
-    f64::tanh,
+    tanh_f64,
     trig: F64_TRIG_LIMIT,
     sin_f64,
     cos_f64,
@@ -499,6 +499,25 @@ fn tanh_f32(x: f32) -> f32 {
     let r = if a < 0.625 { p.abs() } else { big };
     // tanh is odd: the sign of x (-0 at -0, which the polynomial loses)
     f32::from_bits(r.to_bits() | (x.to_bits() & 0x8000_0000))
+}
+
+/// `tanh(x)` in f64, branch-free: Cephes' `tanh` (an odd rational function below
+/// `|x| = 0.625`, `1 - 2 / (e^(2|x|) + 1)` above with the engine's branch-free `exp`, 1
+/// once it overflows), the sign of `x` (`-0` at `-0`); NaN propagates.
+// Cephes' coefficients as published
+#[allow(clippy::excessive_precision)]
+#[inline(always)]
+fn tanh_f64(x: f64) -> f64 {
+    let a = x.abs();
+    let z = x * x;
+    let p = (-9.643_991_794_250_522_386_28e-1 * z - 9.928_772_310_019_185_865_64e1) * z
+        - 1.614_687_684_417_084_479_52e3;
+    let q = ((z + 1.128_116_784_916_329_314_02e2) * z + 2.235_488_390_601_004_485_83e3) * z
+        + 4.844_063_053_251_254_860_48e3;
+    let small = a + a * (z * p / q);
+    let big = 1.0 - 2.0 / (exp_f64(a + a) + 1.0);
+    let r = if a < 0.625 { small } else { big };
+    f64::from_bits(r.to_bits() | (x.to_bits() & 0x8000_0000_0000_0000))
 }
 
 /// `sin r` and `cos r` in f32 for `x = n pi/2 + r`, `|r| <= pi/4`, and `n mod 4`: the
@@ -1097,6 +1116,30 @@ mod tests {
         for f in [sin_f64, cos_f64, tan_f64] {
             assert!(f(f64::NAN).is_nan() && f(f64::INFINITY).is_nan() && f(limit).is_nan());
         }
+    }
+
+    /// The f64 tanh against the std function over the whole range: 2^22 bit patterns
+    /// (both signs, subnormals, infinities, NaNs), 2^20 points of (0.5, 0.75) around the
+    /// switch of forms, the switch's neighbours; within 2 ulp.
+    #[test]
+    fn f64_tanh_is_accurate_over_the_range() {
+        let spread = (0..1u64 << 22).map(|k| f64::from_bits(k.wrapping_mul(0x1000_0000_0001)));
+        let switch = (0..1u64 << 20).map(|k| 0.5 + 0.25 * k as f64 / (1u64 << 20) as f64);
+        let edges = [
+            0.625f64,
+            0.625f64.next_up(),
+            0.625f64.next_down(),
+            19.0,
+            22.0,
+            1e-300,
+        ];
+        let xs = spread
+            .chain(switch)
+            .chain(edges.into_iter().flat_map(|x| [x, -x]))
+            .chain([0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN]);
+        check_ulps("tanh", xs, |x| (tanh_f64(x), x.tanh()), ulps64, 2);
+        assert_eq!(tanh_f64(-0.0).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(tanh_f64(f64::INFINITY), 1.0);
     }
 
     /// The f64 arctangent against the std function over the whole range: 2^22 bit
