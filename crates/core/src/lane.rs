@@ -117,6 +117,23 @@ pub trait LaneMap<T: Element>: Send + Sync + 'static {
     /// Maps the lane `xs` (valid where `bits` is set; all valid for `None`) into `out`
     /// (same length), writing every position, masked-out ones included.
     fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [Self::Output]);
+    /// Maps many short lanes at once, every element valid: lane `g` is the elements `i`
+    /// with `gid[i] == g`, which are consecutive (`gid` rises by at most 1 from one
+    /// element to the next, from 0), each lane holding at most [`SHORT`] elements (the
+    /// lanes of sparse data along its trailing dim). The default maps each lane with
+    /// [`map`](LaneMap::map); an op whose per-lane set-up outweighs such lanes maps them
+    /// together (softmax: one pass per step over all of them).
+    fn map_short_lanes(&self, xs: &[T], gid: &[u32], out: &mut [Self::Output]) {
+        let mut s = 0;
+        while s < xs.len() {
+            let mut e = s + 1;
+            while e < xs.len() && gid[e] == gid[s] {
+                e += 1;
+            }
+            self.map(&xs[s..e], None, &mut out[s..e]);
+            s = e;
+        }
+    }
 }
 
 // ---------------------------------------------------------------- quantile / median
@@ -331,6 +348,68 @@ impl<T: Element> LaneMap<T> for Softmax {
                 softmax_lane::<T, false>(self.kind, xs, bits, out);
             }
         });
+    }
+    fn map_short_lanes(&self, xs: &[T], gid: &[u32], out: &mut [T::Real]) {
+        with_calc_out(out, |out| softmax_short_lanes::<T>(self.kind, xs, gid, out));
+    }
+}
+
+/// [`Softmax`] over many short lanes (as [`LaneMap::map_short_lanes`] lays them out):
+/// each lane's shift, the exps, each lane's sum and the scaling, each a pass over all
+/// the lanes' elements, instead of a lane kernel's set-up per lane of one or two
+/// entries. The arithmetic of the short lane path of [`softmax_lane`], its sums in
+/// element order.
+fn softmax_short_lanes<T: Element>(
+    kind: SoftmaxKind,
+    xs: &[T],
+    gid: &[u32],
+    out: &mut [CalcOf<T>],
+) {
+    let Some(&last) = gid.last() else {
+        return;
+    };
+    let ng = last as usize + 1;
+    let log = kind == SoftmaxKind::LogSoftmax;
+    let neg = kind == SoftmaxKind::Softmin;
+    let mut shift = vec![<CalcOf<T> as Float>::NAN; ng];
+    let mut prev = u32::MAX;
+    for (&g, &x) in gid.iter().zip(xs) {
+        let (x, s) = (x.calc(), &mut shift[g as usize]);
+        // NaN-propagating max (min for softmin) from the lane's first element
+        *s = match (g == prev, neg) {
+            (false, _) => x,
+            (true, false) => crate::ops::max_nan(*s, x),
+            (true, true) => crate::ops::min_nan(*s, x),
+        };
+        prev = g;
+    }
+    for ((o, &g), &x) in out.iter_mut().zip(gid).zip(xs) {
+        let s = shift[g as usize];
+        *o = if neg { s - x.calc() } else { x.calc() - s };
+    }
+    let zero = <CalcOf<T> as Element>::ZERO;
+    let mut sum = vec![zero; ng];
+    if log {
+        for (&d, &g) in out.iter().zip(gid) {
+            sum[g as usize] = sum[g as usize] + d.exp_nonpos();
+        }
+        for (o, &g) in out.iter_mut().zip(gid) {
+            *o = *o - sum[g as usize].ln();
+        }
+        return;
+    }
+    for o in out.iter_mut() {
+        // plain exp, as the short lane path (this loop is not in a kernel compiled with FMA)
+        *o = o.exp_nonpos();
+    }
+    for (&e, &g) in out.iter().zip(gid) {
+        sum[g as usize] = sum[g as usize] + e;
+    }
+    for s in sum.iter_mut() {
+        *s = <CalcOf<T> as Float>::ONE / *s;
+    }
+    for (o, &g) in out.iter_mut().zip(gid) {
+        *o = *o * sum[g as usize];
     }
 }
 
@@ -556,5 +635,74 @@ impl<T: Element> LaneMap<T> for Cumulative {
                 *o = T::from_total(acc);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lanes of one to eight elements mapped together equal each lane mapped alone:
+    /// bit for bit where a lane's sum is of at most two terms (order-free), within
+    /// rounding beyond; NaN, infinities and a lane of -inf give what the lane kernel
+    /// gives.
+    #[test]
+    fn short_lanes_together_equal_each_lane_alone() {
+        let lanes: Vec<Vec<f32>> = vec![
+            vec![0.5],
+            vec![1.0, -2.0],
+            vec![f32::NAN, 1.0],
+            vec![f32::INFINITY, 3.0],
+            vec![f32::NEG_INFINITY, f32::NEG_INFINITY],
+            vec![f32::NEG_INFINITY, 2.0],
+            vec![3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0],
+            vec![-7.0, 0.0, 7.0],
+        ];
+        let xs: Vec<f32> = lanes.concat();
+        let gid: Vec<u32> = lanes
+            .iter()
+            .enumerate()
+            .flat_map(|(g, l)| std::iter::repeat_n(g as u32, l.len()))
+            .collect();
+        for kind in [
+            SoftmaxKind::Softmax,
+            SoftmaxKind::LogSoftmax,
+            SoftmaxKind::Softmin,
+        ] {
+            let op = Softmax { kind };
+            let mut together = vec![0.0f32; xs.len()];
+            op.map_short_lanes(&xs, &gid, &mut together);
+            let mut at = 0;
+            for l in &lanes {
+                let mut alone = vec![0.0f32; l.len()];
+                op.map(l, None, &mut alone);
+                for (a, b) in alone.iter().zip(&together[at..at + l.len()]) {
+                    if l.len() <= 2 || a.is_nan() {
+                        assert_eq!(a.to_bits(), b.to_bits(), "{kind:?} {l:?}: {a} vs {b}");
+                    } else {
+                        assert!(
+                            (a - b).abs() <= 4.0 * f32::EPSILON * a.abs().max(1e-30),
+                            "{kind:?} {l:?}: {a} vs {b}"
+                        );
+                    }
+                }
+                at += l.len();
+            }
+        }
+        // the default: each lane through `map` (a normalization without its own)
+        let mut out = vec![0.0f32; xs.len()];
+        let mut alone = Vec::new();
+        for l in &lanes {
+            let mut o = vec![0.0f32; l.len()];
+            Normalize::new(2.0, 1e-12).unwrap().map(l, None, &mut o);
+            alone.extend(o);
+        }
+        Normalize::new(2.0, 1e-12)
+            .unwrap()
+            .map_short_lanes(&xs, &gid, &mut out);
+        assert_eq!(
+            out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            alone.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
     }
 }

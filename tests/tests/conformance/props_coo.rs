@@ -215,12 +215,23 @@ proptest! {
 
 /// Many groups, dims reduced that are not trailing (the scatter fold, the sorted
 /// grouping for statistics and maps), a huge lane (split into pieces by the row
-/// kernels): equal to the dense oracle, and bit for bit the same on 1 and 2 threads.
+/// kernels), the trailing dim's groups of a few entries over several tasks (the segment
+/// fold and the short lanes' maps) and of more than 8 (their lane-by-lane paths), with
+/// and without validity bits: equal to the dense oracle, and bit for bit the same on 1
+/// and 2 threads.
 #[test]
 fn sparse_groups_and_long_lanes() {
     // [3, 40000, 2]: reduce dims (0, 2) -> 40000 groups for ~70000 entries; reduce dim 1
-    // -> lanes of 40000 positions
-    let shape = [3usize, 40_000, 2];
+    // -> lanes of 40000 positions; reduce dim 2 -> 120000 lanes of at most 2 entries.
+    // [3000, 2, 12]: lanes of up to 12 along dim 2, about 54000 entries.
+    for shape in [[3usize, 40_000, 2], [3000, 2, 12]] {
+        for separate_mask in [false, true] {
+            groups_and_lanes(shape, separate_mask);
+        }
+    }
+}
+
+fn groups_and_lanes(shape: [usize; 3], separate_mask: bool) {
     let n: usize = shape.iter().product();
     let mut state = 99u64;
     let mut flat = Vec::new();
@@ -242,7 +253,24 @@ fn sparse_groups_and_long_lanes() {
     }
     let pat = CooPattern::from_flat(shape, &flat).unwrap();
     let coords: Vec<Vec<usize>> = (0..3).map(|d| pat.coords(d).to_vec()).collect();
-    let coo = MaskedCoo::from_pattern(shape, &coords, vals).unwrap();
+    let coo = if separate_mask {
+        // every third stored entry masked out
+        let (mut own, mut out) = (Vec::new(), Vec::new());
+        for (k, &p) in flat.iter().enumerate() {
+            if k % 3 == 0 {
+                out.push(p)
+            } else {
+                own.push(p)
+            }
+        }
+        for p in out {
+            valid[p] = false;
+        }
+        let mask = CooMask::Pattern(CooPattern::from_flat(shape, &own).unwrap());
+        MaskedCoo::try_new(shape, &coords, vals, mask).unwrap()
+    } else {
+        MaskedCoo::from_pattern(shape, &coords, vals).unwrap()
+    };
     let oracle = MaskedArray::from_bool_mask(
         ArrayD::from_shape_vec(IxDyn(&shape), dense).unwrap(),
         ArrayD::from_shape_vec(IxDyn(&shape), valid).unwrap().view(),
@@ -250,12 +278,29 @@ fn sparse_groups_and_long_lanes() {
     .unwrap();
     let oracle = oracle.view();
     for name in [
-        "sum", "amax", "argmin", "median", "var", "softmax", "cumsum",
+        "sum",
+        "amax",
+        "argmin",
+        "argmax",
+        "count",
+        "mean",
+        "median",
+        "var",
+        "softmax",
+        "log_softmax",
+        "softmin",
+        "cumsum",
     ] {
         let spec: Op = name.parse().unwrap();
         let dims: Vec<Dims> = match spec.kind() {
             Kind::Normalize => vec![Dims::from(1isize), Dims::from(0isize), Dims::from(2isize)],
-            _ => vec![Dims::from([0isize, 2]), Dims::from(1isize), Dims::All],
+            _ => vec![
+                Dims::from([0isize, 2]),
+                Dims::from(1isize),
+                Dims::from(2isize),
+                Dims::from([1isize, 2]),
+                Dims::All,
+            ],
         };
         for d in dims {
             if spec.kind() == Kind::ReduceOne && d.given_len() != Some(1) && d != Dims::All {
@@ -281,12 +326,15 @@ fn sparse_groups_and_long_lanes() {
                 "{name} {d:?}: thread count changed the result"
             );
             let valid: Vec<usize> = (0..a.mask.len()).filter(|&i| a.mask.get(i)).collect();
-            assert_eq!(valid, b.indices, "{name} {d:?}");
+            assert_eq!(
+                valid, b.indices,
+                "{name} {d:?} {shape:?} mask {separate_mask}"
+            );
             for (k, &i) in valid.iter().enumerate() {
                 let (x, y) = (at(&a.values, i), at(&b.values, k));
                 assert!(
                     masked_tests::close(x, y, 1e-9),
-                    "{name} {d:?}: dense {x} vs coo {y}"
+                    "{name} {d:?} {shape:?} mask {separate_mask}: dense {x} vs coo {y}"
                 );
             }
         }
