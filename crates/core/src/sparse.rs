@@ -65,7 +65,11 @@ impl<O> SparseArray<O> {
             )));
         }
         let size = crate::mask::element_count(&shape)?;
-        if indices.windows(2).any(|w| w[0] >= w[1]) || indices.last().is_some_and(|&i| i >= size) {
+        // one branch-free pass (it vectorises; `any` stops early but is a branch per pair)
+        let unsorted = indices
+            .windows(2)
+            .fold(false, |bad, w| bad | (w[0] >= w[1]));
+        if unsorted || indices.last().is_some_and(|&i| i >= size) {
             return Err(MaskedError::InvalidData(format!(
                 "positions must be strictly increasing and below {size}"
             )));

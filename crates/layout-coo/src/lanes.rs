@@ -187,6 +187,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
             .positional()
             .then(|| Linear::new(shape, &coords, nkept..shape.len()));
         let bounds = keys.group_bounds(nnz, SEGMENT_CHUNK);
+        let short = short_groups(nnz, pattern::size_of(&shape[..nkept])?);
         let valid = self.valid.as_deref();
         let parts: Vec<(Vec<usize>, Vec<F::Output>)> = par::map(bounds.len() - 1, |c| {
             // the groups of this task (index-only work, compiled once), then their values
@@ -195,9 +196,9 @@ impl<'a, T: Element> CooLanes<'a, T> {
                 mut ids,
                 gid,
                 longest,
-            } = keys.segments(bounds[c], bounds[c + 1]);
+            } = keys.segments(bounds[c], bounds[c + 1], short);
             let lo = bounds[c];
-            if valid.is_none() && longest <= SEGMENT_SHORT {
+            if short && valid.is_none() && longest <= SEGMENT_SHORT {
                 // groups of a few entries, all valid: each entry pushed into its group's
                 // state, no branch per group (the run kernel's setup and combination tree
                 // cost more than such groups do)
@@ -276,6 +277,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
             let coords: Vec<&[usize]> = (0..d).map(|k| self.pattern.coords(k)).collect();
             let keys = Linear::new(shape, &coords, 0..d);
             let bounds = keys.group_bounds(nnz, SEGMENT_CHUNK);
+            let short = short_groups(nnz, pattern::size_of(&shape[..d])?);
             let mut out: Vec<M::Output> = fresh_vec(nnz);
             let mut tasks = Vec::with_capacity(bounds.len());
             let mut rest: &mut [M::Output] = &mut out;
@@ -285,9 +287,9 @@ impl<'a, T: Element> CooLanes<'a, T> {
                 rest = b;
             }
             par::map_vec(tasks, |(es, o)| {
-                let segs = keys.segments(es.start, es.end);
+                let segs = keys.segments(es.start, es.end, short);
                 let xs = &self.values[es.clone()];
-                if segs.longest <= SEGMENT_SHORT {
+                if short && segs.longest <= SEGMENT_SHORT {
                     map.map_short_lanes(xs, &segs.gid, o);
                 } else {
                     for w in segs.starts.windows(2) {
@@ -365,6 +367,13 @@ const SEGMENT_CHUNK: usize = 1 << 15;
 /// Groups of at most this many entries are folded by pushes, not the run kernel.
 const SEGMENT_SHORT: usize = 8;
 
+/// Whether `nnz` entries over `npos` kept positions make groups of a few entries on
+/// average (at most [`SEGMENT_SHORT`]): then [`Linear::segments`] records each entry's
+/// group for the short groups' paths.
+fn short_groups(nnz: usize, npos: usize) -> bool {
+    nnz <= SEGMENT_SHORT * npos
+}
+
 /// The groups of a task of [`CooLanes::segment_fold`].
 struct Segments {
     /// Where each group starts, then the task's end.
@@ -429,7 +438,33 @@ impl<'c> Linear<'c> {
     /// The groups among entries `lo..hi` (`lo` starts one): index-only work, compiled
     /// once, branch-free (a write per entry to the current group's slot, which only a
     /// change of index moves on).
-    fn segments(&self, lo: usize, hi: usize) -> Segments {
+    ///
+    /// With `short` false (groups expected long), a scan that writes only at each
+    /// group's start, with no per-entry group (`gid` empty) and `longest` from the
+    /// starts: the branch on a change of index is then predictable, and the per-entry
+    /// writes would cost more than the groups' work.
+    fn segments(&self, lo: usize, hi: usize, short: bool) -> Segments {
+        #[inline(always)]
+        fn starts_only(lo: usize, hi: usize, key: impl Fn(usize) -> usize) -> Segments {
+            let (mut starts, mut ids) = (vec![lo], vec![key(lo)]);
+            let mut prev = ids[0];
+            for e in lo + 1..hi {
+                let k = key(e);
+                if k != prev {
+                    starts.push(e);
+                    ids.push(k);
+                    prev = k;
+                }
+            }
+            starts.push(hi);
+            let longest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            Segments {
+                starts,
+                ids,
+                gid: Vec::new(),
+                longest,
+            }
+        }
         #[inline(always)]
         fn scan(lo: usize, hi: usize, key: impl Fn(usize) -> usize) -> Segments {
             let n = hi - lo;
@@ -456,13 +491,27 @@ impl<'c> Linear<'c> {
                 longest,
             }
         }
-        match self {
-            Linear::One(c) => scan(lo, hi, |e| c[e]),
-            Linear::Two(a, s, b) => {
+        if lo >= hi {
+            return Segments {
+                starts: vec![hi],
+                ids: Vec::new(),
+                gid: Vec::new(),
+                longest: 0,
+            };
+        }
+        match (self, short) {
+            (Linear::One(c), true) => scan(lo, hi, |e| c[e]),
+            (Linear::One(c), false) => starts_only(lo, hi, |e| c[e]),
+            (Linear::Two(a, s, b), true) => {
                 let (a, b) = (&a[..hi], &b[..hi]);
                 scan(lo, hi, |e| a[e] * s + b[e])
             }
-            Linear::Many(_) => scan(lo, hi, |e| self.at(e)),
+            (Linear::Two(a, s, b), false) => {
+                let (a, b) = (&a[..hi], &b[..hi]);
+                starts_only(lo, hi, |e| a[e] * s + b[e])
+            }
+            (Linear::Many(_), true) => scan(lo, hi, |e| self.at(e)),
+            (Linear::Many(_), false) => starts_only(lo, hi, |e| self.at(e)),
         }
     }
 }
