@@ -38,6 +38,11 @@ pub struct BenchArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Thread scaling: time every op at 1, 2, 4 ... threads up to all cores (or up to
+    /// `--threads`), in one run on the same data; each line adds the speedup over one
+    /// thread.
+    #[arg(long)]
+    scaling: bool,
     /// Memory ceiling (bytes; K, M, G suffixes); default MASKED_MAX_MEMORY, else 80% of
     /// physical memory. The generated data is checked against it before it is built.
     #[arg(long)]
@@ -96,6 +101,11 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
                 crate::attention_bench::OPS.join(", ")
             )));
         }
+        if a.scaling {
+            return Err(CliError::Usage(
+                "--scaling: the attention ops take --threads (one count per run)".into(),
+            ));
+        }
         return crate::attention_bench::run(&a, &attn, threads);
     }
     if a.pattern.is_some() || a.batch.is_some() {
@@ -141,10 +151,26 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         Dims::Set(v) if v.len() == 1 => serde_json::json!(v[0]),
         Dims::Set(v) => serde_json::json!(v),
     };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| CliError::Usage(format!("cannot start {threads} threads: {e}")))?;
+    if threads == 0 {
+        return Err(CliError::Usage(
+            "invalid --threads 0: expected at least 1".into(),
+        ));
+    }
+    let counts = if a.scaling {
+        crate::sweep::scaling_counts(threads)
+    } else {
+        vec![threads]
+    };
+    let pools = counts
+        .iter()
+        .map(|&t| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .map(|p| (t, p))
+                .map_err(|e| CliError::Usage(format!("cannot start {t} threads: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let op_names: Vec<&str> = a.op.split(',').map(str::trim).collect();
     let specs = op_names
         .iter()
@@ -158,8 +184,16 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     })?;
     if !a.json {
         emit(format!(
-            "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12} {:>9} {:>10}",
-            "op", "layout", "shape", "nnz", "threads", "seconds", "GB/s", "peak MB"
+            "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12} {:>9} {:>10}{}",
+            "op",
+            "layout",
+            "shape",
+            "nnz",
+            "threads",
+            "seconds",
+            "GB/s",
+            "peak MB",
+            if a.scaling { "   speedup" } else { "" }
         ))?;
     }
     let dtype: DType = a.dtype.parse()?;
@@ -173,7 +207,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     }
     for layout in a.layout.split(',').map(str::trim) {
         bench_layout(
-            &a, dtype, layout, &shape, &dims, &specs, rule, &pool, &dim_json, threads,
+            &a, dtype, layout, &shape, &dims, &specs, rule, &pools, &dim_json,
         )?;
     }
     Ok(())
@@ -189,9 +223,8 @@ fn bench_layout(
     dims: &Dims,
     specs: &[Job],
     rule: MaskRule,
-    pool: &rayon::ThreadPool,
+    pools: &[(usize, rayon::ThreadPool)],
     dim_json: &serde_json::Value,
-    threads: usize,
 ) -> Result<(), CliError> {
     {
         let g = Gen {
@@ -237,13 +270,11 @@ fn bench_layout(
                 _ => unreachable!("a partner for every binary job"),
             }
             .map_err(usage)?;
-            let (secs, peak) = pool.install(|| time_op(&run, a.repeat))?;
             let bytes = if matches!(job, Job::Op(_) | Job::Vjp(_)) {
                 data.bytes()
             } else {
                 2.0 * data.bytes()
             };
-            let gbps = bytes / secs / 1e9;
             let name = job.name();
             let elementwise =
                 matches!(job, Job::Binary(_) | Job::VjpBinary(_)) || spec.kind() == Kind::Unary;
@@ -252,32 +283,45 @@ fn bench_layout(
             } else {
                 dim_json
             };
-            if a.json {
-                emit(format!(
-                    "{}",
-                    serde_json::json!({
+            let mut first = None;
+            for (threads, pool) in pools {
+                let (secs, peak) = pool.install(|| time_op(&run, a.repeat))?;
+                let gbps = bytes / secs / 1e9;
+                // the speedup over the first (one-thread) count of a scaling run
+                let speedup = *first.get_or_insert(secs) / secs;
+                if a.json {
+                    let mut line = serde_json::json!({
                         "op": name, "layout": layout, "shape": shape, "nnz": data.nnz(),
                         "dtype": dtype.name(),
                         "dim": dim_json, "threads": threads, "seconds": secs, "gbps": gbps,
                         "peak_bytes": peak, "input_bytes": bytes,
-                    })
-                ))?;
-            } else {
-                emit(format!(
-                    "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12.6} {:>9.2} {:>10.1}",
-                    name,
-                    layout,
-                    shape
-                        .iter()
-                        .map(|s| s.to_string())
-                        .collect::<Vec<_>>()
-                        .join("x"),
-                    data.nnz(),
-                    threads,
-                    secs,
-                    gbps,
-                    peak as f64 / 1e6
-                ))?;
+                    });
+                    if a.scaling {
+                        line["speedup"] = serde_json::json!(speedup);
+                    }
+                    emit(format!("{line}"))?;
+                } else {
+                    emit(format!(
+                        "{:<12} {:<6} {:>14} {:>12} {:>8} {:>12.6} {:>9.2} {:>10.1}{}",
+                        name,
+                        layout,
+                        shape
+                            .iter()
+                            .map(|s| s.to_string())
+                            .collect::<Vec<_>>()
+                            .join("x"),
+                        data.nnz(),
+                        threads,
+                        secs,
+                        gbps,
+                        peak as f64 / 1e6,
+                        if a.scaling {
+                            format!(" {speedup:>9.2}x")
+                        } else {
+                            String::new()
+                        }
+                    ))?;
+                }
             }
         }
     }

@@ -299,6 +299,79 @@ fn bench_json_prints_one_object_per_op() {
 }
 
 #[test]
+fn bench_scaling_times_each_op_at_1_2_4_threads_up_to_the_count() {
+    let o = bin()
+        .args([
+            "bench",
+            "--op",
+            "sum,softmax",
+            "--layout",
+            "dense,coo",
+            "--shape",
+            "64,128",
+            "--density",
+            "0.1",
+            "--repeat",
+            "1",
+            "--json",
+            "--scaling",
+            "--threads",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // per layout and op: 1, 2, 4 threads, then the count (5)
+    assert_eq!(lines.len(), 2 * 2 * 4, "{out}");
+    for (k, v) in lines.iter().enumerate() {
+        let (layout, op) = (["dense", "coo"][k / 8], ["sum", "softmax"][k / 4 % 2]);
+        assert_eq!(
+            (v["layout"].as_str(), v["op"].as_str()),
+            (Some(layout), Some(op))
+        );
+        assert_eq!(v["threads"].as_u64(), Some([1, 2, 4, 5][k % 4]), "{v}");
+        let speedup = v["speedup"].as_f64().unwrap();
+        if k % 4 == 0 {
+            assert_eq!(speedup, 1.0);
+        }
+        // the speedup is the first line's time over this one's
+        let first = lines[k - k % 4]["seconds"].as_f64().unwrap();
+        let here = v["seconds"].as_f64().unwrap();
+        assert!((speedup - first / here).abs() < 1e-9 * speedup, "{v}");
+    }
+    let text = bin()
+        .args([
+            "bench",
+            "--shape",
+            "64,128",
+            "--repeat",
+            "1",
+            "--scaling",
+            "--threads",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.lines().next().unwrap().ends_with("speedup"), "{text}");
+    assert!(text.lines().nth(1).unwrap().ends_with("1.00x"), "{text}");
+    let zero = bin().args(["bench", "--threads", "0"]).output().unwrap();
+    assert_eq!(zero.status.code(), Some(2));
+    assert!(stderr(&zero).contains("--threads 0"), "{}", stderr(&zero));
+    let attn = bin()
+        .args(["bench", "--op", "attention", "--shape", "64,8", "--scaling"])
+        .output()
+        .unwrap();
+    assert_eq!(attn.status.code(), Some(2));
+    assert!(stderr(&attn).contains("--scaling"), "{}", stderr(&attn));
+}
+
+#[test]
 fn statistics_and_normalizations_with_options() {
     let d = setup();
     let dir = d.path();

@@ -215,8 +215,9 @@ fn shape_for_size(bytes: u64, elem: usize) -> [usize; 2] {
     [side, side]
 }
 
-/// The thread counts of `--scaling`: 1, 2, 4 ... and all cores.
-fn scaling_counts(cores: usize) -> Vec<usize> {
+/// The thread counts of `--scaling` (the sweep's and `masked bench`'s): 1, 2, 4 ...
+/// below `cores`, then `cores`.
+pub fn scaling_counts(cores: usize) -> Vec<usize> {
     let mut v: Vec<usize> = std::iter::successors(Some(1usize), |&t| t.checked_mul(2))
         .take_while(|&t| t < cores)
         .collect();
