@@ -84,6 +84,11 @@ pub struct BenchArgs {
 /// Runs the benchmark.
 pub fn run(a: BenchArgs) -> Result<(), CliError> {
     let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
+    if threads == 0 {
+        return Err(CliError::Usage(
+            "invalid --threads 0: expected at least 1".into(),
+        ));
+    }
     let (attn, rest): (Vec<&str>, Vec<&str>) =
         a.op.split(',')
             .map(str::trim)
@@ -151,11 +156,6 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         Dims::Set(v) if v.len() == 1 => serde_json::json!(v[0]),
         Dims::Set(v) => serde_json::json!(v),
     };
-    if threads == 0 {
-        return Err(CliError::Usage(
-            "invalid --threads 0: expected at least 1".into(),
-        ));
-    }
     let counts = if a.scaling {
         crate::sweep::scaling_counts(threads)
     } else {

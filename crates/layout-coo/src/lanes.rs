@@ -216,6 +216,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
                         }
                     }
                 }
+                Segments::recycle(starts, gid);
                 return (ids, st.iter().map(|s| op.finish(s)).collect());
             }
             let mut out = Vec::with_capacity(ids.len());
@@ -242,6 +243,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
                 out.push(op.finish(&st));
             }
             ids.truncate(kept);
+            Segments::recycle(starts, gid);
             (ids, out)
         });
         let shape = self.out_shape(reduced, keepdim);
@@ -297,6 +299,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
                         map.map(&xs[r.clone()], None, &mut o[r]);
                     }
                 }
+                Segments::recycle(segs.starts, segs.gid);
             });
             return SparseArray::new(shape.to_vec(), self.pattern.flat(), out);
         }
@@ -362,7 +365,7 @@ const SCATTER_PARTS: usize = 4;
 const SEGMENT_MAX_LANE: usize = 1 << 14;
 
 /// Entries per task of [`CooLanes::segment_fold`] (moved to the next group start).
-const SEGMENT_CHUNK: usize = 1 << 15;
+const SEGMENT_CHUNK: usize = 1 << 12;
 
 /// Groups of at most this many entries are folded by pushes, not the run kernel.
 const SEGMENT_SHORT: usize = 8;
@@ -374,16 +377,45 @@ fn short_groups(nnz: usize, npos: usize) -> bool {
     nnz <= SEGMENT_SHORT * npos
 }
 
+thread_local! {
+    /// Each thread's buffers for [`Segments::starts`] and [`Segments::gid`], reused from
+    /// task to task: a task's buffers freed and the next one's allocated made the
+    /// allocator return the pages and fault them in again (madvise, then a page fault
+    /// per 4 KiB: most of a one-thread reduction's time).
+    static SCRATCH: std::cell::RefCell<(Vec<usize>, Vec<u32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// This thread's segment buffers (empty ones if they are out: a task within a task).
+fn scratch() -> (Vec<usize>, Vec<u32>) {
+    SCRATCH.with(|c| {
+        c.try_borrow_mut()
+            .map(|mut b| std::mem::take(&mut *b))
+            .unwrap_or_default()
+    })
+}
+
 /// The groups of a task of [`CooLanes::segment_fold`].
 struct Segments {
     /// Where each group starts, then the task's end.
     starts: Vec<usize>,
     /// Each group's kept position.
     ids: Vec<usize>,
-    /// Each entry's group (below 2^15: a task's entry count).
+    /// Each entry's group (a task holds under 2^16 entries: a chunk and one lane).
     gid: Vec<u32>,
     /// The most entries in one group.
     longest: usize,
+}
+
+impl Segments {
+    /// Returns the buffers to this thread for its next task.
+    fn recycle(starts: Vec<usize>, gid: Vec<u32>) {
+        SCRATCH.with(|c| {
+            if let Ok(mut b) = c.try_borrow_mut() {
+                *b = (starts, gid);
+            }
+        });
+    }
 }
 
 /// The row-major linear index over a run of dims of each entry, read from the
@@ -446,7 +478,11 @@ impl<'c> Linear<'c> {
     fn segments(&self, lo: usize, hi: usize, short: bool) -> Segments {
         #[inline(always)]
         fn starts_only(lo: usize, hi: usize, key: impl Fn(usize) -> usize) -> Segments {
-            let (mut starts, mut ids) = (vec![lo], vec![key(lo)]);
+            let (mut starts, mut gid) = scratch();
+            starts.clear();
+            gid.clear();
+            starts.push(lo);
+            let mut ids = vec![key(lo)];
             let mut prev = ids[0];
             for e in lo + 1..hi {
                 let k = key(e);
@@ -461,14 +497,19 @@ impl<'c> Linear<'c> {
             Segments {
                 starts,
                 ids,
-                gid: Vec::new(),
+                gid,
                 longest,
             }
         }
         #[inline(always)]
         fn scan(lo: usize, hi: usize, key: impl Fn(usize) -> usize) -> Segments {
             let n = hi - lo;
-            let (mut starts, mut ids, mut gid) = (vec![0; n + 1], vec![0; n + 1], vec![0; n]);
+            let (mut starts, mut gid) = scratch();
+            starts.clear();
+            starts.resize(n + 1, 0);
+            gid.clear();
+            gid.resize(n, 0);
+            let mut ids = vec![0; n + 1];
             let (mut g, mut prev, mut run, mut longest) = (0usize, usize::MAX, 0usize, 0usize);
             for e in lo..hi {
                 let k = key(e);
