@@ -203,7 +203,7 @@ pub(crate) fn group<'a, T: Element>(
 
 /// The rows of `nnz` entries (coordinates per dim, row-major sorted) grouped by their
 /// first `nkept` dims, the others reduced: the entries are in group order already, so
-/// a row starts where the kept position changes ([`row_starts`]), and the columns are
+/// a row starts where the kept position changes ([`Linear::starts_and_ids`]), and the columns are
 /// the reduced dim's coordinates, borrowed, when one dim is reduced. With `full`, a row
 /// for every kept position.
 pub(crate) fn rows_in_order<'a>(
@@ -213,12 +213,11 @@ pub(crate) fn rows_in_order<'a>(
     nkept: usize,
     full: bool,
 ) -> Result<Rows<'a>> {
-    let (kept, reduced): (Vec<usize>, Vec<usize>) = (0..shape.len()).partition(|&d| d < nkept);
+    let reduced: Vec<usize> = (nkept..shape.len()).collect();
     let npos = size_of(&shape[..nkept])?;
     let ncols = size_of(&shape[nkept..])?;
     let cols = index_over(shape, coords, &reduced, nnz);
-    let st = sub_strides(shape, &kept);
-    let (mut starts, ids) = row_starts(&coords[..nkept], &st[..nkept], nnz);
+    let (mut starts, ids) = Linear::new(shape, coords, 0..nkept).starts_and_ids(nnz);
     starts.push(nnz);
     let (indptr, ids) = if full {
         let mut indptr = vec![0usize; npos + 1];
@@ -240,64 +239,203 @@ pub(crate) fn rows_in_order<'a>(
     })
 }
 
-/// Where each row of entries grouped by their leading coordinates `lead` (strides `st`)
-/// starts, and its kept position (`Σ lead[d][e] · st[d]`): a row starts where the kept
-/// position changes. One sequential scan per chunk of entries (in parallel over chunks):
-/// no per-entry closure of a parallel filter, and one or two kept dims read their
-/// coordinates directly.
-fn row_starts(lead: &[&[usize]], st: &[usize], nnz: usize) -> (Vec<usize>, Vec<usize>) {
-    const CHUNK: usize = 1 << 15;
-    // a key is below the kept size, so never usize::MAX: the "no previous key" mark
-    const NONE: usize = usize::MAX;
+thread_local! {
+    /// Each thread's buffers for [`Segments::starts`] and [`Segments::gid`], reused from
+    /// task to task: a task's buffers freed and the next one's allocated made the
+    /// allocator return the pages and fault them in again (madvise, then a page fault
+    /// per 4 KiB: most of a one-thread reduction's time).
+    static SCRATCH: std::cell::RefCell<(Vec<usize>, Vec<u32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// This thread's segment buffers (empty ones if they are out: a task within a task).
+fn scratch() -> (Vec<usize>, Vec<u32>) {
+    SCRATCH.with(|c| {
+        c.try_borrow_mut()
+            .map(|mut b| std::mem::take(&mut *b))
+            .unwrap_or_default()
+    })
+}
+
+/// The groups of a task of entries (the segment fold's and the trailing-dim maps').
+pub(crate) struct Segments {
+    /// Where each group starts, then the task's end.
+    pub starts: Vec<usize>,
+    /// Each group's kept position.
+    pub ids: Vec<usize>,
+    /// Each entry's group (a task holds under 2^16 entries: a chunk and one lane).
+    pub gid: Vec<u32>,
+    /// The most entries in one group.
+    pub longest: usize,
+}
+
+impl Segments {
+    /// Returns the buffers to this thread for its next task.
+    pub fn recycle(starts: Vec<usize>, gid: Vec<u32>) {
+        SCRATCH.with(|c| {
+            if let Ok(mut b) = c.try_borrow_mut() {
+                *b = (starts, gid);
+            }
+        });
+    }
+}
+
+/// The row-major linear index over a run of dims of each entry, read from the
+/// coordinates: one or two dims without a stride table (the common cases), more by a
+/// sum of products.
+pub(crate) enum Linear<'c> {
+    One(&'c [usize]),
+    Two(&'c [usize], usize, &'c [usize]),
+    Many(Vec<(&'c [usize], usize)>),
+}
+
+impl<'c> Linear<'c> {
+    pub fn new(shape: &[usize], coords: &[&'c [usize]], dims: std::ops::Range<usize>) -> Self {
+        let dims: Vec<usize> = dims.collect();
+        let st = sub_strides(shape, &dims);
+        match dims[..] {
+            [d] => Linear::One(coords[d]),
+            [a, b] => Linear::Two(coords[a], st[a], coords[b]),
+            _ => Linear::Many(dims.iter().map(|&d| (coords[d], st[d])).collect()),
+        }
+    }
+
     #[inline(always)]
-    fn scan(
-        lo: usize,
-        hi: usize,
-        prev: usize,
-        key: impl Fn(usize) -> usize,
-    ) -> (Vec<usize>, Vec<usize>) {
-        let (mut starts, mut ids) = (Vec::with_capacity(hi - lo), Vec::with_capacity(hi - lo));
-        let mut prev = prev;
-        for e in lo..hi {
-            let k = key(e);
-            if k != prev {
-                starts.push(e);
-                ids.push(k);
+    pub fn at(&self, e: usize) -> usize {
+        match self {
+            Linear::One(c) => c[e],
+            Linear::Two(a, s, b) => a[e] * s + b[e],
+            Linear::Many(ds) => ds.iter().map(|(c, s)| c[e] * s).sum(),
+        }
+    }
+
+    /// Task boundaries over `nnz` entries: about every `chunk` entries, each moved
+    /// forward to the start of a group (a change of index), so no group spans two tasks.
+    pub fn group_bounds(&self, nnz: usize, chunk: usize) -> Vec<usize> {
+        let mut b = vec![0];
+        let mut at = chunk;
+        while at < nnz {
+            let mut s = at.max(*b.last().unwrap_or(&0));
+            while s < nnz && self.at(s) == self.at(s - 1) {
+                s += 1;
+            }
+            if s >= nnz {
+                break;
+            }
+            b.push(s);
+            at = s + chunk;
+        }
+        b.push(nnz);
+        b
+    }
+
+    /// The groups among entries `lo..hi` (`lo` starts one): index-only work, compiled
+    /// once, branch-free (a write per entry to the current group's slot, which only a
+    /// change of index moves on).
+    ///
+    /// With `short` false (groups expected long), a scan that writes only at each
+    /// group's start, with no per-entry group (`gid` empty) and `longest` from the
+    /// starts: the branch on a change of index is then predictable, and the per-entry
+    /// writes would cost more than the groups' work.
+    pub fn segments(&self, lo: usize, hi: usize, short: bool) -> Segments {
+        #[inline(always)]
+        fn starts_only(lo: usize, hi: usize, key: impl Fn(usize) -> usize) -> Segments {
+            let (mut starts, mut gid) = scratch();
+            starts.clear();
+            gid.clear();
+            starts.push(lo);
+            let mut ids = vec![key(lo)];
+            let mut prev = ids[0];
+            for e in lo + 1..hi {
+                let k = key(e);
+                if k != prev {
+                    starts.push(e);
+                    ids.push(k);
+                    prev = k;
+                }
+            }
+            starts.push(hi);
+            let longest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            Segments {
+                starts,
+                ids,
+                gid,
+                longest,
+            }
+        }
+        #[inline(always)]
+        fn scan(lo: usize, hi: usize, key: impl Fn(usize) -> usize) -> Segments {
+            let n = hi - lo;
+            let (mut starts, mut gid) = scratch();
+            starts.clear();
+            starts.resize(n + 1, 0);
+            gid.clear();
+            gid.resize(n, 0);
+            let mut ids = vec![0; n + 1];
+            let (mut g, mut prev, mut run, mut longest) = (0usize, usize::MAX, 0usize, 0usize);
+            for e in lo..hi {
+                let k = key(e);
+                let new = (k != prev) | (e == lo);
+                starts[g] = e;
+                ids[g] = k;
+                g += new as usize;
+                gid[e - lo] = (g - 1) as u32;
+                run = if new { 1 } else { run + 1 };
+                longest = longest.max(run);
                 prev = k;
             }
+            starts[g] = hi;
+            starts.truncate(g + 1);
+            ids.truncate(g);
+            Segments {
+                starts,
+                ids,
+                gid,
+                longest,
+            }
+        }
+        if lo >= hi {
+            return Segments {
+                starts: vec![hi],
+                ids: Vec::new(),
+                gid: Vec::new(),
+                longest: 0,
+            };
+        }
+        match (self, short) {
+            (Linear::One(c), true) => scan(lo, hi, |e| c[e]),
+            (Linear::One(c), false) => starts_only(lo, hi, |e| c[e]),
+            (Linear::Two(a, s, b), true) => {
+                let (a, b) = (&a[..hi], &b[..hi]);
+                scan(lo, hi, |e| a[e] * s + b[e])
+            }
+            (Linear::Two(a, s, b), false) => {
+                let (a, b) = (&a[..hi], &b[..hi]);
+                starts_only(lo, hi, |e| a[e] * s + b[e])
+            }
+            (Linear::Many(_), true) => scan(lo, hi, |e| self.at(e)),
+            (Linear::Many(_), false) => starts_only(lo, hi, |e| self.at(e)),
+        }
+    }
+
+    /// Where each group of `nnz` entries (a change of index) starts, and its index,
+    /// over every entry: tasks of whole groups scanned in parallel.
+    pub fn starts_and_ids(&self, nnz: usize) -> (Vec<usize>, Vec<usize>) {
+        let bounds = self.group_bounds(nnz, 1 << 15);
+        let parts: Vec<(Vec<usize>, Vec<usize>)> = par::map(bounds.len() - 1, |c| {
+            let s = self.segments(bounds[c], bounds[c + 1], false);
+            let starts = s.starts[..s.ids.len()].to_vec();
+            Segments::recycle(s.starts, s.gid);
+            (starts, s.ids)
+        });
+        let n: usize = parts.iter().map(|p| p.1.len()).sum();
+        let (mut starts, mut ids) = (Vec::with_capacity(n + 1), Vec::with_capacity(n));
+        for (s, i) in parts {
+            starts.extend_from_slice(&s);
+            ids.extend_from_slice(&i);
         }
         (starts, ids)
     }
-    let parts: Vec<(Vec<usize>, Vec<usize>)> = par::map(nnz.div_ceil(CHUNK), |c| {
-        let (lo, hi) = (c * CHUNK, ((c + 1) * CHUNK).min(nnz));
-        match (lead, st) {
-            ([], _) => scan(lo, hi, if lo == 0 { NONE } else { 0 }, |_| 0),
-            ([a], _) => {
-                let a = &a[..hi];
-                scan(lo, hi, if lo == 0 { NONE } else { a[lo - 1] }, |e| a[e])
-            }
-            ([a, b], [sa, _]) => {
-                let (a, b, sa) = (&a[..hi], &b[..hi], *sa);
-                let prev = if lo == 0 {
-                    NONE
-                } else {
-                    a[lo - 1] * sa + b[lo - 1]
-                };
-                scan(lo, hi, prev, |e| a[e] * sa + b[e])
-            }
-            _ => {
-                let key = |e: usize| lead.iter().zip(st).map(|(c, s)| c[e] * s).sum::<usize>();
-                scan(lo, hi, if lo == 0 { NONE } else { key(lo - 1) }, key)
-            }
-        }
-    });
-    let n: usize = parts.iter().map(|p| p.0.len()).sum();
-    let (mut starts, mut ids) = (Vec::with_capacity(n + 1), Vec::with_capacity(n));
-    for (s, i) in parts {
-        starts.extend_from_slice(&s);
-        ids.extend_from_slice(&i);
-    }
-    (starts, ids)
 }
 
 /// The permutation that sorts `flat` (distinct values) increasingly.
