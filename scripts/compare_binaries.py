@@ -19,6 +19,13 @@ JOBS = [
              "sum,mean,amax,var,softmax,median", "--repeat", "7"]),
     ("csr-dim0", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001",
                   "--op", "sum", "--dim", "0", "--repeat", "7"]),
+    # a separate random mask: validity bits, the output's indices packed by them
+    ("csr-mask", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001",
+                  "--mask-source", "random", "--op", "sum,softmax,median", "--repeat", "7"]),
+    # the algebra and the VJPs on CSR (two structures merged under `and`; fused)
+    ("csr-alg", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001",
+                 "--masks", "and", "--op", "add,exp,sum-of-mul,vjp-softmax,vjp-median",
+                 "--repeat", "7"]),
     ("coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01", "--dim", "2",
              "--op", "sum,amax,median,softmax", "--repeat", "7"]),
 ]

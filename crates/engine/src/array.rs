@@ -21,7 +21,7 @@ use crate::by_name::{
     self, BinOp, Discard, Kind, OpRequest, Outcome, SparseOutcome, SparseZipOutcome, ZipOutcome,
 };
 use layout_coo::{CooMask, MaskedCoo};
-use layout_csr::{CsrMapped, CsrMask, MaskedCsr};
+use layout_csr::{CsrIndex, CsrMapped, CsrMask, MaskedCsr};
 use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
 use masked_core::registry::apply_to;
 use masked_core::{
@@ -68,7 +68,7 @@ impl<'a> Family for DenseViewOf<'a> {
 /// The CSR view family: a [`MaskedCsr`] with column indices of type `I` (`usize`, or
 /// `u32` where the caller holds 32-bit indices: scipy's int32, the bench's matrices).
 pub struct CsrViewOf<'a, I = usize>(PhantomData<&'a I>);
-impl<'a, I: SpIndex + 'static> Family for CsrViewOf<'a, I> {
+impl<'a, I: CsrIndex> Family for CsrViewOf<'a, I> {
     type Of<T: Element> = MaskedCsr<'a, T, I, usize>;
 }
 
@@ -494,7 +494,7 @@ impl ArrayRef<'_> {
     }
 }
 
-fn csr_vjp<T: Element, I: SpIndex + 'static>(
+fn csr_vjp<T: Element, I: CsrIndex>(
     x: &MaskedCsr<'_, T, I, usize>,
     req: &OpRequest,
     map: bool,

@@ -16,7 +16,7 @@
 //! ```
 
 use layout_coo::MaskedCoo;
-use layout_csr::{CsrMapped, MaskedCsr};
+use layout_csr::{CsrIndex, CsrMapped, MaskedCsr};
 use layout_dense::{MaskedArrayD, MaskedView};
 pub use masked_core::binary::{promote, promote_scalar, BinOp};
 use masked_core::binary::{CmpZip, FloatZip, KeepZip, Swapped};
@@ -136,7 +136,7 @@ fn sparse_mapped<O: Element, I: SpIndex>(m: CsrMapped<'_, O, I>) -> SparseOutcom
     }
 }
 
-impl<T: Element, I: SpIndex + 'static, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, Iptr> {
+impl<T: Element, I: CsrIndex, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, Iptr> {
     type Out = SparseOutcome;
     fn reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
         sparse_reduced(r)
@@ -313,9 +313,9 @@ macro_rules! zip_by_name {
 zip_by_name! {
     ['a, 'b, T: Element] MaskedView<'a, T, IxDyn>, MaskedView<'b, T, IxDyn> => ZipOutcome, dense_zipped;
     ['a, T: Element] MaskedView<'a, T, IxDyn>, Splat<T> => ZipOutcome, dense_zipped;
-    ['a, 'b, T: Element, I: SpIndex, P: SpIndex, P2: SpIndex] MaskedCsr<'a, T, I, P>, MaskedCsr<'b, T, I, P2> => SparseZipOutcome, csr_zipped;
-    ['a, T: Element, I: SpIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, Splat<T> => SparseZipOutcome, csr_zipped;
-    ['a, 'b, T: Element, I: SpIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, csr_zipped;
+    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex, P2: SpIndex] MaskedCsr<'a, T, I, P>, MaskedCsr<'b, T, I, P2> => SparseZipOutcome, csr_zipped;
+    ['a, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, Splat<T> => SparseZipOutcome, csr_zipped;
+    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, csr_zipped;
     [T: Element] MaskedCoo<T>, MaskedCoo<T> => SparseZipOutcome, sparse_zipped;
     [T: Element] MaskedCoo<T>, Splat<T> => SparseZipOutcome, sparse_zipped;
     ['b, T: Element] MaskedCoo<T>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, sparse_zipped;

@@ -3,7 +3,7 @@
 
 use crate::pattern::size_of;
 use crate::{CooMask, CooPattern, MaskedCoo};
-use layout_csr::{CsrMask, MaskedCsr, Pattern};
+use layout_csr::{CsrIndex, CsrMask, MaskedCsr, Pattern};
 use layout_dense::{MaskedArray, MaskedArrayD};
 use masked_core::{BitMask, Element, MaskedError, Result};
 use ndarray::{ArrayD, Data, Dimension, IxDyn};
@@ -119,7 +119,7 @@ fn csr_pattern<I: SpIndex>(
 ///
 /// # Errors
 /// [`MaskedError::InvalidData`] when `rows * cols` overflows.
-impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> TryFrom<&MaskedCsr<'a, T, I, Iptr>>
+impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> TryFrom<&MaskedCsr<'a, T, I, Iptr>>
     for MaskedCoo<T>
 {
     type Error = MaskedError;
@@ -213,7 +213,7 @@ pub fn dense_to_csr<T: Element, S: Data<Elem = T>, D: Dimension>(
 ///
 /// # Errors
 /// As `TryFrom<&MaskedCoo> for MaskedArrayD`.
-pub fn csr_to_dense<T: Element, I: SpIndex, Iptr: SpIndex>(
+pub fn csr_to_dense<T: Element, I: CsrIndex, Iptr: SpIndex>(
     a: &MaskedCsr<'_, T, I, Iptr>,
 ) -> Result<MaskedArrayD<T>> {
     MaskedArrayD::try_from(&MaskedCoo::try_from(a)?)

@@ -10,7 +10,7 @@ use crate::group::rows_in_order;
 use crate::lanes::{out_shape, CooLanes};
 use crate::zip::fill_chunks;
 use crate::{CooPattern, MaskedCoo};
-use layout_csr::{DynEntries, EntryValues, FusedLanes};
+use layout_csr::{Cols, ColsBuf, DynEntries, EntryValues, FusedLanes};
 use layout_dense::{DenseOperand, EntryRhs as Rhs, MaskedArray, Unary};
 use masked_core::binary::failed_at;
 use masked_core::{
@@ -263,9 +263,7 @@ impl<'a, O: Element> CooZipView<'a, O> {
         dims: &Dims,
         keepdim: bool,
         full: bool,
-        run: impl FnOnce(
-            &FusedLanes<'_, O, usize, &(dyn EntryValues<O> + 'a)>,
-        ) -> Result<SparseArray<R>>,
+        run: impl FnOnce(&FusedLanes<'_, O, &(dyn EntryValues<O> + 'a)>) -> Result<SparseArray<R>>,
     ) -> Result<Option<SparseArray<R>>> {
         let Some(src) = self.lazy() else {
             return Ok(None);
@@ -286,7 +284,7 @@ impl<'a, O: Element> CooZipView<'a, O> {
             FusedLanes::new_unchecked(
                 (g.indptr.len() - 1, g.ncols),
                 Cow::Borrowed(&g.indptr[..]),
-                Cow::Borrowed(&g.cols[..]),
+                ColsBuf::Borrowed(Cols::Usize(&g.cols[..])),
                 self.valid.as_deref().map(Cow::Borrowed),
                 self.fill,
                 src,

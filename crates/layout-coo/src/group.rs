@@ -3,7 +3,7 @@
 //! then fold, gather or map every row.
 
 use crate::pattern::{flat_of, size_of};
-use layout_csr::CsrLanes;
+use layout_csr::{Cols, CsrLanes};
 use masked_core::{Element, Result, SparseArray};
 use masked_kernels::par;
 use rayon::prelude::*;
@@ -54,7 +54,7 @@ pub(crate) struct Grouped<'a, T: Clone> {
 
 impl<T: Element> Grouped<'_, T> {
     /// The lanes the CSR kernels run on.
-    pub fn lanes(&self, fill: bool) -> Result<CsrLanes<'_, T, usize>> {
+    pub fn lanes(&self, fill: bool) -> Result<CsrLanes<'_, T>> {
         if self
             .valid
             .as_ref()
@@ -73,7 +73,7 @@ impl<T: Element> Grouped<'_, T> {
             CsrLanes::new_unchecked(
                 (self.rows.indptr.len() - 1, self.rows.ncols),
                 &self.rows.indptr,
-                &self.rows.cols,
+                Cols::Usize(&self.rows.cols),
                 &self.values,
                 self.valid.as_deref(),
                 fill,

@@ -69,7 +69,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
         dims: &Dims,
         keepdim: bool,
         full: bool,
-        run: impl FnOnce(&layout_csr::CsrLanes<'_, T, usize>) -> Result<SparseArray<O>>,
+        run: impl FnOnce(&layout_csr::CsrLanes<'_, T>) -> Result<SparseArray<O>>,
     ) -> Result<SparseArray<O>> {
         let reduced = dims.canonical(self.shape().len())?;
         let g = self.grouped(&reduced, full)?;
@@ -594,9 +594,8 @@ impl<'a, T: Element> CooLanes<'a, T> {
         let g = self.grouped(&[d], false)?;
         let out = g.lanes(self.fill)?.map_lanes(map, 1)?;
         let (len, inner) = (shape[d], shape[d + 1..].iter().product::<usize>());
-        let indptr = out.indptr();
-        let indptr = indptr.raw_storage();
-        let cols = out.indices();
+        let indptr = &out.indptr;
+        let cols = out.indices.cols();
         let flat: Vec<usize> = par::flat_map_ranges(indptr.len() - 1, 1 << 12, |rs, out| {
             for r in rs {
                 let gid = g.rows.id(r);
@@ -606,13 +605,11 @@ impl<'a, T: Element> CooLanes<'a, T> {
                     (gid / inner, gid % inner)
                 };
                 out.extend(
-                    cols[indptr[r]..indptr[r + 1]]
-                        .iter()
-                        .map(|&c| (outer * len + c) * inner + low),
+                    (indptr[r]..indptr[r + 1]).map(|k| (outer * len + cols.get(k)) * inner + low),
                 );
             }
         });
-        let (_, _, values) = out.into_raw_storage();
+        let values = out.values;
         if inner == 1 {
             return SparseArray::new(shape.to_vec(), flat, values);
         }

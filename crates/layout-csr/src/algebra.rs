@@ -2,7 +2,7 @@
 //! predicates, `masked_where`, `where`, `fill` / `filled` and `compress`. Nothing is
 //! densified except by `filled`, which says so.
 
-use crate::{CsrMapped, MaskedCsr, PatternI};
+use crate::{CsrIndex, CsrMapped, MaskedCsr, PatternI};
 use masked_core::binary::{select_merge, PredZip, Predicate};
 use masked_core::mask::merge_positions;
 use masked_core::{
@@ -36,7 +36,7 @@ impl<I: SpIndex> PatternI<I> {
     }
 }
 
-impl<'a, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
+impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// The valid positions as a pattern.
     ///
     /// # Errors
@@ -144,7 +144,7 @@ impl<'a, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'a, T, I, Ip
 ///
 /// # Errors
 /// Different shapes, a condition that does not broadcast, an operand without a mask.
-pub fn select<'a, T: Element, I: SpIndex, P1: SpIndex, P2: SpIndex>(
+pub fn select<'a, T: Element, I: CsrIndex, P1: SpIndex, P2: SpIndex>(
     cond: &BitMask,
     a: &MaskedCsr<'a, T, I, P1>,
     b: &MaskedCsr<'_, T, I, P2>,
@@ -162,12 +162,17 @@ pub fn select<'a, T: Element, I: SpIndex, P1: SpIndex, P2: SpIndex>(
         return Err(MaskedError::densifying("where"));
     }
     let c = cond.broadcast_to(&[shape.0, shape.1])?;
+    let (Some(ia), Some(ib)) = (I::of(la.indices), I::of(lb.indices)) else {
+        return Err(MaskedError::InvalidData(
+            "column indices of another width than the matrix type's".into(),
+        ));
+    };
     let mut indptr = vec![0usize];
     let (mut idx, mut val) = (Vec::new(), Vec::new());
     for r in 0..shape.0 {
         select_merge(
-            la.side(la.row(r)),
-            lb.side(lb.row(r)),
+            la.side(ia, la.row(r)),
+            lb.side(ib, lb.row(r)),
             |col: I| c.get(r * shape.1 + col.index()),
             &mut idx,
             &mut val,

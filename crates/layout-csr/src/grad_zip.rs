@@ -5,19 +5,19 @@
 //! summed into a dense operand's (broadcast) positions, or into a scalar. Work is
 //! O(nnz + output); nothing is densified.
 
-use crate::{CsrMapped, MaskedCsr};
+use crate::{CsrIndex, CsrMapped, MaskedCsr};
 use layout_dense::{DenseOperand, MaskedArray, MaskedArrayD};
 use masked_core::binary::{spread, BinOp, PartialZip};
 use masked_core::{
     binary_grad_op, Element, Float, MaskRule, MaskedError, OpRequest, Result, Splat, ZipKernels,
 };
 use masked_kernels::par;
-use sprs::{CsMatBase, SpIndex};
+use sprs::SpIndex;
 
 /// The gradients of a CSR operand and a CSR operand.
 pub type CsrGradients<'m, 'b, R, I> = (CsrMapped<'m, R, I>, CsrMapped<'b, R, I>);
 
-impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
+impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// The vector-Jacobian product of the binary elementwise op `req` (`add`, `mul`,
     /// `atan2`, ...: the op `self.op(rhs, rule)` runs) with another CSR matrix: the
     /// gradients with respect to both operands given `g`, the upstream gradient stored
@@ -160,16 +160,17 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'m, T, I, Ip
     fn onto_valid(&self, o: CsrMapped<'_, T::Real, I>) -> Result<CsrMapped<'m, T::Real, I>> {
         let (ptr, idx) = self.lanes().valid_structure()?;
         let (optr, oidx, ovals) = o.into_raw_storage();
-        let values = if optr == ptr && oidx[..] == idx[..] {
+        let own = I::typed(idx.clone());
+        let values = if optr == ptr && oidx[..] == own[..] {
             ovals
         } else {
-            let mut values = vec![T::Real::default(); idx.len()];
+            let mut values = vec![T::Real::default(); own.len()];
             let mut rest = &mut values[..];
             let mut ok = true;
             for r in 0..ptr.len() - 1 {
                 let (here, tail) = rest.split_at_mut(ptr[r + 1] - ptr[r]);
                 let (e, f) = (ptr[r]..ptr[r + 1], optr[r]..optr[r + 1]);
-                ok &= spread(&idx[e], &oidx[f.clone()], &ovals[f], here);
+                ok &= spread(&own[e], &oidx[f.clone()], &ovals[f], here);
                 rest = tail;
             }
             if !ok {
@@ -179,11 +180,13 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedCsr<'m, T, I, Ip
             }
             values
         };
-        let (r, c) = self.mat.shape();
-        // SAFETY: this matrix's valid structure (checked when it was built), with one
-        // value per entry.
-        let out = unsafe {
-            CsMatBase::new_unchecked(sprs::CompressedStorage::CSR, (r, c), ptr, idx, values)
+        // this matrix's valid structure (checked when it was built), with one value per
+        // entry
+        let out = crate::LanesMapped {
+            shape: self.mat.shape(),
+            indptr: ptr,
+            indices: idx,
+            values,
         };
         self.owned_by_input(out)
     }

@@ -3,10 +3,10 @@
 
 // named by the docs' links (a plain import: links of items inlined into the facade
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
+use crate::cols::{with_cols, Cols, ColsBuf, LanesMapped};
 use crate::partition::{groups, row_tasks, Task};
 use crate::prebuilt;
 use masked_core::grad::{grad_runs, sparse_lanes, SparseUpstream};
-use masked_core::prebuilt::{is, same};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
@@ -52,10 +52,10 @@ pub type CsrMapped<'a, O, I> = CsMatBase<O, I, Vec<usize>, Cow<'a, [I]>, Vec<O>,
 /// [`crate::Pattern`]): every column index is below `shape.1`; the column fold indexes
 /// its per-column arrays without bounds checks on it.
 #[derive(Debug, Clone)]
-pub struct CsrLanes<'a, T, I: SpIndex = usize> {
+pub struct CsrLanes<'a, T> {
     pub(crate) shape: (usize, usize),
     pub(crate) indptr: &'a [usize],
-    pub(crate) indices: &'a [I],
+    pub(crate) indices: Cols<'a>,
     pub(crate) values: &'a [T],
     pub(crate) valid: Option<Cow<'a, [u64]>>,
     pub(crate) fill: bool,
@@ -127,10 +127,10 @@ fn first_gap(stored: impl Iterator<Item = usize>) -> usize {
 }
 
 /// The structure rules of [`CsrLanes::try_new`] (all but the value count).
-fn check_structure<I: SpIndex>(
+fn check_structure(
     shape: (usize, usize),
     indptr: &[usize],
-    indices: &[I],
+    indices: Cols<'_>,
     valid: Option<&[u64]>,
 ) -> Result<()> {
     let bad = |m: String| Err(MaskedError::InvalidData(m));
@@ -150,10 +150,10 @@ fn check_structure<I: SpIndex>(
     }
     const ROWS: usize = 1 << 12;
     let broken = par::map(shape.0.div_ceil(ROWS), |c| {
-        (c * ROWS..((c + 1) * ROWS).min(shape.0)).find(|&r| {
-            let row = &indices[indptr[r]..indptr[r + 1]];
+        with_cols!(indices, ix => (c * ROWS..((c + 1) * ROWS).min(shape.0)).find(|&r| {
+            let row = &ix[indptr[r]..indptr[r + 1]];
             row.windows(2).any(|w| w[0] >= w[1]) || row.last().is_some_and(|c| c.index() >= shape.1)
-        })
+        }))
     })
     .into_iter()
     .flatten()
@@ -167,7 +167,7 @@ fn check_structure<I: SpIndex>(
     Ok(())
 }
 
-impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
+impl<'a, T: Element> CsrLanes<'a, T> {
     /// Lanes over raw parts: rows `indptr` (from 0 to `indices.len()`, non-decreasing),
     /// column `indices` strictly increasing within each row and below `shape.1`, one
     /// value per entry, optional validity bits (bit `k` of the words for entry `k`), and
@@ -179,17 +179,18 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     /// [`MaskedError::InvalidData`] naming the first broken rule.
     ///
     /// ```
-    /// use masked::csr::CsrLanes;
     /// use masked::MaskedOps;
-    /// let (indptr, cols, vals) = ([0, 2, 2], [1usize, 3], [4.0f64, 5.0]);
-    /// let l = CsrLanes::try_new((2, 4), &indptr, &cols, &vals, None, false).unwrap();
+    /// use masked::csr::{Cols, CsrLanes};
+    /// let (indptr, cols, vals) = ([0, 2, 2], [1u32, 3], [4.0f64, 5.0]);
+    /// let l = CsrLanes::try_new((2, 4), &indptr, Cols::U32(&cols), &vals, None, false).unwrap();
     /// assert_eq!(l.sum(1, false).unwrap().values(), &[9.0]);
-    /// assert!(CsrLanes::try_new((2, 4), &indptr, &[3usize, 1], &vals, None, false).is_err());
+    /// let bad = Cols::Usize(&[3, 1]);
+    /// assert!(CsrLanes::try_new((2, 4), &indptr, bad, &vals, None, false).is_err());
     /// ```
     pub fn try_new(
         shape: (usize, usize),
         indptr: &'a [usize],
-        indices: &'a [I],
+        indices: Cols<'a>,
         values: &'a [T],
         valid: Option<&'a [u64]>,
         fill: bool,
@@ -227,7 +228,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     pub unsafe fn new_unchecked(
         shape: (usize, usize),
         indptr: &'a [usize],
-        indices: &'a [I],
+        indices: Cols<'a>,
         values: &'a [T],
         valid: Option<&'a [u64]>,
         fill: bool,
@@ -249,7 +250,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
 
     /// The same lanes with validity bits `!is_nan` ANDed in (unstored zeros stay
     /// valid); the bits are owned, the structure and values still borrowed.
-    pub fn nan_masked(&self) -> CsrLanes<'a, T, I> {
+    pub fn nan_masked(&self) -> CsrLanes<'a, T> {
         CsrLanes {
             valid: Some(Cow::Owned(not_nan_words(
                 self.values,
@@ -300,21 +301,22 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             .map_or(e.len(), |b| b.count_ones(e.len()))
     }
 
+    #[inline]
     pub(crate) fn col(&self, k: usize) -> usize {
-        self.indices[k].index_unchecked()
+        self.indices.get(k)
     }
 }
 
-impl<'a, T: Element, I: SpIndex + 'static> MaskedReduce<T> for CsrLanes<'a, T, I> {
+impl<'a, T: Element> MaskedReduce<T> for CsrLanes<'a, T> {
     type Reduced<O: Element> = SparseArray<O>;
-    type Mapped<O: Element> = CsrMapped<'a, O, I>;
+    type Mapped<O: Element> = LanesMapped<'a, O>;
     type NanMasked<'b>
-        = CsrLanes<'b, T, I>
+        = CsrLanes<'b, T>
     where
         Self: 'b;
 
     /// The same lanes with validity bits `!is_nan` ANDed in (unstored zeros stay valid).
-    fn without_nans(&self) -> Result<CsrLanes<'_, T, I>> {
+    fn without_nans(&self) -> Result<CsrLanes<'_, T>> {
         Ok(self.nan_masked())
     }
 
@@ -324,10 +326,7 @@ impl<'a, T: Element, I: SpIndex + 'static> MaskedReduce<T> for CsrLanes<'a, T, I
         dims: &Dims,
         keepdim: bool,
     ) -> Result<SparseArray<F::Output>> {
-        match self.with_usize_indices() {
-            Some(l) => prebuilt::fold_lanes(op, l, dims, keepdim),
-            None => self.kernel_fold_lanes(op, dims, keepdim),
-        }
+        prebuilt::fold_lanes(op, self, dims, keepdim)
     }
 
     fn stat_lanes<S: LaneStat<T>>(
@@ -336,10 +335,7 @@ impl<'a, T: Element, I: SpIndex + 'static> MaskedReduce<T> for CsrLanes<'a, T, I
         dims: &Dims,
         keepdim: bool,
     ) -> Result<SparseArray<S::Output>> {
-        match self.with_usize_indices() {
-            Some(l) => prebuilt::stat_lanes(stat, l, dims, keepdim),
-            None => self.kernel_stat_lanes(stat, dims, keepdim),
-        }
+        prebuilt::stat_lanes(stat, self, dims, keepdim)
     }
 
     /// Along dim 1 or 0; the output stores exactly the valid entries. Without a mask
@@ -352,20 +348,12 @@ impl<'a, T: Element, I: SpIndex + 'static> MaskedReduce<T> for CsrLanes<'a, T, I
         &self,
         map: &M,
         zero_preserving: bool,
-    ) -> Result<CsrMapped<'a, O<M, T>, I>> {
-        match self.with_usize_indices() {
-            // SAFETY: I is usize (checked by `with_usize_indices`).
-            Some(l) => unsafe { same(prebuilt::map_elements(map, l, zero_preserving)) },
-            None => self.kernel_map_elements(map, zero_preserving),
-        }
+    ) -> Result<LanesMapped<'a, O<M, T>>> {
+        prebuilt::map_elements(map, self, zero_preserving)
     }
 
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsrMapped<'a, O<M, T>, I>> {
-        match self.with_usize_indices() {
-            // SAFETY: I is usize (checked by `with_usize_indices`).
-            Some(l) => unsafe { same(prebuilt::map_lanes(map, l, dim)) },
-            None => self.kernel_map_lanes(map, dim),
-        }
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<LanesMapped<'a, O<M, T>>> {
+        prebuilt::map_lanes(map, self, dim)
     }
 
     /// Over rows, columns or all entries; the gradient stores exactly the valid entries
@@ -378,7 +366,7 @@ impl<'a, T: Element, I: SpIndex + 'static> MaskedReduce<T> for CsrLanes<'a, T, I
         keepdim: bool,
         g: &SparseArray<T::Real>,
         saved: Option<&SparseArray<T::Real>>,
-    ) -> Result<CsrMapped<'a, T::Real, I>> {
+    ) -> Result<LanesMapped<'a, T::Real>> {
         let want = out_shape(self.shape, axis(dims)?, keepdim);
         let up = SparseUpstream::reduced(grad.name(), g, want.clone())?;
         let saved = match saved.filter(|_| grad.uses_output()) {
@@ -394,18 +382,68 @@ impl<'a, T: Element, I: SpIndex + 'static> MaskedReduce<T> for CsrLanes<'a, T, I
         &self,
         grad: &G,
         dim: isize,
-        g: &CsrMapped<'a, T::Real, I>,
-        saved: Option<&CsrMapped<'a, T::Real, I>>,
-    ) -> Result<CsrMapped<'a, T::Real, I>> {
+        g: &LanesMapped<'a, T::Real>,
+        saved: Option<&LanesMapped<'a, T::Real>>,
+    ) -> Result<LanesMapped<'a, T::Real>> {
+        self.grad_mapped_parts(grad, dim, g.parts(), saved.map(LanesMapped::parts))
+    }
+}
+
+/// A map's result borrowed as its parts (a typed or an erased one): what a map's VJP
+/// checks the upstream gradient and saved output against.
+pub(crate) struct MappedParts<'m, R> {
+    pub(crate) shape: (usize, usize),
+    pub(crate) indptr: &'m [usize],
+    pub(crate) indices: Cols<'m>,
+    pub(crate) values: &'m [R],
+}
+
+impl<R> LanesMapped<'_, R> {
+    /// The result borrowed as its parts.
+    pub(crate) fn parts(&self) -> MappedParts<'_, R> {
+        MappedParts {
+            shape: self.shape,
+            indptr: &self.indptr,
+            indices: self.indices.cols(),
+            values: &self.values,
+        }
+    }
+}
+
+/// A typed CSR result borrowed as its parts.
+pub(crate) fn csr_parts<'m, R, I: crate::CsrIndex>(
+    m: &'m CsrMapped<'_, R, I>,
+) -> MappedParts<'m, R> {
+    let (indptr, indices, values) = m.view().into_raw_storage();
+    MappedParts {
+        shape: m.shape(),
+        indptr,
+        indices: I::cols(indices),
+        values,
+    }
+}
+
+impl<'a, T: Element> CsrLanes<'a, T> {
+    /// [`MaskedReduce::grad_mapped`] on the parts of the upstream gradient and saved
+    /// output.
+    pub(crate) fn grad_mapped_parts<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dim: isize,
+        g: MappedParts<'_, T::Real>,
+        saved: Option<MappedParts<'_, T::Real>>,
+    ) -> Result<LanesMapped<'a, T::Real>> {
         let d = wrap_dim(dim, 2)?;
         let (ptr, idx) = self.valid_structure()?;
         let saved = saved.filter(|_| grad.uses_output());
-        for (m, what) in [(Some(g), "upstream gradient"), (saved, "saved output")] {
+        for (m, what) in [
+            (Some(&g), "upstream gradient"),
+            (saved.as_ref(), "saved output"),
+        ] {
             let Some(m) = m else { continue };
             // the same arrays (the forward output shares them) or equal ones
             let same = |a: &[usize], b: &[usize]| std::ptr::eq(a, b) || a == b;
-            let same_idx = std::ptr::eq(m.indices(), &idx[..]) || m.indices() == &idx[..];
-            if m.shape() != self.shape || !same(m.indptr().raw_storage(), &ptr) || !same_idx {
+            if m.shape != self.shape || !same(m.indptr, &ptr) || !m.indices.same_as(&idx.cols()) {
                 return Err(MaskedError::InvalidArgument {
                     name: what,
                     value: grad.name().to_string(),
@@ -414,34 +452,36 @@ impl<'a, T: Element, I: SpIndex + 'static> MaskedReduce<T> for CsrLanes<'a, T, I
                 });
             }
         }
-        let saved = saved.map(|y| SparseUpstream::PerElement(y.data()));
-        self.grad_entries(grad, &[d], SparseUpstream::PerElement(g.data()), saved)
+        let saved = saved.map(|y| SparseUpstream::PerElement(y.values));
+        self.grad_entries(grad, &[d], SparseUpstream::PerElement(g.values), saved)
     }
-}
 
-impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
     /// The structure of the valid entries: row pointers and column indices (this
     /// structure's own, borrowed, when every entry is valid). Without a mask every
     /// position is valid, and a gradient would store them all: an error.
-    pub(crate) fn valid_structure(&self) -> Result<(Vec<usize>, Cow<'a, [I]>)> {
+    pub(crate) fn valid_structure(&self) -> Result<(Vec<usize>, ColsBuf<'a>)> {
         if self.fill {
             return Err(MaskedError::densifying("a gradient"));
         }
-        if self.valid.is_none() {
-            return Ok((self.indptr.to_vec(), Cow::Borrowed(self.indices)));
+        Ok((
+            self.valid_indptr(),
+            self.indices.kept(self.valid.as_deref()),
+        ))
+    }
+
+    /// The row pointer of the valid entries (this structure's own when all are valid).
+    pub(crate) fn valid_indptr(&self) -> Vec<usize> {
+        let Some(w) = self.valid.as_deref() else {
+            return self.indptr.to_vec();
+        };
+        let nrows = self.shape.0;
+        let mut p = Vec::with_capacity(nrows + 1);
+        p.push(0);
+        for r in 0..nrows {
+            let e = self.row(r);
+            p.push(p[r] + Bits::new(w, e.start).count_ones(e.len()));
         }
-        let mut ptr = Vec::with_capacity(self.shape.0 + 1);
-        ptr.push(0);
-        let mut idx = Vec::new();
-        for r in 0..self.shape.0 {
-            idx.extend(
-                self.row(r)
-                    .filter(|&k| self.is_valid(k))
-                    .map(|k| self.indices[k]),
-            );
-            ptr.push(idx.len());
-        }
-        Ok((ptr, Cow::Owned(idx)))
+        p
     }
 
     /// A gradient over the valid entries, stored on their structure.
@@ -451,7 +491,7 @@ impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
         reduced: &[usize],
         g: SparseUpstream<'_, T::Real>,
         saved: Option<SparseUpstream<'_, T::Real>>,
-    ) -> Result<CsrMapped<'a, T::Real, I>> {
+    ) -> Result<LanesMapped<'a, T::Real>> {
         let (ptr, idx) = self.valid_structure()?;
         let ncols = self.shape.1;
         // the valid values, in order: the stored ones themselves when the mask is the
@@ -471,30 +511,25 @@ impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
             let yl = yl.as_deref().unwrap_or(&[]);
             grad_runs(grad, &ptr, &xs, &g.by_lane(rows)?, yl)?
         } else {
-            let mut flat = Vec::with_capacity(idx.len());
+            let cols = idx.cols();
+            let mut flat = Vec::with_capacity(cols.len());
             for r in 0..self.shape.0 {
-                flat.extend((ptr[r]..ptr[r + 1]).map(|k| r * ncols + idx[k].index()));
+                flat.extend((ptr[r]..ptr[r + 1]).map(|k| r * ncols + cols.get(k)));
             }
             sparse_lanes(grad, &[self.shape.0, ncols], reduced, &flat, &xs, g, saved)?
         };
-        // SAFETY: the valid entries of this validated structure, in order: a subset of
-        // each row's sorted, in-range indices, with prefix-sum row pointers.
-        Ok(unsafe {
-            CsMatBase::new_unchecked(sprs::CompressedStorage::CSR, self.shape, ptr, idx, values)
+        Ok(LanesMapped {
+            shape: self.shape,
+            indptr: ptr,
+            indices: idx,
+            values,
         })
     }
 }
 
 /// The lane kernels themselves; the trait methods above dispatch to them through
-/// `prebuilt` (compiled in this crate for `f32`/`f64` with `usize` indices).
-impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
-    /// These lanes with their index type named `usize`, when it is.
-    fn with_usize_indices(&self) -> Option<&CsrLanes<'a, T, usize>> {
-        // SAFETY: I is usize (equal TypeIds): an identity cast.
-        is::<I, usize>()
-            .then(|| unsafe { &*(self as *const Self as *const CsrLanes<'a, T, usize>) })
-    }
-
+/// `prebuilt` (compiled in this crate for `f32`/`f64`).
+impl<'a, T: Element> CsrLanes<'a, T> {
     pub(crate) fn kernel_fold_lanes<F: Fold<T>>(
         &self,
         op: &F,
@@ -525,7 +560,7 @@ impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
         &self,
         map: &M,
         zero_preserving: bool,
-    ) -> Result<CsrMapped<'a, O<M, T>, I>> {
+    ) -> Result<LanesMapped<'a, O<M, T>>> {
         if self.fill {
             if !zero_preserving {
                 return Err(MaskedError::densifying(map.name()));
@@ -543,29 +578,22 @@ impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
         &self,
         map: &M,
         dim: isize,
-    ) -> Result<CsrMapped<'a, O<M, T>, I>> {
+    ) -> Result<LanesMapped<'a, O<M, T>>> {
         let d = wrap_dim(dim, 2)?;
         if self.fill {
             let (indptr, indices, values, words) = self.filled();
             let full = CsrLanes {
                 shape: self.shape,
                 indptr: &indptr,
-                indices: &indices,
+                indices: Cols::Usize(&indices),
                 values: &values,
                 valid: Some(Cow::Owned(words)),
                 fill: false,
             };
             let out = full.kernel_map_lanes(map, dim)?;
-            let (indptr, indices, values) = out.into_raw_storage();
-            // SAFETY: unchanged from a structure just built by `map_lanes`.
-            return Ok(unsafe {
-                CsMatBase::new_unchecked(
-                    sprs::CompressedStorage::CSR,
-                    self.shape,
-                    indptr,
-                    Cow::Owned(indices.into_owned()),
-                    values,
-                )
+            return Ok(LanesMapped {
+                indices: out.indices.into_owned(),
+                ..out
             });
         }
         let (indptr, indices, values) = if d == 1 {
@@ -574,26 +602,23 @@ impl<'a, T: Element, I: SpIndex + 'static> CsrLanes<'a, T, I> {
             self.map_cols(map)
         };
         if indptr.len() != self.shape.0 + 1
-            || indices.len() != values.len()
-            || indptr.last() != Some(&indices.len())
+            || indices.cols().len() != values.len()
+            || indptr.last() != Some(&values.len())
         {
             return Err(MaskedError::InvalidData(
                 "inconsistent mapped structure".into(),
             ));
         }
-        // SAFETY: the structure is a subset, in order, of this lane structure's entries:
-        // the row pointer is non-decreasing from 0 to `indices.len()` (checked just
-        // above for its ends and length; built by prefix sums), and every row's indices
-        // are a subsequence of a validated row (a sprs matrix or a `Pattern`): sorted,
-        // without duplicates, below `ncols`. sprs's own check would re-scan 10M entries.
-        Ok(unsafe {
-            CsMatBase::new_unchecked(
-                sprs::CompressedStorage::CSR,
-                self.shape,
-                indptr,
-                indices,
-                values,
-            )
+        // the structure is a subset, in order, of this lane structure's entries: the row
+        // pointer is non-decreasing from 0 to the entry count (checked just above for its
+        // ends and length; built by prefix sums), and every row's indices are a
+        // subsequence of a validated row (a sprs matrix or a `Pattern`): sorted, without
+        // duplicates, below `ncols`.
+        Ok(LanesMapped {
+            shape: self.shape,
+            indptr,
+            indices,
+            values,
         })
     }
 }

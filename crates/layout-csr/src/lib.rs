@@ -1,7 +1,8 @@
 //! # layout-csr
 //!
-//! The CSR layout of the `masked` engine, over `sprs` matrices (owned or views, any
-//! index type: `u32` indices halve the index bytes a kernel reads). Unspecified
+//! The CSR layout of the `masked` engine, over `sprs` matrices (owned or views, with
+//! `u32` or `usize` column indices: `u32` halves the index bytes a kernel reads; the
+//! kernels see either as [`Cols`] and are compiled once for both). Unspecified
 //! (unstored) elements have value 0, and sparse in means sparse out: a reduction returns
 //! a [`SparseArray`] storing exactly the lanes that have a valid element, a
 //! normalization returns a CSR matrix storing exactly the valid elements.
@@ -42,6 +43,7 @@
 #![deny(missing_docs)]
 
 mod algebra;
+mod cols;
 mod grad_zip;
 mod lanes;
 mod partition;
@@ -49,6 +51,7 @@ mod pattern;
 mod prebuilt;
 
 pub use algebra::select;
+pub use cols::{Cols, ColsBuf, CsrIndex, LanesMapped};
 pub use grad_zip::CsrGradients;
 pub use lanes::{CsrEntries, CsrLanes, CsrMapped, CsrZipView, DynEntries, EntryValues, FusedLanes};
 pub use masked_core::SparseArray;
@@ -56,7 +59,7 @@ pub use pattern::{Pattern, PatternI};
 
 // named by the docs' links (a plain import: links of items inlined into the facade
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
-use lanes::Other;
+use lanes::{csr_parts, Other};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
@@ -96,7 +99,7 @@ pub enum CsrMask<I: SpIndex = usize> {
 /// A CSR matrix with a sparse mask. See the [crate docs](crate) for the three kinds of
 /// mask.
 #[derive(Debug, Clone)]
-pub struct MaskedCsr<'a, T, I: SpIndex = usize, Iptr: SpIndex = I> {
+pub struct MaskedCsr<'a, T, I: CsrIndex = usize, Iptr: SpIndex = I> {
     mat: CsMatViewI<'a, T, I, Iptr>,
     indptr: Vec<usize>,
     mask: Mask<T, I>,
@@ -218,7 +221,7 @@ pub(crate) fn dense_with<T: Copy>(
         .map_err(|e| MaskedError::InvalidData(e.to_string()))
 }
 
-impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
+impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     fn build(mat: CsMatViewI<'a, T, I, Iptr>, mask: Mask<T, I>) -> Result<Self> {
         if !mat.is_csr() {
             return Err(MaskedError::InvalidData(
@@ -343,38 +346,31 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// [`MaskedError::ValueCount`] for another count of values;
     /// [`MaskedError::Unsupported`] without a mask (every position valid: a structure
     /// the engine never stores).
-    pub fn on_valid<R>(&self, values: Vec<R>) -> Result<CsrMapped<'_, R, I>>
-    where
-        I: 'static,
-    {
+    pub fn on_valid<R>(&self, values: Vec<R>) -> Result<CsrMapped<'_, R, I>> {
         let (ptr, idx) = self.lanes().valid_structure()?;
-        if values.len() != idx.len() {
+        if values.len() != idx.cols().len() {
             return Err(MaskedError::ValueCount {
-                expected: idx.len(),
+                expected: idx.cols().len(),
                 got: values.len(),
             });
         }
-        // SAFETY: this matrix's valid structure (checked when it was built), with one
-        // value per entry.
-        Ok(unsafe {
-            CsMatBase::new_unchecked(
-                sprs::CompressedStorage::CSR,
-                self.mat.shape(),
-                ptr,
-                idx,
-                values,
-            )
-        })
+        Ok(LanesMapped {
+            shape: self.mat.shape(),
+            indptr: ptr,
+            indices: idx,
+            values,
+        }
+        .typed())
     }
 
     /// The lanes the kernels run on (borrowing this matrix and mask).
-    pub fn lanes(&self) -> CsrLanes<'_, T, I> {
+    pub fn lanes(&self) -> CsrLanes<'_, T> {
         let shape = self.mat.shape();
         match &self.mask {
             Mask::Own { pattern, values } => CsrLanes {
                 shape,
                 indptr: pattern.indptr(),
-                indices: pattern.indices(),
+                indices: I::cols(pattern.indices()),
                 values,
                 valid: None,
                 fill: false,
@@ -382,7 +378,7 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
             m => CsrLanes {
                 shape,
                 indptr: &self.indptr,
-                indices: self.mat.indices(),
+                indices: I::cols(self.mat.indices()),
                 values: self.mat.data(),
                 valid: None,
                 fill: matches!(m, Mask::All),
@@ -391,17 +387,15 @@ impl<'a, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     }
 }
 
-impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedReduce<T>
-    for MaskedCsr<'m, T, I, Iptr>
-{
+impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m, T, I, Iptr> {
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = CsrMapped<'m, O, I>;
     type NanMasked<'a>
-        = CsrLanes<'a, T, I>
+        = CsrLanes<'a, T>
     where
         Self: 'a;
 
-    fn without_nans(&self) -> Result<CsrLanes<'_, T, I>> {
+    fn without_nans(&self) -> Result<CsrLanes<'_, T>> {
         Ok(self.lanes().nan_masked())
     }
 
@@ -453,25 +447,45 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> MaskedReduce<T>
         g: &CsrMapped<'m, T::Real, I>,
         saved: Option<&CsrMapped<'m, T::Real, I>>,
     ) -> Result<CsrMapped<'m, T::Real, I>> {
-        self.owned_by_input(self.lanes().grad_mapped(grad, dim, g, saved)?)
+        let out =
+            self.lanes()
+                .grad_mapped_parts(grad, dim, csr_parts(g), saved.map(|y| csr_parts(y)))?;
+        self.owned_by_input(out)
     }
 }
 
-impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
-    /// A map of this value's lanes, re-tied to the input's lifetime: indices borrowed
-    /// from the lanes are the input's own (kept borrowed) or the mask pattern's, which
-    /// this value owns (copied).
-    fn owned_by_input<O>(&self, out: CsrMapped<'_, O, I>) -> Result<CsrMapped<'m, O, I>> {
-        let (indptr, indices, values) = out.into_raw_storage();
-        let indices = match (indices, &self.mask) {
-            (Cow::Owned(v), _) => Cow::Owned(v),
-            // the lanes' own indices are the mask pattern's, which this value owns
-            (Cow::Borrowed(b), Mask::Own { .. }) => Cow::Owned(b.to_vec()),
+impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
+    /// A map of this value's lanes as a typed result tied to the input's lifetime:
+    /// indices borrowed from the lanes are the input's own (kept borrowed) or the mask
+    /// pattern's, which this value owns (copied).
+    fn owned_by_input<O>(&self, out: LanesMapped<'_, O>) -> Result<CsrMapped<'m, O, I>> {
+        let LanesMapped {
+            indptr,
+            indices,
+            values,
+            ..
+        } = out;
+        let indices: Cow<'m, [I]> = match (indices, &self.mask) {
+            (ColsBuf::Borrowed(_), Mask::Own { pattern, .. }) => {
+                // the lanes' own indices are the mask pattern's, which this value owns
+                Cow::Owned(pattern.indices().to_vec())
+            }
             // ... or the input's, which live as long as the input
-            (Cow::Borrowed(_), _) => Cow::Borrowed(self.mat.into_raw_storage().1),
+            (ColsBuf::Borrowed(_), _) => Cow::Borrowed(self.mat.into_raw_storage().1),
+            (owned, _) => Cow::Owned(I::typed(owned).into_owned()),
         };
-        // SAFETY: the structure `map_lanes` just built and checked, with the same indices
-        // (the borrowed ones are the very slice the lanes used).
+        if indptr.len() != self.mat.rows() + 1
+            || indices.len() != values.len()
+            || indptr.last() != Some(&indices.len())
+        {
+            return Err(MaskedError::InvalidData(
+                "inconsistent CSR result structure".into(),
+            ));
+        }
+        // SAFETY: a kernel's output: a subset, in order, of validated rows (this input's
+        // structure or its mask pattern, or a merge of two such): sorted, unique, in
+        // range; borrowed indices are the very slice the lanes used; the row pointer was
+        // just checked for its length and ends.
         Ok(unsafe {
             CsMatBase::new_unchecked(
                 sprs::CompressedStorage::CSR,
@@ -482,35 +496,17 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
             )
         })
     }
-}
 
-impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// A zip's rows as this input's result (see [`MaskedCsr::owned_by_input`]).
-    fn zipped<O>(&self, rows: (Vec<usize>, Cow<'_, [I]>, Vec<O>)) -> Result<CsrMapped<'m, O, I>> {
+    fn zipped<O>(&self, rows: (Vec<usize>, ColsBuf<'_>, Vec<O>)) -> Result<CsrMapped<'m, O, I>> {
         let (indptr, indices, values) = rows;
-        if indptr.len() != self.mat.rows() + 1
-            || indices.len() != values.len()
-            || indptr.last() != Some(&indices.len())
-        {
-            return Err(MaskedError::InvalidData(
-                "inconsistent zipped structure".into(),
-            ));
-        }
-        // SAFETY: the rows are a subset, in order, of validated rows (this input's
-        // structure or its mask pattern, or a merge of two such): sorted, unique, in
-        // range; the row pointer was just checked for its length and ends.
-        let out = unsafe {
-            CsMatBase::new_unchecked(
-                sprs::CompressedStorage::CSR,
-                self.mat.shape(),
-                indptr,
-                indices,
-                values,
-            )
-        };
-        self.owned_by_input(out)
+        self.owned_by_input(LanesMapped {
+            shape: self.mat.shape(),
+            indptr,
+            indices,
+            values,
+        })
     }
-
     /// The binary op `z(self, rhs)` on two matrices of one structure, its values written
     /// into `out`, a caller's buffer of one value per entry (no fresh pages for a large
     /// result, and nothing allocated in a loop over a fixed pattern). The result's
@@ -563,7 +559,7 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
 
 /// With a scalar: the result stores this matrix's valid positions. Without a mask, the
 /// stored entries are kept when `z(0, s) == 0`, and any other op is an error.
-impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> ZipKernels<T, Splat<T>>
+impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> ZipKernels<T, Splat<T>>
     for MaskedCsr<'m, T, I, Iptr>
 {
     type Zipped<O: Value> = CsrMapped<'m, O, I>;
@@ -585,7 +581,7 @@ impl<'m, T: Element, I: SpIndex, Iptr: SpIndex> ZipKernels<T, Splat<T>>
 
 /// With another CSR matrix of the same shape: values only on a shared structure (the
 /// result shares it too), else one merge pass per row.
-impl<'m, 'b, T: Element, I: SpIndex, Iptr: SpIndex, Iptr2: SpIndex>
+impl<'m, 'b, T: Element, I: CsrIndex, Iptr: SpIndex, Iptr2: SpIndex>
     ZipKernels<T, MaskedCsr<'b, T, I, Iptr2>> for MaskedCsr<'m, T, I, Iptr>
 {
     type Zipped<O: Value> = CsrMapped<'m, O, I>;
@@ -607,7 +603,7 @@ impl<'m, 'b, T: Element, I: SpIndex, Iptr: SpIndex, Iptr2: SpIndex>
         if a.same_structure(&b) && !a.fill {
             self.zipped(a.zip_entries(Other::Same(b.values, b.valid.as_deref()), z, rule)?)
         } else {
-            self.zipped(a.zip_merge(&b, z, rule)?)
+            self.zipped(a.zip_merge::<I, _>(&b, z, rule)?)
         }
     }
 }
@@ -619,7 +615,7 @@ impl<'m, T, I, Iptr, S, D> ZipKernels<T, layout_dense::MaskedArray<S, D>>
     for MaskedCsr<'m, T, I, Iptr>
 where
     T: Element,
-    I: SpIndex,
+    I: CsrIndex,
     Iptr: SpIndex,
     S: ndarray::Data<Elem = T>,
     D: ndarray::Dimension,
@@ -793,6 +789,8 @@ mod tests {
         }
         // the nan-family's dropped NaN, a separate mask, no mask: owned, own pattern
         let nan = a.without_nans().unwrap().cumsum(1).unwrap();
+        assert!(!nan.indices.is_borrowed());
+        let nan = nan.typed::<usize>();
         assert!(!same(&nan));
         assert_eq!(nan.indices(), &[0, 0, 1, 2]);
         assert_eq!(nan.data(), &[1.0, 2.0, 5.0, 9.0]);

@@ -417,7 +417,7 @@ macro_rules! to_sparse {
         }
     };
 }
-to_sparse!(['v] masked::CsrZipView<'v, f64, usize>, |O| masked::CsrMapped<'v, O, usize>);
+to_sparse!(['v] masked::CsrZipView<'v, f64>, |O| masked::csr::LanesMapped<'v, O>);
 to_sparse!(['v] masked::MaskedCsr<'v, f64>, |O| masked::CsrMapped<'v, O, usize>);
 to_sparse!(['v] masked::CooZipView<'v, f64>, |O| masked::MaskedCoo<O>);
 to_sparse!([] masked::MaskedCoo<f64>, |O| masked::MaskedCoo<O>);
@@ -527,6 +527,7 @@ fn csr_fused_equals_materialise_then_reduce() {
                 &what(&format!("logsumexp {dim}")),
             );
             let (f, g) = (view().softmax(dim).unwrap(), full.softmax(dim).unwrap());
+            let f = f.typed::<usize>();
             assert_eq!(f.indptr(), g.indptr(), "{}", what("softmax ptr"));
             assert_eq!(f.indices(), g.indices(), "{}", what("softmax idx"));
             assert!(same_bits(f.data(), g.data()), "{}", what("softmax"));
@@ -637,6 +638,7 @@ fn csr_fused_dense_scalar_unary_and_unmasked() {
             what,
         );
         let (f, g) = (view().log_softmax(1).unwrap(), full.log_softmax(1).unwrap());
+        let f = f.typed::<usize>();
         assert_eq!(f.indptr(), g.indptr(), "{what}");
         assert_eq!(f.indices(), g.indices(), "{what}");
         assert!(same_bits(f.data(), g.data()), "{what}");

@@ -3,14 +3,15 @@
 //! a mask that is not a subset of the input pattern, explicit `false` entries in the
 //! mask, no mask at all), every op of the table over dim 1, dim 0 and all dims, keepdim
 //! both ways, equals the dense op on the densified input at the output mask, and the
-//! stored output pattern equals the output mask.
+//! stored output pattern equals the output mask; with `usize` and with `u32` column
+//! indices.
 
 use masked::by_name::{apply, apply_dense, Kind, OpRequest};
-use masked::{Dims, Element, MaskedArray, MaskedCsr, Pattern};
+use masked::{Dims, Element, MaskedArray, MaskedCsr, Pattern, PatternI};
 use masked_tests::{at, both_keepdims, conform, opts, value, Opts};
 use ndarray::{Array2, IxDyn};
 use proptest::prelude::*;
-use sprs::CsMat;
+use sprs::{CsMat, CsMatI};
 
 /// How a position of the input is stored.
 #[derive(Debug, Clone, Copy)]
@@ -110,9 +111,22 @@ fn check<T: Element>(c: &Case, conv: impl Fn(f64) -> T) -> Result<(), TestCaseEr
     }
     let m: CsMat<T> = csr_of(nrows, ncols, entries);
     let dense = dense.into_dyn();
-    let (csr, dmask) = match &c.mask {
-        MaskKind::Stored => (MaskedCsr::from_pattern(m.view()).unwrap(), Some(stored)),
-        MaskKind::All => (MaskedCsr::unmasked(m.view()).unwrap(), None),
+    // the same matrix with `u32` column indices: the lane kernels read both widths
+    // through one `Cols` type, so each case checks both against the oracle
+    let (ptr, idx, val) = m.clone().into_raw_storage();
+    let idx32: Vec<u32> = idx.iter().map(|&c| c as u32).collect();
+    let m32 = CsMatI::<T, u32, usize>::new((nrows, ncols), ptr, idx32, val);
+    let (csr, csr32, dmask) = match &c.mask {
+        MaskKind::Stored => (
+            MaskedCsr::from_pattern(m.view()).unwrap(),
+            MaskedCsr::from_pattern(m32.view()).unwrap(),
+            Some(stored),
+        ),
+        MaskKind::All => (
+            MaskedCsr::unmasked(m.view()).unwrap(),
+            MaskedCsr::unmasked(m32.view()).unwrap(),
+            None,
+        ),
         MaskKind::Own(bools) => {
             let mut valid = Array2::from_elem((nrows, ncols), false);
             let mut entries = Vec::new();
@@ -124,7 +138,14 @@ fn check<T: Element>(c: &Case, conv: impl Fn(f64) -> T) -> Result<(), TestCaseEr
             }
             let mm: CsMat<bool> = csr_of(nrows, ncols, entries);
             let pat = Pattern::from_predicate(&mm.view(), |&b| b).unwrap();
-            (MaskedCsr::with_mask(m.view(), pat).unwrap(), Some(valid))
+            let (p, i) = (pat.indptr().to_vec(), pat.indices());
+            let i32s: Vec<u32> = i.iter().map(|&c| c as u32).collect();
+            let pat32 = PatternI::<u32>::try_from_parts((nrows, ncols), p, i32s).unwrap();
+            (
+                MaskedCsr::with_mask(m.view(), pat).unwrap(),
+                MaskedCsr::with_mask(m32.view(), pat32).unwrap(),
+                Some(valid),
+            )
         }
     };
     let dmask_dyn = dmask.map(|a| a.into_dyn());
@@ -149,7 +170,8 @@ fn check<T: Element>(c: &Case, conv: impl Fn(f64) -> T) -> Result<(), TestCaseEr
             Dims::from([0isize, 1]),
         ]),
     };
-    conform(&oracle, &csr, choices, &c.opts)
+    conform(&oracle, &csr, &choices, &c.opts)?;
+    conform(&oracle, &csr32, choices, &c.opts)
 }
 
 proptest! {

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
+impl<'a, T: Element> CsrLanes<'a, T> {
     /// Folds the entries `ents` of one lane, whose positions (from `pos`) lie in
     /// `span`; with `fill`, the positions of `span` not among them are valid zeros.
     pub(super) fn fold_segment<F: Fold<T>>(
@@ -114,9 +114,9 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             };
             if self.valid.is_none() && !self.fill {
                 // the fast path (mask = a pattern): every entry valid, no zeros
-                for r in rows.clone() {
+                with_cols!(self.indices, ix => for r in rows.clone() {
                     let e = self.row(r);
-                    for (x, c) in self.values[e.clone()].iter().zip(&self.indices[e]) {
+                    for (x, c) in self.values[e.clone()].iter().zip(&ix[e]) {
                         let c = c.index_unchecked();
                         // SAFETY: every column index is below `ncols` (the
                         // struct's invariant): `states` has `ncols` slots and
@@ -126,7 +126,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                             *seen.get_unchecked_mut(c / 64) |= 1 << (c % 64);
                         }
                     }
-                }
+                })
             } else {
                 // validity bits or unstored zeros: entry by entry
                 for r in rows.clone() {

@@ -9,6 +9,7 @@
 
 use super::map::map_rows_by;
 use super::*;
+use crate::cols::CsrIndex;
 use layout_dense::{DenseOperand, MaskedArray, Unary};
 use masked_core::{MaskRule, SparseArray, ZipMap};
 use std::sync::OnceLock;
@@ -79,10 +80,10 @@ pub type DynEntries<'a, O> = Box<dyn EntryValues<O> + 'a>;
 ///
 /// Invariant: the structure keeps [`CsrLanes::try_new`]'s rules (the constructors take
 /// it from a validated matrix, pattern or grouping).
-pub struct FusedLanes<'a, O, I: SpIndex, V> {
+pub struct FusedLanes<'a, O, V> {
     shape: (usize, usize),
     indptr: Cow<'a, [usize]>,
-    indices: Cow<'a, [I]>,
+    indices: ColsBuf<'a>,
     valid: Option<Cow<'a, [u64]>>,
     fill: bool,
     /// `None`: the values were computed with the structure (`cache` holds them).
@@ -103,16 +104,16 @@ pub struct FusedLanes<'a, O, I: SpIndex, V> {
 /// input's structure.
 ///
 /// The op is held type-erased ([`DynEntries`]): one view type per value type.
-pub type CsrZipView<'a, O, I> = FusedLanes<'a, O, I, DynEntries<'a, O>>;
+pub type CsrZipView<'a, O> = FusedLanes<'a, O, DynEntries<'a, O>>;
 
 /// The source of a [`CsrZipView`]: `z(x, rhs)` on the entries of CSR lanes.
-pub struct CsrEntries<'a, T: Element, I: SpIndex, Z> {
-    lanes: CsrLanes<'a, T, I>,
+pub struct CsrEntries<'a, T: Element, Z> {
+    lanes: CsrLanes<'a, T>,
     rhs: Rhs<'a, T>,
     z: Z,
 }
 
-impl<T: Element, I: SpIndex, Z: ZipMap<T>> EntryValues<Z::Output> for CsrEntries<'_, T, I, Z> {
+impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CsrEntries<'_, T, Z> {
     fn compute(
         &self,
         rows: Range<usize>,
@@ -136,7 +137,7 @@ impl<T: Element, I: SpIndex, Z: ZipMap<T>> EntryValues<Z::Output> for CsrEntries
     }
 }
 
-impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T, I, Iptr> {
+impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> crate::MaskedCsr<'m, T, I, Iptr> {
     /// The lazy `z(self, rhs)` under `rule` with another CSR matrix of this shape. On
     /// one structure the output validity is computed now (a bit per entry) and the
     /// values when a reduction or normalization reads them; two structures are merged
@@ -163,7 +164,7 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
         rhs: &'s crate::MaskedCsr<'_, T, I, Iptr2>,
         z: Z,
         rule: MaskRule,
-    ) -> Result<CsrZipView<'s, Z::Output, I>> {
+    ) -> Result<CsrZipView<'s, Z::Output>> {
         let (a, b) = (self.lanes(), rhs.lanes());
         if a.shape != b.shape {
             return Err(MaskedError::ShapeMismatch {
@@ -180,13 +181,13 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
             return entries(a, rhs, z, rule);
         }
         let fill = a.fill && b.fill;
-        let (indptr, indices, values) = a.zip_merge(&b, &z, rule)?;
+        let (indptr, indices, values) = a.zip_merge::<I, _>(&b, &z, rule)?;
         let cache = OnceLock::new();
         let _ = cache.set(values);
         Ok(FusedLanes {
             shape: a.shape,
             indptr: Cow::Owned(indptr),
-            indices: Cow::Owned(indices.into_owned()),
+            indices: indices.into_owned(),
             valid: None,
             fill,
             src: None,
@@ -210,7 +211,7 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
         rhs: &'s MaskedArray<S, D>,
         z: Z,
         rule: MaskRule,
-    ) -> Result<CsrZipView<'s, Z::Output, I>> {
+    ) -> Result<CsrZipView<'s, Z::Output>> {
         let l = self.lanes();
         if l.fill {
             return Err(MaskedError::densifying(z.name()));
@@ -227,7 +228,7 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
         &'s self,
         s: T,
         z: Z,
-    ) -> Result<CsrZipView<'s, Z::Output, I>> {
+    ) -> Result<CsrZipView<'s, Z::Output>> {
         let l = self.lanes();
         if l.fill && !z.keeps_zero(T::ZERO, s) {
             return Err(MaskedError::densifying(z.name()));
@@ -243,7 +244,7 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
     pub fn map_view<'s, M: LaneMap<T> + Copy + Send + Sync + 's>(
         &'s self,
         m: M,
-    ) -> Result<CsrZipView<'s, M::Output, I>>
+    ) -> Result<CsrZipView<'s, M::Output>>
     where
         M::Output: masked_core::Value,
     {
@@ -253,19 +254,19 @@ impl<'m, T: Element, I: SpIndex + 'static, Iptr: SpIndex> crate::MaskedCsr<'m, T
 
 /// A view of `z(x, rhs)` on the entries of `l` under `rule`: the rule's checks and the
 /// entries' validity now, the values later.
-fn entries<'a, T: Element, I: SpIndex, Z: ZipMap<T> + 'a>(
-    l: CsrLanes<'a, T, I>,
+fn entries<'a, T: Element, Z: ZipMap<T> + 'a>(
+    l: CsrLanes<'a, T>,
     rhs: Rhs<'a, T>,
     z: Z,
     rule: MaskRule,
-) -> Result<CsrZipView<'a, Z::Output, I>> {
+) -> Result<CsrZipView<'a, Z::Output>> {
     let valid = l
         .entry_validity(&rhs.other(), z.name(), rule)?
         .map(Cow::Owned);
     Ok(FusedLanes {
         shape: l.shape,
         indptr: Cow::Borrowed(l.indptr),
-        indices: Cow::Borrowed(l.indices),
+        indices: ColsBuf::Borrowed(l.indices),
         valid,
         fill: l.fill,
         src: Some(Box::new(CsrEntries { lanes: l, rhs, z })),
@@ -276,7 +277,7 @@ fn entries<'a, T: Element, I: SpIndex, Z: ZipMap<T> + 'a>(
 /// Per-worker scratch of a fused task: values, rebased row pointer, rebased bits.
 type Scratch<O> = (Vec<O>, Vec<usize>, Vec<u64>);
 
-impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, I, V> {
+impl<'a, O: Element, V: EntryValues<O>> FusedLanes<'a, O, V> {
     /// Lanes over a structure (with [`CsrLanes::try_new`]'s rules, checked here), an
     /// optional validity bit per entry, `fill` (unstored positions are valid zeros),
     /// and the source of the entries' values.
@@ -286,12 +287,12 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
     pub fn try_new(
         shape: (usize, usize),
         indptr: Cow<'a, [usize]>,
-        indices: Cow<'a, [I]>,
+        indices: ColsBuf<'a>,
         valid: Option<Cow<'a, [u64]>>,
         fill: bool,
         src: V,
     ) -> Result<Self> {
-        check_structure(shape, &indptr, &indices, valid.as_deref())?;
+        check_structure(shape, &indptr, indices.cols(), valid.as_deref())?;
         // SAFETY: just checked.
         Ok(unsafe { Self::new_unchecked(shape, indptr, indices, valid, fill, src) })
     }
@@ -306,15 +307,15 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
     pub unsafe fn new_unchecked(
         shape: (usize, usize),
         indptr: Cow<'a, [usize]>,
-        indices: Cow<'a, [I]>,
+        indices: ColsBuf<'a>,
         valid: Option<Cow<'a, [u64]>>,
         fill: bool,
         src: V,
     ) -> Self {
         debug_assert!(
-            check_structure(shape, &indptr, &indices, valid.as_deref()).is_ok(),
+            check_structure(shape, &indptr, indices.cols(), valid.as_deref()).is_ok(),
             "FusedLanes::new_unchecked: {:?}",
-            check_structure(shape, &indptr, &indices, valid.as_deref()).err()
+            check_structure(shape, &indptr, indices.cols(), valid.as_deref()).err()
         );
         FusedLanes {
             shape,
@@ -334,7 +335,7 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
 
     /// Number of entries (stored positions of the structure).
     pub fn nnz(&self) -> usize {
-        self.indices.len()
+        self.indices.cols().len()
     }
 
     /// Whether the values are computed and held (by a kernel that needed them whole,
@@ -354,7 +355,7 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
     ///
     /// # Errors
     /// The source's error at the first entry where the op fails.
-    pub fn materialize(&self) -> Result<CsrLanes<'_, O, I>> {
+    pub fn materialize(&self) -> Result<CsrLanes<'_, O>> {
         if let Some(src) = self.lazy() {
             let tasks = row_tasks(&self.indptr);
             let mut out = fresh_vec::<O>(self.nnz());
@@ -382,7 +383,7 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
         Ok(CsrLanes {
             shape: self.shape,
             indptr: &self.indptr,
-            indices: &self.indices,
+            indices: self.indices.cols(),
             values,
             valid: self.valid.as_deref().map(Cow::Borrowed),
             fill: self.fill,
@@ -394,7 +395,7 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
     fn each_task<R: Send>(
         &self,
         src: &V,
-        f: impl Fn(&CsrLanes<'_, O, I>) -> R + Sync,
+        f: impl Fn(&CsrLanes<'_, O>) -> R + Sync,
     ) -> Result<Vec<R>> {
         let tasks = row_tasks(&self.indptr);
         let parts: Vec<std::result::Result<R, usize>> = par::map(tasks.len(), |ti| {
@@ -415,7 +416,7 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
         vals: &'s mut Vec<O>,
         ptr: &'s mut Vec<usize>,
         words: &'s mut Vec<u64>,
-    ) -> std::result::Result<CsrLanes<'s, O, I>, usize> {
+    ) -> std::result::Result<CsrLanes<'s, O>, usize> {
         let e = t.entries.clone();
         let bits = self.valid.as_deref().map(|w| Bits::new(w, e.start));
         vals.clear();
@@ -435,7 +436,7 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
         Ok(CsrLanes {
             shape: (t.rows.len(), self.shape.1),
             indptr: ptr,
-            indices: &self.indices[e],
+            indices: self.indices.cols().slice(e),
             values: vals,
             valid,
             fill: self.fill,
@@ -444,38 +445,30 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> FusedLanes<'a, O, 
 
     /// A map result on this structure, its indices borrowed for `'a` when they are
     /// this structure's borrowed ones.
-    fn owned_by_input<P>(&self, m: CsrMapped<'_, P, I>) -> CsrMapped<'a, P, I> {
-        let (indptr, idx, values) = m.into_raw_storage();
-        let indices = match (idx, &self.indices) {
-            (Cow::Borrowed(_), Cow::Borrowed(own)) => Cow::Borrowed(*own),
-            (idx, _) => Cow::Owned(idx.into_owned()),
+    fn owned_by_input<P>(&self, m: LanesMapped<'_, P>) -> LanesMapped<'a, P> {
+        let indices = match (m.indices, &self.indices) {
+            (ColsBuf::Borrowed(_), ColsBuf::Borrowed(own)) => ColsBuf::Borrowed(*own),
+            (idx, _) => idx.into_owned(),
         };
-        // SAFETY: unchanged from a structure a map kernel just built; borrowed indices
-        // are this structure's own (the only ones a map on its lanes borrows).
-        unsafe {
-            CsMatBase::new_unchecked(
-                sprs::CompressedStorage::CSR,
-                self.shape,
-                indptr,
-                indices,
-                values,
-            )
+        LanesMapped {
+            shape: m.shape,
+            indptr: m.indptr,
+            indices,
+            values: m.values,
         }
     }
 }
 
-impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> MaskedReduce<O>
-    for FusedLanes<'a, O, I, V>
-{
+impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V> {
     type Reduced<P: Element> = SparseArray<P>;
-    type Mapped<P: Element> = CsrMapped<'a, P, I>;
+    type Mapped<P: Element> = LanesMapped<'a, P>;
     type NanMasked<'b>
-        = CsrLanes<'b, O, I>
+        = CsrLanes<'b, O>
     where
         Self: 'b;
 
     /// Computes the values (the NaN mask needs them).
-    fn without_nans(&self) -> Result<CsrLanes<'_, O, I>> {
+    fn without_nans(&self) -> Result<CsrLanes<'_, O>> {
         Ok(self.materialize()?.nan_masked())
     }
 
@@ -544,37 +537,28 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> MaskedReduce<O>
     /// Along dim 1 a row task at a time, written into the output directly; along dim 0,
     /// or without a mask (the output stores every position), the values are computed
     /// first.
-    fn map_lanes<M: LaneMap<O>>(&self, map: &M, dim: isize) -> Result<CsrMapped<'a, M::Output, I>> {
+    fn map_lanes<M: LaneMap<O>>(&self, map: &M, dim: isize) -> Result<LanesMapped<'a, M::Output>> {
         let d = wrap_dim(dim, 2)?;
-        let (Some(src), 1, false, Cow::Borrowed(indices)) =
+        let (Some(src), 1, false, ColsBuf::Borrowed(indices)) =
             (self.lazy(), d, self.fill, &self.indices)
         else {
             let m = self.materialize()?.kernel_map_lanes(map, dim)?;
             return Ok(self.owned_by_input(m));
         };
-        let shared = self.valid.is_none();
-        let out = map_rows_by(
-            &self.indptr,
-            indices,
-            self.valid.as_deref(),
-            |t, vout, iout| {
-                let (mut vals, mut ptr, mut words) = Scratch::<O>::default();
-                let sub = self.task_lanes(src, t, &mut vals, &mut ptr, &mut words)?;
-                sub.map_row_range(map, 0..t.rows.len(), vout, iout, shared);
-                Ok(())
-            },
-        );
-        let (indptr, indices, values) = out.map_err(|k| src.error_at(k))?;
-        // SAFETY: the valid entries of this validated structure, in order, with
-        // prefix-sum row pointers (`map_rows_by`).
-        Ok(unsafe {
-            CsMatBase::new_unchecked(
-                sprs::CompressedStorage::CSR,
-                self.shape,
-                indptr,
-                indices,
-                values,
-            )
+        let out = map_rows_by(&self.indptr, self.valid.as_deref(), |t, vout| {
+            let (mut vals, mut ptr, mut words) = Scratch::<O>::default();
+            let sub = self.task_lanes(src, t, &mut vals, &mut ptr, &mut words)?;
+            sub.map_row_range(map, 0..t.rows.len(), vout);
+            Ok(())
+        });
+        let (indptr, values) = out.map_err(|k| src.error_at(k))?;
+        // the valid entries of this validated structure, in order, with prefix-sum row
+        // pointers (`map_rows_by`)
+        Ok(LanesMapped {
+            shape: self.shape,
+            indptr,
+            indices: indices.kept(self.valid.as_deref()),
+            values,
         })
     }
 
@@ -584,7 +568,7 @@ impl<'a, O: Element, I: SpIndex + 'static, V: EntryValues<O>> MaskedReduce<O>
         &self,
         map: &M,
         zero_preserving: bool,
-    ) -> Result<CsrMapped<'a, M::Output, I>> {
+    ) -> Result<LanesMapped<'a, M::Output>> {
         if self.fill {
             let m = self
                 .materialize()?

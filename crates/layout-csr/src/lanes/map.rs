@@ -3,16 +3,14 @@
 
 use super::*;
 
-impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
+impl<'a, T: Element> CsrLanes<'a, T> {
     /// Every position of the matrix as an entry (the lanes of a mask-free map, which
     /// stores every element): owned indptr, indices, values and validity bits.
-    pub(super) fn filled(&self) -> (Vec<usize>, Vec<I>, Vec<T>, Vec<u64>) {
+    pub(super) fn filled(&self) -> (Vec<usize>, Vec<usize>, Vec<T>, Vec<u64>) {
         let (nrows, ncols) = self.shape;
         let n = nrows * ncols;
         let indptr: Vec<usize> = (0..=nrows).map(|r| r * ncols).collect();
-        let indices: Vec<I> = (0..n)
-            .map(|p| I::from_usize_unchecked(p % ncols.max(1)))
-            .collect();
+        let indices: Vec<usize> = (0..n).map(|p| p % ncols.max(1)).collect();
         let mut values = vec![T::default(); n];
         let mut words = vec![u64::MAX; n.div_ceil(64)];
         for r in 0..nrows {
@@ -31,32 +29,25 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     pub(super) fn map_rows<M: LaneMap<T>>(
         &self,
         map: &M,
-    ) -> (Vec<usize>, Cow<'a, [I]>, Vec<M::Output>) {
-        let shared = self.valid.is_none();
-        let out = map_rows_by(
-            self.indptr,
-            self.indices,
-            self.valid.as_deref(),
-            |t, vout, iout| {
-                self.map_row_range(map, t.rows.clone(), vout, iout, shared);
-                Ok::<(), std::convert::Infallible>(())
-            },
-        );
-        match out {
+    ) -> (Vec<usize>, ColsBuf<'a>, Vec<M::Output>) {
+        let out = map_rows_by(self.indptr, self.valid.as_deref(), |t, vout| {
+            self.map_row_range(map, t.rows.clone(), vout);
+            Ok::<(), std::convert::Infallible>(())
+        });
+        let (indptr, values) = match out {
             Ok(o) => o,
             Err(never) => match never {},
-        }
+        };
+        (indptr, self.indices.kept(self.valid.as_deref()), values)
     }
 
-    /// Maps rows `rows` into `vout` (and, unless `shared`, their valid entries' column
-    /// indices into `iout`), both from the first row's first valid entry.
+    /// Maps rows `rows` into `vout` (their valid entries' values, from the first row's
+    /// first valid entry).
     pub(super) fn map_row_range<M: LaneMap<T>>(
         &self,
         map: &M,
         rows: Range<usize>,
         vout: &mut [M::Output],
-        iout: &mut [I],
-        shared: bool,
     ) {
         let mut tmp = Vec::new();
         let mut o = 0;
@@ -65,10 +56,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             let bits = self.bits_at(e.start);
             let len = self.count_valid(e.clone());
             if bits.is_none() {
-                map.map(&self.values[e.clone()], None, &mut vout[o..o + len]);
-                if !shared {
-                    iout[o..o + len].copy_from_slice(&self.indices[e]);
-                }
+                map.map(&self.values[e], None, &mut vout[o..o + len]);
             } else {
                 tmp.clear();
                 tmp.resize(e.len(), M::Output::default());
@@ -77,7 +65,6 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 for (q, k) in e.enumerate() {
                     if self.is_valid(k) {
                         vout[j] = tmp[q];
-                        iout[j] = self.indices[k];
                         j += 1;
                     }
                 }
@@ -91,11 +78,11 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     pub(super) fn map_cols<M: LaneMap<T>>(
         &self,
         map: &M,
-    ) -> (Vec<usize>, Cow<'a, [I]>, Vec<M::Output>) {
+    ) -> (Vec<usize>, ColsBuf<'a>, Vec<M::Output>) {
         let nrows = self.shape.0;
         // the valid entries, numbered in row order (all of them: this very structure)
         let (out_ptr, keep, indices) = if self.valid.is_none() {
-            (self.indptr.to_vec(), None, Cow::Borrowed(self.indices))
+            (self.indptr.to_vec(), None, ColsBuf::Borrowed(self.indices))
         } else {
             let mut out_ptr = Vec::with_capacity(nrows + 1);
             out_ptr.push(0);
@@ -104,14 +91,14 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 keep.extend(self.row(r).filter(|&k| self.is_valid(k)));
                 out_ptr.push(keep.len());
             }
-            let sub: Vec<I> = keep.iter().map(|&k| self.indices[k]).collect();
-            (out_ptr, Some(keep), Cow::Owned(sub))
+            let sub = self.indices.kept(self.valid.as_deref());
+            (out_ptr, Some(keep), sub)
         };
         let src = |k: usize| keep.as_ref().map_or(k, |v| v[k]);
         let (entry, colptr) = CsrLanes {
             shape: self.shape,
             indptr: &out_ptr,
-            indices: &indices,
+            indices: indices.cols(),
             values: &[] as &[T],
             valid: None,
             fill: false,
@@ -129,7 +116,7 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         par::map_vec(pieces, |(c, out)| {
             map.map(&gathered[colptr[c]..colptr[c + 1]], None, out);
         });
-        let mut values = fresh_vec::<M::Output>(indices.len());
+        let mut values = fresh_vec::<M::Output>(out_ptr[nrows]);
         for (s, &k) in entry.iter().enumerate() {
             values[k] = mapped[s];
         }
@@ -137,21 +124,17 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     }
 }
 
-/// The output of a row map over the entries `indptr`/`indices` with validity `valid`
-/// (`None`: all valid, and the output shares `indices`): its row pointer, its column
-/// indices and its values, which `task` writes for each row task (the task's rows'
-/// valid values into the first slice, their column indices into the second unless
-/// shared), tasks in parallel. The first task error (in row order) is returned.
-#[allow(clippy::type_complexity)]
-pub(super) fn map_rows_by<'i, I: SpIndex, O: Clone + Default + Send, E: Send>(
+/// The output of a row map over the entries of `indptr` with validity `valid` (`None`:
+/// all valid): the row pointer of the valid entries and their values, which `task`
+/// writes for each row task (the task's rows' valid values), tasks in parallel. The
+/// first task error (in row order) is returned. The column indices of the valid
+/// entries are the caller's (`Cols::kept`): they do not depend on the map.
+pub(super) fn map_rows_by<O: Clone + Default + Send, E: Send>(
     indptr: &[usize],
-    indices: &'i [I],
     valid: Option<&[u64]>,
-    task: impl Fn(&Task, &mut [O], &mut [I]) -> std::result::Result<(), E> + Sync,
-) -> std::result::Result<(Vec<usize>, Cow<'i, [I]>, Vec<O>), E> {
+    task: impl Fn(&Task, &mut [O]) -> std::result::Result<(), E> + Sync,
+) -> std::result::Result<(Vec<usize>, Vec<O>), E> {
     let nrows = indptr.len() - 1;
-    // every entry valid: the output has this structure's pattern, shared, not copied
-    let shared = valid.is_none();
     let out_ptr = match valid {
         None => indptr.to_vec(),
         Some(w) => {
@@ -166,28 +149,19 @@ pub(super) fn map_rows_by<'i, I: SpIndex, O: Clone + Default + Send, E: Send>(
     };
     let nout = out_ptr[nrows];
     let mut values = fresh_vec::<O>(nout);
-    let mut out_idx = fresh_vec::<I>(if shared { 0 } else { nout });
     let tasks = row_tasks(indptr);
     // tasks own disjoint, consecutive ranges of the output
     let mut pieces = Vec::with_capacity(tasks.len());
-    let (mut vrest, mut irest): (&mut [O], &mut [I]) = (&mut values, &mut out_idx);
+    let mut vrest: &mut [O] = &mut values;
     for t in &tasks {
         let len = out_ptr[t.rows.end] - out_ptr[t.rows.start];
         let (v, vr) = vrest.split_at_mut(len);
-        let (i, ir) = irest.split_at_mut(if shared { 0 } else { len });
-        pieces.push((t, v, i));
+        pieces.push((t, v));
         vrest = vr;
-        irest = ir;
     }
-    let results: Vec<std::result::Result<(), E>> =
-        par::map_vec(pieces, |(t, vout, iout)| task(t, vout, iout));
+    let results: Vec<std::result::Result<(), E>> = par::map_vec(pieces, |(t, vout)| task(t, vout));
     results
         .into_iter()
         .collect::<std::result::Result<(), E>>()?;
-    let indices = if shared {
-        Cow::Borrowed(indices)
-    } else {
-        Cow::Owned(out_idx)
-    };
-    Ok((out_ptr, indices, values))
+    Ok((out_ptr, values))
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
+impl<'a, T: Element> CsrLanes<'a, T> {
     /// The valid entries of `ents` (values, and positions from `pos` when asked).
     pub(super) fn gather(
         &self,

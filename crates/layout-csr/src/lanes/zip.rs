@@ -4,6 +4,7 @@
 //! pass per row). Work is O(nnz + output); nothing is densified.
 
 use super::*;
+use crate::cols::{par_eq, CsrIndex};
 use layout_dense::DenseOperand;
 use masked_core::binary::{failed_at, mask_mismatch, merge, MergeStop, Side, Src};
 use masked_core::{MaskRule, ZipMap};
@@ -13,9 +14,9 @@ pub(crate) use layout_dense::EntryOther as Other;
 
 /// A zip's output rows: row pointer, column indices (shared when every entry is kept),
 /// values.
-type Rows<'a, O, I> = (Vec<usize>, Cow<'a, [I]>, Vec<O>);
+type Rows<'a, O> = (Vec<usize>, ColsBuf<'a>, Vec<O>);
 
-impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
+impl<'a, T: Element> CsrLanes<'a, T> {
     /// The error of the op `z` failing at entry `k` (row `r`).
     pub(super) fn fail_at<Z: ZipMap<T>>(&self, z: &Z, r: usize, k: usize) -> MaskedError {
         failed_at(z, vec![r, self.col(k)])
@@ -33,18 +34,24 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         other: Other<'_, T>,
         z: &Z,
         rule: MaskRule,
-    ) -> Result<Rows<'a, Z::Output, I>> {
+    ) -> Result<Rows<'a, Z::Output>> {
         let Some(bits) = self.entry_validity(&other, z.name(), rule)? else {
             let mut values = fresh_vec::<Z::Output>(self.nnz());
             self.zip_shared(&other, z, None, &mut values)?;
-            return Ok((self.indptr.to_vec(), Cow::Borrowed(self.indices), values));
+            return Ok((
+                self.indptr.to_vec(),
+                ColsBuf::Borrowed(self.indices),
+                values,
+            ));
         };
         let nrows = self.shape.0;
         let tasks = row_tasks(self.indptr);
-        // some entries drop out: each task keeps its valid entries, then they are joined
+        // some entries drop out: each task keeps its valid entries' values, then they are
+        // joined (their column indices are those where `bits` are set: no index is read
+        // here, so this kernel is the same for every index width)
         let parts: Vec<_> = par::map(tasks.len(), |ti| {
             let t = &tasks[ti];
-            let (mut ptr, mut idx, mut val) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut ptr, mut val) = (Vec::new(), Vec::new());
             let (mut ys, mut tmp, mut rb) = (Vec::new(), Vec::new(), Vec::new());
             for r in t.rows.clone() {
                 let e = self.row(r);
@@ -59,19 +66,15 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
                 if let Some(q) = z.run(Src::Slice(&self.values[e.clone()]), y, rbits, &mut tmp) {
                     return Err((r, e.start + q));
                 }
-                for (q, k) in e.clone().enumerate() {
-                    if (rb[q / 64] >> (q % 64)) & 1 == 1 {
-                        idx.push(self.indices[k]);
-                        val.push(tmp[q]);
-                    }
-                }
-                ptr.push(idx.len());
+                compress_into(&tmp, Some(Bits::new(&rb, 0)), &mut val);
+                ptr.push(val.len());
             }
-            Ok((ptr, idx, val))
+            // no index part: a zero-sized vector
+            Ok((ptr, Vec::<()>::new(), val))
         });
         let mut out = (Vec::with_capacity(nrows + 1), Vec::new(), Vec::new());
         join_parts(parts, &mut out).map_err(|(r, k)| self.fail_at(z, r, k))?;
-        Ok((out.0, Cow::Owned(out.1), out.2))
+        Ok((out.0, self.indices.kept(Some(&bits)), out.2))
     }
 
     /// The entries' validity under `rule` after its checks: `None` when every entry is
@@ -266,16 +269,23 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
         )
     }
 
-    /// `z(self, other)` for two structures of one shape: one merge pass per row.
-    pub(crate) fn zip_merge<Z: ZipMap<T>>(
+    /// `z(self, other)` for two structures of one shape: one merge pass per row, over
+    /// column indices of type `I` (both sides have them: they come from one typed
+    /// matrix type).
+    pub(crate) fn zip_merge<I: CsrIndex, Z: ZipMap<T>>(
         &self,
-        other: &CsrLanes<'_, T, I>,
+        other: &CsrLanes<'_, T>,
         z: &Z,
         rule: MaskRule,
-    ) -> Result<Rows<'a, Z::Output, I>> {
+    ) -> Result<Rows<'a, Z::Output>> {
         if self.fill && other.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
             return Err(MaskedError::densifying(z.name()));
         }
+        let (Some(ia), Some(ib)) = (I::of(self.indices), I::of(other.indices)) else {
+            return Err(MaskedError::InvalidData(
+                "column indices of another width than the matrix type's".into(),
+            ));
+        };
         let ncols = self.shape.1;
         let tasks = row_tasks(self.indptr);
         let parts: Vec<_> = par::map(tasks.len(), |ti| {
@@ -284,8 +294,8 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             for r in t.rows.clone() {
                 let (ea, eb) = (self.row(r), other.row(r));
                 merge(
-                    self.side(ea),
-                    other.side(eb),
+                    self.side(ia, ea),
+                    other.side(ib, eb),
                     z,
                     rule,
                     ncols,
@@ -305,13 +315,13 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
             }
             MergeStop::Fails { pos } => failed_at(z, vec![r, pos]),
         })?;
-        Ok((out.0, Cow::Owned(out.1), out.2))
+        Ok((out.0, I::buf(out.1), out.2))
     }
 
-    /// Entries `e` (one row) as a side of a merge.
-    pub(crate) fn side(&self, e: Range<usize>) -> Side<'_, I, T> {
+    /// Entries `e` (one row, column indices `ix`: this structure's) as a side of a merge.
+    pub(crate) fn side<'s, I: SpIndex>(&'s self, ix: &'s [I], e: Range<usize>) -> Side<'s, I, T> {
         Side::new(
-            &self.indices[e.clone()],
+            &ix[e.clone()],
             &self.values[e.clone()],
             self.valid.as_deref(),
             e.start,
@@ -320,11 +330,11 @@ impl<'a, T: Element, I: SpIndex> CsrLanes<'a, T, I> {
     }
 
     /// Whether two lane structures have the same entries (the same rows and columns).
-    pub(crate) fn same_structure(&self, other: &CsrLanes<'_, T, I>) -> bool {
+    pub(crate) fn same_structure(&self, other: &CsrLanes<'_, T>) -> bool {
         self.shape == other.shape
             && self.fill == other.fill
             && par_eq(self.indptr, other.indptr)
-            && par_eq(self.indices, other.indices)
+            && self.indices.same_as(&other.indices)
     }
 }
 
@@ -338,24 +348,10 @@ fn join_parts<O, I, E>(
     out.0.push(0);
     for p in parts {
         let (ptr, idx, val) = p?;
-        let base = out.1.len();
+        let base = out.2.len();
         out.0.extend(ptr.iter().map(|&c| base + c));
         out.1.extend(idx);
         out.2.extend(val);
     }
     Ok(())
-}
-
-/// Whether two slices are equal: the same memory at once, else compared in parallel
-/// chunks (two separately built index arrays of one pattern are common and large).
-fn par_eq<X: PartialEq + Sync>(a: &[X], b: &[X]) -> bool {
-    const CHUNK: usize = 1 << 16;
-    a.len() == b.len()
-        && (std::ptr::eq(a.as_ptr(), b.as_ptr())
-            || par::map(a.len().div_ceil(CHUNK), |c| {
-                let r = c * CHUNK..((c + 1) * CHUNK).min(a.len());
-                a[r.clone()] == b[r]
-            })
-            .into_iter()
-            .all(|same| same))
 }
