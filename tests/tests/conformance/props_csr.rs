@@ -170,7 +170,7 @@ fn check<T: Element>(c: &Case, conv: impl Fn(f64) -> T) -> Result<(), TestCaseEr
             Dims::from([0isize, 1]),
         ]),
     };
-    conform(&oracle, &csr, &choices, &c.opts)?;
+    conform(&oracle, &csr, choices, &c.opts)?;
     conform(&oracle, &csr32, choices, &c.opts)
 }
 
