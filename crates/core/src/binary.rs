@@ -1310,6 +1310,83 @@ pub fn rule_bits(rule: MaskRule, own: Option<&[u64]>, other: Option<&[u64]>) -> 
     }
 }
 
+/// The row-major coordinates of flat index `i` in `shape`.
+pub fn unravel(shape: &[usize], mut i: usize) -> Vec<usize> {
+    let mut c = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        let s = shape[d].max(1);
+        c[d] = i % s;
+        i /= s;
+    }
+    c
+}
+
+/// A dense operand in standard layout: its values (borrowed when already row-major),
+/// shape and mask. The dense layout gives one (`MaskedArray::dense_parts`); the sparse
+/// layouts read it at their entries' positions (the sparse lane engine's `DenseOperand`).
+pub struct DenseParts<'a, T: Clone> {
+    /// The values in row-major order.
+    pub values: std::borrow::Cow<'a, [T]>,
+    /// The shape.
+    pub shape: &'a [usize],
+    /// The mask (`None`: every element valid).
+    pub mask: Option<&'a crate::BitMask>,
+}
+
+/// Row-major strides of `src` (a shape broadcast to `shape`, aligned from the right),
+/// 0 along the dims it stretches.
+pub fn broadcast_strides(src: &[usize], shape: &[usize]) -> Vec<usize> {
+    let n = shape.len();
+    let mut st = vec![0usize; n];
+    let mut stride = 1usize;
+    for k in 0..src.len() {
+        let (sd, td) = (src.len() - 1 - k, n - 1 - k);
+        st[td] = if src[sd] == 1 && shape[td] != 1 {
+            0
+        } else {
+            stride
+        };
+        stride *= src[sd];
+    }
+    st
+}
+
+/// A unary elementwise map as a [`ZipMap`] whose second operand is ignored: the unary
+/// ops (`abs`, `exp`, ...) as lazy views (`amax(abs(x))`).
+#[derive(Debug, Clone, Copy)]
+pub struct Unary<M>(pub M);
+
+impl<T: Element, M: crate::LaneMap<T> + Copy + Send + Sync> ZipMap<T> for Unary<M>
+where
+    M::Output: crate::Value,
+{
+    type Output = M::Output;
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn one(&self, x: T, _: T) -> Option<M::Output> {
+        let mut o = [M::Output::default()];
+        self.0.map(&[x], None, &mut o);
+        Some(o[0])
+    }
+    fn run(
+        &self,
+        xs: Src<'_, T>,
+        _: Src<'_, T>,
+        bits: Option<Bits<'_>>,
+        out: &mut [M::Output],
+    ) -> Option<usize> {
+        match xs {
+            Src::Slice(x) => self.0.map(&x[..out.len()], bits, out),
+            Src::Splat(x) => {
+                let v = vec![x; out.len()];
+                self.0.map(&v, bits, out);
+            }
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,7 @@
 //! The core's modules form layers: no module reaches (through `crate::` paths) a module
-//! that reaches it back. A cycle here is what made the old core hard to split.
+//! that reaches it back. A cycle here is what made the old core hard to split. The
+//! workspace's crates too: no cycle, and the CSR and COO layouts are siblings over the
+//! sparse lane engine.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,30 +42,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn core_modules_have_no_import_cycle() {
     let g = graph();
-    // depth-first search with colours
-    fn visit(
-        n: &str,
-        g: &BTreeMap<String, BTreeSet<String>>,
-        state: &mut BTreeMap<String, u8>,
-        path: &mut Vec<String>,
-    ) {
-        match state.get(n) {
-            Some(2) => return,
-            Some(1) => panic!("import cycle: {} -> {n}", path.join(" -> ")),
-            _ => {}
-        }
-        state.insert(n.to_string(), 1);
-        path.push(n.to_string());
-        for d in &g[n] {
-            visit(d, g, state, path);
-        }
-        path.pop();
-        state.insert(n.to_string(), 2);
-    }
-    let mut state = BTreeMap::new();
-    for n in g.keys() {
-        visit(n, &g, &mut state, &mut Vec::new());
-    }
+    assert_acyclic(&g, "import cycle");
     // the layering the architecture doc describes: the layout contract and the registry
     // sit on top; no op or dtype module reaches them
     for low in [
@@ -73,5 +52,118 @@ fn core_modules_have_no_import_cycle() {
         for high in ["registry", "layout"] {
             assert!(!g[low].contains(high), "{low} reaches up to {high}");
         }
+    }
+}
+
+/// The normal (not dev) dependencies of each workspace crate on the others, read from
+/// the crates' `Cargo.toml` files: crate directory name -> package names it depends on.
+fn crate_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut g = BTreeMap::new();
+    for e in std::fs::read_dir(&crates).unwrap() {
+        let dir = e.unwrap().path();
+        let Ok(toml) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
+        let name = toml
+            .lines()
+            .find_map(|l| l.strip_prefix("name = \""))
+            .map(|l| l.trim_end_matches('"').to_string())
+            .unwrap();
+        let mut deps = BTreeSet::new();
+        let mut section = String::new();
+        for l in toml.lines() {
+            let l = l.trim();
+            if l.starts_with('[') {
+                section = l.to_string();
+            } else if section == "[dependencies]" {
+                let dep = l.split(['.', ' ', '=']).next().unwrap_or("");
+                if dep.starts_with("masked") || dep.starts_with("layout-") {
+                    deps.insert(dep.to_string());
+                }
+            }
+        }
+        g.insert(name, deps);
+    }
+    g
+}
+
+#[test]
+fn layouts_are_siblings_over_the_sparse_lane_engine() {
+    let g = crate_graph();
+    assert!(g.len() >= 10, "read only {} crates", g.len());
+    let deps = |c: &str| g.get(c).unwrap_or_else(|| panic!("no crate {c}"));
+    // CSR and COO drive the sparse lane engine; neither imports the other
+    for (a, b) in [("layout-csr", "layout-coo"), ("layout-coo", "layout-csr")] {
+        assert!(!deps(a).contains(b), "{a} depends on {b}");
+        assert!(
+            deps(a).contains("masked-sparse"),
+            "{a} does not drive masked-sparse"
+        );
+    }
+    // the lane engine and the dense layout sit on the core alone
+    for low in ["masked-sparse", "layout-dense"] {
+        let up: Vec<_> = deps(low)
+            .iter()
+            .filter(|d| !["masked-core", "masked-kernels"].contains(&d.as_str()))
+            .collect();
+        assert!(up.is_empty(), "{low} depends on {up:?}");
+    }
+    assert!(deps("masked-core").iter().all(|d| d == "masked-kernels"));
+    // and the source agrees with the manifests (no path through a re-export)
+    let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (dir, banned) in [
+        ("layout-coo", "layout_csr"),
+        ("layout-csr", "layout_coo"),
+        ("sparse", "layout_"),
+    ] {
+        let mut stack = vec![crates.join(dir).join("src")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    let hit = text
+                        .lines()
+                        .find(|l| !l.trim_start().starts_with("//") && l.contains(banned));
+                    assert!(hit.is_none(), "{}: {}", p.display(), hit.unwrap());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_crate_graph_has_no_cycle() {
+    assert_acyclic(&crate_graph(), "crate cycle");
+}
+
+/// Panics naming the first cycle of `g` (a depth-first search with colours).
+fn assert_acyclic(g: &BTreeMap<String, BTreeSet<String>>, what: &str) {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+        what: &str,
+    ) {
+        match state.get(n) {
+            Some(2) => return,
+            Some(1) => panic!("{what}: {} -> {n}", path.join(" -> ")),
+            _ => {}
+        }
+        state.insert(n.to_string(), 1);
+        path.push(n.to_string());
+        for d in g.get(n).into_iter().flatten() {
+            visit(d, g, state, path, what);
+        }
+        path.pop();
+        state.insert(n.to_string(), 2);
+    }
+    let mut state = BTreeMap::new();
+    for n in g.keys() {
+        visit(n, g, &mut state, &mut Vec::new(), what);
     }
 }

@@ -19,6 +19,7 @@
 #[cfg(feature = "erased")]
 pub mod array;
 pub mod by_name;
+pub mod layouts;
 #[cfg(feature = "erased")]
 pub mod workload;
 
@@ -33,3 +34,4 @@ pub use by_name::{
 };
 pub use layout_coo::CooMask;
 pub use layout_csr::CsrMask;
+pub use layouts::{csr_to_coo, csr_to_dense};

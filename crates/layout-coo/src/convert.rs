@@ -1,13 +1,15 @@
-//! Conversions between the layouts, masks carried along: dense ↔ COO (any rank),
-//! CSR ↔ COO and dense ↔ CSR (2-D).
+//! Conversions between the layouts, masks carried along: dense ↔ COO (any rank), a CSR
+//! matrix's parts ↔ COO and dense → CSR (2-D). The conversions that take a typed
+//! `MaskedCsr` are the engine's (`masked::csr_to_coo`, `masked::csr_to_dense`): this
+//! layout does not import the CSR layout.
 
 use crate::pattern::size_of;
 use crate::{CooMask, CooPattern, MaskedCoo};
-use layout_csr::{CsrIndex, CsrMask, MaskedCsr, Pattern};
 use layout_dense::{MaskedArray, MaskedArrayD};
 use masked_core::{BitMask, Element, MaskedError, Result};
+use masked_sparse::{CsrMask, Pattern};
 use ndarray::{ArrayD, Data, Dimension, IxDyn};
-use sprs::{CsMat, SpIndex};
+use sprs::{CsMat, CsMatViewI, SpIndex};
 
 /// A dense masked array as COO: with a mask, the valid elements are stored and the mask
 /// is their pattern ([`CooMask::Stored`]); without one, the nonzero elements are stored
@@ -115,17 +117,24 @@ fn csr_pattern<I: SpIndex>(
     CooPattern::from_coords([shape.0, shape.1], &[rows, cols])
 }
 
-/// A masked CSR matrix as 2-D COO (stored entries, values and mask kind carried).
-///
-/// # Errors
-/// [`MaskedError::InvalidData`] when `rows * cols` overflows.
-impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> TryFrom<&MaskedCsr<'a, T, I, Iptr>>
-    for MaskedCoo<T>
-{
-    type Error = MaskedError;
-
-    fn try_from(a: &MaskedCsr<'a, T, I, Iptr>) -> Result<Self> {
-        let m = a.matrix();
+impl<T: Element> MaskedCoo<T> {
+    /// A CSR matrix and its mask (a `MaskedCsr`'s `matrix()` and `mask_kind()`) as 2-D
+    /// COO: the stored entries, values and mask kind carried.
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] when `rows * cols` overflows.
+    ///
+    /// ```
+    /// use masked::{CsrMask, MaskedCoo, MaskedOps};
+    /// let m = sprs::CsMat::new((2, 3), vec![0, 1, 2], vec![2, 1], vec![5.0f32, 7.0]);
+    /// let c = MaskedCoo::from_csr(&m.view(), &CsrMask::Stored).unwrap();
+    /// assert_eq!(c.pattern().flat(), vec![2, 4]);
+    /// assert_eq!(c.sum(1, false).unwrap().values(), &[5.0, 7.0]);
+    /// ```
+    pub fn from_csr<I: SpIndex, Iptr: SpIndex>(
+        m: &CsMatViewI<'_, T, I, Iptr>,
+        mask: &CsrMask<I>,
+    ) -> Result<Self> {
         let ptr = m.indptr();
         let base = ptr.raw_storage()[0].index();
         let pattern = csr_pattern(
@@ -133,7 +142,7 @@ impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> TryFrom<&MaskedCsr<'a, T, I, Ip
             ptr.raw_storage().iter().map(|p| p.index() - base),
             m.indices(),
         )?;
-        let mask = match a.mask_kind() {
+        let mask = match mask {
             CsrMask::Stored => CooMask::Stored,
             CsrMask::All => CooMask::All,
             CsrMask::Pattern(p) => CooMask::Pattern(csr_pattern(
@@ -161,7 +170,7 @@ fn csr_parts(p: &CooPattern) -> (usize, usize, Vec<usize>, Vec<usize>) {
 
 impl<T: Element> MaskedCoo<T> {
     /// A 2-D COO array as an owned CSR matrix and its mask; view it with
-    /// [`MaskedCsr::new`].
+    /// `MaskedCsr::new`.
     ///
     /// # Errors
     /// [`MaskedError::InvalidData`] when the array is not 2-D.
@@ -209,16 +218,6 @@ pub fn dense_to_csr<T: Element, S: Data<Elem = T>, D: Dimension>(
     MaskedCoo::from(a).to_csr()
 }
 
-/// A masked CSR matrix densified (zeros where unstored, the mask as bits).
-///
-/// # Errors
-/// As `TryFrom<&MaskedCoo> for MaskedArrayD`.
-pub fn csr_to_dense<T: Element, I: CsrIndex, Iptr: SpIndex>(
-    a: &MaskedCsr<'_, T, I, Iptr>,
-) -> Result<MaskedArrayD<T>> {
-    MaskedArrayD::try_from(&MaskedCoo::try_from(a)?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,8 +242,7 @@ mod tests {
         );
         let (m, mask) = dense_to_csr(&d).unwrap();
         assert_eq!(mask, CsrMask::Stored);
-        let csr = MaskedCsr::new(m.view(), mask).unwrap();
-        let dd = csr_to_dense(&csr).unwrap();
+        let dd = MaskedArrayD::try_from(&MaskedCoo::from_csr(&m.view(), &mask).unwrap()).unwrap();
         assert_eq!(dd.mask_vec(), d.mask_vec());
         // unmasked: nonzeros stored, every element valid
         let u = MaskedArray::unmasked(array![[0.0f32, 5.0], [0.0, 0.0]]);
@@ -263,8 +261,7 @@ mod tests {
         )
         .unwrap();
         let (m2, k2) = cp.to_csr().unwrap();
-        let csr2 = MaskedCsr::new(m2.view(), k2).unwrap();
-        let again = MaskedCoo::try_from(&csr2).unwrap();
+        let again = MaskedCoo::from_csr(&m2.view(), &k2).unwrap();
         assert_eq!(again.mask(), CooMask::Pattern(p));
         assert_eq!(again.pattern(), cp.pattern());
         assert!(MaskedCoo::from_pattern([2], &[vec![0]], vec![1.0f32])

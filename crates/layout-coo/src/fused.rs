@@ -10,14 +10,15 @@ use crate::group::rows_in_order;
 use crate::lanes::{out_shape, CooLanes};
 use crate::zip::fill_chunks;
 use crate::{CooPattern, MaskedCoo};
-use layout_csr::{Cols, ColsBuf, DynEntries, EntryValues, FusedLanes};
-use layout_dense::{DenseOperand, EntryRhs as Rhs, MaskedArray, Unary};
+use layout_dense::{MaskedArray, Unary};
 use masked_core::binary::failed_at;
 use masked_core::{
     Dims, Element, Fold, LaneMap, LaneStat, MaskRule, MaskedError, MaskedReduce, Result,
     SparseArray, Value, ZipMap,
 };
 use masked_kernels::{fresh_vec, Bits};
+use masked_sparse::{Cols, ColsBuf, DynEntries, EntryValues, FusedLanes};
+use masked_sparse::{DenseOperand, EntryRhs as Rhs};
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -154,7 +155,7 @@ impl<T: Element> MaskedCoo<T> {
         if l.fill {
             return Err(MaskedError::densifying(z.name()));
         }
-        let d = DenseOperand::new(z.name(), rhs, self.shape())?;
+        let d = DenseOperand::new(z.name(), rhs.dense_parts(), self.shape())?;
         entries(l, Rhs::Dense(d), z, rule)
     }
 

@@ -5,7 +5,7 @@
 //! (broadcast) positions, or into a scalar. Work is O(nnz + output).
 
 use crate::MaskedCoo;
-use layout_dense::{DenseOperand, MaskedArray, MaskedArrayD};
+use layout_dense::{grad_array, MaskedArray, MaskedArrayD};
 use masked_core::binary::{spread, BinOp, PartialZip};
 use masked_core::{
     binary_grad_op, Element, Float, MaskRule, MaskedError, OpRequest, Result, SparseArray, Splat,
@@ -14,9 +14,7 @@ use masked_core::{
 use masked_kernels::pack::compress_into;
 use masked_kernels::par;
 use masked_kernels::Bits;
-// named by the docs' links
-#[allow(unused_imports)]
-use layout_csr::MaskedCsr;
+use masked_sparse::DenseOperand;
 
 /// The gradients of two COO operands.
 pub type CooGradients<R> = (SparseArray<R>, SparseArray<R>);
@@ -26,7 +24,7 @@ impl<T: Element> MaskedCoo<T> {
     /// array of the same shape: the gradients with respect to both operands given `g`,
     /// the upstream gradient stored exactly at the forward output's positions. Each
     /// gradient stores exactly its operand's valid positions; the rules are
-    /// [`MaskedCsr::vjp_binary`]'s.
+    /// `MaskedCsr::vjp_binary`'s.
     ///
     /// # Errors
     /// As the CSR form: a comparison or integer input, an op that is not binary, an
@@ -61,7 +59,7 @@ impl<T: Element> MaskedCoo<T> {
     ) -> Result<(SparseArray<T::Real>, MaskedArrayD<T::Real>)> {
         let op = binary_grad_op::<T>(req)?;
         let (dx, dy) = self.partials_times(op, rhs, rule, g)?;
-        let d = DenseOperand::new(op.name(), rhs, self.shape())?;
+        let d = DenseOperand::new(op.name(), rhs.dense_parts(), self.shape())?;
         let mut acc = d.zero_sums();
         // the operand offset of a flat position: its coordinates times the strides
         let shape = self.shape();
@@ -73,7 +71,8 @@ impl<T: Element> MaskedCoo<T> {
             }
             acc[off] += v.to_f64();
         }
-        Ok((self.onto_valid(dx)?, d.gradient(acc)?))
+        let dy = grad_array(d.own_shape(), d.gradient_values(acc)?, d.mask())?;
+        Ok((self.onto_valid(dx)?, dy))
     }
 
     /// [`MaskedCoo::vjp_binary`] with a scalar right operand: the gradient with respect

@@ -3,9 +3,9 @@
 //! then fold, gather or map every row.
 
 use crate::pattern::{flat_of, size_of};
-use layout_csr::{Cols, CsrLanes};
 use masked_core::{Element, Result, SparseArray};
 use masked_kernels::par;
+use masked_sparse::{Cols, CsrLanes};
 use rayon::prelude::*;
 use std::borrow::Cow;
 

@@ -69,7 +69,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
         dims: &Dims,
         keepdim: bool,
         full: bool,
-        run: impl FnOnce(&layout_csr::CsrLanes<'_, T>) -> Result<SparseArray<O>>,
+        run: impl FnOnce(&masked_sparse::CsrLanes<'_, T>) -> Result<SparseArray<O>>,
     ) -> Result<SparseArray<O>> {
         let reduced = dims.canonical(self.shape().len())?;
         let g = self.grouped(&reduced, full)?;

@@ -14,11 +14,13 @@
 //! the normalizations along any one dim. A reduction groups the entries by their kept
 //! coordinates (no data moves when the reduced dims are the trailing ones; otherwise an
 //! O(nnz) counting sort by group, or an O(nnz log nnz) sort when groups far outnumber
-//! entries) and runs the CSR layout's lane kernels on the groups: the ops are not
-//! written again here.
+//! entries) and runs the sparse lane engine's kernels (`masked_sparse`, which the CSR
+//! layout drives too) on the groups: the ops are not written again here.
 //!
-//! Conversions: dense ↔ COO (any rank) and CSR ↔ COO with `From`/`TryFrom`, dense ↔ CSR
-//! with [`dense_to_csr`] / [`csr_to_dense`]; masks are carried along.
+//! Conversions: dense ↔ COO (any rank) with `From`/`TryFrom`, CSR parts ↔ COO with
+//! [`MaskedCoo::from_csr`] / [`MaskedCoo::to_csr`], dense → CSR with [`dense_to_csr`];
+//! masks are carried along. (A typed `MaskedCsr` converts with `masked::csr_to_coo` and
+//! `masked::csr_to_dense`: this crate does not import the CSR layout.)
 //!
 //! ```
 //! use masked::MaskedCoo;
@@ -50,7 +52,7 @@ mod prebuilt;
 mod zip;
 
 pub use algebra::select;
-pub use convert::{csr_to_dense, dense_to_csr};
+pub use convert::dense_to_csr;
 pub use fused::{CooEntries, CooZipView};
 pub use grad_zip::CooGradients;
 pub use lanes::CooLanes;

@@ -6,20 +6,21 @@
 use crate::lanes::CooLanes;
 use crate::pattern::size_of;
 use crate::MaskedCoo;
-use layout_dense::{DenseOperand, MaskedArray};
+use layout_dense::MaskedArray;
 use masked_core::binary::{failed_at, mask_mismatch, merge, MergeStop, Side, Src};
 use masked_core::{
     Element, MaskRule, MaskedError, Result, SparseArray, Splat, Value, ZipKernels, ZipMap,
 };
 use masked_kernels::par;
 use masked_kernels::{fresh_vec, Bits};
+use masked_sparse::DenseOperand;
 use ndarray::{Data, Dimension};
 
 /// Entries per parallel task (a multiple of 64: tasks start on validity words).
 const CHUNK: usize = 1 << 14;
 
 /// What the entries are zipped with.
-pub(crate) use layout_dense::EntryOther as Other;
+pub(crate) use masked_sparse::EntryOther as Other;
 
 /// Fills `out` (one slot per entry) in parallel chunks of [`CHUNK`] entries by
 /// `f(first entry, its validity bits, chunk)`, which returns the first entry where it
@@ -262,7 +263,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, MaskedArray<S, D
         if l.fill {
             return Err(MaskedError::densifying(z.name()));
         }
-        let d = DenseOperand::new(z.name(), rhs, self.shape())?;
+        let d = DenseOperand::new(z.name(), rhs.dense_parts(), self.shape())?;
         l.zip_entries(Other::Dense(&d), z, rule)
     }
 }

@@ -4,37 +4,11 @@
 
 use crate::{CsrIndex, CsrMapped, MaskedCsr, PatternI};
 use masked_core::binary::{select_merge, PredZip, Predicate};
-use masked_core::mask::merge_positions;
 use masked_core::{
     BitMask, Element, MaskLogic, MaskRule, MaskedError, MaskedOps, Result, Splat, ZipKernels,
 };
 use ndarray::Array2;
 use sprs::SpIndex;
-
-impl<I: SpIndex> PatternI<I> {
-    /// `logic(self, other)` of two patterns of one shape: one merge per row.
-    ///
-    /// # Errors
-    /// [`MaskedError::ShapeMismatch`] for patterns of different shapes.
-    pub fn logic(&self, other: &PatternI<I>, logic: MaskLogic) -> Result<PatternI<I>> {
-        if self.shape() != other.shape() {
-            let (a, b) = (self.shape(), other.shape());
-            return Err(MaskedError::ShapeMismatch {
-                what: "mask logic of two patterns".into(),
-                left: vec![a.0, a.1],
-                right: vec![b.0, b.1],
-            });
-        }
-        let mut indptr = Vec::with_capacity(self.shape().0 + 1);
-        indptr.push(0);
-        let mut indices = Vec::new();
-        for r in 0..self.shape().0 {
-            merge_positions(self.row(r), other.row(r), logic, &mut indices);
-            indptr.push(indices.len());
-        }
-        PatternI::try_from_parts(self.shape(), indptr, indices)
-    }
-}
 
 impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// The valid positions as a pattern.
@@ -117,14 +91,14 @@ impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// before allocating), [`MaskedError::InvalidData`] when its size overflows.
     pub fn filled(&self, value: T) -> Result<Array2<T>> {
         let l = self.lanes();
-        let fill = if l.fill { T::ZERO } else { value };
+        let fill = if l.fill() { T::ZERO } else { value };
         crate::dense_with(
             self.matrix().shape(),
             fill,
             (0..l.shape().0)
                 .flat_map(|i| l.row(i).map(move |k| (i, k)))
                 .filter(|&(_, k)| l.is_valid(k))
-                .map(|(i, k)| (i, l.col(k), l.values[k])),
+                .map(|(i, k)| (i, l.col(k), l.values()[k])),
         )
     }
 
@@ -158,11 +132,11 @@ pub fn select<'a, T: Element, I: CsrIndex, P1: SpIndex, P2: SpIndex>(
         });
     }
     let (la, lb) = (a.lanes(), b.lanes());
-    if la.fill || lb.fill {
+    if la.fill() || lb.fill() {
         return Err(MaskedError::densifying("where"));
     }
     let c = cond.broadcast_to(&[shape.0, shape.1])?;
-    let (Some(ia), Some(ib)) = (I::of(la.indices), I::of(lb.indices)) else {
+    let (Some(ia), Some(ib)) = (I::of(la.indices()), I::of(lb.indices())) else {
         return Err(MaskedError::InvalidData(
             "column indices of another width than the matrix type's".into(),
         ));
@@ -182,4 +156,3 @@ pub fn select<'a, T: Element, I: CsrIndex, P1: SpIndex, P2: SpIndex>(
     sprs::CsMatI::try_new(shape, indptr, idx, val)
         .map_err(|(_, _, _, e)| MaskedError::InvalidData(e.to_string()))
 }
-masked_core::mask_operators!(PatternI<I>, I: SpIndex);

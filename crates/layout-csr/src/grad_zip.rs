@@ -6,12 +6,13 @@
 //! O(nnz + output); nothing is densified.
 
 use crate::{CsrIndex, CsrMapped, MaskedCsr};
-use layout_dense::{DenseOperand, MaskedArray, MaskedArrayD};
+use layout_dense::{grad_array, MaskedArray, MaskedArrayD};
 use masked_core::binary::{spread, BinOp, PartialZip};
 use masked_core::{
     binary_grad_op, Element, Float, MaskRule, MaskedError, OpRequest, Result, Splat, ZipKernels,
 };
 use masked_kernels::par;
+use masked_sparse::DenseOperand;
 use sprs::SpIndex;
 
 /// The gradients of a CSR operand and a CSR operand.
@@ -80,14 +81,15 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
         let op = binary_grad_op::<T>(req)?;
         let (dx, dy) = self.partials_times(op, rhs, rule, g)?;
         let (r, c) = self.mat.shape();
-        let d = DenseOperand::new(op.name(), rhs, &[r, c])?;
+        let d = DenseOperand::new(op.name(), rhs.dense_parts(), &[r, c])?;
         let mut acc = d.zero_sums();
         for (row, lane) in dy.outer_iterator().enumerate() {
             for (col, v) in lane.iter() {
                 acc[d.offset([row, col])] += v.to_f64();
             }
         }
-        Ok((self.onto_valid(dx)?, d.gradient(acc)?))
+        let dy = grad_array(d.own_shape(), d.gradient_values(acc)?, d.mask())?;
+        Ok((self.onto_valid(dx)?, dy))
     }
 
     /// [`MaskedCsr::vjp_binary`] with a scalar right operand (`self.op(s)`): the gradient
@@ -112,7 +114,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
 
     /// Refuses an operand without a mask: its gradient would store every position.
     fn has_gradient(&self) -> Result<()> {
-        if self.lanes().fill {
+        if self.lanes().fill() {
             return Err(MaskedError::densifying("a gradient"));
         }
         Ok(())

@@ -43,23 +43,20 @@
 #![deny(missing_docs)]
 
 mod algebra;
-mod cols;
 mod grad_zip;
-mod lanes;
-mod partition;
-mod pattern;
-mod prebuilt;
+mod views;
 
 pub use algebra::select;
-pub use cols::{Cols, ColsBuf, CsrIndex, LanesMapped};
 pub use grad_zip::CsrGradients;
-pub use lanes::{CsrEntries, CsrLanes, CsrMapped, CsrZipView, DynEntries, EntryValues, FusedLanes};
 pub use masked_core::SparseArray;
-pub use pattern::{Pattern, PatternI};
+// the sparse lane engine's types, which this layout's results and masks are made of
+pub use masked_sparse::{
+    Cols, ColsBuf, CsrEntries, CsrIndex, CsrLanes, CsrMapped, CsrMask, CsrZipView, DynEntries,
+    EntryValues, FusedLanes, LanesMapped, Pattern, PatternI,
+};
 
 // named by the docs' links (a plain import: links of items inlined into the facade
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
-use lanes::{csr_parts, Other};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
@@ -67,6 +64,7 @@ use masked_core::{
     Splat, Value, ZipKernels, ZipMap,
 };
 use masked_kernels::par;
+use masked_sparse::{csr_parts, DenseOperand, EntryOther as Other};
 use sprs::{CsMatBase, CsMatViewI, SpIndex};
 use std::borrow::Cow;
 
@@ -81,18 +79,6 @@ enum Mask<T, I: SpIndex> {
         values: Vec<T>,
     },
     /// Every element valid.
-    All,
-}
-
-/// The mask of a [`MaskedCsr`], as given to [`MaskedCsr::new`] or read back with
-/// [`MaskedCsr::mask_kind`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CsrMask<I: SpIndex = usize> {
-    /// The input's own stored pattern.
-    Stored,
-    /// A separate pattern of the input's shape.
-    Pattern(PatternI<I>),
-    /// No mask: every element valid, unstored ones as 0.
     All,
 }
 
@@ -366,24 +352,22 @@ impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// The lanes the kernels run on (borrowing this matrix and mask).
     pub fn lanes(&self) -> CsrLanes<'_, T> {
         let shape = self.mat.shape();
-        match &self.mask {
-            Mask::Own { pattern, values } => CsrLanes {
-                shape,
-                indptr: pattern.indptr(),
-                indices: I::cols(pattern.indices()),
-                values,
-                valid: None,
-                fill: false,
-            },
-            m => CsrLanes {
-                shape,
-                indptr: &self.indptr,
-                indices: I::cols(self.mat.indices()),
-                values: self.mat.data(),
-                valid: None,
-                fill: matches!(m, Mask::All),
-            },
-        }
+        let (indptr, indices, values, fill) = match &self.mask {
+            Mask::Own { pattern, values } => {
+                (pattern.indptr(), pattern.indices(), &values[..], false)
+            }
+            m => (
+                &self.indptr[..],
+                self.mat.indices(),
+                self.mat.data(),
+                matches!(m, Mask::All),
+            ),
+        };
+        // SAFETY: a validated structure: a `Pattern`'s (checked when built) or a sprs
+        // matrix's (sorted, in-range indices; `indptr` rebased to 0 and of `nrows + 1`
+        // entries), with one value per entry (the mask's resolved values or the
+        // matrix's data) and no validity bits.
+        unsafe { CsrLanes::new_unchecked(shape, indptr, I::cols(indices), values, None, fill) }
     }
 }
 
@@ -525,21 +509,21 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
         out: &mut [Z::Output],
     ) -> Result<()> {
         let (a, b) = (self.lanes(), rhs.lanes());
-        if a.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
+        if a.fill() && !z.keeps_zero(T::ZERO, T::ZERO) {
             return Err(MaskedError::densifying(z.name()));
         }
         // two mask-free matrices of one structure under a zero-keeping op: the stored
         // entries
-        let a = CsrLanes { fill: false, ..a };
-        let b = CsrLanes { fill: false, ..b };
-        if !a.same_structure(&b) || self.lanes().fill != rhs.lanes().fill {
+        let a = a.with_fill(false);
+        let b = b.with_fill(false);
+        if !a.same_structure(&b) || self.lanes().fill() != rhs.lanes().fill() {
             return Err(MaskedError::InvalidData(format!(
                 "{}: the two matrices' structures differ (or have no mask): the result \
                  does not keep this structure, use zip_elements",
                 z.name()
             )));
         }
-        a.zip_entries_into(Other::Same(b.values, b.valid.as_deref()), z, rule, out)
+        a.zip_entries_into(Other::Same(b.values(), b.valid()), z, rule, out)
     }
 
     /// The binary op `z(self, s)` with a scalar, its values written into `out` as
@@ -549,10 +533,10 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// As [`MaskedCsr::zip_into`].
     pub fn zip_scalar_into<Z: ZipMap<T>>(&self, s: T, z: &Z, out: &mut [Z::Output]) -> Result<()> {
         let l = self.lanes();
-        if l.fill && !z.keeps_zero(T::ZERO, s) {
+        if l.fill() && !z.keeps_zero(T::ZERO, s) {
             return Err(MaskedError::densifying(z.name()));
         }
-        let l = CsrLanes { fill: false, ..l };
+        let l = l.with_fill(false);
         l.zip_entries_into(Other::Scalar(s), z, MaskRule::Strict, out)
     }
 }
@@ -571,10 +555,10 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> ZipKernels<T, Splat<T>>
     ) -> Result<CsrMapped<'m, Z::Output, I>> {
         let s = &s.0;
         let l = self.lanes();
-        if l.fill && !z.keeps_zero(T::ZERO, *s) {
+        if l.fill() && !z.keeps_zero(T::ZERO, *s) {
             return Err(MaskedError::densifying(z.name()));
         }
-        let l = CsrLanes { fill: false, ..l };
+        let l = l.with_fill(false);
         self.zipped(l.zip_entries(Other::Scalar(*s), z, rule)?)
     }
 }
@@ -600,8 +584,8 @@ impl<'m, 'b, T: Element, I: CsrIndex, Iptr: SpIndex, Iptr2: SpIndex>
             });
         }
         let (a, b) = (self.lanes(), rhs.lanes());
-        if a.same_structure(&b) && !a.fill {
-            self.zipped(a.zip_entries(Other::Same(b.values, b.valid.as_deref()), z, rule)?)
+        if a.same_structure(&b) && !a.fill() {
+            self.zipped(a.zip_entries(Other::Same(b.values(), b.valid()), z, rule)?)
         } else {
             self.zipped(a.zip_merge::<I, _>(&b, z, rule)?)
         }
@@ -628,11 +612,11 @@ where
         rule: MaskRule,
     ) -> Result<CsrMapped<'m, Z::Output, I>> {
         let l = self.lanes();
-        if l.fill {
+        if l.fill() {
             return Err(MaskedError::densifying(z.name()));
         }
         let (r, c) = self.mat.shape();
-        let d = layout_dense::DenseOperand::new(z.name(), rhs, &[r, c])?;
+        let d = DenseOperand::new(z.name(), rhs.dense_parts(), &[r, c])?;
         self.zipped(l.zip_entries(Other::Dense(&d), z, rule)?)
     }
 }

@@ -27,8 +27,9 @@
 use crate::array::{finish_fold, MaskedArray, MaskedArrayD, MaskedView};
 use crate::kernels::{lanes_are_runs, Fill, Lazy};
 use crate::prebuilt;
-use crate::zip::{operand, out_mask, zip_values, Operand, Side};
-use masked_core::binary::{broadcast_shapes, failed_at, KeepOperands, Src};
+use crate::zip::{operand, out_mask, zip_values, Side};
+use masked_core::binary::{broadcast_shapes, failed_at, KeepOperands};
+use masked_core::binary::{unravel, DenseParts as Operand};
 use masked_core::{
     wrap_dim, BitMask, Bits, Dims, Element, Fold, LaneMap, LaneStat, MaskRule, MaskedError,
     MaskedReduce, ReducePlan, Result, ZipMap,
@@ -39,44 +40,10 @@ use ndarray::{ArrayD, Data, Dimension, IxDyn};
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
+pub use masked_core::binary::Unary;
+
 /// Elements of one block of rows (a multiple of 64; at least one row).
 pub const BLOCK: usize = 1 << 16;
-
-/// A unary elementwise map as a [`ZipMap`] whose second operand is ignored: the unary
-/// ops (`abs`, `exp`, ...) as lazy views (`amax(abs(x))`).
-#[derive(Debug, Clone, Copy)]
-pub struct Unary<M>(pub M);
-
-impl<T: Element, M: LaneMap<T> + Copy + Send + Sync> ZipMap<T> for Unary<M>
-where
-    M::Output: masked_core::Value,
-{
-    type Output = M::Output;
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-    fn one(&self, x: T, _: T) -> Option<M::Output> {
-        let mut o = [M::Output::default()];
-        self.0.map(&[x], None, &mut o);
-        Some(o[0])
-    }
-    fn run(
-        &self,
-        xs: Src<'_, T>,
-        _: Src<'_, T>,
-        bits: Option<Bits<'_>>,
-        out: &mut [M::Output],
-    ) -> Option<usize> {
-        match xs {
-            Src::Slice(x) => self.0.map(&x[..out.len()], bits, out),
-            Src::Splat(x) => {
-                let v = vec![x; out.len()];
-                self.0.map(&v, bits, out);
-            }
-        }
-        None
-    }
-}
 
 /// The second operand of a view.
 enum Rhs<'a, T: Clone> {
@@ -129,7 +96,7 @@ impl<T: Element, Z: ZipMap<T>> Produce<Z::Output> for Zipped<'_, T, Z> {
     }
 
     fn failure(&self, shape: &[usize], i: usize) -> MaskedError {
-        failed_at(&self.z, crate::zip::unravel(shape, i))
+        failed_at(&self.z, unravel(shape, i))
     }
 
     fn pair(&self, shape: &[usize]) -> Option<KeepOperands<'_, Z::Output>> {

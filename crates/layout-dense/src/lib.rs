@@ -34,4 +34,4 @@ pub use masked_core::{
     BitMask, Dims, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MaskedReduce, Result,
     ZipKernels,
 };
-pub use zip::{DenseOperand, EntryOther, EntryRhs, Gradients};
+pub use zip::{grad_array, Gradients};

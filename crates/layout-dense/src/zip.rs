@@ -2,7 +2,10 @@
 //! scalar on either side, and output into a caller's buffer.
 
 use crate::array::{MaskedArray, MaskedArrayD};
-use masked_core::binary::{broadcast_shapes, failed_at, mask_mismatch, Src};
+use masked_core::binary::{
+    broadcast_shapes, broadcast_strides, failed_at, mask_mismatch, unravel, DenseParts as Operand,
+    Src,
+};
 use masked_core::{
     BitMask, Bits, Element, MaskRule, MaskedError, Result, Splat, ZipKernels, ZipMap,
 };
@@ -17,25 +20,17 @@ use std::borrow::Cow;
 /// Elements per parallel task of a flat zip (a multiple of 64: tasks start on mask words).
 const CHUNK: usize = 1 << 16;
 
-/// The row-major coordinates of flat index `i` in `shape`.
-pub(crate) fn unravel(shape: &[usize], mut i: usize) -> Vec<usize> {
-    let mut c = vec![0; shape.len()];
-    for d in (0..shape.len()).rev() {
-        let s = shape[d].max(1);
-        c[d] = i % s;
-        i /= s;
+impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
+    /// The array as an operand in standard layout: its values in row-major order
+    /// (borrowed when already so, else copied), shape and mask. What a sparse layout
+    /// reads at its entries' positions in a sparse ⊙ dense op.
+    pub fn dense_parts(&self) -> Operand<'_, T> {
+        operand(self)
     }
-    c
 }
 
-/// A dense operand in standard layout: its values (borrowed when already row-major),
-/// shape and mask.
-pub(crate) struct Operand<'a, T: Clone> {
-    pub(crate) values: Cow<'a, [T]>,
-    pub(crate) shape: &'a [usize],
-    pub(crate) mask: Option<&'a BitMask>,
-}
-
+/// The parts of a dense operand in standard layout (values borrowed when already
+/// row-major).
 pub(crate) fn operand<T: Element, S: Data<Elem = T>, D: Dimension>(
     a: &MaskedArray<S, D>,
 ) -> Operand<'_, T> {
@@ -93,24 +88,6 @@ pub(crate) fn out_mask<'m>(
             }
         }
     }
-}
-
-/// Row-major strides of `src` (a shape broadcast to `shape`, aligned from the right),
-/// 0 along the dims it stretches.
-fn broadcast_strides(src: &[usize], shape: &[usize]) -> Vec<usize> {
-    let n = shape.len();
-    let mut st = vec![0usize; n];
-    let mut stride = 1usize;
-    for k in 0..src.len() {
-        let (sd, td) = (src.len() - 1 - k, n - 1 - k);
-        st[td] = if src[sd] == 1 && shape[td] != 1 {
-            0
-        } else {
-            stride
-        };
-        stride *= src[sd];
-    }
-    st
 }
 
 /// The operand's run for output row `r` (rows of length `len` along the last dim).
@@ -367,251 +344,6 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, Splat<T>> for Ma
     }
 }
 
-/// What a sparse layout zips its entries with (sparse ⊙ x), borrowed for one pass.
-pub enum EntryOther<'x, T: Element> {
-    /// One value for every entry.
-    Scalar(T),
-    /// The values of another operand on the very same entries, with its validity bits.
-    Same(&'x [T], Option<&'x [u64]>),
-    /// A dense operand, read at each entry's position.
-    Dense(&'x DenseOperand<'x, T>),
-}
-
-/// [`EntryOther`] owned by a lazy view that keeps it between passes.
-pub enum EntryRhs<'a, T: Element> {
-    /// One value for every entry.
-    Scalar(T),
-    /// The values of another operand on the very same entries, with its validity bits.
-    Same(&'a [T], Option<Cow<'a, [u64]>>),
-    /// A dense operand, read at each entry's position.
-    Dense(DenseOperand<'a, T>),
-}
-
-impl<T: Element> EntryRhs<'_, T> {
-    /// The operand, borrowed for one pass.
-    pub fn other(&self) -> EntryOther<'_, T> {
-        match self {
-            EntryRhs::Scalar(s) => EntryOther::Scalar(*s),
-            EntryRhs::Same(v, b) => EntryOther::Same(v, b.as_deref()),
-            EntryRhs::Dense(d) => EntryOther::Dense(d),
-        }
-    }
-}
-
-/// A dense operand read at the positions of a sparse one (sparse ⊙ dense): its values in
-/// row-major order and its mask, broadcast (NumPy rules) to the sparse shape, never
-/// beyond it. The sparse layouts read it only at their valid positions.
-pub struct DenseOperand<'a, T: Clone> {
-    values: Cow<'a, [T]>,
-    /// The operand's own shape.
-    shape: &'a [usize],
-    mask: Option<&'a BitMask>,
-    /// Stride of each dim of the sparse shape in the operand (0 where it broadcasts).
-    strides: Vec<usize>,
-    /// How many times broadcasting repeats each operand element.
-    repeat: usize,
-}
-
-impl<'a, T: Element> DenseOperand<'a, T> {
-    /// The operand `a` broadcast to `shape`.
-    ///
-    /// # Errors
-    /// [`MaskedError::ShapeMismatch`] when `a` does not broadcast to `shape` (or only
-    /// beyond it).
-    pub fn new<S: Data<Elem = T>, D: Dimension>(
-        op: &'static str,
-        a: &'a MaskedArray<S, D>,
-        shape: &[usize],
-    ) -> Result<Self> {
-        let o = operand(a);
-        let b = broadcast_shapes(op, o.shape, shape)?;
-        if b != shape {
-            return Err(MaskedError::ShapeMismatch {
-                what: format!("{op}: a dense operand broadcasts beyond the sparse shape"),
-                left: shape.to_vec(),
-                right: o.shape.to_vec(),
-            });
-        }
-        let own: usize = o.shape.iter().product();
-        let total: usize = shape.iter().product();
-        Ok(DenseOperand {
-            strides: broadcast_strides(o.shape, shape),
-            repeat: total.checked_div(own).unwrap_or(0),
-            values: o.values,
-            shape: o.shape,
-            mask: o.mask,
-        })
-    }
-
-    /// The operand offset of the position with these coordinates (in the sparse shape).
-    #[inline]
-    pub fn offset(&self, coords: impl IntoIterator<Item = usize>) -> usize {
-        coords
-            .into_iter()
-            .zip(&self.strides)
-            .map(|(c, s)| c * s)
-            .sum()
-    }
-
-    /// The value at an operand offset.
-    #[inline]
-    pub fn value(&self, off: usize) -> T {
-        self.values[off]
-    }
-
-    /// Whether the operand is valid at an offset.
-    #[inline]
-    pub fn valid(&self, off: usize) -> bool {
-        self.mask.is_none_or(|m| m.get(off))
-    }
-
-    /// Whether the operand has a mask.
-    pub fn has_mask(&self) -> bool {
-        self.mask.is_some()
-    }
-
-    /// Number of valid positions of the operand broadcast to the sparse shape.
-    pub fn valid_count(&self) -> usize {
-        self.mask.map_or(self.values.len(), BitMask::count_ones) * self.repeat
-    }
-
-    /// Strides of the sparse shape's dims in the operand (0 where it broadcasts).
-    pub fn strides(&self) -> &[usize] {
-        &self.strides
-    }
-
-    /// The operand offset of flat position `p` (row-major) of the sparse shape `shape`.
-    #[inline]
-    pub fn offset_at(&self, shape: &[usize], mut p: usize) -> usize {
-        let mut off = 0;
-        for (&n, &st) in shape.iter().zip(&self.strides).rev() {
-            let n = n.max(1);
-            off += (p % n) * st;
-            p /= n;
-        }
-        off
-    }
-
-    /// The strict rule between a sparse operand of shape `shape` and this operand: this
-    /// operand must be valid at exactly the sparse operand's valid entries. `entries()`
-    /// yields those entries as `(flat position, operand offset)` pairs (row-major flat
-    /// positions, increasing), `count` of them, in `parts` parts: `entries(i)` yields part
-    /// `i` (checked in parallel), the parts in order. Without a mask this operand takes
-    /// the sparse operand's mask and nothing is checked. Work O(valid entries); the shape
-    /// is walked (up to the first difference) only to name the position of an error.
-    ///
-    /// # Errors
-    /// [`MaskedError::MaskMismatch`] naming the first position (row-major) that is
-    /// valid on one side only.
-    pub fn check_strict<It: Iterator<Item = (usize, usize)>>(
-        &self,
-        op: &'static str,
-        shape: &[usize],
-        count: usize,
-        parts: usize,
-        entries: impl Fn(usize) -> It + Sync,
-    ) -> Result<()> {
-        if !self.has_mask() {
-            return Ok(());
-        }
-        // the first valid entry where this operand is invalid ...
-        let missing = par::map(parts, |i| {
-            entries(i)
-                .find(|&(_, off)| !self.valid(off))
-                .map(|(p, _)| p)
-        })
-        .into_iter()
-        .flatten()
-        .next();
-        if missing.is_none() && self.valid_count() == count {
-            return Ok(());
-        }
-        // ... unless a position valid in this operand only comes before it
-        let end = missing.unwrap_or_else(|| shape.iter().product());
-        let mine: Vec<usize> = (0..parts)
-            .flat_map(&entries)
-            .map(|(p, _)| p)
-            .filter(|&p| p < end)
-            .collect();
-        let mut next = mine.iter().copied().peekable();
-        // an odometer over the shape: coordinates and this operand's offset
-        let mut c = vec![0usize; shape.len()];
-        let mut off = 0;
-        for p in 0..end {
-            if next.peek() == Some(&p) {
-                next.next();
-            } else if self.valid(off) {
-                return Err(mask_mismatch(op, c, false));
-            }
-            for d in (0..shape.len()).rev() {
-                c[d] += 1;
-                off += self.strides[d];
-                if c[d] < shape[d] {
-                    break;
-                }
-                off -= c[d] * self.strides[d];
-                c[d] = 0;
-            }
-        }
-        match missing {
-            Some(p) => Err(mask_mismatch(op, unravel(shape, p), true)),
-            None => Ok(()),
-        }
-    }
-
-    /// The `and` rule's validity of a sparse operand's `n` entries against this
-    /// operand: `bits` (a bit per entry; `None`: every entry valid) with the entries
-    /// where this operand is invalid cleared, in parallel over runs of entries.
-    /// `offsets(range)` yields this operand's offsets of the entries in `range`, in
-    /// entry order. Without a mask, `bits` unchanged.
-    pub fn and_bits<F, It>(&self, n: usize, bits: Option<Vec<u64>>, offsets: F) -> Option<Vec<u64>>
-    where
-        F: Fn(std::ops::Range<usize>) -> It + Sync,
-        It: Iterator<Item = usize>,
-    {
-        if !self.has_mask() {
-            return bits;
-        }
-        const WORDS: usize = 256;
-        let mut w = bits.unwrap_or_else(|| vec![u64::MAX; n.div_ceil(64)]);
-        par::chunks_mut(&mut w, WORDS, |c, ws| {
-            let lo = c * WORDS * 64;
-            let hi = (lo + ws.len() * 64).min(n);
-            for (q, off) in offsets(lo..hi).enumerate() {
-                if !self.valid(off) {
-                    ws[q / 64] &= !(1u64 << (q % 64));
-                }
-            }
-        });
-        Some(w)
-    }
-
-    /// One zero per operand element: the sums [`DenseOperand::gradient`] takes.
-    pub fn zero_sums(&self) -> Vec<f64> {
-        vec![0.0; self.values.len()]
-    }
-
-    /// The gradient with respect to this operand from its sums `acc` (one per operand
-    /// element, in row-major order; what the sparse layouts' binary VJPs add up at
-    /// [`DenseOperand::offset`]): a masked array of the operand's own shape and mask.
-    ///
-    /// # Errors
-    /// [`MaskedError::InvalidData`] for `acc` of another length.
-    pub fn gradient<R: Element + masked_core::Float>(
-        &self,
-        acc: Vec<f64>,
-    ) -> Result<MaskedArrayD<R>> {
-        if acc.len() != self.values.len() {
-            return Err(MaskedError::InvalidData(format!(
-                "{} gradient sums for a dense operand of {} elements",
-                acc.len(),
-                self.values.len()
-            )));
-        }
-        gradient_array(self.shape, acc, self.mask)
-    }
-}
-
 /// The gradients of both operands of a binary op with partials `op` on the broadcast
 /// `shape`: `g · ∂f/∂x` at each valid output position (per `valid`; `None`: all),
 /// summed into each operand's own (broadcast) position, in `f64`.
@@ -717,8 +449,13 @@ fn flat_grads_into<T: Element>(
     }
 }
 
-/// A gradient in `R` as a masked array of `shape` with `mask` (all valid for `None`).
-fn grad_array<R: Element>(
+/// A gradient in `R` as a masked array of `shape` with `mask` (all valid for `None`):
+/// what a sparse layout's binary VJP returns for a dense operand
+/// (`DenseOperand::gradient_values` gives the values).
+///
+/// # Errors
+/// [`MaskedError::InvalidData`] when the values do not fill the shape.
+pub fn grad_array<R: Element>(
     shape: &[usize],
     values: Vec<R>,
     mask: Option<&BitMask>,
@@ -730,15 +467,6 @@ fn grad_array<R: Element>(
         None => BitMask::filled(shape, true)?,
     };
     MaskedArray::new(data, mask)
-}
-
-/// `values` (f64) as a masked array of `shape` in the float type `R`, with `mask`.
-fn gradient_array<R: Element + masked_core::Float>(
-    shape: &[usize],
-    values: Vec<f64>,
-    mask: Option<&BitMask>,
-) -> Result<MaskedArrayD<R>> {
-    grad_array(shape, values.into_iter().map(R::from_f64).collect(), mask)
 }
 
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {

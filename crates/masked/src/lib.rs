@@ -62,7 +62,7 @@
 //! for code that wants plain arrays.
 //!
 //! Conversions carry masks along: dense ↔ COO with `From` / `TryFrom`, CSR ↔ COO with
-//! `TryFrom` and [`MaskedCoo::to_csr`], dense ↔ CSR with [`dense_to_csr`] and
+//! [`csr_to_coo`] and [`MaskedCoo::to_csr`], dense ↔ CSR with [`dense_to_csr`] and
 //! [`csr_to_dense`].
 //!
 //! Each validates and returns a typed error naming the bad entry.
@@ -110,9 +110,7 @@ pub use masked_core as core;
 #[doc(inline)]
 pub use masked_core::cpu;
 
-pub use layout_coo::{
-    csr_to_dense, dense_to_csr, CooGradients, CooMask, CooPattern, CooZipView, MaskedCoo,
-};
+pub use layout_coo::{dense_to_csr, CooGradients, CooMask, CooPattern, CooZipView, MaskedCoo};
 pub use layout_csr::{
     to_csmat, to_csvec, CsrFilled, CsrGradients, CsrMapped, CsrMask, CsrZipView, IntoCsMat,
     IntoCsrView, MaskedCsr, Pattern, PatternI,
@@ -126,6 +124,7 @@ pub use masked_core::{
     MedianMode, Num, OneDim, Op, ReducePlan, Result, Scalar, ShapeLike, SparseArray, Splat, Value,
     Values, WireNum, ZipKernels, ZipMap,
 };
+pub use masked_engine::{csr_to_coo, csr_to_dense};
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../../../README.md")]

@@ -561,12 +561,12 @@ impl<T: Element> Built<T> {
             }
             ("csr", "coo") => {
                 let a = self.csr()?;
-                measure(|| MaskedCoo::try_from(&a).map(done), t)
+                measure(|| masked::csr_to_coo(&a).map(done), t)
             }
             ("coo", "csr") => measure(|| self.coo().to_csr().map(done), t),
             ("csr", "dense") => {
                 let a = self.csr()?;
-                measure(|| masked::coo::csr_to_dense(&a).map(done), t)
+                measure(|| masked::csr_to_dense(&a).map(done), t)
             }
             _ => measure(|| MaskedArrayD::try_from(self.coo()).map(done), t),
         }

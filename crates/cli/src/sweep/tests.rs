@@ -91,7 +91,7 @@ fn every_layout_holds_the_same_data_and_computes_the_same() {
             let csr = b.csr().unwrap();
             let coo = b.coo();
             // the data: every layout densified equals the dense layout, mask included
-            let from_csr = masked::coo::csr_to_dense(&csr).unwrap();
+            let from_csr = masked::csr_to_dense(&csr).unwrap();
             let from_coo = MaskedArrayD::try_from(coo).unwrap();
             for other in [&from_csr, &from_coo] {
                 assert_eq!(other.values(), dense.values(), "{structure:?} d {d}");

@@ -5,16 +5,13 @@
 
 use super::*;
 use crate::cols::{par_eq, CsrIndex};
-use layout_dense::DenseOperand;
+use crate::operand::DenseOperand;
 use masked_core::binary::{failed_at, mask_mismatch, merge, MergeStop, Side, Src};
 use masked_core::{MaskRule, ZipMap};
 
-/// What the entries of a CSR structure are zipped with.
-pub(crate) use layout_dense::EntryOther as Other;
-
 /// A zip's output rows: row pointer, column indices (shared when every entry is kept),
 /// values.
-type Rows<'a, O> = (Vec<usize>, ColsBuf<'a>, Vec<O>);
+pub type Rows<'a, O> = (Vec<usize>, ColsBuf<'a>, Vec<O>);
 
 impl<'a, T: Element> CsrLanes<'a, T> {
     /// The error of the op `z` failing at entry `k` (row `r`).
@@ -29,7 +26,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 
     /// `z(x, other)` at every entry valid under `rule`; the output stores exactly those
     /// entries (this structure, shared, when all are).
-    pub(crate) fn zip_entries<Z: ZipMap<T>>(
+    pub fn zip_entries<Z: ZipMap<T>>(
         &self,
         other: Other<'_, T>,
         z: &Z,
@@ -183,7 +180,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 
     /// As [`CsrLanes::zip_entries`] when the result keeps every entry, its values written
     /// into `out` (one per entry); an error when some entry is not valid under `rule`.
-    pub(crate) fn zip_entries_into<Z: ZipMap<T>>(
+    pub fn zip_entries_into<Z: ZipMap<T>>(
         &self,
         other: Other<'_, T>,
         z: &Z,
@@ -272,7 +269,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// `z(self, other)` for two structures of one shape: one merge pass per row, over
     /// column indices of type `I` (both sides have them: they come from one typed
     /// matrix type).
-    pub(crate) fn zip_merge<I: CsrIndex, Z: ZipMap<T>>(
+    pub fn zip_merge<I: CsrIndex, Z: ZipMap<T>>(
         &self,
         other: &CsrLanes<'_, T>,
         z: &Z,
@@ -319,7 +316,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 
     /// Entries `e` (one row, column indices `ix`: this structure's) as a side of a merge.
-    pub(crate) fn side<'s, I: SpIndex>(&'s self, ix: &'s [I], e: Range<usize>) -> Side<'s, I, T> {
+    pub fn side<'s, I: SpIndex>(&'s self, ix: &'s [I], e: Range<usize>) -> Side<'s, I, T> {
         Side::new(
             &ix[e.clone()],
             &self.values[e.clone()],
@@ -330,7 +327,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 
     /// Whether two lane structures have the same entries (the same rows and columns).
-    pub(crate) fn same_structure(&self, other: &CsrLanes<'_, T>) -> bool {
+    pub fn same_structure(&self, other: &CsrLanes<'_, T>) -> bool {
         self.shape == other.shape
             && self.fill == other.fill
             && par_eq(self.indptr, other.indptr)

@@ -4,6 +4,7 @@
 // named by the docs' links (a plain import: links of items inlined into the facade
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::cols::{with_cols, Cols, ColsBuf, LanesMapped};
+use crate::operand::EntryOther as Other;
 use crate::partition::{groups, row_tasks, Task};
 use crate::prebuilt;
 use masked_core::grad::{grad_runs, sparse_lanes, SparseUpstream};
@@ -26,14 +27,16 @@ mod map;
 mod stat;
 mod zip;
 
-pub use fused::{CsrEntries, CsrZipView, DynEntries, EntryValues, FusedLanes};
-pub(crate) use zip::Other;
+pub use fused::{
+    computed_view, entry_view, CsrEntries, CsrZipView, DynEntries, EntryValues, FusedLanes,
+};
+pub use zip::Rows;
 
 /// The output of a CSR normalization (softmax, cumsum, ...): a sprs CSR matrix whose
 /// stored entries are exactly the mask's valid positions. When every stored entry is
 /// valid (mask = the input's pattern, no NaN dropped) its column indices are the input's
 /// own, borrowed rather than copied, as torch's sparse softmax shares its input's
-/// indices; otherwise they are owned. [`IntoCsMat::into_csmat`](crate::IntoCsMat::into_csmat) gives a plain
+/// indices; otherwise they are owned. `IntoCsMat::into_csmat` gives a plain
 /// `sprs::CsMatI` (moving the values; copying the indices only when borrowed).
 pub type CsrMapped<'a, O, I> = CsMatBase<O, I, Vec<usize>, Cow<'a, [I]>, Vec<O>, usize>;
 
@@ -46,7 +49,7 @@ pub type CsrMapped<'a, O, I> = CsMatBase<O, I, Vec<usize>, Cow<'a, [I]>, Vec<O>,
 /// - no mask: the input's entries plus every unstored position as a valid 0;
 /// - the nan-family adds validity bits `!is_nan` to any of these.
 ///
-/// Get one from [`crate::MaskedCsr::lanes`]; every op of [`MaskedOps`] runs on it.
+/// Get one from `MaskedCsr::lanes`; every op of [`MaskedOps`] runs on it.
 ///
 /// Invariant (kept by [`CsrLanes::try_new`], by sprs's safe constructors and by
 /// [`crate::Pattern`]): every column index is below `shape.1`; the column fold indexes
@@ -265,6 +268,42 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         self.shape
     }
 
+    /// One value per entry.
+    pub fn values(&self) -> &'a [T] {
+        self.values
+    }
+
+    /// The row pointer.
+    pub fn indptr(&self) -> &'a [usize] {
+        self.indptr
+    }
+
+    /// The column indices.
+    pub fn indices(&self) -> Cols<'a> {
+        self.indices
+    }
+
+    /// The validity bit of each entry (`None`: every entry valid).
+    pub fn valid(&self) -> Option<&[u64]> {
+        self.valid.as_deref()
+    }
+
+    /// The validity bits, moved out (`None`: every entry valid).
+    pub fn into_valid(self) -> Option<Cow<'a, [u64]>> {
+        self.valid
+    }
+
+    /// Whether the unstored positions are valid zeros (no mask).
+    pub fn fill(&self) -> bool {
+        self.fill
+    }
+
+    /// The same lanes with the unstored positions valid zeros (`true`) or not taking
+    /// part (`false`): the stored entries alone, for an op that keeps 0 at 0.
+    pub fn with_fill(self, fill: bool) -> Self {
+        CsrLanes { fill, ..self }
+    }
+
     /// Number of entries (stored positions of the lane structure).
     pub fn nnz(&self) -> usize {
         self.indices.len()
@@ -282,7 +321,8 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         collect_sparse(out_shape(self.shape, ax, keepdim), lanes(ax))
     }
 
-    pub(crate) fn row(&self, r: usize) -> Range<usize> {
+    /// The entries of row `r`.
+    pub fn row(&self, r: usize) -> Range<usize> {
         self.indptr[r]..self.indptr[r + 1]
     }
 
@@ -290,7 +330,8 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         self.valid.as_deref().map(|w| Bits::new(w, start))
     }
 
-    pub(crate) fn is_valid(&self, k: usize) -> bool {
+    /// Whether entry `k` is valid.
+    pub fn is_valid(&self, k: usize) -> bool {
         self.valid
             .as_deref()
             .is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1)
@@ -301,8 +342,9 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             .map_or(e.len(), |b| b.count_ones(e.len()))
     }
 
+    /// The column of entry `k`.
     #[inline]
-    pub(crate) fn col(&self, k: usize) -> usize {
+    pub fn col(&self, k: usize) -> usize {
         self.indices.get(k)
     }
 }
@@ -391,16 +433,20 @@ impl<'a, T: Element> MaskedReduce<T> for CsrLanes<'a, T> {
 
 /// A map's result borrowed as its parts (a typed or an erased one): what a map's VJP
 /// checks the upstream gradient and saved output against.
-pub(crate) struct MappedParts<'m, R> {
-    pub(crate) shape: (usize, usize),
-    pub(crate) indptr: &'m [usize],
-    pub(crate) indices: Cols<'m>,
-    pub(crate) values: &'m [R],
+pub struct MappedParts<'m, R> {
+    /// `(nrows, ncols)`.
+    pub shape: (usize, usize),
+    /// Row pointer.
+    pub indptr: &'m [usize],
+    /// Column indices.
+    pub indices: Cols<'m>,
+    /// One value per entry.
+    pub values: &'m [R],
 }
 
 impl<R> LanesMapped<'_, R> {
     /// The result borrowed as its parts.
-    pub(crate) fn parts(&self) -> MappedParts<'_, R> {
+    pub fn parts(&self) -> MappedParts<'_, R> {
         MappedParts {
             shape: self.shape,
             indptr: &self.indptr,
@@ -411,9 +457,7 @@ impl<R> LanesMapped<'_, R> {
 }
 
 /// A typed CSR result borrowed as its parts.
-pub(crate) fn csr_parts<'m, R, I: crate::CsrIndex>(
-    m: &'m CsrMapped<'_, R, I>,
-) -> MappedParts<'m, R> {
+pub fn csr_parts<'m, R, I: crate::CsrIndex>(m: &'m CsrMapped<'_, R, I>) -> MappedParts<'m, R> {
     let (indptr, indices, values) = m.view().into_raw_storage();
     MappedParts {
         shape: m.shape(),
@@ -426,7 +470,7 @@ pub(crate) fn csr_parts<'m, R, I: crate::CsrIndex>(
 impl<'a, T: Element> CsrLanes<'a, T> {
     /// [`MaskedReduce::grad_mapped`] on the parts of the upstream gradient and saved
     /// output.
-    pub(crate) fn grad_mapped_parts<G: LaneGrad>(
+    pub fn grad_mapped_parts<G: LaneGrad>(
         &self,
         grad: &G,
         dim: isize,
@@ -459,7 +503,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// The structure of the valid entries: row pointers and column indices (this
     /// structure's own, borrowed, when every entry is valid). Without a mask every
     /// position is valid, and a gradient would store them all: an error.
-    pub(crate) fn valid_structure(&self) -> Result<(Vec<usize>, ColsBuf<'a>)> {
+    pub fn valid_structure(&self) -> Result<(Vec<usize>, ColsBuf<'a>)> {
         if self.fill {
             return Err(MaskedError::densifying("a gradient"));
         }
@@ -470,7 +514,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 
     /// The row pointer of the valid entries (this structure's own when all are valid).
-    pub(crate) fn valid_indptr(&self) -> Vec<usize> {
+    pub fn valid_indptr(&self) -> Vec<usize> {
         let Some(w) = self.valid.as_deref() else {
             return self.indptr.to_vec();
         };

@@ -9,8 +9,6 @@
 
 use super::map::map_rows_by;
 use super::*;
-use crate::cols::CsrIndex;
-use layout_dense::{DenseOperand, MaskedArray, Unary};
 use masked_core::{MaskRule, SparseArray, ZipMap};
 use std::sync::OnceLock;
 
@@ -18,7 +16,7 @@ use std::sync::OnceLock;
 #[allow(unused_imports)]
 use masked_core::{MaskedOps, ZipKernels};
 
-use layout_dense::EntryRhs as Rhs;
+use crate::operand::EntryRhs as Rhs;
 
 /// The values of a [`FusedLanes`] structure's entries, computed on demand: a lazy
 /// elementwise op on some layout's entries.
@@ -94,10 +92,10 @@ pub struct FusedLanes<'a, O, V> {
 /// A lazy `z(a, b)` on CSR entries: a masked CSR matrix of `O` values (`O` the op's
 /// output type, [`ZipMap::Output`]) computed only when a kernel reads them, a row task at a time (see [`FusedLanes`] and
 /// docs/semantics.md, "Fused elementwise-then-reduce"). Every op of [`MaskedOps`] runs
-/// on it. Get one from [`MaskedCsr::zip_view`](crate::MaskedCsr::zip_view) (another CSR
-/// matrix), [`MaskedCsr::zip_dense_view`](crate::MaskedCsr::zip_dense_view),
-/// [`MaskedCsr::zip_scalar_view`](crate::MaskedCsr::zip_scalar_view) or
-/// [`MaskedCsr::map_view`](crate::MaskedCsr::map_view).
+/// on it. Get one from `MaskedCsr::zip_view` (another CSR
+/// matrix), `MaskedCsr::zip_dense_view`,
+/// `MaskedCsr::zip_scalar_view` or
+/// `MaskedCsr::map_view`.
 ///
 /// Two matrices of different structures are merged when the view is made (the merged
 /// structure is new, so its values are computed with it); every other view shares its
@@ -137,124 +135,13 @@ impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CsrEntries<'_, T, Z> {
     }
 }
 
-impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> crate::MaskedCsr<'m, T, I, Iptr> {
-    /// The lazy `z(self, rhs)` under `rule` with another CSR matrix of this shape. On
-    /// one structure the output validity is computed now (a bit per entry) and the
-    /// values when a reduction or normalization reads them; two structures are merged
-    /// now, values included.
-    ///
-    /// # Errors
-    /// As [`ZipKernels::zip_elements`]: shapes that
-    /// differ, masks that differ under [`MaskRule::Strict`], an op that does not keep 0
-    /// on matrices without a mask, an integer op undefined at a valid entry (for the
-    /// lazy values: when they are read).
-    ///
-    /// ```
-    /// use masked::binary::{KeepBin, KeepZip};
-    /// use masked::{MaskRule, MaskedCsr, MaskedOps};
-    /// use sprs::CsMat;
-    /// let a = CsMat::new((2, 3), vec![0, 2, 3], vec![0, 2, 1], vec![1.0f64, 2.0, 3.0]);
-    /// let w = CsMat::new((2, 3), vec![0, 2, 3], vec![0, 2, 1], vec![4.0f64, 5.0, 6.0]);
-    /// let (a, w) = (MaskedCsr::from_pattern(a.view()).unwrap(), MaskedCsr::from_pattern(w.view()).unwrap());
-    /// let ab = a.zip_view(&w, KeepZip(KeepBin::Mul), MaskRule::Strict).unwrap();
-    /// assert_eq!(ab.sum(1, false).unwrap().values(), &[14.0, 18.0]); // never stores a * w
-    /// ```
-    pub fn zip_view<'s, Iptr2: SpIndex, Z: ZipMap<T> + 's>(
-        &'s self,
-        rhs: &'s crate::MaskedCsr<'_, T, I, Iptr2>,
-        z: Z,
-        rule: MaskRule,
-    ) -> Result<CsrZipView<'s, Z::Output>> {
-        let (a, b) = (self.lanes(), rhs.lanes());
-        if a.shape != b.shape {
-            return Err(MaskedError::ShapeMismatch {
-                what: format!("{}: sparse operands must have one shape", z.name()),
-                left: vec![a.shape.0, a.shape.1],
-                right: vec![b.shape.0, b.shape.1],
-            });
-        }
-        if a.same_structure(&b) {
-            if a.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
-                return Err(MaskedError::densifying(z.name()));
-            }
-            let rhs = Rhs::Same(b.values, b.valid);
-            return entries(a, rhs, z, rule);
-        }
-        let fill = a.fill && b.fill;
-        let (indptr, indices, values) = a.zip_merge::<I, _>(&b, &z, rule)?;
-        let cache = OnceLock::new();
-        let _ = cache.set(values);
-        Ok(FusedLanes {
-            shape: a.shape,
-            indptr: Cow::Owned(indptr),
-            indices: indices.into_owned(),
-            valid: None,
-            fill,
-            src: None,
-            cache,
-        })
-    }
-
-    /// The lazy `z(self, rhs)` under `rule` with a dense array broadcastable to this
-    /// matrix's shape, read only at the valid entries.
-    ///
-    /// # Errors
-    /// As [`MaskedCsr::zip_view`](crate::MaskedCsr::zip_view); a matrix without a mask
-    /// ([`MaskedError::Unsupported`]: every position would be valid).
-    pub fn zip_dense_view<
-        's,
-        S: ndarray::Data<Elem = T>,
-        D: ndarray::Dimension,
-        Z: ZipMap<T> + 's,
-    >(
-        &'s self,
-        rhs: &'s MaskedArray<S, D>,
-        z: Z,
-        rule: MaskRule,
-    ) -> Result<CsrZipView<'s, Z::Output>> {
-        let l = self.lanes();
-        if l.fill {
-            return Err(MaskedError::densifying(z.name()));
-        }
-        let d = DenseOperand::new(z.name(), rhs, &[l.shape.0, l.shape.1])?;
-        entries(l, Rhs::Dense(d), z, rule)
-    }
-
-    /// The lazy `z(self, s)` with a scalar (a scalar on the left is the `Swapped` op).
-    ///
-    /// # Errors
-    /// Without a mask, an op with `z(0, s) != 0` ([`MaskedError::Unsupported`]).
-    pub fn zip_scalar_view<'s, Z: ZipMap<T> + 's>(
-        &'s self,
-        s: T,
-        z: Z,
-    ) -> Result<CsrZipView<'s, Z::Output>> {
-        let l = self.lanes();
-        if l.fill && !z.keeps_zero(T::ZERO, s) {
-            return Err(MaskedError::densifying(z.name()));
-        }
-        entries(l, Rhs::Scalar(s), z, MaskRule::Strict)
-    }
-
-    /// The lazy unary map `m(self)` (`abs`, `exp`, ...).
-    ///
-    /// # Errors
-    /// As [`MaskedCsr::zip_scalar_view`](crate::MaskedCsr::zip_scalar_view): without a
-    /// mask, a map that does not keep 0.
-    pub fn map_view<'s, M: LaneMap<T> + Copy + Send + Sync + 's>(
-        &'s self,
-        m: M,
-    ) -> Result<CsrZipView<'s, M::Output>>
-    where
-        M::Output: masked_core::Value,
-    {
-        self.zip_scalar_view(T::ZERO, Unary(m))
-    }
-}
-
 /// A view of `z(x, rhs)` on the entries of `l` under `rule`: the rule's checks and the
-/// entries' validity now, the values later.
-fn entries<'a, T: Element, Z: ZipMap<T> + 'a>(
+/// entries' validity now, the values later (what a layout's `zip_view` returns when the
+/// result keeps its structure).
+///
+/// # Errors
+/// As the rule's checks: masks that differ under [`MaskRule::Strict`].
+pub fn entry_view<'a, T: Element, Z: ZipMap<T> + 'a>(
     l: CsrLanes<'a, T>,
     rhs: Rhs<'a, T>,
     z: Z,
@@ -272,6 +159,28 @@ fn entries<'a, T: Element, Z: ZipMap<T> + 'a>(
         src: Some(Box::new(CsrEntries { lanes: l, rhs, z })),
         cache: OnceLock::new(),
     })
+}
+
+/// A view whose values are already computed, on a structure of its own (two
+/// structures merged when the view was made).
+pub fn computed_view<'a, O>(
+    shape: (usize, usize),
+    indptr: Vec<usize>,
+    indices: ColsBuf<'static>,
+    values: Vec<O>,
+    fill: bool,
+) -> CsrZipView<'a, O> {
+    let cache = OnceLock::new();
+    let _ = cache.set(values);
+    FusedLanes {
+        shape,
+        indptr: Cow::Owned(indptr),
+        indices,
+        valid: None,
+        fill,
+        src: None,
+        cache,
+    }
 }
 
 /// Per-worker scratch of a fused task: values, rebased row pointer, rebased bits.

@@ -1,6 +1,7 @@
 //! A validated 2-D sparse index pattern: the mask of a CSR matrix ("mask from indices").
 
-use masked_core::{check_lengths, BitMask, BoolArray, MaskedError, Result, ShapeLike};
+use masked_core::mask::merge_positions;
+use masked_core::{check_lengths, BitMask, BoolArray, MaskLogic, MaskedError, Result, ShapeLike};
 use sprs::{CsMatViewI, SpIndex};
 use std::borrow::Borrow;
 
@@ -528,3 +529,42 @@ impl<'de, I: SpIndex> serde::Deserialize<'de> for PatternI<I> {
         PatternI::try_from_parts(r.shape, r.indptr, indices).map_err(D::Error::custom)
     }
 }
+
+/// The mask of a CSR matrix, as given to `MaskedCsr::new` or read back with
+/// `MaskedCsr::mask_kind` (and what `MaskedCoo::to_csr` gives).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CsrMask<I: SpIndex = usize> {
+    /// The input's own stored pattern.
+    Stored,
+    /// A separate pattern of the input's shape.
+    Pattern(PatternI<I>),
+    /// No mask: every element valid, unstored ones as 0.
+    All,
+}
+
+impl<I: SpIndex> PatternI<I> {
+    /// `logic(self, other)` of two patterns of one shape: one merge per row.
+    ///
+    /// # Errors
+    /// [`MaskedError::ShapeMismatch`] for patterns of different shapes.
+    pub fn logic(&self, other: &PatternI<I>, logic: MaskLogic) -> Result<PatternI<I>> {
+        if self.shape() != other.shape() {
+            let (a, b) = (self.shape(), other.shape());
+            return Err(MaskedError::ShapeMismatch {
+                what: "mask logic of two patterns".into(),
+                left: vec![a.0, a.1],
+                right: vec![b.0, b.1],
+            });
+        }
+        let mut indptr = Vec::with_capacity(self.shape().0 + 1);
+        indptr.push(0);
+        let mut indices = Vec::new();
+        for r in 0..self.shape().0 {
+            merge_positions(self.row(r), other.row(r), logic, &mut indices);
+            indptr.push(indices.len());
+        }
+        PatternI::try_from_parts(self.shape(), indptr, indices)
+    }
+}
+
+masked_core::mask_operators!(PatternI<I>, I: SpIndex);
