@@ -24,24 +24,17 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod binary;
-pub mod cast;
-pub mod dims;
-pub mod element;
-pub mod error;
-pub mod fold;
-pub mod grad;
-pub mod lane;
-pub mod layout;
-pub mod mask;
-pub mod math;
-pub mod ops;
-pub mod prebuilt;
-pub mod registry;
-pub mod sparse;
-pub mod stats;
-pub mod unary;
-pub mod wire;
+// the rooms: the dtype table, the shared values, the op definitions by family, and the
+// contract between ops and layouts; each module keeps its path at the crate's root
+mod contract;
+mod dtype;
+mod opdefs;
+mod values;
+
+pub use contract::{layout, prebuilt, registry};
+pub use dtype::{element, math, wire};
+pub use opdefs::{binary, cast, fold, grad, lane, ops, stats, unary};
+pub use values::{dims, error, mask, sparse};
 
 pub use binary::{MaskRule, Splat, Value, Values, ZipMap};
 pub use dims::{wrap_dim, DimLike, Dims, OneDim, ReducePlan, ShapeLike};

@@ -5,26 +5,38 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut names = Vec::new();
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "rs") {
-            names.push(p.file_stem().unwrap().to_string_lossy().into_owned());
+/// The core's modules (file stems, in any room) and their files.
+fn modules() -> BTreeMap<String, std::path::PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let n = p.file_stem().unwrap().to_string_lossy().into_owned();
+                if n != "lib" && n != "mod" {
+                    assert!(out.insert(n.clone(), p).is_none(), "two modules named {n}");
+                }
+            }
         }
     }
+    out
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let files = modules();
+    let names: Vec<String> = files.keys().cloned().collect();
+    assert!(names.len() >= 18, "found only {} modules", names.len());
     let mut g = BTreeMap::new();
     for n in &names {
-        if n == "lib" {
-            continue;
-        }
-        let text = std::fs::read_to_string(dir.join(format!("{n}.rs"))).unwrap();
+        let text = std::fs::read_to_string(&files[n]).unwrap();
         // code only: the tests module may use anything
         let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
         let deps: BTreeSet<String> = names
             .iter()
-            .filter(|m| *m != n && *m != "lib")
+            .filter(|m| *m != n)
             .filter(|m| {
                 code.lines()
                     .filter(|l| !l.trim_start().starts_with("//"))
