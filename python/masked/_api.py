@@ -94,6 +94,7 @@ def vjp(
     *,
     keepdim: bool = False,
     mask: Any = None,
+    saved: Optional[MaskedArray] = None,
     **options: Any,
 ) -> MaskedArray:
     """The gradient of `op` (a registry name) at `input` with respect to its values, given
@@ -103,6 +104,11 @@ def vjp(
     `grad` stored at exactly the forward output's valid positions (as the forward op
     returns them) and gives a gradient stored at the input's valid positions. Never NaN
     from masked-out positions or fully masked lanes (semantics.md, "Gradients").
+
+    `saved`: the forward output of the same call, when the caller kept it (an autograd
+    function's forward does): the ops whose gradient reads their output (softmax and
+    its family, logsumexp, norm, ...) then do not run the forward pass again. It must be
+    that output (its shape and count are checked, not its values).
 
     A binary op (`mul`, `div`, `atan2`, ...) takes `input=(a, b)` and returns both
     gradients `(da, db)`, each of its operand's shape (broadcast dims summed back);
@@ -128,7 +134,8 @@ def vjp(
     if op in _NORMALIZE and dims is None:
         raise MaskedError(f"{op} is a normalization along one dim: give dim=")
     opts = [(k, _opt_text(v)) for k, v in options.items() if v is not None]
-    return MaskedArray._wrap(a._h.vjp(op, g._h, dims, keepdim, opts))
+    y = None if saved is None else saved._h
+    return MaskedArray._wrap(a._h.vjp(op, g._h, dims, keepdim, opts, y))
 
 
 def _opt_text(v: Any) -> str:

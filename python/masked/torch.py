@@ -55,16 +55,20 @@ class _EngineOp(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, name: str, call: dict, grad: dict, mask: Any) -> torch.Tensor:  # type: ignore[override]
         a = _wrap_input(x, mask)
         out = getattr(_ops, name)(a, **call)
-        ctx.saved = (a, name, grad, x.dtype)
+        # the output is kept for the backward (as torch keeps softmax's): the ops whose
+        # gradient reads it do not run the forward again. A dtype= output (another
+        # dtype than the gradient's) is not: the engine recomputes in the input's dtype
+        keep = out if out.dtype == a.dtype else None
+        ctx.saved = (a, name, grad, x.dtype, keep)
         return _to_tensor(out)
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
-        a, name, grad, dtype = ctx.saved
+        a, name, grad, dtype, out = ctx.saved
         # torch hands a reduction's upstream as an expanded (stride 0) view: one
         # contiguous copy here is cheaper than a strided walk in the engine
         gm = MaskedArray(g.detach().to(dtype).contiguous())
-        dx = vjp(name, a, gm, grad["dim"], keepdim=grad["keepdim"], **grad["options"])
+        dx = vjp(name, a, gm, grad["dim"], keepdim=grad["keepdim"], saved=out, **grad["options"])
         return _to_tensor(dx), None, None, None, None
 
 

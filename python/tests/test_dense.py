@@ -237,6 +237,23 @@ def test_vjp_matches_finite_differences_and_no_nan():
         mk.vjp("sum", np.array([1, 2], dtype=np.int64), np.array(1, dtype=np.int64))
 
 
+def test_vjp_with_the_saved_output_equals_the_recomputed_one():
+    x, valid = data((4, 6), np.float64)
+    valid[2] = False  # a fully masked row
+    a = mk.MaskedArray(x, valid)
+    for op in ["softmax", "log_softmax", "logsumexp", "norm"]:
+        y = getattr(mk, op)(a, dim=1)
+        g = RNG.standard_normal(y.shape)
+        want = mk.vjp(op, a, g, 1)
+        got = mk.vjp(op, a, g, 1, saved=y)
+        np.testing.assert_allclose(got.data, want.data, rtol=1e-12, atol=1e-15, err_msg=op)
+        assert not np.isnan(got.data).any(), op
+    # a saved output of the wrong shape is an error, not a wrong gradient
+    y = mk.softmax(a, 1)
+    with pytest.raises(mk.MaskedError, match="shape"):
+        mk.vjp("softmax", a, np.ones((4, 6)), 1, saved=mk.MaskedArray(np.ones((6, 4))))
+
+
 def test_halves():
     x = np.array([[1.0, 2.0, 3.0]], dtype=np.float16)
     r = mk.sum(x, 1, dtype=np.float32)

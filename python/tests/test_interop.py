@@ -244,3 +244,7 @@ def test_sparse_vjp_is_stored_at_the_valid_entries():
             s = np.exp(v - v.max()) / np.exp(v - v.max()).sum()
             want.extend(s * (s - (s * s).sum()))
     np.testing.assert_allclose(gp.compressed(), want, rtol=1e-12)
+    # with the forward output saved: the same gradient, stored alike
+    gs = mk.vjp("softmax", a, p, 1, saved=p)
+    assert gs.layout == "csr"
+    np.testing.assert_allclose(gs.compressed(), want, rtol=1e-12)

@@ -407,47 +407,166 @@ impl<'a> ArrayRef<'a> {
     /// [`MaskedError::ShapeMismatch`], [`MaskedError::ValueCount`] or
     /// [`MaskedError::InvalidArgument`] for a `g` that does not fit the forward output.
     pub fn vjp(&self, req: &OpRequest, g: &Output) -> Result<Output> {
+        self.vjp_saved(req, None, g)
+    }
+
+    /// [`ArrayRef::vjp`] given `saved`, the forward output of `req` on this array as
+    /// [`ArrayRef::apply`] returned it (or `None`: recomputed), which the ops whose
+    /// gradient reads their output (softmax and its family, logsumexp, norm, ...) use
+    /// instead of running the forward pass again; an autograd function keeps it from
+    /// its forward. A saved output that is not the forward result gives a wrong
+    /// gradient (its shape and count are checked, not its values).
+    ///
+    /// # Errors
+    /// As [`ArrayRef::vjp`]; a `saved` of another layout kind, shape, count or dtype.
+    pub fn vjp_saved(&self, req: &OpRequest, saved: Option<&Output>, g: &Output) -> Result<Output> {
         let op = req.op;
         let integer = || MaskedError::NotDifferentiable {
             op: op.name(),
             reason: "integer and bool input have no gradient",
         };
         let map = matches!(op.kind(), Kind::Normalize | Kind::Unary);
-        match (self, g) {
-            (ArrayRef::Dense(a), Output::Dense(g)) => {
+        fn other_kind() -> MaskedError {
+            MaskedError::InvalidArgument {
+                name: "g",
+                value: "an upstream gradient or saved output of the other layout kind".into(),
+                reason: "dense input takes a dense upstream, sparse input a sparse one",
+            }
+        }
+        fn dense(o: Option<&Output>) -> Result<Option<&Outcome>> {
+            match o {
+                None => Ok(None),
+                Some(Output::Dense(d)) => Ok(Some(d)),
+                Some(_) => Err(other_kind()),
+            }
+        }
+        fn sparse(o: Option<&Output>) -> Result<Option<&SparseOutcome>> {
+            match o {
+                None => Ok(None),
+                Some(Output::Sparse(s)) => Ok(Some(s)),
+                Some(_) => Err(other_kind()),
+            }
+        }
+        match self {
+            ArrayRef::Dense(a) => {
+                let (g, y) = (dense(Some(g))?.ok_or_else(other_kind)?, dense(saved)?);
                 Ok(Output::Dense(with_by_dtype!(a, T, x => {
-                dense_vjp(x, req, map, g)?
+                dense_vjp(x, req, map, y, g)?
             }; floats_only else return Err(integer()))))
             }
-            (ArrayRef::Csr(a), Output::Sparse(g)) => {
+            ArrayRef::Csr(a) => {
+                let (g, y) = (sparse(Some(g))?.ok_or_else(other_kind)?, sparse(saved)?);
                 Ok(Output::Sparse(with_by_dtype!(a, T, x => {
-                csr_vjp(x, req, map, g)?
+                csr_vjp(x, req, map, y, g)?
             }; floats_only else return Err(integer()))))
             }
-            (ArrayRef::Csr32(a), Output::Sparse(g)) => {
+            ArrayRef::Csr32(a) => {
+                let (g, y) = (sparse(Some(g))?.ok_or_else(other_kind)?, sparse(saved)?);
                 Ok(Output::Sparse(with_by_dtype!(a, T, x => {
-                csr_vjp(x, req, map, g)?
+                csr_vjp(x, req, map, y, g)?
             }; floats_only else return Err(integer()))))
             }
-            (ArrayRef::Coo(a), Output::Sparse(g)) => {
+            ArrayRef::Coo(a) => {
+                let (g, y) = (sparse(Some(g))?.ok_or_else(other_kind)?, sparse(saved)?);
                 Ok(Output::Sparse(with_by_dtype!(a, T, x => {
-                let gv = grad_values::<<T as Element>::Real>(&g.values)?;
-                let up = SparseArray::new(g.shape.clone(), g.indices.clone(), gv)?;
-                let dx = if map {
-                    x.vjp_map(req, &up.into())?
-                } else {
-                    x.vjp_reduce(req, &up)?
+                let sp = |o: &SparseOutcome| -> Result<SparseArray<<T as Element>::Real>> {
+                    let v = grad_values::<<T as Element>::Real>(&o.values)?;
+                    SparseArray::new(o.shape.clone(), o.indices.clone(), v)
+                };
+                let up = sp(g)?;
+                let y = y.map(sp).transpose()?;
+                let dx = match (map, y) {
+                    (true, Some(y)) => x.vjp_map_saved(req, &y.into(), &up.into())?,
+                    (true, None) => x.vjp_map(req, &up.into())?,
+                    (false, Some(y)) => x.vjp_reduce_saved(req, &y, &up)?,
+                    (false, None) => x.vjp_reduce(req, &up)?,
                 };
                 <MaskedCoo<T> as by_name::ByName<T>>::mapped(dx)
             }; floats_only else return Err(integer()))))
             }
-            _ => Err(MaskedError::InvalidArgument {
-                name: "g",
-                value: "an upstream gradient of the other layout kind".into(),
-                reason: "dense input takes a dense upstream, sparse input a sparse one",
-            }),
         }
     }
+}
+
+impl ArrayRef<'_> {
+    /// [`ArrayRef::vjp_saved`] on dense input with the upstream gradient `g` and the
+    /// saved forward output as dense views of the caller's buffers (an autograd
+    /// function's tensors), read in place: no copy of either, and one fresh buffer for
+    /// the gradient. `g` and `saved` have the input's dtype and the forward output's
+    /// shape; their masks are not read.
+    ///
+    /// # Errors
+    /// As [`ArrayRef::vjp_saved`]; [`MaskedError::Unsupported`] for sparse input (its
+    /// upstream is an [`Output`]: use [`ArrayRef::vjp_saved`]).
+    pub fn vjp_dense(
+        &self,
+        req: &OpRequest,
+        saved: Option<&ArrayRef<'_>>,
+        g: &ArrayRef<'_>,
+    ) -> Result<Output> {
+        let integer = || MaskedError::NotDifferentiable {
+            op: req.op.name(),
+            reason: "integer and bool input have no gradient",
+        };
+        fn dense<'r, 'v>(a: &'r ArrayRef<'v>) -> Result<&'r ByDType<DenseViewOf<'v>>> {
+            match a {
+                ArrayRef::Dense(d) => Ok(d),
+                _ => Err(MaskedError::InvalidArgument {
+                    name: "g",
+                    value: "a sparse upstream gradient or saved output".into(),
+                    reason: "a dense input's VJP takes dense ones",
+                }),
+            }
+        }
+        let ArrayRef::Dense(a) = self else {
+            return Err(MaskedError::Unsupported {
+                op: req.op.name(),
+                context: "a VJP with a view as its upstream on sparse input (use vjp_saved)".into(),
+            });
+        };
+        let g = dense(g)?;
+        let y = saved.map(dense).transpose()?;
+        Ok(Output::Dense(with_by_dtype!(a, T, x => {
+            dense_vjp_views(x, req, y, g)?
+        }; floats_only else return Err(integer()))))
+    }
+}
+
+/// The dense VJP of `req` at `x` reading the upstream `g` and the saved output `y` in
+/// place (views of `T::Real`, the input's gradient type).
+fn dense_vjp_views<T: Element>(
+    x: &MaskedView<'_, T, IxDyn>,
+    req: &OpRequest,
+    y: Option<&ByDType<DenseViewOf<'_>>>,
+    g: &ByDType<DenseViewOf<'_>>,
+) -> Result<Outcome> {
+    fn typed<'r, 'v, R: Element>(
+        b: &'r ByDType<DenseViewOf<'v>>,
+        what: &'static str,
+    ) -> Result<&'r MaskedView<'v, R, IxDyn>> {
+        R::unerase(b).ok_or_else(|| MaskedError::InvalidArgument {
+            name: what,
+            value: format!("{} values", b.dtype()),
+            reason: "a VJP's upstream gradient and saved output have the input's dtype",
+        })
+    }
+    let gv = typed::<T::Real>(g, "g")?;
+    let yv = y.map(|y| typed::<T::Real>(y, "saved")).transpose()?;
+    let n = x.values().len();
+    drop(masked_core::try_vec::<T::Real>(n, || {
+        format!("a gradient of {n} values")
+    })?);
+    let mut out = masked_kernels::fresh_vec::<T::Real>(n);
+    x.vjp_saved_into(req, yv, gv, &mut out)?;
+    let mask = match x.mask() {
+        Some(m) => m.clone(),
+        None => BitMask::filled(x.shape(), true)?,
+    };
+    Ok(Outcome {
+        shape: x.shape().to_vec(),
+        values: <T::Real as Element>::into_dyn(out),
+        mask,
+    })
 }
 
 impl ArrayRef<'_> {
@@ -498,18 +617,31 @@ fn csr_vjp<T: Element, I: CsrIndex>(
     x: &MaskedCsr<'_, T, I, usize>,
     req: &OpRequest,
     map: bool,
+    saved: Option<&SparseOutcome>,
     g: &SparseOutcome,
 ) -> Result<SparseOutcome> {
     let gv = grad_values::<T::Real>(&g.values)?;
+    let yv = saved
+        .map(|y| grad_values::<T::Real>(&y.values))
+        .transpose()?;
     let dx = if map {
         // the valid structure, as the forward map stores it
         let up: CsrMapped<'_, T::Real, I> = x.on_valid(gv)?;
-        x.vjp_map(req, &up)?
+        match yv {
+            Some(yv) => x.vjp_map_saved(req, &x.on_valid(yv)?, &up)?,
+            None => x.vjp_map(req, &up)?,
+        }
     } else {
-        x.vjp_reduce(
-            req,
-            &SparseArray::new(g.shape.clone(), g.indices.clone(), gv)?,
-        )?
+        let reduced = |v| SparseArray::new(g.shape.clone(), g.indices.clone(), v);
+        let up = reduced(gv)?;
+        match (yv, saved) {
+            (Some(yv), Some(y)) => x.vjp_reduce_saved(
+                req,
+                &SparseArray::new(y.shape.clone(), y.indices.clone(), yv)?,
+                &up,
+            )?,
+            _ => x.vjp_reduce(req, &up)?,
+        }
     };
     Ok(<MaskedCsr<'_, T, I, usize> as by_name::ByName<T>>::mapped(
         dx,
@@ -541,30 +673,36 @@ fn dense_vjp<T: Element>(
     x: &MaskedView<'_, T, IxDyn>,
     req: &OpRequest,
     map: bool,
+    saved: Option<&Outcome>,
     g: &Outcome,
 ) -> Result<Outcome> {
-    // g has the forward output's shape
+    // g (and the saved output) have the forward output's shape
     let want = if map {
         x.shape().to_vec()
     } else {
         ReducePlan::new(x.shape(), &req.dims, req.keepdim)?.out_shape
     };
-    if g.shape != want {
-        return Err(MaskedError::ShapeMismatch {
-            what: format!("the upstream gradient vs the output of {}", req.op),
-            left: g.shape.clone(),
-            right: want,
-        });
-    }
-    let values = grad_values::<T::Real>(&g.values)?;
-    check_count(want.iter().product(), values.len())?;
-    let gv = ArrayD::from_shape_vec(IxDyn(&want), values)
-        .map_err(|e| MaskedError::InvalidData(format!("upstream gradient: {e}")))?;
-    let up = MaskedArray::unmasked(gv);
-    let dx = if map {
-        x.vjp_map(req, &up)?
-    } else {
-        x.vjp_reduce(req, &up)?
+    let array = |o: &Outcome, what: &str| -> Result<MaskedArrayD<T::Real>> {
+        if o.shape != want {
+            return Err(MaskedError::ShapeMismatch {
+                what: format!("the {what} vs the output of {}", req.op),
+                left: o.shape.clone(),
+                right: want.clone(),
+            });
+        }
+        let values = grad_values::<T::Real>(&o.values)?;
+        check_count(want.iter().product(), values.len())?;
+        let v = ArrayD::from_shape_vec(IxDyn(&want), values)
+            .map_err(|e| MaskedError::InvalidData(format!("{what}: {e}")))?;
+        Ok(MaskedArray::unmasked(v))
+    };
+    let up = array(g, "upstream gradient")?;
+    let y = saved.map(|y| array(y, "saved output")).transpose()?;
+    let dx = match (map, &y) {
+        (true, Some(y)) => x.vjp_map_saved(req, y, &up)?,
+        (true, None) => x.vjp_map(req, &up)?,
+        (false, Some(y)) => x.vjp_reduce_saved(req, y, &up)?,
+        (false, None) => x.vjp_reduce(req, &up)?,
     };
     Ok(<MaskedView<'_, T, IxDyn> as by_name::ByName<T>>::mapped(dx))
 }

@@ -247,6 +247,102 @@ fn softmax_vjp_equals_finite_differences() {
     }
 }
 
+/// With the forward output saved (`vjp_saved`), every differentiable op of the registry
+/// on every layout gives the gradient the recomputing form gives, and so do the dense
+/// views read in place (`vjp_dense`); a saved output of the wrong shape or layout kind
+/// is a typed error.
+#[test]
+fn vjp_with_the_saved_output_equals_the_recomputed_one() {
+    let mut checked = 0;
+    for &op in Op::ALL {
+        let dims: &[isize] = match op.kind() {
+            Kind::Normalize => &[1, 0],
+            Kind::Reduce | Kind::ReduceOne => &[1, 0],
+            _ => continue,
+        };
+        for &d in dims {
+            let req = OpRequest::from_op(op).dims(d);
+            for a in [dense(DType::F64), csr(DType::F64), coo(DType::F64)] {
+                let x = a.view().unwrap();
+                let Ok(y) = x.apply(&req) else { continue };
+                // the upstream: varied values at every output position
+                let up = |n: usize| DynVec::F64((0..n).map(|k| (k % 5) as f64 - 1.5).collect());
+                let g = match &y {
+                    Output::Dense(o) => Output::Dense(Outcome {
+                        values: up(o.values.len()),
+                        ..o.clone()
+                    }),
+                    Output::Sparse(o) => Output::Sparse(SparseOutcome {
+                        values: up(o.values.len()),
+                        ..o.clone()
+                    }),
+                };
+                let Ok(want) = x.vjp(&req, &g) else { continue };
+                let mut got = vec![x.vjp_saved(&req, Some(&y), &g).unwrap()];
+                if let (Output::Dense(go), Output::Dense(yo)) = (&g, &y) {
+                    // the upstream and the saved output as views, read in place
+                    let view =
+                        |o: &Outcome| Array::dense(&o.shape, o.values.clone(), None).unwrap();
+                    let (ga, ya) = (view(go), view(yo));
+                    let (gv, yv) = (ga.view().unwrap(), ya.view().unwrap());
+                    got.push(x.vjp_dense(&req, Some(&yv), &gv).unwrap());
+                    got.push(x.vjp_dense(&req, None, &gv).unwrap());
+                    assert_eq!(got[1].shape(), want.shape());
+                }
+                let w = f64s(want.values());
+                for got in got {
+                    let h = f64s(got.values());
+                    assert_eq!(w.len(), h.len(), "{op} dim {d} {}", a.layout());
+                    for (p, q) in w.iter().zip(&h) {
+                        assert!(
+                            (p - q).abs() <= 1e-12 * p.abs().max(1.0),
+                            "{op} dim {d} {}: {w:?} vs {h:?}",
+                            a.layout()
+                        );
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "checked only {checked}");
+    // a saved output of another shape or layout kind
+    let req = OpRequest::new("softmax").unwrap().dims(1);
+    let x = dense(DType::F64);
+    let x = x.view().unwrap();
+    let y = x.apply(&req).unwrap();
+    let bad = Output::Dense(Outcome {
+        shape: vec![4, 3],
+        ..dense_out(y.clone())
+    });
+    assert!(matches!(
+        x.vjp_saved(&req, Some(&bad), &y),
+        Err(MaskedError::ShapeMismatch { .. })
+    ));
+    let s = csr(DType::F64);
+    let sy = s.view().unwrap().apply(&req).unwrap();
+    assert!(matches!(
+        x.vjp_saved(&req, Some(&sy), &y),
+        Err(MaskedError::InvalidArgument { .. })
+    ));
+    // views: an upstream of another dtype, a sparse one, sparse input
+    let g32 = dense(DType::F32);
+    let g32 = g32.view().unwrap();
+    assert!(matches!(
+        x.vjp_dense(&req, None, &g32),
+        Err(MaskedError::InvalidArgument { .. })
+    ));
+    let sv = s.view().unwrap();
+    assert!(matches!(
+        x.vjp_dense(&req, None, &sv),
+        Err(MaskedError::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        sv.vjp_dense(&req, None, &x),
+        Err(MaskedError::Unsupported { .. })
+    ));
+}
+
 #[test]
 fn vjp_of_a_fully_masked_lane_is_zero_not_nan() {
     let req = OpRequest::new("var").unwrap().dims(1);

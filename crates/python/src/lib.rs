@@ -962,8 +962,9 @@ impl Handle {
     /// The gradient with respect to this array's values of the op of the request, given
     /// the upstream gradient `g` shaped as the forward output (dense: an array of its
     /// shape; sparse: a sparse handle stored at exactly the forward output's valid
-    /// positions).
-    #[pyo3(signature = (op, g, dims=None, keepdim=false, options=vec![]))]
+    /// positions) and, when kept, `saved`: the forward output itself (the ops whose
+    /// gradient reads their output then do not run the forward pass again).
+    #[pyo3(signature = (op, g, dims=None, keepdim=false, options=vec![], saved=None))]
     fn vjp(
         &self,
         py: Python<'_>,
@@ -972,25 +973,27 @@ impl Handle {
         dims: Option<Vec<isize>>,
         keepdim: bool,
         options: Vec<(String, String)>,
+        saved: Option<&Handle>,
     ) -> PyResult<Handle> {
         let req = request(op, dims, keepdim, options, None)?;
-        let up = match &g.store {
-            Store::Dense { data, dtype, .. } => {
-                let shape = g.shape(py)?;
-                let values = dynvec_from(py, data.bind(py), *dtype)?;
-                Output::Dense(masked_engine::Outcome {
-                    mask: BitMask::filled(&shape[..], true).map_err(py_err)?,
-                    shape,
-                    values,
+        let dense = |h: &Handle| matches!(h.store, Store::Dense { .. });
+        if dense(self) && dense(g) && saved.is_none_or(dense) {
+            // dense: the upstream and the saved output read in place (no copy)
+            let out = self.store.with_ref(py, |x| {
+                g.store.with_ref(py, |gr| match saved {
+                    Some(h) => h
+                        .store
+                        .with_ref(py, |yr| engine(py, || x.vjp_dense(&req, Some(&yr), &gr))),
+                    None => engine(py, || x.vjp_dense(&req, None, &gr)),
                 })
-            }
-            _ => g
-                .store
-                .with_ref(py, |r| engine(py, move || r.fill_zero()))?,
-        };
-        let out = self
-            .store
-            .with_ref(py, |r| engine(py, || r.vjp(&req, &up)))?;
+            })?;
+            return output_handle(py, out, false);
+        }
+        let up = g.as_output(py)?;
+        let saved = saved.map(|h| h.as_output(py)).transpose()?;
+        let out = self.store.with_ref(py, |r| {
+            engine(py, || r.vjp_saved(&req, saved.as_ref(), &up))
+        })?;
         let csr = matches!(self.store, Store::Csr { .. });
         output_handle(py, out, csr)
     }
@@ -1124,6 +1127,26 @@ impl Handle {
 }
 
 impl Handle {
+    /// This handle as an engine output of its layout kind, as a VJP reads an upstream
+    /// gradient or a saved forward output: dense, its values (a dense upstream's mask is
+    /// not read); sparse, its valid entries with their values.
+    fn as_output(&self, py: Python<'_>) -> PyResult<Output> {
+        match &self.store {
+            Store::Dense { data, dtype, .. } => {
+                let shape = self.shape(py)?;
+                let values = dynvec_from(py, data.bind(py), *dtype)?;
+                Ok(Output::Dense(masked_engine::Outcome {
+                    mask: BitMask::filled(&shape[..], true).map_err(py_err)?,
+                    shape,
+                    values,
+                }))
+            }
+            _ => self
+                .store
+                .with_ref(py, |r| engine(py, move || r.fill_zero())),
+        }
+    }
+
     /// A CSR input masked by its own stored entries and an output of its shape storing
     /// as many entries (a normalization, an elementwise op): the output's positions are
     /// the input's, so the result shares its `indptr` and `indices` arrays (no copy,
