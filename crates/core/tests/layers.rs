@@ -5,21 +5,30 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The core's modules (file stems, in any room) and their files.
-fn modules() -> BTreeMap<String, std::path::PathBuf> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).unwrap() {
+/// The `.rs` files below `dir`, at any depth.
+fn rs_files(dir: std::path::PathBuf) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
             if p.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "rs") {
-                let n = p.file_stem().unwrap().to_string_lossy().into_owned();
-                if n != "lib" && n != "mod" {
-                    assert!(out.insert(n.clone(), p).is_none(), "two modules named {n}");
-                }
+                out.push(p);
             }
+        }
+    }
+    out
+}
+
+/// The core's modules (file stems, in any room) and their files.
+fn modules() -> BTreeMap<String, std::path::PathBuf> {
+    let mut out = BTreeMap::new();
+    for p in rs_files(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")) {
+        let n = p.file_stem().unwrap().to_string_lossy().into_owned();
+        if n != "lib" && n != "mod" {
+            assert!(out.insert(n.clone(), p).is_none(), "two modules named {n}");
         }
     }
     out
@@ -129,20 +138,12 @@ fn layouts_are_siblings_over_the_sparse_lane_engine() {
         ("layout-csr", "layout_coo"),
         ("sparse", "layout_"),
     ] {
-        let mut stack = vec![crates.join(dir).join("src")];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if p.extension().is_some_and(|x| x == "rs") {
-                    let text = std::fs::read_to_string(&p).unwrap();
-                    let hit = text
-                        .lines()
-                        .find(|l| !l.trim_start().starts_with("//") && l.contains(banned));
-                    assert!(hit.is_none(), "{}: {}", p.display(), hit.unwrap());
-                }
-            }
+        for p in rs_files(crates.join(dir).join("src")) {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let hit = text
+                .lines()
+                .find(|l| !l.trim_start().starts_with("//") && l.contains(banned));
+            assert!(hit.is_none(), "{}: {}", p.display(), hit.unwrap());
         }
     }
 }
