@@ -65,12 +65,45 @@ def _normalize(op: str, input: Any, dim: Any, dtype: Any, mask: Any, out: Any, o
         raise MaskedError(f"{op} is a normalization along one dim: give dim=")
     if not isinstance(dim, (int, np.integer)):
         raise TypeError(f"{op} takes one dim (an int), got {dim!r}")
-    res = as_masked(input, mask)._apply(op, [int(dim)], False, options, dtype)
-    return _into(res, out)
+    a = as_masked(input, mask)
+    if dtype is None and _writes_into(a, out):
+        return _write_into(a, op, [int(dim)], options, out)
+    return _into(a._apply(op, [int(dim)], False, options, dtype), out)
 
 
 def _unary(op: str, input: Any, mask: Any, out: Any, options: dict) -> MaskedArray:
-    return _into(as_masked(input, mask)._apply(op, None, False, options, None), out)
+    a = as_masked(input, mask)
+    if _writes_into(a, out):
+        return _write_into(a, op, None, options, out)
+    return _into(a._apply(op, None, False, options, None), out)
+
+
+def _writes_into(a: MaskedArray, out: Any) -> bool:
+    """Whether the engine can write `a`'s map straight into `out`'s buffer: dense, one
+    shape, C-contiguous and writable, not overlapping the input (else `_into` copies)."""
+    if not isinstance(out, MaskedArray) or out.layout != "dense" or a.layout != "dense":
+        return False
+    d = out.data
+    return (
+        out.shape == a.shape
+        and d.flags.c_contiguous
+        and d.flags.writeable
+        and not np.shares_memory(d, a.data)
+    )
+
+
+def _write_into(a: MaskedArray, op: str, dims: Optional[list[int]], options: dict, out: MaskedArray) -> MaskedArray:
+    """The op's values written by the engine into `out`'s data buffer (no copy); `out`'s
+    mask becomes the result's (a full-shape valid buffer it was made with is updated)."""
+    opts = [(k, _opt_text(v)) for k, v in options.items() if v is not None]
+    h = a._h.apply_into(op, out._h, dims, False, opts)
+    if out._valid_buf is not None:
+        valid = h.valid()
+        np.copyto(out._valid_buf, True if valid is None else valid)
+        out._h = Handle.dense(out.data, out._h.dtype, out._valid_buf, False)
+    else:
+        out._h = h
+    return out
 
 
 def _pow(input: Any, exponent: Any, mask: Any, out: Any) -> MaskedArray:

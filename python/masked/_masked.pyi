@@ -54,6 +54,14 @@ class Handle:
         options: list[tuple[str, str]] = ...,
         dtype: Optional[str] = None,
     ) -> Handle: ...
+    def apply_into(
+        self,
+        op: str,
+        out: Handle,
+        dims: Optional[list[int]] = None,
+        keepdim: bool = False,
+        options: list[tuple[str, str]] = ...,
+    ) -> Handle: ...
     def vjp(
         self,
         op: str,

@@ -213,6 +213,38 @@ def test_out_writes_into_the_callers_buffer():
         mk.softmax(np.ones((2, 2), dtype=np.float32), 1, out=out)
 
 
+def test_out_is_written_by_the_kernel_not_copied(monkeypatch):
+    x, valid = data((6, 9), np.float64)
+    a = mk.MaskedArray(x, valid)
+    want = {op: getattr(mk, op)(a, 1) for op in ("softmax", "log_softmax", "cumsum")}
+    want_exp = mk.exp(a)
+    buf = np.full((6, 9), np.nan)
+    out = mk.MaskedArray(buf)
+
+    # the engine writes into the buffer itself: the allocating path is never taken
+    def no_alloc(*args, **kwargs):
+        raise AssertionError("the result was computed into a fresh buffer")
+
+    monkeypatch.setattr(mk.MaskedArray, "_apply", no_alloc)
+    for op, w in want.items():
+        buf[:] = np.nan
+        r = getattr(mk, op)(a, 1, out=out)
+        assert r is out and np.shares_memory(out.data, buf), op
+        np.testing.assert_array_equal(buf, w.data, err_msg=op)
+        np.testing.assert_array_equal(out.valid, w.valid, err_msg=op)
+    buf[:] = np.nan
+    mk.exp(a, out=out)
+    np.testing.assert_array_equal(buf, want_exp.data)
+    # a buffer of another dtype is refused by the engine, naming it
+    with pytest.raises(mk.MaskedError, match="dtype"):
+        mk.softmax(a, 1, out=mk.MaskedArray(np.zeros((6, 9), np.float32)))
+    monkeypatch.undo()
+    # out= the input itself (overlapping memory): computed, then copied in
+    inplace = mk.MaskedArray(x.copy(), valid)
+    mk.softmax(inplace, 1, out=inplace)
+    np.testing.assert_array_equal(inplace.data, want["softmax"].data)
+
+
 def test_vjp_matches_finite_differences_and_no_nan():
     x, valid = data((3, 5), np.float64)
     valid[1] = False  # a fully masked row

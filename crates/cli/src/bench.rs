@@ -58,8 +58,8 @@ pub struct BenchArgs {
     /// structure) or and (an independent mask and pattern of the same densities).
     #[arg(long, default_value = "strict")]
     masks: String,
-    /// Binary ops and VJPs write into one output buffer allocated before the timing (a
-    /// caller's buffer: no fresh pages per run; a binary VJP into two). Dense, and for
+    /// Ops, binary ops and VJPs write into one output buffer allocated before the timing
+    /// (a caller's buffer: no fresh pages per run; a binary VJP into two). Dense, and for
     /// binary ops CSR when the result keeps every entry (the strict rule: the partner
     /// shares the structure).
     #[arg(long)]
@@ -262,7 +262,7 @@ fn bench_layout(
                 }
             }
             let run = match (job, &partner) {
-                (Job::Op(_), _) => data.op(&req),
+                (Job::Op(_), _) => data.op(&req, a.into),
                 (Job::Vjp(_), _) => data.vjp(&req, a.into),
                 (Job::Binary(_), Some(b)) => data.binary(b, job.binary(), rule, a.into),
                 (Job::Fused(..), Some(b)) => data.fused(b, &req, job.binary(), rule),

@@ -39,7 +39,8 @@ pub use values::{dims, error, mask, sparse};
 pub use binary::{MaskRule, Splat, Value, Values, ZipMap};
 pub use dims::{wrap_dim, DimLike, Dims, OneDim, ReducePlan, ShapeLike};
 pub use element::{
-    Acc, ByDType, DType, DynVec, Element, Erase, Family, FamilyMap, Float, Ref, Scalar, VecOf,
+    Acc, ByDType, DType, DynVec, Element, Erase, Family, FamilyMap, Float, Ref, Scalar, SliceMutOf,
+    VecOf,
 };
 pub use error::{try_vec, MaskedError, Result};
 pub use fold::{not_nan_words, Fold, RUN_BLOCK};

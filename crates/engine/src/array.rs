@@ -22,11 +22,11 @@ use crate::by_name::{
 };
 use layout_coo::{CooMask, MaskedCoo};
 use layout_csr::{CsrIndex, CsrMapped, CsrMask, MaskedCsr};
-use layout_dense::{MaskedArray, MaskedArrayD, MaskedView};
+use layout_dense::{MaskedArray, MaskedArrayD, MaskedView, OutMask, WriteInto};
 use masked_core::registry::apply_to;
 use masked_core::{
     with_by_dtype, BitMask, ByDType, DType, DynVec, Element, Family, FamilyMap, MaskRule,
-    MaskedError, MaskedOps, ReducePlan, Ref, Result, Scalar, SparseArray, Splat, VecOf,
+    MaskedError, MaskedOps, ReducePlan, Ref, Result, Scalar, SliceMutOf, SparseArray, Splat, VecOf,
 };
 use ndarray::{ArrayD, IxDyn};
 use sprs::{CsMat, SpIndex};
@@ -485,6 +485,36 @@ impl<'a> ArrayRef<'a> {
             }; floats_only else return Err(integer()))))
             }
         }
+    }
+}
+
+impl ArrayRef<'_> {
+    /// [`ArrayRef::apply`] on dense input with the result's values written into `out`, a
+    /// caller's buffer of the result's dtype and size (row-major): a normalization or
+    /// elementwise op writes it in its kernel (no fresh pages, no copy); a reduction's
+    /// small result is copied in. Returns the output mask.
+    ///
+    /// # Errors
+    /// As [`ArrayRef::apply`]; [`MaskedError::InvalidArgument`] for a buffer of another
+    /// dtype, [`MaskedError::InvalidData`] of another size, [`MaskedError::Unsupported`]
+    /// for sparse input or a `dtype=` request.
+    pub fn apply_into(&self, req: &OpRequest, out: ByDType<SliceMutOf<'_>>) -> Result<BitMask> {
+        let ArrayRef::Dense(a) = self else {
+            return Err(MaskedError::Unsupported {
+                op: req.op.name(),
+                context: "into a caller's buffer on sparse input (its result's positions \
+                          are the op's: use apply)"
+                    .into(),
+            });
+        };
+        if req.dtype.is_some() {
+            return Err(MaskedError::Unsupported {
+                op: req.op.name(),
+                context: "into a caller's buffer with dtype= (cast the input first)".into(),
+            });
+        }
+        let out = std::cell::RefCell::new(out);
+        with_by_dtype!(a, T, x => apply_to(&WriteInto::new(x, &out), req, &OutMask))
     }
 }
 

@@ -184,13 +184,26 @@ impl Workload {
     ///
     /// # Errors
     /// Bad dims or options for the op.
-    pub fn op<'s>(&'s self, req: &OpRequest) -> Result<Run<'s>> {
+    pub fn op<'s>(&'s self, req: &OpRequest, into: bool) -> Result<Run<'s>> {
         let req = req.clone();
         Ok(with_by_dtype!(&self.0, T, d => match &d.input {
+            Input::Dense { shape, values, mask } if into => {
+                let x = ArrayRef::from_dense(dense_of(shape, values, mask)?);
+                // the result's dtype and size from one call, then one reused buffer
+                let out = Mutex::new(match x.apply(&req)? {
+                    crate::Output::Dense(o) => o.values,
+                    crate::Output::Sparse(_) => unreachable!("dense in, dense out"),
+                });
+                Box::new(move || {
+                    let mut out = out.lock().expect("one user");
+                    x.apply_into(&req, out.as_out()).map(drop)
+                })
+            }
             Input::Dense { shape, values, mask } => {
                 let x = ArrayRef::from_dense(dense_of(shape, values, mask)?);
                 Box::new(move || x.run(&req))
             }
+            Input::Csr { .. } | Input::Coo(_) if into => return Err(no_into("an op")),
             Input::Csr { mat, mask } => {
                 let x = ArrayRef::from_csr32(csr_of(mat.view(), mask)?);
                 Box::new(move || x.run(&req))
@@ -299,8 +312,8 @@ fn layouts() -> MaskedError {
 
 fn no_into(what: &str) -> MaskedError {
     usage(format!(
-        "bench --into with {what}: dense layout only (a sparse gradient shares the \
-         input's structure)"
+        "bench --into with {what}: dense layout only (a sparse result's positions are \
+         the op's, a sparse gradient shares the input's structure)"
     ))
 }
 

@@ -343,6 +343,88 @@ fn vjp_with_the_saved_output_equals_the_recomputed_one() {
     ));
 }
 
+/// `apply_into` writes every op's values into a caller's buffer (prefilled with NaN:
+/// every slot is overwritten) bit for bit as `apply` returns them, with the same mask;
+/// a buffer of another dtype or size, sparse input and `dtype=` are typed errors.
+#[test]
+fn apply_into_a_callers_buffer_equals_apply() {
+    use masked_core::ByDType;
+    let mut checked = 0;
+    for dtype in [DType::F64, DType::F32, DType::I64] {
+        let x = dense(dtype);
+        let x = x.view().unwrap();
+        for &op in Op::ALL {
+            let dims: Vec<OpRequest> = match op.kind() {
+                Kind::Normalize => vec![
+                    OpRequest::from_op(op).dims(1),
+                    OpRequest::from_op(op).dims(0),
+                ],
+                Kind::Unary => vec![OpRequest::from_op(op)],
+                Kind::Reduce | Kind::ReduceOne => vec![
+                    OpRequest::from_op(op).dims(1),
+                    OpRequest::from_op(op).dims(0).keepdim(true),
+                ],
+                Kind::Binary => continue,
+            };
+            for req in dims {
+                let Ok(want) = x.apply(&req) else { continue };
+                let want = dense_out(want);
+                let n = want.values.len();
+                // a NaN-filled buffer of the result's dtype
+                let mut buf = cast_values(&DynVec::F64(vec![f64::NAN; n]), want.values.dtype())
+                    .unwrap_or_else(|_| {
+                        cast_values(&DynVec::F64(vec![7.0; n]), want.values.dtype()).unwrap()
+                    });
+                let mask = {
+                    let out = match &mut buf {
+                        DynVec::F64(v) => ByDType::F64(&mut v[..]),
+                        DynVec::F32(v) => ByDType::F32(&mut v[..]),
+                        DynVec::I64(v) => ByDType::I64(&mut v[..]),
+                        DynVec::I32(v) => ByDType::I32(&mut v[..]),
+                        DynVec::F16(v) => ByDType::F16(&mut v[..]),
+                        DynVec::BF16(v) => ByDType::BF16(&mut v[..]),
+                    };
+                    x.apply_into(&req, out).unwrap()
+                };
+                assert_eq!(mask, want.mask, "{op} {dtype:?}");
+                let (w, g) = (f64s(&want.values), f64s(&buf));
+                assert!(
+                    w.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{op} {dtype:?}: {w:?} vs {g:?}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 150, "checked only {checked}");
+    let x = dense(DType::F64);
+    let x = x.view().unwrap();
+    let req = OpRequest::new("softmax").unwrap().dims(1);
+    let mut small = [0.0f64; 5];
+    assert!(matches!(
+        x.apply_into(&req, ByDType::F64(&mut small[..])),
+        Err(MaskedError::InvalidData(_))
+    ));
+    let mut f32s = [0.0f32; 12];
+    assert!(matches!(
+        x.apply_into(&req, ByDType::F32(&mut f32s[..])),
+        Err(MaskedError::InvalidArgument { .. })
+    ));
+    let mut ok = [0.0f64; 12];
+    assert!(matches!(
+        csr(DType::F64)
+            .view()
+            .unwrap()
+            .apply_into(&req, ByDType::F64(&mut ok[..])),
+        Err(MaskedError::Unsupported { .. })
+    ));
+    let req32 = OpRequest::new("softmax").unwrap().dims(1).dtype(DType::F32);
+    assert!(matches!(
+        x.apply_into(&req32, ByDType::F64(&mut ok[..])),
+        Err(MaskedError::Unsupported { .. })
+    ));
+}
+
 #[test]
 fn vjp_of_a_fully_masked_lane_is_zero_not_nan() {
     let req = OpRequest::new("var").unwrap().dims(1);
@@ -653,7 +735,7 @@ fn workloads_prepare_every_kind_of_call() {
         let w = Workload::generate(layout, DType::F32, &shape, &g).unwrap();
         assert!(w.nnz() > 0 && w.bytes() > 0.0, "{layout}");
         let p = w.partner(&g, MaskRule::Strict).unwrap();
-        w.op(&sum).unwrap()().unwrap();
+        w.op(&sum, false).unwrap()().unwrap();
         w.vjp(&softmax, false).unwrap()().unwrap();
         w.vjp(&sum, false).unwrap()().unwrap();
         w.binary(&p, mul, MaskRule::Strict, false).unwrap()().unwrap();
@@ -661,6 +743,8 @@ fn workloads_prepare_every_kind_of_call() {
         let vb = OpRequest::new("mul").unwrap();
         w.vjp_binary(&p, &vb, MaskRule::Strict, false).unwrap()().unwrap();
         if layout == "dense" {
+            w.op(&softmax, true).unwrap()().unwrap();
+            w.op(&sum, true).unwrap()().unwrap();
             w.vjp(&softmax, true).unwrap()().unwrap();
             w.binary(&p, BinOp::Float(FloatBin::Div), MaskRule::Strict, true)
                 .unwrap()()
@@ -669,6 +753,10 @@ fn workloads_prepare_every_kind_of_call() {
         } else {
             assert!(
                 w.vjp(&softmax, true).is_err(),
+                "{layout}: --into is dense only"
+            );
+            assert!(
+                w.op(&softmax, true).is_err(),
                 "{layout}: --into is dense only"
             );
         }

@@ -489,28 +489,43 @@ pub(crate) fn map_all<T: Element, M: LaneMap<T>>(
 ) -> Vec<M::Output> {
     let n: usize = shape.iter().product();
     let mut out = output_vec::<M::Output>(n);
+    map_all_into(map, xs, bits, shape, dim, &mut out);
+    out
+}
+
+/// [`map_all`] into `out` (one slot per element, every slot written).
+pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
+    map: &M,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    shape: &[usize],
+    dim: usize,
+    out: &mut [M::Output],
+) {
+    let n: usize = shape.iter().product();
+    debug_assert_eq!(out.len(), n);
     if n == 0 {
-        return out;
+        return;
     }
     if shape.is_empty() {
-        map.map(xs, bits, &mut out);
-        return out;
+        map.map(xs, bits, out);
+        return;
     }
     let len = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
     if inner == 1 {
         let g = (GRAIN / len).max(1);
-        par::chunks_mut(&mut out, len * g, |c, oc| {
+        par::chunks_mut(out, len * g, |c, oc| {
             for (k, o) in oc.chunks_mut(len).enumerate() {
                 let start = (c * g + k) * len;
                 map.map(&xs[start..start + len], bits.map(|b| b.offset(start)), o);
             }
         });
-        return out;
+        return;
     }
     // tasks of whole `len * inner` blocks, about GRAIN elements each, with their scratch
     let gb = (GRAIN / (len * inner)).max(1);
-    par::chunks_mut(&mut out, len * inner * gb, |t, blocks| {
+    par::chunks_mut(out, len * inner * gb, |t, blocks| {
         let (vals, words, tmp) = &mut (
             Vec::with_capacity(len),
             vec![0u64; len.div_ceil(64)],
@@ -535,5 +550,4 @@ pub(crate) fn map_all<T: Element, M: LaneMap<T>>(
             }
         }
     });
-    out
 }

@@ -22,6 +22,7 @@
 mod algebra;
 mod array;
 mod grad;
+mod into;
 mod kernels;
 mod lazy;
 mod prebuilt;
@@ -29,6 +30,7 @@ mod zip;
 
 pub use algebra::select;
 pub use array::{MaskedArray, MaskedArrayD, MaskedView};
+pub use into::{OutMask, WriteInto};
 pub use lazy::{Unary, ZipView, BLOCK};
 pub use masked_core::{
     BitMask, Dims, MaskRule, MaskedBinaryOps, MaskedError, MaskedOps, MaskedReduce, Result,

@@ -16,7 +16,9 @@ use half::{bf16, f16};
 use layout_coo::{CooMask, CooPattern, MaskedCoo};
 use layout_csr::{CsrMask, MaskedCsr, PatternI};
 use layout_dense::{MaskedArray, MaskedView};
-use masked_core::{BitMask, DType, DynVec, MaskRule, MaskedError as Error, Op, Scalar, Values};
+use masked_core::{
+    BitMask, ByDType, DType, DynVec, MaskRule, MaskedError as Error, Op, Scalar, SliceMutOf, Values,
+};
 use masked_engine::{
     promote, promote_scalar, Array, ArrayRef, Kind, OpRequest, Operand, Output, SparseOutcome,
     ZipOutput,
@@ -24,7 +26,7 @@ use masked_engine::{
 use ndarray::{ArrayViewD, IxDyn};
 use numpy::{
     PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArrayDyn,
-    PyUntypedArrayMethods,
+    PyReadwriteArrayDyn, PyUntypedArrayMethods,
 };
 use pyo3::create_exception;
 use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
@@ -957,6 +959,61 @@ impl Handle {
         };
         let csr = matches!(self.store, Store::Csr { .. });
         output_handle(py, out, csr)
+    }
+
+    /// The op of the request with its values written into `out`'s data buffer (a dense
+    /// handle of the result's shape and dtype over a C-contiguous, writable array): the
+    /// kernel writes there, no fresh buffer and no copy. Returns a handle over that same
+    /// buffer with the result's mask. Dense input; the buffer must not overlap the
+    /// input (a borrow error otherwise).
+    #[pyo3(signature = (op, out, dims=None, keepdim=false, options=vec![]))]
+    fn apply_into(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        out: &Handle,
+        dims: Option<Vec<isize>>,
+        keepdim: bool,
+        options: Vec<(String, String)>,
+    ) -> PyResult<Handle> {
+        let req = request(op, dims, keepdim, options, None)?;
+        let Store::Dense { data, dtype, .. } = &out.store else {
+            return Err(PyTypeError::new_err("out= takes a dense array"));
+        };
+        let arr = data.bind(py);
+        let run = |buf: ByDType<SliceMutOf<'_>>| {
+            self.store
+                .with_ref(py, |x| engine(py, move || x.apply_into(&req, buf)))
+        };
+        let contiguous = |_| MaskedError::new_err("out= needs a C-contiguous, writable buffer");
+        macro_rules! into {
+            ($t:ty, $var:ident) => {{
+                let mut w: PyReadwriteArrayDyn<'_, $t> = arr.extract()?;
+                run(ByDType::$var(w.as_slice_mut().map_err(contiguous)?))?
+            }};
+        }
+        let mask = match dtype {
+            DType::F32 => into!(f32, F32),
+            DType::F64 => into!(f64, F64),
+            DType::F16 => into!(f16, F16),
+            DType::I32 => into!(i32, I32),
+            DType::I64 => into!(i64, I64),
+            DType::BF16 => {
+                let mut w: PyReadwriteArrayDyn<'_, u16> = arr.extract()?;
+                let s = w.as_slice_mut().map_err(contiguous)?;
+                // SAFETY: bf16 is a u16 of the same size and alignment; every bit pattern
+                // is a bf16 and the buffer is held as u16 (the store's bf16 form)
+                let s = unsafe { &mut *(s as *mut [u16] as *mut [bf16]) };
+                run(ByDType::BF16(s))?
+            }
+        };
+        Ok(Handle {
+            store: Store::Dense {
+                dtype: *dtype,
+                data: data.clone_ref(py),
+                mask: Some(mask),
+            },
+        })
     }
 
     /// The gradient with respect to this array's values of the op of the request, given

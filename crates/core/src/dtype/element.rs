@@ -130,6 +130,10 @@ macro_rules! dtypes {
             fn unerase<F: Family>(x: &ByDType<F>) -> Option<&F::Of<Self>>
             where
                 Self: Element;
+            /// The container of `x`, mutably, if it holds this type's.
+            fn unerase_mut<F: Family>(x: &mut ByDType<F>) -> Option<&mut F::Of<Self>>
+            where
+                Self: Element;
         }
 
         $( impl Erase for $t {
@@ -143,6 +147,13 @@ macro_rules! dtypes {
                     _ => None,
                 }
             }
+            fn unerase_mut<F: Family>(x: &mut ByDType<F>) -> Option<&mut F::Of<$t>> {
+                match x {
+                    ByDType::$var(v) => Some(v),
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                }
+            }
         } )*
 
         impl DynVec {
@@ -150,6 +161,12 @@ macro_rules! dtypes {
             /// as `&Vec<T>` when they are of type `T`).
             pub fn as_by_dtype(&self) -> ByDType<Ref<'_, VecOf>> {
                 match self { $( DynVec::$var(x) => ByDType::$var(x), )* }
+            }
+
+            /// The values as a caller's output buffer of their dtype (what the `_into`
+            /// forms write into).
+            pub fn as_out(&mut self) -> ByDType<SliceMutOf<'_>> {
+                match self { $( DynVec::$var(x) => ByDType::$var(&mut x[..]), )* }
             }
         }
 
@@ -238,6 +255,14 @@ pub struct VecOf;
 
 impl Family for VecOf {
     type Of<T: Element> = Vec<T>;
+}
+
+/// The family of `&'a mut [T]`: a caller's output buffer of any dtype (the `_into` forms
+/// write into one).
+pub struct SliceMutOf<'a>(std::marker::PhantomData<&'a mut ()>);
+
+impl<'a> Family for SliceMutOf<'a> {
+    type Of<T: Element> = &'a mut [T];
 }
 
 /// A function from one family's container to another's, for every element type
