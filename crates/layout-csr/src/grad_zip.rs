@@ -162,7 +162,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     fn onto_valid(&self, o: CsrMapped<'_, T::Real, I>) -> Result<CsrMapped<'m, T::Real, I>> {
         let (ptr, idx) = self.lanes().valid_structure()?;
         let (optr, oidx, ovals) = o.into_raw_storage();
-        let own = I::typed(idx.clone());
+        let own = I::typed(idx.clone())?;
         let values = if optr == ptr && oidx[..] == own[..] {
             ovals
         } else {

@@ -340,13 +340,13 @@ impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
                 got: values.len(),
             });
         }
-        Ok(LanesMapped {
+        LanesMapped {
             shape: self.mat.shape(),
             indptr: ptr,
             indices: idx,
             values,
         }
-        .typed())
+        .typed()
     }
 
     /// The lanes the kernels run on (borrowing this matrix and mask).
@@ -456,7 +456,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
             }
             // ... or the input's, which live as long as the input
             (ColsBuf::Borrowed(_), _) => Cow::Borrowed(self.mat.into_raw_storage().1),
-            (owned, _) => Cow::Owned(I::typed(owned).into_owned()),
+            (owned, _) => Cow::Owned(I::typed(owned)?.into_owned()),
         };
         if indptr.len() != self.mat.rows() + 1
             || indices.len() != values.len()
@@ -774,7 +774,7 @@ mod tests {
         // the nan-family's dropped NaN, a separate mask, no mask: owned, own pattern
         let nan = a.without_nans().unwrap().cumsum(1).unwrap();
         assert!(!nan.indices.is_borrowed());
-        let nan = nan.typed::<usize>();
+        let nan = nan.typed::<usize>().unwrap();
         assert!(!same(&nan));
         assert_eq!(nan.indices(), &[0, 0, 1, 2]);
         assert_eq!(nan.data(), &[1.0, 2.0, 5.0, 9.0]);

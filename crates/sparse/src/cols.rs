@@ -3,6 +3,7 @@
 //! `usize` indices alike; a typed matrix (`MaskedCsr<T, I>`) converts at the edge,
 //! without copying ([`CsrIndex`]).
 
+use masked_core::{MaskedError, Result};
 use masked_kernels::pack::compress_into;
 use masked_kernels::{par, Bits};
 use sprs::{CsMatBase, SpIndex};
@@ -160,7 +161,11 @@ pub trait CsrIndex: SpIndex + Send + Sync + 'static {
     fn of(c: Cols<'_>) -> Option<&[Self]>;
     /// A kernel's output indices in this type: borrowed when they are borrowed indices of
     /// this width (always so for a kernel that ran on indices of this type), else owned.
-    fn typed(b: ColsBuf<'_>) -> Cow<'_, [Self]>;
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] for an index this type cannot hold (owned indices of
+    /// the other width: a mask-free map's dense-sized structure).
+    fn typed(b: ColsBuf<'_>) -> Result<Cow<'_, [Self]>>;
 }
 
 macro_rules! csr_index {
@@ -178,15 +183,26 @@ macro_rules! csr_index {
                     _ => None,
                 }
             }
-            fn typed(b: ColsBuf<'_>) -> Cow<'_, [Self]> {
-                match b {
+            fn typed(b: ColsBuf<'_>) -> Result<Cow<'_, [Self]>> {
+                Ok(match b {
                     ColsBuf::Borrowed(Cols::$v(ix)) => Cow::Borrowed(ix),
                     ColsBuf::$v(v) => Cow::Owned(v),
                     other => {
                         let c = other.cols();
-                        Cow::Owned((0..c.len()).map(|k| <$t>::from_usize(c.get(k))).collect())
+                        let v = (0..c.len())
+                            .map(|k| {
+                                <$t>::try_from_usize(c.get(k)).ok_or_else(|| {
+                                    MaskedError::InvalidData(format!(
+                                        "column index {} does not fit {}",
+                                        c.get(k),
+                                        stringify!($t)
+                                    ))
+                                })
+                            })
+                            .collect::<Result<Vec<$t>>>()?;
+                        Cow::Owned(v)
                     }
-                }
+                })
             }
         }
     };
@@ -212,19 +228,23 @@ pub struct LanesMapped<'a, O> {
 
 impl<'a, O> LanesMapped<'a, O> {
     /// The result as a sprs matrix with column indices of type `I`.
-    pub fn typed<I: CsrIndex>(self) -> crate::CsrMapped<'a, O, I> {
+    ///
+    /// # Errors
+    /// As [`CsrIndex::typed`].
+    pub fn typed<I: CsrIndex>(self) -> Result<crate::CsrMapped<'a, O, I>> {
         // SAFETY: a kernel's output structure: the valid entries, in order, of a
         // validated structure, with prefix-sum row pointers; converting the index width
         // keeps every value (they were read from indices of width `I` or below `ncols`).
-        unsafe {
+        let indices = I::typed(self.indices)?;
+        Ok(unsafe {
             CsMatBase::new_unchecked(
                 sprs::CompressedStorage::CSR,
                 self.shape,
                 self.indptr,
-                I::typed(self.indices),
+                indices,
                 self.values,
             )
-        }
+        })
     }
 
     /// Number of stored entries.
@@ -262,11 +282,12 @@ mod tests {
             assert_eq!(c.slice(3..5).get(1), 9);
         }
         // the caller's width: the very slice when it matches, converted otherwise
-        let t = usize::typed(ColsBuf::Borrowed(Cols::Usize(&ix)));
+        let t = usize::typed(ColsBuf::Borrowed(Cols::Usize(&ix))).unwrap();
         assert!(matches!(t, Cow::Borrowed(s) if s.as_ptr() == ix.as_ptr()));
-        let t = u32::typed(ColsBuf::Borrowed(Cols::Usize(&ix)));
+        let t = u32::typed(ColsBuf::Borrowed(Cols::Usize(&ix))).unwrap();
         assert_eq!(&t[..], &ix32[..]);
-        let t = u32::typed(ColsBuf::U32(vec![4, 7]));
+        let t = u32::typed(ColsBuf::U32(vec![4, 7])).unwrap();
+        assert!(u32::typed(ColsBuf::Usize(vec![1 << 40])).is_err());
         assert!(matches!(t, Cow::Owned(ref v) if v == &[4, 7]));
         assert!(u32::of(Cols::Usize(&ix)).is_none());
         // equal across widths, unequal when shifted

@@ -527,7 +527,7 @@ fn csr_fused_equals_materialise_then_reduce() {
                 &what(&format!("logsumexp {dim}")),
             );
             let (f, g) = (view().softmax(dim).unwrap(), full.softmax(dim).unwrap());
-            let f = f.typed::<usize>();
+            let f = f.typed::<usize>().unwrap();
             assert_eq!(f.indptr(), g.indptr(), "{}", what("softmax ptr"));
             assert_eq!(f.indices(), g.indices(), "{}", what("softmax idx"));
             assert!(same_bits(f.data(), g.data()), "{}", what("softmax"));
@@ -638,7 +638,7 @@ fn csr_fused_dense_scalar_unary_and_unmasked() {
             what,
         );
         let (f, g) = (view().log_softmax(1).unwrap(), full.log_softmax(1).unwrap());
-        let f = f.typed::<usize>();
+        let f = f.typed::<usize>().unwrap();
         assert_eq!(f.indptr(), g.indptr(), "{what}");
         assert_eq!(f.indices(), g.indices(), "{what}");
         assert!(same_bits(f.data(), g.data()), "{what}");
