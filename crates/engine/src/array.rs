@@ -582,12 +582,28 @@ fn dense_vjp_views<T: Element>(
     }
     let gv = typed::<T::Real>(g, "g")?;
     let yv = y.map(|y| typed::<T::Real>(y, "saved")).transpose()?;
+    dense_vjp_fresh(x, req, yv, gv)
+}
+
+/// The dense VJP of `req` at `x` into one fresh buffer, reading the upstream `g` and the
+/// saved output `y` (any storage: views of a caller's buffers or of an `Outcome`'s
+/// values) in place: the one dense VJP path of the boundary.
+fn dense_vjp_fresh<T: Element, S2, S3>(
+    x: &MaskedView<'_, T, IxDyn>,
+    req: &OpRequest,
+    y: Option<&MaskedArray<S3, IxDyn>>,
+    g: &MaskedArray<S2, IxDyn>,
+) -> Result<Outcome>
+where
+    S2: ndarray::Data<Elem = T::Real>,
+    S3: ndarray::Data<Elem = T::Real>,
+{
     let n = x.values().len();
     drop(masked_core::try_vec::<T::Real>(n, || {
         format!("a gradient of {n} values")
     })?);
     let mut out = masked_kernels::fresh_vec::<T::Real>(n);
-    x.vjp_saved_into(req, yv, gv, &mut out)?;
+    x.vjp_saved_into(req, y, g, &mut out)?;
     let mask = match x.mask() {
         Some(m) => m.clone(),
         None => BitMask::filled(x.shape(), true)?,
@@ -706,13 +722,14 @@ fn dense_vjp<T: Element>(
     saved: Option<&Outcome>,
     g: &Outcome,
 ) -> Result<Outcome> {
-    // g (and the saved output) have the forward output's shape
+    // g (and the saved output) have the forward output's shape; their values are read
+    // in place, as views
     let want = if map {
         x.shape().to_vec()
     } else {
         ReducePlan::new(x.shape(), &req.dims, req.keepdim)?.out_shape
     };
-    let array = |o: &Outcome, what: &str| -> Result<MaskedArrayD<T::Real>> {
+    let view = |o: &'_ Outcome, what: &str| -> Result<()> {
         if o.shape != want {
             return Err(MaskedError::ShapeMismatch {
                 what: format!("the {what} vs the output of {}", req.op),
@@ -720,21 +737,32 @@ fn dense_vjp<T: Element>(
                 right: want.clone(),
             });
         }
-        let values = grad_values::<T::Real>(&o.values)?;
-        check_count(want.iter().product(), values.len())?;
-        let v = ArrayD::from_shape_vec(IxDyn(&want), values)
-            .map_err(|e| MaskedError::InvalidData(format!("{what}: {e}")))?;
-        Ok(MaskedArray::unmasked(v))
+        check_count(want.iter().product(), o.values.len())
     };
-    let up = array(g, "upstream gradient")?;
-    let y = saved.map(|y| array(y, "saved output")).transpose()?;
-    let dx = match (map, &y) {
-        (true, Some(y)) => x.vjp_map_saved(req, y, &up)?,
-        (true, None) => x.vjp_map(req, &up)?,
-        (false, Some(y)) => x.vjp_reduce_saved(req, y, &up)?,
-        (false, None) => x.vjp_reduce(req, &up)?,
-    };
-    Ok(<MaskedView<'_, T, IxDyn> as by_name::ByName<T>>::mapped(dx))
+    view(g, "upstream gradient")?;
+    if let Some(y) = saved {
+        view(y, "saved output")?;
+    }
+    let gb = g.values.as_by_dtype();
+    let yb = saved.map(|y| y.values.as_by_dtype());
+    fn arr<'v, R: Element>(
+        b: &ByDType<Ref<'v, VecOf>>,
+        want: &[usize],
+    ) -> Result<ndarray::ArrayViewD<'v, R>> {
+        let v: &'v Vec<R> = *R::unerase(b).ok_or_else(|| MaskedError::InvalidArgument {
+            name: "g",
+            value: format!("{} values", b.dtype()),
+            reason: "the upstream gradient must have the input's dtype",
+        })?;
+        ndarray::ArrayViewD::from_shape(IxDyn(want), &v[..])
+            .map_err(|e| MaskedError::InvalidData(format!("upstream gradient: {e}")))
+    }
+    let gv = MaskedArray::unmasked(arr::<T::Real>(&gb, &want)?);
+    let yv = yb
+        .as_ref()
+        .map(|b| arr::<T::Real>(b, &want).map(MaskedArray::unmasked))
+        .transpose()?;
+    dense_vjp_fresh(x, req, yv.as_ref(), &gv)
 }
 
 /// The second operand of a binary op: an array of the same dtype, or a scalar (converted
