@@ -1070,14 +1070,7 @@ impl Handle {
         let req = request(op, None, false, vec![], None)?;
         let rule = mask_rule(rule)?;
         let up = match &g.store {
-            Store::Dense { data, dtype, .. } => {
-                let shape = g.shape(py)?;
-                Output::Dense(masked_engine::Outcome {
-                    values: dynvec_from(py, data.bind(py), *dtype)?,
-                    mask: BitMask::filled(&shape[..], true).map_err(py_err)?,
-                    shape,
-                })
-            }
+            Store::Dense { .. } => g.as_output(py)?,
             _ => {
                 return Err(PyTypeError::new_err(
                     "a binary VJP's upstream gradient is dense",
