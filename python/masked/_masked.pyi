@@ -62,6 +62,12 @@ class Handle:
         keepdim: bool = False,
         options: list[tuple[str, str]] = ...,
     ) -> Handle: ...
+    def moments(
+        self, dims: Optional[list[int]] = None, keepdim: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each lane's (valid count int64, mean float64, sum of squared deviations from
+        the mean float64) in one pass: var's mergeable state. Dense only."""
+        ...
     def vjp(
         self,
         op: str,

@@ -22,7 +22,7 @@ The state format is plain numpy (fields below), so it does not depend on the Rus
 | sum, nansum, prod | `v` (the engine's partial, its output dtype), `n` (valid count, int64) |
 | amax, amin, nanmax, nanmin | `v`, `n` |
 | ptp | `hi`, `lo`, `n` |
-| mean, nanmean | `s` (float64 sum), `n` |
+| mean, nanmean | `s` (float64 sum: the chunk's mean times `n`), `n` |
 | var, std, nanvar, nanstd | `n`, `mean`, `m2` (float64; Chan's merge) |
 | norm | `r` (the chunk's norm, float64), `n` |
 | logsumexp, logmeanexp | `lse` (float64), `n` |
@@ -110,6 +110,16 @@ def _count(ok: Optional[np.ndarray], v: Any, axes: tuple[int, ...], nan: bool) -
         ok = ~np.isnan(data) if ok is None else ok & ~np.isnan(data)
         return ok.sum(axis=axes, keepdims=True, dtype=np.int64)
     return _engine_ops.count(v, dim=list(axes), keepdim=True).data.astype(np.int64, copy=False)
+
+
+def _lane_moments(v: Any, ok: Optional[np.ndarray], axes: tuple[int, ...], nan: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each lane's valid count, mean and sum of squared deviations (keepdim), in one
+    pass of the engine (var's unfinished state); the nan-family also leaves NaN out."""
+    data = v.data
+    if nan and data.dtype.kind == "f":
+        keep = ~np.isnan(data) if ok is None else ok & ~np.isnan(data)
+        v = _ma(data, keep)
+    return v._h.moments(list(axes), True)
 
 
 # ---- partial states: chunk -> state, merge, finish -----------------------------------
@@ -205,8 +215,8 @@ def _mean(op: str) -> _Family:
         return [("s", np.float64), ("n", np.int64)]
 
     def chunk(v, ok, axes, out, kw):
-        r = _engine("nansum" if nan else "sum", v, ok, axes, dtype=np.float64)
-        return _rec(r.shape, fields(out), s=r.filled(0), n=_count(ok, v, axes, nan))
+        n, mean, _ = _lane_moments(v, ok, axes, nan)
+        return _rec(n.shape, fields(out), s=mean * n, n=n)
 
     def merge(s, axes):
         return _rec(_kshape(s, axes), s.dtype.descr, s=s["s"].sum(axis=axes, keepdims=True), n=s["n"].sum(axis=axes, keepdims=True))
@@ -226,10 +236,8 @@ def _moments(op: str) -> _Family:
         return [("n", np.int64), ("mean", np.float64), ("m2", np.float64)]
 
     def chunk(v, ok, axes, out, kw):
-        n = _count(ok, v, axes, nan)
-        m = _engine("nanmean" if nan else "mean", v, ok, axes, dtype=np.float64).filled(0)
-        var0 = _engine("nanvar" if nan else "var", v, ok, axes, dtype=np.float64, correction=0.0).filled(0)
-        return _rec(n.shape, fields(out), n=n, mean=m, m2=np.where(n > 0, var0 * n, 0.0))
+        n, mean, m2 = _lane_moments(v, ok, axes, nan)
+        return _rec(n.shape, fields(out), n=n, mean=mean, m2=m2)
 
     def merge(s, axes):
         # Chan et al.: pairwise-exact merge of (n, mean, M2), here over all entries at once

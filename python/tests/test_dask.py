@@ -134,3 +134,31 @@ def test_on_a_local_cluster(processes):
         np.testing.assert_array_equal(np.ma.getdata(med), mk.median(x.astype(np.float64), 0, mask=valid).data)
         v = client.compute(mk.dask.var(dx.astype(np.float64), axis=None, mask=dv), sync=True)
         np.testing.assert_allclose(np.ma.getdata(v), mk.var(x.astype(np.float64), mask=valid).data, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
+def test_lane_moments_equal_numpy(dtype):
+    # var's partial state in one engine pass (what each chunk of mk.dask.var / std /
+    # mean computes): count, mean and sum of squared deviations per lane, numpy's in f64
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((5, 7)) * 10).astype(dtype)
+    valid = rng.random((5, 7)) < 0.6
+    valid[2] = False  # an empty lane: n 0, mean 0, m2 0
+    a = mk.MaskedArray(x, valid=valid)
+    for axes, keep in [([1], True), ([0], False), (None, False), ([0, 1], True)]:
+        n, mean, m2 = a._h.moments(axes, keep)
+        ax = tuple(axes) if axes is not None else None
+        xs = np.where(valid, x.astype(np.float64), 0.0)
+        cnt = valid.sum(axis=ax, keepdims=True)
+        avg = np.divide(xs.sum(axis=ax, keepdims=True), cnt, out=np.zeros(cnt.shape), where=cnt > 0)
+        dev2 = np.where(valid, (x - avg) ** 2, 0.0).sum(axis=ax, keepdims=True)
+        wn, wmean, wm2 = (w if keep else w.reshape(valid.sum(axis=ax).shape) for w in (cnt, avg, dev2))
+        assert n.dtype == np.int64 and mean.dtype == np.float64 and n.shape == wn.shape
+        np.testing.assert_array_equal(n, wn)
+        # float32 blocks are summed in float32 before the float64 merge (the contract's
+        # float32 accuracy)
+        tol = 1e-6 if x.dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(mean, wmean, rtol=tol, atol=tol)
+        np.testing.assert_allclose(m2, wm2, rtol=100 * tol, atol=100 * tol)
+    with pytest.raises(mk.MaskedError):
+        a._h.moments([2], True)

@@ -518,6 +518,47 @@ impl ArrayRef<'_> {
     }
 }
 
+/// Each lane's count, mean and sum of squared deviations from the mean: the mergeable
+/// state of `var`, `std` and `mean` (Chan et al.'s pairwise merge), unfinished. What a
+/// distributed reduction (`mk.dask`) computes per chunk in one pass and merges across
+/// chunks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneMoments {
+    /// The reduced shape (`keepdim`: the reduced dims kept as 1).
+    pub shape: Vec<usize>,
+    /// Valid elements per lane.
+    pub n: Vec<i64>,
+    /// Their mean (0 for an empty lane).
+    pub mean: Vec<f64>,
+    /// Their sum of squared deviations from the mean (0 for an empty lane).
+    pub m2: Vec<f64>,
+}
+
+impl ArrayRef<'_> {
+    /// The [`LaneMoments`] of each lane of `dims`, in one pass over the values (the
+    /// `var` fold's states, before `var` divides them).
+    ///
+    /// # Errors
+    /// [`MaskedError::DimOutOfRange`] or [`MaskedError::DuplicateDim`] for a bad dim;
+    /// [`MaskedError::Unsupported`] for sparse input.
+    pub fn moments(&self, dims: &masked_core::Dims, keepdim: bool) -> Result<LaneMoments> {
+        let ArrayRef::Dense(a) = self else {
+            return Err(MaskedError::Unsupported {
+                op: "moments",
+                context: "on sparse input (a dense chunk's partial state)".into(),
+            });
+        };
+        let op = masked_core::stats::Var::default();
+        let (shape, states) = with_by_dtype!(a, T, x => x.fold_states(&op, dims, keepdim))?;
+        Ok(LaneMoments {
+            shape,
+            n: states.iter().map(|s| s.n).collect(),
+            mean: states.iter().map(|s| s.mean).collect(),
+            m2: states.iter().map(|s| s.m2).collect(),
+        })
+    }
+}
+
 impl ArrayRef<'_> {
     /// [`ArrayRef::vjp_saved`] on dense input with the upstream gradient `g` and the
     /// saved forward output as dense views of the caller's buffers (an autograd

@@ -25,8 +25,8 @@ pub mod workload;
 
 #[cfg(feature = "erased")]
 pub use array::{
-    convert, Array, ArrayRef, CooOf, CsrOf, CsrParts, CsrViewOf, DenseOf, DenseViewOf, Operand,
-    Output, ZipOutput,
+    convert, Array, ArrayRef, CooOf, CsrOf, CsrParts, CsrViewOf, DenseOf, DenseViewOf, LaneMoments,
+    Operand, Output, ZipOutput,
 };
 pub use by_name::{
     promote, promote_scalar, BinOp, Kind, Op, OpRequest, Outcome, SparseOutcome, SparseZipOutcome,

@@ -779,3 +779,86 @@ fn workloads_prepare_every_kind_of_call() {
     let bad = Gen { density: 2.0, ..g };
     assert!(Workload::generate("coo", DType::F64, &[4, 4], &bad).is_err());
 }
+
+#[test]
+fn lane_moments_hand_checked() {
+    use masked_core::Dims;
+    let near = |a: &[f64], b: &[f64], tol: f64| {
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{a:?} vs {b:?}");
+        }
+    };
+    // every value of data() is exact in every float dtype; the integers take the
+    // rounded ones, so their rows differ: checked on the floats and i64 separately
+    for dtype in [DType::F64, DType::F32, DType::F16, DType::BF16] {
+        // narrower floats sum each block in f32 before the f64 merge (the contract's
+        // accuracy for them)
+        let tol = if dtype == DType::F64 { 1e-12 } else { 1e-6 };
+        let close = |a: &[f64], b: &[f64]| near(a, b, tol);
+        let x = dense(dtype);
+        let x = x.view().unwrap();
+        // rows: {1.5, -2, 0.25} (mean -1/12, m2 906/144), {4}, none
+        let m = x.moments(&Dims::from(1isize), true).unwrap();
+        assert_eq!(m.shape, vec![3, 1]);
+        assert_eq!(m.n, vec![3, 1, 0]);
+        close(&m.mean, &[-1.0 / 12.0, 4.0, 0.0]);
+        close(&m.m2, &[906.0 / 144.0, 0.0, 0.0]);
+        // columns, keepdim false: {1.5, 4}, {-2}, {0.25}, none
+        let m = x.moments(&Dims::from(0isize), false).unwrap();
+        assert_eq!(m.shape, vec![4]);
+        assert_eq!(m.n, vec![2, 1, 1, 0]);
+        close(&m.mean, &[2.75, -2.0, 0.25, 0.0]);
+        close(&m.m2, &[3.125, 0.0, 0.0, 0.0]);
+        // everything: {1.5, -2, 0.25, 4}
+        let m = x.moments(&Dims::All, false).unwrap();
+        assert_eq!((m.shape.len(), m.n.clone()), (0, vec![4]));
+        close(&m.mean, &[0.9375]);
+        close(&m.m2, &[18.796875]);
+        // var's finish of these states is var itself
+        let Output::Dense(v) = x.apply(&OpRequest::new("var").unwrap().dims(1)).unwrap() else {
+            unreachable!()
+        };
+        let m = x.moments(&Dims::from(1isize), false).unwrap();
+        let var: Vec<f64> = f64s(&v.values);
+        // (var in the input dtype: bf16 keeps 8 bits)
+        assert!(
+            (var[0] - m.m2[0] / 2.0).abs() < 5e-3 * var[0],
+            "{dtype:?} {var:?} {m:?}"
+        );
+    }
+    let close = |a: &[f64], b: &[f64]| near(a, b, 1e-12);
+    let x = dense(DType::I64);
+    let m = x
+        .view()
+        .unwrap()
+        .moments(&Dims::from(1isize), true)
+        .unwrap();
+    assert_eq!(m.n, vec![3, 1, 0]);
+    // against the integers the array holds (data() cast to i64)
+    let DynVec::I64(held) = values_of(&data().0, DType::I64) else {
+        unreachable!()
+    };
+    let row: Vec<f64> = held[..3].iter().map(|&v| v as f64).collect();
+    let mean = row.iter().sum::<f64>() / 3.0;
+    close(&m.mean[..1], &[mean]);
+    close(
+        &m.m2[..1],
+        &[row.iter().map(|v| (v - mean).powi(2)).sum::<f64>()],
+    );
+    // a bad dim and sparse input are typed errors
+    assert!(matches!(
+        dense(DType::F32)
+            .view()
+            .unwrap()
+            .moments(&Dims::from(2isize), true),
+        Err(MaskedError::DimOutOfRange { .. })
+    ));
+    assert!(matches!(
+        csr(DType::F32)
+            .view()
+            .unwrap()
+            .moments(&Dims::from(1isize), true),
+        Err(MaskedError::Unsupported { .. })
+    ));
+}

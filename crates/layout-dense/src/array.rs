@@ -511,6 +511,39 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
         dims: &Dims,
         keepdim: bool,
     ) -> Result<MaskedArrayD<F::Output>> {
+        let (plan, states, any) = self.fold_plan_states(op, dims, keepdim)?;
+        finish_fold(op, &plan, &states, any)
+    }
+}
+
+impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
+    /// The unfinished, mergeable state of `op` on each lane of `dims` (a Dask chunk's
+    /// partial state: [`Fold::merge`] states of the same lane from other chunks, then
+    /// [`Fold::finish`]), in the reduced shape's row-major order, with that shape
+    /// (`keepdim`: the reduced dims kept as 1). A lane with no valid element holds
+    /// [`Fold::identity`].
+    ///
+    /// # Errors
+    /// [`MaskedError::DimOutOfRange`](masked_core::MaskedError::DimOutOfRange) or
+    /// [`MaskedError::DuplicateDim`](masked_core::MaskedError::DuplicateDim) for a bad dim.
+    pub fn fold_states<F: Fold<T>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<(Vec<usize>, Vec<F::State>)> {
+        let (plan, states, _) = self.fold_plan_states(op, dims, keepdim)?;
+        Ok((plan.out_shape, states))
+    }
+
+    /// The plan of a fold over `dims`, each lane's state and whether it had a valid
+    /// element.
+    fn fold_plan_states<F: Fold<T>>(
+        &self,
+        op: &F,
+        dims: &Dims,
+        keepdim: bool,
+    ) -> Result<(ReducePlan, Vec<F::State>, Vec<bool>)> {
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
         let std = self.data.as_standard_layout();
         let gathered: Vec<T>;
@@ -523,7 +556,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
         };
         let bits = self.mask.as_ref().map(BitMask::bits);
         let (states, any) = prebuilt::fold_all(op, xs, bits, &plan, 0);
-        finish_fold(op, &plan, &states, any)
+        Ok((plan, states, any))
     }
 }
 

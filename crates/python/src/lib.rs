@@ -1016,6 +1016,28 @@ impl Handle {
         })
     }
 
+    /// Each lane's `(n, mean, m2)` over `dims` (None: every dim), in one pass: the valid
+    /// count (int64), the mean and the sum of squared deviations from it (float64), as
+    /// numpy arrays of the reduced shape (`keepdim`: the reduced dims kept as 1). The
+    /// mergeable state of var, std and mean (a Dask chunk's partial state). Dense only.
+    #[pyo3(signature = (dims=None, keepdim=false))]
+    fn moments(
+        &self,
+        py: Python<'_>,
+        dims: Option<Vec<isize>>,
+        keepdim: bool,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
+        let dims = dims.map_or(masked_core::Dims::All, masked_core::Dims::from);
+        let m = self
+            .store
+            .with_ref(py, |r| engine(py, || r.moments(&dims, keepdim)))?;
+        Ok((
+            dyn_to_numpy(py, DynVec::I64(m.n), &m.shape)?,
+            dyn_to_numpy(py, DynVec::F64(m.mean), &m.shape)?,
+            dyn_to_numpy(py, DynVec::F64(m.m2), &m.shape)?,
+        ))
+    }
+
     /// The gradient with respect to this array's values of the op of the request, given
     /// the upstream gradient `g` shaped as the forward output (dense: an array of its
     /// shape; sparse: a sparse handle stored at exactly the forward output's valid
