@@ -104,6 +104,8 @@ def main():
                 "torch_sparse_fwd_bwd_gflops": 12 * nnz * D / t_sb / 1e9,
                 "torch_mm_gflops": 2 * N * D * 4096 / t_mm / 1e9,
                 "ours_fwd_bwd_peak_mb": o["attention-vjp"]["peak_bytes"] / 1e6,
+                "ours_plan_mb": o["attention-vjp"]["plan_bytes"] / 1e6,
+                "ours_fwd_bwd_with_plan_mb": (o["attention-vjp"]["peak_bytes"] + o["attention-vjp"]["plan_bytes"]) / 1e6,
                 "bound_3x_nnz_nd_mb": 3 * (nnz + N * D) * 4 / 1e6,
             })
             show(row)

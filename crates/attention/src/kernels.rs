@@ -408,15 +408,17 @@ fn max_lanes<A: Acc>(xs: &[A]) -> A {
     m
 }
 
-/// The softmax of one row's scores, in place. A row whose scores are all `-inf` (every
-/// key biased away) gives zeros, as a row with no key does; a NaN score gives NaNs, as
-/// in torch.
+/// The softmax of one row's scores, in place; returns the largest score `m` and `inv`,
+/// the reciprocal of the sum of `exp(s - m)`, so that `p = exp(s - m) · inv` recomputes
+/// any probability bit for bit. A row whose scores are all `-inf` (every key biased
+/// away) gives zeros and `inv = 0`, as a row with no key does; a NaN score gives NaNs,
+/// as in torch.
 #[inline(always)]
-fn softmax<A: Acc, M: Madd>(s: &mut [A]) {
+fn softmax<A: Acc, M: Madd>(s: &mut [A]) -> (A, A) {
     let m = max_lanes(s);
     if m == A::NEG_INFINITY {
         s.fill(A::ZERO);
-        return;
+        return (m, A::ZERO);
     }
     for x in s.iter_mut() {
         *x = M::exp(*x - m);
@@ -425,6 +427,7 @@ fn softmax<A: Acc, M: Madd>(s: &mut [A]) {
     for x in s.iter_mut() {
         *x = *x * inv;
     }
+    (m, inv)
 }
 
 /// `out += Σ_t w[t] · x[idx[t]]` (rows of `x`, as long as `out`), sixteen columns at a
@@ -484,16 +487,15 @@ pub struct Attn<'a, A> {
     pub p: Index<'a, usize>,
     /// The bias at the pattern's positions.
     pub bias: Option<&'a [A]>,
-    /// For the gradient: each stored position's slot in column order (else empty).
-    pub dest: &'a [u32],
     /// Scale of the scores.
     pub scale: A,
 }
 
 impl<A: Acc> Attn<'_, A> {
-    /// Row `i`'s probabilities into `s` (resized to the row's length), and its keys.
+    /// Row `i`'s probabilities into `s` (resized to the row's length), its keys and its
+    /// softmax statistics (`m`, `inv`: see [`softmax`]).
     #[inline(always)]
-    fn probs<M: Madd>(&self, i: usize, s: &mut Vec<A>) -> &[usize] {
+    fn probs<M: Madd>(&self, i: usize, s: &mut Vec<A>) -> (&[usize], A, A) {
         let (lo, hi) = (self.p.ptr[i], self.p.ptr[i + 1]);
         let keys = &self.p.idx[lo..hi];
         s.clear();
@@ -504,9 +506,22 @@ impl<A: Acc> Attn<'_, A> {
                 *x = *x + bb;
             }
         }
-        softmax::<A, M>(s);
-        keys
+        let (m, inv) = softmax::<A, M>(s);
+        (keys, m, inv)
     }
+}
+
+/// One query row's statistics, saved by the gradient's row pass for its column pass
+/// (O(rows), where the probabilities would be O(pairs)): the softmax's largest score
+/// `m` and reciprocal sum `inv` ([`softmax`]), and `d = Σ_j P_ij dP_ij`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RowStat<A> {
+    /// The largest score.
+    pub m: A,
+    /// The reciprocal of `Σ exp(s - m)` (0 for a row with no finite score).
+    pub inv: A,
+    /// `Σ_j P_ij dP_ij` (= `dO_i · O_i`).
+    pub d: A,
 }
 
 #[inline(always)]
@@ -514,7 +529,7 @@ fn attend_rows_k<A: Acc, M: Madd>(_: M, a: &Attn<'_, A>, r0: usize, r1: usize, o
     let dv = a.v.cols;
     let mut s = Vec::new();
     for i in r0..r1 {
-        let keys = a.probs::<M>(i, &mut s);
+        let (keys, _, _) = a.probs::<M>(i, &mut s);
         combine::<A, M, usize>(&s, keys, a.v, &mut out[(i - r0) * dv..(i - r0 + 1) * dv]);
     }
 }
@@ -533,35 +548,128 @@ fn grad_rows_k<A: Acc, M: Madd>(
     r0: usize,
     r1: usize,
     dq: &mut [A],
-    pds: &Scatter<'_, [A; 2]>,
+    out: &GradOut<'_, A>,
 ) {
     let d = a.q.cols;
     let (mut s, mut dp) = (Vec::new(), Vec::new());
     for i in r0..r1 {
         let dqi = &mut dq[(i - r0) * d..(i - r0 + 1) * d];
-        let keys = a.probs::<M>(i, &mut s);
+        let (keys, m, inv) = a.probs::<M>(i, &mut s);
         dp.clear();
         dp.resize(keys.len(), A::ZERO);
         scores::<A, M>(g.row(i), a.v, keys, A::ONE, &mut dp);
         // D = Σ p dp = dO · O; dS = P (dP - D)
         let big_d = dot1::<A, M>(&s, &dp);
+        // SAFETY: row i is handled by this task only
+        unsafe { out.stats.write(i, RowStat { m, inv, d: big_d }) };
         let lo = a.p.ptr[i];
-        for ((&slot, &p), x) in a.dest[lo..lo + keys.len()].iter().zip(&s).zip(&mut dp) {
+        for (e, (&p, x)) in (lo..).zip(s.iter().zip(&mut dp)) {
             let ds = p * (*x - big_d);
-            // SAFETY: `dest` is a permutation (the plan's transpose), and each stored
-            // position belongs to one row, handled by one task
-            unsafe { pds.write(slot as usize, [p, ds]) };
+            if let Some(db) = &out.dbias {
+                // SAFETY: stored position e belongs to row i, handled by this task only
+                let slot = unsafe { db.slot(e) };
+                *slot = *slot + ds;
+            }
             *x = ds * a.scale;
         }
         combine::<A, M, usize>(&dp, keys, a.k, dqi);
     }
 }
 
+/// Where the gradient's row pass writes besides `dQ`: each row's [`RowStat`] (slot =
+/// row) and, with a bias, `dS` added at each stored position (slot = position).
+pub struct GradOut<'a, A> {
+    /// One slot per query row.
+    pub stats: Scatter<'a, RowStat<A>>,
+    /// One slot per stored position, accumulated (a bias shared by batch elements).
+    pub dbias: Option<Scatter<'a, A>>,
+}
+
 multiversion! {
-    /// The first pass of the attention VJP over rows `r0..r1` (`d` values each in `dq`): each row's probabilities `P` again, `dP = dO Vᵀ`, `dS = P ⊙ (dP − rowsum(P ⊙
-    /// dP))`; `(P, dS)` into `pds` at each position's column-order slot (`a.dest`);
-    /// `dQ += scale · dS K` into `dq`.
-    pub fn grad_rows[A: Acc, M: Madd](m: M, a: &Attn<'_, A>, g: Mat<'_, A>, r0: usize, r1: usize, dq: &mut [A], pds: &Scatter<'_, [A; 2]>) = grad_rows_k;
+    /// The first pass of the attention VJP over rows `r0..r1` (`d` values each in `dq`):
+    /// each row's probabilities `P` again, `dP = dO Vᵀ`, `dS = P ⊙ (dP − rowsum(P ⊙ dP))`,
+    /// `dQ += scale · dS K` into `dq`; the row's [`RowStat`] and the bias gradient into
+    /// `out`. Nothing per pair is kept: the column pass recomputes `P` and `dS`.
+    pub fn grad_rows[A: Acc, M: Madd](m: M, a: &Attn<'_, A>, g: Mat<'_, A>, r0: usize, r1: usize, dq: &mut [A], out: &GradOut<'_, A>) = grad_rows_k;
+}
+
+/// What the gradient's column pass reads: the forward's operands, the upstream `dO`,
+/// the row pass's [`RowStat`]s, the pattern's transpose and, with a bias, each
+/// transposed entry's stored position in row order (the plan's `src`).
+#[derive(Clone, Copy)]
+pub struct GradCols<'a, A> {
+    /// The forward's operands and pattern.
+    pub a: Attn<'a, A>,
+    /// The upstream gradient of the output (`nq × dv`).
+    pub g: Mat<'a, A>,
+    /// Each query row's statistics.
+    pub stats: &'a [RowStat<A>],
+    /// The transpose: column pointer and rows.
+    pub t: Index<'a, u32>,
+    /// Each transposed entry's stored position (read only with a bias).
+    pub src: &'a [u32],
+}
+
+#[inline(always)]
+fn grad_cols_k<A: Acc, M: Madd>(
+    _: M,
+    c: &GradCols<'_, A>,
+    (c0, c1): (usize, usize),
+    dk: &mut [A],
+    dv: &mut [A],
+) {
+    let a = &c.a;
+    let (d, dvw) = (a.k.cols, a.v.cols);
+    let (mut wp, mut wds) = ([A::ZERO; GROUP], [A::ZERO; GROUP]);
+    for j in c0..c1 {
+        let (lo, hi) = (c.t.ptr[j], c.t.ptr[j + 1]);
+        let (kj, vj) = (a.k.row(j), a.v.row(j));
+        let j0 = j - c0;
+        let (dkj, dvj) = (
+            &mut dk[j0 * d..(j0 + 1) * d],
+            &mut dv[j0 * dvw..(j0 + 1) * dvw],
+        );
+        // a few pairs at a time: their query and upstream rows, gathered for the dot
+        // products, are still in the first-level cache when combined
+        let mut g0 = lo;
+        while g0 < hi {
+            let g1 = (g0 + GROUP).min(hi);
+            let rows = &c.t.idx[g0..g1];
+            for ((e, &i), (p_out, ds_out)) in (g0..g1).zip(rows).zip(wp.iter_mut().zip(&mut wds)) {
+                let i = i as usize;
+                let st = c.stats[i];
+                let (p, ds) = if st.inv == A::ZERO {
+                    (A::ZERO, A::ZERO) // a row with no finite score: P = 0
+                } else {
+                    // P and dS of pair (i, j) as the row pass computed them
+                    let mut s = dot1::<A, M>(a.q.row(i), kj) * a.scale;
+                    if let Some(b) = a.bias {
+                        s = s + b[c.src[e] as usize];
+                    }
+                    let p = M::exp(s - st.m) * st.inv;
+                    let dp = dot1::<A, M>(c.g.row(i), vj);
+                    (p, p * (dp - st.d))
+                };
+                *p_out = p;
+                *ds_out = ds * a.scale;
+            }
+            let n = g1 - g0;
+            combine::<A, M, u32>(&wds[..n], rows, a.q, dkj);
+            combine::<A, M, u32>(&wp[..n], rows, c.g, dvj);
+            g0 = g1;
+        }
+    }
+}
+
+/// Pairs the column pass handles at a time.
+const GROUP: usize = 8;
+
+multiversion! {
+    /// The second pass of the attention VJP over key columns `c0..c1` (`dk` and `dv`
+    /// hold their rows): each pair's `P` and `dS` recomputed from the row statistics
+    /// (two dot products, no per-pair buffer), then `dK_j += scale · Σ_i dS_ij Q_i`
+    /// and `dV_j += Σ_i P_ij dO_i` in registers.
+    pub fn grad_cols[A: Acc, M: Madd](m: M, c: &GradCols<'_, A>, cols: (usize, usize), dk: &mut [A], dv: &mut [A]) = grad_cols_k;
 }
 
 /// A column pass: `out[j] += Σ scale · w[e] · x[row[e]]` over the entries `e` of columns

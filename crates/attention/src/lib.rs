@@ -8,8 +8,9 @@
 //!   at a time (its scores live in a scratch row, never a matrix); a query with no
 //!   valid key (or every key biased to `-inf`) gives a zero row, never NaN;
 //! - [`attention_vjp`], [`sddmm_vjp`], [`spmm_vjp`]: the gradients. The attention
-//!   gradient recomputes each row's probabilities (as flash attention does) and keeps
-//!   two values per pair, `P` and `dS`, so nothing of size `n²` or `nnz · d` exists.
+//!   gradient recomputes each pair's probability (as flash attention does) from three
+//!   statistics per query row, so nothing of size `n²`, `nnz · d` or even `nnz` exists
+//!   beyond the pattern and its plan.
 //!
 //! Operands are dense `[..., n, d]` arrays whose leading (batch, head) dims broadcast as
 //! NumPy's do; the pattern is an [`AttentionPlan`] (one pattern, or one per batch
@@ -45,7 +46,7 @@ pub use layout_csr::Pattern;
 pub use plan::AttentionPlan;
 
 use batch::{Batch, Operand};
-use kernels::{with_madd, Attn, Cols};
+use kernels::{with_madd, Attn, Cols, GradCols, GradOut, RowStat};
 use masked_core::{try_vec, DType, Element, Float, MaskedError, Result};
 use masked_kernels::par;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
@@ -280,7 +281,6 @@ fn attend<A: Acc>(inp: &Inputs<'_, A>, plan: &AttentionPlan) -> Result<Vec<A>> {
             v: vo.mat(v, batch.offset(b, vo)),
             p: plan.index(pi),
             bias: bias.map(|x| &x[plan.start(pi)..plan.start(pi + 1)]),
-            dest: &[],
             scale,
         };
         let ob = &mut out[b * nq * dv..(b + 1) * nq * dv];
@@ -293,9 +293,11 @@ fn attend<A: Acc>(inp: &Inputs<'_, A>, plan: &AttentionPlan) -> Result<Vec<A>> {
 }
 
 /// The gradients of `sum(attention(q, k, v) ⊙ grad)` for `q`, `k`, `v` and the bias.
-/// Each row's probabilities are computed again (nothing is saved from the forward pass);
-/// the extra memory is two values per stored position of one pattern, and the plan's
-/// transpose (built on the first call, then reused).
+/// Each probability is computed again (nothing is saved from the forward pass): a row
+/// pass computes `dQ` and three statistics per query row, a column pass recomputes each
+/// pair's `P` and `dS` from them (flash attention's backward) for `dK` and `dV`. The
+/// extra memory is the gradients, O(rows) statistics and the plan's transpose (built on
+/// the first call, then reused): nothing per pair is allocated.
 ///
 /// # Errors
 /// As [`attention`]; `grad` not of the output's shape.
@@ -336,8 +338,9 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
     let mut dk = zeros::<A>(k.len(), "the gradient of k")?;
     let mut dvv = zeros::<A>(v.len(), "the gradient of v")?;
     let mut dbias = zeros::<A>(bias.map_or(0, <[A]>::len), "the gradient of the bias")?;
-    let most = plan.patterns().iter().map(|p| p.nnz()).max().unwrap_or(0);
-    let mut pds = zeros::<A>(2 * most, "the attention gradient's per-pair values")?;
+    let mut stats: Vec<RowStat<A>> =
+        try_vec(nq, || "the attention gradient's row statistics".into())?;
+    stats.resize(nq, RowStat::default());
     let (rpt, cpt) = (rows_per_task(nq, 4096), rows_per_task(nk, 4096));
     let go = Operand {
         lead: batch.lead.clone(),
@@ -347,7 +350,6 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
     for b in 0..batch.count {
         let pi = batch.pattern(b, plan);
         let t = plan.transpose(pi)?;
-        let index = plan.index(pi);
         let (qb, kb, vb) = (
             batch.offset(b, qo),
             batch.offset(b, ko),
@@ -357,62 +359,47 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
             q: qo.mat(q, qb),
             k: ko.mat(k, kb),
             v: vo.mat(v, vb),
-            p: index,
+            p: plan.index(pi),
             bias: bias.map(|x| &x[plan.start(pi)..plan.start(pi + 1)]),
-            dest: &t.dest,
             scale,
         };
         let gm = go.mat(g, b * nq * dv);
-        let nnz = index.idx.len();
-        let pairs: &mut [[A; 2]] = as_pairs(&mut pds[..2 * nnz]);
-        let dqb = &mut dq[qb..qb + nq * d];
         {
-            let scatter = par::Scatter::new(pairs);
-            // row chunks of dq (empty ones too where d = 0: the rows still scatter P)
+            // rows: dQ, each row's statistics, the bias gradient
+            let out = GradOut {
+                stats: par::Scatter::new(&mut stats),
+                dbias: bias
+                    .map(|_| par::Scatter::new(&mut dbias[plan.start(pi)..plan.start(pi + 1)])),
+            };
+            // row chunks of dq (empty ones too where d = 0: the rows still write their
+            // statistics)
             let rb = bounds(nq, rpt);
             let db: Vec<usize> = rb.iter().map(|&r| r * d).collect();
-            with_madd!(m => par::parts_mut(dqb, &db, |c, dqc| {
-                kernels::grad_rows(m, &a, gm, rb[c], rb[c + 1], dqc, &scatter)
+            with_madd!(m => par::parts_mut(&mut dq[qb..qb + nq * d], &db, |c, dqc| {
+                kernels::grad_rows(m, &a, gm, rb[c], rb[c + 1], dqc, &out)
             }));
         }
-        let flat: &[A] = pairs.as_flattened();
-        let dk_cols = Cols {
+        // columns: dK and dV, each pair's P and dS recomputed
+        let gc = GradCols {
+            a,
+            g: gm,
+            stats: &stats,
             t: t.index(),
-            w: flat,
-            stride: 2,
-            which: 1,
-            scale,
-            x: a.q,
+            src: &t.src,
         };
-        let dv_cols = Cols {
-            which: 0,
-            scale: A::ONE,
-            x: gm,
-            ..dk_cols
-        };
-        for (cols, out, width) in [
-            (dk_cols, &mut dk[kb..kb + nk * d], d),
-            (dv_cols, &mut dvv[vb..vb + nk * dv], dv),
-        ] {
-            with_madd!(m => par::chunks_mut(out, cpt * width, |c, chunk| {
-                kernels::cols(m, &cols, c * cpt, chunk)
-            }));
-        }
-        if let Some(db) = bias.map(|_| &mut dbias[plan.start(pi)..plan.start(pi + 1)]) {
-            // dS in row order: the slot of each stored position
-            for (x, &slot) in db.iter_mut().zip(&t.dest) {
-                *x = *x + pairs[slot as usize][1];
+        let span = |c: usize| (c * cpt, ((c + 1) * cpt).min(nk));
+        let (dkb, dvb) = (&mut dk[kb..kb + nk * d], &mut dvv[vb..vb + nk * dv]);
+        with_madd!(m => {
+            let run = |c: usize, dkc: &mut [A], dvc: &mut [A]| kernels::grad_cols(m, &gc, span(c), dkc, dvc);
+            match (d, dv) {
+                (0, 0) => {}
+                (0, _) => drop(par::chunks_mut(dvb, cpt * dv, |c, dvc| run(c, &mut [], dvc))),
+                (_, 0) => drop(par::chunks_mut(dkb, cpt * d, |c, dkc| run(c, dkc, &mut []))),
+                _ => drop(par::chunks_mut2(dkb, cpt * d, dvb, cpt * dv, run)),
             }
-        }
+        });
     }
     Ok([dq, dk, dvv, dbias])
-}
-
-/// A flat buffer of even length as pairs.
-fn as_pairs<A>(xs: &mut [A]) -> &mut [[A; 2]] {
-    let (pairs, rest) = xs.as_chunks_mut::<2>();
-    debug_assert!(rest.is_empty());
-    pairs
 }
 
 /// Where the values on the pattern of batch element `b` start, for values given as

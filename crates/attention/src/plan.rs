@@ -8,14 +8,14 @@ use masked_core::{MaskedError, Result};
 use std::sync::OnceLock;
 
 /// The transpose of a pattern: for each key (column), the queries (rows) that see it; and
-/// for each stored position in the pattern's row order, its slot in the transpose's
-/// column order (where the row pass scatters per-pair values, so that the column pass
-/// reads them in order).
+/// for each of its entries (in column order), the stored position in the pattern's row
+/// order it comes from (where the column pass reads a bias, and how values in row order
+/// are put in column order).
 #[derive(Debug)]
 pub(crate) struct Transpose {
     pub(crate) colptr: Vec<usize>,
     pub(crate) rows: Vec<u32>,
-    pub(crate) dest: Vec<u32>,
+    pub(crate) src: Vec<u32>,
 }
 
 impl Transpose {
@@ -38,25 +38,21 @@ impl Transpose {
             colptr[j + 1] += colptr[j];
         }
         let mut next = colptr[..ncols].to_vec();
-        let (mut rows, mut dest) = (vec![0u32; p.nnz()], vec![0u32; p.nnz()]);
+        let (mut rows, mut src) = (vec![0u32; p.nnz()], vec![0u32; p.nnz()]);
         for (r, w) in p.indptr().windows(2).enumerate() {
             for (e, &c) in (w[0]..).zip(&p.indices()[w[0]..w[1]]) {
                 let slot = next[c];
                 next[c] += 1;
                 rows[slot] = r as u32;
-                dest[e] = slot as u32;
+                src[slot] = e as u32;
             }
         }
-        Ok(Transpose { colptr, rows, dest })
+        Ok(Transpose { colptr, rows, src })
     }
 
     /// `xs` (one value per stored position, in row order) in column order.
-    pub(crate) fn to_columns<A: Copy + Default>(&self, xs: &[A]) -> Vec<A> {
-        let mut out = vec![A::default(); xs.len()];
-        for (&x, &d) in xs.iter().zip(&self.dest) {
-            out[d as usize] = x;
-        }
-        out
+    pub(crate) fn to_columns<A: Copy>(&self, xs: &[A]) -> Vec<A> {
+        self.src.iter().map(|&e| xs[e as usize]).collect()
     }
 
     pub(crate) fn index(&self) -> Index<'_, u32> {
@@ -67,7 +63,7 @@ impl Transpose {
     }
 
     fn bytes(&self) -> usize {
-        self.colptr.len() * std::mem::size_of::<usize>() + (self.rows.len() + self.dest.len()) * 4
+        self.colptr.len() * std::mem::size_of::<usize>() + (self.rows.len() + self.src.len()) * 4
     }
 }
 

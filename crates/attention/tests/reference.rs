@@ -39,6 +39,10 @@ fn patterns(rng: &mut Rng) -> Vec<Pattern> {
         rng.pattern(7, 7, 0.3),
         Pattern::full([7, 7]).unwrap(),
         rng.pattern(5, 9, 0.5),
+        // keys seen by more queries than the gradient's column pass takes at a time
+        // (8): column 0 of a causal 19 has 19, a dense 20 x 6 about 16 a column
+        Pattern::causal(19).unwrap(),
+        rng.pattern(20, 6, 0.8),
     ]
 }
 

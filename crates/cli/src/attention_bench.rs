@@ -83,7 +83,9 @@ pub(crate) fn run(a: &BenchArgs, ops: &[&str], threads: usize) -> Result<(), Cli
         .map_err(|e| CliError::Usage(format!("cannot start {threads} threads: {e}")))?;
     let scale = 1.0 / (d as f64).sqrt();
     let probs = pool.install(|| erased::sddmm(&q.view(), &k.view(), &plan, scale))?;
-    pool.install(|| plan.prepare_backward())?;
+    // the transposes the gradients walk, built once per pattern (faer's symbolic step):
+    // outside the timed runs, their size reported beside the runs' peak
+    let plan_bytes = pool.install(|| plan.prepare_backward())?;
     let bytes_in = (3 * elems) as f64 * dtype.size() as f64 + pairs as f64 * 8.0;
     for &op in ops {
         let (flops, run): (f64, Box<dyn Fn() -> Result<(), masked::MaskedError> + Sync>) = match op
@@ -130,7 +132,7 @@ pub(crate) fn run(a: &BenchArgs, ops: &[&str], threads: usize) -> Result<(), Cli
                     "op": op, "layout": "csr", "shape": full, "pattern": spec_text,
                     "nnz": pairs, "dtype": dtype.name(), "dim": null, "threads": threads,
                     "seconds": secs, "gflops": gflops, "gbps": bytes_in / secs / 1e9,
-                    "peak_bytes": peak, "input_bytes": bytes_in,
+                    "peak_bytes": peak, "input_bytes": bytes_in, "plan_bytes": plan_bytes,
                 })
             ))?;
         } else {

@@ -227,6 +227,19 @@ impl<'a, T> Scatter<'a, T> {
         // SAFETY: in bounds (checked); no other task touches slot `i` (the contract).
         unsafe { self.ptr.add(i).write(v) }
     }
+
+    /// Slot `i`, to read and update in place (checked against the length).
+    ///
+    /// # Safety
+    /// No other access to slot `i` happens while the returned borrow lives (in any
+    /// task).
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slot(&self, i: usize) -> &mut T {
+        assert!(i < self.len, "scatter slot {i} out of {}", self.len);
+        // SAFETY: in bounds (checked); this task has slot `i` alone (the contract).
+        unsafe { &mut *self.ptr.add(i) }
+    }
 }
 
 /// The number of worker threads parallel loops run on (the current rayon pool's).
