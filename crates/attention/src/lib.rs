@@ -38,6 +38,7 @@ pub mod erased;
 mod kernels;
 pub mod patterns;
 mod plan;
+pub mod segment;
 
 #[doc(hidden)]
 pub use kernels::cap_madd;

@@ -4,6 +4,7 @@
 //! full), broadcast batch and head dims, per-batch patterns, a bias, f16 storage.
 
 use masked_attention::erased::{self, FloatArray};
+use masked_attention::segment::{segment, segment_vjp, Segment};
 use masked_attention::{
     attention, attention_vjp, sddmm, sddmm_vjp, spmm, spmm_vjp, AttentionPlan, Options, Pattern,
 };
@@ -936,4 +937,91 @@ fn the_erased_output_hands_over_its_buffer() {
     let (shape, values) = FloatArray::F64(t).into_dyn();
     assert_eq!(shape, vec![3, 2]);
     assert_eq!(values, DynVec::F64(vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]));
+}
+
+/// Segment ops by plain loops over each row's pairs, in f64: per node (sum, mean, amax;
+/// 0 for a node with no edge) or per edge (softmax).
+fn segment_reference(op: Segment, p: &Pattern, w: &[f64]) -> Vec<f64> {
+    let mut out = Vec::new();
+    for r in 0..p.shape().0 {
+        let (lo, hi) = (p.indptr()[r], p.indptr()[r + 1]);
+        let xs = &w[lo..hi];
+        let n = xs.len() as f64;
+        match op {
+            Segment::Sum => out.push(xs.iter().sum()),
+            Segment::Mean => out.push(if xs.is_empty() {
+                0.0
+            } else {
+                xs.iter().sum::<f64>() / n
+            }),
+            Segment::AMax => out.push(xs.iter().copied().fold(f64::NEG_INFINITY, f64::max).max(
+                if xs.is_empty() {
+                    0.0
+                } else {
+                    f64::NEG_INFINITY
+                },
+            )),
+            Segment::Softmax => {
+                let m = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = xs.iter().map(|x| (x - m).exp()).collect();
+                let s: f64 = e.iter().sum();
+                out.extend(e.iter().map(|x| x / s));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn segment_ops_and_their_vjps_equal_loops_and_finite_differences() {
+    let mut rng = Rng(21);
+    let ops = [Segment::Sum, Segment::Mean, Segment::AMax, Segment::Softmax];
+    for p in patterns(&mut rng) {
+        // distinct values: amax has one winner per node, so it is differentiable there
+        let w: Vec<f64> = (0..p.nnz()).map(|_| rng.next() * 3.0).collect();
+        for op in ops {
+            let want = segment_reference(op, &p, &w);
+            let got = segment(op, &p, &w).unwrap();
+            assert_eq!(got.len(), want.len(), "{op:?}");
+            for (a, b) in got.iter().zip(&want) {
+                assert!((a - b).abs() < 1e-12, "{op:?}: {got:?} vs {want:?}");
+            }
+            // f32 storage: the same within f32 rounding
+            let w32: Vec<f32> = w.iter().map(|&x| x as f32).collect();
+            let got32 = segment(op, &p, &w32).unwrap();
+            for (a, b) in got32.iter().zip(&want) {
+                assert!((f64::from(*a) - b).abs() < 1e-5, "{op:?} f32");
+            }
+            // the VJP against central differences of sum(segment(op, w) * g)
+            let g: Vec<f64> = (0..want.len()).map(|_| rng.next()).collect();
+            let ours = segment_vjp(op, &p, &w, &g).unwrap();
+            let mut x = w.clone();
+            let num = numeric(&mut x, &mut |x| {
+                segment_reference(op, &p, x)
+                    .iter()
+                    .zip(&g)
+                    .map(|(a, b)| a * b)
+                    .sum()
+            });
+            for (a, b) in ours.iter().zip(&num) {
+                assert!((a - b).abs() < 1e-6, "{op:?} vjp: {ours:?} vs {num:?}");
+            }
+        }
+    }
+    // bad lengths are typed errors
+    let p = Pattern::causal(3).unwrap();
+    assert!(matches!(
+        segment(Segment::Sum, &p, &[1.0f64; 5]),
+        Err(MaskedError::ValueCount {
+            expected: 6,
+            got: 5
+        })
+    ));
+    assert!(matches!(
+        segment_vjp(Segment::Mean, &p, &[1.0f64; 6], &[1.0; 6]),
+        Err(MaskedError::ValueCount {
+            expected: 3,
+            got: 6
+        })
+    ));
 }
