@@ -7,12 +7,15 @@ Per pattern (sliding window `band:W`, `random:P` plus the diagonal) and per roun
 - dense SDPA with a bool mask (`F.scaled_dot_product_attention`), forward (and forward +
   backward with --slow: tens of seconds at n = 16384);
 - `torch.mm` of [n, d] x [d, 4096], its GFLOP/s (the machine's dense rate);
+- with --flex: compiled `flex_attention` forward on the same pattern (its mask_mod reads
+  a dense bool mask of the pattern; the compile and the block-mask build are not timed;
+  torch has no flex backward on CPU);
 - ours: `masked bench --op attention,attention-vjp` (attention-vjp = forward + gradients,
   a training step's attention), with the peak bytes one run allocated.
 Useful FLOPs: 4 nnz d forward, 12 nnz d forward + backward. Needs torch and numpy (a venv
 outside the repo) and a release build (or MASKED_BIN).
 
-  python scripts/compare_peers_attention.py [ROUNDS] [N] [--slow]
+  python scripts/compare_peers_attention.py [ROUNDS] [N] [--slow] [--flex]
 """
 import os
 import sys
@@ -31,6 +34,7 @@ args = [a for a in sys.argv[1:] if not a.startswith("--")]
 ROUNDS = int(args[0]) if args else 3
 N = int(args[1]) if len(args) > 1 else 16384
 SLOW = "--slow" in sys.argv
+FLEX = "--flex" in sys.argv
 D = 64
 
 
@@ -71,6 +75,24 @@ def torch_sparse(q, k, v, crow, col, backward):
     return o
 
 
+def flex_on(rows, cols):
+    """Compiled flex_attention over the pattern (rows, cols), compiled and its block mask
+    built here, untimed: a function of (q, k, v) [1, 1, N, D]."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    dense = torch.zeros(N, N, dtype=torch.bool)
+    dense[torch.from_numpy(rows), torch.from_numpy(cols)] = True
+    bm = create_block_mask(lambda b, h, qi, ki: dense[qi, ki], None, None, N, N, device="cpu")
+    compiled = torch.compile(flex_attention)
+
+    def run(q, k, v):
+        return compiled(q, k, v, block_mask=bm)
+
+    x = torch.randn(1, 1, N, D)
+    run(x, x, x)  # the compile
+    return run
+
+
 def main():
     rows_out = []
     for kind in ["band:256", "random:0.01"]:
@@ -78,6 +100,7 @@ def main():
         nnz = len(col)
         q, k, v = (torch.randn(N, D) for _ in range(3))
         qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+        flex = flex_on(r, c) if FLEX else None
         for rnd in range(ROUNDS):
             row = {"round": rnd, "pattern": kind, "nnz": nnz}
             t_sf = tmed(lambda: torch_sparse(q, k, v, crow, col, False), 3)
@@ -91,6 +114,8 @@ def main():
                 row["sdpa_dense_fwd_bwd_s"] = tmed(
                     lambda: F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask).sum().backward(), 1)
             del mask
+            if flex is not None:
+                row["flex_fwd_s"] = tmed(lambda: flex(qs, ks, vs), 3)
             a, b = torch.randn(N, D), torch.randn(D, 4096)
             t_mm = tmed(lambda: torch.mm(a, b), 5)
             o = ours(["attention", "attention-vjp"], "--shape", f"{N},{D}", "--pattern", kind, "--repeat", "5")
@@ -100,6 +125,7 @@ def main():
                 "ours_fwd_s": fwd, "ours_fwd_bwd_s": fb,
                 "fwd_speedup_vs_torch_sparse": t_sf / fwd, "fwd_bwd_speedup_vs_torch_sparse": t_sb / fb,
                 "fwd_speedup_vs_sdpa": t_df / fwd,
+                **({"fwd_speedup_vs_flex": row["flex_fwd_s"] / fwd} if flex is not None else {}),
                 "ours_fwd_gflops": 4 * nnz * D / fwd / 1e9, "ours_fwd_bwd_gflops": 12 * nnz * D / fb / 1e9,
                 "torch_sparse_fwd_bwd_gflops": 12 * nnz * D / t_sb / 1e9,
                 "torch_mm_gflops": 2 * N * D * 4096 / t_mm / 1e9,
