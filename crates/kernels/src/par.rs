@@ -268,9 +268,62 @@ fn join_dyn(a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
     rayon::join(a, b);
 }
 
+thread_local! {
+    /// The calling thread's own pool ([`on_own_pool`]): made on its first call; `None`
+    /// when it could not be made (then the work runs on the global pool).
+    static OWN_POOL: std::cell::OnceCell<Option<rayon::ThreadPool>> =
+        const { std::cell::OnceCell::new() };
+}
+
+/// Runs `f` with its parallel loops on a pool of the calling thread's own, made on the
+/// thread's first call with as many threads as the global pool has (`RAYON_NUM_THREADS`,
+/// else the cores): calls from different threads (Python threads with the GIL released)
+/// then run side by side instead of queueing on one shared pool, as each thread's
+/// OpenMP team does in numpy's and torch's kernels. Inside a pool already (a parallel
+/// task calling back), `f` runs where it is. The pool lives as long as the thread.
+pub fn on_own_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    OWN_POOL.with(|cell| {
+        let pool = cell.get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(rayon::current_num_threads())
+                .thread_name(|i| format!("masked-{i}"))
+                .build()
+                .ok()
+        });
+        match pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_from_two_threads_run_side_by_side_on_their_own_pools() {
+        // each call waits inside its pool for the other's to start: both must be
+        // running at once (on one shared single-thread pool they would queue and time
+        // out), whatever the thread count
+        let (ta, ra) = std::sync::mpsc::channel();
+        let (tb, rb) = std::sync::mpsc::channel();
+        let meet = |tx: std::sync::mpsc::Sender<()>, rx: std::sync::mpsc::Receiver<()>| {
+            on_own_pool(move || {
+                assert!(rayon::current_thread_index().is_some(), "not on a pool");
+                tx.send(()).unwrap();
+                rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok()
+            })
+        };
+        let a = std::thread::spawn(move || meet(ta, rb));
+        let b = std::thread::spawn(move || meet(tb, ra));
+        assert!(a.join().unwrap() && b.join().unwrap());
+        // nested: inside a pool the work runs where it is
+        assert_eq!(on_own_pool(|| on_own_pool(|| map(3, |i| i))), [0, 1, 2]);
+    }
 
     #[test]
     fn parts_mut_splits_at_the_bounds() {
