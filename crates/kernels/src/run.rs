@@ -726,12 +726,13 @@ fn padded_step<T: Copy, L: Lanes<T>>(
     base: i64,
     load: impl Fn(usize) -> T,
 ) {
-    let mut t = [load(0); W];
-    for j in 1..rem {
-        t[j] = load(j);
-    }
+    // a conditional load per lane (masked loads where the CPU has them): copying the
+    // tail into a padded buffer first was scalar stores read back as vectors, a
+    // store-forwarding stall on every short run's tail
+    let x0 = load(0);
     for j in 0..W {
-        let y = l.lift(t[j], base + j as i64);
+        let x = if j < rem { load(j) } else { x0 };
+        let y = l.lift(x, base + j as i64);
         acc[j] = l.comb(acc[j], if j < rem { y } else { l.id() });
     }
 }
