@@ -42,7 +42,7 @@ pub fn for_each_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
     match n {
         0 => {}
         1 => f(0),
-        _ => (0..n).into_par_iter().for_each(f),
+        _ => on_own_pool(|| (0..n).into_par_iter().for_each(f)),
     }
 }
 
@@ -244,7 +244,21 @@ impl<'a, T> Scatter<'a, T> {
 
 /// The number of worker threads parallel loops run on (the current rayon pool's).
 pub fn threads() -> usize {
-    rayon::current_num_threads()
+    if rayon::current_thread_index().is_some() {
+        rayon::current_num_threads()
+    } else {
+        own_pool_threads()
+    }
+}
+
+/// The size of a thread's own pool: `RAYON_NUM_THREADS` when set to a positive count, else
+/// the cores (what rayon's global pool would have), read without starting that pool.
+fn own_pool_threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// `(a(), b())`, run in parallel where a thread is free (rayon's `join`).
@@ -265,7 +279,7 @@ pub fn join<RA: Send, RB: Send>(
 }
 
 fn join_dyn(a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
-    rayon::join(a, b);
+    on_own_pool(|| rayon::join(a, b));
 }
 
 thread_local! {
@@ -275,12 +289,14 @@ thread_local! {
         const { std::cell::OnceCell::new() };
 }
 
-/// Runs `f` with its parallel loops on a pool of the calling thread's own, made on the
-/// thread's first call with as many threads as the global pool has (`RAYON_NUM_THREADS`,
-/// else the cores): calls from different threads (Python threads with the GIL released)
-/// then run side by side instead of queueing on one shared pool, as each thread's
-/// OpenMP team does in numpy's and torch's kernels. Inside a pool already (a parallel
-/// task calling back), `f` runs where it is. The pool lives as long as the thread.
+/// Runs `f` on a pool of the calling thread's own, made on the thread's first parallel
+/// loop with as many threads as rayon's global pool would have (`RAYON_NUM_THREADS`,
+/// else the cores): every parallel loop of the engine goes through here, so loops from
+/// different threads (Python threads with the GIL released, a server's threads) run side
+/// by side instead of queueing on one shared pool, as each thread's OpenMP team does in
+/// numpy's and torch's kernels. A call that runs no parallel loop never leaves its
+/// thread. Inside a pool already (a task, or a caller's `ThreadPool::install`), `f`
+/// runs where it is. The pool lives as long as the thread.
 pub fn on_own_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() {
         return f();
@@ -288,7 +304,7 @@ pub fn on_own_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     OWN_POOL.with(|cell| {
         let pool = cell.get_or_init(|| {
             rayon::ThreadPoolBuilder::new()
-                .num_threads(rayon::current_num_threads())
+                .num_threads(own_pool_threads())
                 .thread_name(|i| format!("masked-{i}"))
                 .build()
                 .ok()
@@ -323,6 +339,12 @@ mod tests {
         assert!(a.join().unwrap() && b.join().unwrap());
         // nested: inside a pool the work runs where it is
         assert_eq!(on_own_pool(|| on_own_pool(|| map(3, |i| i))), [0, 1, 2]);
+        // every parallel loop runs its tasks on a pool (the caller's own)
+        for_each(4, |_| assert!(rayon::current_thread_index().is_some()));
+        join(
+            || assert!(rayon::current_thread_index().is_some()),
+            || assert!(rayon::current_thread_index().is_some()),
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The validated n-D coordinate pattern: canonical (row-major sorted), duplicate-free.
 
 use masked_core::{check_lengths, BitMask, BoolArray, MaskedError, Result, ShapeLike};
+use masked_kernels::par;
 use rayon::prelude::*;
 use std::borrow::Borrow;
 use std::sync::Arc;
@@ -128,7 +129,7 @@ impl CooPattern {
         if flat.windows(2).any(|w| w[0] >= w[1]) {
             // unsorted (or a duplicate): sort entry numbers by position
             let mut order: Vec<(usize, usize)> = flat.iter().copied().zip(0..).collect();
-            order.par_sort_unstable();
+            par::on_own_pool(|| order.par_sort_unstable());
             if let Some(w) = order.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(dup(w[0].1, w[1].1));
             }
@@ -353,7 +354,7 @@ pub(crate) fn flat_of<'c>(
     // shootdown across the threads (at 2^22 entries, 7x the time of the whole op)
     let mut out = vec![0usize; nnz];
     const CHUNK: usize = 1 << 15;
-    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+    par::chunks_mut(&mut out, CHUNK, |c, o| {
         let Some(((first, s0), rest)) = dims.split_first() else {
             o.fill(0);
             return;

@@ -63,11 +63,12 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Runs an engine call with the GIL released, on the calling Python thread's own pool
-/// (`par::on_own_pool`: two Python threads compute side by side); a panic inside
-/// becomes `MaskedError("internal error: ...")`, never an abort.
+/// Runs an engine call with the GIL released (its parallel loops on the calling Python
+/// thread's own pool: `masked_kernels::par::on_own_pool`, so two Python threads compute
+/// side by side); a panic inside becomes `MaskedError("internal error: ...")`, never an
+/// abort.
 fn engine<R: Send>(py: Python<'_>, f: impl FnOnce() -> Result<R, Error> + Send) -> PyResult<R> {
-    py.detach(|| catch_unwind(AssertUnwindSafe(|| masked_kernels::par::on_own_pool(f))))
+    py.detach(|| catch_unwind(AssertUnwindSafe(f)))
         .map_err(|p| MaskedError::new_err(format!("internal error: {}", panic_text(&*p))))?
         .map_err(py_err)
 }
