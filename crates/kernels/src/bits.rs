@@ -77,3 +77,146 @@ impl<'a> Bits<'a> {
         n
     }
 }
+
+/// Packs bools 64 to a word: bit `i % 64` of word `i / 64` is `bools[i]` (a numpy bool
+/// mask as validity bits). AVX-512BW tests 64 bools an instruction, AVX2 32; elsewhere,
+/// and for the tail, eight bools at a time by one multiply ([`pack_word`]).
+///
+/// ```
+/// use masked_kernels::bits::pack_bools;
+/// let mut b = vec![false; 70];
+/// b[1] = true;
+/// b[69] = true;
+/// assert_eq!(pack_bools(&b), vec![0b10, 0b10_0000]);
+/// ```
+pub fn pack_bools(bools: &[bool]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(bools.len().div_ceil(64));
+    let full = &bools[..bools.len() - bools.len() % 64];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::cpu::has_avx512() {
+            // SAFETY: the CPU has AVX-512 (F, BW); `full` holds whole 64-bool words
+            unsafe { x86::pack_avx512(full, &mut out) };
+        } else if crate::cpu::has_avx2() {
+            // SAFETY: the CPU has AVX2
+            unsafe { x86::pack_avx2(full, &mut out) };
+        }
+    }
+    for c in bools[out.len() * 64..].chunks(64) {
+        out.push(pack_word(c));
+    }
+    out
+}
+
+/// Up to 64 bools as one word, eight at a time: eight bool bytes (each 0 or 1) read as
+/// a little-endian `u64` and multiplied by `0x0102040810204080` put byte `i`'s bit at bit
+/// `56 + i` (every other product term lands below bit 56, each at its own position, so no
+/// carry reaches the top byte).
+pub fn pack_word(c: &[bool]) -> u64 {
+    const SPREAD: u64 = 0x0102_0408_1020_4080;
+    let mut w = 0u64;
+    for (g, eight) in c.chunks(8).enumerate() {
+        let mut bytes = [0u8; 8];
+        for (b, &v) in bytes.iter_mut().zip(eight) {
+            *b = u8::from(v);
+        }
+        w |= (u64::from_le_bytes(bytes).wrapping_mul(SPREAD) >> 56) << (8 * g);
+    }
+    w
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// One word per 64 bools of `bools` (a multiple of 64 long) onto `out`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn pack_avx512(bools: &[bool], out: &mut Vec<u64>) {
+        // a bool is one byte, 0 or 1: a byte test against itself is its bit
+        let p = bools.as_ptr().cast::<u8>();
+        for c in 0..bools.len() / 64 {
+            // SAFETY: bytes c * 64 .. c * 64 + 64 lie in `bools`
+            let v = unsafe { _mm512_loadu_si512(p.add(c * 64).cast()) };
+            out.push(_mm512_test_epi8_mask(v, v));
+        }
+    }
+
+    /// As [`pack_avx512`], 32 bools an instruction.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn pack_avx2(bools: &[bool], out: &mut Vec<u64>) {
+        let p = bools.as_ptr().cast::<u8>();
+        for c in 0..bools.len() / 64 {
+            // SAFETY: bytes c * 64 .. c * 64 + 64 lie in `bools`
+            let (lo, hi) = unsafe {
+                (
+                    _mm256_loadu_si256(p.add(c * 64).cast()),
+                    _mm256_loadu_si256(p.add(c * 64 + 32).cast()),
+                )
+            };
+            // bit 0 of each byte to its top bit, where movemask reads it
+            let ml = _mm256_movemask_epi8(_mm256_slli_epi16::<7>(lo)) as u32;
+            let mh = _mm256_movemask_epi8(_mm256_slli_epi16::<7>(hi)) as u32;
+            out.push(u64::from(ml) | (u64::from(mh) << 32));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_bit_at_a_time(b: &[bool]) -> Vec<u64> {
+        b.chunks(64)
+            .map(|c| {
+                c.iter()
+                    .enumerate()
+                    .fold(0u64, |w, (i, &v)| w | (u64::from(v) << i))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_packing_path_gives_the_bits() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let bools: Vec<bool> = (0..64 * 5 + 13)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x & 1 == 1
+            })
+            .collect();
+        let full = &bools[..64 * 5];
+        let want = one_bit_at_a_time(full);
+        // the portable word, on whole and partial words
+        let portable: Vec<u64> = full.chunks(64).map(pack_word).collect();
+        assert_eq!(portable, want);
+        assert_eq!(
+            pack_word(&bools[64 * 5..]),
+            one_bit_at_a_time(&bools[64 * 5..])[0]
+        );
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::cpu::has_avx2() {
+                let mut out = Vec::new();
+                // SAFETY: AVX2 checked
+                unsafe { x86::pack_avx2(full, &mut out) };
+                assert_eq!(out, want);
+            }
+            if crate::cpu::has_avx512() {
+                let mut out = Vec::new();
+                // SAFETY: AVX-512 checked
+                unsafe { x86::pack_avx512(full, &mut out) };
+                assert_eq!(out, want);
+            }
+        }
+        // the dispatcher, every length
+        for n in 0..=bools.len() {
+            assert_eq!(
+                pack_bools(&bools[..n]),
+                one_bit_at_a_time(&bools[..n]),
+                "n = {n}"
+            );
+        }
+    }
+}

@@ -56,14 +56,7 @@ impl Clone for BitMask {
 
 /// Packs row-major bools into mask words (bit `i` of word `w` is element `64 w + i`).
 fn pack_bools(bools: &[bool]) -> Vec<u64> {
-    bools
-        .chunks(64)
-        .map(|c| {
-            c.iter()
-                .enumerate()
-                .fold(0u64, |w, (i, &b)| w | (u64::from(b) << i))
-        })
-        .collect()
+    masked_kernels::bits::pack_bools(bools)
 }
 
 /// `BitMask { shape: [2, 3], valid: 3, bits: "101001" }`: the bits in row-major order
