@@ -91,11 +91,17 @@ def main() -> None:
                 peer = best(lambda: f(tx, 1, mask=tv), max(1, R // 2))
         row(f"dense {n}^2 f32 {op} dim 1 (ms)", t_mk, "torch.masked" if peer else None, peer)
     if args.cli:
+        # the engine alone on the same shape (its own data: 50% mask, dim 1)
         out = subprocess.run(
-            [args.cli, "bench", "--op", "sum,softmax,median", "--layout", "dense", "--shape", f"{n},{n}", "--format", "json"],
+            [args.cli, "bench", "--op", "sum,softmax,median", "--layout", "dense", "--shape", f"{n},{n}", "--dim", "1", "--json"],
             capture_output=True, text=True,
         )
-        rows.append(("masked bench (same shape, CLI)", out.stdout.strip()[:200] or out.stderr.strip()[:200], "", "", ""))
+        if out.returncode != 0:
+            raise SystemExit(f"masked bench failed: {out.stderr.strip()}")
+        for line in out.stdout.splitlines():
+            if line.startswith("{"):
+                r = json.loads(line)
+                rows.append((f"masked bench {n}^2 {r['op']} dim 1 (ms, the engine alone)", f"{r['seconds'] * 1e3:.3f}", "", "", ""))
 
     if torch is not None:
         tx = torch.from_numpy(x[:1024, :1024].copy())
