@@ -343,10 +343,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn calls_from_two_threads_run_side_by_side_on_their_own_pools() {
+    fn calls_from_two_threads_run_side_by_side() {
         // each call waits inside its pool for the other's to start: both must be
-        // running at once (on one shared single-thread pool they would queue and time
-        // out), whatever the thread count
+        // running at once, one on the global pool and one on its thread's own (on one
+        // shared single-thread pool they would queue and time out), whatever the count
         let (ta, ra) = std::sync::mpsc::channel();
         let (tb, rb) = std::sync::mpsc::channel();
         let meet = |tx: std::sync::mpsc::Sender<()>, rx: std::sync::mpsc::Receiver<()>| {

@@ -63,10 +63,10 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Runs an engine call with the GIL released (its parallel loops on the calling Python
-/// thread's own pool: `masked_kernels::par::on_own_pool`, so two Python threads compute
-/// side by side); a panic inside becomes `MaskedError("internal error: ...")`, never an
-/// abort.
+/// Runs an engine call with the GIL released (two Python threads compute side by side:
+/// a parallel loop that finds the global pool busy runs on its thread's own, see
+/// `masked_kernels::par::on_own_pool`); a panic inside becomes `MaskedError("internal
+/// error: ...")`, never an abort.
 fn engine<R: Send>(py: Python<'_>, f: impl FnOnce() -> Result<R, Error> + Send) -> PyResult<R> {
     py.detach(|| catch_unwind(AssertUnwindSafe(f)))
         .map_err(|p| MaskedError::new_err(format!("internal error: {}", panic_text(&*p))))?
