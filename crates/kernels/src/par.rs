@@ -42,7 +42,7 @@ pub fn for_each_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
     match n {
         0 => {}
         1 => f(0),
-        _ => on_own_pool(|| (0..n).into_par_iter().for_each(f)),
+        _ => on_free_pool(|| (0..n).into_par_iter().for_each(f)),
     }
 }
 
@@ -279,11 +279,11 @@ pub fn join<RA: Send, RB: Send>(
 }
 
 fn join_dyn(a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
-    on_own_pool(|| rayon::join(a, b));
+    on_free_pool(|| rayon::join(a, b));
 }
 
 thread_local! {
-    /// The calling thread's own pool ([`on_own_pool`]): made on its first call; `None`
+    /// The calling thread's own pool ([`on_free_pool`]): made on its first use; `None`
     /// when it could not be made (then the work runs on the global pool).
     static OWN_POOL: std::cell::OnceCell<Option<rayon::ThreadPool>> =
         const { std::cell::OnceCell::new() };
@@ -302,9 +302,10 @@ static GLOBAL_BUSY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// engine goes through here; a call that runs none never leaves its thread. Inside a
 /// pool already (a task, or a caller's `ThreadPool::install`), `f` runs where it is.
 ///
-/// (An own pool for every caller, the single one included, made a 4096² softmax beside
-/// torch in one process 1.7x slower: 45 against 26 ms, fresh output pages included.)
-pub fn on_own_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+/// (A pool of its own for every caller, the single one too, measured 45 against 26 ms
+/// for a 4096² softmax beside torch in one process, in one A/B on a noisy machine that
+/// did not settle it: so a single caller keeps the global pool, as before.)
+pub fn on_free_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     use std::sync::atomic::Ordering;
     if rayon::current_thread_index().is_some() {
         return f();
@@ -350,7 +351,7 @@ mod tests {
         let (ta, ra) = std::sync::mpsc::channel();
         let (tb, rb) = std::sync::mpsc::channel();
         let meet = |tx: std::sync::mpsc::Sender<()>, rx: std::sync::mpsc::Receiver<()>| {
-            on_own_pool(move || {
+            on_free_pool(move || {
                 assert!(rayon::current_thread_index().is_some(), "not on a pool");
                 tx.send(()).unwrap();
                 rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok()
@@ -360,8 +361,8 @@ mod tests {
         let b = std::thread::spawn(move || meet(tb, ra));
         assert!(a.join().unwrap() && b.join().unwrap());
         // nested: inside a pool the work runs where it is
-        assert_eq!(on_own_pool(|| on_own_pool(|| map(3, |i| i))), [0, 1, 2]);
-        // every parallel loop runs its tasks on a pool (the caller's own)
+        assert_eq!(on_free_pool(|| on_free_pool(|| map(3, |i| i))), [0, 1, 2]);
+        // every parallel loop runs its tasks on a pool (the global one or the caller's)
         for_each(4, |_| assert!(rayon::current_thread_index().is_some()));
         join(
             || assert!(rayon::current_thread_index().is_some()),

@@ -441,7 +441,7 @@ impl<'c> Linear<'c> {
 /// The permutation that sorts `flat` (distinct values) increasingly.
 pub(crate) fn sorting_order(flat: &[usize]) -> Vec<usize> {
     let mut order: Vec<(usize, usize)> = flat.iter().copied().zip(0..).collect();
-    masked_kernels::par::on_own_pool(|| order.par_sort_unstable());
+    masked_kernels::par::on_free_pool(|| order.par_sort_unstable());
     order.into_iter().map(|p| p.1).collect()
 }
 
@@ -472,7 +472,7 @@ fn order_by_group(keys: &[usize], cols: &[usize], nkept: usize, ncols: usize) ->
             .enumerate()
             .map(|(e, (&k, &c))| (k * ncols + c, e))
             .collect();
-        masked_kernels::par::on_own_pool(|| order.par_sort_unstable());
+        masked_kernels::par::on_free_pool(|| order.par_sort_unstable());
         order.into_iter().map(|p| p.1).collect()
     }
 }

@@ -129,7 +129,7 @@ impl CooPattern {
         if flat.windows(2).any(|w| w[0] >= w[1]) {
             // unsorted (or a duplicate): sort entry numbers by position
             let mut order: Vec<(usize, usize)> = flat.iter().copied().zip(0..).collect();
-            par::on_own_pool(|| order.par_sort_unstable());
+            par::on_free_pool(|| order.par_sort_unstable());
             if let Some(w) = order.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(dup(w[0].1, w[1].1));
             }

@@ -65,7 +65,7 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 
 /// Runs an engine call with the GIL released (two Python threads compute side by side:
 /// a parallel loop that finds the global pool busy runs on its thread's own, see
-/// `masked_kernels::par::on_own_pool`); a panic inside becomes `MaskedError("internal
+/// `masked_kernels::par::on_free_pool`); a panic inside becomes `MaskedError("internal
 /// error: ...")`, never an abort.
 fn engine<R: Send>(py: Python<'_>, f: impl FnOnce() -> Result<R, Error> + Send) -> PyResult<R> {
     py.detach(|| catch_unwind(AssertUnwindSafe(f)))

@@ -1297,7 +1297,7 @@ pub fn grad_runs<T: crate::element::Element, G: LaneGrad>(
 fn stable_order(keys: &[usize]) -> Vec<usize> {
     use rayon::prelude::*;
     let mut o: Vec<usize> = (0..keys.len()).collect();
-    masked_kernels::par::on_own_pool(|| o.par_sort_by_key(|&e| keys[e]));
+    masked_kernels::par::on_free_pool(|| o.par_sort_by_key(|&e| keys[e]));
     o
 }
 
