@@ -22,7 +22,7 @@ The state format is plain numpy (fields below), so it does not depend on the Rus
 | sum, nansum, prod | `v` (the engine's partial, its output dtype), `n` (valid count, int64) |
 | amax, amin, nanmax, nanmin | `v`, `n` |
 | ptp | `hi`, `lo`, `n` |
-| mean, nanmean | `s` (float64 sum: the chunk's mean times `n`), `n` |
+| mean, nanmean | `s` (float64 sum; for floats the chunk's mean times `n`), `n` |
 | var, std, nanvar, nanstd | `n`, `mean`, `m2` (float64; Chan's merge) |
 | norm | `r` (the chunk's norm, float64), `n` |
 | logsumexp, logmeanexp | `lse` (float64), `n` |
@@ -215,6 +215,10 @@ def _mean(op: str) -> _Family:
         return [("s", np.float64), ("n", np.int64)]
 
     def chunk(v, ok, axes, out, kw):
+        if v.data.dtype.kind != "f":
+            # integers: an exact float64 sum (the one-machine mean divides that sum)
+            r = _engine("sum", v, ok, axes, dtype=np.float64)
+            return _rec(r.shape, fields(out), s=r.filled(0), n=_count(ok, v, axes, nan))
         n, mean, _ = _lane_moments(v, ok, axes, nan)
         return _rec(n.shape, fields(out), s=mean * n, n=n)
 
