@@ -524,8 +524,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// [`Fold::identity`].
     ///
     /// # Errors
-    /// [`MaskedError::DimOutOfRange`](masked_core::MaskedError::DimOutOfRange) or
-    /// [`MaskedError::DuplicateDim`](masked_core::MaskedError::DuplicateDim) for a bad dim.
+    /// [`MaskedError::DimOutOfRange`] or [`MaskedError::DuplicateDim`] for a bad dim.
     pub fn fold_states<F: Fold<T>>(
         &self,
         op: &F,
