@@ -492,8 +492,8 @@ impl BitMask {
         let mut words =
             crate::try_vec::<u64>(total.div_ceil(64), || format!("a mask of shape {shape:?}"))?;
         words.resize(total.div_ceil(64), 0);
-        let src = self.words();
-        let get = |k: usize| (src[k / 64] >> (k % 64)) & 1;
+        let mut bits = BitVec::<u64, Lsb0>::from_vec(words);
+        bits.truncate(total);
         if total > 0 {
             let inner = shape[n - 1];
             let inner_stride = src_strides[n - 1];
@@ -502,10 +502,15 @@ impl BitMask {
             let mut at = 0usize;
             for _ in 0..rows {
                 let base: usize = (0..n - 1).map(|d| idx[d] * src_strides[d]).sum();
-                for j in 0..inner {
-                    words[at / 64] |= get(base + j * inner_stride) << (at % 64);
-                    at += 1;
+                // each output row is a run of the mask (its last dim kept: a word-level
+                // copy) or one bit repeated (its last dim stretched: a fill)
+                let run = &mut bits[at..at + inner];
+                if inner_stride == 0 {
+                    run.fill(self.bits[base]);
+                } else {
+                    run.copy_from_bitslice(&self.bits[base..base + inner]);
                 }
+                at += inner;
                 // advance the odometer over the outer dims
                 for d in (0..n - 1).rev() {
                     idx[d] += 1;
@@ -516,7 +521,7 @@ impl BitMask {
                 }
             }
         }
-        Self::from_words(shape, words)
+        Self::from_bitvec(shape, bits)
     }
 
     /// Valid where both are: the two masks broadcast to one shape (NumPy rules), as `&a & &b`.
@@ -716,6 +721,49 @@ mod tests {
         assert_eq!(b.count_ones(64), 33);
         assert_eq!(b.count_ones(3), 3);
         assert!(b.any(1) && !b.offset(4).any(4) && b.offset(4).any(5));
+    }
+
+    #[test]
+    fn broadcasts_equal_the_bit_by_bit_rule() {
+        // runs copied at every bit offset (inner 37, 64, 70) and stretched runs, against
+        // each output bit read from its source position
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for (mshape, tshape) in [
+            (vec![3, 1, 37], vec![3, 5, 37]),
+            (vec![1, 64], vec![3, 64]),
+            (vec![2, 1, 70], vec![2, 3, 70]),
+            (vec![4, 1], vec![4, 9]),
+            (vec![70], vec![2, 3, 70]),
+            (vec![2, 3, 1], vec![2, 3, 5]),
+        ] {
+            let m: usize = mshape.iter().product();
+            let bools: Vec<bool> = (0..m)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x & 1 == 1
+                })
+                .collect();
+            let mask = BitMask::from_bools(&mshape[..], bools.iter().copied()).unwrap();
+            let out = mask.broadcast_to(&tshape).unwrap();
+            let t: usize = tshape.iter().product();
+            let off = tshape.len() - mshape.len();
+            for k in 0..t {
+                // the target coordinate, then the source's (0 where the mask has 1)
+                let mut rem = k;
+                let mut coord = vec![0; tshape.len()];
+                for d in (0..tshape.len()).rev() {
+                    coord[d] = rem % tshape[d];
+                    rem /= tshape[d];
+                }
+                let mut src = 0;
+                for (d, &ms) in mshape.iter().enumerate() {
+                    src = src * ms + if ms == 1 { 0 } else { coord[d + off] };
+                }
+                assert_eq!(out.get(k), bools[src], "{mshape:?} -> {tshape:?} at {k}");
+            }
+        }
     }
 
     #[test]
