@@ -727,7 +727,6 @@ mod tests {
     fn broadcasts_equal_the_bit_by_bit_rule() {
         // runs copied at every bit offset (inner 37, 64, 70) and stretched runs, against
         // each output bit read from its source position
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for (mshape, tshape) in [
             (vec![3, 1, 37], vec![3, 5, 37]),
             (vec![1, 64], vec![3, 64]),
@@ -737,13 +736,9 @@ mod tests {
             (vec![2, 3, 1], vec![2, 3, 5]),
         ] {
             let m: usize = mshape.iter().product();
-            let bools: Vec<bool> = (0..m)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x & 1 == 1
-                })
+            // scrambled bits: the top bit of a multiplicative hash of the position
+            let bools: Vec<bool> = (0..m as u64)
+                .map(|k| (k + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1)
                 .collect();
             let mask = BitMask::from_bools(&mshape[..], bools.iter().copied()).unwrap();
             let out = mask.broadcast_to(&tshape).unwrap();
