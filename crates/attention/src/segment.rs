@@ -108,7 +108,8 @@ pub fn segment<T: Element<Real = T, Wide = T>>(
         Segment::Sum => per_node(&x.sum(1, false)?, n),
         Segment::Mean => per_node(&x.mean(1, false)?, n),
         Segment::AMax => per_node(&x.amax(1, false)?, n),
-        Segment::Softmax => x.softmax(1)?.data().to_vec(),
+        // the result's own values, handed over (no copy)
+        Segment::Softmax => x.softmax(1)?.into_raw_storage().2,
     })
 }
 
@@ -148,5 +149,5 @@ pub fn segment_vjp<T: Element<Real = T, Wide = T>>(
         let gv = nodes.iter().map(|&i| g[i]).collect();
         x.vjp_reduce(&req, &SparseArray::new(vec![n], nodes, gv)?)?
     };
-    Ok(dx.data().to_vec())
+    Ok(dx.into_raw_storage().2)
 }

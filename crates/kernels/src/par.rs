@@ -244,21 +244,7 @@ impl<'a, T> Scatter<'a, T> {
 
 /// The number of worker threads parallel loops run on (the current rayon pool's).
 pub fn threads() -> usize {
-    if rayon::current_thread_index().is_some() {
-        rayon::current_num_threads()
-    } else {
-        own_pool_threads()
-    }
-}
-
-/// The size of a thread's own pool: `RAYON_NUM_THREADS` when set to a positive count, else
-/// the cores (what rayon's global pool would have), read without starting that pool.
-fn own_pool_threads() -> usize {
-    std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    rayon::current_num_threads()
 }
 
 /// `(a(), b())`, run in parallel where a thread is free (rayon's `join`).
@@ -296,8 +282,8 @@ static GLOBAL_BUSY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// threads (Python threads with the GIL released, a server's threads) run side by side
 /// instead of queueing on one shared pool: on rayon's global pool when it is free (a
 /// single caller runs exactly as before), else on a pool of the calling thread's own,
-/// made on its first such loop with as many threads as the global pool
-/// (`RAYON_NUM_THREADS`, else the cores), as each thread's OpenMP team does in numpy's
+/// made on its first such loop with as many threads as the global pool (a user's
+/// `build_global`, else `RAYON_NUM_THREADS`, else the cores), as each thread's OpenMP team does in numpy's
 /// and torch's kernels; the pool lives as long as the thread. Every parallel loop of the
 /// engine goes through here; a call that runs none never leaves its thread. Inside a
 /// pool already (a task, or a caller's `ThreadPool::install`), `f` runs where it is.
@@ -327,7 +313,7 @@ pub fn on_free_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     OWN_POOL.with(|cell| {
         let pool = cell.get_or_init(|| {
             rayon::ThreadPoolBuilder::new()
-                .num_threads(own_pool_threads())
+                .num_threads(rayon::current_num_threads())
                 .thread_name(|i| format!("masked-{i}"))
                 .build()
                 .ok()

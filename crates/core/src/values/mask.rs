@@ -54,11 +54,6 @@ impl Clone for BitMask {
     }
 }
 
-/// Packs row-major bools into mask words (bit `i` of word `w` is element `64 w + i`).
-fn pack_bools(bools: &[bool]) -> Vec<u64> {
-    masked_kernels::bits::pack_bools(bools)
-}
-
 /// `BitMask { shape: [2, 3], valid: 3, bits: "101001" }`: the bits in row-major order
 /// (`1` = valid), no storage details.
 impl std::fmt::Debug for BitMask {
@@ -335,7 +330,7 @@ impl BitMask {
         let shape = v.shape().to_vec();
         match v.as_slice() {
             // row-major memory: packed 64 at a time (numpy's bool arrays, owned arrays)
-            Some(s) => Self::from_words(&shape, pack_bools(s)),
+            Some(s) => Self::from_words(&shape, masked_kernels::bits::pack_bools(s)),
             None => {
                 let n = element_count(&shape)?;
                 let mut words = vec![0u64; n.div_ceil(64)];
