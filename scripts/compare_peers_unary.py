@@ -7,7 +7,9 @@ fresh masked array, as the peers'). Prints per round and the medians, with the r
 issue asks for (ours / numpy plain; MaskedTensor / ours; numpy.ma / ours). Needs numpy
 (a venv outside the repo) and a release build; torch's columns where torch is installed.
 
-  python scripts/compare_peers_unary.py [ROUNDS] [f32|f64]
+  python scripts/compare_peers_unary.py [ROUNDS] [f32|f64] [OP,OP...]
+
+erf, erfc and gelu need scipy (scipy.special is their plain peer).
 """
 import os
 import sys
@@ -25,52 +27,94 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers_common import ours, show, medians, tmed  # noqa: E402
 
 warnings.filterwarnings("ignore")
-T = (lambda name: getattr(torch, name)) if torch else (lambda name: None)
 if torch:
     torch.set_num_threads(2)
-OPS = {  # ours -> (numpy, torch)
-    "exp": (np.exp, T("exp")),
-    "abs": (np.abs, T("abs")),
-    "sqrt": (np.sqrt, T("sqrt")),
-    "sigmoid": (lambda a: 1.0 / (1.0 + np.exp(-a)), T("sigmoid")),
-    "tanh": (np.tanh, T("tanh")),
-    "log": (np.log, T("log")),
-    "log2": (np.log2, T("log2")),
-    "log10": (np.log10, T("log10")),
-    "log1p": (np.log1p, T("log1p")),
-    "expm1": (np.expm1, T("expm1")),
-    "sin": (np.sin, T("sin")),
-    "cos": (np.cos, T("cos")),
-    "tan": (np.tan, T("tan")),
-    "atan": (np.arctan, T("atan")),
+try:  # erf / erfc: numpy has none; scipy's are the plain peer
+    from scipy import special
+except ImportError:
+    special = None
+SQRT1_2 = np.float32(np.sqrt(0.5))
+
+
+def gelu(a):
+    return a * (0.5 * (1.0 + special.erf(a * a.dtype.type(SQRT1_2))))
+
+
+# ours -> (numpy plain op, torch op name, value distribution, further bench arguments);
+# each op computes on values of its domain (the bench's --values, the same map of a
+# standard normal draw here), so that no side times NaN paths
+OPS = {
+    "exp": (np.exp, "exp", "normal", ()),
+    "abs": (np.abs, "abs", "normal", ()),
+    "sqrt": (np.sqrt, "sqrt", "positive", ()),
+    "sigmoid": (lambda a: 1.0 / (1.0 + np.exp(-a)), "sigmoid", "normal", ()),
+    "tanh": (np.tanh, "tanh", "normal", ()),
+    "log": (np.log, "log", "positive", ()),
+    "log2": (np.log2, "log2", "positive", ()),
+    "log10": (np.log10, "log10", "positive", ()),
+    "log1p": (np.log1p, "log1p", "positive", ()),
+    "expm1": (np.expm1, "expm1", "normal", ()),
+    "sin": (np.sin, "sin", "normal", ()),
+    "cos": (np.cos, "cos", "normal", ()),
+    "tan": (np.tan, "tan", "normal", ()),
+    "atan": (np.arctan, "atan", "normal", ()),
+    "asinh": (np.arcsinh, "asinh", "normal", ()),
+    "acosh": (np.arccosh, "acosh", "above-one", ()),
+    "atanh": (np.arctanh, "atanh", "unit", ()),
+    "softplus": (lambda a: np.logaddexp(a.dtype.type(0), a), None, "normal", ()),
+    "pow": (lambda a: np.power(a, a.dtype.type(1.5)), None, "positive", ("--exponent", "1.5")),
 }
+if special is not None:
+    OPS.update({
+        "erf": (special.erf, "erf", "normal", ()),
+        "erfc": (special.erfc, "erfc", "normal", ()),
+        "gelu": (gelu, None, "normal", ()),
+    })
+VALUES = {
+    "normal": lambda z: z,
+    "positive": lambda z: np.abs(z) + 0.01,
+    "unit": np.tanh,
+    "above-one": lambda z: 1.0 + np.abs(z),
+}
+only = sys.argv[3].split(",") if len(sys.argv) > 3 else None
+if only:
+    OPS = {k: v for k, v in OPS.items() if k in only}
 
 dtype = sys.argv[2] if len(sys.argv) > 2 else "f32"
+npdt = {"f32": np.float32, "f64": np.float64}[dtype]
 rng = np.random.default_rng(0)
-# |normal| + 0.01: every op's domain (log of a negative is NaN, fast in every library)
-x = (np.abs(rng.standard_normal((4096, 4096))) + 0.01).astype({"f32": np.float32, "f64": np.float64}[dtype])
+z = rng.standard_normal((4096, 4096))
 m = rng.random((4096, 4096)) < 0.5
-mx = np.ma.masked_array(x, ~m)
+xs = {v: f(z).astype(npdt) for v, f in VALUES.items() if any(o[2] == v for o in OPS.values())}
+mxs = {v: np.ma.masked_array(x, ~m) for v, x in xs.items()}
 if torch:
-    tx, tm = torch.from_numpy(x), torch.from_numpy(m)
-    mt = masked_tensor(tx, tm)
+    tm = torch.from_numpy(m)
+    txs = {v: torch.from_numpy(x) for v, x in xs.items()}
+    mts = {v: masked_tensor(t, tm) for v, t in txs.items()}
 
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 rows = []
 for r in range(rounds):
     row = {"round": r + 1}
-    o = {op: rec["seconds"] for op, rec in ours(list(OPS), "--repeat", "15", "--dtype", dtype,
-                                                "--mask-density", "0.5").items()}
-    for op, (npf, tf) in OPS.items():
+    o = {}
+    groups = sorted({(v, extra) for _, _, v, extra in OPS.values()})
+    for v, extra in groups:
+        names = [k for k, op in OPS.items() if (op[2], op[3]) == (v, extra)]
+        o.update({op: rec["seconds"] for op, rec in ours(names, "--repeat", "15", "--dtype", dtype,
+                                                        "--mask-density", "0.5", "--values", v,
+                                                        *extra).items()})
+    for op, (npf, tname, v, _) in OPS.items():
+        x, mx = xs[v], mxs[v]
         np_plain = tmed(lambda: npf(x))
         ma_op = tmed(lambda: npf(mx), reps=3)
         row[f"{op}_ours_ms"] = o[op] * 1e3
         row[f"{op}_numpy_plain_ms"] = np_plain * 1e3
         row[f"{op}_ours/numpy_plain"] = o[op] / np_plain
         row[f"{op}_numpy.ma/ours"] = ma_op / o[op]
-        if torch:
-            t_plain = tmed(lambda: tf(tx))
-            mt_op = tmed(lambda: tf(mt), reps=3)
+        if torch and tname:
+            tf = getattr(torch, tname)
+            t_plain = tmed(lambda: tf(txs[v]))
+            mt_op = tmed(lambda: tf(mts[v]), reps=3)
             row[f"{op}_ours/torch_plain"] = o[op] / t_plain
             row[f"{op}_MaskedTensor/ours"] = mt_op / o[op]
     rows.append(row)

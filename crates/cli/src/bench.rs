@@ -3,7 +3,7 @@
 use crate::error::CliError;
 use clap::Parser;
 use masked::by_name::{self as ops, BinOp, Kind, OpRequest};
-use masked::engine::workload::{Gen, Run, Workload};
+use masked::engine::workload::{Gen, Run, Values, Workload};
 use masked::{DType, Dims, MaskRule};
 use masked_cli::timing::{emit, measure, parse_list, Timing};
 
@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// Seed of the generator.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
+    /// The values' distribution: normal (standard normal), positive (|x| + 0.01: logs,
+    /// roots, powers), unit (tanh x: asin, acos, atanh) or above-one (1 + |x|: acosh).
+    #[arg(long, default_value = "normal")]
+    pub(crate) values: String,
     /// Value dtype: f32, f64, f16, bf16, i32 or i64 (integers: normal values x 100,
     /// rounded).
     #[arg(long, default_value = "f32")]
@@ -232,6 +236,7 @@ fn bench_layout(
             density: a.density,
             mask_density: a.mask_density,
             mask_source: a.mask_source.clone(),
+            values: Values::parse(&a.values).map_err(usage)?,
         };
         let data = Workload::generate(layout, dtype, shape, &g).map_err(usage)?;
         // the second operand of binary and fused ops, generated once

@@ -298,6 +298,47 @@ fn bench_json_prints_one_object_per_op() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
+/// `--values` maps the draws into an op's domain; an unknown distribution is a usage
+/// error naming it.
+#[test]
+fn bench_values_take_each_distribution_and_refuse_others() {
+    for v in ["normal", "positive", "unit", "above-one"] {
+        let o = bin()
+            .args([
+                "bench",
+                "--op",
+                "acosh,atanh",
+                "--shape",
+                "8,16",
+                "--repeat",
+                "1",
+                "--values",
+                v,
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{v}: {}", stderr(&o));
+    }
+    let bad = bin()
+        .args([
+            "bench",
+            "--op",
+            "log",
+            "--shape",
+            "8,16",
+            "--values",
+            "lognormal",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("unknown value distribution 'lognormal'"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
 #[test]
 fn bench_scaling_times_each_op_at_1_2_4_threads_up_to_the_count() {
     let o = bin()

@@ -37,6 +37,56 @@ pub struct Gen {
     pub mask_density: f64,
     /// Sparse mask: `pattern` (the input's own) or `random` (an independent one).
     pub mask_source: String,
+    /// The distribution of the values.
+    pub values: Values,
+}
+
+/// The distribution of generated values: a standard normal draw, mapped into an op's
+/// domain (so that a timed `log` or `acosh` computes numbers, not NaNs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Values {
+    /// Standard normal.
+    #[default]
+    Normal,
+    /// `|x| + 0.01` (logarithms, roots, powers).
+    Positive,
+    /// `tanh(x)`, in (-1, 1) (asin, acos, atanh).
+    Unit,
+    /// `1 + |x|` (acosh).
+    AboveOne,
+}
+
+impl Values {
+    /// The names [`Values::parse`] takes.
+    pub const NAMES: &'static str = "normal, positive, unit, above-one";
+
+    /// From its name (`normal`, `positive`, `unit`, `above-one`).
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] naming the unknown distribution.
+    pub fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "normal" => Values::Normal,
+            "positive" => Values::Positive,
+            "unit" => Values::Unit,
+            "above-one" => Values::AboveOne,
+            _ => {
+                return Err(usage(format!(
+                    "unknown value distribution '{name}': expected one of {}",
+                    Self::NAMES
+                )))
+            }
+        })
+    }
+
+    fn map(self, x: f64) -> f64 {
+        match self {
+            Values::Normal => x,
+            Values::Positive => x.abs() + 0.01,
+            Values::Unit => x.tanh(),
+            Values::AboveOne => 1.0 + x.abs(),
+        }
+    }
 }
 
 fn usage(msg: String) -> MaskedError {
@@ -75,9 +125,9 @@ impl Family for DataOf {
 /// coordinates), from which timed calls are prepared.
 pub struct Workload(ByDType<DataOf>);
 
-/// A standard normal value as `T` (integers: x 100, rounded).
-fn normal<T: Element>(rng: &mut SmallRng) -> T {
-    let x: f64 = rng.sample(StandardNormal);
+/// A standard normal value mapped by `v`, as `T` (integers: x 100, rounded).
+fn normal<T: Element>(rng: &mut SmallRng, v: Values) -> T {
+    let x = v.map(rng.sample(StandardNormal));
     if T::DTYPE.is_float() {
         T::from_f64_lossy(x)
     } else {
@@ -321,7 +371,7 @@ impl<T: Element> Data<T> {
     pub(crate) fn dense(shape: &[usize], a: &Gen) -> Result<Self> {
         let n: usize = shape.iter().product();
         let mut rng = SmallRng::seed_from_u64(a.seed);
-        let values: Vec<T> = (0..n).map(|_| normal(&mut rng)).collect();
+        let values: Vec<T> = (0..n).map(|_| normal(&mut rng, a.values)).collect();
         let mask =
             BitMask::from_bools(shape, (0..n).map(|_| rng.random::<f64>() < a.mask_density))?;
         Ok(Data {
@@ -355,7 +405,9 @@ impl<T: Element> Data<T> {
         }
         let mut rng = SmallRng::seed_from_u64(a.seed);
         let (indptr, indices) = random_rows(&mut rng, nrows, ncols, a.density * ncols as f64)?;
-        let values: Vec<T> = (0..indices.len()).map(|_| normal(&mut rng)).collect();
+        let values: Vec<T> = (0..indices.len())
+            .map(|_| normal(&mut rng, a.values))
+            .collect();
         let nnz = indices.len();
         let mat = CsMatI::try_new((nrows, ncols), indptr, indices, values)
             .map_err(|(_, _, _, e)| usage(format!("generated matrix: {e}")))?;
@@ -392,7 +444,9 @@ impl<T: Element> Data<T> {
         let mut rng = SmallRng::seed_from_u64(a.seed);
         let k = (a.density * n as f64).round() as usize;
         let pattern = CooPattern::from_flat(shape, &random_positions(&mut rng, n, k))?;
-        let values: Vec<T> = (0..pattern.nnz()).map(|_| normal(&mut rng)).collect();
+        let values: Vec<T> = (0..pattern.nnz())
+            .map(|_| normal(&mut rng, a.values))
+            .collect();
         let mask = match a.mask_source.as_str() {
             "pattern" => CooMask::Stored,
             "random" => {
@@ -441,11 +495,13 @@ impl<T: Element> Data<T> {
                 mask,
             } => Input::Dense {
                 shape: shape.clone(),
-                values: (0..values.len()).map(|_| normal(&mut rng)).collect(),
+                values: (0..values.len())
+                    .map(|_| normal(&mut rng, a.values))
+                    .collect(),
                 mask: mask.clone(),
             },
             Input::Csr { mat, mask } => {
-                let values = (0..mat.nnz()).map(|_| normal(&mut rng)).collect();
+                let values = (0..mat.nnz()).map(|_| normal(&mut rng, a.values)).collect();
                 let m = CsMatI::try_new(
                     mat.shape(),
                     mat.indptr().raw_storage().to_vec(),
@@ -459,7 +515,7 @@ impl<T: Element> Data<T> {
                 }
             }
             Input::Coo(c) => {
-                let values = (0..c.nnz()).map(|_| normal(&mut rng)).collect();
+                let values = (0..c.nnz()).map(|_| normal(&mut rng, a.values)).collect();
                 Input::Coo(MaskedCoo::from_parts(
                     c.pattern().clone(),
                     values,
@@ -801,4 +857,23 @@ fn csr_of<'m, T: Element>(
         None => MaskedCsr::from_pattern(mat)?,
         Some(p) => MaskedCsr::with_mask(mat, p.clone())?,
     })
+}
+
+#[cfg(test)]
+mod values_tests {
+    use super::Values;
+
+    /// Each distribution lands in its domain, by name.
+    #[test]
+    fn values_map_into_their_domains() {
+        for x in [-3.0, -0.5, 0.0, 0.5, 3.0] {
+            assert!(Values::parse("positive").unwrap().map(x) >= 0.01);
+            let u = Values::parse("unit").unwrap().map(x);
+            assert!(u > -1.0 && u < 1.0);
+            assert!(Values::parse("above-one").unwrap().map(x) >= 1.0);
+            assert_eq!(Values::parse("normal").unwrap().map(x), x);
+        }
+        assert_eq!(Values::parse("positive").unwrap().map(-2.0), 2.01);
+        assert!(Values::parse("uniform").is_err());
+    }
 }

@@ -717,12 +717,13 @@ fn docs_cli_op_table_is_the_registry() {
 #[test]
 fn workloads_prepare_every_kind_of_call() {
     use masked_core::binary::{FloatBin, KeepBin};
-    use masked_engine::workload::{Gen, Workload};
+    use masked_engine::workload::{Gen, Values, Workload};
     let g = Gen {
         seed: 3,
         density: 0.2,
         mask_density: 0.5,
         mask_source: "random".into(),
+        values: Values::Normal,
     };
     let sum = OpRequest::new("sum").unwrap().dims(1);
     let softmax = OpRequest::new("softmax").unwrap().dims(1);

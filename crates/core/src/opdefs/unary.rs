@@ -42,18 +42,20 @@ pub trait Unary: Copy + Send + Sync {
     /// derivative 0 at 0, clamp 0 at and beyond its bounds), domain boundaries IEEE.
     fn derivative(&self, x: f64) -> f64;
 
+    /// The value at a valid position in the op's branch-free form where it has one (NaN
+    /// where that form does not apply: [`Unary::map_float`] then recomputes those with
+    /// [`Unary::float`]); [`Unary::float`] by default.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn fast<T: Element>(&self, x: CalcOf<T>) -> CalcOf<T> {
+        self.float::<T>(x)
+    }
+
     /// Maps a run as a float function (output [`Element::Real`], 0 where invalid). The
     /// [`FloatFn`] enum overrides this to pick the variant once per run, so the loop is
     /// compiled per function while the layouts' map kernels are compiled once per dtype.
     fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
-        let u = *self;
-        map_run(xs, bits, out, move |x: T, valid| {
-            if valid {
-                <T::Real as Float>::from_calc(u.float::<T>(x.calc()))
-            } else {
-                <T::Real as Element>::ZERO
-            }
-        });
+        map_run(xs, bits, out, FloatAt::<T, Self, false>::new(*self));
     }
 
     /// Maps a run as a type-keeping op (output `T`, 0 where invalid); [`KeepFn`]
@@ -93,6 +95,10 @@ macro_rules! fn_enum {
             #[inline]
             fn int(&self, x: i64) -> i64 {
                 match self { $( Self::$v(u) => u.int(x), )* }
+            }
+            #[inline]
+            fn fast<T: Element>(&self, x: CalcOf<T>) -> CalcOf<T> {
+                match self { $( Self::$v(u) => u.fast::<T>(x), )* }
             }
             fn zero_preserving(&self) -> bool {
                 match self { $( Self::$v(u) => u.zero_preserving(), )* }
@@ -151,16 +157,13 @@ macro_rules! unary {
     ($(#[$doc:meta])* $ty:ident, $name:literal, $zero:literal, |$x:ident| $body:expr,
         d |$dx:ident| $dbody:expr, fast |$fx:ident| $fast:expr) => {
         unary!($(#[$doc])* $ty, $name, $zero, |$x| $body, d |$dx| $dbody;
+            #[inline(always)]
+            fn fast<T: Element>(&self, $fx: CalcOf<T>) -> CalcOf<T> {
+                $fast
+            }
             fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
-                map_run(xs, bits, out, move |x: T, valid| {
-                    if valid {
-                        let $fx = x.calc();
-                        <T::Real as Float>::from_calc($fast)
-                    } else {
-                        <T::Real as Element>::ZERO
-                    }
-                });
-                beyond_fast(xs, out, |c| self.float::<T>(c));
+                map_run(xs, bits, out, FloatAt::<T, Self, true>::new(*self));
+                beyond_fast(xs, out, |_| true, |c| self.float::<T>(c));
             }
         );
     };
@@ -199,17 +202,62 @@ macro_rules! unary {
     };
 }
 
+/// A unary op at one element as a float function: [`Unary::fast`] (when `FAST`) or
+/// [`Unary::float`] in the compute type at a valid position, rounded once to the output
+/// type; 0 where invalid. A type with an always-inlined method rather than a closure,
+/// so that a large function body is inlined into the run kernel
+/// ([`ElemMap`](masked_kernels::run::ElemMap)).
+struct FloatAt<T, U, const FAST: bool>(U, std::marker::PhantomData<fn() -> T>);
+
+impl<T, U: Copy, const FAST: bool> FloatAt<T, U, FAST> {
+    fn new(u: U) -> Self {
+        FloatAt(u, std::marker::PhantomData)
+    }
+}
+
+impl<T, U: Copy, const FAST: bool> Clone for FloatAt<T, U, FAST> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T, U: Copy, const FAST: bool> Copy for FloatAt<T, U, FAST> {}
+
+impl<T: Element, U: Unary, const FAST: bool> masked_kernels::run::ElemMap<T, T::Real>
+    for FloatAt<T, U, FAST>
+{
+    #[inline(always)]
+    fn at(&self, x: T, valid: bool) -> T::Real {
+        if valid {
+            let c = x.calc();
+            <T::Real as Float>::from_calc(if FAST {
+                self.0.fast::<T>(c)
+            } else {
+                self.0.float::<T>(c)
+            })
+        } else {
+            <T::Real as Element>::ZERO
+        }
+    }
+}
+
 /// Recomputes with `f` (the op's exact form) the elements of a run that a `fast` body
 /// left NaN: arguments beyond `Math::TRIG_LIMIT` (and NaN ones, which stay NaN).
 /// Masked-out outputs are 0, so no mask is read. First an OR over the output, which
 /// vectorises and is all a run of ML data costs (a test of each input, converted
 /// again, with a store behind it cost half the sine's time, and more for halves).
-fn beyond_fast<T: Element>(xs: &[T], out: &mut [T::Real], f: impl Fn(CalcOf<T>) -> CalcOf<T>) {
+/// Of those, only the ones whose argument `needs` it (pow: zeros and non-finite bases).
+fn beyond_fast<T: Element>(
+    xs: &[T],
+    out: &mut [T::Real],
+    needs: impl Fn(CalcOf<T>) -> bool,
+    f: impl Fn(CalcOf<T>) -> CalcOf<T>,
+) {
     if !out.iter().fold(false, |any, o| any | o.is_nan()) {
         return;
     }
     for (&x, o) in xs.iter().zip(out.iter_mut()) {
-        if o.is_nan() {
+        if needs(x.calc()) && o.is_nan() {
             *o = <T::Real as Float>::from_calc(f(x.calc()));
         }
     }
@@ -468,6 +516,9 @@ impl Unary for Clamp {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pow {
     p: f64,
+    /// The sign of a negative base's power: 1 (even integer `p`), -1 (odd), NaN
+    /// (fractional).
+    neg: f64,
 }
 
 impl Pow {
@@ -483,7 +534,14 @@ impl Pow {
                 reason: "pow needs a numeric exponent (--exponent)",
             });
         }
-        Ok(Pow { p })
+        let neg = if p.fract() != 0.0 {
+            f64::NAN
+        } else if (p * 0.5).fract() != 0.0 {
+            -1.0
+        } else {
+            1.0
+        };
+        Ok(Pow { p, neg })
     }
     /// `x^p` as a float function of `T` values.
     ///
@@ -512,6 +570,29 @@ impl Pow {
 impl Unary for Pow {
     fn name(&self) -> &'static str {
         "pow"
+    }
+    /// The exponent's case picked once per run: `x * x` at 2; in f32 (and the halves)
+    /// otherwise the branch-free `e^(p ln |x|)` computed in f64 ([`Math::powf_fast`]),
+    /// then the NaN outputs at zeros, infinities and NaNs recomputed with the exact form
+    /// (a negative base's fractional power is NaN from both); f64, and an infinite
+    /// exponent, per element as [`Unary::float`].
+    fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+        if self.p == 2.0 {
+            map_run(xs, bits, out, FloatAt::<T, Square, false>::new(Square));
+        } else if <CalcOf<T> as Math>::POW_FAST && self.p.is_finite() {
+            map_run(xs, bits, out, FloatAt::<T, Self, true>::new(*self));
+            // zeros, infinities and NaNs; a negative base's fractional power is NaN from
+            // either form, and not recomputed (half of a normal sample's)
+            let (zero, inf) = (<CalcOf<T> as Element>::ZERO, <CalcOf<T> as Float>::INFINITY);
+            let special = move |c: CalcOf<T>| c == zero || c.abs() == inf || c.is_nan();
+            beyond_fast(xs, out, special, |c| self.float::<T>(c));
+        } else {
+            map_run(xs, bits, out, FloatAt::<T, Self, false>::new(*self));
+        }
+    }
+    #[inline(always)]
+    fn fast<T: Element>(&self, x: CalcOf<T>) -> CalcOf<T> {
+        x.powf_fast(self.p, self.neg)
     }
     #[inline(always)]
     fn float<T: Element>(&self, x: CalcOf<T>) -> CalcOf<T> {
@@ -617,6 +698,47 @@ fn_enum! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// f32 pow's map (the fast form, then the exact one at zeros, infinities and NaNs)
+    /// equals the exact form per element, bit for bit where the exact form is exact
+    /// (specials) and within 1 ulp elsewhere, for exponents of each kind; masked-out
+    /// positions (a zero and an infinity among them) stay 0.
+    #[test]
+    fn f32_pow_map_recomputes_the_specials_and_keeps_the_mask() {
+        let specials = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+        let mut xs: Vec<f32> = (0..130).map(|k| (k as f32 - 65.0) * 0.37).collect();
+        for (k, v) in specials.into_iter().enumerate() {
+            xs[9 * k + 2] = v;
+            xs[9 * k + 70] = v;
+        }
+        // the second copies of the specials and every 13th position masked out
+        let mut words = [u64::MAX; 3];
+        for k in (0..130usize).filter(|&k| k % 13 == 0 || (k >= 70 && (k - 70) % 9 == 0 && k < 115))
+        {
+            words[k / 64] &= !(1u64 << (k % 64));
+        }
+        for p in [1.5, -0.5, 3.0, -2.0, 0.0, 1.0 / 3.0, f64::INFINITY] {
+            let pow = Pow::new(p).unwrap();
+            let mut out = vec![f32::NAN; xs.len()];
+            pow.map_float(&xs, Some(Bits::new(&words, 0)), &mut out);
+            for (k, (&x, &o)) in xs.iter().zip(&out).enumerate() {
+                if words[k / 64] >> (k % 64) & 1 == 0 {
+                    assert_eq!(o.to_bits(), 0, "pow({x}, {p}) at masked-out {k}");
+                    continue;
+                }
+                let want = pow.float::<f32>(x);
+                let close =
+                    o.to_bits().abs_diff(want.to_bits()) <= 1 || (o.is_nan() && want.is_nan());
+                assert!(close, "pow({x}, {p}) = {o}, want {want}");
+                if specials.iter().any(|s| s.to_bits() == x.to_bits()) {
+                    assert!(
+                        o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()),
+                        "pow({x}, {p}) = {o}, want {want}"
+                    );
+                }
+            }
+        }
+    }
 
     /// Arguments for the trigonometric map tests: a run longer than a vector, with values
     /// beyond `T`'s `TRIG_LIMIT`, infinities and NaN at every 7th position; the mask: every
