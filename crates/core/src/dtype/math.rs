@@ -4,8 +4,9 @@
 //! log1p, expm1, atan, atan2, tanh, asinh, acosh, atanh, erf and erfc (both types; f32
 //! erf, erfc and atan2 computed in f64); sin, cos and tan (both) below
 //! [`Math::TRIG_LIMIT`] (the map recomputes larger arguments with the std functions);
-//! f32 `pow` as `e^(p ln x)` in f64 ([`Math::powf_fast`]). The rest (asin, acos, sinh,
-//! cosh, hypot, f64 `pow`) come from the standard library.
+//! asin, acos (through atan2), sinh and cosh (through exp); f32 `pow` as `e^(p ln x)`
+//! in f64 ([`Math::powf_fast`]). The rest (hypot, f64 `pow`, and the few arguments a
+//! fast form leaves NaN) come from the standard library.
 
 /// The reduction and polynomial every `exp` of the engine shares, in f32: for `xc`
 /// (clamped by the caller to where its scaling is valid), `x = n ln2 + r` with
@@ -170,6 +171,8 @@ pub trait Math: Copy {
     /// overflow, and the next term is below the type's precision): 2^28 in f64, 2^12 in
     /// f32.
     const BIG_HYPERBOLIC: f64;
+    /// Below this `e^x` is finite (709 in f64, 88 in f32).
+    const EXP_SAFE: f64;
     /// `sqrt(self^2 + other^2)` without undue overflow.
     fn hypot(self, other: Self) -> Self;
     /// C `fmod`: `self - n * other` with `n` truncated, the sign of `self`.
@@ -209,13 +212,19 @@ pub trait Math: Copy {
 macro_rules! math {
     ($t:ty, $erf:path, $erfc:path, $exp:path, $log2:path, $log10:path, $ln1p:path, $expm1:path, $tanh:path,
         trig: $limit:expr, $sinf:path, $cosf:path, $tanf:path, $atan:path,
-        $atan2:path, $asinh:path, $acosh:path, $atanh:path, $powf:path, $powfast:expr) => {
+        $atan2:path, $asinh:path, $acosh:path, $atanh:path, $powf:path, $powfast:expr,
+        $asin:path, $acos:path, $sinh:path, $cosh:path) => {
         impl Math for $t {
             const POW_FAST: bool = $powfast;
             const BIG_HYPERBOLIC: f64 = if <$t>::MANTISSA_DIGITS == 24 {
                 4096.0
             } else {
                 268_435_456.0
+            };
+            const EXP_SAFE: f64 = if <$t>::MANTISSA_DIGITS == 24 {
+                88.0
+            } else {
+                709.0
             };
             const MAX: Self = <$t>::MAX;
             const MIN: Self = <$t>::MIN;
@@ -274,11 +283,11 @@ macro_rules! math {
             }
             #[inline(always)]
             fn asin(self) -> Self {
-                <$t>::asin(self)
+                $asin(self)
             }
             #[inline(always)]
             fn acos(self) -> Self {
-                <$t>::acos(self)
+                $acos(self)
             }
             #[inline(always)]
             fn atan(self) -> Self {
@@ -302,11 +311,11 @@ macro_rules! math {
             }
             #[inline(always)]
             fn sinh(self) -> Self {
-                <$t>::sinh(self)
+                $sinh(self)
             }
             #[inline(always)]
             fn cosh(self) -> Self {
-                <$t>::cosh(self)
+                $cosh(self)
             }
             #[inline(always)]
             fn tanh(self) -> Self {
@@ -383,7 +392,11 @@ math!(
     acosh_of,
     atanh_of,
     powf_fast_f32,
-    true
+    true,
+    asin_f32,
+    acos_f32,
+    sinh_of,
+    cosh_of
 );
 math!(
     f64,
@@ -405,7 +418,11 @@ math!(
     acosh_of,
     atanh_of,
     powf_fast_f64,
-    false
+    false,
+    asin_f64,
+    acos_f64,
+    sinh_of,
+    cosh_of
 );
 
 /// `e^x` in f32 over the whole range, branch-free (vectorises): the engine's shared
@@ -889,7 +906,8 @@ fn pow_positive_f64(x: f64, p: f64) -> f64 {
 }
 
 /// f32 functions computed in f64 and rounded once (within 1 ulp where the f64 one is
-/// within a few of its own): erf and erfc, whose f64 forms above are branch-free.
+/// within a few of its own): asin, acos, erf and erfc, whose f64 forms above are
+/// branch-free.
 macro_rules! in_f64 {
     ($($name:ident = $f:ident),* $(,)?) => {
         $(
@@ -901,7 +919,79 @@ macro_rules! in_f64 {
         )*
     };
 }
-in_f64!(erf_f32 = erf_f64, erfc_f32 = erfc_f64,);
+
+/// `asin(x)` in f64, branch-free: `atan2(x, sqrt((1 - x)(1 + x)))` with the vectorised
+/// [`atan2_f64`] (`1 - x` is exact near 1, where the root matters); NaN beyond 1.
+#[inline(always)]
+fn asin_f64(x: f64) -> f64 {
+    atan2_f64(x, ((1.0 - x) * (1.0 + x)).sqrt())
+}
+
+/// `acos(x)` in f64, branch-free: `atan2(sqrt((1 - x)(1 + x)), x)` (pi at -1, 0 at 1).
+#[inline(always)]
+fn acos_f64(x: f64) -> f64 {
+    atan2_f64(((1.0 - x) * (1.0 + x)).sqrt(), x)
+}
+
+/// `sinh(x)`, branch-free: the odd Taylor series to degree 19 below `|x| = 1`
+/// (truncation below 1e-17 relative), `(e^a - e^-a) / 2` above, `(e^(a/2) / 2) e^(a/2)`
+/// beyond [`Math::EXP_SAFE`] (where `e^a` alone overflows before `sinh` does); the sign
+/// of `x`.
+#[inline(always)]
+fn sinh_of<C: crate::Float + Math>(x: C) -> C {
+    let (one, half) = (C::ONE, C::of(0.5));
+    let a = x.abs();
+    let big = a > C::of(C::EXP_SAFE);
+    let e = (if big { half * a } else { a }).exp_full();
+    let large = if big {
+        (half * e) * e
+    } else {
+        half * (e - one / e)
+    };
+    // x + x^3/3! + ... + x^19/19!, by Horner in z = x^2
+    let z = a * a;
+    let mut p = C::of(1.0 / 121_645_100_408_832_000.0); // 1/19!
+    for k in (1..9).rev() {
+        p = p * z + C::of(INV_ODD_FACT[k]);
+    }
+    let small = a + a * z * p;
+    signed(if a < one { small } else { large }, x)
+}
+
+/// `1 / (2k + 1)!` for `k` in `0..9` (the sine-like series' coefficients).
+const INV_ODD_FACT: [f64; 9] = [
+    1.0,
+    1.0 / 6.0,
+    1.0 / 120.0,
+    1.0 / 5_040.0,
+    1.0 / 362_880.0,
+    1.0 / 39_916_800.0,
+    1.0 / 6_227_020_800.0,
+    1.0 / 1_307_674_368_000.0,
+    1.0 / 355_687_428_096_000.0,
+];
+
+/// `cosh(x)`, branch-free: `(e^a + e^-a) / 2`, `(e^(a/2) / 2) e^(a/2)` beyond
+/// [`Math::EXP_SAFE`].
+#[inline(always)]
+fn cosh_of<C: crate::Float + Math>(x: C) -> C {
+    let half = C::of(0.5);
+    let a = x.abs();
+    let big = a > C::of(C::EXP_SAFE);
+    let e = (if big { half * a } else { a }).exp_full();
+    if big {
+        (half * e) * e
+    } else {
+        half * (e + C::ONE / e)
+    }
+}
+
+in_f64!(
+    asin_f32 = asin_f64,
+    acos_f32 = acos_f64,
+    erf_f32 = erf_f64,
+    erfc_f32 = erfc_f64,
+);
 
 /// `atan2(y, x)` of f32 in f64 ([`atan2_f64`]), rounded to f32.
 #[inline(always)]
@@ -1436,7 +1526,7 @@ mod tests {
     #[test]
     fn f32_functions_are_accurate_over_the_range() {
         type F = (&'static str, fn(f32) -> f32, fn(f64) -> f64);
-        let fns: [F; 12] = [
+        let fns: [F; 16] = [
             ("atan", atan_f32, f64::atan),
             ("ln", ln_f32, f64::ln),
             ("log2", log2_f32, f64::log2),
@@ -1455,6 +1545,10 @@ mod tests {
             ("atanh", atanh_of::<f32>, libm::atanh),
             ("erf", erf_f32, libm::erf),
             ("erfc", erfc_f32, libm::erfc),
+            ("asin", asin_f32, f64::asin),
+            ("acos", acos_f32, f64::acos),
+            ("sinh", sinh_of::<f32>, f64::sinh),
+            ("cosh", cosh_of::<f32>, f64::cosh),
         ];
         let specials = [
             0.0f32,
@@ -1524,17 +1618,23 @@ mod tests {
             .collect()
     }
 
-    /// f64 log1p, expm1, the inverse hyperbolic functions, erf and erfc against Rust's std
+    /// f64 asin, acos, sinh, cosh, log1p, expm1, the inverse hyperbolic functions, erf and
+    /// erfc against Rust's std
     /// functions (libm's for erf / erfc) over the whole range (`spread64`), a dense grid
     /// of [-8, 8] where the ranges switch, and each range's breakpoints with their
-    /// neighbours; within 2 ulp (the contract: 4), erfc within 3: libm's erfc is itself up
-    /// to 2 ulp off in its tails (a product of two exps), see the next test. std's asinh
+    /// neighbours; within 2 ulp (the contract: 4), erfc within 3 (libm's erfc is itself up
+    /// to 2 ulp off in its tails, a product of two exps: see the next test) and sinh
+    /// within 3 (`(e^a - e^-a) / 2` carries exp's error). std's asinh
     /// overflows above `f64::MAX / 2` and libm's acosh is not NaN below -1, so those two
     /// references are libm's asinh and libm's acosh with NaN below 1.
     #[test]
     fn f64_functions_are_accurate_over_the_range() {
         type F = (&'static str, fn(f64) -> f64, fn(f64) -> f64, u64);
-        let fns: [F; 7] = [
+        let fns: [F; 11] = [
+            ("asin", asin_f64, f64::asin, 2),
+            ("acos", acos_f64, f64::acos, 2),
+            ("sinh", sinh_of::<f64>, f64::sinh, 3),
+            ("cosh", cosh_of::<f64>, f64::cosh, 2),
             ("ln_1p", ln_1p_of::<f64>, f64::ln_1p, 2),
             ("exp_m1", exp_m1_of::<f64>, f64::exp_m1, 2),
             ("asinh", asinh_of::<f64>, libm::asinh, 2),
