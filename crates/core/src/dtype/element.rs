@@ -694,7 +694,7 @@ fn exp_nonpos_f32<const FUSED: bool>(x: f32) -> f32 {
 fn exp_nonpos_f64<const FUSED: bool>(x: f64) -> f64 {
     let xc = if x < -708.0 { -708.0 } else { x };
     let xc = if xc > 0.0 { 0.0 } else { xc };
-    let (p, ni) = exp_parts_f64::<FUSED>(xc, &EXP_F64_DEG12);
+    let (p, ni) = exp_parts_f64::<FUSED>(xc, EXP_F64_DEG12);
     let y = p * f64::from_bits((ni as u64).wrapping_add(1023) << 52);
     if x < -708.0 {
         0.0

@@ -96,21 +96,7 @@ const EXP_F64_DEG13: [f64; 14] = [
 
 /// Taylor coefficients of `e^r` to degree 12 (every f64 exp: truncation below 1e-16
 /// relative on `|r| <= ln2 / 2`), highest first.
-pub(crate) const EXP_F64_DEG12: [f64; 13] = [
-    1.0 / 479_001_600.0,
-    1.0 / 39_916_800.0,
-    1.0 / 3_628_800.0,
-    1.0 / 362_880.0,
-    1.0 / 40_320.0,
-    1.0 / 5_040.0,
-    1.0 / 720.0,
-    1.0 / 120.0,
-    1.0 / 24.0,
-    1.0 / 6.0,
-    0.5,
-    1.0,
-    1.0,
-];
+pub(crate) const EXP_F64_DEG12: &[f64] = EXP_F64_DEG13.split_at(1).1;
 
 /// The scalar math the unary ops compute with, on the compute types `f32` and `f64`.
 pub trait Math: Copy {
@@ -1011,6 +997,18 @@ fn powf_fast_f32(x: f32, p: f64, neg: f64) -> f32 {
     (if xd < 0.0 { r * neg } else { r }) as f32
 }
 
+/// The sign of a negative base's power `x^p` for [`Math::powf_fast`]: 1 for an even
+/// integer `p`, -1 for an odd one, NaN for a fractional (or infinite) one.
+pub(crate) fn pow_sign_of_negative(p: f64) -> f64 {
+    if p.fract() != 0.0 {
+        f64::NAN
+    } else if (p * 0.5).fract() != 0.0 {
+        -1.0
+    } else {
+        1.0
+    }
+}
+
 /// No fast f64 pow ([`Math::POW_FAST`]): NaN.
 #[inline(always)]
 fn powf_fast_f64(_: f64, _: f64, _: f64) -> f64 {
@@ -1433,7 +1431,7 @@ fn log10_f64(x: f64) -> f64 {
 fn exp_f64(x: f64) -> f64 {
     let xc = if x < -746.0 { -746.0 } else { x };
     let xc = if xc > 710.0 { 710.0 } else { xc };
-    let (p, ni) = exp_parts_f64::<false>(xc, &EXP_F64_DEG12);
+    let (p, ni) = exp_parts_f64::<false>(xc, EXP_F64_DEG12);
     scale_f64(p, ni)
 }
 
@@ -1773,14 +1771,7 @@ mod tests {
         ] {
             for k in 0..u32::MAX / 509 {
                 let x = f32::from_bits(k * 509);
-                let neg = if p.fract() != 0.0 {
-                    f64::NAN
-                } else if (p * 0.5).fract() != 0.0 {
-                    -1.0
-                } else {
-                    1.0
-                };
-                let got = powf_fast_f32(x, p, neg);
+                let got = powf_fast_f32(x, p, pow_sign_of_negative(p));
                 let defer =
                     x == 0.0 || x.is_infinite() || x.is_nan() || (x < 0.0 && p.fract() != 0.0);
                 if defer {

@@ -534,14 +534,10 @@ impl Pow {
                 reason: "pow needs a numeric exponent (--exponent)",
             });
         }
-        let neg = if p.fract() != 0.0 {
-            f64::NAN
-        } else if (p * 0.5).fract() != 0.0 {
-            -1.0
-        } else {
-            1.0
-        };
-        Ok(Pow { p, neg })
+        Ok(Pow {
+            p,
+            neg: crate::math::pow_sign_of_negative(p),
+        })
     }
     /// `x^p` as a float function of `T` values.
     ///
