@@ -972,12 +972,60 @@ fn cosh_of<C: crate::Float + Math>(x: C) -> C {
     }
 }
 
-in_f64!(
-    asin_f32 = asin_f64,
-    acos_f32 = acos_f64,
-    erf_f32 = erf_f64,
-    erfc_f32 = erfc_f64,
-);
+in_f64!(erf_f32 = erf_f64, erfc_f32 = erfc_f64,);
+
+/// `asin` of `a = |x| <= 1` in f32 (Cephes' `asinf`): the odd polynomial of degree 9
+/// below 0.5, `pi/2 - 2 asin(sqrt((1 - a) / 2))` above; NaN beyond 1 (the root of a
+/// negative number).
+// Cephes' coefficients as published
+#[allow(clippy::excessive_precision)]
+#[inline(always)]
+fn asin_abs_f32(a: f32) -> f32 {
+    let big = a > 0.5;
+    let z = if big { 0.5 * (1.0 - a) } else { a * a };
+    let s = if big { z.sqrt() } else { a };
+    let p = ((((4.216_319_904_8e-2 * z + 2.418_131_104_9e-2) * z + 4.547_002_599_8e-2) * z
+        + 7.495_300_268_6e-2)
+        * z
+        + 1.666_675_242_2e-1)
+        * z
+        * s
+        + s;
+    if big {
+        std::f32::consts::FRAC_PI_2 - (p + p)
+    } else {
+        p
+    }
+}
+
+/// `asin(x)` in f32, branch-free ([`asin_abs_f32`]), the sign of `x`.
+#[inline(always)]
+fn asin_f32(x: f32) -> f32 {
+    f32::from_bits(asin_abs_f32(x.abs()).to_bits() | (x.to_bits() & 0x8000_0000))
+}
+
+/// `acos(x)` in f32, branch-free: `2 asin(sqrt((1 - x) / 2))` above 0.5, `pi - 2
+/// asin(sqrt((1 + x) / 2))` below -0.5, `pi/2 - asin(x)` between (Cephes' `acosf`).
+#[inline(always)]
+fn acos_f32(x: f32) -> f32 {
+    let (hi, lo) = (x > 0.5, x < -0.5);
+    let arg = if hi {
+        (0.5 * (1.0 - x)).sqrt()
+    } else if lo {
+        (0.5 * (1.0 + x)).sqrt()
+    } else {
+        x.abs()
+    };
+    let a = asin_abs_f32(arg);
+    let a = if hi || lo || x >= 0.0 { a } else { -a };
+    if hi {
+        a + a
+    } else if lo {
+        std::f32::consts::PI - (a + a)
+    } else {
+        std::f32::consts::FRAC_PI_2 - a
+    }
+}
 
 /// `atan2(y, x)` of f32 in f64 ([`atan2_f64`]), rounded to f32.
 #[inline(always)]
