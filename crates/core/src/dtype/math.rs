@@ -566,24 +566,43 @@ fn exp_m1_of<C: crate::Float + Math>(x: C) -> C {
     }
 }
 
-/// `x` with the sign of `s` (branch-free: a bit operation).
+/// Whether the sign of `s` is negative (-0 included; not NaN's), by selects.
 #[inline(always)]
-fn with_sign_of(x: f64, s: f64) -> f64 {
-    f64::from_bits((x.to_bits() & !SIGN64) | (s.to_bits() & SIGN64))
+fn negative<C: crate::Float>(s: C) -> bool {
+    s < C::ZERO || (s == C::ZERO && C::ONE / s < C::ZERO)
 }
 
-/// `|x|` with the sign of `s`, in either compute type: `x` where `s` is not negative
-/// (-0 counts as negative: the odd functions keep `-0`).
+/// A non-negative `x` (or NaN) with the sign of `s`: `-x` where `s` is [`negative`]
+/// (the odd functions keep `-0`).
 #[inline(always)]
 fn signed<C: crate::Float>(x: C, s: C) -> C {
-    if s < C::ZERO || (s == C::ZERO && C::ONE / s < C::ZERO) {
+    if negative(s) {
         -x
     } else {
         x
     }
 }
 
-const SIGN64: u64 = 0x8000_0000_0000_0000;
+/// `log1p(t)` where `small`, `ln(big_arg) + ln 2` where `big`, `ln(mid)` elsewhere: the
+/// three ranges of asinh and acosh with one `ln`, of the argument picked by selects.
+#[inline(always)]
+fn ln_of_ranges<C: crate::Float + Math>(small: bool, t: C, big: bool, big_arg: C, mid: C) -> C {
+    let u = if small {
+        C::ONE + t
+    } else if big {
+        big_arg
+    } else {
+        mid
+    };
+    let ln_u = u.ln();
+    if small {
+        ln_1p_from(t, u, ln_u)
+    } else if big {
+        ln_u + C::of(std::f64::consts::LN_2)
+    } else {
+        ln_u
+    }
+}
 
 /// `asinh(x)`, branch-free (vectorises): fdlibm's three ranges with one `ln`:
 /// `log1p(a + a^2 / (1 + sqrt(1 + a^2)))` below 2, `ln(2a + 1 / (sqrt(a^2 + 1) + a))`
@@ -597,22 +616,7 @@ fn asinh_of<C: crate::Float + Math>(x: C) -> C {
     let small = a < two;
     let big = a > C::of(C::BIG_HYPERBOLIC);
     let t = a + a * a / (one + s);
-    let u = if small {
-        one + t
-    } else if big {
-        a
-    } else {
-        two * a + one / (s + a)
-    };
-    let ln_u = u.ln();
-    let r = if small {
-        ln_1p_from(t, u, ln_u)
-    } else if big {
-        ln_u + C::of(std::f64::consts::LN_2)
-    } else {
-        ln_u
-    };
-    signed(r, x)
+    signed(ln_of_ranges(small, t, big, a, two * a + one / (s + a)), x)
 }
 
 /// `acosh(x)`, branch-free (vectorises): fdlibm's three ranges with one `ln`:
@@ -626,21 +630,8 @@ fn acosh_of<C: crate::Float + Math>(x: C) -> C {
     let w = t + (two * t + t * t).sqrt();
     let small = x < two;
     let big = x > C::of(C::BIG_HYPERBOLIC);
-    let u = if small {
-        one + w
-    } else if big {
-        x
-    } else {
-        two * x - one / (x + (x * x - one).sqrt())
-    };
-    let ln_u = u.ln();
-    let r = if small {
-        ln_1p_from(w, u, ln_u)
-    } else if big {
-        ln_u + C::of(std::f64::consts::LN_2)
-    } else {
-        ln_u
-    };
+    let mid = two * x - one / (x + (x * x - one).sqrt());
+    let r = ln_of_ranges(small, w, big, x, mid);
     if x < one {
         C::NAN
     } else {
@@ -827,10 +818,7 @@ fn erf_erfc_f64(x: f64) -> (f64, f64) {
     } else {
         (1.0 - e, e, 2.0 - e)
     };
-    (
-        with_sign_of(erf_a, x),
-        if x < 0.0 { erfc_neg } else { erfc_pos },
-    )
+    (signed(erf_a, x), if x < 0.0 { erfc_neg } else { erfc_pos })
 }
 
 /// `erf(x)` in f64 ([`erf_erfc_f64`]).
@@ -854,8 +842,8 @@ fn atan2_f64(y: f64, x: f64) -> f64 {
     const PI_LO: f64 = 1.224_646_799_147_353_2e-16;
     let q = y / x;
     let t = atan_f64(q);
-    let neg = x.to_bits() & SIGN64 != 0;
-    let s = if neg { with_sign_of(1.0, y) } else { 0.0 };
+    let neg = negative(x);
+    let s = if neg { signed(1.0, y) } else { 0.0 };
     let r = (t + s * PI_LO) + s * std::f64::consts::PI;
     let both = if x.is_infinite() {
         if neg {
@@ -869,7 +857,7 @@ fn atan2_f64(y: f64, x: f64) -> f64 {
         0.0
     };
     if q.is_nan() && !x.is_nan() && !y.is_nan() {
-        with_sign_of(both, y)
+        signed(both, y)
     } else {
         r
     }

@@ -96,10 +96,6 @@ macro_rules! fn_enum {
             fn int(&self, x: i64) -> i64 {
                 match self { $( Self::$v(u) => u.int(x), )* }
             }
-            #[inline]
-            fn fast<T: Element>(&self, x: CalcOf<T>) -> CalcOf<T> {
-                match self { $( Self::$v(u) => u.fast::<T>(x), )* }
-            }
             fn zero_preserving(&self) -> bool {
                 match self { $( Self::$v(u) => u.zero_preserving(), )* }
             }
