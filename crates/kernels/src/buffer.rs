@@ -6,16 +6,22 @@
 /// normalizations).
 pub fn fresh_vec<O: Clone + Default>(n: usize) -> Vec<O> {
     let v = vec![O::default(); n];
+    advise_huge(v.as_ptr().cast(), std::mem::size_of_val(v.as_slice()));
+    v
+}
+
+/// Asks Linux for transparent huge pages over the whole 2 MiB pages inside
+/// `start..start + bytes` of a large allocation not yet touched (elsewhere: nothing).
+pub(crate) fn advise_huge(start: *const u8, bytes: usize) {
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;
-        let bytes = std::mem::size_of_val(v.as_slice());
         if bytes >= 2 * HUGE {
-            let start = v.as_ptr() as usize;
+            let start = start as usize;
             let lo = start.next_multiple_of(HUGE);
             let hi = (start + bytes) / HUGE * HUGE;
             if hi > lo {
-                // SAFETY: advice only, on a range inside this live allocation; it changes
+                // SAFETY: advice only, on a range inside a live allocation; it changes
                 // no contents and failure is harmless (the kernel may decline).
                 unsafe {
                     libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
@@ -23,5 +29,6 @@ pub fn fresh_vec<O: Clone + Default>(n: usize) -> Vec<O> {
             }
         }
     }
-    v
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, bytes);
 }

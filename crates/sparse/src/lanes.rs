@@ -19,6 +19,7 @@ use masked_kernels::par;
 use masked_kernels::{fresh_vec, Bits};
 use sprs::{CsMatBase, SpIndex};
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 mod fold;
@@ -99,22 +100,67 @@ fn out_shape(shape: (usize, usize), ax: Axis, keepdim: bool) -> Vec<usize> {
     }
 }
 
-/// Keeps the lanes for which `f` gave a value: the sparse result.
-fn collect_sparse<O>(
+/// The lanes, in parts (in order), of which those with a value make the sparse result.
+/// Large results take two parallel passes over chunks of lanes: each chunk counts its
+/// kept lanes, then writes their positions and values at its offset in the output,
+/// allocated once (its fresh pages touched by every thread). Serial, this step (and the
+/// per-chunk vectors a parallel version concatenated, freed by another thread's arena)
+/// was what kept the CSR row reductions from scaling.
+fn collect_sparse<O: Element>(
     shape: Vec<usize>,
-    lanes: impl IntoIterator<Item = Option<O>>,
+    parts: Vec<Vec<Option<O>>>,
 ) -> Result<SparseArray<O>> {
-    let lanes = lanes.into_iter();
-    let n = lanes.size_hint().0;
-    let mut indices = Vec::with_capacity(n);
-    let mut values = Vec::with_capacity(n);
-    for (i, v) in lanes.enumerate() {
-        if let Some(v) = v {
-            indices.push(i);
-            values.push(v);
+    const CHUNK: usize = 1 << 14;
+    // writes the kept lanes of a chunk into its slots (uninitialised: no zeroing pass)
+    let kept = |at: usize,
+                lanes: &[Option<O>],
+                idx: &mut [MaybeUninit<usize>],
+                vals: &mut [MaybeUninit<O>]| {
+        let mut j = 0;
+        for (i, v) in lanes.iter().enumerate() {
+            if let Some(v) = *v {
+                idx[j].write(at + i);
+                vals[j].write(v);
+                j += 1;
+            }
         }
+    };
+    let mut chunks = Vec::new();
+    let mut at = 0;
+    for p in &parts {
+        for (c, lanes) in p.chunks(CHUNK).enumerate() {
+            chunks.push((at + c * CHUNK, lanes));
+        }
+        at += p.len();
     }
-    SparseArray::new(shape, indices, values)
+    let count = |lanes: &[Option<O>]| lanes.iter().filter(|v| v.is_some()).count();
+    if at <= CHUNK {
+        let (idx, vals) = parts
+            .iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (i, v)))
+            .unzip();
+        return SparseArray::new(shape, idx, vals);
+    }
+    let counts = par::map(chunks.len(), |c| count(chunks[c].1));
+    let n = counts.iter().sum();
+    let (mut idx, mut vals) = (Vec::<usize>::with_capacity(n), Vec::<O>::with_capacity(n));
+    let mut jobs = Vec::with_capacity(chunks.len());
+    let (mut rest_i, mut rest_v) = (idx.spare_capacity_mut(), vals.spare_capacity_mut());
+    for (&(at, lanes), &k) in chunks.iter().zip(&counts) {
+        let (i, ri) = std::mem::take(&mut rest_i).split_at_mut(k);
+        let (v, rv) = std::mem::take(&mut rest_v).split_at_mut(k);
+        (rest_i, rest_v) = (ri, rv);
+        jobs.push((at, lanes, i, v));
+    }
+    par::map_vec(jobs, |(at, lanes, i, v)| kept(at, lanes, i, v));
+    // SAFETY: chunk `c` wrote its `counts[c]` slots, in order: all `n` are initialised
+    unsafe {
+        idx.set_len(n);
+        vals.set_len(n);
+    }
+    SparseArray::new(shape, idx, vals)
 }
 
 /// The first position in `0..` that the increasing `stored` positions skip.
@@ -310,12 +356,12 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 
     /// A reduction over `dims`: `lanes` gives every output lane's value (`None` where
-    /// the lane has no valid element), which become the sparse result.
-    fn reduce<O>(
+    /// the lane has no valid element), in parts in order, which become the sparse result.
+    fn reduce<O: Element>(
         &self,
         dims: &Dims,
         keepdim: bool,
-        lanes: impl FnOnce(Axis) -> Vec<Option<O>>,
+        lanes: impl FnOnce(Axis) -> Vec<Vec<Option<O>>>,
     ) -> Result<SparseArray<O>> {
         let ax = axis(dims)?;
         collect_sparse(out_shape(self.shape, ax, keepdim), lanes(ax))
@@ -582,8 +628,8 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     ) -> Result<SparseArray<F::Output>> {
         self.reduce(dims, keepdim, |ax| match ax {
             Axis::Rows => self.fold_rows(op),
-            Axis::Cols => self.fold_cols(op),
-            Axis::All => vec![self.fold_all(op)],
+            Axis::Cols => vec![self.fold_cols(op)],
+            Axis::All => vec![vec![self.fold_all(op)]],
         })
     }
 
@@ -595,8 +641,8 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     ) -> Result<SparseArray<S::Output>> {
         self.reduce(dims, keepdim, |ax| match ax {
             Axis::Rows => self.stat_rows(stat),
-            Axis::Cols => self.stat_cols(stat),
-            Axis::All => vec![self.stat_all(stat)],
+            Axis::Cols => vec![self.stat_cols(stat)],
+            Axis::All => vec![vec![self.stat_all(stat)]],
         })
     }
 
@@ -669,3 +715,59 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 
 /// Output type of a lane map.
 type O<M, T> = <M as LaneMap<T>>::Output;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_row_reductions_keep_every_valid_lane_in_place() {
+        // 60000 rows (the parallel collection), row r holding r % 5 entries (so every
+        // fifth row is empty and has no value), validity bits masking rows r % 7 == 3
+        // entirely
+        let (nrows, ncols) = (60_000, 8);
+        let mut indptr = vec![0usize];
+        let (mut cols, mut vals) = (Vec::new(), Vec::new());
+        for r in 0..nrows {
+            for c in 0..r % 5 {
+                cols.push(c as u32);
+                vals.push((r * 10 + c) as f64);
+            }
+            indptr.push(cols.len());
+        }
+        let mut valid = vec![0u64; cols.len().div_ceil(64)];
+        for r in 0..nrows {
+            if r % 7 != 3 {
+                for k in indptr[r]..indptr[r + 1] {
+                    valid[k / 64] |= 1 << (k % 64);
+                }
+            }
+        }
+        let lanes = CsrLanes::try_new(
+            (nrows, ncols),
+            &indptr,
+            Cols::U32(&cols),
+            &vals,
+            Some(&valid),
+            false,
+        )
+        .unwrap();
+        let got = lanes.sum(1, false).unwrap();
+        let (mut want_at, mut want) = (Vec::new(), Vec::new());
+        for r in (0..nrows).filter(|r| r % 5 != 0 && r % 7 != 3) {
+            want_at.push(r);
+            want.push((0..r % 5).map(|c| (r * 10 + c) as f64).sum::<f64>());
+        }
+        assert_eq!(got.shape(), [nrows]);
+        assert_eq!(got.indices(), want_at);
+        assert_eq!(got.values(), want);
+        // along the columns (one small part): columns 4.. hold no entry, so no value
+        let cols_sum = lanes.sum(0, false).unwrap();
+        assert_eq!(cols_sum.indices(), [0, 1, 2, 3]);
+        // count is defined on every lane, the empty ones too
+        assert_eq!(
+            lanes.count(0, false).unwrap().indices(),
+            [0, 1, 2, 3, 4, 5, 6, 7]
+        );
+    }
+}

@@ -2,6 +2,7 @@
 //! serialize the work. Every partition depends on the data only, never on the thread
 //! count, so results are bit-for-bit the same for any number of threads.
 
+use masked_kernels::par;
 use std::ops::Range;
 
 /// Target work of one task: stored entries plus one unit per row.
@@ -56,21 +57,33 @@ fn row_at_work(indptr: &[usize], target: usize) -> usize {
     lo
 }
 
-/// Splits rows `0..nrows` into consecutive ranges of about `work` entries + rows each;
-/// a row heavier than `work` ends up alone.
+/// Splits rows `0..nrows` into consecutive ranges of about `work` entries + rows each,
+/// cut at the first row at or past each multiple of `work` (cumulative entries + rows):
+/// the cuts do not depend on one another, so a large matrix finds them in parallel (one
+/// binary search each; found one after another they were a serial step of every row
+/// op). A row of more than `work` entries is always the last of its range (the next
+/// multiple falls inside it), and is cut off into a range of its own.
 fn split(indptr: &[usize], work: usize) -> Vec<Range<usize>> {
+    /// Fewer cuts than this are found serially (cheaper than waking the pool).
+    const SERIAL: usize = 64;
     let nrows = indptr.len() - 1;
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < nrows {
-        let target = indptr[start] + start + work;
-        let mut end = row_at_work(indptr, target).clamp(start + 1, nrows);
-        // a heavy row starts a task of its own
+    let k = (indptr[nrows] + nrows).div_ceil(work);
+    let cut = |i: usize| row_at_work(indptr, i * work);
+    let mut cuts: Vec<usize> = if k < SERIAL {
+        (0..=k).map(cut).collect()
+    } else {
+        par::map(k + 1, cut)
+    };
+    cuts.dedup();
+    let mut out = Vec::with_capacity(cuts.len() + 1);
+    for w in cuts.windows(2) {
+        let (start, end) = (w[0], w[1]);
         if end > start + 1 && indptr[end] - indptr[end - 1] > work {
-            end -= 1;
+            out.push(start..end - 1);
+            out.push(end - 1..end);
+        } else {
+            out.push(start..end);
         }
-        out.push(start..end);
-        start = end;
     }
     out
 }
@@ -150,6 +163,41 @@ mod tests {
         assert!(covers(&g, 16));
         assert!(groups(&[0]).is_empty());
         assert!(row_tasks(&[0]).is_empty());
+    }
+
+    #[test]
+    fn tasks_are_bounded_on_a_large_irregular_matrix() {
+        // enough work for the parallel cut search; row lengths from an LCG, every 997th
+        // row heavy
+        let mut x = 12345u64;
+        let mut indptr = vec![0usize];
+        for r in 0..200_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let len = if r % 997 == 0 {
+                TASK_WORK + (x >> 50) as usize
+            } else {
+                (x >> 57) as usize
+            };
+            indptr.push(indptr.last().unwrap() + len);
+        }
+        let tasks = row_tasks(&indptr);
+        let rows: Vec<_> = tasks.iter().map(|t| t.rows.clone()).collect();
+        assert!(covers(&rows, 200_000));
+        assert!(tasks.len() > 64, "{}", tasks.len());
+        for t in &tasks {
+            assert_eq!(t.entries, indptr[t.rows.start]..indptr[t.rows.end]);
+            let heavy = t
+                .rows
+                .clone()
+                .any(|r| indptr[r + 1] - indptr[r] > TASK_WORK);
+            if heavy {
+                assert_eq!(t.rows.len(), 1, "a heavy row shares {:?}", t.rows);
+            } else {
+                assert!(t.entries.len() + t.rows.len() <= 2 * TASK_WORK, "{t:?}");
+            }
+        }
     }
 
     #[test]

@@ -43,7 +43,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         (self.fill && len > ents.len()) || self.count_valid(ents) > 0
     }
 
-    pub(super) fn fold_rows<F: Fold<T>>(&self, op: &F) -> Vec<Option<F::Output>> {
+    pub(super) fn fold_rows<F: Fold<T>>(&self, op: &F) -> Vec<Vec<Option<F::Output>>> {
         let ncols = self.shape.1;
         let fold_row = |ents: Range<usize>, span: Range<i64>| {
             let mut st = op.identity();
@@ -90,7 +90,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
                 })
                 .collect()
         });
-        par::concat(parts)
+        parts
     }
 
     pub(super) fn fold_cols<F: Fold<T>>(&self, op: &F) -> Vec<Option<F::Output>> {

@@ -396,7 +396,7 @@ impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V>
                 let parts = self.each_task(src, |sub| sub.fold_rows(op))?;
                 collect_sparse(
                     out_shape(self.shape, ax, keepdim),
-                    parts.into_iter().flatten(),
+                    parts.into_iter().flatten().collect(),
                 )
             }
             Axis::All if !op.positional() => {
@@ -418,7 +418,7 @@ impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V>
                         .as_deref()
                         .map_or(n > 0, |w| Bits::new(w, 0).any(n));
                 let out = (op.valid_everywhere() || any).then(|| op.finish(&st));
-                collect_sparse(out_shape(self.shape, ax, keepdim), [out])
+                collect_sparse(out_shape(self.shape, ax, keepdim), vec![vec![out]])
             }
             _ => self.materialize()?.fold_lanes(op, dims, keepdim),
         }
@@ -436,7 +436,7 @@ impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V>
                 let parts = self.each_task(src, |sub| sub.stat_rows(stat))?;
                 collect_sparse(
                     out_shape(self.shape, ax, keepdim),
-                    parts.into_iter().flatten(),
+                    parts.into_iter().flatten().collect(),
                 )
             }
             _ => self.materialize()?.stat_lanes(stat, dims, keepdim),

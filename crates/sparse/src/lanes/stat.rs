@@ -20,7 +20,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         }
     }
 
-    pub(super) fn stat_rows<S: LaneStat<T>>(&self, stat: &S) -> Vec<Option<S::Output>> {
+    pub(super) fn stat_rows<S: LaneStat<T>>(&self, stat: &S) -> Vec<Vec<Option<S::Output>>> {
         let ncols = self.shape.1;
         let tasks = row_tasks(self.indptr);
         let parts: Vec<Vec<Option<S::Output>>> = par::map(tasks.len(), |ti| {
@@ -49,7 +49,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
                 })
                 .collect()
         });
-        par::concat(parts)
+        parts
     }
 
     /// Every entry's slot in column-major order (a counting sort by column: O(nnz)),
