@@ -341,7 +341,7 @@ impl<'a, O: Element> MaskedReduce<O> for CooZipView<'a, O> {
 
     /// Computes the values, then maps the lanes.
     fn map_lanes<M: LaneMap<O>>(&self, map: &M, dim: isize) -> Result<MaskedCoo<M::Output>> {
-        Ok(self.materialize()?.map_lanes(map, dim)?.into())
+        self.materialize()?.map_lanes(map, dim)
     }
 
     /// Computes the values, then maps them.
@@ -350,9 +350,6 @@ impl<'a, O: Element> MaskedReduce<O> for CooZipView<'a, O> {
         map: &M,
         zero_preserving: bool,
     ) -> Result<MaskedCoo<M::Output>> {
-        Ok(self
-            .materialize()?
-            .map_elements(map, zero_preserving)?
-            .into())
+        self.materialize()?.map_elements(map, zero_preserving)
     }
 }

@@ -5,7 +5,7 @@
 // named by the docs' links (a plain import: links of items inlined into the facade
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::group::{self, group, Grouped, Linear, Segments};
-use crate::{pattern, prebuilt, CooPattern};
+use crate::{pattern, prebuilt, CooPattern, MaskedCoo, Resolved};
 use masked_core::grad::{sparse_lanes, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
@@ -268,8 +268,8 @@ impl<'a, T: Element> CooLanes<'a, T> {
     }
 
     /// A map along `d` straight over the groups (no validity bits, no unstored valid
-    /// positions: every entry is mapped and stored), scattered back to stored order.
-    fn map_groups<M: LaneMap<T>>(&self, map: &M, d: usize) -> Result<SparseArray<M::Output>> {
+    /// positions: every entry is mapped and stored): the values, in stored order.
+    fn map_groups<M: LaneMap<T>>(&self, map: &M, d: usize) -> Result<Vec<M::Output>> {
         let nnz = self.values.len();
         let shape = self.shape();
         if d + 1 == shape.len() && shape[d] <= SEGMENT_MAX_LANE {
@@ -301,7 +301,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
                 }
                 Segments::recycle(segs.starts, segs.gid);
             });
-            return SparseArray::new(shape.to_vec(), self.pattern.flat(), out);
+            return Ok(out);
         }
         // along the last dim the rows come from a scan of the other coordinates
         let g = self.grouped(&[d], false)?;
@@ -332,7 +332,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
                 );
             }
         });
-        let values = match &g.perm {
+        Ok(match &g.perm {
             None => out,
             Some(perm) => {
                 let mut v: Vec<M::Output> = fresh_vec(nnz);
@@ -341,8 +341,20 @@ impl<'a, T: Element> CooLanes<'a, T> {
                 }
                 v
             }
-        };
-        SparseArray::new(self.shape().to_vec(), self.pattern.flat(), values)
+        })
+    }
+
+    /// A map's result over these lanes. Where every stored entry is valid (no validity
+    /// bits), the result stores exactly these positions: this pattern itself, shared (a
+    /// reference count), with no flat positions computed and checked only to be
+    /// dropped (the most of a COO softmax over long lanes).
+    fn stored_like<O: Element>(&self, values: Vec<O>) -> MaskedCoo<O> {
+        debug_assert!(self.valid.is_none() && values.len() == self.pattern.nnz());
+        MaskedCoo {
+            pattern: self.pattern.clone(),
+            values,
+            mask: Resolved::Stored,
+        }
     }
 }
 
@@ -379,7 +391,7 @@ fn short_groups(nnz: usize, npos: usize) -> bool {
 
 impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
     type Reduced<O: Element> = SparseArray<O>;
-    type Mapped<O: Element> = SparseArray<O>;
+    type Mapped<O: Element> = MaskedCoo<O>;
     type NanMasked<'b>
         = CooLanes<'b, T>
     where
@@ -416,13 +428,13 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
         &self,
         map: &M,
         zero_preserving: bool,
-    ) -> Result<SparseArray<M::Output>> {
+    ) -> Result<MaskedCoo<M::Output>> {
         prebuilt::map_elements(map, self, zero_preserving)
     }
 
     /// Along any one dim; the output stores exactly the valid entries (every element
     /// without a mask).
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<SparseArray<M::Output>> {
+    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<MaskedCoo<M::Output>> {
         prebuilt::map_lanes(map, self, dim)
     }
 
@@ -435,7 +447,7 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
         keepdim: bool,
         g: &SparseArray<T::Real>,
         saved: Option<&SparseArray<T::Real>>,
-    ) -> Result<SparseArray<T::Real>> {
+    ) -> Result<MaskedCoo<T::Real>> {
         let reduced = dims.canonical(self.shape().len())?;
         let want = self.out_shape(&reduced, keepdim);
         let up = SparseUpstream::reduced(grad.name(), g, want.clone())?;
@@ -444,6 +456,7 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
             None => None,
         };
         self.grad_entries(grad, &reduced, up, saved, &[])
+            .map(MaskedCoo::from)
     }
 
     /// Along any one dim; `g` stores exactly the valid entries (as the forward map's
@@ -452,18 +465,27 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
         &self,
         grad: &G,
         dim: isize,
-        g: &SparseArray<T::Real>,
-        saved: Option<&SparseArray<T::Real>>,
-    ) -> Result<SparseArray<T::Real>> {
+        g: &MaskedCoo<T::Real>,
+        saved: Option<&MaskedCoo<T::Real>>,
+    ) -> Result<MaskedCoo<T::Real>> {
         let d = wrap_dim(dim, self.shape().len())?;
+        // the upstream (and saved output) as the lanes see them: stored positions and
+        // values
+        let stored = |m: &MaskedCoo<T::Real>| {
+            let l = m.lanes();
+            SparseArray::new(m.shape().to_vec(), l.pattern.flat(), l.values.to_vec())
+        };
+        let g = stored(g)?;
         let up = SparseUpstream::PerElement(g.values());
         match saved.filter(|_| grad.uses_output()) {
             Some(y) => {
+                let y = stored(y)?;
                 let ys = SparseUpstream::PerElement(y.values());
-                self.grad_entries(grad, &[d], up, Some(ys), &[g, y])
+                self.grad_entries(grad, &[d], up, Some(ys), &[&g, &y])
             }
-            None => self.grad_entries(grad, &[d], up, None, &[g]),
+            None => self.grad_entries(grad, &[d], up, None, &[&g]),
         }
+        .map(MaskedCoo::from)
     }
 }
 
@@ -548,7 +570,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
         &self,
         map: &M,
         zero_preserving: bool,
-    ) -> Result<SparseArray<M::Output>> {
+    ) -> Result<MaskedCoo<M::Output>> {
         if self.fill && !zero_preserving {
             return Err(MaskedError::densifying(map.name()));
         }
@@ -561,25 +583,22 @@ impl<'a, T: Element> CooLanes<'a, T> {
             let bits = valid.map(|w| Bits::new(w, lo));
             map.map(&self.values[lo..lo + o.len()], bits, o);
         });
-        let flat = self.pattern.flat();
-        let (flat, out) = match valid {
-            None => (flat, out),
-            Some(w) => {
-                let bits = Bits::new(w, 0);
-                let keep = |k: &usize| bits.get(*k);
-                let f = (0..flat.len()).filter(keep).map(|k| flat[k]).collect();
-                let v = (0..out.len()).filter(keep).map(|k| out[k]).collect();
-                (f, v)
-            }
+        let Some(w) = valid else {
+            return Ok(self.stored_like(out));
         };
-        SparseArray::new(self.shape().to_vec(), flat, out)
+        let flat = self.pattern.flat();
+        let bits = Bits::new(w, 0);
+        let keep = |k: &usize| bits.get(*k);
+        let f = (0..flat.len()).filter(keep).map(|k| flat[k]).collect();
+        let v = (0..out.len()).filter(keep).map(|k| out[k]).collect();
+        SparseArray::new(self.shape().to_vec(), f, v).map(MaskedCoo::from)
     }
 
     pub(crate) fn kernel_map_lanes<M: LaneMap<T>>(
         &self,
         map: &M,
         dim: isize,
-    ) -> Result<SparseArray<M::Output>> {
+    ) -> Result<MaskedCoo<M::Output>> {
         let shape = self.shape();
         if shape.is_empty() {
             return Err(MaskedError::Unsupported {
@@ -589,7 +608,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
         }
         let d = wrap_dim(dim, shape.len())?;
         if !self.fill && self.valid.is_none() {
-            return self.map_groups(map, d);
+            return Ok(self.stored_like(self.map_groups(map, d)?));
         }
         let g = self.grouped(&[d], false)?;
         let out = g.lanes(self.fill)?.map_lanes(map, 1)?;
@@ -611,12 +630,12 @@ impl<'a, T: Element> CooLanes<'a, T> {
         });
         let values = out.values;
         if inner == 1 {
-            return SparseArray::new(shape.to_vec(), flat, values);
+            return SparseArray::new(shape.to_vec(), flat, values).map(MaskedCoo::from);
         }
         // entries are in (kept, position) order; the output is row-major
         let order = group::sorting_order(&flat);
         let f = order.iter().map(|&k| flat[k]).collect();
         let v = order.iter().map(|&k| values[k]).collect();
-        SparseArray::new(shape.to_vec(), f, v)
+        SparseArray::new(shape.to_vec(), f, v).map(MaskedCoo::from)
     }
 }

@@ -310,8 +310,7 @@ impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
     }
 
     fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<MaskedCoo<M::Output>> {
-        let l = self.lanes();
-        Ok(stored_like(&l, l.map_lanes(map, dim)?))
+        self.lanes().map_lanes(map, dim)
     }
 
     fn map_elements<M: LaneMap<T>>(
@@ -319,8 +318,7 @@ impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
         map: &M,
         zero_preserving: bool,
     ) -> Result<MaskedCoo<M::Output>> {
-        let l = self.lanes();
-        Ok(stored_like(&l, l.map_elements(map, zero_preserving)?))
+        self.lanes().map_elements(map, zero_preserving)
     }
 
     fn grad_reduced<G: LaneGrad>(
@@ -331,10 +329,7 @@ impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
         g: &SparseArray<T::Real>,
         saved: Option<&SparseArray<T::Real>>,
     ) -> Result<MaskedCoo<T::Real>> {
-        Ok(self
-            .lanes()
-            .grad_reduced(grad, dims, keepdim, g, saved)?
-            .into())
+        self.lanes().grad_reduced(grad, dims, keepdim, g, saved)
     }
 
     fn grad_mapped<G: LaneGrad>(
@@ -344,42 +339,8 @@ impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
         g: &MaskedCoo<T::Real>,
         saved: Option<&MaskedCoo<T::Real>>,
     ) -> Result<MaskedCoo<T::Real>> {
-        // the upstream (and saved output) as the lanes see them: stored positions and
-        // values
-        let stored = |m: &MaskedCoo<T::Real>| {
-            let l = m.lanes();
-            SparseArray::new(m.shape().to_vec(), l.pattern.flat(), l.values.to_vec())
-        };
-        let upstream = stored(g)?;
-        let saved = saved
-            .filter(|_| grad.uses_output())
-            .map(stored)
-            .transpose()?;
-        Ok(self
-            .lanes()
-            .grad_mapped(grad, dim, &upstream, saved.as_ref())?
-            .into())
+        self.lanes().grad_mapped(grad, dim, g, saved)
     }
-}
-
-/// A map's result over lanes `l`: when every stored entry of `l` is valid (no validity
-/// bits, no unstored zeros), the result stores exactly `l`'s positions, and its pattern
-/// is `l`'s, copied: no coordinates recomputed from flat positions (a division per dim
-/// and entry, which took a sixth of a COO softmax).
-fn stored_like<O: Element>(l: &CooLanes<'_, impl Element>, a: SparseArray<O>) -> MaskedCoo<O> {
-    if l.valid.is_none()
-        && !l.fill
-        && a.shape() == l.pattern.shape()
-        && a.indices().len() == l.pattern.nnz()
-    {
-        let (_, _, values) = a.into_parts();
-        return MaskedCoo {
-            pattern: l.pattern.clone(),
-            values,
-            mask: Resolved::Stored,
-        };
-    }
-    a.into()
 }
 
 /// A sparse result (a reduction, a normalization, an elementwise op) as a masked COO
@@ -453,7 +414,15 @@ mod tests {
             let op = masked_core::lane::Softmax {
                 kind: masked_core::lane::SoftmaxKind::Softmax,
             };
-            let rebuilt = MaskedCoo::from(x.lanes().map_lanes(&op, dim).unwrap());
+            // the same map through the general path (grouped, flat positions, a
+            // pattern rebuilt from them): every validity bit set
+            let mut all_valid = x.lanes();
+            all_valid.valid = Some(std::borrow::Cow::Owned(vec![u64::MAX; 1]));
+            let rebuilt = all_valid.map_lanes(&op, dim).unwrap();
+            assert!(!std::ptr::eq(
+                rebuilt.pattern().coords(0),
+                x.pattern().coords(0)
+            ));
             assert_eq!(s.values(), rebuilt.values());
             assert_eq!(s.pattern(), rebuilt.pattern());
         }
