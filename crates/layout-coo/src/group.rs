@@ -14,14 +14,14 @@ use std::borrow::Cow;
 pub(crate) struct Rows<'a> {
     /// Number of positions along the reduced dims (the lane length).
     pub ncols: usize,
-    /// Row pointer over the groups.
-    pub indptr: Vec<usize>,
+    /// Row pointer over the groups (borrowed from a pattern's cached plan, or owned).
+    pub indptr: Cow<'a, [usize]>,
     /// Each entry's row-major position along the reduced dims (borrowed: the
     /// coordinates of the one reduced dim, in stored order).
     pub cols: Cow<'a, [usize]>,
     /// Row `r` is kept position `ids[r]` (compressed: only groups with entries), or
     /// `None` when rows are every kept position in order.
-    pub ids: Option<Vec<usize>>,
+    pub ids: Option<Cow<'a, [usize]>>,
 }
 
 impl Rows<'_> {
@@ -49,7 +49,7 @@ pub(crate) struct Grouped<'a, T: Clone> {
     pub valid: Option<Cow<'a, [u64]>>,
     /// Entry `k` of the group order is entry `perm[k]` of the stored order (`None`:
     /// the same order).
-    pub perm: Option<Vec<usize>>,
+    pub perm: Option<Cow<'a, [usize]>>,
 }
 
 impl<T: Element> Grouped<'_, T> {
@@ -128,6 +128,7 @@ pub(crate) fn group<'a, T: Element>(
     valid: Option<&'a [u64]>,
     reduced: &[usize],
     full: bool,
+    plan: Option<&'a GroupPlan>,
 ) -> Result<Grouped<'a, T>> {
     let nnz = values.len();
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
@@ -139,36 +140,33 @@ pub(crate) fn group<'a, T: Element>(
             perm: None,
         });
     }
+    if !full && nnz > 1 {
+        return Ok(match plan {
+            Some(p) => p.grouped(values, valid),
+            None => GroupPlan::build(shape, coords, reduced, nnz)?.into_grouped(values, valid),
+        });
+    }
     let nkept = size_of(&kept.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
     let ncols = size_of(&reduced.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
     let keys = index_over(shape, coords, &kept, nnz);
     let cols = index_over(shape, coords, reduced, nnz);
-    let (keys, cols, values, valid, perm) = if nnz <= 1 {
-        (
-            keys,
-            cols,
-            Cow::Borrowed(values),
-            valid.map(Cow::Borrowed),
-            None,
-        )
+    let (values, valid, perm) = if nnz <= 1 {
+        (Cow::Borrowed(values), valid.map(Cow::Borrowed), None)
     } else {
         let perm = order_by_group(&keys, &cols, nkept, ncols);
-        let gather = |src: &[usize]| -> Vec<usize> { par::gather(src, &perm) };
-        let vals: Vec<T> = par::gather(values, &perm);
-        let bits = valid.map(|w| {
-            let mut out = vec![0u64; nnz.div_ceil(64)];
-            for (k, &p) in perm.iter().enumerate() {
-                out[k / 64] |= ((w[p / 64] >> (p % 64)) & 1) << (k % 64);
-            }
-            out
-        });
+        let (vals, bits) = gather_entries(&perm, values, valid);
         (
-            Cow::Owned(gather(&keys)),
-            Cow::Owned(gather(&cols)),
             Cow::Owned(vals),
             bits.map(Cow::Owned),
-            Some(perm),
+            Some(Cow::Owned(perm)),
         )
+    };
+    let (keys, cols) = match &perm {
+        Some(p) => (
+            Cow::Owned(par::gather(&keys, p)),
+            Cow::Owned(par::gather(&cols, p)),
+        ),
+        None => (keys, cols),
     };
     let (indptr, ids) = if full {
         let mut indptr = vec![0usize; nkept + 1];
@@ -180,18 +178,13 @@ pub(crate) fn group<'a, T: Element>(
         }
         (indptr, None)
     } else {
-        // a group starts where the key changes
-        let mut indptr: Vec<usize> = par::flat_map_ranges(nnz, 1 << 14, |es, out| {
-            out.extend(es.filter(|&e| e == 0 || keys[e] != keys[e - 1]))
-        });
-        let ids = par::gather(&keys, &indptr);
-        indptr.push(nnz);
-        (indptr, Some(ids))
+        let (indptr, ids) = starts_of(&keys);
+        (indptr, Some(Cow::Owned(ids)))
     };
     Ok(Grouped {
         rows: Rows {
             ncols,
-            indptr,
+            indptr: Cow::Owned(indptr),
             cols,
             ids,
         },
@@ -199,6 +192,112 @@ pub(crate) fn group<'a, T: Element>(
         valid,
         perm,
     })
+}
+
+/// The row pointer (a group starts where the key changes, then the end) and each
+/// group's key, of entries in group order.
+fn starts_of(keys: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let nnz = keys.len();
+    let mut indptr: Vec<usize> = par::flat_map_ranges(nnz, 1 << 14, |es, out| {
+        out.extend(es.filter(|&e| e == 0 || keys[e] != keys[e - 1]))
+    });
+    let ids = par::gather(keys, &indptr);
+    indptr.push(nnz);
+    (indptr, ids)
+}
+
+/// The values and validity bits of the stored entries in the order `perm` (entry `k`
+/// is stored entry `perm[k]`).
+fn gather_entries<T: Element>(
+    perm: &[usize],
+    values: &[T],
+    valid: Option<&[u64]>,
+) -> (Vec<T>, Option<Vec<u64>>) {
+    let bits = valid.map(|w| {
+        let mut out = vec![0u64; perm.len().div_ceil(64)];
+        for (k, &p) in perm.iter().enumerate() {
+            out[k / 64] |= ((w[p / 64] >> (p % 64)) & 1) << (k % 64);
+        }
+        out
+    });
+    (par::gather(values, perm), bits)
+}
+
+/// The index-only part of a grouping that moves entries (the kept dims are not the
+/// leading ones), with a row per group that has entries: the order, the rows and their
+/// columns, computed from the coordinates alone. The symbolic half of faer's
+/// symbolic/numeric split: a pattern builds it once per reduced dim (on first use,
+/// [`CooPattern::plan`](crate::CooPattern)) and every later map or reduction along that
+/// dim, on any values over the pattern, only gathers its values in that order.
+#[derive(Debug)]
+pub(crate) struct GroupPlan {
+    ncols: usize,
+    indptr: Vec<usize>,
+    cols: Vec<usize>,
+    ids: Vec<usize>,
+    perm: Vec<usize>,
+}
+
+impl GroupPlan {
+    /// The plan of grouping `nnz > 1` entries by the dims not in `reduced`.
+    pub(crate) fn build(
+        shape: &[usize],
+        coords: &[&[usize]],
+        reduced: &[usize],
+        nnz: usize,
+    ) -> Result<GroupPlan> {
+        let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
+        let nkept = size_of(&kept.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
+        let ncols = size_of(&reduced.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
+        let keys = index_over(shape, coords, &kept, nnz);
+        let cols = index_over(shape, coords, reduced, nnz);
+        let perm = order_by_group(&keys, &cols, nkept, ncols);
+        let (indptr, ids) = starts_of(&par::gather(&keys, &perm));
+        Ok(GroupPlan {
+            ncols,
+            indptr,
+            cols: par::gather(&cols, &perm),
+            ids,
+            perm,
+        })
+    }
+
+    /// The grouping of `values` (and `valid`) over the plan's pattern, its rows borrowed
+    /// from the plan.
+    pub(crate) fn grouped<'a, T: Element>(
+        &'a self,
+        values: &[T],
+        valid: Option<&[u64]>,
+    ) -> Grouped<'a, T> {
+        let (vals, bits) = gather_entries(&self.perm, values, valid);
+        Grouped {
+            rows: Rows {
+                ncols: self.ncols,
+                indptr: Cow::Borrowed(&self.indptr),
+                cols: Cow::Borrowed(&self.cols),
+                ids: Some(Cow::Borrowed(&self.ids)),
+            },
+            values: Cow::Owned(vals),
+            valid: bits.map(Cow::Owned),
+            perm: Some(Cow::Borrowed(&self.perm)),
+        }
+    }
+
+    /// [`GroupPlan::grouped`], the rows moved out of the plan.
+    fn into_grouped<'a, T: Element>(self, values: &[T], valid: Option<&[u64]>) -> Grouped<'a, T> {
+        let (vals, bits) = gather_entries(&self.perm, values, valid);
+        Grouped {
+            rows: Rows {
+                ncols: self.ncols,
+                indptr: Cow::Owned(self.indptr),
+                cols: Cow::Owned(self.cols),
+                ids: Some(Cow::Owned(self.ids)),
+            },
+            values: Cow::Owned(vals),
+            valid: bits.map(Cow::Owned),
+            perm: Some(Cow::Owned(self.perm)),
+        }
+    }
 }
 
 /// The rows of `nnz` entries (coordinates per dim, row-major sorted) grouped by their
@@ -229,11 +328,11 @@ pub(crate) fn rows_in_order<'a>(
         }
         (indptr, None)
     } else {
-        (starts, Some(ids))
+        (starts, Some(Cow::Owned(ids)))
     };
     Ok(Rows {
         ncols,
-        indptr,
+        indptr: Cow::Owned(indptr),
         cols,
         ids,
     })
@@ -488,20 +587,20 @@ mod tests {
         let c1 = [1usize, 2, 0, 2];
         let v = [1.0f64, 2.0, 3.0, 4.0];
         // reduce dim 1: groups are rows, no reordering
-        let g = group(&[2, 3], &[&c0, &c1], &v, None, &[1], false).unwrap();
+        let g = group(&[2, 3], &[&c0, &c1], &v, None, &[1], false, None).unwrap();
         assert_eq!(g.rows.indptr, vec![0, 2, 4]);
         assert_eq!(g.rows.cols[..], [1, 2, 0, 2]);
         assert!(matches!(g.values, Cow::Borrowed(_)));
         // reduce dim 0: groups are columns 0, 1, 2 (compressed: all three have entries)
-        let g = group(&[2, 3], &[&c0, &c1], &v, Some(&[0b1010]), &[0], false).unwrap();
-        assert_eq!(g.rows.ids, Some(vec![0, 1, 2]));
+        let g = group(&[2, 3], &[&c0, &c1], &v, Some(&[0b1010]), &[0], false, None).unwrap();
+        assert_eq!(g.rows.ids.as_deref(), Some(&[0, 1, 2][..]));
         assert_eq!(g.rows.indptr, vec![0, 1, 2, 4]);
         assert_eq!(g.rows.cols[..], [1, 0, 0, 1]);
         assert_eq!(&g.values[..], &[3.0, 1.0, 2.0, 4.0]);
         // entry bits follow their entries: entries 1 and 3 were valid, now at 2 and 3
         assert_eq!(g.valid.as_deref(), Some(&[0b1100u64][..]));
         // full rows over a larger kept dim
-        let g = group(&[2, 5], &[&c0, &c1], &v, None, &[0], true).unwrap();
+        let g = group(&[2, 5], &[&c0, &c1], &v, None, &[0], true, None).unwrap();
         assert_eq!(g.rows.indptr, vec![0, 1, 2, 4, 4, 4]);
         assert_eq!(g.rows.ids, None);
         // 3-D [2, 2, 3], reduced over the trailing dims: rows from the coordinate scan
@@ -513,7 +612,7 @@ mod tests {
         let coords: [&[usize]; 3] = [&d0, &d1, &d2];
         let r = rows_in_order(&[2, 2, 3], &coords, 5, 2, false).unwrap();
         assert_eq!((r.ncols, &r.indptr[..]), (3, &[0, 2, 3, 5][..]));
-        assert_eq!(r.ids, Some(vec![0, 1, 3]));
+        assert_eq!(r.ids.as_deref(), Some(&[0, 1, 3][..]));
         assert_eq!(r.cols[..], [0, 2, 1, 0, 2]);
         assert!(matches!(r.cols, Cow::Borrowed(_)));
         let r = rows_in_order(&[2, 2, 3], &coords, 5, 2, true).unwrap();
@@ -521,14 +620,41 @@ mod tests {
         let r = rows_in_order(&[2, 2, 3], &coords, 5, 1, false).unwrap();
         assert_eq!((r.ncols, &r.indptr[..]), (6, &[0, 3, 5][..]));
         assert_eq!(
-            (r.ids, &r.cols[..]),
-            (Some(vec![0, 1]), &[0, 2, 4, 3, 5][..])
+            (r.ids.as_deref(), &r.cols[..]),
+            (Some(&[0, 1][..]), &[0, 2, 4, 3, 5][..])
         );
         // over every dim: one row
         let r = rows_in_order(&[2, 2, 3], &coords, 5, 0, false).unwrap();
-        assert_eq!((&r.indptr[..], r.ids), (&[0, 5][..], Some(vec![0])));
-        let g = group(&[2, 2, 3], &coords, &[1.0f64; 5], None, &[2], false).unwrap();
-        assert_eq!((g.rows.indptr, g.perm), (vec![0, 2, 3, 5], None));
+        assert_eq!(
+            (&r.indptr[..], r.ids.as_deref()),
+            (&[0, 5][..], Some(&[0][..]))
+        );
+        let g = group(&[2, 2, 3], &coords, &[1.0f64; 5], None, &[2], false, None).unwrap();
+        assert_eq!((&g.rows.indptr[..], g.perm), (&[0, 2, 3, 5][..], None));
+        // the plan path: grouped through a plan built once equals grouping afresh, the
+        // rows borrowed from the plan, for any values over the pattern
+        let plan = GroupPlan::build(&[2, 3], &[&c0, &c1], &[0], 4).unwrap();
+        let bits = [0b1010u64];
+        let fresh = group(&[2, 3], &[&c0, &c1], &v, Some(&bits), &[0], false, None).unwrap();
+        let planned = group(
+            &[2, 3],
+            &[&c0, &c1],
+            &v,
+            Some(&bits),
+            &[0],
+            false,
+            Some(&plan),
+        )
+        .unwrap();
+        assert_eq!(planned.rows.indptr, fresh.rows.indptr);
+        assert_eq!(planned.rows.cols, fresh.rows.cols);
+        assert_eq!(planned.rows.ids, fresh.rows.ids);
+        assert_eq!(planned.perm, fresh.perm);
+        assert_eq!(planned.values, fresh.values);
+        assert_eq!(planned.valid, fresh.valid);
+        assert!(matches!(planned.rows.indptr, Cow::Borrowed(_)));
+        let w = [5.0f64, 6.0, 7.0, 8.0];
+        assert_eq!(&plan.grouped(&w, None).values[..], &[7.0, 5.0, 6.0, 8.0]);
         // the sort path (many more groups than entries)
         let perm = order_by_group(&[9000, 3, 3], &[0, 1, 0], 10_000, 2);
         assert_eq!(perm, vec![2, 1, 0]);

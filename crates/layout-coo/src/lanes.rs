@@ -52,13 +52,20 @@ impl<'a, T: Element> CooLanes<'a, T> {
         let coords: Vec<&[usize]> = (0..self.pattern.ndim())
             .map(|d| self.pattern.coords(d))
             .collect();
+        let full = full || self.fill;
+        // along one dim, the pattern's plan (built once) when rows are per group
+        let plan = match reduced {
+            [d] if !full => self.pattern.plan(*d)?,
+            _ => None,
+        };
         group(
             self.shape(),
             &coords,
             self.values,
             self.valid.as_deref(),
             reduced,
-            full || self.fill,
+            full,
+            plan,
         )
     }
 

@@ -399,6 +399,39 @@ mod tests {
     use super::*;
     use masked_core::MaskedOps;
 
+    /// A map or reduction along a dim whose grouping moves entries builds the pattern's
+    /// plan once; later calls (and ops on results sharing the pattern) reuse it, with the
+    /// same values as a grouping done afresh.
+    #[test]
+    fn the_grouping_plan_is_built_once_and_reused() {
+        let coords = [vec![0, 0, 1, 1, 1], vec![0, 2, 0, 1, 2], vec![1, 0, 1, 0, 1]];
+        let vals = vec![1.0f64, -2.0, 3.0, 0.5, 4.0];
+        let x = MaskedCoo::from_pattern([2, 3, 2], &coords, vals.clone()).unwrap();
+        let fresh = MaskedCoo::from_pattern([2, 3, 2], &coords, vals).unwrap();
+        assert_eq!(format!("{:?}", x.pattern().plans), "plans built along dims []");
+        let a = x.softmax(0).unwrap();
+        assert_eq!(format!("{:?}", x.pattern().plans), "plans built along dims [0]");
+        // the result shares the pattern, plans included
+        assert_eq!(format!("{:?}", a.pattern().plans), "plans built along dims [0]");
+        let b = x.softmax(0).unwrap();
+        assert_eq!(a.values(), b.values());
+        let s = a.sum(0, false).unwrap();
+        let s_fresh = fresh.softmax(0).unwrap();
+        assert_eq!(a.values(), s_fresh.values());
+        assert_eq!(s.values(), s_fresh.sum(0, false).unwrap().values());
+        x.softmax(1).unwrap();
+        assert_eq!(
+            format!("{:?}", x.pattern().plans),
+            "plans built along dims [0, 1]"
+        );
+        // the last dim groups in stored order: no plan
+        x.softmax(2).unwrap();
+        assert_eq!(
+            format!("{:?}", x.pattern().plans),
+            "plans built along dims [0, 1]"
+        );
+    }
+
     /// A map over every stored entry (mask = the stored pattern) returns a result on the
     /// input's pattern itself: the coordinates are shared (the same memory), and the
     /// values equal a result built from flat positions.

@@ -1,10 +1,11 @@
 //! The validated n-D coordinate pattern: canonical (row-major sorted), duplicate-free.
 
+use crate::group::GroupPlan;
 use masked_core::{check_lengths, BitMask, BoolArray, MaskedError, Result, ShapeLike};
 use masked_kernels::par;
 use rayon::prelude::*;
 use std::borrow::Borrow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// An n-D COO index pattern: a shape and the stored positions, sorted in row-major order
 /// without duplicates. It is the stored structure of a [`crate::MaskedCoo`] and, on its
@@ -38,6 +39,41 @@ pub struct CooPattern {
     /// normalization's result stores its input's positions, and a clone of the pattern
     /// costs a reference count, not a copy of every coordinate.
     coords: Arc<Vec<usize>>,
+    /// The grouping plans along each single dim, built on first use and shared by the
+    /// clones (which have the same coordinates).
+    pub(crate) plans: Plans,
+}
+
+/// A pattern's grouping plans: one slot per dim, for the maps and reductions along
+/// that dim alone whose grouping moves entries (not the last dim), each filled on first
+/// use. A pattern that is never grouped so holds none; one that is holds three index
+/// arrays of its entry count per dim used (order, columns, rows), for as long as the
+/// pattern (or a result sharing it) lives. Not part of the pattern's value: equal
+/// patterns compare equal whatever plans they hold, and serialising skips them.
+#[derive(Clone)]
+pub(crate) struct Plans(Arc<[OnceLock<GroupPlan>]>);
+
+impl Plans {
+    fn new(ndim: usize) -> Plans {
+        Plans((0..ndim).map(|_| OnceLock::new()).collect())
+    }
+}
+
+impl PartialEq for Plans {
+    fn eq(&self, _: &Plans) -> bool {
+        true
+    }
+}
+
+impl Eq for Plans {}
+
+impl std::fmt::Debug for Plans {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let built: Vec<usize> = (0..self.0.len())
+            .filter(|&d| self.0[d].get().is_some())
+            .collect();
+        write!(f, "plans built along dims {built:?}")
+    }
 }
 
 /// Number of elements of `shape`, checked against overflow.
@@ -145,6 +181,7 @@ impl CooPattern {
                 shape: shape.to_vec(),
                 nnz,
                 coords: Arc::new(out),
+                plans: Plans::new(shape.len()),
             };
             return Ok((me, Some(perm)));
         }
@@ -157,6 +194,7 @@ impl CooPattern {
                 shape: shape.to_vec(),
                 nnz,
                 coords: Arc::new(out),
+                plans: Plans::new(shape.len()),
             },
             None,
         ))
@@ -179,6 +217,7 @@ impl CooPattern {
             shape: shape.to_vec(),
             nnz,
             coords: Arc::new(coords),
+            plans: Plans::new(shape.len()),
         }
     }
 
@@ -323,6 +362,23 @@ impl CooPattern {
     pub fn coords(&self, d: usize) -> &[usize] {
         &self.coords[d * self.nnz..(d + 1) * self.nnz]
     }
+    /// The grouping plan of a map or reduction along dim `d` alone, built on first use
+    /// (see [`GroupPlan`]); `None` where a grouping along `d` moves nothing (the last
+    /// dim) or there is at most one entry.
+    pub(crate) fn plan(&self, d: usize) -> Result<Option<&GroupPlan>> {
+        if d + 1 >= self.ndim() || self.nnz <= 1 {
+            return Ok(None);
+        }
+        let slot = &self.plans.0[d];
+        if let Some(p) = slot.get() {
+            return Ok(Some(p));
+        }
+        let coords: Vec<&[usize]> = (0..self.ndim()).map(|k| self.coords(k)).collect();
+        let built = GroupPlan::build(&self.shape, &coords, &[d], self.nnz)?;
+        // a racing caller's plan, if it got there first, is the same plan
+        Ok(Some(slot.get_or_init(|| built)))
+    }
+
     /// The stored positions as row-major flat indices (increasing).
     pub fn flat(&self) -> Vec<usize> {
         flat_of(
