@@ -34,6 +34,7 @@
 pub mod bits;
 pub mod buffer;
 pub mod cpu;
+pub mod order;
 pub mod pack;
 pub mod par;
 pub mod run;

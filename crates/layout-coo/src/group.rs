@@ -548,21 +548,8 @@ pub(crate) fn sorting_order(flat: &[usize]) -> Vec<usize> {
 /// group when there are not many more groups than entries (entries of one group are
 /// already in column order), a sort of the combined key otherwise.
 fn order_by_group(keys: &[usize], cols: &[usize], nkept: usize, ncols: usize) -> Vec<usize> {
-    let nnz = keys.len();
-    if nkept <= 4 * nnz + 4096 {
-        let mut start = vec![0usize; nkept + 1];
-        for &k in keys {
-            start[k + 1] += 1;
-        }
-        for g in 0..nkept {
-            start[g + 1] += start[g];
-        }
-        let mut perm = vec![0usize; nnz];
-        for (e, &k) in keys.iter().enumerate() {
-            perm[start[k]] = e;
-            start[k] += 1;
-        }
-        perm
+    if masked_kernels::order::counting_suits(nkept, keys.len()) {
+        masked_kernels::order::counting_order(keys, nkept)
     } else {
         // key * ncols + col is the position in (kept, reduced) order: below the size
         let mut order: Vec<(usize, usize)> = keys

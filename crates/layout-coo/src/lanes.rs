@@ -351,6 +351,17 @@ impl<'a, T: Element> CooLanes<'a, T> {
         })
     }
 
+    /// A result stored at this pattern's valid entries (a gradient) as a `MaskedCoo`:
+    /// on the pattern itself where every entry is valid, else on the valid entries'
+    /// positions.
+    fn on_entries<O: Element>(&self, a: SparseArray<O>) -> MaskedCoo<O> {
+        if self.valid.is_none() && a.nnz() == self.pattern.nnz() {
+            let (_, _, values) = a.into_parts();
+            return self.stored_like(values);
+        }
+        a.into()
+    }
+
     /// A map's result over these lanes. Where every stored entry is valid (no validity
     /// bits), the result stores exactly these positions: this pattern itself, shared (a
     /// reference count), with no flat positions computed and checked only to be
@@ -463,7 +474,7 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
             None => None,
         };
         self.grad_entries(grad, &reduced, up, saved, &[])
-            .map(MaskedCoo::from)
+            .map(|a| self.on_entries(a))
     }
 
     /// Along any one dim; `g` stores exactly the valid entries (as the forward map's
@@ -492,7 +503,7 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
             }
             None => self.grad_entries(grad, &[d], up, None, &[&g]),
         }
-        .map(MaskedCoo::from)
+        .map(|a| self.on_entries(a))
     }
 }
 

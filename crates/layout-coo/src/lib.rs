@@ -404,15 +404,28 @@ mod tests {
     /// same values as a grouping done afresh.
     #[test]
     fn the_grouping_plan_is_built_once_and_reused() {
-        let coords = [vec![0, 0, 1, 1, 1], vec![0, 2, 0, 1, 2], vec![1, 0, 1, 0, 1]];
+        let coords = [
+            vec![0, 0, 1, 1, 1],
+            vec![0, 2, 0, 1, 2],
+            vec![1, 0, 1, 0, 1],
+        ];
         let vals = vec![1.0f64, -2.0, 3.0, 0.5, 4.0];
         let x = MaskedCoo::from_pattern([2, 3, 2], &coords, vals.clone()).unwrap();
         let fresh = MaskedCoo::from_pattern([2, 3, 2], &coords, vals).unwrap();
-        assert_eq!(format!("{:?}", x.pattern().plans), "plans built along dims []");
+        assert_eq!(
+            format!("{:?}", x.pattern().plans),
+            "plans built along dims []"
+        );
         let a = x.softmax(0).unwrap();
-        assert_eq!(format!("{:?}", x.pattern().plans), "plans built along dims [0]");
+        assert_eq!(
+            format!("{:?}", x.pattern().plans),
+            "plans built along dims [0]"
+        );
         // the result shares the pattern, plans included
-        assert_eq!(format!("{:?}", a.pattern().plans), "plans built along dims [0]");
+        assert_eq!(
+            format!("{:?}", a.pattern().plans),
+            "plans built along dims [0]"
+        );
         let b = x.softmax(0).unwrap();
         assert_eq!(a.values(), b.values());
         let s = a.sum(0, false).unwrap();

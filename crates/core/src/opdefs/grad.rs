@@ -1293,9 +1293,15 @@ pub fn grad_runs<T: crate::element::Element, G: LaneGrad>(
 }
 
 /// The permutation that sorts `keys` stably (entries of one key keep their order): a
-/// non-generic sort, compiled once.
+/// counting sort when the keys span not much more than their count (a lane's position
+/// over the kept dims usually does), else a merge sort; non-generic, compiled once.
 fn stable_order(keys: &[usize]) -> Vec<usize> {
+    use masked_kernels::order::{counting_order, counting_suits};
     use rayon::prelude::*;
+    let nkeys = keys.iter().max().map_or(0, |&k| k + 1);
+    if counting_suits(nkeys, keys.len()) {
+        return counting_order(keys, nkeys);
+    }
     let mut o: Vec<usize> = (0..keys.len()).collect();
     masked_kernels::par::on_free_pool(|| o.par_sort_by_key(|&e| keys[e]));
     o
