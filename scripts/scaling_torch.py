@@ -7,20 +7,10 @@ the speedup over one thread.
 """
 import os
 import sys
-import time
 
 import torch
 
-
-def median_time(fn, reps=7):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2]
+from peers_common import tmed
 
 
 def counts(cores):
@@ -45,7 +35,7 @@ def main():
         base = None
         for t in counts(cores):
             torch.set_num_threads(t)
-            s = median_time(fn)
+            s = tmed(fn)
             base = base or s
             print(f"{name:20} threads {t:3}  {s * 1e3:9.2f} ms  {base / s:5.2f}x", flush=True)
 
