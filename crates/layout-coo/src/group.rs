@@ -3,6 +3,7 @@
 //! then fold, gather or map every row.
 
 use crate::pattern::{flat_of, size_of};
+use masked_core::grad::LaneOrder;
 use masked_core::{Element, Result, SparseArray};
 use masked_kernels::par;
 use masked_sparse::{Cols, CsrLanes};
@@ -280,6 +281,16 @@ impl GroupPlan {
             values: Cow::Owned(vals),
             valid: bits.map(Cow::Owned),
             perm: Some(Cow::Borrowed(&self.perm)),
+        }
+    }
+
+    /// The plan's lanes as a VJP takes them: the order, the row starts and each row's
+    /// kept position, borrowed.
+    pub(crate) fn lane_order(&self) -> LaneOrder<'_> {
+        LaneOrder {
+            order: Some(Cow::Borrowed(&self.perm)),
+            starts: Cow::Borrowed(&self.indptr),
+            keys: Cow::Borrowed(&self.ids),
         }
     }
 

@@ -6,7 +6,7 @@
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::group::{self, group, Grouped, Linear, Segments};
 use crate::{pattern, prebuilt, CooPattern, MaskedCoo, Resolved};
-use masked_core::grad::{sparse_lanes, SparseUpstream};
+use masked_core::grad::{sparse_lanes, sparse_lanes_ordered, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
@@ -473,6 +473,9 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
             Some(y) => Some(SparseUpstream::reduced(grad.name(), y, want)?),
             None => None,
         };
+        if let Some(out) = self.grad_planned(grad, &reduced, up, saved)? {
+            return Ok(out);
+        }
         self.grad_entries(grad, &reduced, up, saved, &[])
             .map(|a| self.on_entries(a))
     }
@@ -487,6 +490,19 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
         saved: Option<&MaskedCoo<T::Real>>,
     ) -> Result<MaskedCoo<T::Real>> {
         let d = wrap_dim(dim, self.shape().len())?;
+        // an upstream (and saved output) on this very pattern (a forward map's result
+        // shares it): its stored values are per entry, in order
+        let (gl, yl) = (g.lanes(), saved.map(MaskedCoo::lanes));
+        if gl.pattern == self.pattern && yl.as_ref().is_none_or(|y| y.pattern == self.pattern) {
+            let up = SparseUpstream::PerElement(gl.values);
+            let ys = yl
+                .as_ref()
+                .filter(|_| grad.uses_output())
+                .map(|y| SparseUpstream::PerElement(y.values));
+            if let Some(out) = self.grad_planned(grad, &[d], up, ys)? {
+                return Ok(out);
+            }
+        }
         // the upstream (and saved output) as the lanes see them: stored positions and
         // values
         let stored = |m: &MaskedCoo<T::Real>| {
@@ -508,6 +524,26 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
 }
 
 impl<T: Element> CooLanes<'_, T> {
+    /// A gradient along one dim through the pattern's grouping plan (built once, by the
+    /// forward op along that dim or here), stored on the pattern itself: where every
+    /// stored entry is valid and the dim's grouping moves entries; `None` elsewhere.
+    fn grad_planned<G: LaneGrad>(
+        &self,
+        grad: &G,
+        reduced: &[usize],
+        up: SparseUpstream<'_, T::Real>,
+        saved: Option<SparseUpstream<'_, T::Real>>,
+    ) -> Result<Option<MaskedCoo<T::Real>>> {
+        let (&[d], None, false) = (reduced, &self.valid, self.fill) else {
+            return Ok(None);
+        };
+        let Some(plan) = self.pattern.plan(d)? else {
+            return Ok(None);
+        };
+        let values = sparse_lanes_ordered(grad, &plan.lane_order(), self.values, up, saved)?;
+        Ok(Some(self.stored_like(values)))
+    }
+
     /// A gradient over the valid entries, stored at their positions; a map's upstream
     /// and saved output (`stored_at_valid`) must store exactly those positions.
     fn grad_entries<G: LaneGrad>(

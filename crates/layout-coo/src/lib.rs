@@ -445,6 +445,60 @@ mod tests {
         );
     }
 
+    /// The VJPs along a dim with a plan run through it and give the general path's
+    /// gradients (the same lanes ordered from flat positions), stored on the pattern.
+    #[test]
+    fn planned_vjps_equal_the_general_path() {
+        use masked_core::grad::{SoftmaxGrad, SumGrad};
+        use masked_core::lane::SoftmaxKind;
+        let coords = [
+            vec![0, 0, 1, 1, 1, 2],
+            vec![0, 2, 0, 1, 2, 2],
+            vec![1, 0, 1, 0, 1, 1],
+        ];
+        let vals = vec![1.0f64, -2.0, 3.0, 0.5, 4.0, -1.5];
+        let x = MaskedCoo::from_pattern([3, 3, 2], &coords, vals).unwrap();
+        // the general path: every validity bit set, so no plan is used
+        let mut general = x.lanes();
+        general.valid = Some(std::borrow::Cow::Owned(vec![u64::MAX; 1]));
+        let sm = SoftmaxGrad {
+            kind: SoftmaxKind::Softmax,
+        };
+        for dim in [0isize, 1] {
+            let y = x.softmax(dim).unwrap();
+            let g =
+                MaskedCoo::from_pattern([3, 3, 2], &coords, vec![0.3, -1.0, 2.0, 0.7, -0.2, 1.1])
+                    .unwrap();
+            let planned = x.lanes().grad_mapped(&sm, dim, &g, Some(&y)).unwrap();
+            let want = general.grad_mapped(&sm, dim, &g, Some(&y)).unwrap();
+            assert!(std::ptr::eq(
+                planned.pattern().coords(0),
+                x.pattern().coords(0)
+            ));
+            assert_eq!(planned.pattern(), want.pattern());
+            for (a, b) in planned.values().iter().zip(want.values()) {
+                assert!((a - b).abs() < 1e-15, "{a} {b}");
+            }
+            // a reduction's VJP: the upstream per kept position
+            let s = x.sum(dim, false).unwrap();
+            let up = SparseArray::new(
+                s.shape().to_vec(),
+                s.indices().to_vec(),
+                (0..s.nnz()).map(|i| i as f64 + 0.5).collect(),
+            )
+            .unwrap();
+            let dims = Dims::from(dim);
+            let planned = x
+                .lanes()
+                .grad_reduced(&SumGrad, &dims, false, &up, None)
+                .unwrap();
+            let want = general
+                .grad_reduced(&SumGrad, &dims, false, &up, None)
+                .unwrap();
+            assert_eq!(planned.values(), want.values());
+        }
+    }
+
     /// A map over every stored entry (mask = the stored pattern) returns a result on the
     /// input's pattern itself: the coordinates are shared (the same memory), and the
     /// values equal a result built from flat positions.

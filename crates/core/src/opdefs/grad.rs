@@ -1378,8 +1378,9 @@ impl<'a, R: crate::element::Element> SparseUpstream<'a, R> {
 /// `[d]`). `saved`, when given, is the forward output in the form of `g`. Returns the
 /// gradient of each entry, in the entries' order: the layouts store it on their own
 /// structure, so the result is sparse with the input's valid positions. Work O(nnz) when
-/// the lanes are runs of entries (reduced dims trailing), O(nnz log nnz) otherwise (a
-/// stable sort of the entries by lane); the lanes then run through [`grad_runs`].
+/// the lanes are runs of entries (reduced dims trailing) or the kept positions are not
+/// many more than the entries (a counting sort by lane), O(nnz log nnz) otherwise (a
+/// stable sort); the lanes then run through [`grad_runs`] ([`sparse_lanes_ordered`]).
 ///
 /// # Errors
 /// [`MaskedError::InvalidArgument`] when `g` (or `saved`) is of the other kind or a
@@ -1394,6 +1395,100 @@ pub fn sparse_lanes<'a, T: crate::element::Element, G: LaneGrad>(
     g: SparseUpstream<'a, T::Real>,
     saved: Option<SparseUpstream<'a, T::Real>>,
 ) -> Result<Vec<T::Real>> {
+    if flat.len() != xs.len() {
+        return Err(upstream_error(grad));
+    }
+    sparse_lanes_ordered(
+        grad,
+        &LaneOrder::of_flat(shape, reduced, flat),
+        xs,
+        g,
+        saved,
+    )
+}
+
+/// Entries grouped into lanes, in an order that a layout may build once and keep (the
+/// COO layout's grouping plan): lane `r` is the entries `order[starts[r]..starts[r +
+/// 1]]` (`order` `None`: the entries' own order), in row-major order within the lane,
+/// and `keys[r]` is its position over the kept dims, row-major (increasing with `r`).
+#[derive(Debug, Clone)]
+pub struct LaneOrder<'a> {
+    /// Entry numbers in lane order, or `None` when the entries are in lane order.
+    pub order: Option<std::borrow::Cow<'a, [usize]>>,
+    /// Lane boundaries into the lane order, ending with the entry count.
+    pub starts: std::borrow::Cow<'a, [usize]>,
+    /// Each lane's position over the kept dims.
+    pub keys: std::borrow::Cow<'a, [usize]>,
+}
+
+impl LaneOrder<'static> {
+    /// The lanes of the entries at row-major positions `flat` (increasing) of an array
+    /// of `shape` reduced over `reduced`.
+    pub fn of_flat(shape: &[usize], reduced: &[usize], flat: &[usize]) -> Self {
+        let n = flat.len();
+        // the lane key of each entry: its position over the kept dims, row-major
+        let mut stride = vec![0usize; shape.len()];
+        let mut acc = 1usize;
+        for d in (0..shape.len()).rev() {
+            if !reduced.contains(&d) {
+                stride[d] = acc;
+                acc = acc.saturating_mul(shape[d]);
+            }
+        }
+        let key = |p: usize| {
+            let (mut p, mut k) = (p, 0usize);
+            for d in (0..shape.len()).rev() {
+                let n = shape[d].max(1);
+                k += (p % n) * stride[d];
+                p /= n;
+            }
+            k
+        };
+        let keys: Vec<usize> = masked_kernels::par::flat_map_ranges(n, 1 << 12, |r, out| {
+            out.extend(flat[r].iter().map(|&p| key(p)))
+        });
+        // entries grouped by lane, row-major within a lane (a stable sort when needed)
+        let order: Option<Vec<usize>> = if keys.windows(2).all(|w| w[0] <= w[1]) {
+            None
+        } else {
+            Some(stable_order(&keys))
+        };
+        let at = |i: usize| order.as_ref().map_or(i, |o| o[i]);
+        let mut starts: Vec<usize> = (0..n)
+            .filter(|&i| i == 0 || keys[at(i)] != keys[at(i - 1)])
+            .collect();
+        let lane_keys = starts.iter().map(|&i| keys[at(i)]).collect();
+        starts.push(n);
+        use std::borrow::Cow;
+        LaneOrder {
+            order: order.map(Cow::Owned),
+            starts: Cow::Owned(starts),
+            keys: Cow::Owned(lane_keys),
+        }
+    }
+}
+
+fn upstream_error(grad: &impl LaneGrad) -> MaskedError {
+    MaskedError::InvalidArgument {
+        name: "gradient",
+        value: grad.name().to_string(),
+        reason: "the upstream gradient (and a saved output) must be one value per valid \
+                 output position (a reduction) or per valid input entry (a map)",
+    }
+}
+
+/// [`sparse_lanes`] over entries already grouped into `lanes`: `xs` (and a map's
+/// upstream and saved output) in the entries' order.
+///
+/// # Errors
+/// As [`sparse_lanes`].
+pub fn sparse_lanes_ordered<'a, T: crate::element::Element, G: LaneGrad>(
+    grad: &G,
+    lanes: &LaneOrder<'_>,
+    xs: &[T],
+    g: SparseUpstream<'a, T::Real>,
+    saved: Option<SparseUpstream<'a, T::Real>>,
+) -> Result<Vec<T::Real>> {
     use crate::element::Element;
     use std::borrow::Cow;
     let n = xs.len();
@@ -1402,59 +1497,25 @@ pub fn sparse_lanes<'a, T: crate::element::Element, G: LaneGrad>(
         (Upstream::PerElement, SparseUpstream::PerElement(v)) => v.len() == n,
         _ => false,
     };
-    if !kind_ok(&g) || !saved.as_ref().is_none_or(kind_ok) || flat.len() != n {
-        return Err(MaskedError::InvalidArgument {
-            name: "gradient",
-            value: grad.name().to_string(),
-            reason: "the upstream gradient (and a saved output) must be one value per valid \
-                     output position (a reduction) or per valid input entry (a map)",
-        });
+    let shape_ok = lanes.starts.last() == Some(&n)
+        && lanes.keys.len() + 1 == lanes.starts.len()
+        && lanes.order.as_ref().is_none_or(|o| o.len() == n);
+    if !kind_ok(&g) || !saved.as_ref().is_none_or(kind_ok) || !shape_ok {
+        return Err(upstream_error(grad));
     }
     let saved = saved.filter(|_| grad.uses_output());
-    // the lane key of each entry: its position over the kept dims, row-major
-    let mut stride = vec![0usize; shape.len()];
-    let mut acc = 1usize;
-    for d in (0..shape.len()).rev() {
-        if !reduced.contains(&d) {
-            stride[d] = acc;
-            acc = acc.saturating_mul(shape[d]);
-        }
-    }
-    let key = |p: usize| {
-        let (mut p, mut k) = (p, 0usize);
-        for d in (0..shape.len()).rev() {
-            let n = shape[d].max(1);
-            k += (p % n) * stride[d];
-            p /= n;
-        }
-        k
-    };
-    let keys: Vec<usize> = masked_kernels::par::flat_map_ranges(n, 1 << 12, |r, out| {
-        out.extend(flat[r].iter().map(|&p| key(p)))
-    });
-    // entries grouped by lane, row-major within a lane (a stable sort when needed)
-    let order: Option<Vec<usize>> = if keys.windows(2).all(|w| w[0] <= w[1]) {
-        None
-    } else {
-        Some(stable_order(&keys))
-    };
+    let order = lanes.order.as_deref();
     let sorted = |v: &[T::Real]| -> Vec<T::Real> {
-        order
-            .as_ref()
-            .map_or_else(Vec::new, |o| o.iter().map(|&e| v[e]).collect())
+        order.map_or_else(Vec::new, |o| o.iter().map(|&e| v[e]).collect())
     };
-    let at = |i: usize| order.as_ref().map_or(i, |o| o[i]);
-    let mut starts: Vec<usize> = (0..n)
-        .filter(|&i| i == 0 || keys[at(i)] != keys[at(i - 1)])
-        .collect();
-    starts.push(n);
     // a reduction's upstream (or saved output) per lane, 0 for a lane missing from it;
     // a map's, in lane order
     let per_lane = |ids: &[usize], values: &[T::Real]| -> Vec<T::Real> {
-        starts[..starts.len() - 1]
+        lanes
+            .keys
             .iter()
-            .map(|&i| {
-                ids.binary_search(&keys[at(i)])
+            .map(|k| {
+                ids.binary_search(k)
                     .map_or(<T::Real as Element>::ZERO, |j| values[j])
             })
             .collect()
@@ -1471,14 +1532,14 @@ pub fn sparse_lanes<'a, T: crate::element::Element, G: LaneGrad>(
     let gl = lane_values(&g);
     let yl = saved.as_ref().map_or(Cow::Borrowed(&[][..]), lane_values);
     let xs_sorted: Vec<T>;
-    let xs_lanes: &[T] = match &order {
+    let xs_lanes: &[T] = match order {
         None => xs,
         Some(o) => {
-            xs_sorted = o.iter().map(|&e| xs[e]).collect();
+            xs_sorted = masked_kernels::par::gather(xs, o);
             &xs_sorted
         }
     };
-    let sorted_out = grad_runs(grad, &starts, xs_lanes, &gl, &yl)?;
+    let sorted_out = grad_runs(grad, &lanes.starts, xs_lanes, &gl, &yl)?;
     Ok(match order {
         None => sorted_out,
         Some(o) => {
