@@ -6,7 +6,7 @@
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::group::{self, group, Grouped, Linear, Segments};
 use crate::{pattern, prebuilt, CooPattern, MaskedCoo, Resolved};
-use masked_core::grad::{sparse_lanes, sparse_lanes_ordered, SparseUpstream};
+use masked_core::grad::{sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
@@ -283,7 +283,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
             // along the last dim the groups are runs of stored entries: tasks of whole
             // groups, each mapped in place in the output; a task of short groups maps
             // them together
-            let coords: Vec<&[usize]> = (0..d).map(|k| self.pattern.coords(k)).collect();
+            let coords: Vec<&[usize]> = (0..=d).map(|k| self.pattern.coords(k)).collect();
             let keys = Linear::new(shape, &coords, 0..d);
             let bounds = keys.group_bounds(nnz, SEGMENT_CHUNK);
             let short = short_groups(nnz, pattern::size_of(&shape[..d])?);
@@ -537,6 +537,20 @@ impl<T: Element> CooLanes<'_, T> {
         let (&[d], None, false) = (reduced, &self.valid, self.fill) else {
             return Ok(None);
         };
+        let nnz = self.values.len();
+        if d + 1 == self.shape().len() && nnz > 0 {
+            // along the last dim the lanes are runs of stored entries: their starts and
+            // kept positions from a scan of the other coordinates
+            let coords: Vec<&[usize]> = (0..=d).map(|k| self.pattern.coords(k)).collect();
+            let rows = group::rows_in_order(self.shape(), &coords, nnz, d, false)?;
+            let lanes = LaneOrder {
+                order: None,
+                starts: rows.indptr,
+                keys: rows.ids.unwrap_or_default(),
+            };
+            let values = sparse_lanes_ordered(grad, &lanes, self.values, up, saved)?;
+            return Ok(Some(self.stored_like(values)));
+        }
         let Some(plan) = self.pattern.plan(d)? else {
             return Ok(None);
         };

@@ -445,8 +445,9 @@ mod tests {
         );
     }
 
-    /// The VJPs along a dim with a plan run through it and give the general path's
-    /// gradients (the same lanes ordered from flat positions), stored on the pattern.
+    /// The VJPs along a dim with a plan run through it (and along the last dim through
+    /// the runs of stored entries) and give the general path's gradients (the same lanes
+    /// ordered from flat positions), stored on the pattern.
     #[test]
     fn planned_vjps_equal_the_general_path() {
         use masked_core::grad::{SoftmaxGrad, SumGrad};
@@ -464,7 +465,7 @@ mod tests {
         let sm = SoftmaxGrad {
             kind: SoftmaxKind::Softmax,
         };
-        for dim in [0isize, 1] {
+        for dim in [0isize, 1, 2] {
             let y = x.softmax(dim).unwrap();
             let g =
                 MaskedCoo::from_pattern([3, 3, 2], &coords, vec![0.3, -1.0, 2.0, 0.7, -0.2, 1.1])

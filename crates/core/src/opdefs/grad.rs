@@ -1510,13 +1510,21 @@ pub fn sparse_lanes_ordered<'a, T: crate::element::Element, G: LaneGrad>(
     };
     // a reduction's upstream (or saved output) per lane, 0 for a lane missing from it;
     // a map's, in lane order
+    // (both the lane keys and `ids` increase: one merge walk, not a search per lane)
     let per_lane = |ids: &[usize], values: &[T::Real]| -> Vec<T::Real> {
+        let mut j = 0;
         lanes
             .keys
             .iter()
-            .map(|k| {
-                ids.binary_search(k)
-                    .map_or(<T::Real as Element>::ZERO, |j| values[j])
+            .map(|&k| {
+                while j < ids.len() && ids[j] < k {
+                    j += 1;
+                }
+                if j < ids.len() && ids[j] == k {
+                    values[j]
+                } else {
+                    <T::Real as Element>::ZERO
+                }
             })
             .collect()
     };
