@@ -141,58 +141,29 @@ pub(crate) fn group<'a, T: Element>(
             perm: None,
         });
     }
-    if !full && nnz > 1 {
-        return Ok(match plan {
-            Some(p) => p.grouped(values, valid),
-            None => GroupPlan::build(shape, coords, reduced, nnz)?.into_grouped(values, valid),
-        });
+    let mut g = match plan {
+        Some(p) => p.grouped(values, valid),
+        None => GroupPlan::build(shape, coords, reduced, nnz)?.into_grouped(values, valid),
+    };
+    if full {
+        let nkept = size_of(&kept.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
+        let ids = g.rows.ids.take().unwrap_or_default();
+        g.rows.indptr = Cow::Owned(full_indptr(nkept, &g.rows.indptr, &ids));
     }
-    let nkept = size_of(&kept.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
-    let ncols = size_of(&reduced.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
-    let keys = index_over(shape, coords, &kept, nnz);
-    let cols = index_over(shape, coords, reduced, nnz);
-    let (values, valid, perm) = if nnz <= 1 {
-        (Cow::Borrowed(values), valid.map(Cow::Borrowed), None)
-    } else {
-        let perm = order_by_group(&keys, &cols, nkept, ncols);
-        let (vals, bits) = gather_entries(&perm, values, valid);
-        (
-            Cow::Owned(vals),
-            bits.map(Cow::Owned),
-            Some(Cow::Owned(perm)),
-        )
-    };
-    let (keys, cols) = match &perm {
-        Some(p) => (
-            Cow::Owned(par::gather(&keys, p)),
-            Cow::Owned(par::gather(&cols, p)),
-        ),
-        None => (keys, cols),
-    };
-    let (indptr, ids) = if full {
-        let mut indptr = vec![0usize; nkept + 1];
-        for &k in keys.iter() {
-            indptr[k + 1] += 1;
-        }
-        for g in 0..nkept {
-            indptr[g + 1] += indptr[g];
-        }
-        (indptr, None)
-    } else {
-        let (indptr, ids) = starts_of(&keys);
-        (indptr, Some(Cow::Owned(ids)))
-    };
-    Ok(Grouped {
-        rows: Rows {
-            ncols,
-            indptr: Cow::Owned(indptr),
-            cols,
-            ids,
-        },
-        values,
-        valid,
-        perm,
-    })
+    Ok(g)
+}
+
+/// The row pointer of a row for every one of `npos` kept positions, from the rows of the
+/// groups with entries (`starts`, ending with the entry count) and their positions.
+fn full_indptr(npos: usize, starts: &[usize], ids: &[usize]) -> Vec<usize> {
+    let mut indptr = vec![0usize; npos + 1];
+    for (r, &id) in ids.iter().enumerate() {
+        indptr[id + 1] = starts[r + 1] - starts[r];
+    }
+    for p in 0..npos {
+        indptr[p + 1] += indptr[p];
+    }
+    indptr
 }
 
 /// The row pointer (a group starts where the key changes, then the end) and each
@@ -240,7 +211,7 @@ pub(crate) struct GroupPlan {
 }
 
 impl GroupPlan {
-    /// The plan of grouping `nnz > 1` entries by the dims not in `reduced`.
+    /// The plan of grouping `nnz` entries by the dims not in `reduced`.
     pub(crate) fn build(
         shape: &[usize],
         coords: &[&[usize]],
@@ -330,14 +301,7 @@ pub(crate) fn rows_in_order<'a>(
     let (mut starts, ids) = Linear::new(shape, coords, 0..nkept).starts_and_ids(nnz);
     starts.push(nnz);
     let (indptr, ids) = if full {
-        let mut indptr = vec![0usize; npos + 1];
-        for (r, &id) in ids.iter().enumerate() {
-            indptr[id + 1] = starts[r + 1] - starts[r];
-        }
-        for p in 0..npos {
-            indptr[p + 1] += indptr[p];
-        }
-        (indptr, None)
+        (full_indptr(npos, &starts, &ids), None)
     } else {
         (starts, Some(Cow::Owned(ids)))
     };

@@ -52,10 +52,9 @@ impl<'a, T: Element> CooLanes<'a, T> {
         let coords: Vec<&[usize]> = (0..self.pattern.ndim())
             .map(|d| self.pattern.coords(d))
             .collect();
-        let full = full || self.fill;
-        // along one dim, the pattern's plan (built once) when rows are per group
+        // along one dim, the pattern's plan (built once)
         let plan = match reduced {
-            [d] if !full => self.pattern.plan(*d)?,
+            [d] => self.pattern.plan(*d)?,
             _ => None,
         };
         group(
@@ -64,7 +63,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
             self.values,
             self.valid.as_deref(),
             reduced,
-            full,
+            full || self.fill,
             plan,
         )
     }
@@ -538,23 +537,23 @@ impl<T: Element> CooLanes<'_, T> {
             return Ok(None);
         };
         let nnz = self.values.len();
-        if d + 1 == self.shape().len() && nnz > 0 {
+        let lanes = if d + 1 == self.shape().len() && nnz > 0 {
             // along the last dim the lanes are runs of stored entries: their starts and
             // kept positions from a scan of the other coordinates
             let coords: Vec<&[usize]> = (0..=d).map(|k| self.pattern.coords(k)).collect();
             let rows = group::rows_in_order(self.shape(), &coords, nnz, d, false)?;
-            let lanes = LaneOrder {
+            LaneOrder {
                 order: None,
                 starts: rows.indptr,
                 keys: rows.ids.unwrap_or_default(),
+            }
+        } else {
+            let Some(plan) = self.pattern.plan(d)? else {
+                return Ok(None);
             };
-            let values = sparse_lanes_ordered(grad, &lanes, self.values, up, saved)?;
-            return Ok(Some(self.stored_like(values)));
-        }
-        let Some(plan) = self.pattern.plan(d)? else {
-            return Ok(None);
+            plan.lane_order()
         };
-        let values = sparse_lanes_ordered(grad, &plan.lane_order(), self.values, up, saved)?;
+        let values = sparse_lanes_ordered(grad, &lanes, self.values, up, saved)?;
         Ok(Some(self.stored_like(values)))
     }
 

@@ -364,7 +364,7 @@ impl CooPattern {
     }
     /// The grouping plan of a map or reduction along dim `d` alone, built on first use
     /// (see [`GroupPlan`]); `None` where a grouping along `d` moves nothing (the last
-    /// dim) or there is at most one entry.
+    /// dim) or there is at most one entry (nothing to keep).
     pub(crate) fn plan(&self, d: usize) -> Result<Option<&GroupPlan>> {
         if d + 1 >= self.ndim() || self.nnz <= 1 {
             return Ok(None);
