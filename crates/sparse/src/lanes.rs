@@ -103,9 +103,8 @@ fn out_shape(shape: (usize, usize), ax: Axis, keepdim: bool) -> Vec<usize> {
 /// The lanes, in parts (in order), of which those with a value make the sparse result.
 /// Large results take two parallel passes over chunks of lanes: each chunk counts its
 /// kept lanes, then writes their positions and values at its offset in the output,
-/// allocated once (its fresh pages touched by every thread). Serial, this step (and the
-/// per-chunk vectors a parallel version concatenated, freed by another thread's arena)
-/// was what kept the CSR row reductions from scaling.
+/// allocated once (its fresh pages touched by every thread). Serial, this step was what
+/// kept the CSR row reductions from scaling.
 fn collect_sparse<O: Element>(
     shape: Vec<usize>,
     parts: Vec<Vec<Option<O>>>,
