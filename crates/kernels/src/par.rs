@@ -116,8 +116,7 @@ pub fn flat_map_ranges<R: Send>(
 
 /// The vectors in order, in one allocation: one vector is returned as it is; large
 /// outputs are copied in parallel, each part into its place (so that the output's fresh
-/// pages are touched, and faulted in, by every thread: a serial copy was the part of a
-/// CSR row reduction that did not scale).
+/// pages are touched, and faulted in, by every thread, not one).
 pub fn concat<R: Send>(mut parts: Vec<Vec<R>>) -> Vec<R> {
     /// Below this many elements a serial copy costs less than waking the pool.
     const PARALLEL: usize = 1 << 14;
