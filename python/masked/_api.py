@@ -35,14 +35,17 @@ def _into(res: MaskedArray, out: Optional[MaskedArray]) -> MaskedArray:
     updated too."""
     if out is None:
         return res
+    if res.layout != "dense":
+        raise TypeError(
+            "out= of a sparse result takes a CSR array of the input's structure, not "
+            'overlapping it (mask="pattern"; an elementwise op or normalization of a CSR input)'
+        )
     if not isinstance(out, MaskedArray) or out.layout != "dense":
         raise TypeError("out= takes a dense MaskedArray")
     if out.shape != res.shape or out.dtype != res.dtype:
         raise MaskedError(
             f"out= has shape {out.shape} and dtype {out.dtype}; the result has {res.shape} and {res.dtype}"
         )
-    if res.layout != "dense":
-        raise TypeError("out= is for dense results (a sparse result shares its input's structure)")
     dst = out.data
     if not dst.flags.writeable:
         raise MaskedError("out= has a read-only data buffer")
@@ -80,16 +83,17 @@ def _unary(op: str, input: Any, mask: Any, out: Any, options: dict) -> MaskedArr
 
 def _writes_into(a: MaskedArray, out: Any) -> bool:
     """Whether the engine can write `a`'s map straight into `out`'s buffer: dense, one
-    shape, C-contiguous and writable, not overlapping the input (else `_into` copies)."""
-    if not isinstance(out, MaskedArray) or out.layout != "dense" or a.layout != "dense":
+    shape, C-contiguous and writable, not overlapping the input (else `_into` copies);
+    or both CSR, `out` a writable data buffer (the engine checks that `out` has the
+    input's structure)."""
+    if not isinstance(out, MaskedArray) or out.layout != a.layout or a.layout == "coo":
         return False
     d = out.data
-    return (
-        out.shape == a.shape
-        and d.flags.c_contiguous
-        and d.flags.writeable
-        and not np.shares_memory(d, a.data)
-    )
+    if d.flags.writeable and np.shares_memory(d, a.data):
+        return False
+    if a.layout == "csr":
+        return True
+    return out.shape == a.shape and d.flags.c_contiguous and d.flags.writeable
 
 
 def _write_into(a: MaskedArray, op: str, dims: Optional[list[int]], options: dict, out: MaskedArray) -> MaskedArray:

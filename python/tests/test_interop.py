@@ -248,3 +248,45 @@ def test_sparse_vjp_is_stored_at_the_valid_entries():
     gs = mk.vjp("softmax", a, p, 1, saved=p)
     assert gs.layout == "csr"
     np.testing.assert_allclose(gs.compressed(), want, rtol=1e-12)
+
+
+def test_out_on_csr_writes_into_the_callers_data_buffer(monkeypatch):
+    rng = np.random.default_rng(3)
+    A = sp.random_array((40, 30), density=0.2, format="csr", dtype=np.float64, rng=rng)
+    a = mk.csr(A)
+    want = {(op, d): getattr(mk, op)(a, d) for op in ("softmax", "log_softmax", "cumsum") for d in (0, 1)}
+    want_exp = mk.exp(a)
+    # out: the input's structure (the same index arrays), its own data buffer
+    buf = np.full(A.nnz, np.nan)
+    out = mk.csr(sp.csr_array((buf, A.indices, A.indptr), shape=A.shape))
+    assert np.shares_memory(out.data, buf)
+
+    def no_alloc(*args, **kwargs):
+        raise AssertionError("the result was computed into a fresh buffer")
+
+    monkeypatch.setattr(mk.MaskedArray, "_apply", no_alloc)
+    for op in ("softmax", "log_softmax", "cumsum"):
+        for d in (0, 1):
+            buf[:] = np.nan
+            r = getattr(mk, op)(a, d, out=out)
+            assert r is out and np.shares_memory(out.data, buf), op
+            np.testing.assert_array_equal(buf, want[op, d].data, err_msg=f"{op} {d}")
+            np.testing.assert_array_equal(out.to_scipy().toarray(), want[op, d].to_scipy().toarray())
+    buf[:] = np.nan
+    mk.exp(a, out=out)
+    np.testing.assert_array_equal(buf, want_exp.data)
+    # hand-checked: a row's softmax
+    r0 = A[[0]].toarray()[0]
+    v = r0[A.indices[A.indptr[0] : A.indptr[1]]]
+    mk.softmax(a, 1, out=out)
+    np.testing.assert_allclose(buf[: A.indptr[1]], np.exp(v) / np.exp(v).sum(), rtol=1e-12)
+    # another structure, another dtype, a reduction: typed errors naming the problem
+    other = mk.csr(sp.random_array(A.shape, density=0.2, format="csr", rng=np.random.default_rng(4)))
+    with pytest.raises(mk.MaskedError, match="structure"):
+        mk.softmax(a, 1, out=other)
+    f32 = mk.csr(sp.csr_array((np.zeros(A.nnz, np.float32), A.indices, A.indptr), shape=A.shape))
+    with pytest.raises(mk.MaskedError, match="dtype"):
+        mk.softmax(a, 1, out=f32)
+    monkeypatch.undo()
+    with pytest.raises(TypeError, match="CSR array of the input's structure"):
+        mk.softmax(a, 1, out=a)

@@ -655,6 +655,25 @@ fn bench_times_binary_vjps_on_every_layout() {
 }
 
 #[test]
+fn bench_into_times_sparse_normalizations_and_refuses_sparse_reductions() {
+    let run = |op: &str, layout: &str| {
+        bin()
+            .args(["bench", "--op", op, "--layout", layout, "--shape", "64,48"])
+            .args(["--density", "0.2", "--repeat", "1", "--into", "--json"])
+            .output()
+            .unwrap()
+    };
+    let o = run("softmax,cumsum,exp", "csr,coo");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 6);
+    for layout in ["csr", "coo"] {
+        let o = run("sum", layout);
+        assert_eq!(o.status.code(), Some(2), "{layout}");
+        assert!(stderr(&o).contains("reduction"), "{}", stderr(&o));
+    }
+}
+
+#[test]
 fn bench_times_fused_forms_on_every_layout() {
     for masks in ["strict", "and"] {
         let o = bin()

@@ -31,7 +31,7 @@ mod dtype;
 mod opdefs;
 mod values;
 
-pub use contract::{layout, prebuilt, registry};
+pub use contract::{into, layout, prebuilt, registry};
 pub use dtype::{element, math, wire};
 pub use opdefs::{binary, cast, fold, grad, lane, ops, stats, unary};
 pub use values::{dims, error, mask, sparse};
@@ -49,6 +49,7 @@ pub use grad::{LaneGrad, Upstream};
 /// The half-precision types (`half::f16`, `half::bf16`) the engine computes on.
 #[doc(no_inline)]
 pub use half;
+pub use into::{with_slots, EntriesInto, MapInto, OutSlots, SlotMask, Written};
 pub use lane::{Interpolation, LaneMap, LaneStat, MedianIndex, MedianMode};
 pub use layout::{MaskedReduce, ZipKernels};
 pub use mask::{check_lengths, BitMask, Bits, BoolArray, MaskLogic};

@@ -25,8 +25,9 @@ use layout_csr::{CsrIndex, CsrMapped, CsrMask, MaskedCsr};
 use layout_dense::{MaskedArray, MaskedArrayD, MaskedView, OutMask, WriteInto};
 use masked_core::registry::apply_to;
 use masked_core::{
-    with_by_dtype, BitMask, ByDType, DType, DynVec, Element, Family, FamilyMap, MaskRule,
-    MaskedError, MaskedOps, ReducePlan, Ref, Result, Scalar, SliceMutOf, SparseArray, Splat, VecOf,
+    with_by_dtype, BitMask, ByDType, DType, DynVec, Element, EntriesInto, Family, FamilyMap,
+    MaskRule, MaskedError, MaskedOps, ReducePlan, Ref, Result, Scalar, SliceMutOf, SlotMask,
+    SparseArray, Splat, VecOf,
 };
 use ndarray::{ArrayD, IxDyn};
 use sprs::{CsMat, SpIndex};
@@ -489,24 +490,28 @@ impl<'a> ArrayRef<'a> {
 }
 
 impl ArrayRef<'_> {
-    /// [`ArrayRef::apply`] on dense input with the result's values written into `out`, a
-    /// caller's buffer of the result's dtype and size (row-major): a normalization or
-    /// elementwise op writes it in its kernel (no fresh pages, no copy); a reduction's
-    /// small result is copied in. Returns the output mask.
+    /// [`ArrayRef::apply`] with the result's values written into `out`, a caller's
+    /// buffer of the result's dtype: no fresh pages, no copy (a training step, a Python
+    /// `out=`). Returns the validity of each of the buffer's slots.
+    ///
+    /// - Dense input: one slot per position of the result (row-major). A normalization
+    ///   or elementwise op writes it in its kernel; a reduction's small result is copied
+    ///   in. The mask has the result's shape.
+    /// - Sparse input: a normalization or elementwise op only (a reduction's result has
+    ///   positions of its own), one slot per stored entry in storage order: the input's
+    ///   entries, or a CSR input's mask pattern's where the mask is a separate pattern
+    ///   (the lanes the op runs on). Masked-out entries' slots hold the op's values for
+    ///   masked-out elements (semantics.md), as a dense result's do. The mask has shape
+    ///   `[slots]`. [`ArrayRef::apply`] of the same request stores exactly the valid
+    ///   slots' values at their entries' positions.
     ///
     /// # Errors
     /// As [`ArrayRef::apply`]; [`MaskedError::InvalidArgument`] for a buffer of another
-    /// dtype, [`MaskedError::InvalidData`] of another size, [`MaskedError::Unsupported`]
-    /// for sparse input or a `dtype=` request.
+    /// dtype, [`MaskedError::InvalidData`] of another size; [`MaskedError::Unsupported`]
+    /// for a `dtype=` request, a reduction of sparse input, a sparse input without a mask
+    /// whose result would store every position, and a COO normalization whose mask is
+    /// not its stored pattern.
     pub fn apply_into(&self, req: &OpRequest, out: ByDType<SliceMutOf<'_>>) -> Result<BitMask> {
-        let ArrayRef::Dense(a) = self else {
-            return Err(MaskedError::Unsupported {
-                op: req.op.name(),
-                context: "into a caller's buffer on sparse input (its result's positions \
-                          are the op's: use apply)"
-                    .into(),
-            });
-        };
         if req.dtype.is_some() {
             return Err(MaskedError::Unsupported {
                 op: req.op.name(),
@@ -514,7 +519,20 @@ impl ArrayRef<'_> {
             });
         }
         let out = std::cell::RefCell::new(out);
-        with_by_dtype!(a, T, x => apply_to(&WriteInto::new(x, &out), req, &OutMask))
+        match self {
+            ArrayRef::Dense(a) => {
+                with_by_dtype!(a, T, x => apply_to(&WriteInto::new(x, &out), req, &OutMask))
+            }
+            ArrayRef::Csr(a) => with_by_dtype!(a, T, x => {
+                apply_to(&EntriesInto::new(x.lanes(), &out), req, &SlotMask)
+            }),
+            ArrayRef::Csr32(a) => with_by_dtype!(a, T, x => {
+                apply_to(&EntriesInto::new(x.lanes(), &out), req, &SlotMask)
+            }),
+            ArrayRef::Coo(a) => with_by_dtype!(a, T, x => {
+                apply_to(&EntriesInto::new(x.lanes(), &out), req, &SlotMask)
+            }),
+        }
     }
 }
 

@@ -239,22 +239,16 @@ impl Workload {
         let req = req.clone();
         Ok(with_by_dtype!(&self.0, T, d => match &d.input {
             Input::Dense { shape, values, mask } if into => {
-                let x = ArrayRef::from_dense(dense_of(shape, values, mask)?);
-                // the result's dtype and size from one call, then one reused buffer
-                let out = Mutex::new(match x.apply(&req)? {
-                    crate::Output::Dense(o) => o.values,
-                    crate::Output::Sparse(_) => unreachable!("dense in, dense out"),
-                });
-                Box::new(move || {
-                    let mut out = out.lock().expect("one user");
-                    x.apply_into(&req, out.as_out()).map(drop)
-                })
+                into_run(ArrayRef::from_dense(dense_of(shape, values, mask)?), req)?
             }
             Input::Dense { shape, values, mask } => {
                 let x = ArrayRef::from_dense(dense_of(shape, values, mask)?);
                 Box::new(move || x.run(&req))
             }
-            Input::Csr { .. } | Input::Coo(_) if into => return Err(no_into("an op")),
+            Input::Csr { mat, mask } if into => {
+                into_run(ArrayRef::from_csr32(csr_of(mat.view(), mask)?), req)?
+            }
+            Input::Coo(c) if into => into_run(ArrayRef::from_coo(c), req)?,
             Input::Csr { mat, mask } => {
                 let x = ArrayRef::from_csr32(csr_of(mat.view(), mask)?);
                 Box::new(move || x.run(&req))
@@ -361,10 +355,26 @@ fn layouts() -> MaskedError {
     usage("the partner has another layout".into())
 }
 
+/// `req` on `x` written into one reused buffer: the result's dtype and size (dense: its
+/// positions; sparse: its stored entries, every one a slot) from one call first, then
+/// one write into it (an op that cannot write into a buffer fails here, before timing).
+fn into_run<'s>(x: ArrayRef<'s>, req: OpRequest) -> Result<Run<'s>> {
+    let mut values = match x.apply(&req)? {
+        crate::Output::Dense(o) => o.values,
+        crate::Output::Sparse(o) => o.values,
+    };
+    x.apply_into(&req, values.as_out())?;
+    let out = Mutex::new(values);
+    Ok(Box::new(move || {
+        let mut out = out.lock().expect("one user");
+        x.apply_into(&req, out.as_out()).map(drop)
+    }))
+}
+
 fn no_into(what: &str) -> MaskedError {
     usage(format!(
-        "bench --into with {what}: dense layout only (a sparse result's positions are \
-         the op's, a sparse gradient shares the input's structure)"
+        "bench --into with {what}: dense layout only (a sparse gradient is stored on \
+         the input's valid entries)"
     ))
 }
 

@@ -345,7 +345,7 @@ fn vjp_with_the_saved_output_equals_the_recomputed_one() {
 
 /// `apply_into` writes every op's values into a caller's buffer (prefilled with NaN:
 /// every slot is overwritten) bit for bit as `apply` returns them, with the same mask;
-/// a buffer of another dtype or size, sparse input and `dtype=` are typed errors.
+/// a buffer of another dtype or size and `dtype=` are typed errors.
 #[test]
 fn apply_into_a_callers_buffer_equals_apply() {
     use masked_core::ByDType;
@@ -411,18 +411,164 @@ fn apply_into_a_callers_buffer_equals_apply() {
         Err(MaskedError::InvalidArgument { .. })
     ));
     let mut ok = [0.0f64; 12];
-    assert!(matches!(
-        csr(DType::F64)
-            .view()
-            .unwrap()
-            .apply_into(&req, ByDType::F64(&mut ok[..])),
-        Err(MaskedError::Unsupported { .. })
-    ));
     let req32 = OpRequest::new("softmax").unwrap().dims(1).dtype(DType::F32);
     assert!(matches!(
         x.apply_into(&req32, ByDType::F64(&mut ok[..])),
         Err(MaskedError::Unsupported { .. })
     ));
+}
+
+/// A buffer of `n` NaNs (7s for integers) of `dtype`, and `f` run on it erased.
+fn with_buffer<R>(
+    dtype: DType,
+    n: usize,
+    f: impl FnOnce(masked_core::ByDType<masked_core::SliceMutOf<'_>>) -> R,
+) -> (DynVec, R) {
+    use masked_core::ByDType;
+    let mut buf = cast_values(&DynVec::F64(vec![f64::NAN; n]), dtype)
+        .unwrap_or_else(|_| cast_values(&DynVec::F64(vec![7.0; n]), dtype).unwrap());
+    let r = f(match &mut buf {
+        DynVec::F64(v) => ByDType::F64(&mut v[..]),
+        DynVec::F32(v) => ByDType::F32(&mut v[..]),
+        DynVec::I64(v) => ByDType::I64(&mut v[..]),
+        DynVec::I32(v) => ByDType::I32(&mut v[..]),
+        DynVec::F16(v) => ByDType::F16(&mut v[..]),
+        DynVec::BF16(v) => ByDType::BF16(&mut v[..]),
+    });
+    (buf, r)
+}
+
+/// A 3 x 4 x 5 COO array of 23 entries (lanes of every length along each dim,
+/// including empty ones), its mask its own pattern.
+fn coo3(dtype: DType) -> Array {
+    let flat: Vec<usize> = (0..60).filter(|p| (p * 7 + p / 5) % 13 < 5).collect();
+    let coords: Vec<Vec<usize>> = vec![
+        flat.iter().map(|p| p / 20).collect(),
+        flat.iter().map(|p| p / 5 % 4).collect(),
+        flat.iter().map(|p| p % 5).collect(),
+    ];
+    let v: Vec<f64> = flat
+        .iter()
+        .map(|&p| (p as f64 * 0.37).sin() * 3.0)
+        .collect();
+    Array::coo(&[3, 4, 5], &coords, values_of(&v, dtype), CooMask::Stored).unwrap()
+}
+
+/// On sparse input, `apply_into` writes a normalization's or an elementwise op's values
+/// into one slot per stored entry (NaN-prefilled: every slot overwritten), bit for bit
+/// the values `apply` stores, every slot valid; reductions, a result that would store
+/// every position, and a buffer of another size or dtype are typed errors.
+#[test]
+fn apply_into_on_sparse_input_writes_one_slot_per_stored_entry() {
+    let mut checked = 0;
+    for dtype in [DType::F64, DType::F32, DType::I64] {
+        let (_, cols, indptr, vals) = stored(dtype);
+        let (rows, ..) = stored(dtype);
+        // a separate mask pattern: the lanes are its entries
+        let sep =
+            masked::Pattern::from_coords((3, 4), &[vec![0, 0, 1, 2], vec![1, 3, 0, 2]]).unwrap();
+        let csr_sep = Array::csr(
+            (3, 4),
+            indptr.clone(),
+            cols.clone(),
+            vals.clone(),
+            CsrMask::Pattern(sep),
+        )
+        .unwrap();
+        let coo_sep = Array::coo(
+            &[3, 4],
+            &[rows, cols],
+            vals,
+            CooMask::Pattern(masked::CooPattern::from_flat([3, 4], &[1, 3, 4, 10]).unwrap()),
+        )
+        .unwrap();
+        for a in [csr(dtype), coo(dtype), csr_sep, coo_sep, coo3(dtype)] {
+            let x = a.view().unwrap();
+            let rank = if matches!(a, Array::Coo(_))
+                && x.apply(&OpRequest::new("sum").unwrap().dims(2)).is_ok()
+            {
+                3
+            } else {
+                2
+            };
+            for &op in Op::ALL {
+                let reqs: Vec<OpRequest> = match op.kind() {
+                    Kind::Normalize => (0..rank).map(|d| OpRequest::from_op(op).dims(d)).collect(),
+                    Kind::Unary => vec![OpRequest::from_op(op)],
+                    Kind::Reduce | Kind::ReduceOne => {
+                        let (_, r) = with_buffer(DType::F64, 4, |out| {
+                            x.apply_into(&OpRequest::from_op(op).dims(1), out)
+                        });
+                        assert!(matches!(r, Err(MaskedError::Unsupported { .. })), "{op}");
+                        continue;
+                    }
+                    Kind::Binary => continue,
+                };
+                for req in reqs {
+                    let Ok(want) = x.apply(&req) else { continue };
+                    let want = sparse_out(want);
+                    let n = want.values.len();
+                    let (buf, mask) =
+                        with_buffer(want.values.dtype(), n, |out| x.apply_into(&req, out));
+                    let mask = mask.unwrap_or_else(|e| panic!("{op} {dtype:?}: {e}"));
+                    assert_eq!(mask, BitMask::filled([n], true).unwrap(), "{op} {dtype:?}");
+                    let (w, g) = (f64s(&want.values), f64s(&buf));
+                    assert!(
+                        w.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{op} {dtype:?} {:?}: {w:?} vs {g:?}",
+                        req.dims
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 300, "checked only {checked}");
+    // without a mask a softmax would store every position; exp (exp(0) = 1) too, while
+    // sin keeps the stored entries
+    let (_, cols, indptr, vals) = stored(DType::F64);
+    let all = Array::csr((3, 4), indptr, cols, vals, CsrMask::All).unwrap();
+    let x = all.view().unwrap();
+    for (op, dims, ok) in [
+        ("softmax", Some(1), false),
+        ("exp", None, false),
+        ("sin", None, true),
+    ] {
+        let mut req = OpRequest::new(op).unwrap();
+        if let Some(d) = dims {
+            req = req.dims(d);
+        }
+        let (buf, r) = with_buffer(DType::F64, 4, |out| x.apply_into(&req, out));
+        if ok {
+            assert_eq!(r.unwrap().count_ones(), 4);
+            assert_eq!(f64s(&buf), [1.5f64, -2.0, 0.25, 4.0].map(f64::sin).to_vec());
+        } else {
+            assert!(
+                matches!(r, Err(MaskedError::Unsupported { .. })),
+                "{op}: {r:?}"
+            );
+        }
+    }
+    let req = OpRequest::new("softmax").unwrap().dims(1);
+    for a in [csr(DType::F64), coo(DType::F64)] {
+        let x = a.view().unwrap();
+        let (_, r) = with_buffer(DType::F64, 5, |out| x.apply_into(&req, out));
+        assert!(matches!(r, Err(MaskedError::InvalidData(_))), "{r:?}");
+        let (_, r) = with_buffer(DType::F32, 4, |out| x.apply_into(&req, out));
+        assert!(
+            matches!(r, Err(MaskedError::InvalidArgument { .. })),
+            "{r:?}"
+        );
+        // hand-checked: row 0 holds 1.5, -2, 0.25; row 1 holds 4 alone
+        let (buf, r) = with_buffer(DType::F64, 4, |out| x.apply_into(&req, out));
+        r.unwrap();
+        let e = [1.5f64, -2.0, 0.25].map(f64::exp);
+        let z: f64 = e.iter().sum();
+        let got = f64s(&buf);
+        for (g, w) in got.iter().zip([e[0] / z, e[1] / z, e[2] / z, 1.0]) {
+            assert!((g - w).abs() < 1e-15, "{got:?}");
+        }
+    }
 }
 
 #[test]

@@ -10,8 +10,8 @@ use masked_core::grad::{sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUps
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    not_nan_words, wrap_dim, Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MaskedError,
-    MaskedReduce, Result, SparseArray,
+    not_nan_words, with_slots, wrap_dim, Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MapInto,
+    MaskedError, MaskedReduce, OutSlots, Result, SparseArray, Written,
 };
 use masked_kernels::pack::compress_into;
 use masked_kernels::par;
@@ -275,7 +275,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
 
     /// A map along `d` straight over the groups (no validity bits, no unstored valid
     /// positions: every entry is mapped and stored): the values, in stored order.
-    fn map_groups<M: LaneMap<T>>(&self, map: &M, d: usize) -> Result<Vec<M::Output>> {
+    fn map_groups<M: LaneMap<T>>(&self, map: &M, d: usize, out: &mut [M::Output]) -> Result<()> {
         let nnz = self.values.len();
         let shape = self.shape();
         if d + 1 == shape.len() && shape[d] <= SEGMENT_MAX_LANE {
@@ -286,9 +286,8 @@ impl<'a, T: Element> CooLanes<'a, T> {
             let keys = Linear::new(shape, &coords, 0..d);
             let bounds = keys.group_bounds(nnz, SEGMENT_CHUNK);
             let short = short_groups(nnz, pattern::size_of(&shape[..d])?);
-            let mut out: Vec<M::Output> = fresh_vec(nnz);
             let mut tasks = Vec::with_capacity(bounds.len());
-            let mut rest: &mut [M::Output] = &mut out;
+            let mut rest: &mut [M::Output] = out;
             for w in bounds.windows(2) {
                 let (a, b) = rest.split_at_mut(w[1] - w[0]);
                 tasks.push((w[0]..w[1], a));
@@ -307,16 +306,21 @@ impl<'a, T: Element> CooLanes<'a, T> {
                 }
                 Segments::recycle(segs.starts, segs.gid);
             });
-            return Ok(out);
+            return Ok(());
         }
         // along the last dim the rows come from a scan of the other coordinates
         let g = self.grouped(&[d], false)?;
         let ind = &g.rows.indptr;
-        let mut out: Vec<M::Output> = fresh_vec(nnz);
+        // in group order: the output itself, else a scratch scattered to it
+        let mut grouped: Vec<M::Output> = match g.perm {
+            None => Vec::new(),
+            Some(_) => fresh_vec(nnz),
+        };
+        let dst: &mut [M::Output] = if g.perm.is_none() { out } else { &mut grouped };
         // blocks of whole groups of about 2^15 entries, mapped in parallel
         let mut blocks = Vec::new();
         let ngroups = ind.len() - 1;
-        let (mut rest, mut r0): (&mut [M::Output], usize) = (&mut out, 0);
+        let (mut rest, mut r0): (&mut [M::Output], usize) = (dst, 0);
         while r0 < ngroups {
             let mut r1 = r0 + 1;
             while r1 < ngroups && ind[r1] - ind[r0] < 1 << 15 {
@@ -338,16 +342,12 @@ impl<'a, T: Element> CooLanes<'a, T> {
                 );
             }
         });
-        Ok(match &g.perm {
-            None => out,
-            Some(perm) => {
-                let mut v: Vec<M::Output> = fresh_vec(nnz);
-                for (k, &p) in perm.iter().enumerate() {
-                    v[p] = out[k];
-                }
-                v
+        if let Some(perm) = &g.perm {
+            for (k, &p) in perm.iter().enumerate() {
+                out[p] = grouped[k];
             }
-        })
+        }
+        Ok(())
     }
 
     /// A result stored at this pattern's valid entries (a gradient) as a `MaskedCoo`:
@@ -446,13 +446,13 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
         map: &M,
         zero_preserving: bool,
     ) -> Result<MaskedCoo<M::Output>> {
-        prebuilt::map_elements(map, self, zero_preserving)
+        prebuilt::map_elements(map, self, zero_preserving, None)?.fresh()
     }
 
     /// Along any one dim; the output stores exactly the valid entries (every element
     /// without a mask).
     fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<MaskedCoo<M::Output>> {
-        prebuilt::map_lanes(map, self, dim)
+        prebuilt::map_lanes(map, self, dim, None)?.fresh()
     }
 
     /// Over any dims; the gradient stores exactly the valid entries. Without a mask the
@@ -633,39 +633,54 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// Without a mask, an op that keeps 0 at 0 maps the stored entries (unstored ones
     /// stay the implicit 0), and any other op is an error rather than a result storing
     /// every position.
+    /// `map` over every stored element in storage order: into `into` (one slot per
+    /// stored entry) where given.
     pub(crate) fn kernel_map_elements<M: LaneMap<T>>(
         &self,
         map: &M,
         zero_preserving: bool,
-    ) -> Result<MaskedCoo<M::Output>> {
+        into: Option<OutSlots<'_, '_>>,
+    ) -> Result<Written<MaskedCoo<M::Output>>> {
         if self.fill && !zero_preserving {
             return Err(MaskedError::densifying(map.name()));
         }
         // a multiple of 64, so every chunk starts on a word of the validity bits
         const CHUNK: usize = 1 << 14;
-        let mut out = fresh_vec::<M::Output>(self.values.len());
         let valid = self.valid.as_deref();
-        par::chunks_mut(&mut out, CHUNK, |c, o| {
-            let lo = c * CHUNK;
-            let bits = valid.map(|w| Bits::new(w, lo));
-            map.map(&self.values[lo..lo + o.len()], bits, o);
-        });
+        let run = |o: &mut [M::Output]| {
+            par::chunks_mut(o, CHUNK, |c, o| {
+                let lo = c * CHUNK;
+                let bits = valid.map(|w| Bits::new(w, lo));
+                map.map(&self.values[lo..lo + o.len()], bits, o);
+            });
+        };
+        if let Some(out) = into {
+            with_slots(out, self.values.len(), run)?;
+            return Ok(Written::Slots(valid.map(<[u64]>::to_vec)));
+        }
+        let mut out = fresh_vec::<M::Output>(self.values.len());
+        run(&mut out);
         let Some(w) = valid else {
-            return Ok(self.stored_like(out));
+            return Ok(Written::Fresh(self.stored_like(out)));
         };
         let flat = self.pattern.flat();
         let bits = Bits::new(w, 0);
         let keep = |k: &usize| bits.get(*k);
         let f = (0..flat.len()).filter(keep).map(|k| flat[k]).collect();
         let v = (0..out.len()).filter(keep).map(|k| out[k]).collect();
-        SparseArray::new(self.shape().to_vec(), f, v).map(MaskedCoo::from)
+        SparseArray::new(self.shape().to_vec(), f, v)
+            .map(MaskedCoo::from)
+            .map(Written::Fresh)
     }
 
+    /// `map` along `dim`: into `into` (one slot per stored entry) where given, which
+    /// needs every stored entry valid (the mask is the pattern).
     pub(crate) fn kernel_map_lanes<M: LaneMap<T>>(
         &self,
         map: &M,
         dim: isize,
-    ) -> Result<MaskedCoo<M::Output>> {
+        into: Option<OutSlots<'_, '_>>,
+    ) -> Result<Written<MaskedCoo<M::Output>>> {
         let shape = self.shape();
         if shape.is_empty() {
             return Err(MaskedError::Unsupported {
@@ -674,8 +689,22 @@ impl<'a, T: Element> CooLanes<'a, T> {
             });
         }
         let d = wrap_dim(dim, shape.len())?;
+        if let Some(out) = into {
+            if self.fill || self.valid.is_some() {
+                return Err(MaskedError::Unsupported {
+                    op: map.name(),
+                    context: "into a caller's buffer on COO input whose mask is not its \
+                              stored pattern (use apply)"
+                        .into(),
+                });
+            }
+            with_slots(out, self.values.len(), |o| self.map_groups(map, d, o))??;
+            return Ok(Written::Slots(None));
+        }
         if !self.fill && self.valid.is_none() {
-            return Ok(self.stored_like(self.map_groups(map, d)?));
+            let mut out = fresh_vec(self.values.len());
+            self.map_groups(map, d, &mut out)?;
+            return Ok(Written::Fresh(self.stored_like(out)));
         }
         let g = self.grouped(&[d], false)?;
         let out = g.lanes(self.fill)?.map_lanes(map, 1)?;
@@ -697,12 +726,43 @@ impl<'a, T: Element> CooLanes<'a, T> {
         });
         let values = out.values;
         if inner == 1 {
-            return SparseArray::new(shape.to_vec(), flat, values).map(MaskedCoo::from);
+            return SparseArray::new(shape.to_vec(), flat, values)
+                .map(MaskedCoo::from)
+                .map(Written::Fresh);
         }
         // entries are in (kept, position) order; the output is row-major
         let order = group::sorting_order(&flat);
         let f = order.iter().map(|&k| flat[k]).collect();
         let v = order.iter().map(|&k| values[k]).collect();
-        SparseArray::new(shape.to_vec(), f, v).map(MaskedCoo::from)
+        SparseArray::new(shape.to_vec(), f, v)
+            .map(MaskedCoo::from)
+            .map(Written::Fresh)
+    }
+}
+
+impl<T: Element> MapInto<T> for CooLanes<'_, T> {
+    fn slots(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Along any one dim, where every stored entry is valid (the mask is the pattern).
+    fn map_lanes_into<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        dim: isize,
+        out: OutSlots<'_, '_>,
+    ) -> Result<Option<Vec<u64>>> {
+        prebuilt::map_lanes(map, self, dim, Some(out))?.slots()
+    }
+
+    /// Every stored entry's slot written, masked-out ones with the op's value for a
+    /// masked-out element.
+    fn map_elements_into<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        zero_preserving: bool,
+        out: OutSlots<'_, '_>,
+    ) -> Result<Option<Vec<u64>>> {
+        prebuilt::map_elements(map, self, zero_preserving, Some(out))?.slots()
     }
 }

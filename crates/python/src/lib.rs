@@ -964,10 +964,12 @@ impl Handle {
     }
 
     /// The op of the request with its values written into `out`'s data buffer (a dense
-    /// handle of the result's shape and dtype over a C-contiguous, writable array): the
+    /// handle of the result's shape and dtype over a C-contiguous, writable array; or,
+    /// for a normalization or elementwise op of a CSR handle whose mask is its pattern,
+    /// a CSR handle of the same structure whose data has the result's dtype): the
     /// kernel writes there, no fresh buffer and no copy. Returns a handle over that same
-    /// buffer with the result's mask. Dense input; the buffer must not overlap the
-    /// input (a borrow error otherwise).
+    /// buffer with the result's mask. The buffer must not overlap the input (a borrow
+    /// error otherwise).
     #[pyo3(signature = (op, out, dims=None, keepdim=false, options=vec![]))]
     fn apply_into(
         &self,
@@ -979,8 +981,20 @@ impl Handle {
         options: Vec<(String, String)>,
     ) -> PyResult<Handle> {
         let req = request(op, dims, keepdim, options, None)?;
-        let Store::Dense { data, dtype, .. } = &out.store else {
-            return Err(PyTypeError::new_err("out= takes a dense array"));
+        let (data, dtype) = match &out.store {
+            Store::Dense { data, dtype, .. } => {
+                if !matches!(self.store, Store::Dense { .. }) {
+                    return Err(PyTypeError::new_err(
+                        "out= of a sparse input takes a CSR array of its structure",
+                    ));
+                }
+                (data, dtype)
+            }
+            Store::Csr { data, dtype, .. } => {
+                self.check_same_csr_structure(py, out)?;
+                (data, dtype)
+            }
+            _ => return Err(PyTypeError::new_err("out= takes a dense or CSR array")),
         };
         let arr = data.bind(py);
         let run = |buf: ByDType<SliceMutOf<'_>>| {
@@ -1009,6 +1023,34 @@ impl Handle {
                 run(ByDType::BF16(s))?
             }
         };
+        if let Store::Csr {
+            shape,
+            indptr,
+            indptr_obj,
+            indices,
+            wide,
+            ..
+        } = &out.store
+        {
+            // the input's mask is its pattern: every slot is valid
+            if mask.count_ones() != mask.len() {
+                return Err(MaskedError::new_err(
+                    "out=: a CSR result with masked-out entries",
+                ));
+            }
+            return Ok(Handle {
+                store: Store::Csr {
+                    shape: *shape,
+                    indptr: indptr.clone(),
+                    indptr_obj: indptr_obj.clone_ref(py),
+                    indices: indices.clone_ref(py),
+                    wide: *wide,
+                    data: data.clone_ref(py),
+                    dtype: *dtype,
+                    mask: CsrMaskSpec::Stored,
+                },
+            });
+        }
         Ok(Handle {
             store: Store::Dense {
                 dtype: *dtype,
@@ -1016,6 +1058,47 @@ impl Handle {
                 mask: Some(mask),
             },
         })
+    }
+
+    /// Checks that `out` is a CSR handle of this CSR handle's structure (shape, row
+    /// pointer and column indices: the same arrays, or equal ones) and that both have
+    /// their pattern as their mask: a normalization's result on it is exactly one value
+    /// per stored entry, all valid.
+    fn check_same_csr_structure(&self, py: Python<'_>, out: &Handle) -> PyResult<()> {
+        let (
+            Store::Csr {
+                shape,
+                indptr,
+                indices,
+                mask: CsrMaskSpec::Stored,
+                ..
+            },
+            Store::Csr {
+                shape: oshape,
+                indptr: optr,
+                indices: oind,
+                mask: CsrMaskSpec::Stored,
+                ..
+            },
+        ) = (&self.store, &out.store)
+        else {
+            return Err(PyTypeError::new_err(
+                "out= with a CSR array: the input and out are CSR arrays whose mask is their \
+                 stored pattern (mask=\"pattern\")",
+            ));
+        };
+        let same_indices = indices.bind(py).is(oind.bind(py)) || {
+            let np = py.import("numpy")?;
+            np.call_method1("array_equal", (indices.bind(py), oind.bind(py)))?
+                .extract::<bool>()?
+        };
+        if shape != oshape || indptr != optr || !same_indices {
+            return Err(MaskedError::new_err(
+                "out= has another CSR structure than the input (its shape, indptr and \
+                 indices must be the input's)",
+            ));
+        }
+        Ok(())
     }
 
     /// Each lane's `(n, mean, m2)` over `dims` (None: every dim), in one pass: the valid

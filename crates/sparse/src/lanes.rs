@@ -11,8 +11,8 @@ use masked_core::grad::{grad_runs, sparse_lanes, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    not_nan_words, wrap_dim, Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MaskedError,
-    MaskedReduce, Result, SparseArray,
+    not_nan_words, with_slots, wrap_dim, Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MapInto,
+    MaskedError, MaskedReduce, OutSlots, Result, SparseArray, Written,
 };
 use masked_kernels::pack::compress_into;
 use masked_kernels::par;
@@ -436,11 +436,11 @@ impl<'a, T: Element> MaskedReduce<T> for CsrLanes<'a, T> {
         map: &M,
         zero_preserving: bool,
     ) -> Result<LanesMapped<'a, O<M, T>>> {
-        prebuilt::map_elements(map, self, zero_preserving)
+        prebuilt::map_elements(map, self, zero_preserving, None)?.fresh()
     }
 
     fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<LanesMapped<'a, O<M, T>>> {
-        prebuilt::map_lanes(map, self, dim)
+        prebuilt::map_lanes(map, self, dim, None)?.fresh()
     }
 
     /// Over rows, columns or all entries; the gradient stores exactly the valid entries
@@ -645,11 +645,13 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         })
     }
 
+    /// `map` over every element: into `into` (one slot per stored entry) where given.
     pub(crate) fn kernel_map_elements<M: LaneMap<T>>(
         &self,
         map: &M,
         zero_preserving: bool,
-    ) -> Result<LanesMapped<'a, O<M, T>>> {
+        into: Option<OutSlots<'_, '_>>,
+    ) -> Result<Written<LanesMapped<'a, O<M, T>>>> {
         if self.fill {
             if !zero_preserving {
                 return Err(MaskedError::densifying(map.name()));
@@ -658,17 +660,31 @@ impl<'a, T: Element> CsrLanes<'a, T> {
                 fill: false,
                 ..self.clone()
             };
-            return stored.kernel_map_lanes(map, 1);
+            return stored.kernel_map_lanes(map, 1, into);
         }
-        self.kernel_map_lanes(map, 1)
+        self.kernel_map_lanes(map, 1, into)
     }
 
+    /// `map` along `dim`: into `into` (one slot per stored entry) where given.
     pub(crate) fn kernel_map_lanes<M: LaneMap<T>>(
         &self,
         map: &M,
         dim: isize,
-    ) -> Result<LanesMapped<'a, O<M, T>>> {
+        into: Option<OutSlots<'_, '_>>,
+    ) -> Result<Written<LanesMapped<'a, O<M, T>>>> {
         let d = wrap_dim(dim, 2)?;
+        if let Some(out) = into {
+            if self.fill {
+                return Err(MaskedError::Unsupported {
+                    op: map.name(),
+                    context: "into a caller's buffer on sparse input without a mask (the \
+                              result would store every position)"
+                        .into(),
+                });
+            }
+            with_slots(out, self.nnz(), |o| self.map_into(map, d, o))?;
+            return Ok(Written::Slots(self.valid.as_deref().map(<[u64]>::to_vec)));
+        }
         if self.fill {
             let (indptr, indices, values, words) = self.filled();
             let full = CsrLanes {
@@ -679,11 +695,11 @@ impl<'a, T: Element> CsrLanes<'a, T> {
                 valid: Some(Cow::Owned(words)),
                 fill: false,
             };
-            let out = full.kernel_map_lanes(map, dim)?;
-            return Ok(LanesMapped {
+            let out = full.kernel_map_lanes(map, dim, None)?.fresh()?;
+            return Ok(Written::Fresh(LanesMapped {
                 indices: out.indices.into_owned(),
                 ..out
-            });
+            }));
         }
         let (indptr, indices, values) = if d == 1 {
             self.map_rows(map)
@@ -703,12 +719,38 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         // ends and length; built by prefix sums), and every row's indices are a
         // subsequence of a validated row (a sprs matrix or a `Pattern`): sorted, without
         // duplicates, below `ncols`.
-        Ok(LanesMapped {
+        Ok(Written::Fresh(LanesMapped {
             shape: self.shape,
             indptr,
             indices,
             values,
-        })
+        }))
+    }
+}
+
+impl<T: Element> MapInto<T> for CsrLanes<'_, T> {
+    fn slots(&self) -> usize {
+        self.nnz()
+    }
+
+    /// Along dim 1 (rows, in place) or 0 (columns); every stored entry's slot written,
+    /// masked-out ones with the op's value for a masked-out element.
+    fn map_lanes_into<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        dim: isize,
+        out: OutSlots<'_, '_>,
+    ) -> Result<Option<Vec<u64>>> {
+        prebuilt::map_lanes(map, self, dim, Some(out))?.slots()
+    }
+
+    fn map_elements_into<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        zero_preserving: bool,
+        out: OutSlots<'_, '_>,
+    ) -> Result<Option<Vec<u64>>> {
+        prebuilt::map_elements(map, self, zero_preserving, Some(out))?.slots()
     }
 }
 
@@ -718,6 +760,95 @@ type O<M, T> = <M as LaneMap<T>>::Output;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Maps into one slot per stored entry with validity bits (some entries masked
+    /// out): each slot holds what the dense layout writes at that entry's position (a
+    /// masked-out entry's the op's value for masked-out elements: a cumsum's running
+    /// value, log_softmax's -inf, ...), along rows, columns and elementwise, and the
+    /// slots' validity is the input's.
+    #[test]
+    fn maps_into_slots_with_validity_bits_equal_the_dense_layout() {
+        use masked::dense::{OutMask, WriteInto};
+        use masked::MaskedArray;
+        use masked_core::registry::{apply_to, OpRequest};
+        use masked_core::{ByDType, EntriesInto, Kind, Op, SlotMask};
+        use std::cell::RefCell;
+        let (nrows, ncols) = (5, 6);
+        let (mut indptr, mut cols, mut vals) = (vec![0usize], Vec::new(), Vec::new());
+        for r in 0..nrows {
+            for c in (0..ncols).filter(|c| (r * 5 + c * 3) % 4 != 1) {
+                cols.push(c as u32);
+                vals.push(((r * ncols + c) as f64 * 0.61).sin() * 2.0);
+            }
+            indptr.push(cols.len());
+        }
+        let nnz = cols.len();
+        let valid_at = |k: usize| k % 3 != 2;
+        let mut valid = vec![0u64; nnz.div_ceil(64)];
+        for k in (0..nnz).filter(|&k| valid_at(k)) {
+            valid[k / 64] |= 1 << (k % 64);
+        }
+        let lanes = CsrLanes::try_new(
+            (nrows, ncols),
+            &indptr,
+            Cols::U32(&cols),
+            &vals,
+            Some(&valid),
+            false,
+        )
+        .unwrap();
+        // the same matrix dense: unstored and masked-out positions masked out
+        let (mut full, mut mask) = (vec![0.0; nrows * ncols], vec![false; nrows * ncols]);
+        let mut pos = Vec::new();
+        for r in 0..nrows {
+            for k in indptr[r]..indptr[r + 1] {
+                let p = r * ncols + cols[k] as usize;
+                (full[p], mask[p]) = (vals[k], valid_at(k));
+                pos.push(p);
+            }
+        }
+        let dense = MaskedArray::from_bool_mask(
+            ndarray::Array2::from_shape_vec((nrows, ncols), full).unwrap(),
+            ndarray::Array2::from_shape_vec((nrows, ncols), mask).unwrap(),
+        )
+        .unwrap();
+        let mut checked = 0;
+        for &op in Op::ALL {
+            let reqs = match op.kind() {
+                Kind::Normalize => vec![
+                    OpRequest::from_op(op).dims(1),
+                    OpRequest::from_op(op).dims(0),
+                ],
+                Kind::Unary => vec![OpRequest::from_op(op)],
+                _ => continue,
+            };
+            for req in reqs {
+                let mut want = vec![f64::NAN; nrows * ncols];
+                let w = RefCell::new(ByDType::F64(&mut want[..]));
+                if apply_to(&WriteInto::new(&dense, &w), &req, &OutMask).is_err() {
+                    continue; // an op whose result is not f64 (or that needs options)
+                }
+                drop(w);
+                let mut got = vec![f64::NAN; nnz];
+                let out = RefCell::new(ByDType::F64(&mut got[..]));
+                let m = apply_to(&EntriesInto::new(lanes.clone(), &out), &req, &SlotMask)
+                    .unwrap_or_else(|e| panic!("{op}: {e}"));
+                assert_eq!(
+                    m.to_vec(),
+                    (0..nnz).map(valid_at).collect::<Vec<_>>(),
+                    "{op}"
+                );
+                // equal but for the summation order (a dense lane also spans the gaps)
+                for (k, &p) in pos.iter().enumerate() {
+                    let (g, w) = (got[k], want[p]);
+                    let close = g.to_bits() == w.to_bits() || (g - w).abs() <= 1e-13 * w.abs();
+                    assert!(close, "{op} {:?} entry {k}: {g} vs {w}", req.dims);
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 40, "checked only {checked}");
+    }
 
     #[test]
     fn large_row_reductions_keep_every_valid_lane_in_place() {

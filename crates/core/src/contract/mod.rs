@@ -2,6 +2,7 @@
 //! the op registry (names, options, dispatch, gradients: `registry`) and the kernels
 //! a layout compiles in its own crate (`prebuilt`).
 
+pub mod into;
 pub mod layout;
 pub mod prebuilt;
 pub mod registry;

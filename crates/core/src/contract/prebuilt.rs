@@ -174,7 +174,8 @@ macro_rules! prebuilt_kernels {
 /// [`MaskedReduce`](crate::MaskedReduce) by dispatching to the four functions this defines
 /// (`fold_lanes`, `stat_lanes`, `map_lanes`, `map_elements`), which call its inherent
 /// `kernel_fold_lanes`, `kernel_stat_lanes`, `kernel_map_lanes` and
-/// `kernel_map_elements` (the trait methods' signatures).
+/// `kernel_map_elements` (the trait methods' signatures; the maps also take the optional
+/// [`OutSlots`](crate::OutSlots) to write into and return a [`Written`](crate::Written)).
 #[macro_export]
 macro_rules! prebuilt_lanes {
     (input: $In:ident, dtypes: $dl:tt) => {
@@ -185,7 +186,9 @@ macro_rules! prebuilt_lanes {
             <$In<'a, T> as $crate::MaskedReduce<T>>::Reduced<<K as $crate::LaneStat<T>>::Output>,
         >;
         type MapOut<'a, T, K> = $crate::Result<
-            <$In<'a, T> as $crate::MaskedReduce<T>>::Mapped<<K as $crate::LaneMap<T>>::Output>,
+            $crate::Written<
+                <$In<'a, T> as $crate::MaskedReduce<T>>::Mapped<<K as $crate::LaneMap<T>>::Output>,
+            >,
         >;
         $crate::prebuilt_kernels! {
             input: $In,
@@ -194,9 +197,10 @@ macro_rules! prebuilt_lanes {
                 = l.kernel_fold_lanes(op, dims, keepdim);
             stat stat_lanes(op, l, dims: &$crate::Dims, keepdim: bool) -> StatOut
                 = l.kernel_stat_lanes(op, dims, keepdim);
-            map map_lanes(op, l, dim: isize) -> MapOut = l.kernel_map_lanes(op, dim);
-            map map_elements(op, l, zero_preserving: bool) -> MapOut
-                = l.kernel_map_elements(op, zero_preserving);
+            map map_lanes(op, l, dim: isize, into: Option<$crate::OutSlots<'_, '_>>) -> MapOut
+                = l.kernel_map_lanes(op, dim, into);
+            map map_elements(op, l, zero_preserving: bool, into: Option<$crate::OutSlots<'_, '_>>)
+                -> MapOut = l.kernel_map_elements(op, zero_preserving, into);
         }
     };
 }

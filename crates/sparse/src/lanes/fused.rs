@@ -451,7 +451,10 @@ impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V>
         let (Some(src), 1, false, ColsBuf::Borrowed(indices)) =
             (self.lazy(), d, self.fill, &self.indices)
         else {
-            let m = self.materialize()?.kernel_map_lanes(map, dim)?;
+            let m = self
+                .materialize()?
+                .kernel_map_lanes(map, dim, None)?
+                .fresh()?;
             return Ok(self.owned_by_input(m));
         };
         let out = map_rows_by(&self.indptr, self.valid.as_deref(), |t, vout| {
@@ -481,7 +484,8 @@ impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V>
         if self.fill {
             let m = self
                 .materialize()?
-                .kernel_map_elements(map, zero_preserving)?;
+                .kernel_map_elements(map, zero_preserving, None)?
+                .fresh()?;
             return Ok(self.owned_by_input(m));
         }
         self.map_lanes(map, 1)

@@ -73,6 +73,62 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         }
     }
 
+    /// Maps every lane along `d` (1: rows, 0: columns) into `out`, one slot per stored
+    /// entry in storage order: valid or not (a masked-out entry's slot gets the op's
+    /// value for a masked-out element, as a dense result's position does).
+    pub(super) fn map_into<M: LaneMap<T>>(&self, map: &M, d: usize, out: &mut [M::Output]) {
+        if d == 1 {
+            // row tasks own consecutive entry ranges of the output
+            let tasks = row_tasks(self.indptr);
+            let mut pieces = Vec::with_capacity(tasks.len());
+            let mut rest: &mut [M::Output] = out;
+            for t in &tasks {
+                let (o, r) = rest.split_at_mut(t.entries.len());
+                pieces.push((t, o));
+                rest = r;
+            }
+            par::map_vec(pieces, |(t, o)| {
+                let base = t.entries.start;
+                for r in t.rows.clone() {
+                    let e = self.row(r);
+                    let (lo, hi) = (e.start - base, e.end - base);
+                    map.map(
+                        &self.values[e.clone()],
+                        self.bits_at(e.start),
+                        &mut o[lo..hi],
+                    );
+                }
+            });
+            return;
+        }
+        // columns: every entry gathered in column order (with its validity bit), each
+        // column mapped, the values scattered back to their entries' slots
+        let (entry, colptr) = self.by_column();
+        let gathered: Vec<T> = entry.iter().map(|&k| self.values[k]).collect();
+        let words = self.valid.as_deref().map(|_| {
+            let mut w = vec![0u64; entry.len().div_ceil(64)];
+            for (s, &k) in entry.iter().enumerate() {
+                w[s / 64] |= u64::from(self.is_valid(k)) << (s % 64);
+            }
+            w
+        });
+        let mut mapped = vec![M::Output::default(); gathered.len()];
+        let mut pieces = Vec::with_capacity(self.shape.1);
+        let mut rest: &mut [M::Output] = &mut mapped;
+        for c in 0..self.shape.1 {
+            let (a, b) = rest.split_at_mut(colptr[c + 1] - colptr[c]);
+            pieces.push((c, a));
+            rest = b;
+        }
+        par::map_vec(pieces, |(c, o)| {
+            let bits = words.as_deref().map(|w| Bits::new(w, colptr[c]));
+            map.map(&gathered[colptr[c]..colptr[c + 1]], bits, o);
+        });
+        for (s, &k) in entry.iter().enumerate() {
+            out[k] = mapped[s];
+        }
+    }
+
     /// Maps every column (gathered by an O(nnz) counting sort); the output stores the
     /// valid entries in row order.
     pub(super) fn map_cols<M: LaneMap<T>>(
