@@ -370,22 +370,9 @@ fn apply_into_a_callers_buffer_equals_apply() {
                 let Ok(want) = x.apply(&req) else { continue };
                 let want = dense_out(want);
                 let n = want.values.len();
-                // a NaN-filled buffer of the result's dtype
-                let mut buf = cast_values(&DynVec::F64(vec![f64::NAN; n]), want.values.dtype())
-                    .unwrap_or_else(|_| {
-                        cast_values(&DynVec::F64(vec![7.0; n]), want.values.dtype()).unwrap()
-                    });
-                let mask = {
-                    let out = match &mut buf {
-                        DynVec::F64(v) => ByDType::F64(&mut v[..]),
-                        DynVec::F32(v) => ByDType::F32(&mut v[..]),
-                        DynVec::I64(v) => ByDType::I64(&mut v[..]),
-                        DynVec::I32(v) => ByDType::I32(&mut v[..]),
-                        DynVec::F16(v) => ByDType::F16(&mut v[..]),
-                        DynVec::BF16(v) => ByDType::BF16(&mut v[..]),
-                    };
-                    x.apply_into(&req, out).unwrap()
-                };
+                let (buf, mask) =
+                    with_buffer(want.values.dtype(), n, |out| x.apply_into(&req, out));
+                let mask = mask.unwrap();
                 assert_eq!(mask, want.mask, "{op} {dtype:?}");
                 let (w, g) = (f64s(&want.values), f64s(&buf));
                 assert!(

@@ -10,7 +10,7 @@ use masked_core::grad::{sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUps
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    not_nan_words, with_slots, wrap_dim, Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MapInto,
+    not_nan_words, with_slots, wrap_dim, Dims, Element, Fold, LaneGrad, LaneMap, LaneStat,
     MaskedError, MaskedReduce, OutSlots, Result, SparseArray, Written,
 };
 use masked_kernels::pack::compress_into;
@@ -31,6 +31,11 @@ pub struct CooLanes<'a, T> {
 }
 
 impl<'a, T: Element> CooLanes<'a, T> {
+    /// The stored entries (valid or not).
+    pub fn nnz(&self) -> usize {
+        self.values.len()
+    }
+
     /// The same lanes with validity bits `!is_nan` ANDed in.
     pub fn nan_masked(&self) -> CooLanes<'a, T> {
         CooLanes {
@@ -737,32 +742,5 @@ impl<'a, T: Element> CooLanes<'a, T> {
         SparseArray::new(shape.to_vec(), f, v)
             .map(MaskedCoo::from)
             .map(Written::Fresh)
-    }
-}
-
-impl<T: Element> MapInto<T> for CooLanes<'_, T> {
-    fn slots(&self) -> usize {
-        self.values.len()
-    }
-
-    /// Along any one dim, where every stored entry is valid (the mask is the pattern).
-    fn map_lanes_into<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        dim: isize,
-        out: OutSlots<'_, '_>,
-    ) -> Result<Option<Vec<u64>>> {
-        prebuilt::map_lanes(map, self, dim, Some(out))?.slots()
-    }
-
-    /// Every stored entry's slot written, masked-out ones with the op's value for a
-    /// masked-out element.
-    fn map_elements_into<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
-        out: OutSlots<'_, '_>,
-    ) -> Result<Option<Vec<u64>>> {
-        prebuilt::map_elements(map, self, zero_preserving, Some(out))?.slots()
     }
 }

@@ -7,8 +7,7 @@
 use crate::array::{MaskedArray, MaskedView};
 use crate::kernels;
 use masked_core::{
-    BitMask, ByDType, Dims, Element, Fold, LaneMap, LaneStat, MaskedError, MaskedReduce, Result,
-    SliceMutOf,
+    BitMask, ByDType, Dims, Element, Fold, LaneMap, LaneStat, MaskedReduce, Result, SliceMutOf,
 };
 use ndarray::{Data, Dimension};
 use std::cell::RefCell;
@@ -47,22 +46,7 @@ impl<'x, 'r, 'o, T: Element, D: Dimension> WriteInto<'x, 'r, 'o, T, D> {
     /// The output buffer as `O` values of exactly `n` slots, or the error naming the
     /// mismatch.
     fn with_out<O: Element, R>(&self, n: usize, f: impl FnOnce(&mut [O]) -> R) -> Result<R> {
-        let mut b = self.out.borrow_mut();
-        let dtype = b.dtype();
-        let Some(slice) = O::unerase_mut(&mut b) else {
-            return Err(MaskedError::InvalidArgument {
-                name: "out",
-                value: format!("{dtype} values"),
-                reason: "the output buffer has the result's dtype",
-            });
-        };
-        if slice.len() != n {
-            return Err(MaskedError::InvalidData(format!(
-                "an output buffer of {} values for a result of {n}",
-                slice.len()
-            )));
-        }
-        Ok(f(slice))
+        masked_core::with_slots(self.out, n, f)
     }
 
     /// A reduction's result copied into the buffer; its mask returned.

@@ -1023,33 +1023,14 @@ impl Handle {
                 run(ByDType::BF16(s))?
             }
         };
-        if let Store::Csr {
-            shape,
-            indptr,
-            indptr_obj,
-            indices,
-            wide,
-            ..
-        } = &out.store
-        {
+        if let Store::Csr { .. } = &out.store {
             // the input's mask is its pattern: every slot is valid
             if mask.count_ones() != mask.len() {
                 return Err(MaskedError::new_err(
                     "out=: a CSR result with masked-out entries",
                 ));
             }
-            return Ok(Handle {
-                store: Store::Csr {
-                    shape: *shape,
-                    indptr: indptr.clone(),
-                    indptr_obj: indptr_obj.clone_ref(py),
-                    indices: indices.clone_ref(py),
-                    wide: *wide,
-                    data: data.clone_ref(py),
-                    dtype: *dtype,
-                    mask: CsrMaskSpec::Stored,
-                },
-            });
+            return out.on_structure(py, data.clone_ref(py), *dtype);
         }
         Ok(Handle {
             store: Store::Dense {
@@ -1314,9 +1295,6 @@ impl Handle {
             Store::Csr {
                 shape,
                 indptr,
-                indptr_obj,
-                indices,
-                wide,
                 mask: CsrMaskSpec::Stored,
                 ..
             },
@@ -1331,19 +1309,40 @@ impl Handle {
         let Output::Sparse(o) = out else {
             unreachable!("matched above")
         };
-        let n = o.values.len();
-        Ok(Ok(Handle {
+        let (n, dtype) = (o.values.len(), o.values.dtype());
+        Ok(Ok(self.on_structure(
+            py,
+            dyn_to_numpy(py, o.values, &[n])?,
+            dtype,
+        )?))
+    }
+
+    /// A CSR handle on this CSR handle's structure (the same index arrays) with `data`
+    /// (one value per stored entry, of `dtype`) and its pattern as its mask.
+    fn on_structure(&self, py: Python<'_>, data: Py<PyAny>, dtype: DType) -> PyResult<Handle> {
+        let Store::Csr {
+            shape,
+            indptr,
+            indptr_obj,
+            indices,
+            wide,
+            ..
+        } = &self.store
+        else {
+            return Err(PyTypeError::new_err("a CSR structure is the CSR layout's"));
+        };
+        Ok(Handle {
             store: Store::Csr {
                 shape: *shape,
                 indptr: indptr.clone(),
                 indptr_obj: indptr_obj.clone_ref(py),
                 indices: indices.clone_ref(py),
                 wide: *wide,
-                dtype: o.values.dtype(),
-                data: dyn_to_numpy(py, o.values, &[n])?,
+                dtype,
+                data,
                 mask: CsrMaskSpec::Stored,
             },
-        }))
+        })
     }
 
     /// Checks a CSR handle's structure once (sorted, in range, no duplicate).

@@ -11,7 +11,7 @@ use masked_core::grad::{grad_runs, sparse_lanes, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    not_nan_words, with_slots, wrap_dim, Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MapInto,
+    not_nan_words, with_slots, wrap_dim, Dims, Element, Fold, LaneGrad, LaneMap, LaneStat,
     MaskedError, MaskedReduce, OutSlots, Result, SparseArray, Written,
 };
 use masked_kernels::pack::compress_into;
@@ -732,32 +732,6 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 }
 
-impl<T: Element> MapInto<T> for CsrLanes<'_, T> {
-    fn slots(&self) -> usize {
-        self.nnz()
-    }
-
-    /// Along dim 1 (rows, in place) or 0 (columns); every stored entry's slot written,
-    /// masked-out ones with the op's value for a masked-out element.
-    fn map_lanes_into<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        dim: isize,
-        out: OutSlots<'_, '_>,
-    ) -> Result<Option<Vec<u64>>> {
-        prebuilt::map_lanes(map, self, dim, Some(out))?.slots()
-    }
-
-    fn map_elements_into<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
-        out: OutSlots<'_, '_>,
-    ) -> Result<Option<Vec<u64>>> {
-        prebuilt::map_elements(map, self, zero_preserving, Some(out))?.slots()
-    }
-}
-
 /// Output type of a lane map.
 type O<M, T> = <M as LaneMap<T>>::Output;
 
@@ -832,7 +806,7 @@ mod tests {
                 if apply_to(&WriteInto::new(&dense, &w), &req, &OutMask).is_err() {
                     continue; // an op whose result is not f64 (or that needs options)
                 }
-                drop(w);
+                let _ = w.into_inner(); // `want` is read below
                 let mut got = vec![f64::NAN; nnz];
                 let out = RefCell::new(ByDType::F64(&mut got[..]));
                 let m = apply_to(&EntriesInto::new(lanes.clone(), &out), &req, &SlotMask)

@@ -175,7 +175,9 @@ macro_rules! prebuilt_kernels {
 /// (`fold_lanes`, `stat_lanes`, `map_lanes`, `map_elements`), which call its inherent
 /// `kernel_fold_lanes`, `kernel_stat_lanes`, `kernel_map_lanes` and
 /// `kernel_map_elements` (the trait methods' signatures; the maps also take the optional
-/// [`OutSlots`](crate::OutSlots) to write into and return a [`Written`](crate::Written)).
+/// [`OutSlots`](crate::OutSlots) to write into and return a [`Written`](crate::Written)),
+/// and implements [`MapInto`](crate::MapInto) with them (one slot per entry: the lanes
+/// type's `nnz()`).
 #[macro_export]
 macro_rules! prebuilt_lanes {
     (input: $In:ident, dtypes: $dl:tt) => {
@@ -201,6 +203,32 @@ macro_rules! prebuilt_lanes {
                 = l.kernel_map_lanes(op, dim, into);
             map map_elements(op, l, zero_preserving: bool, into: Option<$crate::OutSlots<'_, '_>>)
                 -> MapOut = l.kernel_map_elements(op, zero_preserving, into);
+        }
+
+        /// The maps into a caller's slots, one per stored entry (`nnz`), through the
+        /// same dispatchers.
+        impl<T: $crate::Element> $crate::MapInto<T> for $In<'_, T> {
+            fn slots(&self) -> usize {
+                self.nnz()
+            }
+
+            fn map_lanes_into<M: $crate::LaneMap<T>>(
+                &self,
+                map: &M,
+                dim: isize,
+                out: $crate::OutSlots<'_, '_>,
+            ) -> $crate::Result<Option<Vec<u64>>> {
+                map_lanes(map, self, dim, Some(out))?.slots()
+            }
+
+            fn map_elements_into<M: $crate::LaneMap<T>>(
+                &self,
+                map: &M,
+                zero_preserving: bool,
+                out: $crate::OutSlots<'_, '_>,
+            ) -> $crate::Result<Option<Vec<u64>>> {
+                map_elements(map, self, zero_preserving, Some(out))?.slots()
+            }
         }
     };
 }

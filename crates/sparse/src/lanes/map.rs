@@ -113,14 +113,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             w
         });
         let mut mapped = vec![M::Output::default(); gathered.len()];
-        let mut pieces = Vec::with_capacity(self.shape.1);
-        let mut rest: &mut [M::Output] = &mut mapped;
-        for c in 0..self.shape.1 {
-            let (a, b) = rest.split_at_mut(colptr[c + 1] - colptr[c]);
-            pieces.push((c, a));
-            rest = b;
-        }
-        par::map_vec(pieces, |(c, o)| {
+        par::map_vec(column_pieces(&colptr, &mut mapped), |(c, o)| {
             let bits = words.as_deref().map(|w| Bits::new(w, colptr[c]));
             map.map(&gathered[colptr[c]..colptr[c + 1]], bits, o);
         });
@@ -162,14 +155,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         .by_column();
         let gathered: Vec<T> = entry.iter().map(|&k| self.values[src(k)]).collect();
         let mut mapped = vec![M::Output::default(); gathered.len()];
-        let mut pieces = Vec::with_capacity(self.shape.1);
-        let mut rest: &mut [M::Output] = &mut mapped;
-        for c in 0..self.shape.1 {
-            let (a, b) = rest.split_at_mut(colptr[c + 1] - colptr[c]);
-            pieces.push((c, a));
-            rest = b;
-        }
-        par::map_vec(pieces, |(c, out)| {
+        par::map_vec(column_pieces(&colptr, &mut mapped), |(c, out)| {
             map.map(&gathered[colptr[c]..colptr[c + 1]], None, out);
         });
         let mut values = fresh_vec::<M::Output>(out_ptr[nrows]);
@@ -178,6 +164,18 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         }
         (out_ptr, indices, values)
     }
+}
+
+/// `out` (in column order) cut at the column pointer `colptr`: each column's slice.
+fn column_pieces<'o, O>(colptr: &[usize], out: &'o mut [O]) -> Vec<(usize, &'o mut [O])> {
+    let mut pieces = Vec::with_capacity(colptr.len().saturating_sub(1));
+    let mut rest = out;
+    for (c, w) in colptr.windows(2).enumerate() {
+        let (a, b) = rest.split_at_mut(w[1] - w[0]);
+        pieces.push((c, a));
+        rest = b;
+    }
+    pieces
 }
 
 /// The output of a row map over the entries of `indptr` with validity `valid` (`None`:
