@@ -4,7 +4,7 @@
 //! [`OutSlots`] (dtype-erased: no generic parameter, so no kernel is instantiated twice)
 //! and either return a fresh result or write there ([`Written`]); [`EntriesInto`] runs
 //! any op of the registry that way by name. The dense layout's counterpart, which also
-//! copies a reduction's small result in, is `layout_dense::WriteInto`.
+//! copies a reduction's small result in, is its `WriteInto`.
 
 use crate::dims::Dims;
 use crate::element::{ByDType, Element, SliceMutOf};
