@@ -505,6 +505,20 @@ impl ArrayRef<'_> {
     ///   `[slots]`. [`ArrayRef::apply`] of the same request stores exactly the valid
     ///   slots' values at their entries' positions.
     ///
+    /// ```
+    /// use masked::engine::{Array, CsrMask, OpRequest};
+    /// use masked::{DynVec, element::ByDType};
+    /// // rows [1, _, 1] and [_, 5, _], the mask its stored pattern
+    /// let vals = DynVec::F64(vec![1.0, 1.0, 5.0]);
+    /// let x = Array::csr((2, 3), vec![0, 2, 3], vec![0, 2, 1], vals, CsrMask::Stored)?;
+    /// let mut buf = [f64::NAN; 3]; // one slot per stored entry, reused by every call
+    /// let req = OpRequest::new("softmax")?.dims(1);
+    /// let valid = x.view()?.apply_into(&req, ByDType::F64(&mut buf[..]))?;
+    /// assert_eq!(buf, [0.5, 0.5, 1.0]);
+    /// assert_eq!(valid.count_ones(), 3);
+    /// # Ok::<(), masked::MaskedError>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`ArrayRef::apply`]; [`MaskedError::InvalidArgument`] for a buffer of another
     /// dtype, [`MaskedError::InvalidData`] of another size; [`MaskedError::Unsupported`]
