@@ -36,6 +36,8 @@ def _into(res: MaskedArray, out: Optional[MaskedArray]) -> MaskedArray:
     if out is None:
         return res
     if res.layout != "dense":
+        if isinstance(out, MaskedArray) and out.layout == "csr" and not out.data.flags.writeable:
+            raise MaskedError("out= has a read-only data buffer")
         raise TypeError(
             "out= of a sparse result takes a CSR array of the input's structure, not "
             'overlapping it (mask="pattern"; an elementwise op or normalization of a CSR input)'
@@ -89,11 +91,9 @@ def _writes_into(a: MaskedArray, out: Any) -> bool:
     if not isinstance(out, MaskedArray) or out.layout != a.layout or a.layout == "coo":
         return False
     d = out.data
-    if d.flags.writeable and np.shares_memory(d, a.data):
+    if not d.flags.writeable or np.shares_memory(d, a.data):
         return False
-    if a.layout == "csr":
-        return True
-    return out.shape == a.shape and d.flags.c_contiguous and d.flags.writeable
+    return a.layout == "csr" or (out.shape == a.shape and d.flags.c_contiguous)
 
 
 def _write_into(a: MaskedArray, op: str, dims: Optional[list[int]], options: dict, out: MaskedArray) -> MaskedArray:

@@ -290,3 +290,7 @@ def test_out_on_csr_writes_into_the_callers_data_buffer(monkeypatch):
     monkeypatch.undo()
     with pytest.raises(TypeError, match="CSR array of the input's structure"):
         mk.softmax(a, 1, out=a)
+    ro = np.zeros(A.nnz)
+    ro.flags.writeable = False
+    with pytest.raises(mk.MaskedError, match="read-only"):
+        mk.softmax(a, 1, out=mk.csr(sp.csr_array((ro, A.indices, A.indptr), shape=A.shape)))

@@ -499,8 +499,8 @@ impl ArrayRef<'_> {
     ///   in. The mask has the result's shape.
     /// - Sparse input: a normalization or elementwise op only (a reduction's result has
     ///   positions of its own), one slot per stored entry in storage order: the input's
-    ///   entries, or a CSR input's mask pattern's where the mask is a separate pattern
-    ///   (the lanes the op runs on). Masked-out entries' slots hold the op's values for
+    ///   entries, or its mask pattern's where the mask is a separate pattern (the lanes
+    ///   the op runs on). Masked-out entries' slots hold the op's values for
     ///   masked-out elements (semantics.md), as a dense result's do. The mask has shape
     ///   `[slots]`. [`ArrayRef::apply`] of the same request stores exactly the valid
     ///   slots' values at their entries' positions.
@@ -522,9 +522,8 @@ impl ArrayRef<'_> {
     /// # Errors
     /// As [`ArrayRef::apply`]; [`MaskedError::InvalidArgument`] for a buffer of another
     /// dtype, [`MaskedError::InvalidData`] of another size; [`MaskedError::Unsupported`]
-    /// for a `dtype=` request, a reduction of sparse input, a sparse input without a mask
-    /// whose result would store every position, and a COO normalization whose mask is
-    /// not its stored pattern.
+    /// for a `dtype=` request, a reduction of sparse input, and a sparse input without a
+    /// mask whose result would store every position.
     pub fn apply_into(&self, req: &OpRequest, out: ByDType<SliceMutOf<'_>>) -> Result<BitMask> {
         if req.dtype.is_some() {
             return Err(MaskedError::Unsupported {

@@ -679,7 +679,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
     }
 
     /// `map` along `dim`: into `into` (one slot per stored entry) where given, which
-    /// needs every stored entry valid (the mask is the pattern).
+    /// needs every stored entry valid (no validity bits) and no unstored valid zeros.
     pub(crate) fn kernel_map_lanes<M: LaneMap<T>>(
         &self,
         map: &M,
@@ -698,8 +698,8 @@ impl<'a, T: Element> CooLanes<'a, T> {
             if self.fill || self.valid.is_some() {
                 return Err(MaskedError::Unsupported {
                     op: map.name(),
-                    context: "into a caller's buffer on COO input whose mask is not its \
-                              stored pattern (use apply)"
+                    context: "into a caller's buffer on COO input without a mask (the result \
+                              would store every position) or with validity bits (use apply)"
                         .into(),
                 });
             }
