@@ -739,6 +739,15 @@ type O<M, T> = <M as LaneMap<T>>::Output;
 mod tests {
     use super::*;
 
+    /// Validity bits of `n` entries, set where `valid(k)`.
+    fn valid_words(n: usize, valid: impl Fn(usize) -> bool) -> Vec<u64> {
+        let mut w = vec![0u64; n.div_ceil(64)];
+        for k in (0..n).filter(|&k| valid(k)) {
+            w[k / 64] |= 1 << (k % 64);
+        }
+        w
+    }
+
     /// Maps into one slot per stored entry with validity bits (some entries masked
     /// out): each slot holds what the dense layout writes at that entry's position (a
     /// masked-out entry's the op's value for masked-out elements: a cumsum's running
@@ -762,10 +771,7 @@ mod tests {
         }
         let nnz = cols.len();
         let valid_at = |k: usize| k % 3 != 2;
-        let mut valid = vec![0u64; nnz.div_ceil(64)];
-        for k in (0..nnz).filter(|&k| valid_at(k)) {
-            valid[k / 64] |= 1 << (k % 64);
-        }
+        let valid = valid_words(nnz, valid_at);
         let lanes = CsrLanes::try_new(
             (nrows, ncols),
             &indptr,
@@ -843,14 +849,8 @@ mod tests {
             }
             indptr.push(cols.len());
         }
-        let mut valid = vec![0u64; cols.len().div_ceil(64)];
-        for r in 0..nrows {
-            if r % 7 != 3 {
-                for k in indptr[r]..indptr[r + 1] {
-                    valid[k / 64] |= 1 << (k % 64);
-                }
-            }
-        }
+        let row_of = |k: usize| indptr.partition_point(|&p| p <= k) - 1;
+        let valid = valid_words(cols.len(), |k| row_of(k) % 7 != 3);
         let lanes = CsrLanes::try_new(
             (nrows, ncols),
             &indptr,
