@@ -7,7 +7,7 @@ use crate::cols::{with_cols, Cols, ColsBuf, LanesMapped};
 use crate::operand::EntryOther as Other;
 use crate::partition::{groups, row_tasks, Task};
 use crate::prebuilt;
-use masked_core::grad::{grad_runs, sparse_lanes, SparseUpstream};
+use masked_core::grad::{grad_runs, sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
@@ -603,6 +603,30 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             let yl = saved.map(|y| y.by_lane(rows)).transpose()?;
             let yl = yl.as_deref().unwrap_or(&[]);
             grad_runs(grad, &ptr, &xs, &g.by_lane(rows)?, yl)?
+        } else if reduced == [0] {
+            // columns are the lanes: the valid entries in column order by a counting sort
+            // of their columns (no flat positions, no keys divided out of them)
+            let valid = CsrLanes {
+                shape: self.shape,
+                indptr: &ptr,
+                indices: idx.cols(),
+                values: &[] as &[T],
+                valid: None,
+                fill: false,
+            };
+            let (entry, colptr) = valid.by_column();
+            let keys: Vec<usize> = (0..ncols).filter(|&c| colptr[c + 1] > colptr[c]).collect();
+            let starts: Vec<usize> = keys
+                .iter()
+                .map(|&c| colptr[c])
+                .chain([entry.len()])
+                .collect();
+            let lanes = LaneOrder {
+                order: Some(Cow::Owned(entry)),
+                starts: Cow::Owned(starts),
+                keys: Cow::Owned(keys),
+            };
+            sparse_lanes_ordered(grad, &lanes, &xs, g, saved)?
         } else {
             let cols = idx.cols();
             let mut flat = Vec::with_capacity(cols.len());
