@@ -763,6 +763,17 @@ type O<M, T> = <M as LaneMap<T>>::Output;
 mod tests {
     use super::*;
 
+    /// Checked lanes over `u32` columns with validity bits (no unstored valid zeros).
+    fn masked_lanes<'a>(
+        shape: (usize, usize),
+        indptr: &'a [usize],
+        cols: &'a [u32],
+        vals: &'a [f64],
+        valid: &'a [u64],
+    ) -> CsrLanes<'a, f64> {
+        CsrLanes::try_new(shape, indptr, Cols::U32(cols), vals, Some(valid), false).unwrap()
+    }
+
     /// Validity bits of `n` entries, set where `valid(k)`.
     fn valid_words(n: usize, valid: impl Fn(usize) -> bool) -> Vec<u64> {
         let mut w = vec![0u64; n.div_ceil(64)];
@@ -796,15 +807,7 @@ mod tests {
         let nnz = cols.len();
         let valid_at = |k: usize| k % 3 != 2;
         let valid = valid_words(nnz, valid_at);
-        let lanes = CsrLanes::try_new(
-            (nrows, ncols),
-            &indptr,
-            Cols::U32(&cols),
-            &vals,
-            Some(&valid),
-            false,
-        )
-        .unwrap();
+        let lanes = masked_lanes((nrows, ncols), &indptr, &cols, &vals, &valid);
         // the same matrix dense: unstored and masked-out positions masked out
         let (mut full, mut mask) = (vec![0.0; nrows * ncols], vec![false; nrows * ncols]);
         let mut pos = Vec::new();
@@ -875,15 +878,7 @@ mod tests {
         }
         let row_of = |k: usize| indptr.partition_point(|&p| p <= k) - 1;
         let valid = valid_words(cols.len(), |k| row_of(k) % 7 != 3);
-        let lanes = CsrLanes::try_new(
-            (nrows, ncols),
-            &indptr,
-            Cols::U32(&cols),
-            &vals,
-            Some(&valid),
-            false,
-        )
-        .unwrap();
+        let lanes = masked_lanes((nrows, ncols), &indptr, &cols, &vals, &valid);
         let got = lanes.sum(1, false).unwrap();
         let (mut want_at, mut want) = (Vec::new(), Vec::new());
         for r in (0..nrows).filter(|r| r % 5 != 0 && r % 7 != 3) {

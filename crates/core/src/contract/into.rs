@@ -88,7 +88,7 @@ impl<M> Written<M> {
 
 /// A sparse layout's maps written into a caller's buffer of one slot per stored entry:
 /// what [`EntriesInto`] needs of a layout's lanes.
-pub trait MapInto<T: Element>: Clone {
+pub trait MapInto<T: Element> {
     /// The number of slots: the stored entries.
     fn slots(&self) -> usize;
 
