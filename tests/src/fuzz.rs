@@ -19,8 +19,8 @@ use masked::{
     BitMask, CooMask, CooPattern, Dims, Interpolation, MaskedArray, MaskedArrayD, MaskedCoo,
     MaskedCsr, MedianMode, Pattern, SparseArray,
 };
-use masked_cli::sparse_io::SparseFile;
-use masked_cli::{limits, npy, sparse_io};
+use masked_io::sparse::SparseFile;
+use masked_io::{limits, npy, sparse};
 use std::path::Path;
 
 /// The memory ceiling the readers run under while fuzzing and replaying: a declared
@@ -124,7 +124,7 @@ fn check_sparse(p: &Path, f: &SparseFile) {
 pub fn mtx_reader(data: &[u8]) {
     ceiling();
     let p = Path::new("fuzz.mtx");
-    if let Ok(f) = sparse_io::parse_mtx(p, data) {
+    if let Ok(f) = sparse::parse_mtx(p, data) {
         check_sparse(p, &f);
     }
 }
@@ -133,7 +133,7 @@ pub fn mtx_reader(data: &[u8]) {
 pub fn npz_reader(data: &[u8]) {
     ceiling();
     let p = Path::new("fuzz.npz");
-    if let Ok(f) = sparse_io::parse_npz(p, std::io::Cursor::new(data)) {
+    if let Ok(f) = sparse::parse_npz(p, std::io::Cursor::new(data)) {
         check_sparse(p, &f);
     }
 }

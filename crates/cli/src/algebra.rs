@@ -2,9 +2,10 @@
 
 use crate::binary::{self, read_dense, read_sparse};
 use crate::error::CliError;
-use crate::{extension, npy, sparse_io, RunArgs};
+use crate::RunArgs;
 use masked::by_name::promote;
 use masked::engine::Output;
+use masked::io::{extension, npy};
 use masked::{DType, Scalar};
 
 /// Flags `where` and `fill` take no part in.
@@ -89,12 +90,7 @@ pub(crate) fn run_where(a: &RunArgs) -> Result<(), CliError> {
             let Output::Sparse(out) = x.view()?.select(&cond, &y.view()?)? else {
                 unreachable!("sparse in, sparse out")
             };
-            sparse_io::write_entries(
-                &a.output,
-                &out.shape,
-                &out.indices,
-                sparse_io::Data::Num(&out.values),
-            )
+            crate::write_sparse(&a.output, &out)
         }
         _ => Err(CliError::Usage(
             "where: A and B are both dense .npy files or both sparse files of one shape".into(),
@@ -133,9 +129,9 @@ pub(crate) fn run_fill(a: &RunArgs) -> Result<(), CliError> {
             let dt = x.values.dtype();
             let x = x.array(dt)?;
             let out = x.view()?.filled(value).map_err(|_| cast_err(dt))?;
-            npy::write_atomic(&a.output, |buf| {
+            Ok(npy::write_atomic(&a.output, |buf| {
                 npy::encode_dyn(out.shape(), out.values().clone(), buf)
-            })
+            })?)
         }
         "mtx" | "npz" => {
             let x = read_sparse(&a.input, a.mask.as_ref(), a.mask_from_pattern, "--mask")?;
@@ -162,12 +158,7 @@ pub(crate) fn run_fill(a: &RunArgs) -> Result<(), CliError> {
                 let Output::Sparse(out) = x.view()?.fill_zero()? else {
                     unreachable!("sparse in, sparse out")
                 };
-                return sparse_io::write_entries(
-                    &a.output,
-                    &out.shape,
-                    &out.indices,
-                    sparse_io::Data::Num(&out.values),
-                );
+                return crate::write_sparse(&a.output, &out);
             }
             if extension(&a.output) != "npy" {
                 return Err(CliError::file(
@@ -180,9 +171,9 @@ pub(crate) fn run_fill(a: &RunArgs) -> Result<(), CliError> {
             }
             let x = x.array("coo", dt)?;
             let out = x.view()?.filled(value)?;
-            npy::write_atomic(&a.output, |buf| {
+            Ok(npy::write_atomic(&a.output, |buf| {
                 npy::encode_dyn(out.shape(), out.values().clone(), buf)
-            })
+            })?)
         }
         _ => Err(CliError::file(
             &a.input,

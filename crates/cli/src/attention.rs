@@ -6,9 +6,9 @@ use clap::Parser;
 use masked::attention::erased::{self, FloatArray, FloatView};
 use masked::attention::patterns::PatternSpec;
 use masked::attention::{AttentionPlan, Pattern};
+use masked::io::{extension, npy, sparse};
 use masked::DynVec;
 use masked_cli::error::CliError;
-use masked_cli::{extension, npy, sparse_io};
 use std::path::{Path, PathBuf};
 
 /// Sparse attention: `O = softmax_masked(scale · Q Kᵀ + bias) V` over a pattern's
@@ -79,7 +79,7 @@ fn rows(x: &FloatArray, path: &Path) -> Result<usize, CliError> {
 pub(crate) fn read_pattern(spec: &str, n: usize, m: usize, seed: u64) -> Result<Pattern, CliError> {
     let path = Path::new(spec);
     if matches!(extension(path).as_str(), "mtx" | "npz") {
-        let f = sparse_io::read_sparse(path)?;
+        let f = sparse::read_sparse(path)?;
         if f.shape != [n, m] {
             return Err(CliError::file(
                 path,
@@ -99,7 +99,7 @@ pub(crate) fn read_pattern(spec: &str, n: usize, m: usize, seed: u64) -> Result<
 /// The bias file's values in the pattern's row order (it must store exactly the
 /// pattern's positions).
 fn read_bias(path: &Path, p: &Pattern, dtype: masked::DType) -> Result<FloatArray, CliError> {
-    let f = sparse_io::read_sparse(path)?;
+    let f = sparse::read_sparse(path)?;
     let (n, m) = p.shape();
     if f.shape != [n, m] {
         return Err(CliError::file(
@@ -122,7 +122,7 @@ fn read_bias(path: &Path, p: &Pattern, dtype: masked::DType) -> Result<FloatArra
             "the bias must store exactly the pattern's positions".into(),
         ));
     }
-    let values = sparse_io::permute(&f.values, &order);
+    let values = sparse::permute(&f.values, &order);
     let values = cast_values(values, dtype).map_err(|e| CliError::file(path, e))?;
     FloatArray::from_dyn(vec![p.nnz()], values).map_err(|e| CliError::file(path, e.to_string()))
 }
@@ -145,7 +145,9 @@ fn write_npy(path: &Path, x: FloatArray) -> Result<(), CliError> {
         return Err(CliError::file(path, "outputs are .npy files".into()));
     }
     let (shape, values) = x.into_dyn();
-    npy::write_atomic(path, |buf| npy::encode_dyn(&shape, values, buf))
+    Ok(npy::write_atomic(path, |buf| {
+        npy::encode_dyn(&shape, values, buf)
+    })?)
 }
 
 /// Runs `masked attention` (`vjp`: `masked attention-vjp`).
@@ -218,12 +220,7 @@ pub(crate) fn run(a: &AttnArgs, vjp: bool) -> Result<(), CliError> {
             .flat_map(|i| p.row(i).iter().map(move |&j| i * m + j))
             .collect();
         let (_, values) = db.into_dyn();
-        sparse_io::write_entries(
-            path,
-            &[p.shape().0, m],
-            &flat,
-            sparse_io::Data::Num(&values),
-        )?;
+        sparse::write_entries(path, &[p.shape().0, m], &flat, sparse::Data::Num(&values))?;
     }
     Ok(())
 }

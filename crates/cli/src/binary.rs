@@ -2,14 +2,15 @@
 //! "Elementwise ops"). Operands are promoted by torch's rules, then run by name.
 
 use crate::error::CliError;
-use crate::{extension, nonzero, npy, sparse_io, RunArgs};
+use crate::{nonzero, RunArgs};
 use masked::by_name::{promote, promote_scalar, BinOp};
 use masked::engine::{self, Array, CsrMask, Operand, ZipOutput};
+use masked::io::{extension, npy, sparse};
 use masked::{
     with_dtype, BitMask, CooMask, CooPattern, DType, DynVec, Element, MaskRule, Pattern, Scalar,
     Values,
 };
-use sparse_io::SparseFile;
+use sparse::SparseFile;
 use sprs::CsMat;
 use std::path::{Path, PathBuf};
 
@@ -94,11 +95,11 @@ pub(crate) fn read_sparse(
             path.display()
         )));
     }
-    let file = sparse_io::read_sparse(path)?;
+    let file = sparse::read_sparse(path)?;
     let mask = match mask {
         None => None,
         Some(p) => {
-            let m = sparse_io::read_sparse(p)?;
+            let m = sparse::read_sparse(p)?;
             if m.shape != file.shape {
                 return Err(CliError::file(
                     p,
@@ -381,8 +382,13 @@ fn sparse_out(
         unreachable!("a sparse left operand gives a sparse result")
     };
     let data = match &out.values {
-        Values::Num(v) => sparse_io::Data::Num(v),
-        Values::Bool(b) => sparse_io::Data::Bool(b),
+        Values::Num(v) => sparse::Data::Num(v),
+        Values::Bool(b) => sparse::Data::Bool(b),
     };
-    sparse_io::write_entries(&a.output, &out.shape, &out.indices, data)
+    Ok(sparse::write_entries(
+        &a.output,
+        &out.shape,
+        &out.indices,
+        data,
+    )?)
 }

@@ -10,12 +10,13 @@ mod binary;
 mod sweep_run;
 mod vjp;
 
+use masked::io::{extension, limits, npy, sparse};
 use masked_cli::sweep;
-use masked_cli::{alloc, error, extension, limits, npy, sparse_io};
+use masked_cli::{alloc, error};
 
 use clap::Parser;
 use error::CliError;
-use masked::by_name::{Kind, Op, OpRequest, OPTIONS};
+use masked::by_name::{Kind, Op, OpRequest, SparseOutcome, OPTIONS};
 use masked::engine::{Array, CsrMask, Output};
 use masked::{with_dyn_vec, CooMask, DType, Dims, DynVec, Element};
 use std::path::PathBuf;
@@ -180,7 +181,9 @@ fn main() -> ExitCode {
         let mut rest = vec!["masked vjp".to_string()];
         rest.extend(argv[2..].iter().cloned());
         match RunArgs::try_parse_from(rest) {
-            Ok(a) => limits::init(a.max_memory.as_deref()).and_then(|()| vjp::run(&a)),
+            Ok(a) => limits::init(a.max_memory.as_deref())
+                .map_err(CliError::from)
+                .and_then(|()| vjp::run(&a)),
             Err(e) => return clap_exit(e),
         }
     } else if let Some(cmd @ ("attention" | "attention-vjp")) = argv.get(1).map(String::as_str) {
@@ -500,7 +503,7 @@ fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError>
             "sparse output must be a .npz or .mtx file".into(),
         ));
     }
-    let input = sparse_io::read_sparse(&a.input)?;
+    let input = sparse::read_sparse(&a.input)?;
     check_sparse_output(a, job, &input.shape, input.nnz())?;
     let mask = read_sparse_mask(a, &input.shape)?;
     let x = if layout == "coo" {
@@ -524,16 +527,26 @@ fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError>
     let Output::Sparse(out) = job.run(&x)? else {
         unreachable!("sparse in, sparse out")
     };
-    sparse_io::write_sparse(&a.output, &out)
+    write_sparse(&a.output, &out)
+}
+
+/// Writes a sparse result (`.npz` or `.mtx`, by extension).
+pub(crate) fn write_sparse(path: &std::path::Path, out: &SparseOutcome) -> Result<(), CliError> {
+    Ok(sparse::write_entries(
+        path,
+        &out.shape,
+        &out.indices,
+        sparse::Data::Num(&out.values),
+    )?)
 }
 
 /// The `--mask` file of a sparse input of `shape`, read and checked against it.
 pub(crate) fn read_sparse_mask<'a>(
     a: &'a RunArgs,
     shape: &[usize],
-) -> Result<Option<(&'a PathBuf, sparse_io::SparseFile)>, CliError> {
+) -> Result<Option<(&'a PathBuf, sparse::SparseFile)>, CliError> {
     let Some(p) = &a.mask else { return Ok(None) };
-    let m = sparse_io::read_sparse(p)?;
+    let m = sparse::read_sparse(p)?;
     if m.shape != shape {
         return Err(CliError::file(
             p,
@@ -570,12 +583,12 @@ fn check_sparse_output(
         _ => nnz as u128,
     };
     // an output entry: its value and index, and the engine's per-lane state
-    limits::check(
+    Ok(limits::check(
         format!(
             "{} of {}: an output of {outputs} entries",
             req.op.name(),
             a.input.display()
         ),
         outputs.saturating_mul(32),
-    )
+    )?)
 }

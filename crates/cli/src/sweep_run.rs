@@ -5,9 +5,9 @@
 
 use masked::by_name::OpRequest;
 use masked::engine::ArrayRef;
+use masked::io::limits;
 use masked::{DType, Element};
 use masked_cli::error::CliError;
-use masked_cli::limits;
 use masked_cli::sweep::data::{Logical, Structure};
 use masked_cli::sweep::report;
 use masked_cli::sweep::{

@@ -8,9 +8,9 @@ use crate::binary;
 use crate::{build_request, parse_dtype, RunArgs};
 use masked::by_name::{Kind, Op, OpRequest, Outcome, SparseOutcome};
 use masked::engine::{Array, CsrMask, Output};
+use masked::io::{extension, npy, sparse};
 use masked::{with_dyn_vec, BitMask, CooMask, DType, DynVec, Element, MaskedError};
 use masked_cli::error::CliError;
-use masked_cli::{extension, npy, sparse_io};
 use std::path::Path;
 
 /// Runs `masked vjp`.
@@ -117,9 +117,9 @@ fn dense(a: &RunArgs, req: &OpRequest, grad: &Path) -> Result<(), CliError> {
         e @ MaskedError::InvalidArgument { name: "g", .. } => CliError::file(grad, e.to_string()),
         e => e.into(),
     })?;
-    npy::write_atomic(&a.output, |buf| {
+    Ok(npy::write_atomic(&a.output, |buf| {
         npy::encode_dyn(&shape, dx.values().clone(), buf)
-    })
+    })?)
 }
 
 fn sparse(a: &RunArgs, req: &OpRequest, grad: &Path) -> Result<(), CliError> {
@@ -154,9 +154,9 @@ fn sparse(a: &RunArgs, req: &OpRequest, grad: &Path) -> Result<(), CliError> {
             "coo".into()
         }
     });
-    let input = sparse_io::read_sparse(&a.input)?;
+    let input = sparse::read_sparse(&a.input)?;
     check_float(&a.input, input.values.dtype(), req.op)?;
-    let g = sparse_io::read_sparse(grad)?;
+    let g = sparse::read_sparse(grad)?;
     let mask = crate::read_sparse_mask(a, &input.shape)?;
     let x = match layout.as_str() {
         "coo" => {
@@ -193,7 +193,7 @@ fn sparse(a: &RunArgs, req: &OpRequest, grad: &Path) -> Result<(), CliError> {
     let Output::Sparse(out) = x.vjp(req, &up)? else {
         unreachable!("sparse in, sparse out")
     };
-    sparse_io::write_sparse(&a.output, &out)
+    crate::write_sparse(&a.output, &out)
 }
 
 /// Aligns `G` (stored positions and values) to the valid output positions `valid`
@@ -203,7 +203,7 @@ fn align(
     path: &Path,
     shape: &[usize],
     valid: &[usize],
-    g: &sparse_io::SparseFile,
+    g: &sparse::SparseFile,
 ) -> Result<DynVec, CliError> {
     if g.shape != shape {
         return Err(CliError::file(

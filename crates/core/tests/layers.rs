@@ -131,6 +131,12 @@ fn layouts_are_siblings_over_the_sparse_lane_engine() {
         assert!(up.is_empty(), "{low} depends on {up:?}");
     }
     assert!(deps("masked-core").iter().all(|d| d == "masked-kernels"));
+    // the files sit on the core alone: they compile beside the engine, not after it
+    assert!(
+        deps("masked-io").iter().all(|d| d == "masked-core"),
+        "masked-io depends on {:?}",
+        deps("masked-io")
+    );
     // and the source agrees with the manifests (no path through a re-export)
     let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for (dir, banned) in [

@@ -86,6 +86,13 @@ pub use masked_engine as engine;
 #[doc(inline)]
 pub use masked_engine::by_name;
 
+/// Files, with the `io` feature: `.npy` values and masks, Matrix Market and COO `.npz`
+/// sparse arrays, every declared size checked against a memory ceiling before
+/// allocating.
+#[cfg(feature = "io")]
+#[doc(inline)]
+pub use masked_io as io;
+
 /// Sparse attention and message passing on a CSR pattern: SDDMM, SpMM and fused
 /// `softmax(scale · Q Kᵀ + bias) V` with their gradients, in O(nnz + n·d) memory.
 #[doc(inline)]

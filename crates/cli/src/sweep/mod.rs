@@ -325,7 +325,7 @@ impl Plan {
                 }
             }
             (None, Some(s)) => {
-                let bytes = crate::limits::parse_bytes(s).ok_or_else(|| {
+                let bytes = masked::io::limits::parse_bytes(s).ok_or_else(|| {
                     CliError::Usage(format!(
                         "invalid --size '{s}': expected a byte count such as 1G"
                     ))
@@ -683,7 +683,7 @@ pub fn export_point<T: Element>(
     let (mat, mask) = l.csr()?;
     // f64 holds every dtype's values exactly; the peer script casts to meta.json's dtype
     let values: Vec<f64> = mat.data().iter().map(|v| v.to_f64()).collect();
-    crate::npy::write_atomic(&path, |buf| {
+    masked::io::npy::write_atomic(&path, |buf| {
         let mut cur = std::io::Cursor::new(Vec::new());
         {
             let e = |e: ndarray_npy::WriteNpzError| e.to_string();

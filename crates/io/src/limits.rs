@@ -4,7 +4,7 @@
 //! before anything is allocated from them, so a hostile header is an error, not an
 //! abort.
 
-use crate::error::CliError;
+use crate::error::IoError;
 use std::sync::OnceLock;
 
 static LIMIT: OnceLock<u64> = OnceLock::new();
@@ -43,9 +43,9 @@ fn physical() -> Option<u64> {
 ///
 /// # Errors
 /// An unparsable flag or environment value.
-pub fn init(flag: Option<&str>) -> Result<(), CliError> {
+pub fn init(flag: Option<&str>) -> Result<(), IoError> {
     let bad = |from: &str, v: &str| {
-        CliError::Usage(format!(
+        IoError::Setting(format!(
             "invalid {from} '{v}': expected a byte count such as 512M, 8G or 1000000"
         ))
     };
@@ -84,11 +84,11 @@ pub fn human(bytes: u128) -> String {
 /// Refuses `bytes` for `what` above the ceiling, before anything is allocated.
 ///
 /// # Errors
-/// [`CliError::TooLarge`] naming the size and the ceiling.
-pub fn check(what: impl Into<String>, bytes: u128) -> Result<(), CliError> {
+/// [`IoError::TooLarge`] naming the size and the ceiling.
+pub fn check(what: impl Into<String>, bytes: u128) -> Result<(), IoError> {
     let limit = limit();
     if bytes > u128::from(limit) {
-        return Err(CliError::TooLarge {
+        return Err(IoError::TooLarge {
             what: what.into(),
             size: human(bytes),
             limit: human(u128::from(limit)),

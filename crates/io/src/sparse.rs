@@ -1,13 +1,12 @@
 //! Sparse files: Matrix Market `.mtx` (2-D) and COO `.npz` (n-D), read with errors that
 //! name the line or entry, and written atomically.
 
-use crate::error::CliError;
+use crate::error::IoError;
 use crate::npy;
 use crate::npy::write_atomic;
 use crate::npy::FileValue;
-use masked::by_name::SparseOutcome;
-use masked::sparse::unravel as masked_core_unravel;
-use masked::DynVec;
+use masked_core::sparse::unravel;
+use masked_core::DynVec;
 use ndarray::{Array1, Array2};
 use ndarray_npy::{NpzWriter, ReadNpyError, ReadNpyExt};
 use std::io::{BufRead, Cursor};
@@ -52,7 +51,7 @@ impl SparseFile {
 
     /// The entries in row-major order (a permutation of `0..nnz`), or an error naming
     /// both places of a duplicate position.
-    pub fn sorted_order(&self, path: &Path) -> Result<Vec<usize>, CliError> {
+    pub fn sorted_order(&self, path: &Path) -> Result<Vec<usize>, IoError> {
         let nd = self.shape.len();
         let flat = |k: usize| -> u128 {
             (0..nd).fold(0u128, |f, d| {
@@ -65,7 +64,7 @@ impl SparseFile {
             if w[0].0 == w[1].0 {
                 let (a, b) = (w[0].1.min(w[1].1), w[0].1.max(w[1].1));
                 let at: Vec<usize> = (0..nd).map(|d| self.coords[d][a]).collect();
-                return Err(CliError::file(
+                return Err(IoError::file(
                     path,
                     format!(
                         "duplicate entry at {:?} ({} and {})",
@@ -81,9 +80,9 @@ impl SparseFile {
 
     /// The 2-D compressed-row form: row pointer, column indices, values (`f64` or
     /// `i64`, in file order permuted to row-major).
-    pub fn to_csr(&self, path: &Path) -> Result<(Vec<usize>, Vec<usize>, DynVec), CliError> {
+    pub fn to_csr(&self, path: &Path) -> Result<(Vec<usize>, Vec<usize>, DynVec), IoError> {
         if self.shape.len() != 2 {
-            return Err(CliError::file(
+            return Err(IoError::file(
                 path,
                 format!(
                     "a {}-d array cannot run on --layout csr (2-d only)",
@@ -103,7 +102,7 @@ impl SparseFile {
         let order = self.sorted_order(path)?;
         let mut indptr = Vec::new();
         indptr.try_reserve_exact(rows + 1).map_err(|_| {
-            CliError::file(
+            IoError::file(
                 path,
                 format!("cannot allocate CSR row pointers for {rows} rows: use --layout coo"),
             )
@@ -123,10 +122,10 @@ impl SparseFile {
 
 /// `values[order[k]]` for every `k`.
 pub fn permute(values: &DynVec, order: &[usize]) -> DynVec {
-    fn pick<T: masked::Element>(v: &[T], order: &[usize]) -> DynVec {
+    fn pick<T: masked_core::Element>(v: &[T], order: &[usize]) -> DynVec {
         T::into_dyn(order.iter().map(|&k| v[k]).collect())
     }
-    masked::with_dyn_vec!(values, v => pick(v, order))
+    masked_core::with_dyn_vec!(values, v => pick(v, order))
 }
 
 /// The field of a Matrix Market file.
@@ -152,17 +151,17 @@ struct Lines<'p> {
 }
 
 impl Lines<'_> {
-    fn next(&mut self) -> Result<Option<(usize, String)>, CliError> {
+    fn next(&mut self) -> Result<Option<(usize, String)>, IoError> {
         match self.inner.next() {
             Some((i, l)) => {
-                let l = l.map_err(|e| CliError::file(self.path, format!("line {}: {e}", i + 1)))?;
+                let l = l.map_err(|e| IoError::file(self.path, format!("line {}: {e}", i + 1)))?;
                 Ok(Some((i + 1, l)))
             }
             None => Ok(None),
         }
     }
     /// The next line that is neither blank nor a `%` comment.
-    fn next_data(&mut self) -> Result<Option<(usize, String)>, CliError> {
+    fn next_data(&mut self) -> Result<Option<(usize, String)>, IoError> {
         while let Some((i, l)) = self.next()? {
             let t = l.trim();
             if !t.is_empty() && !t.starts_with('%') {
@@ -171,15 +170,15 @@ impl Lines<'_> {
         }
         Ok(None)
     }
-    fn err(&self, line: usize, what: String) -> CliError {
-        CliError::file(self.path, format!("line {line}: {what}"))
+    fn err(&self, line: usize, what: String) -> IoError {
+        IoError::file(self.path, format!("line {line}: {what}"))
     }
 }
 
 /// The banner line: `%%MatrixMarket matrix coordinate <field> <symmetry>`.
-fn mtx_banner(lines: &mut Lines<'_>) -> Result<(Field, Symmetry), CliError> {
+fn mtx_banner(lines: &mut Lines<'_>) -> Result<(Field, Symmetry), IoError> {
     let Some((_, header)) = lines.next()? else {
-        return Err(CliError::file(
+        return Err(IoError::file(
             lines.path,
             "empty file: expected a %%MatrixMarket header".into(),
         ));
@@ -230,9 +229,9 @@ fn mtx_banner(lines: &mut Lines<'_>) -> Result<(Field, Symmetry), CliError> {
 }
 
 /// The size line (after comments and blank lines): rows, columns, entries.
-fn mtx_size(lines: &mut Lines<'_>, sym: Symmetry) -> Result<(usize, usize, usize), CliError> {
+fn mtx_size(lines: &mut Lines<'_>, sym: Symmetry) -> Result<(usize, usize, usize), IoError> {
     let Some((line, size)) = lines.next_data()? else {
-        return Err(CliError::file(lines.path, "missing size line".into()));
+        return Err(IoError::file(lines.path, "missing size line".into()));
     };
     let nums: Vec<&str> = size.split_whitespace().collect();
     if nums.len() != 3 {
@@ -276,7 +275,7 @@ fn mtx_entry(
     t: &str,
     field: Field,
     shape: (usize, usize),
-) -> Result<(usize, usize, f64, i64), CliError> {
+) -> Result<(usize, usize, f64, i64), IoError> {
     let parts: Vec<&str> = t.split_whitespace().collect();
     let want = if field == Field::Pattern { 2 } else { 3 };
     if parts.len() != want {
@@ -285,7 +284,7 @@ fn mtx_entry(
             format!("expected {want} fields, got {}: '{t}'", parts.len()),
         ));
     }
-    let idx = |k: usize, size: usize, what: &str| -> Result<usize, CliError> {
+    let idx = |k: usize, size: usize, what: &str| -> Result<usize, IoError> {
         let v: i64 = parts[k].parse().map_err(|_| {
             lines.err(
                 line,
@@ -334,14 +333,14 @@ fn mtx_entry(
 /// out-of-range index, a 0 index, a wrong entry count or an unparsable number is an
 /// error naming the line. The entry count of the size line is checked against the
 /// lines present, never trusted for an allocation: storage grows with the entries read.
-pub fn read_mtx(path: &Path) -> Result<SparseFile, CliError> {
-    let file = std::fs::File::open(path).map_err(|e| CliError::file(path, e.to_string()))?;
+pub fn read_mtx(path: &Path) -> Result<SparseFile, IoError> {
+    let file = std::fs::File::open(path).map_err(|e| IoError::file(path, e.to_string()))?;
     parse_mtx(path, std::io::BufReader::new(file))
 }
 
 /// Parses a Matrix Market coordinate stream, as [`read_mtx`] reads a file; `path` names
 /// it in messages.
-pub fn parse_mtx<'p>(path: &'p Path, input: impl BufRead + 'p) -> Result<SparseFile, CliError> {
+pub fn parse_mtx<'p>(path: &'p Path, input: impl BufRead + 'p) -> Result<SparseFile, IoError> {
     let input: Box<dyn BufRead + 'p> = Box::new(input);
     let mut lines = Lines {
         path,
@@ -394,7 +393,7 @@ pub fn parse_mtx<'p>(path: &'p Path, input: impl BufRead + 'p) -> Result<SparseF
         }
     }
     if seen < nnz {
-        return Err(CliError::file(
+        return Err(IoError::file(
             path,
             format!("the size line declares {nnz} entries but the file holds {seen}"),
         ));
@@ -411,8 +410,8 @@ pub fn parse_mtx<'p>(path: &'p Path, input: impl BufRead + 'p) -> Result<SparseF
     })
 }
 
-fn npz_err(path: &Path, what: &str, e: ReadNpyError) -> CliError {
-    CliError::file(path, format!("array '{what}': {e}"))
+fn npz_err(path: &Path, what: &str, e: ReadNpyError) -> IoError {
+    IoError::file(path, format!("array '{what}': {e}"))
 }
 
 /// The members of an `.npz` archive, each read by [`npy::read_stream`] (sizes checked
@@ -429,7 +428,7 @@ impl<R: std::io::Read + std::io::Seek> Npz<'_, R> {
             .any(|x| x == n || x == format!("{n}.npy"))
     }
 
-    fn bytes(&mut self, n: &str) -> Result<Vec<u8>, CliError> {
+    fn bytes(&mut self, n: &str) -> Result<Vec<u8>, IoError> {
         let name = if self.zip.index_for_name(n).is_some() {
             n.to_string()
         } else {
@@ -438,15 +437,15 @@ impl<R: std::io::Read + std::io::Seek> Npz<'_, R> {
         let mut f = self
             .zip
             .by_name(&name)
-            .map_err(|e| CliError::file(self.path, format!("array '{n}': {e}")))?;
+            .map_err(|e| IoError::file(self.path, format!("array '{n}': {e}")))?;
         npy::read_stream(self.path, n, &mut f)
     }
 }
 
 /// Reads a COO `.npz` (`coords` int64 ndim x nnz, `data`, `shape` int64, optional
 /// `fill_value` that must be 0); compressed or not.
-pub fn read_npz(path: &Path) -> Result<SparseFile, CliError> {
-    let file = std::fs::File::open(path).map_err(|e| CliError::file(path, e.to_string()))?;
+pub fn read_npz(path: &Path) -> Result<SparseFile, IoError> {
+    let file = std::fs::File::open(path).map_err(|e| IoError::file(path, e.to_string()))?;
     parse_npz(path, file)
 }
 
@@ -455,13 +454,13 @@ pub fn read_npz(path: &Path) -> Result<SparseFile, CliError> {
 pub fn parse_npz(
     path: &Path,
     input: impl std::io::Read + std::io::Seek,
-) -> Result<SparseFile, CliError> {
+) -> Result<SparseFile, IoError> {
     let zip = zip::ZipArchive::new(input)
-        .map_err(|e| CliError::file(path, format!("not a readable .npz archive: {e}")))?;
+        .map_err(|e| IoError::file(path, format!("not a readable .npz archive: {e}")))?;
     let mut npz = Npz { zip, path };
     for n in ["coords", "data", "shape"] {
         if !npz.has(n) {
-            return Err(CliError::file(
+            return Err(IoError::file(
                 path,
                 format!("missing array '{n}' (a COO .npz holds coords, data and shape)"),
             ));
@@ -477,7 +476,7 @@ pub fn parse_npz(
             .or_else(|_| ndarray::ArrayD::<i64>::read_npy(&b[..]).map(|a| a.mapv(|x| x as f64)))
             .map_err(|e| npz_err(path, "fill_value", e))?;
         if fv.iter().any(|&x| x != 0.0) {
-            return Err(CliError::file(
+            return Err(IoError::file(
                 path,
                 "fill_value must be 0 (unspecified values are zero)".into(),
             ));
@@ -505,7 +504,7 @@ pub fn parse_npz(
             .map(|a| DynVec::I32(a.iter().map(|&b| i32::from(b)).collect()))
     });
     let values = values.ok_or_else(|| {
-        CliError::file(
+        IoError::file(
             path,
             "array 'data' must be 1-d float32, float64, int32, int64 or bool".into(),
         )
@@ -514,12 +513,12 @@ pub fn parse_npz(
         .iter()
         .map(|&s| {
             usize::try_from(s)
-                .map_err(|_| CliError::file(path, format!("negative size {s} in 'shape'")))
+                .map_err(|_| IoError::file(path, format!("negative size {s} in 'shape'")))
         })
         .collect::<Result<_, _>>()?;
     let (nd, nnz) = coords.dim();
     if nd != shape.len() {
-        return Err(CliError::file(
+        return Err(IoError::file(
             path,
             format!(
                 "'coords' has {nd} rows but 'shape' has {} dims",
@@ -534,7 +533,7 @@ pub fn parse_npz(
         origin: Origin::Entries,
     };
     if sf.values_len() != nnz {
-        return Err(CliError::file(
+        return Err(IoError::file(
             path,
             format!(
                 "'coords' holds {nnz} entries but 'data' {}",
@@ -547,7 +546,7 @@ pub fn parse_npz(
         for k in 0..nnz {
             let c = coords[[d, k]];
             if c < 0 || c as u64 >= shape[d] as u64 {
-                return Err(CliError::file(
+                return Err(IoError::file(
                     path,
                     format!(
                         "entry {k}: index {c} is out of range for dim {d} of size {}",
@@ -562,11 +561,11 @@ pub fn parse_npz(
 }
 
 /// Reads a sparse file by extension.
-pub fn read_sparse(path: &Path) -> Result<SparseFile, CliError> {
+pub fn read_sparse(path: &Path) -> Result<SparseFile, IoError> {
     match crate::extension(path).as_str() {
         "mtx" => read_mtx(path),
         "npz" => read_npz(path),
-        e => Err(CliError::file(
+        e => Err(IoError::file(
             path,
             format!("unknown sparse extension '.{e}': expected .mtx or .npz"),
         )),
@@ -581,14 +580,8 @@ struct Entries<'a> {
 
 impl Entries<'_> {
     fn coords(&self) -> Vec<Vec<usize>> {
-        masked_core_unravel(self.shape, self.indices)
+        unravel(self.shape, self.indices)
     }
-}
-
-/// Writes a sparse result as a COO `.npz` (`coords` int64 ndim x nnz, `data`, `shape`)
-/// or, for a 2-D result, a Matrix Market file; atomically.
-pub fn write_sparse(path: &Path, out: &SparseOutcome) -> Result<(), CliError> {
-    write_entries(path, &out.shape, &out.indices, Data::Num(&out.values))
 }
 
 /// The values of a sparse output: numbers, or bools (comparisons).
@@ -599,13 +592,15 @@ pub enum Data<'a> {
     Bool(&'a [bool]),
 }
 
-/// Writes stored entries (flat row-major `indices`) of `shape` as `.npz` or `.mtx`.
+/// Writes stored entries (flat row-major `indices`, increasing) of `shape` as a COO
+/// `.npz` (`coords` int64 ndim x nnz, `data`, `shape`) or, for a 2-D result, a Matrix
+/// Market file; atomically.
 pub fn write_entries(
     path: &Path,
     shape: &[usize],
     indices: &[usize],
     data: Data<'_>,
-) -> Result<(), CliError> {
+) -> Result<(), IoError> {
     let out = Entries { shape, indices };
     match crate::extension(path).as_str() {
         "npz" => write_atomic(path, |buf| {
@@ -657,7 +652,7 @@ pub fn write_entries(
         }),
         "mtx" => {
             if out.shape.len() != 2 {
-                return Err(CliError::file(
+                return Err(IoError::file(
                     path,
                     format!(
                         "a {}-d result cannot be written as .mtx (2-d only): use .npz",
@@ -678,7 +673,7 @@ pub fn write_entries(
                     let (r, c) = (flat / ncols + 1, flat % ncols + 1);
                     let text = match data {
                         Data::Num(values) => {
-                            masked::with_dyn_vec!(values, v => FileValue::mtx_text(v[k]))
+                            masked_core::with_dyn_vec!(values, v => FileValue::mtx_text(v[k]))
                         }
                         Data::Bool(b) => u8::from(b[k]).to_string(),
                     };
@@ -688,7 +683,7 @@ pub fn write_entries(
                 Ok(())
             })
         }
-        _ => Err(CliError::file(
+        _ => Err(IoError::file(
             path,
             "sparse output must be a .npz or .mtx file".into(),
         )),

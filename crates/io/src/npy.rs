@@ -1,7 +1,7 @@
 //! `.npy` reading with the dtype taken from the file, and atomic writing.
 
-use crate::error::CliError;
-use masked::{BitMask, DynVec};
+use crate::error::IoError;
+use masked_core::{BitMask, DynVec};
 use ndarray::{ArrayD, IxDyn};
 use ndarray_npy::{ReadNpyError, ReadNpyExt, ReadableElement, WritableElement, WriteNpyExt};
 use std::borrow::Cow;
@@ -15,8 +15,8 @@ pub struct DynArray {
     pub values: DynVec,
 }
 
-fn read_bytes(path: &Path) -> Result<Vec<u8>, CliError> {
-    std::fs::read(path).map_err(|e| CliError::file(path, e.to_string()))
+fn read_bytes(path: &Path) -> Result<Vec<u8>, IoError> {
+    std::fs::read(path).map_err(|e| IoError::file(path, e.to_string()))
 }
 
 /// The magic string of a `.npy` file.
@@ -100,9 +100,9 @@ pub struct Declared {
 /// that the header's length fits in the bytes present: the parser allocates that length
 /// before reading. An unknown type descriptor is an error here, before the data reader
 /// would allocate for it.
-fn declared(path: &Path, bytes: &[u8]) -> Result<(Declared, usize), CliError> {
+fn declared(path: &Path, bytes: &[u8]) -> Result<(Declared, usize), IoError> {
     use ndarray_npy::npy::header::Header;
-    let bad = |what: String| CliError::file(path, what);
+    let bad = |what: String| IoError::file(path, what);
     if let Some((len, start)) = header_len(bytes) {
         let have = bytes.len().saturating_sub(start) as u64;
         if len > have {
@@ -180,9 +180,9 @@ pub fn read_stream(
     path: &Path,
     what: &str,
     r: &mut impl std::io::Read,
-) -> Result<Vec<u8>, CliError> {
+) -> Result<Vec<u8>, IoError> {
     use std::io::Read;
-    let io = |e: std::io::Error| CliError::file(path, format!("array '{what}': {e}"));
+    let io = |e: std::io::Error| IoError::file(path, format!("array '{what}': {e}"));
     let mut head = Vec::new();
     r.by_ref().take(12).read_to_end(&mut head).map_err(io)?;
     let len = match (head.get(6), head.get(8..12)) {
@@ -192,7 +192,7 @@ pub fn read_stream(
     };
     const MAX_HEADER: u64 = 1 << 20;
     if len > MAX_HEADER {
-        return Err(CliError::file(
+        return Err(IoError::file(
             path,
             format!("array '{what}': a .npy header of {len} bytes (at most 1 MiB is read)"),
         ));
@@ -202,7 +202,7 @@ pub fn read_stream(
         head = h;
     }
     let (d, _) = declared(path, &head).map_err(|e| match e {
-        CliError::File { what: w, .. } => CliError::file(path, format!("array '{what}': {w}")),
+        IoError::File { what: w, .. } => IoError::file(path, format!("array '{what}': {w}")),
         other => other,
     })?;
     crate::limits::check(
@@ -221,11 +221,11 @@ pub fn read_stream(
 /// Checks the size a `.npy` header declares against the bytes the file holds and the
 /// memory ceiling, before a reader allocates from it: a 200-byte file that claims
 /// 10^16 values is an error naming both sizes, not an allocation.
-pub fn preflight(path: &Path, bytes: &[u8]) -> Result<Declared, CliError> {
+pub fn preflight(path: &Path, bytes: &[u8]) -> Result<Declared, IoError> {
     let (d, data) = declared(path, bytes)?;
     let have = bytes.len().saturating_sub(data) as u128;
     if d.bytes > have {
-        return Err(CliError::file(
+        return Err(IoError::file(
             path,
             format!(
                 "truncated .npy data: the header declares shape {:?} of {}-byte values \
@@ -249,7 +249,7 @@ fn try_read<T: ReadableElement>(bytes: &[u8]) -> Result<ArrayD<T>, ReadNpyError>
     ArrayD::<T>::read_npy(bytes)
 }
 
-fn describe(path: &Path, e: ReadNpyError) -> CliError {
+fn describe(path: &Path, e: ReadNpyError) -> IoError {
     let what = match &e {
         ReadNpyError::Io(_) | ReadNpyError::MissingData => {
             "truncated or unreadable .npy data (fewer bytes than the header promises)".to_string()
@@ -258,7 +258,7 @@ fn describe(path: &Path, e: ReadNpyError) -> CliError {
         ReadNpyError::ExtraBytes(n) => format!("{n} bytes after the .npy data"),
         other => other.to_string(),
     };
-    CliError::file(path, what)
+    IoError::file(path, what)
 }
 
 /// Result of one typed read attempt: the array, "not this dtype", or a real error.
@@ -282,7 +282,7 @@ fn to_std<T: Clone>(a: ArrayD<T>) -> (Vec<usize>, Vec<T>) {
 
 /// How each dtype is written to `.npy` / `.npz` / `.mtx` files: one impl per dtype of
 /// the table in masked-core (`dtypes!`), so `with_dyn_vec!` reaches every one.
-pub trait FileValue: masked::Element {
+pub trait FileValue: masked_core::Element {
     /// Encodes an array of this type as `.npy` bytes.
     fn encode_npy(shape: &[usize], v: Vec<Self>, out: &mut Vec<u8>) -> Result<(), String>;
     /// The value as Matrix Market text.
@@ -352,13 +352,13 @@ fn patch_descr(bytes: &mut [u8], from: &[u8; 2], to: &[u8; 2]) -> bool {
 }
 
 /// Reads a value array (f16, f32, f64, i32 or i64).
-pub fn read_values(path: &Path) -> Result<DynArray, CliError> {
+pub fn read_values(path: &Path) -> Result<DynArray, IoError> {
     parse_values(path, &read_bytes(path)?)
 }
 
 /// Parses the bytes of a `.npy` value array (f16, f32, f64, i32 or i64); `path` names
 /// it in messages. The declared size is checked first ([`preflight`]).
-pub fn parse_values(path: &Path, bytes: &[u8]) -> Result<DynArray, CliError> {
+pub fn parse_values(path: &Path, bytes: &[u8]) -> Result<DynArray, IoError> {
     let bytes = &*modern_header(bytes);
     let d = preflight(path, bytes)?;
     let err = |e| describe(path, e);
@@ -376,10 +376,10 @@ pub fn parse_values(path: &Path, bytes: &[u8]) -> Result<DynArray, CliError> {
         };
     }
     match d.descr.trim_start_matches(['<', '>', '|']) {
-        "f4" => read_as!(f32, bytes, <f32 as masked::Element>::into_dyn),
-        "f8" => read_as!(f64, bytes, <f64 as masked::Element>::into_dyn),
-        "i4" => read_as!(i32, bytes, <i32 as masked::Element>::into_dyn),
-        "i8" => read_as!(i64, bytes, <i64 as masked::Element>::into_dyn),
+        "f4" => read_as!(f32, bytes, <f32 as masked_core::Element>::into_dyn),
+        "f8" => read_as!(f64, bytes, <f64 as masked_core::Element>::into_dyn),
+        "i4" => read_as!(i32, bytes, <i32 as masked_core::Element>::into_dyn),
+        "i8" => read_as!(i64, bytes, <i64 as masked_core::Element>::into_dyn),
         // float16: read as its u16 bits under a patched descriptor
         "f2" => {
             let mut patched = bytes.to_vec();
@@ -391,7 +391,7 @@ pub fn parse_values(path: &Path, bytes: &[u8]) -> Result<DynArray, CliError> {
         }
         _ => {}
     }
-    Err(CliError::file(
+    Err(IoError::file(
         path,
         format!(
             "unsupported dtype '{}': values must be float16, float32, float64, int32 or int64",
@@ -401,13 +401,13 @@ pub fn parse_values(path: &Path, bytes: &[u8]) -> Result<DynArray, CliError> {
 }
 
 /// Reads a mask: bool, or any integer / float array with nonzero = valid.
-pub fn read_mask(path: &Path) -> Result<BitMask, CliError> {
+pub fn read_mask(path: &Path) -> Result<BitMask, IoError> {
     parse_mask(path, &read_bytes(path)?)
 }
 
 /// Parses the bytes of a `.npy` mask (bool, or integers / floats with nonzero = valid);
 /// `path` names it in messages.
-pub fn parse_mask(path: &Path, bytes: &[u8]) -> Result<BitMask, CliError> {
+pub fn parse_mask(path: &Path, bytes: &[u8]) -> Result<BitMask, IoError> {
     let bytes = &*modern_header(bytes);
     let d = preflight(path, bytes)?;
     let err = |e| describe(path, e);
@@ -417,7 +417,7 @@ pub fn parse_mask(path: &Path, bytes: &[u8]) -> Result<BitMask, CliError> {
                 let shape = a.shape().to_vec();
                 let f = $pred;
                 return BitMask::from_bools(&shape, a.iter().map(|x| f(*x)))
-                    .map_err(|e| CliError::file(path, e.to_string()));
+                    .map_err(|e| IoError::file(path, e.to_string()));
             }
         };
     }
@@ -432,7 +432,7 @@ pub fn parse_mask(path: &Path, bytes: &[u8]) -> Result<BitMask, CliError> {
         "f8" => as_mask!(f64, |x: f64| x != 0.0),
         _ => {}
     }
-    Err(CliError::file(
+    Err(IoError::file(
         path,
         "unsupported mask dtype: expected bool (or integers/floats, nonzero = valid)".into(),
     ))
@@ -443,14 +443,14 @@ pub fn parse_mask(path: &Path, bytes: &[u8]) -> Result<BitMask, CliError> {
 pub fn write_atomic(
     path: &Path,
     write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
-) -> Result<(), CliError> {
+) -> Result<(), IoError> {
     let mut buf = Vec::new();
-    write(&mut buf).map_err(|e| CliError::file(path, e))?;
+    write(&mut buf).map_err(|e| IoError::file(path, e))?;
     let tmp = path.with_extension("npy.tmp");
-    std::fs::write(&tmp, &buf).map_err(|e| CliError::file(path, e.to_string()))?;
+    std::fs::write(&tmp, &buf).map_err(|e| IoError::file(path, e.to_string()))?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        CliError::file(path, e.to_string())
+        IoError::file(path, e.to_string())
     })
 }
 
@@ -466,7 +466,7 @@ pub fn encode<T: WritableElement>(
 
 /// Encodes a [`DynVec`] as `.npy` bytes.
 pub fn encode_dyn(shape: &[usize], v: DynVec, out: &mut Vec<u8>) -> Result<(), String> {
-    masked::with_dyn_vec!(v, v => FileValue::encode_npy(shape, v, out))
+    masked_core::with_dyn_vec!(v, v => FileValue::encode_npy(shape, v, out))
 }
 
 #[cfg(test)]
