@@ -10,15 +10,17 @@
 //! [`IoError`] naming the file and the problem, never a panic.
 //!
 //! ```
-//! use masked_io::npy;
+//! use masked::io::{npy, IoError};
+//! use masked::DynVec;
 //! use std::path::Path;
 //!
+//! let path = Path::new("x.npy");
 //! let mut bytes = Vec::new();
-//! npy::encode_dyn(&[2, 2], masked_core::DynVec::F32(vec![1.0, 2.0, 3.0, 4.0]), &mut bytes)
-//!     .map_err(|e| masked_io::IoError::file(Path::new("x.npy"), e))?;
-//! let x = npy::parse_values(Path::new("x.npy"), &bytes)?;
-//! assert_eq!(x.shape, [2, 2]);
-//! # Ok::<(), masked_io::IoError>(())
+//! npy::encode_dyn(&[2, 2], DynVec::F32(vec![1.0, 2.0, 3.0, 4.0]), &mut bytes)
+//!     .map_err(|e| IoError::file(path, e))?;
+//! let x = npy::parse_values(path, &bytes)?;
+//! assert_eq!((x.shape, x.values), (vec![2, 2], DynVec::F32(vec![1.0, 2.0, 3.0, 4.0])));
+//! # Ok::<(), IoError>(())
 //! ```
 
 pub mod error;
