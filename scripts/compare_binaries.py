@@ -15,6 +15,9 @@ import sys
 JOBS = [
     ("dense", ["--layout", "dense", "--op",
                "sum,mean,amax,argmax,var,logsumexp,softmax,median", "--repeat", "7"]),
+    # short masked rows (100 elements): each row's last partial step
+    ("dense-rows", ["--layout", "dense", "--shape", "100000,100", "--op", "sum,mean,amax",
+                    "--repeat", "7"]),
     ("csr", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001", "--op",
              "sum,mean,amax,var,softmax,median", "--repeat", "7"]),
     ("csr-dim0", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001",

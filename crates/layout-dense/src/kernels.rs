@@ -135,7 +135,8 @@ impl<T: Element> Source<T> for [T] {
         idx0: i64,
         _: &mut Vec<T>,
     ) -> Option<usize> {
-        op.push_run(state, &self[start..start + len], bits, idx0);
+        // the values from the run's start on: the kernel may end with whole vectors
+        op.push_run_within(state, &self[start..], len, bits, idx0);
         None
     }
 }

@@ -94,6 +94,22 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
         }
     }
 
+    /// [`Fold::push_run`] over `xs[..n]`, where the caller vouches that `xs[n..]` may be
+    /// read (it is never combined): the rows of one array (a CSR matrix's values) pass
+    /// the values from the row's start on, and an op whose kernel ends a run with whole
+    /// vectors ([`fold_run_within`](masked_kernels::run::fold_run_within)) overrides
+    /// this. Bit for bit `push_run(&xs[..n])`, which the default calls.
+    fn push_run_within(
+        &self,
+        state: &mut Self::State,
+        xs: &[T],
+        n: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
+        self.push_run(state, &xs[..n], bits, idx0);
+    }
+
     /// Adds the run of values `f(xs[k], ys[k])` (valid where bit `k` of `bits` is set, at
     /// lane positions from `idx0`) as [`Fold::push_run`] adds those values written out,
     /// bit for bit, reading the two runs in the op's own kernel: a fused

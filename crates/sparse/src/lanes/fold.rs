@@ -15,7 +15,15 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         span: Range<i64>,
     ) {
         if !op.positional() {
-            op.push_run(st, &self.values[ents.clone()], self.bits_at(ents.start), 0);
+            // the values from the lane's start on: the kernel may end with whole vectors
+            let n = ents.len();
+            op.push_run_within(
+                st,
+                &self.values[ents.start..],
+                n,
+                self.bits_at(ents.start),
+                0,
+            );
             if self.fill {
                 let zeros = (span.end - span.start) as u64 - ents.len() as u64;
                 op.push_zeros(st, zeros, span.start);
