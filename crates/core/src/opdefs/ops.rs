@@ -441,8 +441,9 @@ macro_rules! extreme_op {
                 bits: Option<Bits<'_>>,
                 idx0: i64,
             ) {
-                // masked runs only: unmasked, the whole-vector tail measured 5-10% slower
-                // than the conditional loads for the extremes (CSR rows of 100)
+                // masked runs only: unmasked, the whole-vector tail measured 10% slower
+                // than the conditional loads here (CSR rows of 100: the tree then
+                // reloads the accumulators in pieces, a store-forwarding stall)
                 let xs = if bits.is_some() { xs } else { &xs[..n] };
                 s.0 = $f(s.0, fold_run_within(&$lanes, xs, n, bits, idx0));
             }

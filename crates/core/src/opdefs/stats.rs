@@ -8,8 +8,8 @@ use crate::ops::{blocks, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes,
 use crate::wire::Num;
 use crate::Acc;
 use masked_kernels::cpu::fused_exp;
-use masked_kernels::run::{fold_run, Lanes};
-use masked_kernels::Bits;
+use masked_kernels::run::{fold_run, fold_run_within, Lanes};
+use masked_kernels::{Bits, BLOCK};
 use serde::{Deserialize, Serialize};
 
 // ---------------------------------------------------------------- exp
@@ -129,28 +129,39 @@ impl<T: Element> Lanes<T> for SqDevLanes<CalcOf<T>> {
     }
 }
 
-/// The moments of one run: per block, the mean from the exact sum lanes, then the
-/// squared deviations from it (two passes over an L1/L2-resident block), merged. With a
-/// mask and AVX-512 the blocks are the packed valid values.
-fn moments_run<T: Element>(m: &mut Moments, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-    let block = |b: &[T], bb: Option<Bits<'_>>, i: i64| {
-        let n = bb.map_or(b.len(), |w| w.count_ones(b.len())) as i64;
+/// The moments of one run, `xs[..n]` of a readable `xs` ([`Fold::push_run_within`]): per
+/// block, the mean from the exact sum lanes, then the squared deviations from it (two
+/// passes over an L1/L2-resident block), merged. With a mask and AVX-512 the blocks are
+/// the packed valid values; without a mask each block's kernels may read past it.
+fn moments_run<T: Element>(m: &mut Moments, xs: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64) {
+    // `b[..len]` is the block, `b[len..]` readable
+    let mut block = |b: &[T], len: usize, bb: Option<Bits<'_>>, i: i64| {
+        let n = bb.map_or(len, |w| w.count_ones(len)) as i64;
         if n == 0 {
             return;
         }
-        let sum = T::mean_lane_to_total(fold_run(&MeanLanes, b, bb, i)).as_f64();
+        let sum = T::mean_lane_to_total(fold_run_within(&MeanLanes, b, len, bb, i)).as_f64();
         let mean = sum / n as f64;
         // deviations from c = mean rounded to the lane type; then exactly
         // sum((x - mean)^2) = sum((x - c)^2) - n (mean - c)^2
         let c = <CalcOf<T> as Float>::from_f64(mean);
-        let s: CalcOf<T> = fold_run(&SqDevLanes::<CalcOf<T>> { c }, b, bb, i);
+        let s: CalcOf<T> = fold_run_within(&SqDevLanes::<CalcOf<T>> { c }, b, len, bb, i);
         let off = mean - c.to_f64();
         let m2 = (s.to_f64() - n as f64 * off * off).max(0.0);
         let m2 = if s.to_f64().is_nan() { f64::NAN } else { m2 };
         m.merge(Moments { n, mean, m2 });
     };
-    // with packing, one pass over memory; both passes then read the valid values only
-    valid_blocks(xs, bits, idx0, block);
+    if bits.is_none() {
+        let mut off = 0;
+        while off < n {
+            let end = (off + BLOCK).min(n);
+            block(&xs[off..], end - off, None, idx0 + off as i64);
+            off = end;
+        }
+    } else {
+        // with packing, one pass over memory; both passes then read the valid values only
+        valid_blocks(&xs[..n], bits, idx0, |b, bb, i| block(b, b.len(), bb, i));
+    }
 }
 
 /// Checks a var/std correction: finite or not, but not negative and not NaN.
@@ -208,7 +219,17 @@ macro_rules! moment_op {
                 <T::Real as Float>::from_f64(f(s.var(self.correction)))
             }
             fn push_run(&self, s: &mut Moments, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-                moments_run(s, xs, bits, idx0);
+                moments_run(s, xs, xs.len(), bits, idx0);
+            }
+            fn push_run_within(
+                &self,
+                s: &mut Moments,
+                xs: &[T],
+                n: usize,
+                bits: Option<Bits<'_>>,
+                idx0: i64,
+            ) {
+                moments_run(s, xs, n, bits, idx0);
             }
         }
     };
