@@ -427,7 +427,7 @@ pub fn fold_run_within<T: Copy, L: Lanes<T>>(
 
 multiversion! {
 /// [`fold_run`] through the CPU tiers (the runs longer than [`SHORT`]).
-    fn fold_wide_run[T: Copy, L: Lanes<T>](l: &L, xs: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64) -> L::A = kernel;
+    fn fold_wide_run[T: Copy, L: Lanes<T>](l: &L, xs: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64) -> L::A = wide_kernel;
 }
 
 multiversion! {
@@ -578,25 +578,8 @@ fn short_load<T, L: Lanes<T>>(
     a[0]
 }
 
-/// The portable kernel: `W` accumulators, 64 elements per mask word, branch-free selects.
-/// Index loops on purpose: fixed-trip loops over fixed-size arrays are what the
-/// vectoriser turns into registers.
-#[inline(always)]
-fn kernel<T: Copy, L: Lanes<T>>(
-    l: &L,
-    xs: &[T],
-    n: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-) -> L::A {
-    if n <= SHORT {
-        return short_kernel(l, &xs[..n], bits, idx0);
-    }
-    wide_kernel(l, xs, n, bits, idx0)
-}
-
-/// [`kernel`] over the values `f(xs[k], ys[k])` of two runs, computed in registers:
-/// the same accumulators, selects and tree as [`kernel`] over those values written out
+/// [`wide_kernel`] over the values `f(xs[k], ys[k])` of two runs, computed in registers:
+/// the same accumulators, selects and tree as [`wide_kernel`] over those values written out
 /// (for lanes that are not `HEAVY`, which fold packed values instead).
 #[inline(always)]
 fn pair_fold_kernel<A: Copy, B: Copy, T: Copy, L: Lanes<T>, F: Fn(A, B) -> T + Copy>(
@@ -649,7 +632,11 @@ fn pair_fold_kernel<A: Copy, B: Copy, T: Copy, L: Lanes<T>, F: Fn(A, B) -> T + C
     tree(l, acc)
 }
 
-/// The `W`-accumulator body of [`kernel`], for runs of any length.
+/// The portable kernel: `W` accumulators, 64 elements per mask word, branch-free
+/// selects, for runs of any length (those of at most [`SHORT`] elements take
+/// [`short_kernel`] before the tier dispatch, bit for bit the same). Index loops on
+/// purpose: fixed-trip loops over fixed-size arrays are what the vectoriser turns into
+/// registers.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn wide_kernel<T: Copy, L: Lanes<T>>(
@@ -974,7 +961,7 @@ mod tests {
                 let b = Bits::new(&words, off);
                 let want: i64 = (0..len).filter(|&k| b.get(k)).map(|k| xs[k]).sum();
                 assert_eq!(fold_run(&Add, &xs[..len], Some(b), 0), want);
-                assert_eq!(kernel(&Add, &xs[..len], len, Some(b), 0), want);
+                assert_eq!(wide_kernel(&Add, &xs[..len], len, Some(b), 0), want);
                 let wi: i64 = (0..len).filter(|&k| b.get(k)).map(|k| k as i64 + 5).sum();
                 assert_eq!(fold_run(&IdxSum, &xs[..len], Some(b), 5), wi);
             }
