@@ -77,31 +77,20 @@ pub(crate) fn unpacked_blocks_within<T: Element>(
     mut f: impl FnMut(&[T::Unpacked], usize, Option<Bits<'_>>, i64),
 ) {
     match T::as_unpacked(xs) {
-        Some(u) => blocks_within(u, n, bits, idx0, f),
+        Some(u) => {
+            let mut off = 0;
+            while off < n {
+                let end = (off + BLOCK).min(n);
+                f(
+                    &u[off..],
+                    end - off,
+                    bits.map(|b| b.offset(off)),
+                    idx0 + off as i64,
+                );
+                off = end;
+            }
+        }
         None => widened_blocks::<T>(&xs[..n], bits, idx0, &mut |b, m, i| f(b, b.len(), m, i)),
-    }
-}
-
-/// [`blocks`] over `xs[..n]` of a readable `xs` ([`Fold::push_run_within`]): `f` gets
-/// each block's values from its start to the end of `xs`, and the block's length.
-#[inline]
-pub(crate) fn blocks_within<T>(
-    xs: &[T],
-    n: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-    mut f: impl FnMut(&[T], usize, Option<Bits<'_>>, i64),
-) {
-    let mut off = 0;
-    while off < n {
-        let end = (off + BLOCK).min(n);
-        f(
-            &xs[off..],
-            end - off,
-            bits.map(|b| b.offset(off)),
-            idx0 + off as i64,
-        );
-        off = end;
     }
 }
 

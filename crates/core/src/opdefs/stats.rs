@@ -4,14 +4,12 @@
 use crate::element::{CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
-use crate::ops::{
-    blocks_within, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, MeanLanes,
-};
+use crate::ops::{blocks, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, MeanLanes};
 use crate::wire::Num;
 use crate::Acc;
 use masked_kernels::cpu::fused_exp;
 use masked_kernels::run::{fold_run, fold_run_within, Lanes};
-use masked_kernels::Bits;
+use masked_kernels::{Bits, BLOCK};
 use serde::{Deserialize, Serialize};
 
 // ---------------------------------------------------------------- exp
@@ -154,7 +152,12 @@ fn moments_run<T: Element>(m: &mut Moments, xs: &[T], n: usize, bits: Option<Bit
         m.merge(Moments { n, mean, m2 });
     };
     if bits.is_none() {
-        blocks_within(xs, n, None, idx0, block);
+        let mut off = 0;
+        while off < n {
+            let end = (off + BLOCK).min(n);
+            block(&xs[off..], end - off, None, idx0 + off as i64);
+            off = end;
+        }
     } else {
         // with packing, one pass over memory; both passes then read the valid values only
         valid_blocks(&xs[..n], bits, idx0, |b, bb, i| block(b, b.len(), bb, i));
@@ -421,26 +424,9 @@ impl<T: Element> Fold<T> for Norm {
         <T::Real as Float>::from_f64(self.finish_f64(s.0))
     }
     fn push_run(&self, s: &mut Num<f64>, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-        self.push_run_within(s, xs, xs.len(), bits, idx0);
-    }
-    fn push_run_within(
-        &self,
-        s: &mut Num<f64>,
-        xs: &[T],
-        n: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
-    ) {
-        // the extremes (|x| max / min) as amax: a whole-vector tail on masked runs only
-        let extreme = matches!(self.kind, kind::INF | kind::NEG_INF);
-        let xs = if extreme && bits.is_none() {
-            &xs[..n]
-        } else {
-            xs
-        };
         // per block, so that a run's norm is its blocks' in order (the Fold law)
-        with_kind!(self, K => blocks_within(xs, n, bits, idx0, |b, len, m, i| {
-            let r = fold_run_within(&NormLanes::<K> { p: self.ord }, b, len, m, i);
+        with_kind!(self, K => blocks(xs, bits, idx0, |b, m, i| {
+            let r = fold_run(&NormLanes::<K> { p: self.ord }, b, m, i);
             s.0 = norm_comb::<K>(s.0, r);
         }));
     }
