@@ -31,7 +31,7 @@ mod dtype;
 mod opdefs;
 mod values;
 
-pub use contract::{into, layout, prebuilt, registry};
+pub use contract::{compiled, into, layout, registry};
 pub use dtype::{element, math, wire};
 pub use opdefs::{binary, cast, fold, grad, lane, ops, stats, unary};
 pub use values::{dims, error, mask, sparse};

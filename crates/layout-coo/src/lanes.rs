@@ -5,7 +5,7 @@
 // named by the docs' links (a plain import: links of items inlined into the facade
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::group::{self, group, Grouped, Linear, Segments};
-use crate::{pattern, prebuilt, CooPattern, MaskedCoo, Resolved};
+use crate::{compiled, pattern, CooPattern, MaskedCoo, Resolved};
 use masked_core::grad::{sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
@@ -423,42 +423,12 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
         Ok(self.nan_masked())
     }
 
-    fn fold_lanes<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
-    ) -> Result<SparseArray<F::Output>> {
-        prebuilt::fold_lanes(op, self, dims, keepdim)
-    }
-
-    fn stat_lanes<S: LaneStat<T>>(
-        &self,
-        stat: &S,
-        dims: &Dims,
-        keepdim: bool,
-    ) -> Result<SparseArray<S::Output>> {
-        prebuilt::stat_lanes(stat, self, dims, keepdim)
-    }
-
-    /// The stored entries mapped in storage order (no grouping: each element is on its
-    /// own), in parallel chunks; the result stores the valid ones at their positions.
-    /// Without a mask, an op that keeps 0 at 0 maps the stored entries (unstored ones
-    /// stay the implicit 0), and any other op is an error rather than a result storing
-    /// every position.
-    fn map_elements<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
-    ) -> Result<MaskedCoo<M::Output>> {
-        prebuilt::map_elements(map, self, zero_preserving, None)?.fresh()
-    }
-
-    /// Along any one dim; the output stores exactly the valid entries (every element
-    /// without a mask).
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<MaskedCoo<M::Output>> {
-        prebuilt::map_lanes(map, self, dim, None)?.fresh()
-    }
+    // Elementwise maps run over the stored entries in storage order (no grouping), in
+    // parallel chunks; lane maps along any one dim. The result stores exactly the valid
+    // entries. Without a mask, an elementwise op that keeps 0 at 0 maps the stored
+    // entries (unstored ones stay the implicit 0), and any other op is an error rather
+    // than a result storing every position.
+    masked_core::compiled_lane_methods!();
 
     /// Over any dims; the gradient stores exactly the valid entries. Without a mask the
     /// gradient would store every position: an error.

@@ -42,13 +42,13 @@
 #![deny(missing_docs)]
 
 mod algebra;
+mod compiled;
 mod convert;
 mod fused;
 mod grad_zip;
 mod group;
 mod lanes;
 mod pattern;
-mod prebuilt;
 mod zip;
 
 pub use algebra::select;

@@ -1,6 +1,6 @@
 //! The dense masked array type.
 
-use crate::prebuilt;
+use crate::compiled;
 use masked_core::{
     not_nan_words, wrap_dim, BitMask, BoolArray, Dims, Element, Fold, LaneMap, LaneStat,
     MaskedError, MaskedReduce, ReducePlan, Result,
@@ -444,7 +444,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
         let xs = self.row_major();
         let bits = self.mask.as_ref().map(BitMask::bits);
-        let (values, any) = prebuilt::stat_all(stat, &xs, bits, &plan);
+        let (values, any) = compiled::stat_all(stat, &xs, bits, &plan);
         let mask = BitMask::from_bools(&plan.out_shape, any)?;
         Self::build(&plan.out_shape, values, mask)
     }
@@ -458,7 +458,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
         let d = wrap_dim(dim, shape.len())?;
         let xs = self.row_major();
         let bits = self.mask.as_ref().map(BitMask::bits);
-        let values = prebuilt::map_all(map, &xs, bits, &shape, d);
+        let values = compiled::map_all(map, &xs, bits, &shape, d);
         let mask = self
             .mask
             .clone()
@@ -554,7 +554,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
             }
         };
         let bits = self.mask.as_ref().map(BitMask::bits);
-        let (states, any) = prebuilt::fold_all(op, xs, bits, &plan, 0);
+        let (states, any) = compiled::fold_all(op, xs, bits, &plan, 0);
         Ok((plan, states, any))
     }
 }

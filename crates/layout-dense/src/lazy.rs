@@ -25,8 +25,8 @@
 //! result once and runs the ordinary kernel on it.
 
 use crate::array::{finish_fold, MaskedArray, MaskedArrayD, MaskedView};
+use crate::compiled;
 use crate::kernels::{lanes_are_runs, Fill, Lazy};
-use crate::prebuilt;
 use crate::zip::{operand, out_mask, zip_values, Side};
 use masked_core::binary::{broadcast_shapes, failed_at, KeepOperands};
 use masked_core::binary::{unravel, DenseParts as Operand};
@@ -315,7 +315,7 @@ impl<'a, O: Element> MaskedReduce<O> for ZipView<'a, O> {
             // each lane computed a piece at a time into an L1 scratch and folded at
             // once, by the array kernel's own tasks: its states, bit for bit
             let (states, any, failed) =
-                prebuilt::fold_lazy(op, &Lazy::new(self), self.bits(), &plan);
+                compiled::fold_lazy(op, &Lazy::new(self), self.bits(), &plan);
             if let Some(i) = failed {
                 return Err(self.src.failure(&self.shape, i));
             }
@@ -328,7 +328,7 @@ impl<'a, O: Element> MaskedReduce<O> for ZipView<'a, O> {
         let parts = self.each_block(|r0, shape, xs, bits| {
             let sub = ReducePlan::new(shape, dims, keepdim)?;
             let pos0 = if across { r0 as i64 * per_row } else { 0 };
-            Ok(prebuilt::fold_all(op, xs, bits, &sub, pos0))
+            Ok(compiled::fold_all(op, xs, bits, &sub, pos0))
         })?;
         let (states, any) = if across {
             // every block folds into the same outputs: merge in block order
@@ -369,7 +369,7 @@ impl<'a, O: Element> MaskedReduce<O> for ZipView<'a, O> {
         }
         let parts = self.each_block(|_, shape, xs, bits| {
             let sub = ReducePlan::new(shape, dims, keepdim)?;
-            Ok(prebuilt::stat_all(stat, xs, bits, &sub))
+            Ok(compiled::stat_all(stat, xs, bits, &sub))
         })?;
         let (mut values, mut any) = (
             Vec::with_capacity(plan.lanes),
@@ -390,7 +390,7 @@ impl<'a, O: Element> MaskedReduce<O> for ZipView<'a, O> {
             return self.materialize()?.map_lanes(map, dim);
         }
         let parts =
-            self.each_block(|_, shape, xs, bits| Ok(prebuilt::map_all(map, xs, bits, shape, d)))?;
+            self.each_block(|_, shape, xs, bits| Ok(compiled::map_all(map, xs, bits, shape, d)))?;
         let values: Vec<M::Output> = parts.into_iter().flatten().collect();
         let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values)
             .map_err(|e| MaskedError::InvalidData(e.to_string()))?;

@@ -21,11 +21,11 @@
 
 mod algebra;
 mod array;
+mod compiled;
 mod grad;
 mod into;
 mod kernels;
 mod lazy;
-mod prebuilt;
 mod zip;
 
 pub use algebra::select;

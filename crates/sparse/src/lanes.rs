@@ -4,9 +4,9 @@
 // named by the docs' links (a plain import: links of items inlined into the facade
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::cols::{with_cols, Cols, ColsBuf, LanesMapped};
+use crate::compiled;
 use crate::operand::EntryOther as Other;
 use crate::partition::{groups, row_tasks, Task};
-use crate::prebuilt;
 use masked_core::grad::{grad_runs, sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
@@ -411,41 +411,12 @@ impl<'a, T: Element> MaskedReduce<T> for CsrLanes<'a, T> {
         Ok(self.nan_masked())
     }
 
-    fn fold_lanes<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
-    ) -> Result<SparseArray<F::Output>> {
-        prebuilt::fold_lanes(op, self, dims, keepdim)
-    }
-
-    fn stat_lanes<S: LaneStat<T>>(
-        &self,
-        stat: &S,
-        dims: &Dims,
-        keepdim: bool,
-    ) -> Result<SparseArray<S::Output>> {
-        prebuilt::stat_lanes(stat, self, dims, keepdim)
-    }
-
-    /// Along dim 1 or 0; the output stores exactly the valid entries. Without a mask
-    /// every element is valid, so the output then stores every element (dense-sized).
-    /// Rows are runs of consecutive elements. Without a mask (`fill`), an op that keeps 0
-    /// at 0 maps the stored entries only (the result, like the input, stores those
-    /// positions; unstored ones stay the implicit 0), and any other op is an error rather
-    /// than a result storing every position.
-    fn map_elements<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
-    ) -> Result<LanesMapped<'a, O<M, T>>> {
-        prebuilt::map_elements(map, self, zero_preserving, None)?.fresh()
-    }
-
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<LanesMapped<'a, O<M, T>>> {
-        prebuilt::map_lanes(map, self, dim, None)?.fresh()
-    }
+    // Maps: along dim 1 or 0, the output storing exactly the valid entries (every
+    // element without a mask: dense-sized); rows are runs of consecutive elements.
+    // Without a mask (`fill`), an elementwise op that keeps 0 at 0 maps the stored
+    // entries only (unstored ones stay the implicit 0), and any other op is an error
+    // rather than a result storing every position.
+    masked_core::compiled_lane_methods!();
 
     /// Over rows, columns or all entries; the gradient stores exactly the valid entries
     /// (sharing this structure's indices when every entry is valid). Without a mask the

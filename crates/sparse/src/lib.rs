@@ -16,11 +16,11 @@
 #![deny(missing_docs)]
 
 mod cols;
+mod compiled;
 mod lanes;
 mod operand;
 mod partition;
 mod pattern;
-mod prebuilt;
 
 pub use cols::{Cols, ColsBuf, CsrIndex, LanesMapped};
 pub use lanes::{

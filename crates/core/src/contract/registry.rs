@@ -25,7 +25,7 @@
 
 use crate::binary::{BinOp, CmpBin, CmpZip, FloatBin, FloatZip, KeepBin, KeepZip, MaskRule};
 use crate::dims::{DimLike, Dims};
-use crate::element::{DType, Element};
+use crate::element::{DType, Element, Erase};
 use crate::error::{MaskedError, Result};
 use crate::grad::{
     CumulativeGrad, ExtremumGrad, GradVisitor, LaneGrad, LogMeanExpGrad, LogSumExpGrad, MeanGrad,
@@ -322,6 +322,18 @@ pub enum Forward<T: Element, L: MaskedReduce<T> + ?Sized> {
     Other,
 }
 
+/// The family of a layout's reduction outputs, `L::Reduced<O>` over `O`.
+struct ReducedOf<T, L: ?Sized>(std::marker::PhantomData<(T, Box<L>)>);
+impl<T: Element, L: MaskedReduce<T> + ?Sized> crate::element::Family for ReducedOf<T, L> {
+    type Of<O: Element> = L::Reduced<O>;
+}
+
+/// The family of a layout's map outputs, `L::Mapped<O>` over `O`.
+struct MappedOf<T, L: ?Sized>(std::marker::PhantomData<(T, Box<L>)>);
+impl<T: Element, L: MaskedReduce<T> + ?Sized> crate::element::Family for MappedOf<T, L> {
+    type Of<O: Element> = L::Mapped<O>;
+}
+
 /// A sink that keeps a result of the input's float type as a [`Forward`], for code
 /// generic over the input type: `apply_to(&x, &req, &KeepForward)` runs the op by name
 /// and keeps what its VJP can read.
@@ -331,19 +343,16 @@ pub struct KeepForward;
 impl<T: Element, L: MaskedReduce<T>> Sink<T, L> for KeepForward {
     type Out = Forward<T, L>;
     fn reduced<O: Element>(&self, r: L::Reduced<O>) -> Forward<T, L> {
-        if crate::element::is::<O, T::Real>() {
-            // SAFETY: O is T::Real (equal TypeIds of 'static types): an identity move.
-            Forward::Reduced(unsafe { crate::element::same(r) })
-        } else {
-            Forward::Other
+        // kept when O is T::Real: the dtype's own variant taken back as T::Real
+        match T::Real::unerase_owned(O::erase::<ReducedOf<T, L>>(r)) {
+            Some(r) => Forward::Reduced(r),
+            None => Forward::Other,
         }
     }
     fn mapped<O: Element>(&self, m: L::Mapped<O>) -> Forward<T, L> {
-        if crate::element::is::<O, T::Real>() {
-            // SAFETY: as above.
-            Forward::Mapped(unsafe { crate::element::same(m) })
-        } else {
-            Forward::Other
+        match T::Real::unerase_owned(O::erase::<MappedOf<T, L>>(m)) {
+            Some(m) => Forward::Mapped(m),
+            None => Forward::Other,
         }
     }
 }

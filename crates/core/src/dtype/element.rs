@@ -134,6 +134,10 @@ macro_rules! dtypes {
             fn unerase_mut<F: Family>(x: &mut ByDType<F>) -> Option<&mut F::Of<Self>>
             where
                 Self: Element;
+            /// The container of `x`, taken, if it holds this type's.
+            fn unerase_owned<F: Family>(x: ByDType<F>) -> Option<F::Of<Self>>
+            where
+                Self: Element;
         }
 
         $( impl Erase for $t {
@@ -148,6 +152,13 @@ macro_rules! dtypes {
                 }
             }
             fn unerase_mut<F: Family>(x: &mut ByDType<F>) -> Option<&mut F::Of<$t>> {
+                match x {
+                    ByDType::$var(v) => Some(v),
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                }
+            }
+            fn unerase_owned<F: Family>(x: ByDType<F>) -> Option<F::Of<$t>> {
                 match x {
                     ByDType::$var(v) => Some(v),
                     #[allow(unreachable_patterns)]
@@ -432,8 +443,8 @@ pub trait Element:
     /// Runtime tag.
     const DTYPE: DType;
     /// Whether the layouts compile their kernels for this dtype in their own crates
-    /// (`prebuilt_kernels!`: `f32` and `f64`), so a dependent links them rather than
-    /// instantiating the generic kernels (see [`Fold::PREBUILT`](crate::Fold::PREBUILT)).
+    /// (`f32` and `f64`: the core's `compiled` module), so a dependent links them rather
+    /// than instantiating the generic kernels (see [`Fold::PREBUILT`](crate::Fold::PREBUILT)).
     #[doc(hidden)]
     const PREBUILT: bool = false;
     /// Lowest value: `-inf` for floats, `MIN` for integers (identity of amax).
@@ -1234,31 +1245,6 @@ fn keys_kernel<T: Element>(v: &mut [T]) -> Option<&mut [T::Key]> {
     // SAFETY: every slot now holds a key, and the slice covers `v`'s memory (same size
     // and alignment per element).
     (!nan).then(|| unsafe { std::slice::from_raw_parts_mut(p.cast::<T::Key>(), n) })
-}
-
-// Type identity, for code generic over an element type that has a fast path for one
-// (the prebuilt kernels, the registry's sinks).
-
-use std::any::TypeId;
-use std::mem::ManuallyDrop;
-
-/// Whether `A` is `B`.
-#[inline(always)]
-pub fn is<A: 'static, B: 'static>() -> bool {
-    TypeId::of::<A>() == TypeId::of::<B>()
-}
-
-/// `x` as `B`, for `A` and `B` one type.
-///
-/// # Safety
-/// `A` and `B` must be the same type (`is::<A, B>()` with `'static` types, or types that
-/// differ in lifetimes only).
-#[inline(always)]
-pub unsafe fn same<A, B>(x: A) -> B {
-    debug_assert_eq!(std::mem::size_of::<A>(), std::mem::size_of::<B>());
-    let x = ManuallyDrop::new(x);
-    // SAFETY: A and B are one type (the caller's contract), so this is a move.
-    unsafe { std::ptr::read(&*x as *const A as *const B) }
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@
 
 use crate::element::{DType, Element, Scalar};
 use crate::error::{MaskedError, Result};
-use crate::lane::LaneMap;
 use masked_kernels::run::{first_match, map_run};
 use masked_kernels::Bits;
 use std::marker::PhantomData;
@@ -54,14 +53,10 @@ impl<D: Element> Cast<D> {
     }
 }
 
-impl<T: Element, D: Element> LaneMap<T> for Cast<D> {
-    // listed for the prebuilt dtypes: Cast<f32>, Cast<f64>
-    const PREBUILT: bool = D::PREBUILT;
-    type Output = D;
-    fn name(&self) -> &'static str {
-        "cast"
-    }
-    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [D]) {
+impl<D: Element> Cast<D> {
+    /// Casts the lane `xs` into `out` (0 where masked out), keeping the first valid
+    /// value `D` cannot hold: the body of its [`LaneMap`](crate::LaneMap) impl.
+    pub fn map_lane<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [D]) {
         map_run(xs, bits, out, move |x: T, valid| {
             if valid {
                 D::from_scalar(x.to_scalar()).unwrap_or(D::ZERO)

@@ -37,14 +37,28 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     type State: Clone + Send + Sync + Debug + Serialize + DeserializeOwned;
     /// The finished value of a lane.
     type Output: Element;
-    /// Whether this kernel value type is one of `prebuilt_kernels!`'s list (the engine's
-    /// own ops set it; a new op type starts unlisted): for a dtype with
-    /// [`Element::PREBUILT`](crate::Element::PREBUILT), the layouts' dispatchers then call their own compiled
-    /// kernel and the generic one is not instantiated in the calling crate at all. A
-    /// listed type without it, or a flagged type missing from the list, fails the
-    /// prebuilt test (`tests/tests/prebuilt.rs`).
+    /// Whether this kernel value type is listed (the core's `compiled` module: the
+    /// engine's own ops are; a new op type starts unlisted): for a dtype with
+    /// [`Element::PREBUILT`](crate::Element::PREBUILT), the layouts' dispatchers then call
+    /// the kernel compiled in their own crate and the generic one is not instantiated in
+    /// the calling crate at all. Set with [`Fold::listed`] and [`Fold::take`] by the
+    /// list's items (`listed!(fold T, Variant)`).
     #[doc(hidden)]
     const PREBUILT: bool = false;
+    /// This value as its variant of the list (`None`: not listed).
+    #[doc(hidden)]
+    fn listed(&self) -> Option<FoldRef<'_>> {
+        None
+    }
+    /// A compiled entry's result for this listed type, out of its variant.
+    #[doc(hidden)]
+    fn take<'a, E: FoldEntry<'a>>(out: FoldOutput<'a, T, E>) -> E::Out<T, Self>
+    where
+        Self: Sized,
+    {
+        drop(out);
+        unreachable!("take on an unlisted kernel type")
+    }
 
     /// Name of the op, for messages.
     fn name(&self) -> &'static str;
@@ -220,6 +234,182 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
         s
     }
 }
+
+// ---------------------------------------------------------------- the engine's folds
+
+// The kernel values of the engine's reductions, declared beside the trait (their `Fold`
+// impls are in `ops` and `stats`) so that the list of kernels the layouts compile in
+// their own crates (`FoldRef`, the core's `compiled` module) names them from here.
+
+/// Masked sum. Integers accumulate in `i64` (wrapping); floats in vector blocks then `f64`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sum;
+
+/// Masked product, accumulated in `T::Total` (f64 for floats, wrapping i64 for integers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prod;
+
+/// Masked maximum; NaN at a valid position propagates; `-inf` / integer MIN when fully masked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AMax;
+
+/// Masked minimum; NaN at a valid position propagates; `+inf` / integer MAX when fully masked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AMin;
+
+/// Masked peak to peak, `amax - amin`, in the wide type (`i64` for integers, so an `i32`
+/// range never overflows; `i64` wraps); NaN at a valid position propagates; 0 when fully
+/// masked. The state is the pair (amax, amin), so partial states merge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ptp;
+
+/// Index of the masked maximum along the lane (first among ties; the first valid NaN
+/// wins; 0 when fully masked). Index type `i64`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArgMax;
+
+/// Index of the masked minimum along the lane (first among ties; the first valid NaN
+/// wins; 0 when fully masked). Index type `i64`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArgMin;
+
+/// Masked mean: an exact-as-possible sum and a count; NaN when fully masked. Floats sum
+/// in vector blocks then `f64`; `i32` in `i64` and `i64` in `i128`, so an integer mean
+/// never wraps and is exact up to the final division.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mean;
+
+/// Number of valid elements (valid everywhere, even for a fully masked lane).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Count;
+
+/// Masked variance `sum((x - mean)^2) / max(count - correction, 0)`; NaN when fully
+/// masked. Stable (two passes per block, Chan merges), mergeable.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Var {
+    /// Subtracted from the count in the denominator (1 = Bessel's correction).
+    pub correction: f64,
+}
+
+/// Masked standard deviation: the square root of [`Var`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Std {
+    /// Subtracted from the count in the denominator (1 = Bessel's correction).
+    pub correction: f64,
+}
+
+/// Masked vector norm of order `ord` over the valid elements: `ord` > 0 finite
+/// `(sum |x|^ord)^(1/ord)`; 0 counts non-zero elements; `inf` is max |x|; `-inf` min |x|;
+/// a negative finite `ord` uses the valid elements only (torch returns 0 there because
+/// masked-out zeros take part: not copied). Fully masked: 0, or `+inf` for `-inf` and
+/// negative `ord`. Computed in f64.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Norm {
+    pub(crate) kind: u8,
+    pub(crate) ord: f64,
+}
+
+/// Masked `log(sum(exp(x)))`, overflow-safe (max-shifted), mergeable: the state is the
+/// running max and the sum of `exp(x - max)`. A valid `+inf` gives `+inf`, a valid NaN
+/// NaN; a lane whose valid values are all `-inf`, or a fully masked lane, gives `-inf`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogSumExp;
+
+/// Masked `log(mean(exp(x)))`: logsumexp minus the log of the valid count, overflow-safe
+/// and mergeable (logsumexp's state and the count). A valid `+inf` gives `+inf`, a valid
+/// NaN NaN, valid values all `-inf` give `-inf`; a fully masked lane gives NaN (the mean
+/// of nothing, as `mean`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogMeanExp;
+
+/// Declares one family of the kernel list: the borrowed value enum, the trait a layout
+/// entry's output implements, the output enum and its [`Family`](crate::element::Family).
+/// The lists: [`fold_list!`](crate::fold_list) here, `stat_list!` and `map_list!` in
+/// `lane` (the core's `compiled` module says how the layouts use them).
+macro_rules! kernel_enums {
+    ($fam:literal $Tr:ident, $Ref:ident, $Output:ident, $OutputOf:ident, $Entry:ident
+        [$($var:ident: $k:ty),* $(,)?]) => {
+        #[doc = concat!("A listed [`", stringify!($Tr), "`] value, borrowed: what a layout's ",
+            "compiled entries dispatch on.")]
+        #[derive(Debug, Clone, Copy)]
+        pub enum $Ref<'k> {
+            $( #[doc = concat!("[`", stringify!($var), "`].")] $var(&'k $k), )*
+        }
+
+        #[doc = concat!("What a layout entry of the ", $fam, " family computes: its `Out` type ",
+            "for `T` and each listed kernel type.")]
+        pub trait $Entry<'a> {
+            /// The entry's result for dtype `T` and kernel type `K`.
+            type Out<T: Element, K: $Tr<T>>;
+        }
+
+        #[doc = concat!("A layout entry's result for one listed [`", stringify!($Tr),
+            "`] type: the variant is the kernel type's.")]
+        pub enum $Output<'a, T: Element, E: $Entry<'a>> {
+            $( #[doc = concat!("[`", stringify!($var), "`]'s.")] $var(E::Out<T, $k>), )*
+        }
+
+        #[doc = concat!("The family of [`", stringify!($Output), "`] over the dtype.")]
+        pub struct $OutputOf<'a, E>(std::marker::PhantomData<(&'a (), E)>);
+
+        impl<'a, E: $Entry<'a>> crate::element::Family for $OutputOf<'a, E> {
+            type Of<T: Element> = $Output<'a, T, E>;
+        }
+
+        // a type named in the list must be flagged (or its entries would never be called)
+        $( const _: () = assert!(<$k as $Tr<f32>>::PREBUILT, "a listed type not flagged"); )*
+    };
+}
+pub(crate) use kernel_enums;
+
+/// The items of a listed kernel type's impl: `listed!(fold T, Variant)` (or `stat`, `map`)
+/// in `impl<T: Element> Fold<T> for Type` sets `PREBUILT` and names the variant of the
+/// family's value and output enums that holds the type.
+macro_rules! listed {
+    (fold $T:ident, $v:ident) => {
+        $crate::fold::listed!(@items $T, $v, fold, FoldRef, FoldOutput, FoldEntry);
+    };
+    (stat $T:ident, $v:ident) => {
+        $crate::fold::listed!(@items $T, $v, lane, StatRef, StatOutput, StatEntry);
+    };
+    (map $T:ident, $v:ident) => {
+        $crate::fold::listed!(@items $T, $v, lane, MapRef, MapOutput, MapEntry);
+    };
+    (@items $T:ident, $v:ident, $m:ident, $Ref:ident, $Output:ident, $Entry:ident) => {
+        const PREBUILT: bool = true;
+        fn listed(&self) -> Option<$crate::$m::$Ref<'_>> {
+            Some($crate::$m::$Ref::$v(self))
+        }
+        fn take<'a, E: $crate::$m::$Entry<'a>>(out: $crate::$m::$Output<'a, $T, E>) -> E::Out<$T, Self> {
+            match out {
+                $crate::$m::$Output::$v(o) => o,
+                #[allow(unreachable_patterns)]
+                _ => unreachable!("an output of another kernel type"),
+            }
+        }
+    };
+}
+pub(crate) use listed;
+
+/// The fold family of the kernel list: every [`Fold`] type the layouts compile in their
+/// own crates, as `Variant: type`. It calls back `$cb!` with its tokens followed by the
+/// list in brackets. A new `Fold` type of the engine goes here, and `listed!(fold T,
+/// Name)` in its impl.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! fold_list {
+    ($cb:path, $($args:tt)*) => {
+        $cb! { $($args)* [
+            Sum: $crate::fold::Sum, Prod: $crate::fold::Prod, AMax: $crate::fold::AMax,
+            AMin: $crate::fold::AMin, Ptp: $crate::fold::Ptp, ArgMax: $crate::fold::ArgMax,
+            ArgMin: $crate::fold::ArgMin, Mean: $crate::fold::Mean, Count: $crate::fold::Count,
+            Var: $crate::fold::Var, Std: $crate::fold::Std, Norm: $crate::fold::Norm,
+            LogSumExp: $crate::fold::LogSumExp, LogMeanExp: $crate::fold::LogMeanExp,
+        ] }
+    };
+}
+
+crate::fold_list!(kernel_enums, "fold" Fold, FoldRef, FoldOutput, FoldOutputOf, FoldEntry);
 
 /// The validity words of the nan-family's extra mask: bit `k` is `!values[k].is_nan()`,
 /// ANDed with bit `k` of `prior` when a mask is already there. Every layout's

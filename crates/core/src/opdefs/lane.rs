@@ -3,12 +3,15 @@
 //! supplies the kernels that gather a lane's valid values ([`LaneStat`]) or hand it a
 //! lane with its mask bits and an output lane to fill ([`LaneMap`]).
 
+use crate::cast::Cast;
 use crate::element::keys_in_place;
 use crate::element::{with_calc_out, Acc, CalcOf, Element, Float};
+use crate::element::{ByDType, Family};
 use crate::error::{MaskedError, Result};
-use crate::fold::Fold;
+use crate::fold::{kernel_enums, Fold};
 use crate::ops::{AMaxLanes, AMinLanes};
 use crate::stats::{exp_of, exp_sum, Norm};
+use crate::unary::{FloatMap, KeepMap, Unary, UnaryFamily};
 use masked_kernels::cpu::fused_exp;
 use masked_kernels::pack::{expand_in_place, packed_blocks, packs_fast};
 use masked_kernels::run::{fold_run, map_run, short_kernel, update_run, Lanes, SHORT};
@@ -25,14 +28,28 @@ use masked_kernels::BLOCK;
 pub trait LaneStat<T: Element>: Send + Sync + 'static {
     /// The statistic's type.
     type Output: Element;
-    /// Whether this kernel value type is one of `prebuilt_kernels!`'s list (the engine's
-    /// own ops set it; a new op type starts unlisted): for a dtype with
-    /// [`Element::PREBUILT`], the layouts' dispatchers then call their own compiled
-    /// kernel and the generic one is not instantiated in the calling crate at all. A
-    /// listed type without it, or a flagged type missing from the list, fails the
-    /// prebuilt test (`tests/tests/prebuilt.rs`).
+    /// Whether this kernel value type is listed (the core's `compiled` module: the
+    /// engine's own ops are; a new op type starts unlisted): for a dtype with
+    /// [`Element::PREBUILT`](crate::Element::PREBUILT), the layouts' dispatchers then call
+    /// the kernel compiled in their own crate and the generic one is not instantiated in
+    /// the calling crate at all. Set with [`LaneStat::listed`] and [`LaneStat::take`] by the
+    /// list's items (`listed!(stat T, Variant)`).
     #[doc(hidden)]
     const PREBUILT: bool = false;
+    /// This value as its variant of the list (`None`: not listed).
+    #[doc(hidden)]
+    fn listed(&self) -> Option<StatRef<'_>> {
+        None
+    }
+    /// A compiled entry's result for this listed type, out of its variant.
+    #[doc(hidden)]
+    fn take<'a, E: StatEntry<'a>>(out: StatOutput<'a, T, E>) -> E::Out<T, Self>
+    where
+        Self: Sized,
+    {
+        drop(out);
+        unreachable!("take on an unlisted kernel type")
+    }
     /// Name of the op, for messages.
     fn name(&self) -> &'static str;
     /// Whether the statistic needs the lane position of each valid value.
@@ -69,7 +86,7 @@ pub trait LaneStat<T: Element>: Send + Sync + 'static {
 pub struct MedianIndex;
 
 impl<T: Element> LaneStat<T> for MedianIndex {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(stat T, MedianIndex);
     type Output = i64;
     fn name(&self) -> &'static str {
         "median index"
@@ -104,14 +121,28 @@ impl<T: Element> LaneStat<T> for MedianIndex {
 pub trait LaneMap<T: Element>: Send + Sync + 'static {
     /// Output element type.
     type Output: Element;
-    /// Whether this kernel value type is one of `prebuilt_kernels!`'s list (the engine's
-    /// own ops set it; a new op type starts unlisted): for a dtype with
-    /// [`Element::PREBUILT`], the layouts' dispatchers then call their own compiled
-    /// kernel and the generic one is not instantiated in the calling crate at all. A
-    /// listed type without it, or a flagged type missing from the list, fails the
-    /// prebuilt test (`tests/tests/prebuilt.rs`).
+    /// Whether this kernel value type is listed (the core's `compiled` module: the
+    /// engine's own ops are; a new op type starts unlisted): for a dtype with
+    /// [`Element::PREBUILT`](crate::Element::PREBUILT), the layouts' dispatchers then call
+    /// the kernel compiled in their own crate and the generic one is not instantiated in
+    /// the calling crate at all. Set with [`LaneMap::listed`] and [`LaneMap::take`] by the
+    /// list's items (`listed!(map T, Variant)`).
     #[doc(hidden)]
     const PREBUILT: bool = false;
+    /// This value as its variant of the list (`None`: not listed).
+    #[doc(hidden)]
+    fn listed(&self) -> Option<MapRef<'_>> {
+        None
+    }
+    /// A compiled entry's result for this listed type, out of its variant.
+    #[doc(hidden)]
+    fn take<'a, E: MapEntry<'a>>(out: MapOutput<'a, T, E>) -> E::Out<T, Self>
+    where
+        Self: Sized,
+    {
+        drop(out);
+        unreachable!("take on an unlisted kernel type")
+    }
     /// Name of the op, for messages.
     fn name(&self) -> &'static str;
     /// Maps the lane `xs` (valid where `bits` is set; all valid for `None`) into `out`
@@ -253,7 +284,7 @@ fn lerp(a: f64, b: f64, t: f64) -> f64 {
 }
 
 impl<T: Element> LaneStat<T> for Quantile {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(stat T, Quantile);
     type Output = T::Real;
     fn name(&self) -> &'static str {
         "quantile"
@@ -331,7 +362,7 @@ pub struct Softmax {
 }
 
 impl<T: Element> LaneMap<T> for Softmax {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(map T, Softmax);
     type Output = T::Real;
     fn name(&self) -> &'static str {
         match self.kind {
@@ -576,7 +607,7 @@ impl Normalize {
 }
 
 impl<T: Element> LaneMap<T> for Normalize {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(map T, Normalize);
     type Output = T::Real;
     fn name(&self) -> &'static str {
         "normalize"
@@ -610,7 +641,7 @@ pub struct Cumulative {
 }
 
 impl<T: Element> LaneMap<T> for Cumulative {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(map T, Cumulative);
     type Output = T;
     fn name(&self) -> &'static str {
         if self.prod {
@@ -635,6 +666,141 @@ impl<T: Element> LaneMap<T> for Cumulative {
                 *o = T::from_total(acc);
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------- the listed maps
+
+/// The statistic and map families of the kernel list (the fold family is
+/// [`fold_list!`](crate::fold_list)): every [`LaneStat`] / [`LaneMap`] type the layouts
+/// compile in their own crates, as `Variant: type`. Each calls back `$cb!` with its tokens
+/// followed by the list in brackets. A new type of the engine goes here, and
+/// `listed!(stat T, Name)` / `listed!(map T, Name)` in its impl.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! stat_list {
+    ($cb:path, $($args:tt)*) => {
+        $cb! { $($args)* [Quantile: $crate::lane::Quantile, MedianIndex: $crate::lane::MedianIndex] }
+    };
+}
+
+/// See [`stat_list!`](crate::stat_list).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! map_list {
+    ($cb:path, $($args:tt)*) => {
+        $cb! { $($args)* [
+            Softmax: $crate::lane::Softmax, Normalize: $crate::lane::Normalize,
+            Cumulative: $crate::lane::Cumulative,
+            FloatMap: $crate::unary::FloatMap<$crate::unary::FloatFn>,
+            KeepMap: $crate::unary::KeepMap<$crate::unary::KeepFn>,
+            CastF32: $crate::cast::Cast<f32>, CastF64: $crate::cast::Cast<f64>,
+        ] }
+    };
+}
+
+crate::stat_list!(kernel_enums, "lane statistic" LaneStat, StatRef, StatOutput, StatOutputOf, StatEntry);
+crate::map_list!(kernel_enums, "lane map" LaneMap, MapRef, MapOutput, MapOutputOf, MapEntry);
+
+/// `&FloatMap<U>` over `U`.
+struct FloatMapRef<'k>(std::marker::PhantomData<&'k ()>);
+impl<'k> UnaryFamily for FloatMapRef<'k> {
+    type Of<U: Unary + 'static> = &'k FloatMap<U>;
+}
+/// A map entry's result for `FloatMap<U>`, over `U`.
+struct FloatMapOut<'a, T, E>(std::marker::PhantomData<(&'a (), T, E)>);
+impl<'a, T: Element, E: MapEntry<'a>> UnaryFamily for FloatMapOut<'a, T, E> {
+    type Of<U: Unary + 'static> = E::Out<T, FloatMap<U>>;
+}
+/// `&KeepMap<U>` over `U`.
+struct KeepMapRef<'k>(std::marker::PhantomData<&'k ()>);
+impl<'k> UnaryFamily for KeepMapRef<'k> {
+    type Of<U: Unary + 'static> = &'k KeepMap<U>;
+}
+/// A map entry's result for `KeepMap<U>`, over `U`.
+struct KeepMapOut<'a, T, E>(std::marker::PhantomData<(&'a (), T, E)>);
+impl<'a, T: Element, E: MapEntry<'a>> UnaryFamily for KeepMapOut<'a, T, E> {
+    type Of<U: Unary + 'static> = E::Out<T, KeepMap<U>>;
+}
+/// `&Cast<D>` over the target `D`.
+struct CastRef<'k>(std::marker::PhantomData<&'k ()>);
+impl<'k> Family for CastRef<'k> {
+    type Of<D: Element> = &'k Cast<D>;
+}
+/// A map entry's result for `Cast<D>`, over the target `D`.
+struct CastOut<'a, T, E>(std::marker::PhantomData<(&'a (), T, E)>);
+impl<'a, T: Element, E: MapEntry<'a>> Family for CastOut<'a, T, E> {
+    type Of<D: Element> = E::Out<T, Cast<D>>;
+}
+
+impl<T: Element, U: Unary + 'static> LaneMap<T> for FloatMap<U> {
+    // listed over FloatFn
+    const PREBUILT: bool = U::FLOAT_LISTED;
+    fn listed(&self) -> Option<MapRef<'_>> {
+        U::to_float_fn::<FloatMapRef<'_>>(self).map(MapRef::FloatMap)
+    }
+    fn take<'a, E: MapEntry<'a>>(out: MapOutput<'a, T, E>) -> E::Out<T, Self> {
+        let typed = match out {
+            MapOutput::FloatMap(o) => U::from_float_fn::<FloatMapOut<'a, T, E>>(o),
+            _ => None,
+        };
+        typed.expect("an output of another kernel type")
+    }
+    type Output = T::Real;
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+        self.0.map_float(xs, bits, out);
+    }
+}
+
+impl<T: Element, U: Unary + 'static> LaneMap<T> for KeepMap<U> {
+    // listed over KeepFn
+    const PREBUILT: bool = U::KEEP_LISTED;
+    fn listed(&self) -> Option<MapRef<'_>> {
+        U::to_keep_fn::<KeepMapRef<'_>>(self).map(MapRef::KeepMap)
+    }
+    fn take<'a, E: MapEntry<'a>>(out: MapOutput<'a, T, E>) -> E::Out<T, Self> {
+        let typed = match out {
+            MapOutput::KeepMap(o) => U::from_keep_fn::<KeepMapOut<'a, T, E>>(o),
+            _ => None,
+        };
+        typed.expect("an output of another kernel type")
+    }
+    type Output = T;
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
+        self.0.map_keep(xs, bits, out);
+    }
+}
+
+impl<T: Element, D: Element> LaneMap<T> for Cast<D> {
+    // listed for the dtypes with compiled entries: Cast<f32>, Cast<f64>
+    const PREBUILT: bool = D::PREBUILT;
+    fn listed(&self) -> Option<MapRef<'_>> {
+        match D::erase::<CastRef<'_>>(self) {
+            ByDType::F32(c) => Some(MapRef::CastF32(c)),
+            ByDType::F64(c) => Some(MapRef::CastF64(c)),
+            _ => None,
+        }
+    }
+    fn take<'a, E: MapEntry<'a>>(out: MapOutput<'a, T, E>) -> E::Out<T, Self> {
+        let typed = match out {
+            MapOutput::CastF32(o) => D::unerase_owned::<CastOut<'a, T, E>>(ByDType::F32(o)),
+            MapOutput::CastF64(o) => D::unerase_owned::<CastOut<'a, T, E>>(ByDType::F64(o)),
+            _ => None,
+        };
+        typed.expect("a cast's output of another target dtype")
+    }
+    type Output = D;
+    fn name(&self) -> &'static str {
+        "cast"
+    }
+    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [D]) {
+        self.map_lane(xs, bits, out);
     }
 }
 

@@ -12,6 +12,7 @@
 
 use crate::element::{Acc, Element, Float};
 use crate::fold::Fold;
+pub use crate::fold::{AMax, AMin, ArgMax, ArgMin, Count, Mean, Prod, Ptp, Sum};
 use crate::wire::Num;
 use masked_kernels::pack::{packed_blocks, packs_fast};
 use masked_kernels::run::{
@@ -197,10 +198,6 @@ pub(crate) fn valid_count(len: usize, bits: Option<Bits<'_>>) -> i64 {
 
 // ---------------------------------------------------------------- sum
 
-/// Masked sum. Integers accumulate in `i64` (wrapping); floats in vector blocks then `f64`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Sum;
-
 /// Lane monoid of [`Sum`].
 #[derive(Debug)]
 pub struct SumLanes;
@@ -221,7 +218,7 @@ impl<T: Element> Lanes<T> for SumLanes {
 }
 
 impl<T: Element> Fold<T> for Sum {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(fold T, Sum);
     type State = Num<T::Total>;
     type Output = T::Wide;
     fn name(&self) -> &'static str {
@@ -293,10 +290,6 @@ impl<T: Element> Fold<T> for Sum {
 
 // ---------------------------------------------------------------- prod
 
-/// Masked product, accumulated in `T::Total` (f64 for floats, wrapping i64 for integers).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Prod;
-
 /// Lane monoid of [`Prod`].
 #[derive(Debug)]
 pub struct ProdLanes;
@@ -317,7 +310,7 @@ impl<T: Element> Lanes<T> for ProdLanes {
 }
 
 impl<T: Element> Fold<T> for Prod {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(fold T, Prod);
     type State = Num<T::Total>;
     type Output = T::Wide;
     fn name(&self) -> &'static str {
@@ -383,11 +376,7 @@ pub(crate) fn min_nan<T: Element>(a: T, b: T) -> T {
 }
 
 macro_rules! extreme_op {
-    ($(#[$doc:meta])* $op:ident, $lanes:ident, $name:literal, $id:ident, $f:ident) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-        pub struct $op;
-
+    ($op:ident, $lanes:ident, $name:literal, $id:ident, $f:ident) => {
         #[doc = concat!("Lane monoid of [`", stringify!($op), "`].")]
         #[derive(Debug)]
         pub struct $lanes;
@@ -408,7 +397,7 @@ macro_rules! extreme_op {
         }
 
         impl<T: Element> Fold<T> for $op {
-            const PREBUILT: bool = true;
+            crate::fold::listed!(fold T, $op);
             type State = Num<T>;
             type Output = T;
             fn name(&self) -> &'static str {
@@ -464,25 +453,13 @@ macro_rules! extreme_op {
     };
 }
 
-extreme_op!(
-    /// Masked maximum; NaN at a valid position propagates; `-inf` / integer MIN when fully masked.
-    AMax, AMaxLanes, "amax", LOWEST, max_nan
-);
-extreme_op!(
-    /// Masked minimum; NaN at a valid position propagates; `+inf` / integer MAX when fully masked.
-    AMin, AMinLanes, "amin", HIGHEST, min_nan
-);
+extreme_op!(AMax, AMaxLanes, "amax", LOWEST, max_nan);
+extreme_op!(AMin, AMinLanes, "amin", HIGHEST, min_nan);
 
 // ---------------------------------------------------------------- ptp
 
-/// Masked peak to peak, `amax - amin`, in the wide type (`i64` for integers, so an `i32`
-/// range never overflows; `i64` wraps); NaN at a valid position propagates; 0 when fully
-/// masked. The state is the pair (amax, amin), so partial states merge.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Ptp;
-
 impl<T: Element> Fold<T> for Ptp {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(fold T, Ptp);
     type State = (Num<T>, Num<T>);
     type Output = T::Wide;
     fn name(&self) -> &'static str {
@@ -562,11 +539,7 @@ fn arg_step<T: Element>(s: &mut (Num<T>, i64), c: (T, i64), better: impl Fn(T, T
 }
 
 macro_rules! arg_op {
-    ($(#[$doc:meta])* $op:ident, $lanes:ident, $ext:ident, $name:literal, $id:ident, $cmp:expr) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-        pub struct $op;
-
+    ($op:ident, $lanes:ident, $ext:ident, $name:literal, $id:ident, $cmp:expr) => {
         #[doc = concat!("Lane monoid of [`", stringify!($op), "`].")]
         #[derive(Debug)]
         pub struct $lanes;
@@ -587,7 +560,7 @@ macro_rules! arg_op {
         }
 
         impl<T: Element> Fold<T> for $op {
-            const PREBUILT: bool = true;
+            crate::fold::listed!(fold T, $op);
             type State = (Num<T>, i64);
             type Output = i64;
             fn name(&self) -> &'static str {
@@ -687,23 +660,23 @@ macro_rules! arg_op {
 }
 
 arg_op!(
-    /// Index of the masked maximum along the lane (first among ties; the first valid NaN
-    /// wins; 0 when fully masked). Index type `i64`.
-    ArgMax, ArgMaxLanes, AMaxLanes, "argmax", LOWEST, |b: T, a: T| b > a
+    ArgMax,
+    ArgMaxLanes,
+    AMaxLanes,
+    "argmax",
+    LOWEST,
+    |b: T, a: T| b > a
 );
 arg_op!(
-    /// Index of the masked minimum along the lane (first among ties; the first valid NaN
-    /// wins; 0 when fully masked). Index type `i64`.
-    ArgMin, ArgMinLanes, AMinLanes, "argmin", HIGHEST, |b: T, a: T| b < a
+    ArgMin,
+    ArgMinLanes,
+    AMinLanes,
+    "argmin",
+    HIGHEST,
+    |b: T, a: T| b < a
 );
 
 // ---------------------------------------------------------------- mean / count
-
-/// Masked mean: an exact-as-possible sum and a count; NaN when fully masked. Floats sum
-/// in vector blocks then `f64`; `i32` in `i64` and `i64` in `i128`, so an integer mean
-/// never wraps and is exact up to the final division.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Mean;
 
 /// Lane monoid of [`Mean`]'s sum.
 #[derive(Debug)]
@@ -725,7 +698,7 @@ impl<T: Element> Lanes<T> for MeanLanes {
 }
 
 impl<T: Element> Fold<T> for Mean {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(fold T, Mean);
     type State = (Num<T::MeanTotal>, i64);
     type Output = T::Real;
     fn name(&self) -> &'static str {
@@ -814,12 +787,8 @@ impl<T: Element> Fold<T> for Mean {
     }
 }
 
-/// Number of valid elements (valid everywhere, even for a fully masked lane).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Count;
-
 impl<T: Element> Fold<T> for Count {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(fold T, Count);
     type State = i64;
     type Output = i64;
     fn name(&self) -> &'static str {
@@ -953,7 +922,7 @@ mod tests {
 
     /// The Fold law of block-aligned pieces: a run pushed whole equals the same run
     /// pushed in pieces whose lengths are multiples of `RUN_BLOCK` (the last one excepted),
-    /// bit for bit, for every op a layout compiles (`prebuilt_kernels!`'s list).
+    /// bit for bit, for every op a layout compiles (the `compiled` module's list).
     #[test]
     fn pushing_block_aligned_pieces_equals_pushing_the_run() {
         fn check<T: Element, F: Fold<T>>(op: &F, xs: &[T], words: &[u64]) {

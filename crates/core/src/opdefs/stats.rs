@@ -4,6 +4,7 @@
 use crate::element::{CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
+pub use crate::fold::{LogMeanExp, LogSumExp, Norm, Std, Var};
 use crate::ops::{blocks, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, MeanLanes};
 use crate::wire::Num;
 use crate::Acc;
@@ -180,14 +181,7 @@ pub fn check_correction(c: f64) -> Result<f64> {
 }
 
 macro_rules! moment_op {
-    ($(#[$doc:meta])* $op:ident, $name:literal, $finish:expr) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq)]
-        pub struct $op {
-            /// Subtracted from the count in the denominator (1 = Bessel's correction).
-            pub correction: f64,
-        }
-
+    ($op:ident, $name:literal, $finish:expr) => {
         impl Default for $op {
             fn default() -> Self {
                 $op { correction: 1.0 }
@@ -195,7 +189,7 @@ macro_rules! moment_op {
         }
 
         impl<T: Element> Fold<T> for $op {
-            const PREBUILT: bool = true;
+            crate::fold::listed!(fold T, $op);
             type State = Moments;
             type Output = T::Real;
             fn name(&self) -> &'static str {
@@ -235,15 +229,8 @@ macro_rules! moment_op {
     };
 }
 
-moment_op!(
-    /// Masked variance `sum((x - mean)^2) / max(count - correction, 0)`; NaN when fully
-    /// masked. Stable (two passes per block, Chan merges), mergeable.
-    Var, "var", |v| v
-);
-moment_op!(
-    /// Masked standard deviation: the square root of [`Var`].
-    Std, "std", |v| v.sqrt()
-);
+moment_op!(Var, "var", |v| v);
+moment_op!(Std, "std", |v| v.sqrt());
 
 // ---------------------------------------------------------------- norm
 
@@ -293,17 +280,6 @@ fn norm_id<const K: u8>() -> f64 {
     } else {
         0.0
     }
-}
-
-/// Masked vector norm of order `ord` over the valid elements: `ord` > 0 finite
-/// `(sum |x|^ord)^(1/ord)`; 0 counts non-zero elements; `inf` is max |x|; `-inf` min |x|;
-/// a negative finite `ord` uses the valid elements only (torch returns 0 there because
-/// masked-out zeros take part: not copied). Fully masked: 0, or `+inf` for `-inf` and
-/// negative `ord`. Computed in f64.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Norm {
-    kind: u8,
-    ord: f64,
 }
 
 /// Runs `$body` with `K` bound to the const kind code of `$norm`.
@@ -401,7 +377,7 @@ impl<T: Element, const K: u8> Lanes<T> for NormLanes<K> {
 }
 
 impl<T: Element> Fold<T> for Norm {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(fold T, Norm);
     type State = Num<f64>;
     type Output = T::Real;
     fn name(&self) -> &'static str {
@@ -433,12 +409,6 @@ impl<T: Element> Fold<T> for Norm {
 }
 
 // ---------------------------------------------------------------- logsumexp
-
-/// Masked `log(sum(exp(x)))`, overflow-safe (max-shifted), mergeable: the state is the
-/// running max and the sum of `exp(x - max)`. A valid `+inf` gives `+inf`, a valid NaN
-/// NaN; a lane whose valid values are all `-inf`, or a fully masked lane, gives `-inf`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LogSumExp;
 
 /// State of [`LogSumExp`]: `(max, sum of exp(x - max))`.
 pub type LseState = (Num<f64>, Num<f64>);
@@ -479,7 +449,7 @@ fn lse_value(s: &LseState) -> f64 {
 }
 
 impl<T: Element> Fold<T> for LogSumExp {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(fold T, LogSumExp);
     type State = LseState;
     type Output = T::Real;
     fn name(&self) -> &'static str {
@@ -522,15 +492,8 @@ impl<T: Element> Fold<T> for LogSumExp {
 
 // ---------------------------------------------------------------- logmeanexp
 
-/// Masked `log(mean(exp(x)))`: logsumexp minus the log of the valid count, overflow-safe
-/// and mergeable (logsumexp's state and the count). A valid `+inf` gives `+inf`, a valid
-/// NaN NaN, valid values all `-inf` give `-inf`; a fully masked lane gives NaN (the mean
-/// of nothing, as `mean`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LogMeanExp;
-
 impl<T: Element> Fold<T> for LogMeanExp {
-    const PREBUILT: bool = true;
+    crate::fold::listed!(fold T, LogMeanExp);
     type State = (LseState, i64);
     type Output = T::Real;
     fn name(&self) -> &'static str {

@@ -15,17 +15,59 @@
 
 use crate::element::{CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
-use crate::lane::LaneMap;
 use crate::math::Math;
 use masked_kernels::run::map_run;
 use masked_kernels::Bits;
 
+/// A type-level function of a unary op type (a reference to a map over it, a kernel's
+/// result for that map): what [`Unary::to_float_fn`] and its kin convert.
+pub trait UnaryFamily {
+    /// The thing of op type `U`.
+    type Of<U: Unary + 'static>;
+}
+
 /// An elementwise function, written once.
 pub trait Unary: Copy + Send + Sync {
-    /// Whether the map types over it are in `prebuilt_kernels!`'s list (the two function
-    /// enums, [`FloatFn`] and [`KeepFn`]; see [`LaneMap::PREBUILT`](crate::LaneMap::PREBUILT)).
+    /// Whether [`FloatMap`] over it is a listed kernel type ([`FloatFn`] only; the
+    /// list is the core's `lane::map_list!`).
     #[doc(hidden)]
-    const PREBUILT: bool = false;
+    const FLOAT_LISTED: bool = false;
+    /// Whether [`KeepMap`] over it is a listed kernel type ([`KeepFn`] only).
+    #[doc(hidden)]
+    const KEEP_LISTED: bool = false;
+    /// `x`, a thing of this op type, as [`FloatFn`]'s (`Some` for [`FloatFn`] itself):
+    /// how the listed map over it finds its variant.
+    #[doc(hidden)]
+    fn to_float_fn<F: UnaryFamily>(_x: F::Of<Self>) -> Option<F::Of<FloatFn>>
+    where
+        Self: Sized + 'static,
+    {
+        None
+    }
+    /// `x`, a thing of [`FloatFn`], as this op type's (`Some` for [`FloatFn`] itself).
+    #[doc(hidden)]
+    fn from_float_fn<F: UnaryFamily>(_x: F::Of<FloatFn>) -> Option<F::Of<Self>>
+    where
+        Self: Sized + 'static,
+    {
+        None
+    }
+    /// As [`Unary::to_float_fn`], for [`KeepFn`].
+    #[doc(hidden)]
+    fn to_keep_fn<F: UnaryFamily>(_x: F::Of<Self>) -> Option<F::Of<KeepFn>>
+    where
+        Self: Sized + 'static,
+    {
+        None
+    }
+    /// As [`Unary::from_float_fn`], for [`KeepFn`].
+    #[doc(hidden)]
+    fn from_keep_fn<F: UnaryFamily>(_x: F::Of<KeepFn>) -> Option<F::Of<Self>>
+    where
+        Self: Sized + 'static,
+    {
+        None
+    }
     /// The op's name, for messages.
     fn name(&self) -> &'static str;
     /// The value at a valid position, in `T`'s compute type (`T` for type-dependent
@@ -74,7 +116,25 @@ pub trait Unary: Copy + Send + Sync {
 
 /// Declares an enum over unary functions that dispatches once per run.
 macro_rules! fn_enum {
-    ($(#[$doc:meta])* $name:ident { $($v:ident),* $(,)? }) => {
+    (@listed float) => {
+        const FLOAT_LISTED: bool = true;
+        fn to_float_fn<F: UnaryFamily>(x: F::Of<Self>) -> Option<F::Of<FloatFn>> {
+            Some(x)
+        }
+        fn from_float_fn<F: UnaryFamily>(x: F::Of<FloatFn>) -> Option<F::Of<Self>> {
+            Some(x)
+        }
+    };
+    (@listed keep) => {
+        const KEEP_LISTED: bool = true;
+        fn to_keep_fn<F: UnaryFamily>(x: F::Of<Self>) -> Option<F::Of<KeepFn>> {
+            Some(x)
+        }
+        fn from_keep_fn<F: UnaryFamily>(x: F::Of<KeepFn>) -> Option<F::Of<Self>> {
+            Some(x)
+        }
+    };
+    ($(#[$doc:meta])* $role:ident $name:ident { $($v:ident),* $(,)? }) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq)]
         pub enum $name {
@@ -84,7 +144,7 @@ macro_rules! fn_enum {
             )*
         }
         impl Unary for $name {
-            const PREBUILT: bool = true;
+            fn_enum!(@listed $role);
             fn name(&self) -> &'static str {
                 match self { $( Self::$v(u) => u.name(), )* }
             }
@@ -113,37 +173,14 @@ macro_rules! fn_enum {
 }
 
 /// The lane map of a float function: output [`Element::Real`] (the input float type,
-/// `f64` for integers).
+/// `f64` for integers). Its [`LaneMap`](crate::LaneMap) impl is in `lane`.
 #[derive(Debug, Clone, Copy)]
 pub struct FloatMap<U>(pub U);
 
-impl<T: Element, U: Unary + 'static> LaneMap<T> for FloatMap<U> {
-    // listed for the two function enums
-    const PREBUILT: bool = U::PREBUILT;
-    type Output = T::Real;
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
-        self.0.map_float(xs, bits, out);
-    }
-}
-
-/// The lane map of a type-keeping op: output `T`.
+/// The lane map of a type-keeping op: output `T`. Its [`LaneMap`](crate::LaneMap) impl is
+/// in `lane`.
 #[derive(Debug, Clone, Copy)]
 pub struct KeepMap<U>(pub U);
-
-impl<T: Element, U: Unary + 'static> LaneMap<T> for KeepMap<U> {
-    // listed for the two function enums
-    const PREBUILT: bool = U::PREBUILT;
-    type Output = T;
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-    fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
-        self.0.map_keep(xs, bits, out);
-    }
-}
 
 /// Declares a stateless unary op: `Name, "name", zero_preserving, |x| float body,
 /// d |x| derivative [, |i| integer body] [, fast |x| body]`. A `fast` body is a
@@ -672,7 +709,7 @@ impl Unary for NanToNum {
 fn_enum! {
     /// Every float function: the one [`FloatMap`] type the layouts' map kernels are
     /// compiled for (per dtype), whichever function runs.
-    FloatFn {
+    float FloatFn {
         Sqrt, Rsqrt, Reciprocal, Exp, Exp2, Expm1, Log, Log2, Log10, Log1p, Sin, Cos, Tan,
         Asin, Acos, Atan, Sinh, Cosh, Tanh, Asinh, Acosh, Atanh, Sigmoid, Logit, Erf, Erfc,
         Frac, Softplus, Gelu, Silu, Pow,
@@ -682,7 +719,7 @@ fn_enum! {
 fn_enum! {
     /// Every type-keeping op: the one [`KeepMap`] type the layouts' map kernels are
     /// compiled for (per dtype).
-    KeepFn {
+    keep KeepFn {
         Abs, Neg, Sign, Square, Relu, Floor, Ceil, Round, Trunc, Clamp, NanToNum, Pow,
     }
 }

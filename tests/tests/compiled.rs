@@ -1,11 +1,11 @@
 //! Every op of the registry on `f32` and `f64`, on every layout (dense; CSR with a stored
 //! pattern, a separate mask, no mask; 3-d COO likewise), runs a kernel compiled in the
-//! layout's own crate (`prebuilt_kernels!`): a kernel value type missing from its list
-//! fails here. An integration test, so that it links the layouts as a dependent does
-//! (their unit-test builds compile no prebuilt kernels) and so that no other test of the
+//! layout's own crate (the core's `compiled` module): a kernel value type missing from
+//! its list fails here. An integration test, so that it links the layouts as a dependent
+//! does (their unit-test builds compile no entries) and so that no other test of the
 //! process moves the fallback counter.
 
-use masked::core::prebuilt::{run_every_op, FALLBACKS};
+use masked::core::compiled::{run_every_op, FALLBACKS};
 use masked::{CooPattern, Element, MaskedArray, MaskedCoo, MaskedCsr, Pattern};
 use std::sync::atomic::Ordering;
 
