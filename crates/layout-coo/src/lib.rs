@@ -63,9 +63,7 @@ pub use pattern::CooPattern;
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
-use masked_core::{
-    Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MaskedError, MaskedReduce, Result, ShapeLike,
-};
+use masked_core::{Element, LaneGrad, MaskedError, MaskedReduce, Result, ShapeLike};
 
 /// The mask of a [`MaskedCoo`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -279,6 +277,13 @@ fn resolve<T: Element>(pattern: &CooPattern, values: &[T], mask: &CooPattern) ->
     out
 }
 
+impl<T: Element> MaskedCoo<T> {
+    /// A result of the lanes as this layout's: the same type (`forward_to_lanes!`).
+    fn as_is<O>(&self, out: Result<MaskedCoo<O>>) -> Result<MaskedCoo<O>> {
+        out
+    }
+}
+
 impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
     type Reduced<O: Element> = SparseArray<O>;
     type Mapped<O: Element> = MaskedCoo<O>;
@@ -287,50 +292,7 @@ impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
     where
         Self: 'a;
 
-    fn without_nans(&self) -> Result<CooLanes<'_, T>> {
-        Ok(self.lanes().nan_masked())
-    }
-
-    fn fold_lanes<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
-    ) -> Result<SparseArray<F::Output>> {
-        self.lanes().fold_lanes(op, dims, keepdim)
-    }
-
-    fn stat_lanes<S: LaneStat<T>>(
-        &self,
-        stat: &S,
-        dims: &Dims,
-        keepdim: bool,
-    ) -> Result<SparseArray<S::Output>> {
-        self.lanes().stat_lanes(stat, dims, keepdim)
-    }
-
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<MaskedCoo<M::Output>> {
-        self.lanes().map_lanes(map, dim)
-    }
-
-    fn map_elements<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
-    ) -> Result<MaskedCoo<M::Output>> {
-        self.lanes().map_elements(map, zero_preserving)
-    }
-
-    fn grad_reduced<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dims: &Dims,
-        keepdim: bool,
-        g: &SparseArray<T::Real>,
-        saved: Option<&SparseArray<T::Real>>,
-    ) -> Result<MaskedCoo<T::Real>> {
-        self.lanes().grad_reduced(grad, dims, keepdim, g, saved)
-    }
+    masked_core::forward_to_lanes!(as_is);
 
     fn grad_mapped<G: LaneGrad>(
         &self,
@@ -397,7 +359,7 @@ impl<T: Element> From<MaskedCoo<T>> for CooArrayRepr<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use masked_core::MaskedOps;
+    use masked_core::{Dims, MaskedOps};
 
     /// A map or reduction along a dim whose grouping moves entries builds the pattern's
     /// plan once; later calls (and ops on results sharing the pattern) reuse it, with the

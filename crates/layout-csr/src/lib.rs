@@ -60,8 +60,8 @@ pub use masked_sparse::{
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
-    Dims, Element, Fold, LaneGrad, LaneMap, LaneStat, MaskRule, MaskedError, MaskedReduce, Result,
-    Splat, Value, ZipKernels, ZipMap,
+    Element, LaneGrad, MaskRule, MaskedError, MaskedReduce, Result, Splat, Value, ZipKernels,
+    ZipMap,
 };
 use masked_kernels::par;
 use masked_sparse::{csr_parts, DenseOperand, EntryOther as Other};
@@ -379,50 +379,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'
     where
         Self: 'a;
 
-    fn without_nans(&self) -> Result<CsrLanes<'_, T>> {
-        Ok(self.lanes().nan_masked())
-    }
-
-    fn fold_lanes<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
-    ) -> Result<SparseArray<F::Output>> {
-        self.lanes().fold_lanes(op, dims, keepdim)
-    }
-
-    fn stat_lanes<S: LaneStat<T>>(
-        &self,
-        stat: &S,
-        dims: &Dims,
-        keepdim: bool,
-    ) -> Result<SparseArray<S::Output>> {
-        self.lanes().stat_lanes(stat, dims, keepdim)
-    }
-
-    fn map_lanes<M: LaneMap<T>>(&self, map: &M, dim: isize) -> Result<CsrMapped<'m, M::Output, I>> {
-        self.owned_by_input(self.lanes().map_lanes(map, dim)?)
-    }
-
-    fn map_elements<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
-    ) -> Result<CsrMapped<'m, M::Output, I>> {
-        self.owned_by_input(self.lanes().map_elements(map, zero_preserving)?)
-    }
-
-    fn grad_reduced<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dims: &Dims,
-        keepdim: bool,
-        g: &SparseArray<T::Real>,
-        saved: Option<&SparseArray<T::Real>>,
-    ) -> Result<CsrMapped<'m, T::Real, I>> {
-        self.owned_by_input(self.lanes().grad_reduced(grad, dims, keepdim, g, saved)?)
-    }
+    masked_core::forward_to_lanes!(owned);
 
     fn grad_mapped<G: LaneGrad>(
         &self,
@@ -442,6 +399,11 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// A map of this value's lanes as a typed result tied to the input's lifetime:
     /// indices borrowed from the lanes are the input's own (kept borrowed) or the mask
     /// pattern's, which this value owns (copied).
+    fn owned<O>(&self, out: Result<LanesMapped<'_, O>>) -> Result<CsrMapped<'m, O, I>> {
+        self.owned_by_input(out?)
+    }
+
+    /// [`MaskedCsr::owned`] of a result that did not fail.
     fn owned_by_input<O>(&self, out: LanesMapped<'_, O>) -> Result<CsrMapped<'m, O, I>> {
         let LanesMapped {
             indptr,
@@ -677,7 +639,7 @@ pub fn to_csvec<O: Clone>(a: &SparseArray<O>) -> Result<sprs::CsVec<O>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use masked_core::MaskedOps;
+    use masked_core::{Dims, MaskedOps};
     use proptest::prelude::*;
     use sprs::CsMat;
 

@@ -173,3 +173,63 @@ pub trait ZipKernels<T: Element, Rhs: ?Sized> {
         rule: MaskRule,
     ) -> Result<Self::Zipped<Z::Output>>;
 }
+
+/// The [`MaskedReduce`] methods of a sparse layout that runs every op on its lanes
+/// (`self.lanes()`, a type whose `Reduced` outputs are the layout's own): `without_nans`,
+/// the four kernel methods and `grad_reduced`, each calling the lanes' method; the maps'
+/// and the gradient's results go through the layout's method named `$wrap` (a
+/// `Result` of the lanes' mapped type in, of the layout's out). Invoke inside the
+/// layout's `impl MaskedReduce<T>`, whose `NanMasked` is the lanes type.
+#[macro_export]
+macro_rules! forward_to_lanes {
+    ($wrap:ident) => {
+        fn without_nans(&self) -> $crate::Result<Self::NanMasked<'_>> {
+            Ok(self.lanes().nan_masked())
+        }
+
+        fn fold_lanes<F: $crate::Fold<T>>(
+            &self,
+            op: &F,
+            dims: &$crate::Dims,
+            keepdim: bool,
+        ) -> $crate::Result<Self::Reduced<F::Output>> {
+            self.lanes().fold_lanes(op, dims, keepdim)
+        }
+
+        fn stat_lanes<S: $crate::LaneStat<T>>(
+            &self,
+            stat: &S,
+            dims: &$crate::Dims,
+            keepdim: bool,
+        ) -> $crate::Result<Self::Reduced<S::Output>> {
+            self.lanes().stat_lanes(stat, dims, keepdim)
+        }
+
+        fn map_lanes<M: $crate::LaneMap<T>>(
+            &self,
+            map: &M,
+            dim: isize,
+        ) -> $crate::Result<Self::Mapped<M::Output>> {
+            self.$wrap(self.lanes().map_lanes(map, dim))
+        }
+
+        fn map_elements<M: $crate::LaneMap<T>>(
+            &self,
+            map: &M,
+            zero_preserving: bool,
+        ) -> $crate::Result<Self::Mapped<M::Output>> {
+            self.$wrap(self.lanes().map_elements(map, zero_preserving))
+        }
+
+        fn grad_reduced<G: $crate::LaneGrad>(
+            &self,
+            grad: &G,
+            dims: &$crate::Dims,
+            keepdim: bool,
+            g: &Self::Reduced<T::Real>,
+            saved: Option<&Self::Reduced<T::Real>>,
+        ) -> $crate::Result<Self::Mapped<T::Real>> {
+            self.$wrap(self.lanes().grad_reduced(grad, dims, keepdim, g, saved))
+        }
+    };
+}
