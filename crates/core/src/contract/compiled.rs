@@ -121,7 +121,7 @@ macro_rules! compiled_kernels {
         mod $entry {
             #[allow(unused_imports)]
             use super::*;
-            use $crate::$m::{$Entry, $Output, $Ref};
+            use $crate::$m::$Entry;
             use $crate::compiled::EntryInput;
 
             /// The entry's output type, by kernel type.
@@ -130,10 +130,10 @@ macro_rules! compiled_kernels {
                 type Out<T: $crate::Element, K: $crate::$Tr<T>> = $Out<'a, T, K>;
             }
 
-            $crate::compiled_kernels!(@dtype f32, $Tr, $Ref, $Output, [$($v),*], $In,
-                ($op, $input $(, $a: $at)*), $call);
-            $crate::compiled_kernels!(@dtype f64, $Tr, $Ref, $Output, [$($v),*], $In,
-                ($op, $input $(, $a: $at)*), $call);
+            $crate::compiled_kernels!(@dtype f32, on_f32, [$($v: $k),*], $In, $Out, $op, $input,
+                ($($a,)*), ($($at,)*), $call);
+            $crate::compiled_kernels!(@dtype f64, on_f64, [$($v: $k),*], $In, $Out, $op, $input,
+                ($($a,)*), ($($at,)*), $call);
         }
 
         /// The kernel, from this crate's compiled entries for a listed kernel type and a
@@ -149,7 +149,7 @@ macro_rules! compiled_kernels {
             #[cfg(all(feature = "prebuilt", not(test)))]
             {
                 use $crate::element::{ByDType, Erase};
-                use $crate::$m::$OutputOf;
+                use $crate::$m::{$Output, $OutputOf, $Ref};
                 use $crate::compiled::InputOf;
                 if <T as $crate::Element>::PREBUILT && <K as $crate::$Tr<T>>::PREBUILT {
                     let Some(k) = $op.listed() else {
@@ -157,10 +157,12 @@ macro_rules! compiled_kernels {
                     };
                     let out = match T::erase::<InputOf<'_, 'a, $In>>($input) {
                         ByDType::F32(x) => T::unerase_owned::<$OutputOf<'a, $entry::Here<'a>>>(
-                            ByDType::F32($entry::f32(k, x $(, $a)*)),
+                            ByDType::F32($crate::compiled_kernels!(@call $entry::on_f32, k, x,
+                                ($($a,)*), $Ref, $Output, [$($v),*])),
                         ),
                         ByDType::F64(x) => T::unerase_owned::<$OutputOf<'a, $entry::Here<'a>>>(
-                            ByDType::F64($entry::f64(k, x $(, $a)*)),
+                            ByDType::F64($crate::compiled_kernels!(@call $entry::on_f64, k, x,
+                                ($($a,)*), $Ref, $Output, [$($v),*])),
                         ),
                         _ => None,
                     };
@@ -174,19 +176,31 @@ macro_rules! compiled_kernels {
             $call
         }
     };
-    (@dtype $d:ident, $Tr:ident, $Ref:ident, $Output:ident, [$($v:ident),*], $In:ty,
-        ($op:ident, $input:ident $(, $a:ident: $at:ty)*), $call:expr) => {
-        /// Every listed kernel type's kernel for this dtype: a non-generic function,
-        /// compiled in this crate, that a dependent links.
-        #[inline(never)]
-        pub(super) fn $d<'a>(
-            k: $Ref<'_>,
-            $input: &<$In as EntryInput>::Of<'a, $d>,
-            $($a: $at),*
-        ) -> $Output<'a, $d, Here<'a>> {
-            match k {
-                $( $Ref::$v($op) => $Output::$v($call), )*
-            }
+    (@call $entry:ident :: $md:ident, $k:ident, $x:ident, $args:tt, $Ref:ident, $Output:ident,
+        [$($v:ident),*]) => {
+        match $k {
+            $( $Ref::$v(op) => $Output::$v($entry::$md::$v(op, $x, $args)), )*
+        }
+    };
+    (@dtype $d:ident, $md:ident, [$($v:ident: $k:ty),*], $In:ty, $Out:ident, $op:ident,
+        $input:ident, $pat:tt, $pty:tt, $call:expr) => {
+        /// Each listed kernel type's kernel for this dtype: one non-generic function per
+        /// type, compiled in this crate, that a dependent links.
+        pub(crate) mod $md {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[doc = concat!("The kernel of [`", stringify!($v), "`].")]
+                #[inline(never)]
+                #[allow(non_snake_case)]
+                pub(crate) fn $v<'a>(
+                    $op: &$k,
+                    $input: &<$In as EntryInput>::Of<'a, $d>,
+                    $pat: $pty,
+                ) -> $Out<'a, $d, $k> {
+                    $call
+                }
+            )*
         }
     };
 }
