@@ -9,19 +9,21 @@
 //!
 //! So each layout compiles its kernels, in its own crate, for every **listed** kernel
 //! type and the dtypes with [`Element::PREBUILT`] (`f32`, `f64`): one non-generic
-//! function per (layout entry, dtype) that takes the kernel value as a
+//! function per (layout entry, listed type, dtype). Generic code reaches them through
+//! two enums over the listed types of a family: the kernel value borrowed,
 //! [`FoldRef`](crate::fold::FoldRef) / [`StatRef`](crate::lane::StatRef) /
-//! [`MapRef`](crate::lane::MapRef) (an enum over the listed types, borrowed) and returns
-//! a [`FoldOutput`](crate::fold::FoldOutput) / [`StatOutput`](crate::lane::StatOutput) /
-//! [`MapOutput`](crate::lane::MapOutput) (an enum, over the same types, of what the entry
-//! returns). The list is one macro per family, [`fold_list!`](crate::fold_list) beside
+//! [`MapRef`](crate::lane::MapRef), and what an entry returns,
+//! [`FoldOutput`](crate::fold::FoldOutput) / [`StatOutput`](crate::lane::StatOutput) /
+//! [`MapOutput`](crate::lane::MapOutput). The list is one macro per family, [`fold_list!`](crate::fold_list) beside
 //! the `Fold` trait and the fold values, `stat_list!` and `map_list!` in `lane`; the
 //! enums and these entries are written from it. The layout's generic dispatcher, when
 //! the constants `T::PREBUILT` and `K::PREBUILT` say the pair is listed,
 //!
 //! 1. asks the kernel value for its variant ([`Fold::listed`](crate::Fold::listed)),
 //! 2. puts its input into the dtype's variant
-//!    ([`Erase::erase`](crate::element::Erase::erase)) and calls that dtype's entry,
+//!    ([`Erase::erase`](crate::element::Erase::erase)) and calls that dtype's function
+//!    for the value's variant, wrapping the result in the same variant of the output
+//!    enum,
 //! 3. takes the result back to `T`
 //!    ([`Erase::unerase_owned`](crate::element::Erase::unerase_owned)) and to `K`
 //!    ([`Fold::take`](crate::Fold::take): a listed type's own variant, which has its
@@ -74,10 +76,10 @@ impl<'x, 'a: 'x, I: EntryInput> Family for InputOf<'x, 'a, I> {
 }
 
 /// Declares, inside a module, a layout's compiled entries and their generic
-/// dispatchers: for each entry, one non-generic function per dtype with
-/// [`Element::PREBUILT`] running every listed kernel type of its family (compiled here,
-/// in the calling crate), and a generic dispatcher (a function of the entry's name) that
-/// calls them for a listed pair and the generic kernel otherwise. The calling crate
+/// dispatchers: for each entry, one non-generic function per listed kernel type of its
+/// family and dtype with [`Element::PREBUILT`] (compiled here, in the calling crate), and
+/// a generic dispatcher (a function of the entry's name) that calls them for a listed
+/// pair and the generic kernel otherwise. The calling crate
 /// declares a `prebuilt` feature: without it the dispatchers just run the call.
 ///
 /// ```text
