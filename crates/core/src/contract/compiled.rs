@@ -2,7 +2,7 @@
 //! generic code through safe enums (no type-identity casts).
 //!
 //! The lane kernels are generic over the element type `T` and the kernel value type `K`
-//! (a [`Fold`], [`LaneStat`] or [`LaneMap`]), so they are compiled where they are used:
+//! (a [`Fold`](crate::Fold), [`LaneStat`](crate::LaneStat) or [`LaneMap`](crate::LaneMap)), so they are compiled where they are used:
 //! in a dependent crate, at that crate's optimisation level, and a debug build of it runs
 //! them 100x slower than release. A dependent's `[profile.dev.package."*"] opt-level = 3`
 //! optimises the engine's crates, not generic code instantiated in the dependent.
@@ -37,7 +37,7 @@
 //! `listed` and `take` together). A type in the list whose impl lacks the items is a
 //! compile error (a `const` assertion on its flag); a type left out of the list takes
 //! the generic kernel, which the fallback test (`tests/tests/compiled.rs`, counting
-//! [`FALLBACKS`]) catches. A layout's own unit-test build compiles no entries
+//! `FALLBACKS`) catches. A layout's own unit-test build compiles no entries
 //! (`not(test)`): its tests call the generic kernels, and the entries were most of those
 //! builds' compile time. This module sits above the op modules (it names them); the
 //! traits and the lists sit below, beside the types they list, so no module reaches a
@@ -192,7 +192,7 @@ macro_rules! compiled_kernels {
             #[allow(unused_imports)]
             use super::*;
             $(
-                #[doc = concat!("The kernel of [`", stringify!($v), "`].")]
+                #[doc = concat!("The kernel of the listed type `", stringify!($v), "`.")]
                 #[inline(never)]
                 #[allow(non_snake_case)]
                 pub(crate) fn $v<'a>(

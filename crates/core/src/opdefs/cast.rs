@@ -1,6 +1,6 @@
 //! `cast`: values converted between dtypes, the mask and (sparse) the structure kept.
 //!
-//! Written once as a [`LaneMap`], so every layout runs it through its `map_lanes` kernel:
+//! Written once as a [`LaneMap`](crate::LaneMap), so every layout runs it through its `map_lanes` kernel:
 //! dense writes a new array (0 at invalid positions), sparse layouts compute new values
 //! on their index structure. A conversion the target type cannot hold (NaN, an infinity
 //! or an out-of-range value into an integer type, an `i64` outside `i32`) at a valid

@@ -333,7 +333,8 @@ macro_rules! kernel_enums {
             "compiled entries dispatch on.")]
         #[derive(Debug, Clone, Copy)]
         pub enum $Ref<'k> {
-            $( #[doc = concat!("[`", stringify!($var), "`].")] $var(&'k $k), )*
+            $( #[doc = concat!("The listed type `", stringify!($var), "` (its type in the list).")]
+                $var(&'k $k), )*
         }
 
         #[doc = concat!("What a layout entry of the ", $fam, " family computes: its `Out` type ",
@@ -346,7 +347,8 @@ macro_rules! kernel_enums {
         #[doc = concat!("A layout entry's result for one listed [`", stringify!($Tr),
             "`] type: the variant is the kernel type's.")]
         pub enum $Output<'a, T: Element, E: $Entry<'a>> {
-            $( #[doc = concat!("[`", stringify!($var), "`]'s.")] $var(E::Out<T, $k>), )*
+            $( #[doc = concat!("The result for the listed type `", stringify!($var), "`.")]
+                $var(E::Out<T, $k>), )*
         }
 
         #[doc = concat!("The family of [`", stringify!($Output), "`] over the dtype.")]
