@@ -428,7 +428,7 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
     // entries. Without a mask, an elementwise op that keeps 0 at 0 maps the stored
     // entries (unstored ones stay the implicit 0), and any other op is an error rather
     // than a result storing every position.
-    masked_core::compiled_lane_methods!();
+    masked_core::lane_methods!(compiled);
 
     /// Over any dims; the gradient stores exactly the valid entries. Without a mask the
     /// gradient would store every position: an error.

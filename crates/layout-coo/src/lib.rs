@@ -278,7 +278,7 @@ fn resolve<T: Element>(pattern: &CooPattern, values: &[T], mask: &CooPattern) ->
 }
 
 impl<T: Element> MaskedCoo<T> {
-    /// A result of the lanes as this layout's: the same type (`forward_to_lanes!`).
+    /// A result of the lanes as this layout's: the same type (`lane_methods!`).
     fn as_is<O>(&self, out: Result<MaskedCoo<O>>) -> Result<MaskedCoo<O>> {
         out
     }
@@ -292,7 +292,7 @@ impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
     where
         Self: 'a;
 
-    masked_core::forward_to_lanes!(as_is);
+    masked_core::lane_methods!(lanes, as_is);
 
     fn grad_mapped<G: LaneGrad>(
         &self,

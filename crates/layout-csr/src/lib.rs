@@ -379,7 +379,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'
     where
         Self: 'a;
 
-    masked_core::forward_to_lanes!(owned);
+    masked_core::lane_methods!(lanes, owned);
 
     fn grad_mapped<G: LaneGrad>(
         &self,

@@ -416,7 +416,7 @@ impl<'a, T: Element> MaskedReduce<T> for CsrLanes<'a, T> {
     // Without a mask (`fill`), an elementwise op that keeps 0 at 0 maps the stored
     // entries only (unstored ones stay the implicit 0), and any other op is an error
     // rather than a result storing every position.
-    masked_core::compiled_lane_methods!();
+    masked_core::lane_methods!(compiled);
 
     /// Over rows, columns or all entries; the gradient stores exactly the valid entries
     /// (sharing this structure's indices when every entry is valid). Without a mask the

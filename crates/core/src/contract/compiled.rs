@@ -275,20 +275,49 @@ macro_rules! compiled_lanes {
     };
 }
 
-/// The four kernel methods of [`MaskedReduce`](crate::MaskedReduce) for a lanes type
-/// whose crate invoked [`compiled_lanes!`](crate::compiled_lanes): each calls its
-/// `compiled` dispatcher (the maps hand back a fresh result). Invoke inside `impl<'a, T:
-/// Element> MaskedReduce<T> for Lanes<'a, T>`.
+/// The kernel methods of [`MaskedReduce`](crate::MaskedReduce) for a sparse layout,
+/// invoked inside its `impl<T: Element> MaskedReduce<T>`:
+///
+/// - `lane_methods!(compiled)` for a lanes type whose crate invoked
+///   [`compiled_lanes!`](crate::compiled_lanes): the four kernel methods, each calling its
+///   `compiled` dispatcher (the maps hand back a fresh result);
+/// - `lane_methods!(lanes, wrap)` for a layout that runs every op on its lanes
+///   (`self.lanes()`, whose `Reduced` outputs are the layout's own and whose type is the
+///   layout's `NanMasked`): `without_nans`, the four kernel methods and `grad_reduced`,
+///   each calling the lanes' method, the maps' and the gradient's results going through
+///   the layout's method `wrap` (a `Result` of the lanes' mapped type in, of the
+///   layout's out).
 #[macro_export]
-macro_rules! compiled_lane_methods {
-    () => {
+macro_rules! lane_methods {
+    (compiled) => {
+        $crate::lane_methods!(@kernels [compiled]);
+    };
+    (lanes, $wrap:ident) => {
+        fn without_nans(&self) -> $crate::Result<Self::NanMasked<'_>> {
+            Ok(self.lanes().nan_masked())
+        }
+
+        fn grad_reduced<G: $crate::LaneGrad>(
+            &self,
+            grad: &G,
+            dims: &$crate::Dims,
+            keepdim: bool,
+            g: &Self::Reduced<T::Real>,
+            saved: Option<&Self::Reduced<T::Real>>,
+        ) -> $crate::Result<Self::Mapped<T::Real>> {
+            self.$wrap(self.lanes().grad_reduced(grad, dims, keepdim, g, saved))
+        }
+
+        $crate::lane_methods!(@kernels [lanes $wrap]);
+    };
+    (@kernels $via:tt) => {
         fn fold_lanes<F: $crate::Fold<T>>(
             &self,
             op: &F,
             dims: &$crate::Dims,
             keepdim: bool,
         ) -> $crate::Result<Self::Reduced<F::Output>> {
-            compiled::fold_lanes(op, self, dims, keepdim)
+            $crate::lane_methods!(@reduce $via fold_lanes, self, op, dims, keepdim)
         }
 
         fn stat_lanes<S: $crate::LaneStat<T>>(
@@ -297,7 +326,7 @@ macro_rules! compiled_lane_methods {
             dims: &$crate::Dims,
             keepdim: bool,
         ) -> $crate::Result<Self::Reduced<S::Output>> {
-            compiled::stat_lanes(stat, self, dims, keepdim)
+            $crate::lane_methods!(@reduce $via stat_lanes, self, stat, dims, keepdim)
         }
 
         fn map_elements<M: $crate::LaneMap<T>>(
@@ -305,7 +334,7 @@ macro_rules! compiled_lane_methods {
             map: &M,
             zero_preserving: bool,
         ) -> $crate::Result<Self::Mapped<M::Output>> {
-            compiled::map_elements(map, self, zero_preserving, None)?.fresh()
+            $crate::lane_methods!(@map $via map_elements, self, map, zero_preserving)
         }
 
         fn map_lanes<M: $crate::LaneMap<T>>(
@@ -313,8 +342,21 @@ macro_rules! compiled_lane_methods {
             map: &M,
             dim: isize,
         ) -> $crate::Result<Self::Mapped<M::Output>> {
-            compiled::map_lanes(map, self, dim, None)?.fresh()
+            $crate::lane_methods!(@map $via map_lanes, self, map, dim)
         }
+    };
+    // the bodies: `self` and the parameters are passed in from the arm that declared them
+    (@reduce [compiled] $m:ident, $s:tt, $k:ident, $($a:ident),*) => {
+        compiled::$m($k, $s, $($a),*)
+    };
+    (@reduce [lanes $w:ident] $m:ident, $s:tt, $k:ident, $($a:ident),*) => {
+        $s.lanes().$m($k, $($a),*)
+    };
+    (@map [compiled] $m:ident, $s:tt, $k:ident, $($a:ident),*) => {
+        compiled::$m($k, $s, $($a,)* None)?.fresh()
+    };
+    (@map [lanes $w:ident] $m:ident, $s:tt, $k:ident, $($a:ident),*) => {
+        $s.$w($s.lanes().$m($k, $($a),*))
     };
 }
 
