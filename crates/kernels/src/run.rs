@@ -872,8 +872,6 @@ mod tests {
         }
     }
 
-    /// Float sums are order-sensitive: the short kernel must give the wide kernel's
-    /// result bit for bit (signed zeros included) at every length it takes.
     /// A plain `f32` sum: the sign of a zero and the order of the adds show in its bits.
     struct FSum;
     impl Lanes<f32> for FSum {
@@ -931,6 +929,8 @@ mod tests {
         }
     }
 
+    /// Float sums are order-sensitive: the short kernel must give the wide kernel's
+    /// result bit for bit (signed zeros included) at every length it takes.
     #[test]
     fn short_kernel_is_the_wide_kernel_bit_for_bit() {
         let xs = [1e8f32, -0.0, 3.3, -1e8, 0.7, -0.0, 1e-3, 2.5e7];
