@@ -6,13 +6,12 @@
 
 use crate::MaskedCoo;
 use layout_dense::{grad_array, MaskedArray, MaskedArrayD};
-use masked_core::binary::{spread, BinOp, PartialZip};
+use masked_core::binary::{scalar_gradient, spread, times_upstream, BinOp, PartialZip};
 use masked_core::{
-    binary_grad_op, Element, Float, MaskRule, MaskedError, OpRequest, Result, SparseArray, Splat,
+    binary_grad_op, Element, MaskRule, MaskedError, OpRequest, Result, SparseArray, Splat,
     ZipKernels,
 };
 use masked_kernels::pack::compress_into;
-use masked_kernels::par;
 use masked_kernels::Bits;
 use masked_sparse::DenseOperand;
 
@@ -60,18 +59,9 @@ impl<T: Element> MaskedCoo<T> {
         let op = binary_grad_op::<T>(req)?;
         let (dx, dy) = self.partials_times(op, rhs, rule, g)?;
         let d = DenseOperand::new(op.name(), rhs.dense_parts(), self.shape())?;
-        let mut acc = d.zero_sums();
-        // the operand offset of a flat position: its coordinates times the strides
-        let shape = self.shape();
-        for (&p, v) in dy.indices().iter().zip(dy.values()) {
-            let (mut rest, mut off) = (p, 0usize);
-            for (&n, &s) in shape.iter().zip(d.strides()).rev() {
-                off += (rest % n.max(1)) * s;
-                rest /= n.max(1);
-            }
-            acc[off] += v.to_f64();
-        }
-        let dy = grad_array(d.own_shape(), d.gradient_values(acc)?, d.mask())?;
+        let at = |(&p, v): (&usize, &T::Real)| (d.offset_at(self.shape(), p), v.to_f64());
+        let sums = d.gradient_sums(dy.indices().iter().zip(dy.values()).map(at));
+        let dy = grad_array(d.own_shape(), sums, d.mask())?;
         Ok((self.onto_valid(dx)?, dy))
     }
 
@@ -89,9 +79,7 @@ impl<T: Element> MaskedCoo<T> {
     ) -> Result<(SparseArray<T::Real>, T::Real)> {
         let op = binary_grad_op::<T>(req)?;
         let (dx, dy) = self.partials_times(op, &Splat(s), MaskRule::Strict, g)?;
-        let d = dy.values();
-        let sum = par::sum_chunks(d.len(), 1 << 16, |r| d[r].iter().map(|v| v.to_f64()).sum());
-        Ok((self.onto_valid(dx)?, <T::Real as Float>::from_f64(sum)))
+        Ok((self.onto_valid(dx)?, scalar_gradient(dy.values())))
     }
 
     /// Refuses an operand without a mask: its gradient would store every position.
@@ -116,21 +104,9 @@ impl<T: Element> MaskedCoo<T> {
         self.has_gradient()?;
         let partial = |wrt_y| -> Result<SparseArray<T::Real>> {
             let p = self.zip_elements(rhs, &PartialZip { op, wrt_y }, rule)?;
-            if p.shape() != g.shape() || p.indices() != g.indices() {
-                return Err(MaskedError::InvalidArgument {
-                    name: "upstream gradient",
-                    value: op.name().to_string(),
-                    reason: "a binary op's VJP takes values stored exactly at the forward \
-                             output's positions",
-                });
-            }
+            let same = p.shape() == g.shape() && p.indices() == g.indices();
             let (shape, pos, mut vals) = p.into_parts();
-            let gv = g.values();
-            par::chunks_mut(&mut vals, 1 << 16, |c, pc| {
-                for (p, &gv) in pc.iter_mut().zip(&gv[c << 16..]) {
-                    *p = <T::Real as Float>::from_f64(p.to_f64() * gv.to_f64());
-                }
-            });
+            times_upstream(op, &mut vals, g.values(), same)?;
             SparseArray::new(shape, pos, vals)
         };
         Ok((partial(false)?, partial(true)?))

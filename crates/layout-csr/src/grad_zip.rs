@@ -7,11 +7,10 @@
 
 use crate::{CsrIndex, CsrMapped, MaskedCsr};
 use layout_dense::{grad_array, MaskedArray, MaskedArrayD};
-use masked_core::binary::{spread, BinOp, PartialZip};
+use masked_core::binary::{scalar_gradient, spread, times_upstream, BinOp, PartialZip};
 use masked_core::{
-    binary_grad_op, Element, Float, MaskRule, MaskedError, OpRequest, Result, Splat, ZipKernels,
+    binary_grad_op, Element, MaskRule, MaskedError, OpRequest, Result, Splat, ZipKernels,
 };
-use masked_kernels::par;
 use masked_sparse::DenseOperand;
 use sprs::SpIndex;
 
@@ -82,13 +81,11 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
         let (dx, dy) = self.partials_times(op, rhs, rule, g)?;
         let (r, c) = self.mat.shape();
         let d = DenseOperand::new(op.name(), rhs.dense_parts(), &[r, c])?;
-        let mut acc = d.zero_sums();
-        for (row, lane) in dy.outer_iterator().enumerate() {
-            for (col, v) in lane.iter() {
-                acc[d.offset([row, col])] += v.to_f64();
-            }
-        }
-        let dy = grad_array(d.own_shape(), d.gradient_values(acc)?, d.mask())?;
+        let at = |(v, (row, col)): (&T::Real, (I, I))| {
+            (d.offset([row.index(), col.index()]), v.to_f64())
+        };
+        let sums = d.gradient_sums(dy.iter().map(at));
+        let dy = grad_array(d.own_shape(), sums, d.mask())?;
         Ok((self.onto_valid(dx)?, dy))
     }
 
@@ -107,9 +104,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     ) -> Result<(CsrMapped<'m, T::Real, I>, T::Real)> {
         let op = binary_grad_op::<T>(req)?;
         let (dx, dy) = self.partials_times(op, &Splat(s), MaskRule::Strict, g)?;
-        let d = dy.data();
-        let sum = par::sum_chunks(d.len(), 1 << 16, |r| d[r].iter().map(|v| v.to_f64()).sum());
-        Ok((self.onto_valid(dx)?, <T::Real as Float>::from_f64(sum)))
+        Ok((self.onto_valid(dx)?, scalar_gradient(dy.data())))
     }
 
     /// Refuses an operand without a mask: its gradient would store every position.
@@ -135,23 +130,10 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
         self.has_gradient()?;
         let partial = |wrt_y| -> Result<CsrMapped<'m, T::Real, I>> {
             let mut p = self.zip_elements(rhs, &PartialZip { op, wrt_y }, rule)?;
-            if p.shape() != g.shape()
-                || p.indptr().raw_storage() != g.indptr().raw_storage()
-                || p.indices() != g.indices()
-            {
-                return Err(MaskedError::InvalidArgument {
-                    name: "upstream gradient",
-                    value: op.name().to_string(),
-                    reason: "a binary op's VJP takes values stored exactly at the forward \
-                             output's entries",
-                });
-            }
-            let gd = g.data();
-            par::chunks_mut(p.data_mut(), 1 << 16, |c, pc| {
-                for (p, &gv) in pc.iter_mut().zip(&gd[c << 16..]) {
-                    *p = <T::Real as Float>::from_f64(p.to_f64() * gv.to_f64());
-                }
-            });
+            let same = p.shape() == g.shape()
+                && p.indptr().raw_storage() == g.indptr().raw_storage()
+                && p.indices() == g.indices();
+            times_upstream(op, p.data_mut(), g.data(), same)?;
             Ok(p)
         };
         Ok((partial(false)?, partial(true)?))

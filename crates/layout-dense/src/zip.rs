@@ -451,7 +451,7 @@ fn flat_grads_into<T: Element>(
 
 /// A gradient in `R` as a masked array of `shape` with `mask` (all valid for `None`):
 /// what a sparse layout's binary VJP returns for a dense operand
-/// (`DenseOperand::gradient_values` gives the values).
+/// (`DenseOperand::gradient_sums` gives the values).
 ///
 /// # Errors
 /// [`MaskedError::InvalidData`] when the values do not fill the shape.

@@ -224,30 +224,20 @@ impl<'a, T: Element> DenseOperand<'a, T> {
         Some(w)
     }
 
-    /// One zero per operand element: the sums [`DenseOperand::gradient_values`] takes.
-    pub fn zero_sums(&self) -> Vec<f64> {
-        vec![0.0; self.values.len()]
-    }
-
-    /// The gradient values with respect to this operand from its sums `acc` (one per
-    /// operand element, in row-major order; what the sparse layouts' binary VJPs add up
-    /// at [`DenseOperand::offset`]), in `R`; with [`DenseOperand::own_shape`] and
-    /// [`DenseOperand::mask`] they make the gradient array (the dense layout's `grad_array`).
-    ///
-    /// # Errors
-    /// [`MaskedError::InvalidData`] for `acc` of another length.
-    pub fn gradient_values<R: Element + masked_core::Float>(
+    /// The gradient values with respect to this operand, in `R`: the `contributions`
+    /// (`(operand offset, value)`: what a sparse layout's binary VJP finds at each of
+    /// its stored outputs, [`DenseOperand::offset`]) summed per operand element in `f64`.
+    /// With [`DenseOperand::own_shape`] and [`DenseOperand::mask`] they make the gradient
+    /// array (the dense layout's `grad_array`).
+    pub fn gradient_sums<R: Element + masked_core::Float>(
         &self,
-        acc: Vec<f64>,
-    ) -> Result<Vec<R>> {
-        if acc.len() != self.values.len() {
-            return Err(MaskedError::InvalidData(format!(
-                "{} gradient sums for a dense operand of {} elements",
-                acc.len(),
-                self.values.len()
-            )));
+        contributions: impl Iterator<Item = (usize, f64)>,
+    ) -> Vec<R> {
+        let mut acc = vec![0.0f64; self.values.len()];
+        for (off, v) in contributions {
+            acc[off] += v;
         }
-        Ok(acc.into_iter().map(R::from_f64).collect())
+        acc.into_iter().map(R::from_f64).collect()
     }
 
     /// The operand's own shape (before broadcasting).

@@ -988,6 +988,44 @@ pub fn spread<I: Copy + Ord, R: Copy + Default>(
     j == sub_pos.len()
 }
 
+/// `g · ∂f` of a sparse binary VJP, in place: each partial derivative (the forward
+/// zip's values, `partial`) times the upstream gradient `g` stored at the same
+/// positions, in `f64` and rounded once. `same_positions`: whether `g` is stored exactly
+/// where the forward output is (the caller compares its own structures).
+///
+/// # Errors
+/// [`MaskedError::InvalidArgument`] naming `op` where `g` is stored elsewhere.
+pub fn times_upstream<R: Float>(
+    op: BinOp,
+    partial: &mut [R],
+    g: &[R],
+    same_positions: bool,
+) -> Result<()> {
+    if !same_positions || partial.len() != g.len() {
+        return Err(MaskedError::InvalidArgument {
+            name: "upstream gradient",
+            value: op.name().to_string(),
+            reason: "a binary op's VJP takes values stored exactly at the forward output's \
+                     positions",
+        });
+    }
+    masked_kernels::par::chunks_mut(partial, 1 << 16, |c, pc| {
+        for (p, &gv) in pc.iter_mut().zip(&g[c << 16..]) {
+            *p = R::from_f64(p.to_f64() * gv.to_f64());
+        }
+    });
+    Ok(())
+}
+
+/// The gradient of a scalar operand of a binary op: the sum of its contributions at
+/// every valid output (`d`), in `f64`.
+pub fn scalar_gradient<R: Float>(d: &[R]) -> R {
+    let sum = masked_kernels::par::sum_chunks(d.len(), 1 << 16, |r| {
+        d[r].iter().map(|v| v.to_f64()).sum()
+    });
+    R::from_f64(sum)
+}
+
 /// A binary op of any family: what the by-name layer dispatches on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BinOp {
