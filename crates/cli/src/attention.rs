@@ -183,33 +183,20 @@ pub(crate) fn run(a: &AttnArgs, vjp: bool) -> Result<(), CliError> {
         .transpose()?;
     let plan = AttentionPlan::new(pattern);
     let bias_view = bias.as_ref().map(FloatArray::view);
+    let (qv, kv, vv) = (q.view(), k.view(), v.view());
+    let bv = bias_view.as_ref();
     if !vjp {
-        let o = erased::attention(
-            &q.view(),
-            &k.view(),
-            &v.view(),
-            &plan,
-            a.scale,
-            bias_view.as_ref(),
-        )?;
+        let o = erased::attention(&qv, &kv, &vv, &plan, a.scale, bv)?;
         return write_npy(&a.output, o);
     }
     let grad_path = a.grad.as_deref().expect("checked above");
     let g = read_float(grad_path)?;
     let gv: FloatView<'_> = g.view();
-    let grads = erased::attention_vjp(
-        &q.view(),
-        &k.view(),
-        &v.view(),
-        &plan,
-        a.scale,
-        bias_view.as_ref(),
-        &gv,
-    )
-    .map_err(|e| match e {
-        masked::MaskedError::ShapeMismatch { .. } => CliError::file(grad_path, e.to_string()),
-        e => e.into(),
-    })?;
+    let grads =
+        erased::attention_vjp(&qv, &kv, &vv, &plan, a.scale, bv, &gv).map_err(|e| match e {
+            masked::MaskedError::ShapeMismatch { .. } => CliError::file(grad_path, e.to_string()),
+            e => e.into(),
+        })?;
     write_npy(&a.output, grads.dq)?;
     write_npy(a.dk.as_deref().expect("checked above"), grads.dk)?;
     write_npy(a.dv.as_deref().expect("checked above"), grads.dv)?;

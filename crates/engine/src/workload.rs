@@ -597,14 +597,10 @@ impl<T: Element> Data<T> {
         }
     }
 
-    fn binary<'s>(
-        &'s self,
-        other: &'s Data<T>,
-        op: BinOp,
-        rule: MaskRule,
-        into: bool,
-    ) -> Result<Run<'s>> {
-        match (&self.input, &other.input) {
+    /// This input and `other` as two operands of one layout; `share`: a CSR partner
+    /// with the same entries shares this matrix's index arrays ([`same_entries`]).
+    fn pair<'s>(&'s self, other: &'s Data<T>, share: bool) -> Result<Pair<'s, T>> {
+        Ok(match (&self.input, &other.input) {
             (
                 Input::Dense {
                     shape,
@@ -616,30 +612,46 @@ impl<T: Element> Data<T> {
                     mask: m2,
                     ..
                 },
-            ) => {
-                let (x, y) = (dense_of(shape, values, mask)?, dense_of(shape, v2, m2)?);
+            ) => Pair::Dense(dense_of(shape, values, mask)?, dense_of(shape, v2, m2)?),
+            (Input::Csr { mat, mask }, Input::Csr { mat: m2, mask: k2 }) => {
+                let view = if share {
+                    same_entries(mat, m2)?
+                } else {
+                    m2.view()
+                };
+                Pair::Csr(csr_of(mat.view(), mask)?, csr_of(view, k2)?)
+            }
+            (Input::Coo(x), Input::Coo(y)) => Pair::Coo(x, y),
+            _ => return Err(layouts()),
+        })
+    }
+
+    fn binary<'s>(
+        &'s self,
+        other: &'s Data<T>,
+        op: BinOp,
+        rule: MaskRule,
+        into: bool,
+    ) -> Result<Run<'s>> {
+        match self.pair(other, true)? {
+            Pair::Dense(x, y) => {
                 if into {
-                    let n = values.len();
+                    let n = x.values().len();
                     return Ok(by_family!(op, n, |z, out| x
                         .zip_into(&y, z, rule, out)
                         .map(drop)));
                 }
                 Ok(Box::new(move || zip_discard(&x, &y, op, rule)))
             }
-            (Input::Csr { mat, mask }, Input::Csr { mat: m2, mask: k2 }) => {
-                let view = same_entries(mat, m2)?;
-                let (x, y) = (csr_of(mat.view(), mask)?, csr_of(view, k2)?);
+            Pair::Csr(x, y) => {
                 if into {
                     let n = x.lanes().nnz();
                     return Ok(by_family!(op, n, |z, out| x.zip_into(&y, z, rule, out)));
                 }
                 Ok(Box::new(move || zip_discard(&x, &y, op, rule)))
             }
-            (Input::Coo(_), _) if into => {
-                Err(usage("bench --into: dense and CSR layouts only".into()))
-            }
-            (Input::Coo(x), Input::Coo(y)) => Ok(Box::new(move || zip_discard(x, y, op, rule))),
-            _ => Err(layouts()),
+            Pair::Coo(..) if into => Err(usage("bench --into: dense and CSR layouts only".into())),
+            Pair::Coo(x, y) => Ok(Box::new(move || zip_discard(x, y, op, rule))),
         }
     }
 
@@ -657,23 +669,11 @@ impl<T: Element> Data<T> {
             .ok_or_else(|| usage(format!("{} is not binary", req.op)))?;
         // an upstream with the forward output's structure: any zip's result has it
         let up = PartialZip { op, wrt_y: false };
-        match (&self.input, &other.input) {
-            (
-                Input::Dense {
-                    shape,
-                    values,
-                    mask,
-                },
-                Input::Dense {
-                    values: v2,
-                    mask: m2,
-                    ..
-                },
-            ) => {
-                let (x, y) = (dense_of(shape, values, mask)?, dense_of(shape, v2, m2)?);
+        match self.pair(other, false)? {
+            Pair::Dense(x, y) => {
                 let g = x.zip_elements(&y, &up, rule)?;
                 if into {
-                    let n = values.len();
+                    let n = x.values().len();
                     let bufs =
                         Mutex::new((vec![T::Real::default(); n], vec![T::Real::default(); n]));
                     return Ok(Box::new(move || {
@@ -683,17 +683,15 @@ impl<T: Element> Data<T> {
                 }
                 Ok(Box::new(move || x.vjp_binary(&req, &y, rule, &g).map(drop)))
             }
-            (Input::Csr { .. }, _) | (Input::Coo(_), _) if into => Err(no_into("vjp-B")),
-            (Input::Csr { mat, mask }, Input::Csr { mat: m2, mask: k2 }) => {
-                let (x, y) = (csr_of(mat.view(), mask)?, csr_of(m2.view(), k2)?);
+            Pair::Csr(..) | Pair::Coo(..) if into => Err(no_into("vjp-B")),
+            Pair::Csr(x, y) => {
                 let g = x.zip_elements(&y, &up, rule)?;
                 Ok(Box::new(move || x.vjp_binary(&req, &y, rule, &g).map(drop)))
             }
-            (Input::Coo(x), Input::Coo(y)) => {
+            Pair::Coo(x, y) => {
                 let g = x.zip_elements(y, &up, rule)?;
                 Ok(Box::new(move || x.vjp_binary(&req, y, rule, &g).map(drop)))
             }
-            _ => Err(layouts()),
         }
     }
 
@@ -712,31 +710,10 @@ impl<T: Element> Data<T> {
                 op.name()
             )));
         }
-        match (&self.input, &other.input) {
-            (
-                Input::Dense {
-                    shape,
-                    values,
-                    mask,
-                },
-                Input::Dense {
-                    values: v2,
-                    mask: m2,
-                    ..
-                },
-            ) => {
-                let (x, y) = (dense_of(shape, values, mask)?, dense_of(shape, v2, m2)?);
-                Ok(fused_by_family!(op, req, |z| x.zip_view(&y, z, rule)))
-            }
-            (Input::Csr { mat, mask }, Input::Csr { mat: m2, mask: k2 }) => {
-                let view = same_entries(mat, m2)?;
-                let (x, y) = (csr_of(mat.view(), mask)?, csr_of(view, k2)?);
-                Ok(fused_by_family!(op, req, |z| x.zip_view(&y, z, rule)))
-            }
-            (Input::Coo(x), Input::Coo(y)) => {
-                Ok(fused_by_family!(op, req, |z| x.zip_view(y, z, rule)))
-            }
-            _ => Err(layouts()),
+        match self.pair(other, true)? {
+            Pair::Dense(x, y) => Ok(fused_by_family!(op, req, |z| x.zip_view(&y, z, rule))),
+            Pair::Csr(x, y) => Ok(fused_by_family!(op, req, |z| x.zip_view(&y, z, rule))),
+            Pair::Coo(x, y) => Ok(fused_by_family!(op, req, |z| x.zip_view(y, z, rule))),
         }
     }
 }
@@ -813,6 +790,13 @@ macro_rules! by_family {
     }};
 }
 use by_family;
+
+/// Two operands of one layout, prepared for a binary op ([`Data::pair`]).
+enum Pair<'s, T: Element> {
+    Dense(MaskedView<'s, T, IxDyn>, MaskedView<'s, T, IxDyn>),
+    Csr(MaskedCsr<'s, T, u32, usize>, MaskedCsr<'s, T, u32, usize>),
+    Coo(&'s MaskedCoo<T>, &'s MaskedCoo<T>),
+}
 
 /// The partner matrix `m2` as a view sharing `mat`'s index arrays when the two have
 /// the same entries (values only, as scipy's same-pattern `A + B` of the peer scripts).
