@@ -614,12 +614,15 @@ fn pair_fold_kernel<A: Copy, B: Copy, T: Copy, L: Lanes<T>, F: Fn(A, B) -> T + C
         Some(b) => {
             let full = n - n % 64;
             let chunks = xs[..full].chunks_exact(64).zip(ys[..full].chunks_exact(64));
+            // a copy in registers for the loop, as in `wide_kernel`
+            let mut a = acc;
             for (c, (xc, yc)) in chunks.enumerate() {
                 let w = b.word_at(c * 64);
                 if w != 0 {
-                    chunk64(l, &mut acc, w, idx0 + (c * 64) as i64, |k| f(xc[k], yc[k]));
+                    chunk64(l, &mut a, w, idx0 + (c * 64) as i64, |k| f(xc[k], yc[k]));
                 }
             }
+            acc = a;
             if full < n {
                 let (xt, yt) = (&xs[full..], &ys[full..]);
                 let base = idx0 + full as i64;
@@ -663,6 +666,8 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(
         }
         Some(b) if L::HEAVY => {
             let mut v = [l.id(); 64];
+            // a copy in registers for the loop (see the masked branch below)
+            let mut a = acc;
             for (c, ch) in xs[..full].chunks_exact(64).enumerate() {
                 let w = b.word_at(c * 64);
                 if w == 0 {
@@ -675,10 +680,11 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(
                 }
                 for h in 0..64 / W {
                     for j in 0..W {
-                        acc[j] = l.comb(acc[j], v[h * W + j]);
+                        a[j] = l.comb(a[j], v[h * W + j]);
                     }
                 }
             }
+            acc = a;
             if full < n {
                 let (xt, base) = (&xs[full..], idx0 + full as i64);
                 tail(l, &mut acc, n - full, b.word_at(full), base, |k| xt[k]);
@@ -692,13 +698,18 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(
             } else {
                 full / 64
             };
+            // the loop's own copy of the accumulators, indexed by constants only, stays
+            // in registers: `acc` itself is indexed by `k % W` in `tail`, which keeps it
+            // in memory, and the loop then stored it to the stack at every chunk
+            let mut a = acc;
             for (c, ch) in within[..chunks * 64].chunks_exact(64).enumerate() {
                 let past = (c * 64 + 64).saturating_sub(n) as u32;
                 let w = b.word_at(c * 64) & (u64::MAX >> past);
                 if w != 0 {
-                    chunk64(l, &mut acc, w, idx0 + (c * 64) as i64, |k| ch[k]);
+                    chunk64(l, &mut a, w, idx0 + (c * 64) as i64, |k| ch[k]);
                 }
             }
+            acc = a;
             if chunks * 64 < n {
                 let (xt, base) = (&xs[full..], idx0 + full as i64);
                 tail(l, &mut acc, n - full, b.word_at(full), base, |k| xt[k]);
