@@ -447,6 +447,10 @@ pub trait Element:
     /// than instantiating the generic kernels (see [`Fold::PREBUILT`](crate::Fold::PREBUILT)).
     #[doc(hidden)]
     const PREBUILT: bool = false;
+    /// Whether the extremum kernels compare this type's values widened to its compute
+    /// type (`f32`): the halves, whose own comparisons are software, one value at a
+    /// time, where `f32` compares vectorise.
+    const COMPARES_WIDENED: bool = false;
     /// Lowest value: `-inf` for floats, `MIN` for integers (identity of amax).
     const LOWEST: Self;
     /// Highest value: `+inf` for floats, `MAX` for integers (identity of amin).
@@ -932,6 +936,7 @@ macro_rules! element_half {
     ($t:ty, $dt:expr, $var:ident, $to32:ident, $from32:ident $(, $widen:path)?) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
+            const COMPARES_WIDENED: bool = true;
             const LOWEST: Self = <$t>::NEG_INFINITY;
             const HIGHEST: Self = <$t>::INFINITY;
             const ZERO: Self = <$t>::ZERO;

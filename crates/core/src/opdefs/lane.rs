@@ -9,7 +9,7 @@ use crate::element::{with_calc_out, Acc, CalcOf, Element, Float};
 use crate::element::{ByDType, Family};
 use crate::error::{MaskedError, Result};
 use crate::fold::{kernel_enums, Fold};
-use crate::ops::{AMaxLanes, AMinLanes};
+use crate::ops::{extremum, AMaxLanes, AMinLanes};
 use crate::stats::{exp_of, exp_sum, Norm};
 use crate::unary::{FloatMap, KeepMap, Unary, UnaryFamily};
 use masked_kernels::cpu::fused_exp;
@@ -477,12 +477,12 @@ fn softmax_lane<T: Element, const FUSED: bool>(
         packed_blocks(xs, bits, |p| {
             let dst = &mut out[from..];
             if neg {
-                let shift = fold_run(&AMinLanes, p, None, 0).calc();
+                let shift = extremum(AMinLanes, p, None, 0).calc();
                 map_run(p, None, dst, move |x: T, _| {
                     exp_of::<_, FUSED>(shift - x.calc())
                 });
             } else {
-                let shift = fold_run(&AMaxLanes, p, None, 0).calc();
+                let shift = extremum(AMaxLanes, p, None, 0).calc();
                 map_run(p, None, dst, move |x: T, _| {
                     exp_of::<_, FUSED>(x.calc() - shift)
                 });
@@ -493,13 +493,14 @@ fn softmax_lane<T: Element, const FUSED: bool>(
         expand_in_place(out, from, b, zero);
         return;
     }
-    let short = bits.is_none() && xs.len() <= SHORT;
+    // (the halves compare widened: `extremum`, which takes short runs too)
+    let short = bits.is_none() && xs.len() <= SHORT && !T::COMPARES_WIDENED;
     let m: T = match (neg, short) {
         // the kernel fold_run would pick, without its dispatch
         (true, true) => short_kernel(&AMinLanes, xs, None, 0),
         (false, true) => short_kernel(&AMaxLanes, xs, None, 0),
-        (true, false) => fold_run(&AMinLanes, xs, bits, 0),
-        (false, false) => fold_run(&AMaxLanes, xs, bits, 0),
+        (true, false) => extremum(AMinLanes, xs, bits, 0),
+        (false, false) => extremum(AMaxLanes, xs, bits, 0),
     };
     let shift = m.calc();
     if log {

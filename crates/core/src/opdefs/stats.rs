@@ -5,7 +5,9 @@ use crate::element::{CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
 pub use crate::fold::{LogMeanExp, LogSumExp, Norm, Std, Var};
-use crate::ops::{blocks, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, MeanLanes};
+use crate::ops::{
+    blocks, extremum, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, MeanLanes,
+};
 use crate::wire::Num;
 use crate::Acc;
 use masked_kernels::cpu::fused_exp;
@@ -474,7 +476,7 @@ impl<T: Element> Fold<T> for LogSumExp {
     fn push_run(&self, s: &mut LseState, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         // per block: the max, then the sum of exp(x - max) from L1
         let block = |b: &[T], bb: Option<Bits<'_>>, i: i64| {
-            let m: T = fold_run(&AMaxLanes, b, bb, i);
+            let m: T = extremum(AMaxLanes, b, bb, i);
             let mf = m.to_f64();
             if mf.is_nan() || mf.is_infinite() {
                 lse_merge(s, (mf, if mf == f64::INFINITY { 1.0 } else { 0.0 }));
