@@ -108,6 +108,24 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
         }
     }
 
+    /// Adds a run whose element `k` is at lane position `pos(k)`, the positions
+    /// increasing but not necessarily consecutive (a sparse row's stored entries), valid
+    /// where bit `k` of `bits` is set. Returns `false`, having done nothing, where the op
+    /// has no such path (the default): the layout then pushes element by element. The
+    /// positional ops whose result depends on the positions only through their order
+    /// (argmax, argmin: the first of equal candidates wins) override it with their run
+    /// kernel, then map the winner's position.
+    fn push_run_at(
+        &self,
+        state: &mut Self::State,
+        xs: &[T],
+        bits: Option<Bits<'_>>,
+        pos: &dyn Fn(usize) -> i64,
+    ) -> bool {
+        let _ = (state, xs, bits, pos);
+        false
+    }
+
     /// [`Fold::push_run`] over `xs[..n]`, where the caller vouches that `xs[n..]` may be
     /// read (it is never combined): the rows of one array (a CSR matrix's values) pass
     /// the values from the row's start on, and an op whose kernel ends a run with whole

@@ -591,6 +591,27 @@ fn arg_step<T: Element>(s: &mut (Num<T>, i64), c: (T, i64), better: impl Fn(T, T
     *s = (Num(v), i);
 }
 
+/// Where the first valid element holding the extremum of `lanes` ([`AMaxLanes`],
+/// [`AMinLanes`]) over `xs` is (the first NaN where there is one): two vectorised passes
+/// over the (cache-resident) run, the extreme value, then its first position. `None`
+/// for a run without a valid element.
+#[inline(always)]
+fn first_extremum<T: Element, L>(lanes: L, xs: &[T], bits: Option<Bits<'_>>) -> Option<usize>
+where
+    L: Lanes<T, A = T> + Lanes<CalcOf<T>, A = CalcOf<T>>,
+{
+    let best = extremum(lanes, xs, bits, 0);
+    if best.is_nan() {
+        first_match(xs, bits, move |x: T| x.is_nan())
+    } else if T::COMPARES_WIDENED {
+        // the halves compared as f32, as `extremum` does
+        let b = best.calc();
+        first_match(xs, bits, move |x: T| x.calc() == b)
+    } else {
+        first_match(xs, bits, move |x: T| x == best)
+    }
+}
+
 macro_rules! arg_op {
     ($op:ident, $lanes:ident, $ext:ident, $name:literal, $id:ident, $cmp:expr) => {
         #[doc = concat!("Lane monoid of [`", stringify!($op), "`].")]
@@ -640,15 +661,23 @@ macro_rules! arg_op {
             /// value with the branch-free extreme lanes, then the first valid position
             /// holding it.
             fn push_run(&self, s: &mut (Num<T>, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
-                let best = fold_run(&$ext, xs, bits, idx0);
-                let pos = if best.is_nan() {
-                    first_match(xs, bits, move |x: T| x.is_nan())
-                } else {
-                    first_match(xs, bits, move |x: T| x == best)
-                };
-                if let Some(p) = pos {
+                if let Some(p) = first_extremum($ext, xs, bits) {
                     arg_step(s, (xs[p], idx0 + p as i64), $cmp);
                 }
+            }
+            /// As `push_run`: the winner is the first valid element holding the run's
+            /// extremum, whatever the positions, as long as they increase.
+            fn push_run_at(
+                &self,
+                s: &mut (Num<T>, i64),
+                xs: &[T],
+                bits: Option<Bits<'_>>,
+                pos: &dyn Fn(usize) -> i64,
+            ) -> bool {
+                if let Some(p) = first_extremum($ext, xs, bits) {
+                    arg_step(s, (xs[p], pos(p)), $cmp);
+                }
+                true
             }
             /// Per block of rows: the column extremes with the vector column kernel,
             /// then the first valid row holding each (stopping once all are found).

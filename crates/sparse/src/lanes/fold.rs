@@ -30,6 +30,13 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             }
             return;
         }
+        if !self.fill {
+            // without unstored zeros, the entries alone compete, in position order
+            let (e0, vals) = (ents.start, &self.values[ents.clone()]);
+            if op.push_run_at(st, vals, self.bits_at(e0), &|k| pos(e0 + k)) {
+                return;
+            }
+        }
         let mut next = span.start;
         for k in ents {
             let p = pos(k);
