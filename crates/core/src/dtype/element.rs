@@ -993,7 +993,7 @@ macro_rules! element_half {
                 float: impl Fn(CalcOf<Self>) -> CalcOf<Self>,
                 _: impl Fn(i64) -> i64,
             ) -> Self {
-                <$t>::from_f32(float($to32(self.to_bits())))
+                <$t>::from_bits($from32(float($to32(self.to_bits()))))
             }
             #[inline(always)]
             fn zip_keep(
@@ -1002,7 +1002,7 @@ macro_rules! element_half {
                 float: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
                 _: impl Fn(i64, i64) -> i64,
             ) -> Self {
-                <$t>::from_f32(float($to32(self.to_bits()), $to32(other.to_bits())))
+                <$t>::from_bits($from32(float($to32(self.to_bits()), $to32(other.to_bits()))))
             }
             #[inline(always)]
             fn to_scalar(self) -> Scalar {
@@ -1042,11 +1042,11 @@ macro_rules! element_half {
             const ONE: Self = <$t>::ONE;
             #[inline(always)]
             fn sqrt(self) -> Self {
-                <$t>::from_f32($to32(self.to_bits()).sqrt())
+                <$t>::from_bits($from32($to32(self.to_bits()).sqrt()))
             }
             #[inline(always)]
             fn ln(self) -> Self {
-                <$t>::from_f32($to32(self.to_bits()).ln())
+                <$t>::from_bits($from32($to32(self.to_bits()).ln()))
             }
             #[inline(always)]
             fn abs(self) -> Self {
@@ -1054,15 +1054,15 @@ macro_rules! element_half {
             }
             #[inline(always)]
             fn powf(self, p: Self) -> Self {
-                <$t>::from_f32($to32(self.to_bits()).powf($to32(p.to_bits())))
+                <$t>::from_bits($from32($to32(self.to_bits()).powf($to32(p.to_bits()))))
             }
             #[inline(always)]
             fn exp_nonpos(self) -> Self {
-                <$t>::from_f32(exp_nonpos_f32::<false>($to32(self.to_bits())))
+                <$t>::from_bits($from32(exp_nonpos_f32::<false>($to32(self.to_bits()))))
             }
             #[inline(always)]
             fn exp_nonpos_fused(self) -> Self {
-                <$t>::from_f32(exp_nonpos_f32::<true>($to32(self.to_bits())))
+                <$t>::from_bits($from32(exp_nonpos_f32::<true>($to32(self.to_bits()))))
             }
             const NAN: Self = <$t>::NAN;
             const INFINITY: Self = <$t>::INFINITY;
