@@ -71,6 +71,38 @@ pub fn f32_to_bf16_bits(x: f32) -> u16 {
     (if x.is_nan() { nan } else { rounded }) as u16
 }
 
+/// `f64` to `f32` rounded to odd: toward zero, the last mantissa bit set where the
+/// conversion was inexact. A value rounded to odd and then to nearest even in a format
+/// at least two bits narrower is the value rounded to nearest even once, so the halves'
+/// conversions from `f64` go through it ([`f64_to_f16_bits`], [`f64_to_bf16_bits`]).
+/// Branch-free (vectorises); NaN stays NaN, beyond `f32`'s range gives `±f32::MAX`
+/// (odd, and past every half's overflow threshold).
+#[inline(always)]
+pub fn f64_to_f32_odd(x: f64) -> f32 {
+    let r = x as f32;
+    let back = r as f64;
+    let bits = r.to_bits();
+    // round to nearest went away from zero: one step back (sign-magnitude bits)
+    let t = if back.abs() > x.abs() { bits - 1 } else { bits };
+    let inexact = (back != x) & (x == x);
+    f32::from_bits(t | inexact as u32)
+}
+
+/// `f64` to `f16` bits, rounded to nearest even once (as `half`'s `from_f64`), without
+/// branches or a per-call CPU feature check: [`f64_to_f32_odd`], then
+/// [`f32_to_f16_bits`].
+#[inline(always)]
+pub fn f64_to_f16_bits(x: f64) -> u16 {
+    f32_to_f16_bits(f64_to_f32_odd(x))
+}
+
+/// `f64` to `bf16` bits, rounded to nearest even once: [`f64_to_f32_odd`], then
+/// [`f32_to_bf16_bits`].
+#[inline(always)]
+pub fn f64_to_bf16_bits(x: f64) -> u16 {
+    f32_to_bf16_bits(f64_to_f32_odd(x))
+}
+
 /// Widens the `f16` bit patterns of `src` into `dst` (same length), exactly, and returns
 /// `dst` as initialised values: AVX-512 or F16C where the CPU has them (checked at run
 /// time), else [`f16_bits_to_f32`]. `dst` may be uninitialised (a stack block): every
@@ -178,6 +210,81 @@ mod tests {
             }
             assert_eq!(h, half::f16::from_f32(x).to_bits(), "f16 of {x:e}");
             assert_eq!(b, half::bf16::from_f32(x).to_bits(), "bf16 of {x:e}");
+        }
+    }
+
+    /// The conversions from `f64` round once, to nearest even: they equal an exact
+    /// reference (scaling by the target's ulp at the value's magnitude and rounding the
+    /// quotient, both exact in `f64`) on spread bit patterns, the midpoints between
+    /// neighbouring halves and the values just off them (where rounding twice, through
+    /// a nearest `f32`, goes wrong, as `half`'s own `from_f64` does: its f16 of
+    /// 0.4871826123073599 is 0.4873046875, the far neighbour), the
+    /// overflow and subnormal boundaries; NaN staying NaN.
+    #[test]
+    fn narrowing_from_f64_rounds_once() {
+        // `x` rounded to `mant` fraction bits, exponents from `min_exp` (subnormals
+        // below), infinity past `max` (the largest finite value)
+        let once = |x: f64, mant: i32, min_exp: i32, max: f64| -> f64 {
+            if x == 0.0 {
+                return x;
+            }
+            let e = (((x.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(min_exp);
+            let q = 2f64.powi(e - mant);
+            let y = (x / q).round_ties_even() * q;
+            if y.abs() > max {
+                f64::INFINITY.copysign(x)
+            } else {
+                y.copysign(x)
+            }
+        };
+        let check = |x: f64| {
+            let (h, b) = (f64_to_f16_bits(x), f64_to_bf16_bits(x));
+            let (h, b) = (f16_bits_to_f32(h) as f64, bf16_bits_to_f32(b) as f64);
+            if x.is_nan() {
+                assert!(h.is_nan() && b.is_nan());
+                return;
+            }
+            let want_h = once(x, 10, -14, 65504.0);
+            let want_b = once(x, 7, -126, bf16_bits_to_f32(0x7f7f) as f64);
+            assert_eq!(h.to_bits(), want_h.to_bits(), "f16 of {x:e}");
+            assert_eq!(b.to_bits(), want_b.to_bits(), "bf16 of {x:e}");
+        };
+        for k in 0..(1u64 << 22) {
+            check(f64::from_bits(k.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        }
+        for h in 0..=u16::MAX {
+            for (lo, hi) in [
+                (
+                    f16_bits_to_f32(h) as f64,
+                    f16_bits_to_f32(h.wrapping_add(1)) as f64,
+                ),
+                (
+                    bf16_bits_to_f32(h) as f64,
+                    bf16_bits_to_f32(h.wrapping_add(1)) as f64,
+                ),
+            ] {
+                let mid = (lo + hi) / 2.0;
+                for x in [lo, mid, mid * (1.0 + 1e-12), mid * (1.0 - 1e-12), -mid] {
+                    check(x);
+                }
+                check(f64::from_bits(mid.to_bits() + 1));
+                check(f64::from_bits(mid.to_bits().wrapping_sub(1)));
+            }
+        }
+        for x in [
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            1e-320,
+            3.4028235e38,
+            3.4e38,
+            65520.0,
+            1e300,
+            f64::INFINITY,
+            f64::NAN,
+            -0.0,
+        ] {
+            check(x);
+            check(-x);
         }
     }
 

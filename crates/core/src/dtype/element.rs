@@ -912,7 +912,8 @@ element_float!(
 );
 
 pub use masked_kernels::widen::{
-    bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits,
+    bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f64_to_bf16_bits,
+    f64_to_f16_bits,
 };
 
 macro_rules! element_half {
@@ -933,7 +934,7 @@ macro_rules! element_half {
     (@unpack) => {
         unpack_self!();
     };
-    ($t:ty, $dt:expr, $var:ident, $to32:ident, $from32:ident $(, $widen:path)?) => {
+    ($t:ty, $dt:expr, $var:ident, $to32:ident, $from32:ident, $from64:ident $(, $widen:path)?) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
             const COMPARES_WIDENED: bool = true;
@@ -964,15 +965,17 @@ macro_rules! element_half {
             }
             #[inline(always)]
             fn to_total(self) -> f64 {
-                self.to_f64()
+                // not `self.to_f64()`: half's inherent method (which checks the CPU on
+                // every call) would be picked over the trait's
+                $to32(self.to_bits()) as f64
             }
             #[inline(always)]
             fn total_to_wide(t: f64) -> $t {
-                <$t>::from_f64(t)
+                <$t>::from_bits($from64(t))
             }
             #[inline(always)]
             fn from_total(t: f64) -> $t {
-                <$t>::from_f64(t)
+                <$t>::from_bits($from64(t))
             }
             #[inline(always)]
             fn to_f64(self) -> f64 {
@@ -980,7 +983,7 @@ macro_rules! element_half {
             }
             #[inline(always)]
             fn from_f64_lossy(v: f64) -> Self {
-                <$t>::from_f64(v)
+                <$t>::from_bits($from64(v))
             }
             #[inline(always)]
             fn is_nan(self) -> bool {
@@ -1011,8 +1014,8 @@ macro_rules! element_half {
             #[inline(always)]
             fn from_scalar(s: Scalar) -> Option<Self> {
                 Some(match s {
-                    Scalar::Int(i) => <$t>::from_f64(i as f64),
-                    Scalar::Float(f) => <$t>::from_f64(f),
+                    Scalar::Int(i) => <$t>::from_bits($from64(i as f64)),
+                    Scalar::Float(f) => <$t>::from_bits($from64(f)),
                 })
             }
             fn into_dyn(v: Vec<Self>) -> DynVec {
@@ -1069,7 +1072,7 @@ macro_rules! element_half {
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             #[inline(always)]
             fn from_f64(v: f64) -> Self {
-                <$t>::from_f64(v)
+                <$t>::from_bits($from64(v))
             }
             type Calc = f32;
             #[inline(always)]
@@ -1091,6 +1094,7 @@ element_half!(
     F16,
     f16_bits_to_f32,
     f32_to_f16_bits,
+    f64_to_f16_bits,
     masked_kernels::widen::widen_f16
 );
 element_half!(
@@ -1098,7 +1102,8 @@ element_half!(
     DType::BF16,
     BF16,
     bf16_bits_to_f32,
-    f32_to_bf16_bits
+    f32_to_bf16_bits,
+    f64_to_bf16_bits
 );
 
 macro_rules! element_int {

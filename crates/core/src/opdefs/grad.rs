@@ -1212,9 +1212,10 @@ impl GradScratch {
         } else {
             grad.grad(&self.x, &self.g, &mut self.o);
         }
-        for (o, &v) in out[..n].iter_mut().zip(&self.o) {
-            *o = <T::Real as Float>::from_f64(v);
-        }
+        // in the CPU's vector kernel: generic code is compiled for the baseline CPU,
+        // where the halves' rounding from f64 runs two values at a time
+        let to = <T::Real as Float>::from_f64;
+        masked_kernels::run::map_run(&self.o, None, &mut out[..n], move |v: f64, _| to(v));
     }
 }
 

@@ -662,14 +662,20 @@ impl<T: Element> LaneMap<T> for Cumulative {
             <T::Total as Acc>::ZERO
         };
         let mut acc = id;
+        // the running totals of a chunk first (the serial chain), then their conversion
+        // to `T` in the CPU's vector kernel (the halves' rounding from f64 is a few
+        // dozen instructions; generic code is compiled for the baseline CPU)
+        let mut totals = [id; 64];
         for (c, (oc, xc)) in out.chunks_mut(64).zip(xs.chunks(64)).enumerate() {
             let w = bits.map_or(u64::MAX, |b| b.word_at(c * 64));
-            for (k, (o, &x)) in oc.iter_mut().zip(xc).enumerate() {
+            for (k, (t, &x)) in totals.iter_mut().zip(xc).enumerate() {
                 // branch-free: a masked-out element contributes the identity
                 let v = if (w >> k) & 1 == 1 { x.to_total() } else { id };
                 acc = if self.prod { acc.mul(v) } else { acc.add(v) };
-                *o = T::from_total(acc);
+                *t = acc;
             }
+            let m = oc.len();
+            map_run(&totals[..m], None, oc, |t: T::Total, _| T::from_total(t));
         }
     }
 }
