@@ -80,7 +80,7 @@ pub fn unsupported() -> ! {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::{has_avx2, has_avx512};
+pub use x86::{has_avx2, has_avx512, has_avx512_vbmi2};
 
 /// Without x86-64 there is no AVX-512.
 #[cfg(not(target_arch = "x86_64"))]
@@ -90,6 +90,11 @@ pub fn has_avx512() -> bool {
 /// Without x86-64 there is no AVX2.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn has_avx2() -> bool {
+    false
+}
+/// Without x86-64 there is no AVX-512 VBMI2.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn has_avx512_vbmi2() -> bool {
     false
 }
 
@@ -102,6 +107,11 @@ mod x86 {
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vl")
             && std::arch::is_x86_feature_detected!("avx512dq")
+    }
+    /// AVX-512 with VBMI2 (16-bit compress and expand) is available.
+    #[inline]
+    pub fn has_avx512_vbmi2() -> bool {
+        has_avx512() && std::arch::is_x86_feature_detected!("avx512vbmi2")
     }
     /// AVX2 with FMA is available.
     #[inline]

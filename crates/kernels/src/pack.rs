@@ -31,6 +31,26 @@ pub fn packs_fast<T>() -> bool {
     }
 }
 
+/// Whether [`compress_to`] and [`expand_to`] run as AVX-512 VBMI2 compress/expand on
+/// this CPU for 2-byte elements (the halves). Folds keep their masked kernels for those
+/// ([`packs_fast`] stays false): this speeds up the explicit packing (a lane VJP's
+/// gather and spread) only.
+#[inline]
+fn packs16_fast<T>() -> bool {
+    #[cfg(test)]
+    if tests::PORTABLE.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::mem::size_of::<T>() == 2 && crate::cpu::has_avx512_vbmi2()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Writes the elements of `xs` whose bit is set in `bits` (in order) to the front of
 /// `out` and returns how many there are, `n`; `out[n..]` may be overwritten as well.
 ///
@@ -71,6 +91,12 @@ unsafe fn compress_raw<T: Copy>(xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usiz
                 x86::compress_avx2(xs, bits, dst, cap)
             }
         };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if packs16_fast::<T>() {
+        // SAFETY: AVX-512 VBMI2 and a 2-byte `T`, checked by `packs16_fast`; the caller
+        // provides `cap >= xs.len()` writable slots.
+        return unsafe { x86::compress16(xs, bits, dst) };
     }
     let mut o = 0;
     for (c, ch) in xs.chunks(64).enumerate() {
@@ -184,17 +210,41 @@ unsafe fn expand_raw<T: Copy>(src: *const T, bits: Bits<'_>, fill: T, dst: *mut 
         };
         return;
     }
-    let mut o = 0;
-    for q in 0..n {
-        // SAFETY: `o` counts the set bits so far (within `src`), `q < n`.
-        unsafe {
-            if bits.word_at(q) & 1 == 1 {
-                dst.add(q).write(src.add(o).read());
-                o += 1;
-            } else {
-                dst.add(q).write(fill);
-            }
+    #[cfg(target_arch = "x86_64")]
+    if packs16_fast::<T>() {
+        // SAFETY: AVX-512 VBMI2 and a 2-byte `T`, checked by `packs16_fast`; the
+        // pointers as above.
+        unsafe { x86::expand16(src, bits, fill, dst, n) };
+        return;
+    }
+    // one mask word per 64 positions and no branch per element: every position reads a
+    // value slot (the next one, or the last where none is left) and selects
+    let total = bits.count_ones(n);
+    if total == 0 {
+        for q in 0..n {
+            // SAFETY: `q < n`
+            unsafe { dst.add(q).write(fill) };
         }
+        return;
+    }
+    let last = total - 1;
+    let mut o = 0;
+    let mut q = 0;
+    while q < n {
+        let len = (n - q).min(64);
+        let w = bits.word_at(q);
+        for k in 0..len {
+            let on = (w >> k) & 1;
+            // SAFETY: `o.min(last) < total`, a value slot of `src` (read before its
+            // value's own slot is written, as above; a value read at a clear bit is not
+            // used); `q + k < n`
+            unsafe {
+                let v = src.add(o.min(last)).read();
+                dst.add(q + k).write(if on == 1 { v } else { fill });
+            }
+            o += on as usize;
+        }
+        q += len;
     }
 }
 
@@ -441,6 +491,87 @@ pub(crate) mod x86 {
         ((1u32 << n) - 1) as u16
     }
 
+    /// The low `n <= 32` bits set.
+    #[inline(always)]
+    fn low32(n: usize) -> u32 {
+        if n >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << n) - 1
+        }
+    }
+
+    /// [`compress`] for 2-byte elements: 32 at a time (`vpcompressw`). Returns the count.
+    ///
+    /// # Safety
+    /// AVX-512 (F, BW) and VBMI2; `T` is 2 bytes; `dst` is valid for `xs.len()` writes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi2,popcnt")]
+    pub(super) unsafe fn compress16<T: Copy>(xs: &[T], bits: Bits<'_>, dst: *mut T) -> usize {
+        // SAFETY: loads are masked to the elements of `xs`; each store writes the `k`
+        // set lanes of a group at `o`, and `o + k` never exceeds the group's end in
+        // `xs`, within the `xs.len()` writable slots.
+        unsafe {
+            let mut o = 0usize;
+            let mut c = 0;
+            while c < xs.len() {
+                let len = (xs.len() - c).min(64);
+                let w = bits.word_at(c);
+                let mut g = 0;
+                while g < len {
+                    let lanes = low32(len - g);
+                    let m = (w >> g) as u32 & lanes;
+                    let v = _mm512_maskz_loadu_epi16(lanes, xs.as_ptr().add(c + g) as *const i16);
+                    let k = m.count_ones() as usize;
+                    let packed = _mm512_maskz_compress_epi16(m, v);
+                    _mm512_mask_storeu_epi16(dst.add(o) as *mut i16, low32(k), packed);
+                    o += k;
+                    g += 32;
+                }
+                c += len;
+            }
+            o
+        }
+    }
+
+    /// [`expand`] for 2-byte elements: 32 at a time (`vpexpandw`).
+    ///
+    /// # Safety
+    /// AVX-512 (F, BW) and VBMI2; `T` is 2 bytes; the pointers as for [`expand`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi2,popcnt")]
+    pub(super) unsafe fn expand16<T: Copy>(
+        src: *const T,
+        bits: Bits<'_>,
+        fill: T,
+        dst: *mut T,
+        n: usize,
+    ) {
+        // SAFETY: loads read the `k` values of a group at `o`, within the set bits'
+        // count that `src` covers; stores are masked to the group's lanes below `n`. In
+        // place, a group's values are loaded before its store, and later groups' values
+        // lie at or after the end of this group's slots (see `expand_in_place`).
+        unsafe {
+            let f = _mm512_set1_epi16(std::mem::transmute_copy::<T, u16>(&fill) as i16);
+            let mut o = 0usize;
+            let mut c = 0;
+            while c < n {
+                let len = (n - c).min(64);
+                let w = bits.word_at(c);
+                let mut g = 0;
+                while g < len {
+                    let lanes = low32(len - g);
+                    let m = (w >> g) as u32 & lanes;
+                    let k = m.count_ones() as usize;
+                    let v = _mm512_maskz_loadu_epi16(low32(k), src.add(o) as *const i16);
+                    let e = _mm512_mask_expand_epi16(f, m, v);
+                    _mm512_mask_storeu_epi16(dst.add(c + g) as *mut i16, lanes, e);
+                    o += k;
+                    g += 32;
+                }
+                c += len;
+            }
+        }
+    }
+
     /// # Safety
     /// AVX-512F; `T` is 4 or 8 bytes; `dst` is valid for `cap >= xs.len()` writes.
     #[target_feature(enable = "avx512f,popcnt")]
@@ -653,7 +784,7 @@ pub(crate) mod tests {
         check(|k| k as f64 - 0.25, f64::NEG_INFINITY);
         check(|k| k as i32 * 3, 0i32);
         check(|k| (k as i64) << 33, -7i64);
-        // a size the vector path does not take
+        // 2 bytes: the VBMI2 path where the CPU has it, else the portable loops
         check(|k| k as u16, 0u16);
     }
 }
