@@ -84,7 +84,7 @@ pub fn f64_to_f32_odd(x: f64) -> f32 {
     let bits = r.to_bits();
     // round to nearest went away from zero: one step back (sign-magnitude bits)
     let t = if back.abs() > x.abs() { bits - 1 } else { bits };
-    let inexact = (back != x) & (x == x);
+    let inexact = (back != x) & !x.is_nan();
     f32::from_bits(t | inexact as u32)
 }
 
