@@ -262,11 +262,129 @@ impl SelectKey for u64 {
     const ONE: Self = 1;
 }
 
-/// Keys of the half-precision floats: the portable passes.
+/// Keys of the half-precision floats: AVX-512 (BW) passes, 32 keys per step, where the
+/// CPU has them (`keep` also needs VBMI2's 16-bit compress), else the portable ones.
 impl SelectKey for u16 {
     const MIN: Self = 0;
     const MAX: Self = u16::MAX;
     const ONE: Self = 1;
+    #[inline]
+    fn count3(s: &[Self], lo: Self, hi: Self) -> (usize, usize, Self) {
+        #[cfg(target_arch = "x86_64")]
+        if vector_keys16(false) {
+            // SAFETY: AVX-512 checked at run time.
+            return unsafe { avx512_band16::count3_u16(s, lo, hi) };
+        }
+        count3_scalar(s, lo, hi)
+    }
+    #[inline]
+    fn keep(s: &mut [Self], lo: Self, hi: Self) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if vector_keys16(true) {
+            // SAFETY: AVX-512 and VBMI2 checked at run time.
+            return unsafe { avx512_band16::keep_u16(s, lo, hi) };
+        }
+        keep_scalar(s, lo, hi)
+    }
+}
+
+/// Whether the 16-bit vector passes run: AVX-512 (and VBMI2 for `compress`); tests can
+/// force the portable ones.
+#[inline]
+fn vector_keys16(compress: bool) -> bool {
+    #[cfg(test)]
+    if crate::pack::tests::forced_portable() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if compress {
+            crate::cpu::has_avx512_vbmi2()
+        } else {
+            crate::cpu::has_avx512()
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = compress;
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512_band16 {
+    use std::arch::x86_64::*;
+
+    /// The low `n <= 32` lanes.
+    #[inline(always)]
+    fn live(n: usize) -> u32 {
+        if n >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << n) - 1
+        }
+    }
+
+    /// [`super::SelectKey::count3`] for `u16`, 32 keys per step: unsigned compares to
+    /// masks, their popcounts, and a masked minimum of the keys above `hi`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 (F, BW).
+    #[target_feature(enable = "avx512f,avx512bw,popcnt")]
+    pub(super) unsafe fn count3_u16(s: &[u16], lo: u16, hi: u16) -> (usize, usize, u16) {
+        let n = s.len();
+        let (lov, hiv) = (_mm512_set1_epi16(lo as i16), _mm512_set1_epi16(hi as i16));
+        let (mut below, mut above) = (0usize, 0usize);
+        let mut amin = _mm512_set1_epi16(-1);
+        let mut i = 0;
+        // SAFETY: each load is masked to the keys of `s[i..n]`.
+        unsafe {
+            while i < n {
+                let m = live(n - i);
+                let x = _mm512_maskz_loadu_epi16(m, s.as_ptr().add(i) as *const i16);
+                let lt = _mm512_mask_cmplt_epu16_mask(m, x, lov);
+                let gt = _mm512_mask_cmpgt_epu16_mask(m, x, hiv);
+                below += lt.count_ones() as usize;
+                above += gt.count_ones() as usize;
+                amin = _mm512_mask_min_epu16(amin, gt, amin, x);
+                i += 32;
+            }
+        }
+        let mut mn = [0u16; 32];
+        // SAFETY: one vector into a 32-key array.
+        unsafe { _mm512_storeu_epi16(mn.as_mut_ptr() as *mut i16, amin) };
+        (below, n - above, mn.into_iter().fold(u16::MAX, u16::min))
+    }
+
+    /// [`super::SelectKey::keep`] for `u16`: the kept lanes of 32 keys compressed
+    /// (`vpcompressw`) and stored at the kept part's end, which never passes the
+    /// keys already read.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 (F, BW) and VBMI2.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi2,popcnt")]
+    pub(super) unsafe fn keep_u16(s: &mut [u16], lo: u16, hi: u16) -> usize {
+        let n = s.len();
+        let p = s.as_mut_ptr();
+        let (lov, hiv) = (_mm512_set1_epi16(lo as i16), _mm512_set1_epi16(hi as i16));
+        let (mut w, mut i) = (0usize, 0usize);
+        // SAFETY: loads are masked to `s[i..n]`; a store writes `c` keys at `w`, and
+        // `w + c <= i + 32` within the slots just read (`w <= i`), masked below `n`.
+        unsafe {
+            while i < n {
+                let m = live(n - i);
+                let x = _mm512_maskz_loadu_epi16(m, p.add(i) as *const i16);
+                let ge = _mm512_mask_cmpge_epu16_mask(m, x, lov);
+                let keep = _mm512_mask_cmple_epu16_mask(ge, x, hiv);
+                let c = keep.count_ones() as usize;
+                let y = _mm512_maskz_compress_epi16(keep, x);
+                _mm512_mask_storeu_epi16(p.add(w) as *mut i16, live(c), y);
+                w += c;
+                i += 32;
+            }
+        }
+        w
+    }
 }
 
 /// The keys of ranks `j` and `j + 1` (when there is one) of at most [`SMALL`] keys, by
@@ -507,7 +625,7 @@ mod tests {
     proptest! {
         /// Both ranks equal a sort's, with and without implicit zeros, on inputs with many
         /// ties (the minimum as pivot included), short and long (past the scratch), for
-        /// both key widths and on both the vector and the portable kernels.
+        /// all three key widths and on both the vector and the portable kernels.
         #[test]
         fn select_pair_matches_a_sort(
             v in prop::collection::vec(prop_oneof![0u32..4, 0u32..1000, Just(u32::MAX)], 1..700),
@@ -523,8 +641,11 @@ mod tests {
                 v.extend(more);
             }
             let wide: Vec<u64> = v.iter().map(|&x| (x as u64) << 20 | 7).collect();
+            // 16-bit keys (the halves'): the values folded into u16, MAX kept
+            let narrow: Vec<u16> = v.iter().map(|&x| if x == u32::MAX { u16::MAX } else { (x * 37 % 65521) as u16 }).collect();
             run_both(|| {
                 check(v.clone(), zeros, zero, j)?;
+                check(narrow.clone(), zeros, (zero * 37 % 65521) as u16, j)?;
                 check(wide.clone(), zeros, (zero as u64) << 20, j)
             })?;
         }
