@@ -491,9 +491,9 @@ pub(crate) mod x86 {
         ((1u32 << n) - 1) as u16
     }
 
-    /// The low `n <= 32` bits set.
+    /// The low `n` bits set (all 32 from `n >= 32`): the live lanes of 32 16-bit keys.
     #[inline(always)]
-    fn low32(n: usize) -> u32 {
+    pub(crate) fn low32(n: usize) -> u32 {
         if n >= 32 {
             u32::MAX
         } else {

@@ -313,17 +313,8 @@ fn vector_keys16(compress: bool) -> bool {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512_band16 {
+    use crate::pack::x86::low32 as live;
     use std::arch::x86_64::*;
-
-    /// The low `n <= 32` lanes.
-    #[inline(always)]
-    fn live(n: usize) -> u32 {
-        if n >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << n) - 1
-        }
-    }
 
     /// [`super::SelectKey::count3`] for `u16`, 32 keys per step: unsigned compares to
     /// masks, their popcounts, and a masked minimum of the keys above `hi`.
