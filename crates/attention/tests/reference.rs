@@ -306,6 +306,23 @@ fn numeric(x: &mut [f64], f: &mut dyn FnMut(&[f64]) -> f64) -> Vec<f64> {
         .collect()
 }
 
+/// Finite differences of `f(q, k, v)` with respect to each of `q`, `k` and `v`.
+fn numeric_qkv(
+    qkv: [&ArrayD<f64>; 3],
+    f: &dyn Fn(&ArrayD<f64>, &ArrayD<f64>, &ArrayD<f64>) -> f64,
+) -> [Vec<f64>; 3] {
+    std::array::from_fn(|which| {
+        let mut x = qkv[which].as_standard_layout().into_owned();
+        let shape = x.raw_dim();
+        numeric(x.as_slice_mut().unwrap(), &mut |v| {
+            let moved = ArrayD::from_shape_vec(shape.clone(), v.to_vec()).unwrap();
+            let mut args = qkv;
+            args[which] = &moved;
+            f(args[0], args[1], args[2])
+        })
+    })
+}
+
 #[test]
 fn attention_vjp_equals_finite_differences_with_broadcasting_and_bias() {
     let mut rng = Rng(5);
@@ -323,7 +340,7 @@ fn attention_vjp_equals_finite_differences_with_broadcasting_and_bias() {
             vec![rng.pattern(n, m, 0.5)]
         };
         let plan = plan_of(&pats);
-        let (mut q, mut k, mut v) = (rng.array(qs), rng.array(ks), rng.array(vs));
+        let (q, k, v) = (rng.array(qs), rng.array(ks), rng.array(vs));
         let mut bias: Vec<f64> = (0..plan.nnz()).map(|_| rng.next()).collect();
         let lead = broadcast(&[lead_of(qs), lead_of(ks), lead_of(vs)]);
         let mut gshape = lead.clone();
@@ -334,20 +351,9 @@ fn attention_vjp_equals_finite_differences_with_broadcasting_and_bias() {
             bias: Some(&bias),
         };
         let ours = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
-        let (q0, k0, v0, b0) = (q.clone(), k.clone(), v.clone(), bias.clone());
-        let nq = numeric(q.as_slice_mut().unwrap(), &mut |x| {
-            let xq = ArrayD::from_shape_vec(IxDyn(qs), x.to_vec()).unwrap();
-            loss(&xq, &k0, &v0, &pats, &b0, &g)
-        });
-        let nk = numeric(k.as_slice_mut().unwrap(), &mut |x| {
-            let xk = ArrayD::from_shape_vec(IxDyn(ks), x.to_vec()).unwrap();
-            loss(&q0, &xk, &v0, &pats, &b0, &g)
-        });
-        let nv = numeric(v.as_slice_mut().unwrap(), &mut |x| {
-            let xv = ArrayD::from_shape_vec(IxDyn(vs), x.to_vec()).unwrap();
-            loss(&q0, &k0, &xv, &pats, &b0, &g)
-        });
-        let nb = numeric(&mut bias, &mut |x| loss(&q0, &k0, &v0, &pats, x, &g));
+        let b0 = bias.clone();
+        let [nq, nk, nv] = numeric_qkv([&q, &k, &v], &|q, k, v| loss(q, k, v, &pats, &b0, &g));
+        let nb = numeric(&mut bias, &mut |x| loss(&q, &k, &v, &pats, x, &g));
         close(ours.dq.as_slice().unwrap(), &nq, 1e-7, "dq");
         close(ours.dk.as_slice().unwrap(), &nk, 1e-7, "dk");
         close(ours.dv.as_slice().unwrap(), &nv, 1e-7, "dv");
@@ -362,7 +368,7 @@ fn vjp_on_every_pattern_kind_and_wide_heads_equals_finite_differences() {
         let (n, m) = p.shape();
         let plan = AttentionPlan::new(p.clone());
         // d = 20 and dv = 17 cover the 16-lane blocks and their tails
-        let (mut q, mut k, mut v) = (
+        let (q, k, v) = (
             rng.array(&[n, 20]),
             rng.array(&[m, 20]),
             rng.array(&[m, 17]),
@@ -376,37 +382,7 @@ fn vjp_on_every_pattern_kind_and_wide_heads_equals_finite_differences() {
         let ours = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
         assert!(ours.dbias.is_none());
         let pats = [p.clone()];
-        let (q0, k0, v0) = (q.clone(), k.clone(), v.clone());
-        let nq = numeric(q.as_slice_mut().unwrap(), &mut |x| {
-            loss(
-                &ArrayD::from_shape_vec(IxDyn(&[n, 20]), x.to_vec()).unwrap(),
-                &k0,
-                &v0,
-                &pats,
-                &bias,
-                &g,
-            )
-        });
-        let nk = numeric(k.as_slice_mut().unwrap(), &mut |x| {
-            loss(
-                &q0,
-                &ArrayD::from_shape_vec(IxDyn(&[m, 20]), x.to_vec()).unwrap(),
-                &v0,
-                &pats,
-                &bias,
-                &g,
-            )
-        });
-        let nv = numeric(v.as_slice_mut().unwrap(), &mut |x| {
-            loss(
-                &q0,
-                &k0,
-                &ArrayD::from_shape_vec(IxDyn(&[m, 17]), x.to_vec()).unwrap(),
-                &pats,
-                &bias,
-                &g,
-            )
-        });
+        let [nq, nk, nv] = numeric_qkv([&q, &k, &v], &|q, k, v| loss(q, k, v, &pats, &bias, &g));
         close(ours.dq.as_slice().unwrap(), &nq, 1e-7, "dq");
         close(ours.dk.as_slice().unwrap(), &nk, 1e-7, "dk");
         close(ours.dv.as_slice().unwrap(), &nv, 1e-7, "dv");

@@ -35,6 +35,29 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Runs `masked bench ARGS --repeat 1 --json`, asserts it succeeded, and returns its
+/// rows (one JSON object a line).
+fn bench_rows(args: &[&str]) -> Vec<serde_json::Value> {
+    let o = bin()
+        .arg("bench")
+        .args(args)
+        .args(["--repeat", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "bench {args:?}: {}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Runs `masked bench ARGS`, asserts a usage error (exit 2) and returns its message.
+fn bench_refused(args: &[&str]) -> String {
+    let o = bin().arg("bench").args(args).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "bench {args:?}: {}", stderr(&o));
+    stderr(&o)
+}
+
 /// Asserts exit status 2, a message naming `needle` on the first line, and no output.
 fn assert_bad(dir: &Path, args: &[&str], needle: &str) {
     let o = run(dir, args);
@@ -273,18 +296,9 @@ fn help_exits_zero() {
 
 #[test]
 fn bench_json_prints_one_object_per_op() {
-    let o = bin()
-        .args([
-            "bench", "--op", "sum,amax", "--shape", "64,128", "--repeat", "1", "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8(o.stdout).unwrap();
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 2, "{out}");
-    for (line, op) in lines.iter().zip(["sum", "amax"]) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let rows = bench_rows(&["--op", "sum,amax", "--shape", "64,128"]);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for (v, op) in rows.iter().zip(["sum", "amax"]) {
         assert_eq!(v["op"], op);
         assert_eq!(v["layout"], "dense");
         assert_eq!(v["shape"], serde_json::json!([64, 128]));
@@ -294,8 +308,7 @@ fn bench_json_prints_one_object_per_op() {
         assert!(v["seconds"].as_f64().unwrap() > 0.0);
         assert!(v["gbps"].as_f64().unwrap() > 0.0);
     }
-    let bad = bin().args(["bench", "--op", "nope"]).output().unwrap();
-    assert_eq!(bad.status.code(), Some(2));
+    bench_refused(&["--op", "nope"]);
 }
 
 /// `--values` maps the draws into an op's domain; an unknown distribution is a usage
@@ -303,72 +316,33 @@ fn bench_json_prints_one_object_per_op() {
 #[test]
 fn bench_values_take_each_distribution_and_refuse_others() {
     for v in ["normal", "positive", "unit", "above-one"] {
-        let o = bin()
-            .args([
-                "bench",
-                "--op",
-                "acosh,atanh",
-                "--shape",
-                "8,16",
-                "--repeat",
-                "1",
-                "--values",
-                v,
-            ])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{v}: {}", stderr(&o));
+        let rows = bench_rows(&["--op", "acosh,atanh", "--shape", "8,16", "--values", v]);
+        assert_eq!(rows.len(), 2, "{v}");
     }
-    let bad = bin()
-        .args([
-            "bench",
-            "--op",
-            "log",
-            "--shape",
-            "8,16",
-            "--values",
-            "lognormal",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(bad.status.code(), Some(2));
+    let bad = bench_refused(&["--op", "log", "--shape", "8,16", "--values", "lognormal"]);
     assert!(
-        stderr(&bad).contains("unknown value distribution 'lognormal'"),
-        "{}",
-        stderr(&bad)
+        bad.contains("unknown value distribution 'lognormal'"),
+        "{bad}"
     );
 }
 
 #[test]
 fn bench_scaling_times_each_op_at_1_2_4_threads_up_to_the_count() {
-    let o = bin()
-        .args([
-            "bench",
-            "--op",
-            "sum,softmax",
-            "--layout",
-            "dense,coo",
-            "--shape",
-            "64,128",
-            "--density",
-            "0.1",
-            "--repeat",
-            "1",
-            "--json",
-            "--scaling",
-            "--threads",
-            "5",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8(o.stdout).unwrap();
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = bench_rows(&[
+        "--op",
+        "sum,softmax",
+        "--layout",
+        "dense,coo",
+        "--shape",
+        "64,128",
+        "--density",
+        "0.1",
+        "--scaling",
+        "--threads",
+        "5",
+    ]);
     // per layout and op: 1, 2, 4 threads, then the count (5)
-    assert_eq!(lines.len(), 2 * 2 * 4, "{out}");
+    assert_eq!(lines.len(), 2 * 2 * 4, "{lines:?}");
     for (k, v) in lines.iter().enumerate() {
         let (layout, op) = (["dense", "coo"][k / 8], ["sum", "softmax"][k / 4 % 2]);
         assert_eq!(
@@ -401,15 +375,10 @@ fn bench_scaling_times_each_op_at_1_2_4_threads_up_to_the_count() {
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(text.lines().next().unwrap().ends_with("speedup"), "{text}");
     assert!(text.lines().nth(1).unwrap().ends_with("1.00x"), "{text}");
-    let zero = bin().args(["bench", "--threads", "0"]).output().unwrap();
-    assert_eq!(zero.status.code(), Some(2));
-    assert!(stderr(&zero).contains("--threads 0"), "{}", stderr(&zero));
-    let attn = bin()
-        .args(["bench", "--op", "attention", "--shape", "64,8", "--scaling"])
-        .output()
-        .unwrap();
-    assert_eq!(attn.status.code(), Some(2));
-    assert!(stderr(&attn).contains("--scaling"), "{}", stderr(&attn));
+    let zero = bench_refused(&["--threads", "0"]);
+    assert!(zero.contains("--threads 0"), "{zero}");
+    let attn = bench_refused(&["--op", "attention", "--shape", "64,8", "--scaling"]);
+    assert!(attn.contains("--scaling"), "{attn}");
 }
 
 #[test]
@@ -585,163 +554,92 @@ fn bad_option_values_exit_2() {
 
 #[test]
 fn bench_runs_the_statistics() {
-    let o = bin()
-        .args([
-            "bench",
-            "--op",
-            "var,softmax,median,nanmedian",
-            "--shape",
-            "32,64",
-            "--repeat",
-            "1",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 4);
+    let rows = bench_rows(&["--op", "var,softmax,median,nanmedian", "--shape", "32,64"]);
+    assert_eq!(rows.len(), 4);
 }
 
 #[test]
 fn bench_times_binary_vjps_on_every_layout() {
     for masks in ["strict", "and"] {
-        let o = bin()
-            .args([
-                "bench",
-                "--op",
-                "vjp-mul,vjp-atan2",
-                "--layout",
-                "dense,csr,coo",
-                "--shape",
-                "32,64",
-                "--masks",
-                masks,
-                "--repeat",
-                "1",
-                "--json",
-            ])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{masks}: {}", stderr(&o));
-        let out = String::from_utf8(o.stdout).unwrap();
-        let names: Vec<String> = out
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["op"].to_string())
-            .collect();
-        assert_eq!(names.len(), 6, "{out}");
-        assert!(names.iter().all(|n| n.starts_with("\"vjp-")), "{out}");
+        let rows = bench_rows(&[
+            "--op",
+            "vjp-mul,vjp-atan2",
+            "--layout",
+            "dense,csr,coo",
+            "--shape",
+            "32,64",
+            "--masks",
+            masks,
+        ]);
+        assert_eq!(rows.len(), 6, "{masks}: {rows:?}");
+        assert!(
+            rows.iter()
+                .all(|r| r["op"].as_str().unwrap().starts_with("vjp-")),
+            "{rows:?}"
+        );
     }
     // a comparison has no VJP
-    let bad = bin().args(["bench", "--op", "vjp-lt"]).output().unwrap();
-    assert_eq!(bad.status.code(), Some(2));
+    bench_refused(&["--op", "vjp-lt"]);
     // into the caller's two buffers: dense only
-    let run = |layout: &str| {
-        bin()
-            .args([
-                "bench", "--op", "vjp-mul", "--layout", layout, "--shape", "32,64",
-            ])
-            .args(["--repeat", "1", "--into", "--json"])
-            .output()
-            .unwrap()
-    };
-    let o = run("dense");
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 1);
+    let into = ["--op", "vjp-mul", "--shape", "32,64", "--into", "--layout"];
+    assert_eq!(bench_rows(&[&into[..], &["dense"]].concat()).len(), 1);
     for layout in ["csr", "coo"] {
-        let o = run(layout);
-        assert_eq!(o.status.code(), Some(2), "{layout}");
-        assert!(stderr(&o).contains("dense layout only"), "{}", stderr(&o));
+        let bad = bench_refused(&[&into[..], &[layout]].concat());
+        assert!(bad.contains("dense layout only"), "{layout}: {bad}");
     }
 }
 
 #[test]
 fn bench_into_times_sparse_normalizations_and_refuses_sparse_reductions() {
-    let run = |op: &str, layout: &str| {
-        bin()
-            .args(["bench", "--op", op, "--layout", layout, "--shape", "64,48"])
-            .args(["--density", "0.2", "--repeat", "1", "--into", "--json"])
-            .output()
-            .unwrap()
+    let args = |op, layout| {
+        [
+            "--op",
+            op,
+            "--layout",
+            layout,
+            "--shape",
+            "64,48",
+            "--density",
+            "0.2",
+            "--into",
+        ]
     };
-    let o = run("softmax,cumsum,exp", "csr,coo");
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(String::from_utf8(o.stdout).unwrap().lines().count(), 6);
+    assert_eq!(bench_rows(&args("softmax,cumsum,exp", "csr,coo")).len(), 6);
     for layout in ["csr", "coo"] {
-        let o = run("sum", layout);
-        assert_eq!(o.status.code(), Some(2), "{layout}");
-        assert!(stderr(&o).contains("reduction"), "{}", stderr(&o));
+        let bad = bench_refused(&args("sum", layout));
+        assert!(bad.contains("reduction"), "{layout}: {bad}");
     }
 }
 
 #[test]
 fn bench_times_fused_forms_on_every_layout() {
     for masks in ["strict", "and"] {
-        let o = bin()
-            .args([
-                "bench",
-                "--op",
-                "sum-of-mul,logsumexp-of-add,softmax-of-div",
-                "--layout",
-                "dense,csr,coo",
-                "--shape",
-                "32,64",
-                "--masks",
-                masks,
-                "--repeat",
-                "1",
-                "--json",
-            ])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{masks}: {}", stderr(&o));
-        let out = String::from_utf8(o.stdout).unwrap();
-        let rows: Vec<serde_json::Value> = out
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(rows.len(), 9, "{out}");
+        let rows = bench_rows(&[
+            "--op",
+            "sum-of-mul,logsumexp-of-add,softmax-of-div",
+            "--layout",
+            "dense,csr,coo",
+            "--shape",
+            "32,64",
+            "--masks",
+            masks,
+        ]);
+        assert_eq!(rows.len(), 9, "{masks}: {rows:?}");
         for layout in ["dense", "csr", "coo"] {
-            assert_eq!(
-                rows.iter().filter(|r| r["layout"] == layout).count(),
-                3,
-                "{out}"
-            );
+            let n = rows.iter().filter(|r| r["layout"] == layout).count();
+            assert_eq!(n, 3, "{rows:?}");
         }
         assert!(
             rows.iter().all(|r| r["seconds"].as_f64().unwrap() > 0.0),
-            "{out}"
+            "{rows:?}"
         );
     }
     // a comparison's bool values are not reduced
-    let bad = bin()
-        .args([
-            "bench",
-            "--op",
-            "sum-of-lt",
-            "--layout",
-            "csr",
-            "--shape",
-            "8,8",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(bad.status.code(), Some(2));
-    assert!(stderr(&bad).contains("bool values"), "{}", stderr(&bad));
+    let bad = bench_refused(&["--op", "sum-of-lt", "--layout", "csr", "--shape", "8,8"]);
+    assert!(bad.contains("bool values"), "{bad}");
     // integer operands: the fused forms are compiled for the float dtypes only
-    let int = bin()
-        .args([
-            "bench",
-            "--op",
-            "sum-of-mul",
-            "--dtype",
-            "i32",
-            "--shape",
-            "8,8",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(int.status.code(), Some(2), "{}", stderr(&int));
-    assert!(stderr(&int).contains("float dtypes"), "{}", stderr(&int));
+    let int = bench_refused(&["--op", "sum-of-mul", "--dtype", "i32", "--shape", "8,8"]);
+    assert!(int.contains("float dtypes"), "{int}");
 }
 
 /// Reads a COO `.npz` result: coords (ndim x nnz), data, shape.
@@ -2561,29 +2459,16 @@ fn bad_attention_inputs_exit_2_naming_the_problem() {
 
 #[test]
 fn bench_times_the_attention_ops() {
-    let o = bin()
-        .args([
-            "bench",
-            "--op",
-            "attention,attention-vjp,sddmm,spmm",
-            "--shape",
-            "64,16",
-            "--batch",
-            "2,2",
-            "--pattern",
-            "lengths",
-            "--repeat",
-            "1",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = bench_rows(&[
+        "--op",
+        "attention,attention-vjp,sddmm,spmm",
+        "--shape",
+        "64,16",
+        "--batch",
+        "2,2",
+        "--pattern",
+        "lengths",
+    ]);
     assert_eq!(lines.len(), 4);
     for (l, op) in lines
         .iter()
@@ -2596,9 +2481,5 @@ fn bench_times_the_attention_ops() {
         assert!((4 * 32 * 32..=4 * 64 * 64).contains(&nnz), "{nnz}");
         assert!(l["gflops"].as_f64().unwrap() > 0.0);
     }
-    let o = bin()
-        .args(["bench", "--op", "attention,sum", "--shape", "64,16"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
+    bench_refused(&["--op", "attention,sum", "--shape", "64,16"]);
 }

@@ -353,22 +353,27 @@ pub trait Acc:
     fn as_f64(self) -> f64;
 }
 
-macro_rules! acc_float {
-    ($t:ty) => {
+/// [`Acc`] for `$t`, its sum, product and difference of `$a` and `$b` as given (plain
+/// for floats, wrapping for integers).
+macro_rules! acc {
+    ($t:ty, $zero:expr, $one:expr, |$a:ident, $b:ident| $add:expr, $mul:expr, $sub:expr) => {
         impl Acc for $t {
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
+            const ZERO: Self = $zero;
+            const ONE: Self = $one;
             #[inline(always)]
             fn add(self, o: Self) -> Self {
-                self + o
+                let ($a, $b) = (self, o);
+                $add
             }
             #[inline(always)]
             fn mul(self, o: Self) -> Self {
-                self * o
+                let ($a, $b) = (self, o);
+                $mul
             }
             #[inline(always)]
             fn sub(self, o: Self) -> Self {
-                self - o
+                let ($a, $b) = (self, o);
+                $sub
             }
             #[inline(always)]
             fn as_f64(self) -> f64 {
@@ -377,48 +382,24 @@ macro_rules! acc_float {
         }
     };
 }
-acc_float!(f32);
-acc_float!(f64);
-impl Acc for i128 {
-    const ZERO: Self = 0;
-    const ONE: Self = 1;
-    #[inline(always)]
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    #[inline(always)]
-    fn mul(self, o: Self) -> Self {
-        self.wrapping_mul(o)
-    }
-    #[inline(always)]
-    fn sub(self, o: Self) -> Self {
-        self.wrapping_sub(o)
-    }
-    #[inline(always)]
-    fn as_f64(self) -> f64 {
-        self as f64
-    }
-}
-impl Acc for i64 {
-    const ZERO: Self = 0;
-    const ONE: Self = 1;
-    #[inline(always)]
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    #[inline(always)]
-    fn mul(self, o: Self) -> Self {
-        self.wrapping_mul(o)
-    }
-    #[inline(always)]
-    fn sub(self, o: Self) -> Self {
-        self.wrapping_sub(o)
-    }
-    #[inline(always)]
-    fn as_f64(self) -> f64 {
-        self as f64
-    }
-}
+acc!(f32, 0.0, 1.0, |a, b| a + b, a * b, a - b);
+acc!(f64, 0.0, 1.0, |a, b| a + b, a * b, a - b);
+acc!(
+    i128,
+    0,
+    1,
+    |a, b| a.wrapping_add(b),
+    a.wrapping_mul(b),
+    a.wrapping_sub(b)
+);
+acc!(
+    i64,
+    0,
+    1,
+    |a, b| a.wrapping_add(b),
+    a.wrapping_mul(b),
+    a.wrapping_sub(b)
+);
 
 /// A value type the engine reduces: `f32`, `f64`, `i32` or `i64`.
 ///
