@@ -642,8 +642,10 @@ fn ln_of_ranges<C: crate::Float + Math>(small: bool, t: C, big: bool, big_arg: C
 }
 
 /// `asinh(x)`, branch-free (vectorises): fdlibm's three ranges with one `ln`:
-/// `log1p(a + a^2 / (1 + sqrt(1 + a^2)))` below 2, `ln(2a + 1 / (sqrt(a^2 + 1) + a))`
-/// below 2^28 (f32: 2^12), `ln(a) + ln 2` beyond (`a = |x|`); the sign of `x`.
+/// `log1p(a + a^2 / (1 + s))` below 2, `ln(a + s)` below 2^28 (f32: 2^12), `ln(a) +
+/// ln 2` beyond (`a = |x|`, `s = sqrt(a^2 + 1)`); the sign of `x`. The middle range
+/// takes `a + s` itself where fdlibm writes it `2a + 1 / (s + a)`: one division less
+/// (every lane computes every range), within the same 2 ulp.
 #[inline(always)]
 fn asinh_of<C: crate::Float + Math>(x: C) -> C {
     let one = C::ONE;
@@ -653,22 +655,25 @@ fn asinh_of<C: crate::Float + Math>(x: C) -> C {
     let small = a < two;
     let big = a > C::of(C::BIG_HYPERBOLIC);
     let t = a + a * a / (one + s);
-    signed(ln_of_ranges(small, t, big, a, two * a + one / (s + a)), x)
+    signed(ln_of_ranges(small, t, big, a, a + s), x)
 }
 
 /// `acosh(x)`, branch-free (vectorises): fdlibm's three ranges with one `ln`:
-/// `log1p(t + sqrt(2t + t^2))` (`t = x - 1`) below 2, `ln(2x - 1 / (x + sqrt(x^2 - 1)))`
-/// below 2^28 (f32: 2^12), `ln(x) + ln 2` beyond; NaN below 1.
+/// `log1p(t + s)` below 2, `ln(x + s)` below 2^28 (f32: 2^12), `ln(x) + ln 2` beyond
+/// (`t = x - 1`, `s = sqrt(x^2 - 1)`, from `2t + t^2` in the lower range); NaN below 1.
+/// One square root serves both ranges, and the middle one takes `x + s` where fdlibm
+/// writes it
+/// `2x - 1 / (x + s)`: a square root and a division less (every lane computes every
+/// range), within the same 2 ulp.
 #[inline(always)]
 fn acosh_of<C: crate::Float + Math>(x: C) -> C {
     let one = C::ONE;
     let two = C::of(2.0);
     let t = x - one;
-    let w = t + (two * t + t * t).sqrt();
     let small = x < two;
+    let s = if small { two * t + t * t } else { x * x - one }.sqrt();
     let big = x > C::of(C::BIG_HYPERBOLIC);
-    let mid = two * x - one / (x + (x * x - one).sqrt());
-    let r = ln_of_ranges(small, w, big, x, mid);
+    let r = ln_of_ranges(small, t + s, big, x, x + s);
     if x < one {
         C::NAN
     } else {
