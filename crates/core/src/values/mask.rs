@@ -13,6 +13,7 @@ pub use masked_kernels::Bits;
 use ndarray::ArrayViewD;
 use serde::{Deserialize, Serialize};
 use std::borrow::Borrow;
+use std::sync::Arc;
 
 /// An owned bit mask with a shape: `true` marks a valid element.
 ///
@@ -36,21 +37,28 @@ use std::borrow::Borrow;
 #[serde(try_from = "MaskRepr", into = "MaskRepr")]
 pub struct BitMask {
     shape: Vec<usize>,
-    bits: BitVec<u64, Lsb0>,
+    /// Shared between clones, copied on the first write to a shared one
+    /// ([`BitMask::set`]): a clone (a view made over a mask the caller keeps, every
+    /// engine call on a Python array's mask, a unary op's output mask) costs no copy.
+    bits: Arc<BitVec<u64, Lsb0>>,
 }
 
-/// A copy of the words (a `memcpy`, in parallel chunks when large): `bitvec`'s own
-/// `Clone` goes element by element through its domain iterator, about 4 ns a word, which
-/// made every mask copy (a unary op's output mask, a view made over a mask the caller
-/// keeps) cost milliseconds at 16M elements.
+/// A copy of the bits (a `memcpy` of the words, in parallel chunks when large):
+/// `bitvec`'s own `Clone` goes element by element through its domain iterator, about
+/// 4 ns a word (milliseconds at 16M elements).
+fn copy_bits(bits: &BitVec<u64, Lsb0>) -> BitVec<u64, Lsb0> {
+    let mut copy =
+        BitVec::<u64, Lsb0>::from_vec(masked_kernels::par::copy_vec(bits.as_raw_slice()));
+    copy.truncate(bits.len());
+    copy
+}
+
+/// The bits shared, not copied (see the `bits` field).
 impl Clone for BitMask {
     fn clone(&self) -> Self {
-        let words = masked_kernels::par::copy_vec(self.bits.as_raw_slice());
-        let mut bits = BitVec::<u64, Lsb0>::from_vec(words);
-        bits.truncate(self.bits.len());
         BitMask {
             shape: self.shape.clone(),
-            bits,
+            bits: Arc::clone(&self.bits),
         }
     }
 }
@@ -231,7 +239,7 @@ impl BitMask {
             let lo = i.saturating_sub(lower).min(c);
             let hi = i.saturating_add(upper).saturating_add(1).min(c);
             for j in lo..hi.max(lo) {
-                m.bits.set(i * c + j, true);
+                m.set(i * c + j, true);
             }
         }
         Ok(m)
@@ -358,7 +366,7 @@ impl BitMask {
         }
         Ok(BitMask {
             shape: shape.to_vec(),
-            bits,
+            bits: Arc::new(bits),
         })
     }
 
@@ -386,7 +394,7 @@ impl BitMask {
         bits.truncate(n);
         Ok(BitMask {
             shape: shape.to_vec(),
-            bits,
+            bits: Arc::new(bits),
         })
     }
 
@@ -406,9 +414,13 @@ impl BitMask {
     pub fn get(&self, i: usize) -> bool {
         self.bits[i]
     }
-    /// Sets element `i`.
+    /// Sets element `i` (copying the bits first where a clone shares them).
     pub fn set(&mut self, i: usize, v: bool) {
-        self.bits.set(i, v);
+        if Arc::get_mut(&mut self.bits).is_none() {
+            self.bits = Arc::new(copy_bits(&self.bits));
+        }
+        // unshared now: no copy here
+        Arc::make_mut(&mut self.bits).set(i, v);
     }
     /// Number of valid elements.
     pub fn count_ones(&self) -> usize {
@@ -445,7 +457,8 @@ impl BitMask {
     /// # Errors
     /// [`MaskedError::MaskLength`] when the sizes differ.
     pub fn reshape(self, shape: impl ShapeLike) -> Result<Self> {
-        Self::from_bitvec(&shape.to_shape(), self.bits)
+        let bits = Arc::try_unwrap(self.bits).unwrap_or_else(|shared| copy_bits(&shared));
+        Self::from_bitvec(&shape.to_shape(), bits)
     }
 
     /// Broadcasts this mask to `shape` by NumPy rules (dims aligned from the right; a
@@ -690,6 +703,26 @@ impl std::ops::Not for &BitMask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clones_share_the_bits_until_one_is_written() {
+        let v = [true, false, true, false, false, true];
+        let mut a = BitMask::from_bools([2, 3], v).unwrap();
+        let b = a.clone();
+        assert_eq!(a.words().as_ptr(), b.words().as_ptr());
+        a.set(1, true);
+        assert_ne!(a.words().as_ptr(), b.words().as_ptr());
+        assert_eq!(b.to_vec(), v);
+        assert_eq!(a.to_vec(), [true, true, true, false, false, true]);
+        // an unshared mask is written in place
+        let p = a.words().as_ptr();
+        a.set(0, false);
+        assert_eq!((a.words().as_ptr(), a.get(0)), (p, false));
+        // a reshape of a shared mask leaves the other's bits alone
+        let c = b.clone().reshape([3, 2]).unwrap();
+        assert_eq!((c.shape(), c.to_vec()), (&[3, 2][..], v.to_vec()));
+        assert_eq!(b.shape(), &[2, 3]);
+    }
 
     #[test]
     fn first_difference_finds_the_first_differing_entry() {
