@@ -90,39 +90,22 @@ impl<'a> Bits<'a> {
 /// assert_eq!(pack_bools(&b), vec![0b10, 0b10_0000]);
 /// ```
 pub fn pack_bools(bools: &[bool]) -> Vec<u64> {
-    // tasks of this many words (2^18 bools) where there are two or more
-    const TASK_WORDS: usize = 1 << 12;
-    let mut out = vec![0u64; bools.len().div_ceil(64)];
-    if out.len() < 2 * TASK_WORDS {
-        pack_into(bools, &mut out);
-    } else {
-        crate::par::chunks_mut(&mut out, TASK_WORDS, |c, words| {
-            let lo = c * TASK_WORDS * 64;
-            pack_into(&bools[lo..bools.len().min(lo + words.len() * 64)], words);
-        });
-    }
-    out
-}
-
-/// Packs `bools` into `out` (`bools.len().div_ceil(64)` words, every one written).
-fn pack_into(bools: &[bool], out: &mut [u64]) {
-    let full = bools.len() / 64;
-    let mut done = 0;
+    let mut out = Vec::with_capacity(bools.len().div_ceil(64));
+    let full = &bools[..bools.len() - bools.len() % 64];
     #[cfg(target_arch = "x86_64")]
     {
         if crate::cpu::has_avx512() {
-            // SAFETY: the CPU has AVX-512 (F, BW); `full` words of bools, and of `out`
-            unsafe { x86::pack_avx512(&bools[..full * 64], &mut out[..full]) };
-            done = full;
+            // SAFETY: the CPU has AVX-512 (F, BW); `full` holds whole 64-bool words
+            unsafe { x86::pack_avx512(full, &mut out) };
         } else if crate::cpu::has_avx2() {
             // SAFETY: the CPU has AVX2
-            unsafe { x86::pack_avx2(&bools[..full * 64], &mut out[..full]) };
-            done = full;
+            unsafe { x86::pack_avx2(full, &mut out) };
         }
     }
-    for (w, c) in out[done..].iter_mut().zip(bools[done * 64..].chunks(64)) {
-        *w = pack_word(c);
+    for c in bools[out.len() * 64..].chunks(64) {
+        out.push(pack_word(c));
     }
+    out
 }
 
 /// Up to 64 bools as one word, eight at a time: eight bool bytes (each 0 or 1) read as
@@ -146,23 +129,23 @@ pub fn pack_word(c: &[bool]) -> u64 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// Word `c` of `out` from bools `64 c .. 64 c + 64` (`bools` 64 per word of `out`).
+    /// One word per 64 bools of `bools` (a multiple of 64 long) onto `out`.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) unsafe fn pack_avx512(bools: &[bool], out: &mut [u64]) {
+    pub(super) unsafe fn pack_avx512(bools: &[bool], out: &mut Vec<u64>) {
         // a bool is one byte, 0 or 1: a byte test against itself is its bit
         let p = bools.as_ptr().cast::<u8>();
-        for (c, w) in out.iter_mut().enumerate().take(bools.len() / 64) {
+        for c in 0..bools.len() / 64 {
             // SAFETY: bytes c * 64 .. c * 64 + 64 lie in `bools`
             let v = unsafe { _mm512_loadu_si512(p.add(c * 64).cast()) };
-            *w = _mm512_test_epi8_mask(v, v);
+            out.push(_mm512_test_epi8_mask(v, v));
         }
     }
 
     /// As [`pack_avx512`], 32 bools an instruction.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn pack_avx2(bools: &[bool], out: &mut [u64]) {
+    pub(super) unsafe fn pack_avx2(bools: &[bool], out: &mut Vec<u64>) {
         let p = bools.as_ptr().cast::<u8>();
-        for (c, w) in out.iter_mut().enumerate().take(bools.len() / 64) {
+        for c in 0..bools.len() / 64 {
             // SAFETY: bytes c * 64 .. c * 64 + 64 lie in `bools`
             let (lo, hi) = unsafe {
                 (
@@ -173,7 +156,7 @@ mod x86 {
             // bit 0 of each byte to its top bit, where movemask reads it
             let ml = _mm256_movemask_epi8(_mm256_slli_epi16::<7>(lo)) as u32;
             let mh = _mm256_movemask_epi8(_mm256_slli_epi16::<7>(hi)) as u32;
-            *w = u64::from(ml) | (u64::from(mh) << 32);
+            out.push(u64::from(ml) | (u64::from(mh) << 32));
         }
     }
 }
@@ -215,13 +198,13 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         {
             if crate::cpu::has_avx2() {
-                let mut out = vec![0; 5];
+                let mut out = Vec::new();
                 // SAFETY: AVX2 checked
                 unsafe { x86::pack_avx2(full, &mut out) };
                 assert_eq!(out, want);
             }
             if crate::cpu::has_avx512() {
-                let mut out = vec![0; 5];
+                let mut out = Vec::new();
                 // SAFETY: AVX-512 checked
                 unsafe { x86::pack_avx512(full, &mut out) };
                 assert_eq!(out, want);
@@ -232,18 +215,6 @@ mod tests {
             assert_eq!(
                 pack_bools(&bools[..n]),
                 one_bit_at_a_time(&bools[..n]),
-                "n = {n}"
-            );
-        }
-        // in parallel tasks of 2^18 bools: lengths around the threshold and a partial
-        // last task with a partial last word
-        let long: Vec<bool> = (0..(1usize << 19) * 3 + 77)
-            .map(|i| bools[(i * 7 + i / 1000) % bools.len()])
-            .collect();
-        for n in [(1 << 19) - 64, (1 << 19) - 1, 1 << 19, long.len()] {
-            assert_eq!(
-                pack_bools(&long[..n]),
-                one_bit_at_a_time(&long[..n]),
                 "n = {n}"
             );
         }
