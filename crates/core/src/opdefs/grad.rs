@@ -489,6 +489,19 @@ impl LaneGrad for LogMeanExpGrad {
             *o = scale * (x - lme).exp();
         }
     }
+    /// `g · exp(x - lme) / n` in the kernels' vectorised map, as logsumexp's.
+    fn typed_from_output<T: Element>(
+        &self,
+        xs: &[T],
+        ys: LaneValues<'_, T::Real>,
+        g: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        let (LaneValues::One(y), LaneValues::One(g)) = (ys, g) else {
+            return false;
+        };
+        scaled_exp_typed(xs, y.to_f64(), g.to_f64() / xs.len() as f64, out)
+    }
 }
 
 impl LaneGrad for LogSumExpGrad {
@@ -518,9 +531,7 @@ impl LaneGrad for LogSumExpGrad {
             *o = g[0] * (x - lse).exp();
         }
     }
-    /// `g · exp(x - lse)` in `f64` on the lane in its own type, in the kernels'
-    /// vectorised map with the engine's branch-free `exp` (within a few `f64` ulps of the
-    /// library's), rounded once.
+    /// `g · exp(x - lse)` in the kernels' vectorised map ([`scaled_exp_typed`]).
     fn typed_from_output<T: Element>(
         &self,
         xs: &[T],
@@ -528,20 +539,27 @@ impl LaneGrad for LogSumExpGrad {
         g: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
-        use crate::element::Float;
-        use crate::math::Math;
         let (LaneValues::One(y), LaneValues::One(g)) = (ys, g) else {
             return false;
         };
-        let (y, g) = (y.to_f64(), g.to_f64());
-        if !y.is_finite() {
-            return false;
-        }
-        masked_kernels::run::map_run(xs, None, &mut out[..xs.len()], move |x: T, _| {
-            <T::Real as Float>::from_f64(g * (x.to_f64() - y).exp_full())
-        });
-        true
+        scaled_exp_typed(xs, y.to_f64(), g.to_f64(), out)
     }
+}
+
+/// `scale · exp(x - y)` in `f64` on the lane in its own type, in the kernels' vectorised
+/// map with the engine's branch-free `exp` (within a few `f64` ulps of the library's),
+/// rounded once: the gradient of logsumexp and logmeanexp from their saved output `y`.
+/// False (nothing written) where `y` is not finite: the caller recomputes.
+fn scaled_exp_typed<T: Element>(xs: &[T], y: f64, scale: f64, out: &mut [T::Real]) -> bool {
+    use crate::element::Float;
+    use crate::math::Math;
+    if !y.is_finite() {
+        return false;
+    }
+    masked_kernels::run::map_run(xs, None, &mut out[..xs.len()], move |x: T, _| {
+        <T::Real as Float>::from_f64(scale * (x.to_f64() - y).exp_full())
+    });
+    true
 }
 
 /// The gradient of a quantile (the median is the quantile at 0.5 with the `midpoint` or
@@ -1109,12 +1127,28 @@ impl LaneGrad for PtpGrad {
     fn upstream(&self) -> Upstream {
         Upstream::PerLane
     }
+    /// amax's gradient minus amin's, in one pass for both extrema and one for the
+    /// result (no scratch).
     fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
-        ExtremumGrad { max: true }.grad(xs, g, out);
-        let mut low = vec![0.0; xs.len()];
-        ExtremumGrad { max: false }.grad(xs, g, &mut low);
-        for (o, l) in out.iter_mut().zip(low) {
-            *o -= l;
+        if nan_lane(xs, out) {
+            return;
+        }
+        let (hi, lo) = xs
+            .iter()
+            .fold((f64::NEG_INFINITY, f64::INFINITY), |(h, l), &x| {
+                (h.max(x), l.min(x))
+            });
+        let share = |m: f64| {
+            let k = xs.iter().filter(|&&x| x == m).count();
+            if k == 0 {
+                0.0
+            } else {
+                g[0] / k as f64
+            }
+        };
+        let (up, down) = (share(hi), share(lo));
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = (if x == hi { up } else { 0.0 }) - (if x == lo { down } else { 0.0 });
         }
     }
 }
