@@ -344,7 +344,8 @@ impl NormGrad {
         }
         Ok(NormGrad { ord })
     }
-    /// The norm of `xs` (f64), as the forward op computes it.
+    /// The norm of `xs` (f64), as the forward op computes it (its sums over eight
+    /// accumulators, [`sum8`]: a serial `f64` sum waits four cycles an element).
     fn norm(&self, xs: &[f64]) -> f64 {
         let p = self.ord;
         if p == f64::INFINITY {
@@ -352,14 +353,11 @@ impl NormGrad {
         } else if p == f64::NEG_INFINITY {
             xs.iter().fold(f64::INFINITY, |m, x| m.min(x.abs()))
         } else if p == 1.0 {
-            xs.iter().map(|x| x.abs()).sum()
+            sum8(xs, xs, |x: f64, _| x.abs())
         } else if p == 2.0 {
-            xs.iter().map(|x| x * x).sum::<f64>().sqrt()
+            sum8(xs, xs, |x: f64, _| x * x).sqrt()
         } else {
-            xs.iter()
-                .map(|x| x.abs().powf(p))
-                .sum::<f64>()
-                .powf(1.0 / p)
+            sum8(xs, xs, |x: f64, _| x.abs().powf(p)).powf(1.0 / p)
         }
     }
 }
@@ -992,7 +990,7 @@ impl LaneGrad for NormalizeGrad {
             return;
         }
         // ∂N/∂x, then the quotient rule
-        let dot: f64 = g.iter().zip(xs).map(|(g, x)| g * x).sum();
+        let dot = sum8(g, xs, |g: f64, x: f64| g * x);
         self.norm.grad(xs, &[1.0], out);
         for ((o, &gi), _) in out.iter_mut().zip(g).zip(xs) {
             *o = gi / n - dot / (n * n) * *o;
