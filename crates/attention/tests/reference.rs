@@ -306,11 +306,11 @@ fn numeric(x: &mut [f64], f: &mut dyn FnMut(&[f64]) -> f64) -> Vec<f64> {
         .collect()
 }
 
+/// A scalar function of `(q, k, v)`.
+type OfQkv<'a> = dyn Fn(&ArrayD<f64>, &ArrayD<f64>, &ArrayD<f64>) -> f64 + 'a;
+
 /// Finite differences of `f(q, k, v)` with respect to each of `q`, `k` and `v`.
-fn numeric_qkv(
-    qkv: [&ArrayD<f64>; 3],
-    f: &dyn Fn(&ArrayD<f64>, &ArrayD<f64>, &ArrayD<f64>) -> f64,
-) -> [Vec<f64>; 3] {
+fn numeric_qkv(qkv: [&ArrayD<f64>; 3], f: &OfQkv<'_>) -> [Vec<f64>; 3] {
     std::array::from_fn(|which| {
         let mut x = qkv[which].as_standard_layout().into_owned();
         let shape = x.raw_dim();

@@ -51,6 +51,13 @@ fn bench_rows(args: &[&str]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// [`bench_rows`] of `ops` on 32 x 64 operands of every layout under the mask rule
+/// `masks`.
+fn bench_every_layout(ops: &str, masks: &str) -> Vec<serde_json::Value> {
+    let layouts = ["--layout", "dense,csr,coo", "--shape", "32,64"];
+    bench_rows(&[&["--op", ops, "--masks", masks][..], &layouts[..]].concat())
+}
+
 /// Runs `masked bench ARGS`, asserts a usage error (exit 2) and returns its message.
 fn bench_refused(args: &[&str]) -> String {
     let o = bin().arg("bench").args(args).output().unwrap();
@@ -561,16 +568,7 @@ fn bench_runs_the_statistics() {
 #[test]
 fn bench_times_binary_vjps_on_every_layout() {
     for masks in ["strict", "and"] {
-        let rows = bench_rows(&[
-            "--op",
-            "vjp-mul,vjp-atan2",
-            "--layout",
-            "dense,csr,coo",
-            "--shape",
-            "32,64",
-            "--masks",
-            masks,
-        ]);
+        let rows = bench_every_layout("vjp-mul,vjp-atan2", masks);
         assert_eq!(rows.len(), 6, "{masks}: {rows:?}");
         assert!(
             rows.iter()
@@ -614,16 +612,7 @@ fn bench_into_times_sparse_normalizations_and_refuses_sparse_reductions() {
 #[test]
 fn bench_times_fused_forms_on_every_layout() {
     for masks in ["strict", "and"] {
-        let rows = bench_rows(&[
-            "--op",
-            "sum-of-mul,logsumexp-of-add,softmax-of-div",
-            "--layout",
-            "dense,csr,coo",
-            "--shape",
-            "32,64",
-            "--masks",
-            masks,
-        ]);
+        let rows = bench_every_layout("sum-of-mul,logsumexp-of-add,softmax-of-div", masks);
         assert_eq!(rows.len(), 9, "{masks}: {rows:?}");
         for layout in ["dense", "csr", "coo"] {
             let n = rows.iter().filter(|r| r["layout"] == layout).count();
