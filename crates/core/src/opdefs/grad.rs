@@ -530,7 +530,8 @@ impl LaneGrad for LogSumExpGrad {
             *o = g[0] * (x - lse).exp();
         }
     }
-    /// `g · exp(x - lse)` in the kernels' vectorised map ([`scaled_exp_typed`]).
+    /// `g · exp(x - lse)` in `f64` on the lane in its own type, in the kernels' vectorised
+    /// map with the engine's branch-free `exp`, rounded once.
     fn typed_from_output<T: Element>(
         &self,
         xs: &[T],
