@@ -235,12 +235,12 @@ impl BitMask {
         } else {
             r.min(c.saturating_add(lower))
         };
+        // a fresh mask, not shared: written in place, a row's run at a time
+        let bits = Arc::make_mut(&mut m.bits);
         for i in 0..rows {
             let lo = i.saturating_sub(lower).min(c);
             let hi = i.saturating_add(upper).saturating_add(1).min(c);
-            for j in lo..hi.max(lo) {
-                m.set(i * c + j, true);
-            }
+            bits[i * c + lo..i * c + hi.max(lo)].fill(true);
         }
         Ok(m)
     }
