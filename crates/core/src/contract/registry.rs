@@ -28,9 +28,9 @@ use crate::dims::{DimLike, Dims};
 use crate::element::{DType, Element, Erase};
 use crate::error::{MaskedError, Result};
 use crate::grad::{
-    CumulativeGrad, ExtremumGrad, GradVisitor, LaneGrad, LogMeanExpGrad, LogSumExpGrad, MeanGrad,
-    NanFree, NormGrad, NormalizeGrad, ProdGrad, PtpGrad, QuantileGrad, SoftmaxGrad, SumGrad,
-    UnaryGrad, VarGrad,
+    CumulativeGrad, ExtremumGrad, GradVisitor, LaneGrad, LogSumExpGrad, MeanGrad, NanFree,
+    NormGrad, NormalizeGrad, ProdGrad, PtpGrad, QuantileGrad, SoftmaxGrad, SumGrad, UnaryGrad,
+    VarGrad,
 };
 use crate::lane::{
     Cumulative, Interpolation, MedianIndex, MedianMode, Normalize, Quantile, Softmax, SoftmaxKind,
@@ -846,12 +846,12 @@ registry! {
     }
     /// Masked, overflow-safe `log(sum(exp(x)))`; `-inf` when fully masked.
     logsumexp => LogSumExp {
-        kind: reduce, on: all, run: fold_lanes(LogSumExp) -> T::Real, options: [], grad: lanes(LogSumExpGrad),
+        kind: reduce, on: all, run: fold_lanes(LogSumExp) -> T::Real, options: [], grad: lanes(LogSumExpGrad { mean: false }),
     }
     /// Masked, overflow-safe `log(mean(exp(x)))` (logsumexp minus the log of the valid
     /// count); NaN when fully masked.
     logmeanexp => LogMeanExp {
-        kind: reduce, on: all, run: fold_lanes(LogMeanExp) -> T::Real, options: [], grad: lanes(LogMeanExpGrad),
+        kind: reduce, on: all, run: fold_lanes(LogMeanExp) -> T::Real, options: [], grad: lanes(LogSumExpGrad { mean: true }),
     }
     /// Masked median (`mode` avg: mean of the two middle values of an even count; lower:
     /// the lower one). A valid NaN gives NaN; fully masked gives NaN.

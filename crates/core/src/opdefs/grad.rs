@@ -476,58 +476,34 @@ fn softmax_f64(xs: &[f64], out: &mut [f64]) {
     }
 }
 
-/// `g · softmax(x)`: the gradient of logsumexp; a lane whose valid values are all `-inf`
+/// `g · softmax(x)`: the gradient of logsumexp, and of logmeanexp (logsumexp minus a
+/// constant per lane: the same gradient); a lane whose valid values are all `-inf`
 /// splits `g` evenly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LogSumExpGrad;
+pub struct LogSumExpGrad {
+    /// logmeanexp rather than logsumexp (its saved output is lower by `ln n`).
+    pub mean: bool,
+}
 
-/// `g · softmax(x)`: the gradient of logmeanexp (logsumexp minus a constant per lane).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LogMeanExpGrad;
-
-impl LaneGrad for LogMeanExpGrad {
-    fn name(&self) -> &'static str {
-        "logmeanexp"
-    }
-    fn upstream(&self) -> Upstream {
-        Upstream::PerLane
-    }
-    fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
-        LogSumExpGrad.grad(xs, g, out);
-    }
-    fn uses_output(&self) -> bool {
-        true
-    }
-    /// `g · exp(x - lme) / n` from the saved logmeanexp (`n` valid elements): one pass (a
-    /// non-finite output recomputes, as logsumexp's).
-    fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
-        let lme = ys[0];
-        if !lme.is_finite() {
-            return self.grad(xs, g, out);
+impl LogSumExpGrad {
+    /// The factor of `exp(x - y)` given the saved output `y`: `g`, or `g / n` for
+    /// logmeanexp over `n` valid elements.
+    fn scale(&self, g: f64, n: usize) -> f64 {
+        if self.mean {
+            g / n as f64
+        } else {
+            g
         }
-        let scale = g[0] / xs.len() as f64;
-        for (o, &x) in out.iter_mut().zip(xs) {
-            *o = scale * (x - lme).exp();
-        }
-    }
-    /// `g · exp(x - lme) / n` in the kernels' vectorised map, as logsumexp's.
-    fn typed_from_output<T: Element>(
-        &self,
-        xs: &[T],
-        ys: LaneValues<'_, T::Real>,
-        g: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
-    ) -> bool {
-        let (LaneValues::One(y), LaneValues::One(g)) = (ys, g) else {
-            return false;
-        };
-        scaled_exp_typed(xs, y.to_f64(), g.to_f64() / xs.len() as f64, out)
     }
 }
 
 impl LaneGrad for LogSumExpGrad {
     fn name(&self) -> &'static str {
-        "logsumexp"
+        if self.mean {
+            "logmeanexp"
+        } else {
+            "logsumexp"
+        }
     }
     fn upstream(&self) -> Upstream {
         Upstream::PerLane
@@ -541,19 +517,21 @@ impl LaneGrad for LogSumExpGrad {
     fn uses_output(&self) -> bool {
         true
     }
-    /// `g · exp(x - lse)` from the saved logsumexp: one pass, no max or sum (a
+    /// `scale · exp(x - y)` from the saved output `y`: one pass, no max or sum (a
     /// non-finite output recomputes, for the all `-inf` and the `inf` lanes).
     fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
-        let lse = ys[0];
-        if !lse.is_finite() {
+        let y = ys[0];
+        if !y.is_finite() {
             return self.grad(xs, g, out);
         }
+        let scale = self.scale(g[0], xs.len());
         for (o, &x) in out.iter_mut().zip(xs) {
-            *o = g[0] * (x - lse).exp();
+            *o = scale * (x - y).exp();
         }
     }
-    /// `g · exp(x - lse)` in `f64` on the lane in its own type, in the kernels' vectorised
-    /// map with the engine's branch-free `exp`, rounded once.
+    /// `scale · exp(x - y)` in `f64` on the lane in its own type, in the kernels'
+    /// vectorised map with the engine's branch-free `exp` (within a few `f64` ulps of the
+    /// library's), rounded once.
     fn typed_from_output<T: Element>(
         &self,
         xs: &[T],
@@ -561,27 +539,20 @@ impl LaneGrad for LogSumExpGrad {
         g: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
+        use crate::element::Float;
+        use crate::math::Math;
         let (LaneValues::One(y), LaneValues::One(g)) = (ys, g) else {
             return false;
         };
-        scaled_exp_typed(xs, y.to_f64(), g.to_f64(), out)
+        let (y, scale) = (y.to_f64(), self.scale(g.to_f64(), xs.len()));
+        if !y.is_finite() {
+            return false;
+        }
+        masked_kernels::run::map_run(xs, None, &mut out[..xs.len()], move |x: T, _| {
+            <T::Real as Float>::from_f64(scale * (x.to_f64() - y).exp_full())
+        });
+        true
     }
-}
-
-/// `scale · exp(x - y)` in `f64` on the lane in its own type, in the kernels' vectorised
-/// map with the engine's branch-free `exp` (within a few `f64` ulps of the library's),
-/// rounded once: the gradient of logsumexp and logmeanexp from their saved output `y`.
-/// False (nothing written) where `y` is not finite: the caller recomputes.
-fn scaled_exp_typed<T: Element>(xs: &[T], y: f64, scale: f64, out: &mut [T::Real]) -> bool {
-    use crate::element::Float;
-    use crate::math::Math;
-    if !y.is_finite() {
-        return false;
-    }
-    masked_kernels::run::map_run(xs, None, &mut out[..xs.len()], move |x: T, _| {
-        <T::Real as Float>::from_f64(scale * (x.to_f64() - y).exp_full())
-    });
-    true
 }
 
 /// The gradient of a quantile (the median is the quantile at 0.5 with the `midpoint` or
@@ -1625,7 +1596,7 @@ mod tests {
     /// two loops', bit for bit, zeros and a NaN included.
     #[test]
     fn prod_grad_with_both_chains_equals_the_two_loops() {
-        for n in [63, 64, 65, 200] {
+        for n in [0, 1, 63, 64, 65, 200] {
             let mut xs: Vec<f64> = (0..n).map(|k| 0.9 + (k * 37 % 23) as f64 / 100.0).collect();
             if n == 200 {
                 (xs[17], xs[150], xs[151]) = (0.0, 0.0, f64::NAN);
@@ -1688,7 +1659,11 @@ mod tests {
         assert_eq!(run(&nminf, &[0.0, 2.0, -0.0], &[1.0]), [0.0; 3]);
         assert_eq!(run(&nminf, &[-1.0, 2.0, 1.0], &[1.0]), [-0.5, 0.0, 0.5]);
         // logsumexp of all -inf splits evenly
-        let lse = run(&LogSumExpGrad, &[f64::NEG_INFINITY; 4], &[1.0]);
+        let lse = run(
+            &LogSumExpGrad { mean: false },
+            &[f64::NEG_INFINITY; 4],
+            &[1.0],
+        );
         assert_eq!(lse, [0.25; 4]);
         // median avg of [4, 1, 3, 2]: 2 and 3 (positions 3 and 2) take half each
         let med = QuantileGrad::median(MedianMode::Avg);
@@ -1782,7 +1757,7 @@ mod tests {
             check_fd(&NormGrad::new(p).unwrap(), f, &xs, &[1.1]);
         }
         let lse = |x: &[f64]| vec![x.iter().map(|v| v.exp()).sum::<f64>().ln()];
-        check_fd(&LogSumExpGrad, lse, &xs, &[0.9]);
+        check_fd(&LogSumExpGrad { mean: false }, lse, &xs, &[0.9]);
         let softmax = |x: &[f64]| {
             let s: f64 = x.iter().map(|v| v.exp()).sum();
             x.iter().map(|v| v.exp() / s).collect::<Vec<_>>()
