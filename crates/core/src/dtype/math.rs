@@ -4,9 +4,9 @@
 //! log1p, expm1, atan, atan2, tanh, asinh, acosh, atanh, erf and erfc (both types; f32
 //! erf, erfc and atan2 computed in f64); sin, cos and tan (both) below
 //! [`Math::TRIG_LIMIT`] (the map recomputes larger arguments with the std functions);
-//! asin, acos (through atan2), sinh and cosh (through exp); f32 `pow` as `e^(p ln x)`
-//! in f64 ([`Math::powf_fast`]). The rest (hypot, f64 `pow`, and the few arguments a
-//! fast form leaves NaN) come from the standard library.
+//! asin, acos (through atan2), sinh and cosh (through exp); `pow` as `e^(p ln x)`, f32's
+//! in f64 and f64's in double-double ([`Math::powf_fast`]). The rest (hypot, and the few
+//! arguments a fast form leaves NaN) come from the standard library.
 
 /// The reduction and polynomial every `exp` of the engine shares, in f32: for `xc`
 /// (clamped by the caller to where its scaling is valid), `x = n ln2 + r` with
@@ -151,12 +151,9 @@ pub trait Math: Copy {
     /// integer power (`neg`: the sign of a negative base's power, 1 or -1 for an even or
     /// odd integer `p`, NaN for a fractional one); NaN elsewhere (zeros, infinities,
     /// NaNs), which the caller recomputes with [`Float::powf`](crate::Float::powf).
-    /// Branch-free in f32 (computed in f64); f64 has none ([`Math::POW_FAST`] is false:
-    /// an f64 `e^(p ln x)` loses `p ln x` times its logarithm's error, up to hundreds of
-    /// ulp) and returns NaN.
+    /// Branch-free: f32 computes `e^(p ln x)` in f64, f64 in double-double (within 2 ulp
+    /// of `powf`).
     fn powf_fast(self, p: f64, neg: f64) -> Self;
-    /// Whether [`Math::powf_fast`] is the type's fast pow.
-    const POW_FAST: bool;
     /// Above this the inverse hyperbolic functions take `ln(x) + ln 2` (`x^2` would
     /// overflow, and the next term is below the type's precision): 2^28 in f64, 2^12 in
     /// f32.
@@ -202,10 +199,9 @@ pub trait Math: Copy {
 macro_rules! math {
     ($t:ty, $erf:path, $erfc:path, $exp:path, $log2:path, $log10:path, $ln1p:path, $expm1:path, $tanh:path,
         trig: $limit:expr, $sinf:path, $cosf:path, $tanf:path, $atan:path,
-        $atan2:path, $asinh:path, $acosh:path, $atanh:path, $powf:path, $powfast:expr,
+        $atan2:path, $asinh:path, $acosh:path, $atanh:path, $powf:path,
         $asin:path, $acos:path, $sinh:path, $cosh:path) => {
         impl Math for $t {
-            const POW_FAST: bool = $powfast;
             const BIG_HYPERBOLIC: f64 = if <$t>::MANTISSA_DIGITS == 24 {
                 4096.0
             } else {
@@ -382,7 +378,6 @@ math!(
     acosh_of,
     atanh_of,
     powf_fast_f32,
-    true,
     asin_f32,
     acos_f32,
     sinh_of,
@@ -408,7 +403,6 @@ math!(
     acosh_of,
     atanh_of,
     powf_fast_f64,
-    false,
     asin_f64,
     acos_f64,
     sinh_of,
@@ -1095,10 +1089,85 @@ pub(crate) fn pow_sign_of_negative(p: f64) -> f64 {
     }
 }
 
-/// No fast f64 pow ([`Math::POW_FAST`]): NaN.
+/// `x^p` of f64 for the engine's `pow`, as [`powf_fast_f32`] does for f32: `e^(p ln |x|)`
+/// with `ln |x|` in double-double ([`ln_dd_f64`]) and `p ln |x|` as an exact product
+/// plus its rounding error, so that the exponent's error stays below 2^-60 of the
+/// result's over f64's range (within 2 ulp of `powf`); times `neg` for a negative `x`;
+/// NaN at zeros, infinities and NaNs (the caller recomputes those with `powf`).
 #[inline(always)]
-fn powf_fast_f64(_: f64, _: f64, _: f64) -> f64 {
-    f64::NAN
+fn powf_fast_f64(x: f64, p: f64, neg: f64) -> f64 {
+    let a = x.abs();
+    let inside = a > 0.0 && a < f64::INFINITY;
+    // 1 elsewhere, as pow_positive_f64 (no subnormal multiplies on masked-out zeros)
+    let (hi, lo) = ln_dd_f64(if inside { a } else { 1.0 });
+    let yh = p * hi;
+    let yl = p.mul_add(hi, -yh) + p * lo;
+    // beyond these e^y is 0 or inf, whatever the low part
+    let (yh, yl) = if yh.abs() < 746.0 {
+        (yh, yl)
+    } else {
+        (yh.clamp(-746.0, 710.0), 0.0)
+    };
+    let (e, ni) = exp_parts2_f64::<true, true>(yh, yl, &EXP_F64_DEG13);
+    let r = scale_f64(e, ni);
+    let r = if x < 0.0 { r * neg } else { r };
+    if inside {
+        r
+    } else {
+        f64::NAN
+    }
+}
+
+/// `ln(x)` for a positive finite `x` (normal or subnormal) as `hi + lo`, to about 2^-64
+/// relative: with `x = 2^k (1 + f)` and `s = f / (2 + f)` (`|s| < 0.172`),
+/// `ln(1 + f) = 2s + (2/3) s^3 + s^5 Q(s^2)`, where `s`, `s^3`, the first two terms and
+/// `k ln 2` are carried in double-double and `Q` (the series' next ten terms; the first
+/// left out is below 2^-65 of the sum) in f64. Branch-free; its exact products are
+/// fused multiply-adds (error-free, so every CPU tier computes the same bits).
+#[inline(always)]
+fn ln_dd_f64(x: f64) -> (f64, f64) {
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000); // k * LN2_HI is exact
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+    const TWO_THIRDS_LO: f64 = 3.700_743_415_417_188e-17; // 2/3 - (2/3 as f64)
+    let sub = x < f64::MIN_POSITIVE;
+    let xs = if sub { x * 18_014_398_509_481_984.0 } else { x }; // 2^54
+    let bits = xs.to_bits();
+    let k = ((bits >> 52) & 0x7ff) as i64 - 1023 - if sub { 54 } else { 0 };
+    let m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
+    let high = m > std::f64::consts::SQRT_2;
+    // exact (Sterbenz): m or m / 2 is within a factor of 2 of 1
+    let f = if high { 0.5 * m - 1.0 } else { m - 1.0 };
+    let k = (if high { k + 1 } else { k }) as f64;
+    // s = f / (2 + f) as sh + sl
+    let d = 2.0 + f;
+    let dl = (2.0 - d) + f; // 2 + f = d + dl exactly
+    let inv = 1.0 / d;
+    let sh = f * inv;
+    let sl = ((-sh).mul_add(d, f) - sh * dl) * inv;
+    // s^2 = z + zl, s^3 = c + cl, (2/3) s^3 = t + tl
+    let z = sh * sh;
+    let zl = sh.mul_add(sh, -z) + 2.0 * sh * sl;
+    let c = z * sh;
+    let cl = z.mul_add(sh, -c) + (zl * sh + z * sl);
+    let t = c * (2.0 / 3.0);
+    let tl = c.mul_add(2.0 / 3.0, -t) + (cl * (2.0 / 3.0) + c * TWO_THIRDS_LO);
+    // 2 / (2j + 5) for j in 0..10, highest first
+    let mut q = 2.0 / 23.0;
+    for j in (0..9).rev() {
+        q = q.mul_add(z, 2.0 / (2 * j + 5) as f64);
+    }
+    let q = z * z * sh * q;
+    // 2s + t (|t| < |2s| / 100), then k ln 2 beside it (either may be the larger)
+    let two_s = 2.0 * sh;
+    let hi = two_s + t;
+    let lo = ((two_s - hi) + t) + (2.0 * sl + tl + q);
+    let kh = k * LN2_HI;
+    let sum = kh + hi;
+    let b = sum - kh;
+    let err = (kh - (sum - b)) + (hi - b);
+    let lo = err + (lo + k * LN2_LO);
+    let h = sum + lo;
+    (h, (sum - h) + lo)
 }
 
 /// `tanh(x)` in f32, branch-free: Cephes' odd polynomial below `|x| = 0.625`,
@@ -1886,6 +1955,61 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The f64 pow's fast form against std's `powf` over every 2^44th bit pattern
+    /// (both signs, subnormals, infinities, NaNs) for the exponents of the f32 test, and
+    /// for each base the exponents that take `p ln |x|` to +-700 and +-740 (where the
+    /// logarithm's error is multiplied most: a plain f64 `e^(p ln x)` is off by hundreds
+    /// of ulp there): within 2 ulp where it gives a number, NaN (deferred) exactly where
+    /// the f32 form defers.
+    #[test]
+    fn f64_pow_is_accurate_or_defers() {
+        let fixed = [
+            3.0f64,
+            -1.0,
+            -2.0,
+            0.5,
+            -0.5,
+            1.5,
+            1.0 / 3.0,
+            7.0,
+            -7.0,
+            100.0,
+            0.0,
+            2.5e-3,
+        ];
+        let mut worst = (0, 0.0, 0.0);
+        for k in 0..1u64 << 20 {
+            let x = f64::from_bits(k << 44 | k >> 10);
+            let l = x.abs().ln();
+            let wide = [700.0, -700.0, 740.0, -740.0].map(|t| t / l);
+            for p in fixed
+                .into_iter()
+                .chain(wide.into_iter().filter(|p| p.is_finite()))
+            {
+                let got = powf_fast_f64(x, p, pow_sign_of_negative(p));
+                let defer =
+                    x == 0.0 || x.is_infinite() || x.is_nan() || (x < 0.0 && p.fract() != 0.0);
+                if defer {
+                    assert!(
+                        got.is_nan(),
+                        "pow({x:e}, {p}) = {got:e}: expected NaN (deferred)"
+                    );
+                    continue;
+                }
+                let want = x.powf(p);
+                let e = ulps64(got, want);
+                assert!(e <= 2, "pow({x:e}, {p:e}): got {got:e}, want {want:e}");
+                if e > worst.0 {
+                    worst = (e, x, p);
+                }
+            }
+        }
+        eprintln!(
+            "f64 pow: worst {} ulp at pow({:e}, {:e})",
+            worst.0, worst.1, worst.2
+        );
     }
 
     /// The f32 sine, cosine and tangent below `TRIG_LIMIT` (where the vector form

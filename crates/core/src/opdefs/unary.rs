@@ -600,15 +600,15 @@ impl Unary for Pow {
     fn name(&self) -> &'static str {
         "pow"
     }
-    /// The exponent's case picked once per run: `x * x` at 2; in f32 (and the halves)
-    /// otherwise the branch-free `e^(p ln |x|)` computed in f64 ([`Math::powf_fast`]),
-    /// then the NaN outputs at zeros, infinities and NaNs recomputed with the exact form
-    /// (a negative base's fractional power is NaN from both); f64, and an infinite
-    /// exponent, per element as [`Unary::float`].
+    /// The exponent's case picked once per run: `x * x` at 2; otherwise the branch-free
+    /// `e^(p ln |x|)` ([`Math::powf_fast`]: f32 and the halves in f64, f64 in
+    /// double-double), then the NaN outputs at zeros, infinities and NaNs recomputed with
+    /// the exact form (a negative base's fractional power is NaN from both); an infinite
+    /// exponent per element as [`Unary::float`].
     fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
         if self.p == 2.0 {
             map_run(xs, bits, out, FloatAt::<T, Square, false>::new(Square));
-        } else if <CalcOf<T> as Math>::POW_FAST && self.p.is_finite() {
+        } else if self.p.is_finite() {
             map_run(xs, bits, out, FloatAt::<T, Self, true>::new(*self));
             // zeros, infinities and NaNs; a negative base's fractional power is NaN from
             // either form, and not recomputed (half of a normal sample's)
