@@ -728,14 +728,17 @@ fn_enum! {
 mod tests {
     use super::*;
 
-    /// f32 pow's map (the fast form, then the exact one at zeros, infinities and NaNs)
+    /// pow's map (the fast form, then the exact one at zeros, infinities and NaNs)
     /// equals the exact form per element, bit for bit where the exact form is exact
-    /// (specials) and within 1 ulp elsewhere, for exponents of each kind; masked-out
-    /// positions (a zero and an infinity among them) stay 0.
-    #[test]
-    fn f32_pow_map_recomputes_the_specials_and_keeps_the_mask() {
-        let specials = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
-        let mut xs: Vec<f32> = (0..130).map(|k| (k as f32 - 65.0) * 0.37).collect();
+    /// (specials) and within `tol` relative elsewhere (an ulp or two; the exact form of
+    /// an integer exponent is `powi`), for exponents of each kind; masked-out positions
+    /// (a zero and an infinity among them) stay 0.
+    fn pow_map_recomputes_the_specials_and_keeps_the_mask<T>(tol: f64)
+    where
+        T: Element<Real = T> + Float<Calc = T> + Math,
+    {
+        let specials = [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN].map(T::of);
+        let mut xs: Vec<T> = (0..130).map(|k| T::of((k as f64 - 65.0) * 0.37)).collect();
         for (k, v) in specials.into_iter().enumerate() {
             xs[9 * k + 2] = v;
             xs[9 * k + 70] = v;
@@ -746,27 +749,39 @@ mod tests {
         {
             words[k / 64] &= !(1u64 << (k % 64));
         }
+        let bits = |v: T| Math::to_f64(v).to_bits();
         for p in [1.5, -0.5, 3.0, -2.0, 0.0, 1.0 / 3.0, f64::INFINITY] {
             let pow = Pow::new(p).unwrap();
-            let mut out = vec![f32::NAN; xs.len()];
+            let mut out = vec![T::NAN; xs.len()];
             pow.map_float(&xs, Some(Bits::new(&words, 0)), &mut out);
             for (k, (&x, &o)) in xs.iter().zip(&out).enumerate() {
                 if words[k / 64] >> (k % 64) & 1 == 0 {
-                    assert_eq!(o.to_bits(), 0, "pow({x}, {p}) at masked-out {k}");
+                    assert_eq!(bits(o), 0, "pow({x:?}, {p}) at masked-out {k}");
                     continue;
                 }
-                let want = pow.float::<f32>(x);
+                let want = pow.float::<T>(x);
+                let (of, wf) = (Math::to_f64(o), Math::to_f64(want));
                 let close =
-                    o.to_bits().abs_diff(want.to_bits()) <= 1 || (o.is_nan() && want.is_nan());
-                assert!(close, "pow({x}, {p}) = {o}, want {want}");
-                if specials.iter().any(|s| s.to_bits() == x.to_bits()) {
+                    of == wf || (of - wf).abs() <= tol * wf.abs() || (of.is_nan() && wf.is_nan());
+                assert!(close, "pow({x:?}, {p}) = {o:?}, want {want:?}");
+                if specials.iter().any(|&s| bits(s) == bits(x)) {
                     assert!(
-                        o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()),
-                        "pow({x}, {p}) = {o}, want {want}"
+                        bits(o) == bits(want) || (of.is_nan() && wf.is_nan()),
+                        "pow({x:?}, {p}) = {o:?}, want {want:?}"
                     );
                 }
             }
         }
+    }
+
+    #[test]
+    fn f32_pow_map_recomputes_the_specials_and_keeps_the_mask() {
+        pow_map_recomputes_the_specials_and_keeps_the_mask::<f32>(f32::EPSILON as f64);
+    }
+
+    #[test]
+    fn f64_pow_map_recomputes_the_specials_and_keeps_the_mask() {
+        pow_map_recomputes_the_specials_and_keeps_the_mask::<f64>(2.0 * f64::EPSILON);
     }
 
     /// Arguments for the trigonometric map tests: a run longer than a vector, with values
