@@ -999,3 +999,18 @@ fn lane_moments_hand_checked() {
         Err(MaskedError::Unsupported { .. })
     ));
 }
+
+/// Each generated value distribution lands in its domain, by name.
+#[test]
+fn values_map_into_their_domains() {
+    use masked_engine::workload::Values;
+    for x in [-3.0, -0.5, 0.0, 0.5, 3.0] {
+        assert!(Values::parse("positive").unwrap().map(x) >= 0.01);
+        let u = Values::parse("unit").unwrap().map(x);
+        assert!(u > -1.0 && u < 1.0);
+        assert!(Values::parse("above-one").unwrap().map(x) >= 1.0);
+        assert_eq!(Values::parse("normal").unwrap().map(x), x);
+    }
+    assert_eq!(Values::parse("positive").unwrap().map(-2.0), 2.01);
+    assert!(Values::parse("uniform").is_err());
+}
