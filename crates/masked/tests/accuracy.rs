@@ -5,11 +5,13 @@
 //!
 //! Inputs: a third of the elements masked out (so the masked path runs), reduced over
 //! all dims of a [10^8] array and along dim 1 of a [4, 2.5·10^7] one (the two ways a
-//! layout splits and merges the work).
+//! layout splits and merges the work). The requests go through the dtype-erased
+//! boundary (`masked::engine`, the `engine` feature), which runs the kernels its crate
+//! compiled: a typed `apply_dense::<f32>` here compiled the whole by-name dispatch into
+//! this test at the facade's opt-level 3 (45 s of the test build).
 
-use masked::by_name::{apply_dense, OpRequest, Outcome};
-use masked::{BitMask, DynVec, MaskedArray, Op};
-use ndarray::{ArrayD, IxDyn};
+use masked::engine::{Array, OpRequest, Outcome, Output};
+use masked::{BitMask, DynVec, Op};
 
 const N: usize = 100_000_000;
 /// f32's unit roundoff.
@@ -82,14 +84,16 @@ fn run(x: &[f32], req: OpRequest) -> [(usize, Vec<f64>); 2] {
     static MASK: std::sync::OnceLock<BitMask> = std::sync::OnceLock::new();
     let mask = MASK.get_or_init(|| BitMask::from_bools([N], (0..N).map(valid)).unwrap());
     let out = |shape: &[usize], dim: Option<isize>| -> Vec<f64> {
-        let a = ArrayD::from_shape_vec(IxDyn(shape), x.to_vec()).unwrap();
         let m = mask.clone().reshape(shape).unwrap();
-        let ma = MaskedArray::new(a.view(), m).unwrap();
+        let a = Array::dense(shape, DynVec::F32(x.to_vec()), Some(m)).unwrap();
         let r = match dim {
             Some(d) => req.clone().dims(masked::Dims::from(d)),
             None => req.clone().dims(masked::Dims::All),
         };
-        let Outcome { values, mask, .. } = apply_dense(&ma.view(), &r).unwrap();
+        let Output::Dense(Outcome { values, mask, .. }) = a.view().unwrap().apply(&r).unwrap()
+        else {
+            panic!("a dense input gives a dense output")
+        };
         assert!(mask.all(), "every lane has valid elements");
         match values {
             DynVec::F32(v) => v.into_iter().map(f64::from).collect(),
