@@ -796,15 +796,16 @@ fn padded_step<T: Copy, L: Lanes<T>>(
 /// The accumulators combined in a tree (halves, then quarters ...).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-fn tree<T, L: Lanes<T>>(l: &L, mut acc: [L::A; W]) -> L::A {
-    let mut h = W / 2;
-    while h > 0 {
-        for j in 0..h {
-            acc[j] = l.comb(acc[j], acc[j + h]);
-        }
-        h /= 2;
-    }
-    acc[0]
+fn tree<T, L: Lanes<T>>(l: &L, acc: [L::A; W]) -> L::A {
+    // each level a fresh array of half the length (the same combinations in the same
+    // order as halving one array in place): LLVM keeps them in registers, where the
+    // in-place loop read the accumulators back from the stack in pairs at odd offsets
+    // just after storing them whole, a store-forwarding stall on every run's end
+    let a16: [L::A; W / 2] = std::array::from_fn(|j| l.comb(acc[j], acc[j + W / 2]));
+    let a8: [L::A; W / 4] = std::array::from_fn(|j| l.comb(a16[j], a16[j + W / 4]));
+    let a4: [L::A; W / 8] = std::array::from_fn(|j| l.comb(a8[j], a8[j + W / 8]));
+    let a2: [L::A; W / 16] = std::array::from_fn(|j| l.comb(a4[j], a4[j + W / 16]));
+    l.comb(a2[0], a2[1])
 }
 
 /// Combines every element of `xs` into `acc` (element `k` into accumulator `k % W`):
@@ -895,6 +896,33 @@ mod tests {
         }
         fn comb(&self, a: f32, b: f32) -> f32 {
             a + b
+        }
+    }
+
+    /// The wide kernel's order, pinned against its definition written out serially:
+    /// element `k` into accumulator `k % W`, then the halves combined into the lower
+    /// half, then the quarters, and so on; bit for bit on values whose sums round.
+    #[test]
+    fn wide_kernel_folds_in_its_documented_order() {
+        let xs: Vec<f32> = (0..300u32)
+            .map(|k| {
+                (k.wrapping_mul(2_654_435_761) >> 8) as f32 * 1e-3 - 7000.0 + 1e7 * (k % 7) as f32
+            })
+            .collect();
+        for n in [33, 64, 95, 100, 257, 300] {
+            let mut acc = [0.0f32; W];
+            for (k, &x) in xs[..n].iter().enumerate() {
+                acc[k % W] += x;
+            }
+            let mut h = W / 2;
+            while h > 0 {
+                for j in 0..h {
+                    acc[j] += acc[j + h];
+                }
+                h /= 2;
+            }
+            let got = wide_kernel(&FSum, &xs[..n], n, None, 0);
+            assert_eq!(got.to_bits(), acc[0].to_bits(), "n = {n}");
         }
     }
 
