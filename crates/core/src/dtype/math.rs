@@ -1129,15 +1129,7 @@ fn ln_dd_f64(x: f64) -> (f64, f64) {
     const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000); // k * LN2_HI is exact
     const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
     const TWO_THIRDS_LO: f64 = 3.700_743_415_417_188e-17; // 2/3 - (2/3 as f64)
-    let sub = x < f64::MIN_POSITIVE;
-    let xs = if sub { x * 18_014_398_509_481_984.0 } else { x }; // 2^54
-    let bits = xs.to_bits();
-    let k = ((bits >> 52) & 0x7ff) as i64 - 1023 - if sub { 54 } else { 0 };
-    let m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
-    let high = m > std::f64::consts::SQRT_2;
-    // exact (Sterbenz): m or m / 2 is within a factor of 2 of 1
-    let f = if high { 0.5 * m - 1.0 } else { m - 1.0 };
-    let k = (if high { k + 1 } else { k }) as f64;
+    let (k, f) = split_f64(x);
     // s = f / (2 + f) as sh + sl
     let d = 2.0 + f;
     let dl = (2.0 - d) + f; // 2 + f = d + dl exactly
@@ -1499,6 +1491,22 @@ fn atan_f64(x: f64) -> f64 {
     f64::from_bits(r.to_bits() | (x.to_bits() & 0x8000_0000_0000_0000))
 }
 
+/// `x = 2^k (1 + f)` for a positive finite `x` (subnormals scaled first), with `1 + f`
+/// in `[sqrt(1/2), sqrt(2))`: `(k, f)`, `f` exact (Sterbenz: `m` or `m / 2` is within a
+/// factor of 2 of 1). The reduction every f64 logarithm starts from.
+#[inline(always)]
+fn split_f64(x: f64) -> (f64, f64) {
+    let sub = x < f64::MIN_POSITIVE;
+    let xs = if sub { x * 18_014_398_509_481_984.0 } else { x }; // 2^54
+    let bits = xs.to_bits();
+    // m in [1, 2): x = 2^k m
+    let k = ((bits >> 52) & 0x7ff) as i64 - 1023 - if sub { 54 } else { 0 };
+    let m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
+    let high = m > std::f64::consts::SQRT_2;
+    let f = if high { 0.5 * m - 1.0 } else { m - 1.0 };
+    ((if high { k + 1 } else { k }) as f64, f)
+}
+
 /// `x = 2^k (1 + f)` with `1 + f` in `[sqrt(1/2), sqrt(2))`, and `ln(1 + f) - f`
 /// (fdlibm's `__ieee754_log` reduction and polynomial, below 1 ulp; without `FULL` its
 /// first five terms, to about 2^-33 relative), for positive finite `x` (subnormals
@@ -1516,15 +1524,7 @@ fn log_parts_f64<const FULL: bool>(x: f64) -> (f64, f64, f64) {
         1.531_383_769_920_937_3e-1,
         1.479_819_860_511_658_6e-1,
     ];
-    let sub = x < f64::MIN_POSITIVE;
-    let xs = if sub { x * 18_014_398_509_481_984.0 } else { x }; // 2^54
-    let bits = xs.to_bits();
-    // m in [1, 2): x = 2^k m
-    let k = ((bits >> 52) & 0x7ff) as i64 - 1023 - if sub { 54 } else { 0 };
-    let m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
-    let high = m > std::f64::consts::SQRT_2;
-    let f = if high { 0.5 * m - 1.0 } else { m - 1.0 };
-    let k = (if high { k + 1 } else { k }) as f64;
+    let (k, f) = split_f64(x);
     let s = f / (2.0 + f);
     let z = s * s;
     let w = z * z;
@@ -1915,6 +1915,34 @@ mod tests {
         eprintln!("atan2 f64: worst {worst} ulp");
     }
 
+    /// The exponents the pow tests raise to: integers of both signs and parities, halves,
+    /// thirds, large ones.
+    const POW_EXPONENTS: [f64; 12] = [
+        3.0,
+        -1.0,
+        -2.0,
+        0.5,
+        -0.5,
+        1.5,
+        1.0 / 3.0,
+        7.0,
+        -7.0,
+        100.0,
+        0.0,
+        2.5e-3,
+    ];
+
+    /// Whether the fast pow leaves `x^p` to the exact form (NaN): zeros, infinities,
+    /// NaNs, and negative bases with a fractional exponent; asserts that it does.
+    fn pow_deferred(x: f64, p: f64, got_nan: bool) -> bool {
+        let defer = x == 0.0 || x.is_infinite() || x.is_nan() || (x < 0.0 && p.fract() != 0.0);
+        assert!(
+            !defer || got_nan,
+            "pow({x:e}, {p}) not deferred (NaN expected)"
+        );
+        defer
+    }
+
     /// The f32 pow's fast form against f64's `powf` rounded to f32, for exponents users
     /// raise to (integers of both signs and parities, halves, thirds, large ones) over
     /// every 509th f32 pattern: within 1 ulp where it gives a number, and NaN (for the
@@ -1922,31 +1950,11 @@ mod tests {
     /// fractional exponent.
     #[test]
     fn f32_pow_is_accurate_or_defers() {
-        for p in [
-            3.0f64,
-            -1.0,
-            -2.0,
-            0.5,
-            -0.5,
-            1.5,
-            1.0 / 3.0,
-            7.0,
-            -7.0,
-            100.0,
-            0.0,
-            2.5e-3,
-        ] {
+        for p in POW_EXPONENTS {
             for k in 0..u32::MAX / 509 {
                 let x = f32::from_bits(k * 509);
                 let got = powf_fast_f32(x, p, pow_sign_of_negative(p));
-                let defer =
-                    x == 0.0 || x.is_infinite() || x.is_nan() || (x < 0.0 && p.fract() != 0.0);
-                if defer {
-                    assert!(
-                        got.is_nan(),
-                        "pow({x:e}, {p}) = {got:e}: expected NaN (deferred)"
-                    );
-                } else {
+                if !pow_deferred(x as f64, p, got.is_nan()) {
                     let want = (x as f64).powf(p) as f32;
                     assert!(
                         ulps(got, want) <= 1,
@@ -1965,37 +1973,17 @@ mod tests {
     /// the f32 form defers.
     #[test]
     fn f64_pow_is_accurate_or_defers() {
-        let fixed = [
-            3.0f64,
-            -1.0,
-            -2.0,
-            0.5,
-            -0.5,
-            1.5,
-            1.0 / 3.0,
-            7.0,
-            -7.0,
-            100.0,
-            0.0,
-            2.5e-3,
-        ];
         let mut worst = (0, 0.0, 0.0);
         for k in 0..1u64 << 20 {
             let x = f64::from_bits(k << 44 | k >> 10);
             let l = x.abs().ln();
             let wide = [700.0, -700.0, 740.0, -740.0].map(|t| t / l);
-            for p in fixed
+            for p in POW_EXPONENTS
                 .into_iter()
                 .chain(wide.into_iter().filter(|p| p.is_finite()))
             {
                 let got = powf_fast_f64(x, p, pow_sign_of_negative(p));
-                let defer =
-                    x == 0.0 || x.is_infinite() || x.is_nan() || (x < 0.0 && p.fract() != 0.0);
-                if defer {
-                    assert!(
-                        got.is_nan(),
-                        "pow({x:e}, {p}) = {got:e}: expected NaN (deferred)"
-                    );
+                if pow_deferred(x, p, got.is_nan()) {
                     continue;
                 }
                 let want = x.powf(p);
