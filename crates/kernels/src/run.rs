@@ -794,7 +794,6 @@ fn padded_step<T: Copy, L: Lanes<T>>(
 }
 
 /// The accumulators combined in a tree (halves, then quarters ...).
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn tree<T, L: Lanes<T>>(l: &L, acc: [L::A; W]) -> L::A {
     // each level a fresh array of half the length (the same combinations in the same
