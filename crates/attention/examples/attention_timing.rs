@@ -1,8 +1,10 @@
 //! Times attention, its VJP, SDDMM and SpMM on generated data (f32):
-//! `cargo run --release -p masked-attention --example attention_timing -- N D band:W|random:P|causal [REPEAT]`.
+//! `cargo run --release -p masked-attention --example attention_timing -- N D band:W|random:P|causal [REPEAT] [auto|rows|slices[:W]]`.
 //! `masked bench --op attention,...` is the full benchmark; this is the crate-level loop.
 
-use masked_attention::{attention, attention_vjp, sddmm, spmm, AttentionPlan, Options, Pattern};
+use masked_attention::{
+    attention, attention_vjp, sddmm, spmm, AttentionPlan, Options, Pattern, Traversal,
+};
 use ndarray::{ArrayD, IxDyn};
 use std::time::Instant;
 
@@ -38,7 +40,16 @@ fn main() {
     }
     .expect("pattern");
     let nnz = pattern.nnz();
-    let plan = AttentionPlan::new(pattern);
+    let traversal = match args.get(5).map(String::as_str) {
+        None | Some("auto") => Traversal::Auto,
+        Some("rows") => Traversal::Rows,
+        Some(t) => Traversal::KeySlices(
+            t.strip_prefix("slices")
+                .and_then(|w| w.strip_prefix(':'))
+                .map_or(0, |w| w.parse().expect("W")),
+        ),
+    };
+    let plan = AttentionPlan::new(pattern).with_traversal(traversal);
     let mut arr = |s: &[usize]| {
         ArrayD::from_shape_vec(
             IxDyn(s),

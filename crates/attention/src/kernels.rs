@@ -11,6 +11,8 @@ use masked_core::Float;
 use masked_kernels::multiversion;
 use masked_kernels::par::Scatter;
 
+pub mod sliced;
+
 /// An accumulator type: `f32` (also for f16 and bf16 storage) or `f64`.
 pub trait Acc: Float + PartialOrd + Send + Sync + 'static {
     /// `self * b + c`, rounded once (a fused multiply-add).

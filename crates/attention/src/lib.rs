@@ -44,9 +44,10 @@ pub mod segment;
 pub use kernels::cap_madd;
 pub use kernels::Acc;
 pub use layout_csr::Pattern;
-pub use plan::AttentionPlan;
+pub use plan::{AttentionPlan, Traversal};
 
 use batch::{Batch, Operand};
+use kernels::sliced::{self, GradKeys, Pairs};
 use kernels::{with_madd, Attn, Cols, GradCols, GradOut, RowStat};
 use masked_core::{try_vec, DType, Element, Float, MaskedError, Result};
 use masked_kernels::par;
@@ -174,6 +175,11 @@ fn acc_values<'a, T: AttnFloat>(x: &'a ArrayViewD<'a, T>) -> Cow<'a, [T::Acc]> {
     }
 }
 
+/// Bytes of one key row and one value row together.
+fn row_bytes<A>(d: usize, dv: usize) -> usize {
+    (d + dv) * std::mem::size_of::<A>()
+}
+
 /// Rows per task: about eight tasks per thread, at most `cap` rows.
 fn rows_per_task(n: usize, cap: usize) -> usize {
     n.div_ceil(8 * par::threads()).clamp(1, cap.max(1))
@@ -271,7 +277,7 @@ fn attend<A: Acc>(inp: &Inputs<'_, A>, plan: &AttentionPlan) -> Result<Vec<A>> {
     let (batch, [qo, ko, vo], scale) = (&inp.batch, &inp.ops, inp.scale);
     let [q, k, v] = [&*inp.vals[0], &*inp.vals[1], &*inp.vals[2]];
     let bias = inp.bias.as_deref();
-    let (nq, dv) = (plan.shape().0, vo.cols);
+    let ((nq, nk), dv) = (plan.shape(), vo.cols);
     let mut out = zeros::<A>(batch.count * nq * dv, "attention's output")?;
     let rpt = rows_per_task(nq, 4096);
     for b in 0..batch.count {
@@ -285,10 +291,16 @@ fn attend<A: Acc>(inp: &Inputs<'_, A>, plan: &AttentionPlan) -> Result<Vec<A>> {
             scale,
         };
         let ob = &mut out[b * nq * dv..(b + 1) * nq * dv];
-        with_madd!(m => par::chunks_mut(ob, rpt * dv, |c, chunk| {
-            let r0 = c * rpt;
-            kernels::attend_rows(m, &a, r0, (r0 + rpt).min(nq), chunk)
-        }));
+        let rows = |c: usize| (c * rpt, ((c + 1) * rpt).min(nq));
+        match plan.slice_width(pi, row_bytes::<A>(qo.cols, dv)) {
+            Some(w) => with_madd!(m => par::chunks_mut(ob, rpt * dv, |c, chunk| {
+                sliced::attend_rows(m, &a, (w, nk), rows(c), chunk)
+            })),
+            None => with_madd!(m => par::chunks_mut(ob, rpt * dv, |c, chunk| {
+                let (r0, r1) = rows(c);
+                kernels::attend_rows(m, &a, r0, r1, chunk)
+            })),
+        };
     }
     Ok(out)
 }
@@ -339,10 +351,12 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
     let mut dk = zeros::<A>(k.len(), "the gradient of k")?;
     let mut dvv = zeros::<A>(v.len(), "the gradient of v")?;
     let mut dbias = zeros::<A>(bias.map_or(0, <[A]>::len), "the gradient of the bias")?;
-    let mut stats: Vec<RowStat<A>> =
-        try_vec(nq, || "the attention gradient's row statistics".into())?;
-    stats.resize(nq, RowStat::default());
-    let (rpt, cpt) = (rows_per_task(nq, 4096), rows_per_task(nk, 4096));
+    let mut stats: Vec<RowStat<A>> = Vec::new();
+    // the key-sliced traversal's two values a pair, sized for the largest such pattern
+    let mut pairs: [Vec<A>; 2] = [Vec::new(), Vec::new()];
+    let rpt = rows_per_task(nq, 4096);
+    let rb = bounds(nq, rpt);
+    let db: Vec<usize> = rb.iter().map(|&r| r * d).collect();
     let go = Operand {
         lead: batch.lead.clone(),
         rows: nq,
@@ -350,7 +364,6 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
     };
     for b in 0..batch.count {
         let pi = batch.pattern(b, plan);
-        let t = plan.transpose(pi)?;
         let (qb, kb, vb) = (
             batch.offset(b, qo),
             batch.offset(b, ko),
@@ -365,42 +378,95 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
             scale,
         };
         let gm = go.mat(g, b * nq * dv);
-        {
-            // rows: dQ, each row's statistics, the bias gradient
-            let out = GradOut {
-                stats: par::Scatter::new(&mut stats),
-                dbias: bias
-                    .map(|_| par::Scatter::new(&mut dbias[plan.start(pi)..plan.start(pi + 1)])),
+        let dbias_b =
+            bias.map(|_| par::Scatter::new(&mut dbias[plan.start(pi)..plan.start(pi + 1)]));
+        let dqb = &mut dq[qb..qb + nq * d];
+        let (dkb, dvb) = (&mut dk[kb..kb + nk * d], &mut dvv[vb..vb + nk * dv]);
+        if let Some(w) = plan.slice_width(pi, row_bytes::<A>(d, dv)) {
+            let nnz = a.p.idx.len();
+            for x in &mut pairs {
+                if x.len() < nnz {
+                    *x = zeros::<A>(nnz, "the attention gradient's per-pair values")?;
+                }
+            }
+            let [p, ds] = &mut pairs;
+            {
+                // row tasks: each pair's P and scale · dS, dQ, the bias gradient (row
+                // chunks of dq, empty ones too where d = 0: the rows still write P, dS)
+                let out = Pairs {
+                    p: par::Scatter::new(p),
+                    ds: par::Scatter::new(ds),
+                    dbias: dbias_b,
+                };
+                with_madd!(m => par::parts_mut(dqb, &db, |c, dqc| {
+                    sliced::grad_rows(m, &a, gm, (w, nk), (rb[c], rb[c + 1]), dqc, &out)
+                }));
+            }
+            // key tasks: dK and dV, a few slices each
+            let kpt = nk.div_ceil(4 * par::threads()).div_ceil(w).max(1) * w;
+            let gk = GradKeys {
+                a,
+                g: gm,
+                p,
+                ds,
+                nq,
+                width: w,
             };
-            // row chunks of dq (empty ones too where d = 0: the rows still write their
-            // statistics)
-            let rb = bounds(nq, rpt);
-            let db: Vec<usize> = rb.iter().map(|&r| r * d).collect();
-            with_madd!(m => par::parts_mut(&mut dq[qb..qb + nq * d], &db, |c, dqc| {
-                kernels::grad_rows(m, &a, gm, rb[c], rb[c + 1], dqc, &out)
+            let span = |c: usize| (c * kpt, ((c + 1) * kpt).min(nk));
+            with_madd!(m => key_tasks(dkb, dvb, (d, dv), kpt, |c, dkc, dvc| {
+                sliced::grad_keys(m, &gk, span(c), dkc, dvc)
+            }));
+        } else {
+            let t = plan.transpose(pi)?;
+            if stats.len() < nq {
+                stats = try_vec(nq, || "the attention gradient's row statistics".into())?;
+                stats.resize(nq, RowStat::default());
+            }
+            {
+                // rows: dQ, each row's statistics, the bias gradient
+                let out = GradOut {
+                    stats: par::Scatter::new(&mut stats),
+                    dbias: dbias_b,
+                };
+                with_madd!(m => par::parts_mut(dqb, &db, |c, dqc| {
+                    kernels::grad_rows(m, &a, gm, rb[c], rb[c + 1], dqc, &out)
+                }));
+            }
+            // columns: dK and dV, each pair's P and dS recomputed
+            let gc = GradCols {
+                a,
+                g: gm,
+                stats: &stats,
+                t: t.index(),
+                src: &t.src,
+            };
+            let cpt = rows_per_task(nk, 4096);
+            let span = |c: usize| (c * cpt, ((c + 1) * cpt).min(nk));
+            with_madd!(m => key_tasks(dkb, dvb, (d, dv), cpt, |c, dkc, dvc| {
+                kernels::grad_cols(m, &gc, span(c), dkc, dvc)
             }));
         }
-        // columns: dK and dV, each pair's P and dS recomputed
-        let gc = GradCols {
-            a,
-            g: gm,
-            stats: &stats,
-            t: t.index(),
-            src: &t.src,
-        };
-        let span = |c: usize| (c * cpt, ((c + 1) * cpt).min(nk));
-        let (dkb, dvb) = (&mut dk[kb..kb + nk * d], &mut dvv[vb..vb + nk * dv]);
-        with_madd!(m => {
-            let run = |c: usize, dkc: &mut [A], dvc: &mut [A]| kernels::grad_cols(m, &gc, span(c), dkc, dvc);
-            match (d, dv) {
-                (0, 0) => {}
-                (0, _) => drop(par::chunks_mut(dvb, cpt * dv, |c, dvc| run(c, &mut [], dvc))),
-                (_, 0) => drop(par::chunks_mut(dkb, cpt * d, |c, dkc| run(c, dkc, &mut []))),
-                _ => drop(par::chunks_mut2(dkb, cpt * d, dvb, cpt * dv, run)),
-            }
-        });
     }
     Ok([dq, dk, dvv, dbias])
+}
+
+/// `run(c, dk rows, dv rows)` over chunks of `per` keys of `dk` and `dv` (`d` and `dv`
+/// values a key), in parallel; with `d` or `dv` 0, that side's chunks are empty.
+fn key_tasks<A: Send>(
+    dk: &mut [A],
+    dv: &mut [A],
+    (d, dvw): (usize, usize),
+    per: usize,
+    run: impl Fn(usize, &mut [A], &mut [A]) + Sync,
+) {
+    match (d, dvw) {
+        (0, 0) => {}
+        (0, _) => drop(par::chunks_mut(dv, per * dvw, |c, dvc| {
+            run(c, &mut [], dvc)
+        })),
+        (_, 0) => drop(par::chunks_mut(dk, per * d, |c, dkc| run(c, dkc, &mut []))),
+        _ => drop(par::chunks_mut2(dk, per * d, dv, per * dvw, run)),
+    }
 }
 
 /// Where the values on the pattern of batch element `b` start, for values given as

@@ -67,6 +67,52 @@ impl Transpose {
     }
 }
 
+/// How attention and its gradient walk a pattern.
+///
+/// - `Rows`: one query row at a time over all its keys (and, for `dK` and `dV`, one key
+///   at a time over its queries, through the plan's transpose): best where a row's keys
+///   lie close together (a band, causal, padding lengths), as the rows it gathers were
+///   just gathered by the previous query.
+/// - `KeySlices(width)`: the keys swept in slices of `width` (0: as many as fit in about
+///   1 MiB of key and value rows), each query row taking its pairs inside the slice
+///   from a cursor: every key or value row a pair gathers comes from a slice that stays
+///   in the second-level cache. Best where a row's keys scatter over more keys than that
+///   cache holds (a random pattern, a graph); the gradient keeps two values a pair
+///   instead of the transpose.
+/// - `Auto` (the default): `KeySlices(0)` for a pattern whose rows each span, on
+///   average, 4096 keys or more at a density under one in four; `Rows` otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Traversal {
+    /// Chosen per pattern from its geometry.
+    #[default]
+    Auto,
+    /// A query row at a time.
+    Rows,
+    /// Key slices of this many keys (0: chosen from the head dims).
+    KeySlices(usize),
+}
+
+/// Mean span (last key − first key + 1) of a pattern's non-empty rows from which `Auto`
+/// sweeps key slices.
+const SCATTERED_SPAN: usize = 4096;
+
+/// Whether a pattern's rows scatter: on average over its non-empty rows, a span of at
+/// least [`SCATTERED_SPAN`] keys holding under a quarter of them.
+fn scattered(p: &Pattern) -> bool {
+    let (ptr, idx) = (p.indptr(), p.indices());
+    let (mut span, mut rows) = (0usize, 0usize);
+    for w in ptr.windows(2) {
+        if w[1] > w[0] {
+            span += idx[w[1] - 1] - idx[w[0]] + 1;
+            rows += 1;
+        }
+    }
+    rows > 0 && span >= SCATTERED_SPAN * rows && p.nnz() * 4 < span
+}
+
+/// Bytes of key and value rows a slice holds when its width is chosen.
+const SLICE_BYTES: usize = 1 << 20;
+
 /// Which (query, key) pairs attend: one `nq × nk` [`Pattern`] shared by every batch
 /// element and head, or one per batch element (the first leading dim of the operands),
 /// each shared by that element's heads. Build it once and reuse it: it holds the
@@ -87,6 +133,9 @@ pub struct AttentionPlan {
     starts: Vec<usize>,
     per_batch: bool,
     transposes: Vec<OnceLock<Transpose>>,
+    /// Whether each pattern's rows scatter ([`Traversal::Auto`]'s choice).
+    scattered: Vec<bool>,
+    traversal: Traversal,
 }
 
 impl AttentionPlan {
@@ -126,11 +175,38 @@ impl AttentionPlan {
             starts.push(starts.last().copied().unwrap_or(0) + p.nnz());
         }
         let transposes = patterns.iter().map(|_| OnceLock::new()).collect();
+        let scattered = patterns.iter().map(scattered).collect();
         AttentionPlan {
             patterns,
             starts,
             per_batch,
             transposes,
+            scattered,
+            traversal: Traversal::Auto,
+        }
+    }
+
+    /// The plan with this [`Traversal`] (the default: `Auto`). Every traversal computes
+    /// the same values, up to rounding.
+    pub fn with_traversal(mut self, traversal: Traversal) -> AttentionPlan {
+        self.traversal = traversal;
+        self
+    }
+
+    /// Its [`Traversal`].
+    pub fn traversal(&self) -> Traversal {
+        self.traversal
+    }
+
+    /// The key slices pattern `i` is swept in, for key and value rows of `row_bytes`
+    /// together; `None`: a row at a time.
+    pub(crate) fn slice_width(&self, i: usize, row_bytes: usize) -> Option<usize> {
+        let auto = || (SLICE_BYTES / row_bytes.max(1)).clamp(64, 1 << 16);
+        match self.traversal {
+            Traversal::Rows => None,
+            Traversal::KeySlices(0) => Some(auto()),
+            Traversal::KeySlices(w) => Some(w),
+            Traversal::Auto => self.scattered[i].then(auto),
         }
     }
 
@@ -155,14 +231,17 @@ impl AttentionPlan {
     }
 
     /// Builds the transposes the gradients walk (otherwise built by the first gradient
-    /// call), and returns their size in bytes.
+    /// call), and returns their size in bytes: those of the patterns walked a row at a
+    /// time ([`Traversal`]; key slices need none).
     ///
     /// # Errors
     /// A pattern with 2^32 or more rows or stored positions.
     pub fn prepare_backward(&self) -> Result<usize> {
         let mut bytes = 0;
         for i in 0..self.patterns.len() {
-            bytes += self.transpose(i)?.bytes();
+            if self.slice_width(i, 1).is_none() {
+                bytes += self.transpose(i)?.bytes();
+            }
         }
         Ok(bytes)
     }

@@ -7,6 +7,7 @@ use masked_attention::erased::{self, FloatArray};
 use masked_attention::segment::{segment, segment_vjp, Segment};
 use masked_attention::{
     attention, attention_vjp, sddmm, sddmm_vjp, spmm, spmm_vjp, AttentionPlan, Options, Pattern,
+    Traversal,
 };
 use masked_core::{DynVec, MaskedError};
 use ndarray::{ArrayD, IxDyn};
@@ -166,6 +167,16 @@ fn close(a: &[f64], b: &[f64], tol: f64, what: &str) {
     }
 }
 
+/// Every way to walk a pattern: a row at a time; key slices of one key (every slice a
+/// new largest score for the online softmax to rescale by), of three, and of the width
+/// chosen from the head dims (one slice at these sizes).
+const TRAVERSALS: [Traversal; 4] = [
+    Traversal::Rows,
+    Traversal::KeySlices(1),
+    Traversal::KeySlices(3),
+    Traversal::KeySlices(0),
+];
+
 fn plan_of(pats: &[Pattern]) -> AttentionPlan {
     if pats.len() == 1 {
         AttentionPlan::new(pats[0].clone())
@@ -179,9 +190,12 @@ fn forward_equals_the_dense_reference_on_every_pattern() {
     let mut rng = Rng(7);
     for p in patterns(&mut rng) {
         let (n, m) = p.shape();
-        for (d, dv) in [(3, 2), (16, 16), (21, 35), (64, 64)] {
+        for ((d, dv), t) in [(3, 2), (16, 16), (21, 35), (64, 64)]
+            .into_iter()
+            .flat_map(|dd| TRAVERSALS.map(|t| (dd, t)))
+        {
             let (q, k, v) = (rng.array(&[n, d]), rng.array(&[m, d]), rng.array(&[m, dv]));
-            let plan = AttentionPlan::new(p.clone());
+            let plan = AttentionPlan::new(p.clone()).with_traversal(t);
             let o = attention(q.view(), k.view(), v.view(), &plan, &Options::default()).unwrap();
             let r = reference(
                 &q,
@@ -209,8 +223,14 @@ fn forward_equals_the_dense_reference_on_every_pattern() {
 
 #[test]
 fn empty_rows_are_zero_never_nan_and_a_bias_of_minus_infinity_empties_a_row() {
+    for t in TRAVERSALS {
+        empty_rows_under(t);
+    }
+}
+
+fn empty_rows_under(t: Traversal) {
     let p = Pattern::from_lengths([3, 4], &[2, 0, 4]).unwrap();
-    let plan = AttentionPlan::new(p);
+    let plan = AttentionPlan::new(p).with_traversal(t);
     let mut rng = Rng(3);
     let (q, k, v) = (rng.array(&[3, 5]), rng.array(&[4, 5]), rng.array(&[4, 2]));
     let mut bias = vec![0.0; 6];
@@ -257,8 +277,11 @@ fn broadcast_batch_and_heads_and_per_batch_patterns_equal_the_reference() {
         let lead = broadcast(&[lead_of(qs), lead_of(ks), lead_of(vs)]);
         let shared = vec![rng.pattern(n, n, 0.5)];
         let each: Vec<Pattern> = (0..lead[0]).map(|_| rng.pattern(n, n, 0.5)).collect();
-        for pats in [shared, each] {
-            let plan = plan_of(&pats);
+        for (pats, t) in [shared, each]
+            .into_iter()
+            .flat_map(|p| TRAVERSALS.map(|t| (p.clone(), t)))
+        {
+            let plan = plan_of(&pats).with_traversal(t);
             let bias: Vec<f64> = (0..plan.nnz()).map(|_| rng.next()).collect();
             let opts = Options {
                 scale: Some(0.7),
@@ -346,18 +369,21 @@ fn attention_vjp_equals_finite_differences_with_broadcasting_and_bias() {
         let mut gshape = lead.clone();
         gshape.extend([n, dv]);
         let g = rng.array(&gshape);
+        let b0 = bias.clone();
+        let [nq, nk, nv] = numeric_qkv([&q, &k, &v], &|q, k, v| loss(q, k, v, &pats, &b0, &g));
+        let nb = numeric(&mut bias, &mut |x| loss(&q, &k, &v, &pats, x, &g));
         let opts = Options {
             scale: Some(0.6),
             bias: Some(&bias),
         };
-        let ours = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
-        let b0 = bias.clone();
-        let [nq, nk, nv] = numeric_qkv([&q, &k, &v], &|q, k, v| loss(q, k, v, &pats, &b0, &g));
-        let nb = numeric(&mut bias, &mut |x| loss(&q, &k, &v, &pats, x, &g));
-        close(ours.dq.as_slice().unwrap(), &nq, 1e-7, "dq");
-        close(ours.dk.as_slice().unwrap(), &nk, 1e-7, "dk");
-        close(ours.dv.as_slice().unwrap(), &nv, 1e-7, "dv");
-        close(ours.dbias.as_ref().unwrap(), &nb, 1e-7, "dbias");
+        for t in TRAVERSALS {
+            let plan = plan_of(&pats).with_traversal(t);
+            let ours = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
+            close(ours.dq.as_slice().unwrap(), &nq, 1e-7, "dq");
+            close(ours.dk.as_slice().unwrap(), &nk, 1e-7, "dk");
+            close(ours.dv.as_slice().unwrap(), &nv, 1e-7, "dv");
+            close(ours.dbias.as_ref().unwrap(), &nb, 1e-7, "dbias");
+        }
     }
 }
 
@@ -367,6 +393,7 @@ fn vjp_on_every_pattern_kind_and_wide_heads_equals_finite_differences() {
     for p in patterns(&mut rng) {
         let (n, m) = p.shape();
         let plan = AttentionPlan::new(p.clone());
+        assert_eq!(plan.traversal(), Traversal::Auto);
         // d = 20 and dv = 17 cover the 16-lane blocks and their tails
         let (q, k, v) = (
             rng.array(&[n, 20]),
@@ -379,13 +406,16 @@ fn vjp_on_every_pattern_kind_and_wide_heads_equals_finite_differences() {
             scale: Some(0.6),
             bias: None,
         };
-        let ours = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
-        assert!(ours.dbias.is_none());
         let pats = [p.clone()];
         let [nq, nk, nv] = numeric_qkv([&q, &k, &v], &|q, k, v| loss(q, k, v, &pats, &bias, &g));
-        close(ours.dq.as_slice().unwrap(), &nq, 1e-7, "dq");
-        close(ours.dk.as_slice().unwrap(), &nk, 1e-7, "dk");
-        close(ours.dv.as_slice().unwrap(), &nv, 1e-7, "dv");
+        for t in TRAVERSALS {
+            let plan = AttentionPlan::new(p.clone()).with_traversal(t);
+            let ours = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
+            assert!(ours.dbias.is_none());
+            close(ours.dq.as_slice().unwrap(), &nq, 1e-7, "dq");
+            close(ours.dk.as_slice().unwrap(), &nk, 1e-7, "dk");
+            close(ours.dv.as_slice().unwrap(), &nv, 1e-7, "dv");
+        }
     }
 }
 
@@ -847,13 +877,19 @@ fn every_cpu_path_gives_the_reference() {
     // take by itself, against the same reference; f32 and f64 (each has its own sums)
     let mut rng = Rng(17);
     let p = rng.pattern(9, 40, 0.6);
-    let plan = AttentionPlan::new(p.clone());
+    for t in [Traversal::Rows, Traversal::KeySlices(7)] {
+        every_cpu_path_under(&mut rng, &p, t);
+    }
+}
+
+fn every_cpu_path_under(rng: &mut Rng, p: &Pattern, t: Traversal) {
+    let plan = AttentionPlan::new(p.clone()).with_traversal(t);
     let (q, k, v) = (
         rng.array(&[2, 9, 37]),
         rng.array(&[2, 40, 37]),
         rng.array(&[2, 40, 19]),
     );
-    let r = reference(&q, &k, &v, std::slice::from_ref(&p), 0.3, None);
+    let r = reference(&q, &k, &v, std::slice::from_ref(p), 0.3, None);
     let opts = Options {
         scale: Some(0.3),
         bias: None,
@@ -1000,4 +1036,58 @@ fn segment_ops_and_their_vjps_equal_loops_and_finite_differences() {
             got: 6
         })
     ));
+}
+
+#[test]
+fn auto_sweeps_key_slices_only_where_rows_scatter() {
+    // a random pattern over 20000 keys (rows spanning ~20000 keys at 0.1%) is swept in
+    // key slices, which need no transpose; a band and a causal pattern are walked a row
+    // at a time, through the transpose
+    let mut rng = Rng(29);
+    let (n, m) = (40, 20000);
+    let mut coords: [Vec<usize>; 2] = [vec![], vec![]];
+    for i in 0..n {
+        for j in 0..m {
+            if (rng.next() + 1.0) / 2.0 < 1e-3 || j == i || j == m - 1 - i {
+                coords[0].push(i);
+                coords[1].push(j);
+            }
+        }
+    }
+    let scattered = Pattern::from_coords([n, m], &coords).unwrap();
+    assert_eq!(
+        AttentionPlan::new(scattered.clone())
+            .prepare_backward()
+            .unwrap(),
+        0
+    );
+    for t in [Traversal::Rows, Traversal::KeySlices(0)] {
+        let plan = AttentionPlan::new(scattered.clone()).with_traversal(t);
+        assert_eq!(plan.prepare_backward().unwrap() > 0, t == Traversal::Rows);
+    }
+    for p in [
+        Pattern::banded([5000, 5000], 255, 0).unwrap(),
+        Pattern::causal(9000).unwrap(),
+    ] {
+        assert!(AttentionPlan::new(p).prepare_backward().unwrap() > 0);
+    }
+    // and the slices compute what the rows do
+    let (q, k, v) = (rng.array(&[n, 8]), rng.array(&[m, 8]), rng.array(&[m, 5]));
+    let g = rng.array(&[n, 5]);
+    let opts = Options::default();
+    let run = |t: Traversal| {
+        let plan = AttentionPlan::new(scattered.clone()).with_traversal(t);
+        let o = attention(q.view(), k.view(), v.view(), &plan, &opts).unwrap();
+        let gr = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
+        [o, gr.dq, gr.dk, gr.dv]
+    };
+    let (a, b) = (run(Traversal::Rows), run(Traversal::Auto));
+    for (x, y) in a.iter().zip(&b) {
+        close(
+            x.as_slice().unwrap(),
+            y.as_slice().unwrap(),
+            1e-12,
+            "auto vs rows",
+        );
+    }
 }

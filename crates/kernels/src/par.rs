@@ -297,6 +297,23 @@ impl<'a, T> Scatter<'a, T> {
         // SAFETY: in bounds (checked); this task has slot `i` alone (the contract).
         unsafe { &mut *self.ptr.add(i) }
     }
+
+    /// Slots `lo..hi` as a slice (checked against the length).
+    ///
+    /// # Safety
+    /// No other access to those slots happens while the returned borrow lives (in any
+    /// task).
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn part(&self, lo: usize, hi: usize) -> &mut [T] {
+        assert!(
+            lo <= hi && hi <= self.len,
+            "scatter part {lo}..{hi} out of {}",
+            self.len
+        );
+        // SAFETY: in bounds (checked); this task has these slots alone (the contract).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(lo), hi - lo) }
+    }
 }
 
 /// The number of worker threads parallel loops run on (the current rayon pool's).

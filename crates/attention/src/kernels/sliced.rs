@@ -1,0 +1,246 @@
+//! The key-sliced kernels, for patterns whose rows scatter over more keys than the
+//! second-level cache holds (a random pattern): the keys are swept in slices of `width`,
+//! and for each slice every row of the task takes its pairs inside it (a cursor a row),
+//! so the key and value rows gathered for a pair come from a slice that stays in the
+//! cache, where the row kernels would gather each from the last-level cache.
+//!
+//! - forward: an online softmax a row (flash attention's): the row's largest score and
+//!   sum so far, its output rescaled when a slice raises the largest;
+//! - gradient, row tasks: each pair's score and `dP` into two per-pair buffers (slices),
+//!   then per row `P`, `D = Σ P dP` and `dS = P (dP − D)` in place, then `dQ` (slices);
+//! - gradient, key tasks: `dK` and `dV` from the buffers, the rows streamed in order and
+//!   each pair's update landing in the task's cached slice of `dK` and `dV`.
+
+use super::{combine, max_lanes, scores, softmax, sum_lanes, Acc, Attn, Madd, Mat};
+use masked_kernels::multiversion;
+use masked_kernels::par::Scatter;
+
+/// The pairs of one row below key `j1`, from its cursor on: `(first, end)` positions,
+/// the cursor moved to `end`.
+#[inline(always)]
+fn take(idx: &[usize], cur: &mut usize, row_end: usize, j1: usize) -> (usize, usize) {
+    let c = *cur;
+    let mut e = c;
+    while e < row_end && idx[e] < j1 {
+        e += 1;
+    }
+    *cur = e;
+    (c, e)
+}
+
+/// The key slices `[j0, j1)` of `k0..k1`, `width` keys each (the last may be shorter).
+fn slices(k0: usize, k1: usize, width: usize) -> impl Iterator<Item = usize> {
+    let w = width.max(1);
+    (k0..k1).step_by(w).map(move |j0| (j0 + w).min(k1))
+}
+
+/// `out += w · x`.
+#[inline(always)]
+fn axpy<A: Acc, M: Madd>(out: &mut [A], w: A, x: &[A]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = M::madd(w, v, *o);
+    }
+}
+
+#[inline(always)]
+fn attend_k<A: Acc, M: Madd>(
+    _: M,
+    a: &Attn<'_, A>,
+    (width, nk): (usize, usize),
+    (r0, r1): (usize, usize),
+    out: &mut [A],
+) {
+    let dv = a.v.cols;
+    let n = r1 - r0;
+    let mut cur = a.p.ptr[r0..r1].to_vec();
+    let (mut m, mut l) = (vec![A::NEG_INFINITY; n], vec![A::ZERO; n]);
+    let mut s = Vec::new();
+    for j1 in slices(0, nk, width) {
+        for (r, i) in (r0..r1).enumerate() {
+            let (c, e) = take(a.p.idx, &mut cur[r], a.p.ptr[i + 1], j1);
+            if c == e {
+                continue;
+            }
+            let keys = &a.p.idx[c..e];
+            s.clear();
+            s.resize(e - c, A::ZERO);
+            scores::<A, M>(a.q.row(i), a.k, keys, a.scale, &mut s);
+            if let Some(b) = a.bias {
+                for (x, &bb) in s.iter_mut().zip(&b[c..e]) {
+                    *x = *x + bb;
+                }
+            }
+            let o = &mut out[r * dv..(r + 1) * dv];
+            let (mx, mi) = (max_lanes(&s), m[r]);
+            let mn = if mx > mi || mx.is_nan() { mx } else { mi };
+            if mn == A::NEG_INFINITY {
+                continue; // every score so far is -inf: nothing to add
+            }
+            if mn != mi {
+                // a larger largest score (or a NaN): rescale what the row has summed
+                let f = M::exp(mi - mn);
+                l[r] = l[r] * f;
+                for x in o.iter_mut() {
+                    *x = *x * f;
+                }
+                m[r] = mn;
+            }
+            for x in s.iter_mut() {
+                *x = M::exp(*x - mn);
+            }
+            l[r] = l[r] + sum_lanes::<A, M>(&s);
+            combine::<A, M, usize>(&s, keys, a.v, o);
+        }
+    }
+    for (o, &l) in out.chunks_exact_mut(dv.max(1)).zip(&l) {
+        // a row with no finite score (l = 0) is zeros already
+        if l != A::ZERO {
+            let inv = A::ONE / l;
+            for x in o.iter_mut() {
+                *x = *x * inv;
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// The attention output of rows `r0..r1` (`dv` values each in `out`, zeroed), the
+    /// keys `0..nk` swept in slices of `width`.
+    pub fn attend_rows[A: Acc, M: Madd](m: M, a: &Attn<'_, A>, slicing: (usize, usize), rows: (usize, usize), out: &mut [A]) = attend_k;
+}
+
+/// The gradient's per-pair buffers (one slot per stored position of the pattern) and,
+/// with a bias, its gradient (likewise): a row task has its rows' positions alone.
+pub struct Pairs<'a, A> {
+    /// Scores, then `P`.
+    pub p: Scatter<'a, A>,
+    /// `dP`, then `scale · dS`.
+    pub ds: Scatter<'a, A>,
+    /// `dS` added at each position (a bias shared by batch elements).
+    pub dbias: Option<Scatter<'a, A>>,
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn grad_rows_k<A: Acc, M: Madd>(
+    _: M,
+    a: &Attn<'_, A>,
+    g: Mat<'_, A>,
+    (width, nk): (usize, usize),
+    (r0, r1): (usize, usize),
+    dq: &mut [A],
+    pairs: &Pairs<'_, A>,
+) {
+    let d = a.q.cols;
+    let (ptr, idx) = (a.p.ptr, a.p.idx);
+    let e0 = ptr[r0];
+    // SAFETY: the positions of rows r0..r1 belong to this task only
+    let (p, ds) = unsafe { (pairs.p.part(e0, ptr[r1]), pairs.ds.part(e0, ptr[r1])) };
+    // each pair's score and dP, a key slice at a time
+    let mut cur = ptr[r0..r1].to_vec();
+    for j1 in slices(0, nk, width) {
+        for (r, i) in (r0..r1).enumerate() {
+            let (c, e) = take(idx, &mut cur[r], ptr[i + 1], j1);
+            if c == e {
+                continue;
+            }
+            let keys = &idx[c..e];
+            scores::<A, M>(a.q.row(i), a.k, keys, a.scale, &mut p[c - e0..e - e0]);
+            scores::<A, M>(g.row(i), a.v, keys, A::ONE, &mut ds[c - e0..e - e0]);
+        }
+    }
+    // per row: P, D = Σ P dP, dS = P (dP - D)
+    for i in r0..r1 {
+        let (lo, hi) = (ptr[i], ptr[i + 1]);
+        let (pr, dr) = (&mut p[lo - e0..hi - e0], &mut ds[lo - e0..hi - e0]);
+        if let Some(b) = a.bias {
+            for (x, &bb) in pr.iter_mut().zip(&b[lo..hi]) {
+                *x = *x + bb;
+            }
+        }
+        softmax::<A, M>(pr);
+        let big_d = super::dot1::<A, M>(pr, dr);
+        for (e, (&pv, x)) in (lo..).zip(pr.iter().zip(dr.iter_mut())) {
+            let s = pv * (*x - big_d);
+            if let Some(db) = &pairs.dbias {
+                // SAFETY: position e belongs to row i, handled by this task only
+                let slot = unsafe { db.slot(e) };
+                *slot = *slot + s;
+            }
+            *x = s * a.scale;
+        }
+    }
+    // dQ += scale · dS K, a key slice at a time
+    cur.copy_from_slice(&ptr[r0..r1]);
+    for j1 in slices(0, nk, width) {
+        for (r, i) in (r0..r1).enumerate() {
+            let (c, e) = take(idx, &mut cur[r], ptr[i + 1], j1);
+            if c < e {
+                let dqi = &mut dq[r * d..(r + 1) * d];
+                combine::<A, M, usize>(&ds[c - e0..e - e0], &idx[c..e], a.k, dqi);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// The row tasks of the key-sliced attention VJP over rows `r0..r1` (`d` values each
+    /// in `dq`): each pair's score and `dP = dO Vᵀ`, then per row `P`, `dS = P ⊙ (dP −
+    /// rowsum(P ⊙ dP))` into `pairs` (and the bias gradient), then `dQ += scale · dS K`.
+    pub fn grad_rows[A: Acc, M: Madd](m: M, a: &Attn<'_, A>, g: Mat<'_, A>, slicing: (usize, usize), rows: (usize, usize), dq: &mut [A], pairs: &Pairs<'_, A>) = grad_rows_k;
+}
+
+/// What the key tasks of the gradient read: the forward's operands, `dO`, and the row
+/// tasks' `P` and `scale · dS` (one a stored position).
+#[derive(Clone, Copy)]
+pub struct GradKeys<'a, A> {
+    /// The forward's operands and pattern.
+    pub a: Attn<'a, A>,
+    /// The upstream gradient of the output (`nq × dv`).
+    pub g: Mat<'a, A>,
+    /// `P`.
+    pub p: &'a [A],
+    /// `scale · dS`.
+    pub ds: &'a [A],
+    /// Query rows.
+    pub nq: usize,
+    /// Keys a slice.
+    pub width: usize,
+}
+
+#[inline(always)]
+fn grad_keys_k<A: Acc, M: Madd>(
+    _: M,
+    c: &GradKeys<'_, A>,
+    (k0, k1): (usize, usize),
+    dk: &mut [A],
+    dv: &mut [A],
+) {
+    let (a, (ptr, idx)) = (&c.a, (c.a.p.ptr, c.a.p.idx));
+    let (d, dvw) = (a.q.cols, a.v.cols);
+    // each row's first pair at or after key k0
+    let mut cur: Vec<usize> = (0..c.nq)
+        .map(|i| ptr[i] + idx[ptr[i]..ptr[i + 1]].partition_point(|&j| j < k0))
+        .collect();
+    for j1 in slices(k0, k1, c.width) {
+        for (i, cur) in cur.iter_mut().enumerate() {
+            let (lo, e) = take(idx, cur, ptr[i + 1], j1);
+            if lo == e {
+                continue;
+            }
+            let (qi, gi) = (a.q.row(i), c.g.row(i));
+            for ((&j, &ds), &p) in idx[lo..e].iter().zip(&c.ds[lo..e]).zip(&c.p[lo..e]) {
+                let j = j - k0;
+                axpy::<A, M>(&mut dk[j * d..(j + 1) * d], ds, qi);
+                axpy::<A, M>(&mut dv[j * dvw..(j + 1) * dvw], p, gi);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// The key tasks of the key-sliced attention VJP over keys `k0..k1` (`dk` and `dv`
+    /// hold their rows): `dK_j += scale · Σ_i dS_ij Q_i` and `dV_j += Σ_i P_ij dO_i`,
+    /// every query row streamed once a slice.
+    pub fn grad_keys[A: Acc, M: Madd](m: M, c: &GradKeys<'_, A>, keys: (usize, usize), dk: &mut [A], dv: &mut [A]) = grad_keys_k;
+}
