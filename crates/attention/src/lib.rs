@@ -185,6 +185,13 @@ fn rows_per_task(n: usize, cap: usize) -> usize {
     n.div_ceil(8 * par::threads()).clamp(1, cap.max(1))
 }
 
+/// Rows per task of the key-sliced traversal: one task a thread, as each task loads
+/// every key and value row of each slice into its cache once, whatever its rows (more
+/// rows a task: more pairs served by each load).
+fn sliced_rows_per_task(n: usize) -> usize {
+    n.div_ceil(par::threads()).max(1)
+}
+
 /// The chunk bounds `[0, r, 2r, .., n]`.
 fn bounds(n: usize, r: usize) -> Vec<usize> {
     let mut b: Vec<usize> = (0..n).step_by(r.max(1)).collect();
@@ -293,9 +300,13 @@ fn attend<A: Acc>(inp: &Inputs<'_, A>, plan: &AttentionPlan) -> Result<Vec<A>> {
         let ob = &mut out[b * nq * dv..(b + 1) * nq * dv];
         let rows = |c: usize| (c * rpt, ((c + 1) * rpt).min(nq));
         match plan.slice_width(pi, row_bytes::<A>(qo.cols, dv)) {
-            Some(w) => with_madd!(m => par::chunks_mut(ob, rpt * dv, |c, chunk| {
-                sliced::attend_rows(m, &a, (w, nk), rows(c), chunk)
-            })),
+            Some(w) => {
+                let spt = sliced_rows_per_task(nq);
+                let rows = |c: usize| (c * spt, ((c + 1) * spt).min(nq));
+                with_madd!(m => par::chunks_mut(ob, spt * dv, |c, chunk| {
+                    sliced::attend_rows(m, &a, (w, nk), rows(c), chunk)
+                }))
+            }
             None => with_madd!(m => par::chunks_mut(ob, rpt * dv, |c, chunk| {
                 let (r0, r1) = rows(c);
                 kernels::attend_rows(m, &a, r0, r1, chunk)
@@ -390,6 +401,8 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
                 }
             }
             let [p, ds] = &mut pairs;
+            let sb = bounds(nq, sliced_rows_per_task(nq));
+            let sdb: Vec<usize> = sb.iter().map(|&r| r * d).collect();
             {
                 // row tasks: each pair's P and scale · dS, dQ, the bias gradient (row
                 // chunks of dq, empty ones too where d = 0: the rows still write P, dS)
@@ -398,12 +411,12 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
                     ds: par::Scatter::new(ds),
                     dbias: dbias_b,
                 };
-                with_madd!(m => par::parts_mut(dqb, &db, |c, dqc| {
-                    sliced::grad_rows(m, &a, gm, (w, nk), (rb[c], rb[c + 1]), dqc, &out)
+                with_madd!(m => par::parts_mut(dqb, &sdb, |c, dqc| {
+                    sliced::grad_rows(m, &a, gm, (w, nk), (sb[c], sb[c + 1]), dqc, &out)
                 }));
             }
-            // key tasks: dK and dV, a few slices each
-            let kpt = nk.div_ceil(4 * par::threads()).div_ceil(w).max(1) * w;
+            // key tasks: dK and dV, two a thread, whole slices each
+            let kpt = nk.div_ceil(2 * par::threads()).div_ceil(w).max(1) * w;
             let gk = GradKeys {
                 a,
                 g: gm,

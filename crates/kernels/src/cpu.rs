@@ -82,6 +82,19 @@ pub fn unsupported() -> ! {
 #[cfg(target_arch = "x86_64")]
 pub use x86::{has_avx2, has_avx512, has_avx512_vbmi2};
 
+/// Asks the CPU to bring the cache line holding `p` into the first-level cache: a hint
+/// that never faults, whatever the address (a no-op off x86-64).
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing and never faults, whatever the address
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Without x86-64 there is no AVX-512.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn has_avx512() -> bool {
