@@ -35,7 +35,8 @@ __all__ = [
 
 class AttentionPattern:
     """Which keys each query sees: an `(n, m)` sparse pattern, validated once. Reuse one
-    across calls (the gradient's transpose is built on first use and kept).
+    across calls (the gradient's transpose, where it needs one, is built on first use
+    and kept).
 
     Build from CSR arrays, a bool mask, a scipy.sparse matrix, or by name:
     `causal(n)`, `band(n, window)`, `random(n, p, seed)`, `lengths(n, length)`.

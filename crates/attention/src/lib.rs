@@ -5,12 +5,15 @@
 //! - [`spmm`]: `P X` for values `P` on the pattern (message passing: a graph's
 //!   adjacency times node features);
 //! - [`attention`]: both fused with the masked softmax between them, one query row
-//!   at a time (its scores live in a scratch row, never a matrix); a query with no
-//!   valid key (or every key biased to `-inf`) gives a zero row, never NaN;
+//!   at a time (its scores live in a scratch row, never a matrix) or, for a pattern
+//!   whose rows scatter over many keys, in key slices with an online softmax per row
+//!   ([`Traversal`]); a query with no valid key (or every key biased to `-inf`) gives
+//!   a zero row, never NaN;
 //! - [`attention_vjp`], [`sddmm_vjp`], [`spmm_vjp`]: the gradients. The attention
-//!   gradient recomputes each pair's probability (as flash attention does) from three
-//!   statistics per query row, so nothing of size `n²`, `nnz · d` or even `nnz` exists
-//!   beyond the pattern and its plan.
+//!   gradient recomputes each pair's probability (as flash attention does): a row at a
+//!   time from three statistics per query row (nothing per pair beyond the plan's
+//!   transpose), or in key slices keeping two values per pair; nothing of size `n²` or
+//!   `nnz · d` exists.
 //!
 //! Operands are dense `[..., n, d]` arrays whose leading (batch, head) dims broadcast as
 //! NumPy's do; the pattern is an [`AttentionPlan`] (one pattern, or one per batch
@@ -317,11 +320,13 @@ fn attend<A: Acc>(inp: &Inputs<'_, A>, plan: &AttentionPlan) -> Result<Vec<A>> {
 }
 
 /// The gradients of `sum(attention(q, k, v) ⊙ grad)` for `q`, `k`, `v` and the bias.
-/// Each probability is computed again (nothing is saved from the forward pass): a row
-/// pass computes `dQ` and three statistics per query row, a column pass recomputes each
-/// pair's `P` and `dS` from them (flash attention's backward) for `dK` and `dV`. The
-/// extra memory is the gradients, O(rows) statistics and the plan's transpose (built on
-/// the first call, then reused): nothing per pair is allocated.
+/// Each probability is computed again (nothing is saved from the forward pass). A row
+/// at a time ([`Traversal::Rows`]): a row pass computes `dQ` and three statistics per
+/// query row, a column pass recomputes each pair's `P` and `dS` from them (flash
+/// attention's backward) for `dK` and `dV`; the extra memory is the gradients, O(rows)
+/// statistics and the plan's transpose (built on the first call, then reused). In key
+/// slices ([`Traversal::KeySlices`]): row tasks keep each pair's `P` and `dS` (two
+/// values a pair) and compute `dQ`, key tasks `dK` and `dV` from them; no transpose.
 ///
 /// # Errors
 /// As [`attention`]; `grad` not of the output's shape.
