@@ -91,7 +91,7 @@ def _probe_release() -> None: ...
 
 
 class AttentionPlan:
-    """A sparse attention pattern, validated once, with its gradient's transpose."""
+    """A sparse attention pattern, validated once, with the plan its gradient reuses."""
 
     def __init__(self, shape: tuple[int, int], indptr: np.ndarray, indices: np.ndarray) -> None: ...
     @staticmethod

@@ -432,8 +432,12 @@ fn softmax<A: Acc, M: Madd>(s: &mut [A]) -> (A, A) {
     (m, inv)
 }
 
-/// `out += Σ_t w[t] · x[idx[t]]` (rows of `x`, as long as `out`), sixteen columns at a
-/// time in registers, four keys at a time.
+/// Columns [`combine`] keeps in registers at once where the rows are that wide.
+const WIDE: usize = 4 * L;
+
+/// `out += Σ_t w[t] · x[idx[t]]` (rows of `x`, as long as `out`): 64 columns at a time
+/// in registers, two keys at a time (each key's row located once for its 64 columns),
+/// then sixteen columns at a time, four keys at a time.
 #[inline(always)]
 fn combine<A: Acc, M: Madd, I: Idx>(w: &[A], idx: &[I], x: Mat<'_, A>, out: &mut [A]) {
     let width = out.len();
@@ -441,6 +445,35 @@ fn combine<A: Acc, M: Madd, I: Idx>(w: &[A], idx: &[I], x: Mat<'_, A>, out: &mut
     let (w, idx) = (&w[..n], &idx[..n]);
     let n4 = n / 4 * 4;
     let mut c = 0;
+    while c + WIDE <= width {
+        let (mut a0, mut a1) = ([[A::ZERO; L]; 4], [[A::ZERO; L]; 4]);
+        let wide = |t: usize| -> &[A; WIDE] {
+            x.row(idx[t].at())[c..c + WIDE]
+                .try_into()
+                .expect("a full block")
+        };
+        let mut t = 0;
+        while t + 2 <= n {
+            let (r0, r1) = (wide(t), wide(t + 1));
+            for (b, (x0, x1)) in a0.iter_mut().zip(&mut a1).enumerate() {
+                axpy_block::<A, M>(x0, w[t], block(r0, b * L));
+                axpy_block::<A, M>(x1, w[t + 1], block(r1, b * L));
+            }
+            t += 2;
+        }
+        if t < n {
+            let r0 = wide(t);
+            for (b, x0) in a0.iter_mut().enumerate() {
+                axpy_block::<A, M>(x0, w[t], block(r0, b * L));
+            }
+        }
+        for (o, (x0, x1)) in out[c..c + WIDE].chunks_exact_mut(L).zip(a0.iter().zip(&a1)) {
+            for l in 0..L {
+                o[l] = o[l] + (x0[l] + x1[l]);
+            }
+        }
+        c += WIDE;
+    }
     while c + L <= width {
         let (mut a0, mut a1, mut a2, mut a3) =
             ([A::ZERO; L], [A::ZERO; L], [A::ZERO; L], [A::ZERO; L]);

@@ -394,13 +394,11 @@ fn vjp_on_every_pattern_kind_and_wide_heads_equals_finite_differences() {
         let (n, m) = p.shape();
         let plan = AttentionPlan::new(p.clone());
         assert_eq!(plan.traversal(), Traversal::Auto);
-        // d = 20 and dv = 17 cover the 16-lane blocks and their tails
-        let (q, k, v) = (
-            rng.array(&[n, 20]),
-            rng.array(&[m, 20]),
-            rng.array(&[m, 17]),
-        );
-        let g = rng.array(&[n, 17]);
+        // d = 20 and dv = 17 cover the 16-lane blocks and their tails; 70 and 67 the
+        // 64 columns combined at once, then a block and a tail
+        let (d, dv) = if n * m > 100 { (70, 67) } else { (20, 17) };
+        let (q, k, v) = (rng.array(&[n, d]), rng.array(&[m, d]), rng.array(&[m, dv]));
+        let g = rng.array(&[n, dv]);
         let bias = vec![0.0; plan.nnz()];
         let opts = Options {
             scale: Some(0.6),
