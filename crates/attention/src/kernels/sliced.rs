@@ -90,6 +90,10 @@ fn attend_k<A: Acc, M: Madd>(
                     *x = *x + bb;
                 }
             }
+            // padded to whole 16-lane blocks with -inf (weight 0): the max, exp and sum
+            // below run no scalar remainder, which costs more than a block on a visit
+            // of a few dozen pairs
+            s.resize((e - c).next_multiple_of(super::L), A::NEG_INFINITY);
             let o = &mut out[r * dv..(r + 1) * dv];
             let (mx, mi) = (max_lanes(&s), m[r]);
             let mn = if mx > mi || mx.is_nan() { mx } else { mi };
