@@ -1,9 +1,10 @@
-//! Times attention, its VJP, SDDMM and SpMM on generated data (f32):
+//! Times attention, SDDMM, SpMM and their VJPs on generated data (f32):
 //! `cargo run --release -p masked-attention --example attention_timing -- N D band:W|random:P|causal [REPEAT] [auto|rows|slices[:W]]`.
 //! `masked bench --op attention,...` is the full benchmark; this is the crate-level loop.
 
 use masked_attention::{
-    attention, attention_vjp, sddmm, spmm, AttentionPlan, Options, Pattern, Traversal,
+    attention, attention_vjp, sddmm, sddmm_vjp, spmm, spmm_vjp, AttentionPlan, Options, Pattern,
+    Traversal,
 };
 use ndarray::{ArrayD, IxDyn};
 use std::time::Instant;
@@ -96,5 +97,11 @@ fn main() {
     });
     time("spmm", 2.0 * f, &mut || {
         spmm(s.view(), &plan, v.view()).expect("spmm");
+    });
+    time("sddmm-vjp", 4.0 * f, &mut || {
+        sddmm_vjp(q.view(), k.view(), &plan, 0.125, s.view()).expect("sddmm_vjp");
+    });
+    time("spmm-vjp", 4.0 * f, &mut || {
+        spmm_vjp(s.view(), &plan, v.view(), g.view()).expect("spmm_vjp");
     });
 }

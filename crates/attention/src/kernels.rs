@@ -707,20 +707,14 @@ multiversion! {
     pub fn grad_cols[A: Acc, M: Madd](m: M, c: &GradCols<'_, A>, cols: (usize, usize), dk: &mut [A], dv: &mut [A]) = grad_cols_k;
 }
 
-/// A column pass: `out[j] += Σ scale · w[e] · x[row[e]]` over the entries `e` of columns
-/// `c0..` of the transpose: `Pᵀ x` for a pattern's values `w` (in column order).
+/// A column pass: `out[j] += Σ w[e] · x[row[e]]` over the entries `e` of columns `c0..`
+/// of the transpose: `Pᵀ x` for a pattern's values `w` (in column order).
 #[derive(Clone, Copy)]
 pub struct Cols<'a, A> {
     /// The transpose: column pointer and rows.
     pub t: Index<'a, u32>,
-    /// The weights, `stride` per stored position, in column order.
+    /// The weights, one a stored position, in column order.
     pub w: &'a [A],
-    /// Values per stored position in `w`.
-    pub stride: usize,
-    /// Which of them.
-    pub which: usize,
-    /// The factor.
-    pub scale: A,
     /// The rows combined.
     pub x: Mat<'a, A>,
 }
@@ -728,18 +722,9 @@ pub struct Cols<'a, A> {
 #[inline(always)]
 fn cols_k<A: Acc, M: Madd>(_: M, c: &Cols<'_, A>, c0: usize, out: &mut [A]) {
     let width = c.x.cols;
-    let mut w = Vec::new();
     for (j, oj) in (c0..).zip(out.chunks_exact_mut(width.max(1))) {
         let (lo, hi) = (c.t.ptr[j], c.t.ptr[j + 1]);
-        w.clear();
-        w.extend(
-            c.w[lo * c.stride..hi * c.stride]
-                .iter()
-                .skip(c.which)
-                .step_by(c.stride)
-                .map(|&x| x * c.scale),
-        );
-        combine::<A, M, u32>(&w, &c.t.idx[lo..hi], c.x, oj);
+        combine::<A, M, u32>(&c.w[lo..hi], &c.t.idx[lo..hi], c.x, oj);
     }
 }
 

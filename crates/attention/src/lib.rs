@@ -51,7 +51,7 @@ pub use plan::{AttentionPlan, Traversal};
 
 use batch::{Batch, Operand};
 use kernels::sliced::{self, GradKeys, Pairs};
-use kernels::{with_madd, Attn, Cols, GradCols, GradOut, RowStat};
+use kernels::{with_madd, Attn, Cols, GradCols, GradOut, Mat, RowStat};
 use masked_core::{try_vec, DType, Element, Float, MaskedError, Result};
 use masked_kernels::par;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
@@ -632,23 +632,110 @@ fn sddmm_into<A: Acc>(
     scale: A,
     out: &mut [A],
 ) {
-    let n = plan.shape().0;
-    let rpt = rows_per_task(n, 4096);
     for e in 0..batch.count {
         let pi = batch.pattern(e, plan);
-        let index = plan.index(pi);
         let (am, bm) = (
             ao.mat(a, batch.offset(e, ao)),
             bo.mat(b, batch.offset(e, bo)),
         );
         let s = batch.value_start(e, plan);
-        let dst = &mut out[s..s + index.idx.len()];
-        let rb = bounds(n, rpt);
-        let eb: Vec<usize> = rb.iter().map(|&r| index.ptr[r]).collect();
-        with_madd!(m => par::parts_mut(dst, &eb, |c, chunk| {
-            kernels::sddmm_rows(m, am, bm, index, scale, (rb[c], rb[c + 1]), chunk)
-        }));
+        sddmm_on(
+            plan,
+            pi,
+            [am, bm],
+            scale,
+            &mut out[s..s + plan.index(pi).idx.len()],
+        );
     }
+}
+
+/// `out = scale · (a bᵀ)` at the positions of pattern `pi` (`out` holds them all), a
+/// query row or a key slice at a time as the plan's [`Traversal`] says.
+fn sddmm_on<A: Acc>(
+    plan: &AttentionPlan,
+    pi: usize,
+    [am, bm]: [Mat<'_, A>; 2],
+    scale: A,
+    out: &mut [A],
+) {
+    let index = plan.index(pi);
+    let (n, nk) = plan.shape();
+    let width = plan.slice_width(pi, row_bytes::<A>(bm.cols, 0));
+    let rb = bounds(
+        n,
+        width.map_or(rows_per_task(n, 4096), |_| sliced_rows_per_task(n)),
+    );
+    let eb: Vec<usize> = rb.iter().map(|&r| index.ptr[r]).collect();
+    let rows = |c: usize| (rb[c], rb[c + 1]);
+    match width {
+        Some(w) => with_madd!(m => par::parts_mut(out, &eb, |c, chunk| {
+            sliced::sddmm_rows(m, [am, bm], index, scale, (w, nk), rows(c), chunk)
+        })),
+        None => with_madd!(m => par::parts_mut(out, &eb, |c, chunk| {
+            kernels::sddmm_rows(m, am, bm, index, scale, rows(c), chunk)
+        })),
+    };
+}
+
+/// `out += P x` for pattern `pi` with values `vals` (`out`: a row of `x.cols` a query),
+/// a query row or a key slice at a time as the plan's [`Traversal`] says.
+fn spmm_on<A: Acc>(plan: &AttentionPlan, pi: usize, vals: &[A], xm: Mat<'_, A>, out: &mut [A]) {
+    let index = plan.index(pi);
+    let (n, nk) = plan.shape();
+    let width = plan.slice_width(pi, row_bytes::<A>(xm.cols, 0));
+    let rpt = width.map_or(rows_per_task(n, 4096), |_| sliced_rows_per_task(n));
+    let rows = |c: usize| (c * rpt, ((c + 1) * rpt).min(n));
+    match width {
+        Some(w) => with_madd!(m => par::chunks_mut(out, rpt * xm.cols, |c, chunk| {
+            sliced::spmm_rows(m, vals, index, xm, (w, nk), rows(c), chunk)
+        })),
+        None => with_madd!(m => par::chunks_mut(out, rpt * xm.cols, |c, chunk| {
+            kernels::spmm_rows(m, vals, index, xm, c * rpt, chunk)
+        })),
+    };
+}
+
+/// `out += Pᵀ x` for pattern `pi` with values `vals` in row order (`out`: a row of
+/// `x.cols` a key): through the plan's transpose a key at a time, or by key tasks
+/// streaming the query rows once a key slice, as the plan's [`Traversal`] says.
+fn transpose_times<A: Acc>(
+    plan: &AttentionPlan,
+    pi: usize,
+    vals: &[A],
+    xm: Mat<'_, A>,
+    out: &mut [A],
+) -> Result<()> {
+    let (nq, nk) = plan.shape();
+    let width = xm.cols.max(1);
+    match plan.slice_width(pi, row_bytes::<A>(xm.cols, 0)) {
+        Some(w) => {
+            let ks = sliced::KeyScatter {
+                p: plan.index(pi),
+                w: vals,
+                x: xm,
+                nq,
+                width: w,
+            };
+            let kpt = nk.div_ceil(2 * par::threads()).div_ceil(w).max(1) * w;
+            with_madd!(m => par::chunks_mut(out, kpt * width, |c, chunk| {
+                sliced::scatter_keys(m, &ks, (c * kpt, ((c + 1) * kpt).min(nk)), chunk)
+            }));
+        }
+        None => {
+            let t = plan.transpose(pi)?;
+            let wcols = t.to_columns(vals);
+            let cols = Cols {
+                t: t.index(),
+                w: &wcols,
+                x: xm,
+            };
+            let cpt = rows_per_task(nk, 4096);
+            with_madd!(m => par::chunks_mut(out, cpt * width, |c, chunk| {
+                kernels::cols(m, &cols, c * cpt, chunk)
+            }));
+        }
+    }
+    Ok(())
 }
 
 /// SpMM: `P x` for values `P` on the plan's pattern and `x` `[..., m, dv]`: the result is
@@ -667,17 +754,13 @@ pub fn spmm<T: AttnFloat>(
     let (va, xa) = (acc_values(&values), acc_values(&x));
     let n = plan.shape().0;
     let mut out = zeros::<T::Acc>(batch.elements(n, xo.cols)?, "spmm's output")?;
-    let rpt = rows_per_task(n, 4096);
     for e in 0..batch.count {
         let pi = batch.pattern(e, plan);
-        let index = plan.index(pi);
         let vs = at.start(e, &batch, plan);
-        let vals = &va[vs..vs + index.idx.len()];
+        let vals = &va[vs..vs + plan.index(pi).idx.len()];
         let xm = xo.mat(&xa, batch.offset(e, &xo));
         let ob = &mut out[e * n * xo.cols..(e + 1) * n * xo.cols];
-        with_madd!(m => par::chunks_mut(ob, rpt * xo.cols, |c, chunk| {
-            kernels::spmm_rows(m, vals, index, xm, c * rpt, chunk)
-        }));
+        spmm_on(plan, pi, vals, xm, ob);
     }
     Ok(array(batch.shape(n, xo.cols), T::narrow(out)))
 }
@@ -739,32 +822,15 @@ pub fn sddmm_vjp<T: AttnFloat>(
     let mut da = zeros::<T::Acc>(aa.len(), "the gradient of a")?;
     let mut db = zeros::<T::Acc>(ba.len(), "the gradient of b")?;
     let (n, m) = plan.shape();
-    let (rpt, cpt) = (rows_per_task(n, 4096), rows_per_task(m, 4096));
     let scaled: Vec<T::Acc> = ga.iter().map(|&g| g * scale).collect();
     for e in 0..batch.count {
         let pi = batch.pattern(e, plan);
-        let (index, t) = (plan.index(pi), plan.transpose(pi)?);
         let gs = batch.value_start(e, plan);
-        let gvals = &scaled[gs..gs + index.idx.len()];
+        let gvals = &scaled[gs..gs + plan.index(pi).idx.len()];
         let (aoff, boff) = (batch.offset(e, &ao), batch.offset(e, &bo));
         let (am, bm) = (ao.mat(&aa, aoff), bo.mat(&ba, boff));
-        let dab = &mut da[aoff..aoff + n * ao.cols];
-        with_madd!(m => par::chunks_mut(dab, rpt * ao.cols, |c, chunk| {
-            kernels::spmm_rows(m, gvals, index, bm, c * rpt, chunk)
-        }));
-        let wcols = t.to_columns(gvals);
-        let cols = Cols {
-            t: t.index(),
-            w: &wcols,
-            stride: 1,
-            which: 0,
-            scale: T::Acc::ONE,
-            x: am,
-        };
-        let dbb = &mut db[boff..boff + m * bo.cols];
-        with_madd!(mm => par::chunks_mut(dbb, cpt * bo.cols, |c, chunk| {
-            kernels::cols(mm, &cols, c * cpt, chunk)
-        }));
+        spmm_on(plan, pi, gvals, bm, &mut da[aoff..aoff + n * ao.cols]);
+        transpose_times(plan, pi, gvals, am, &mut db[boff..boff + m * bo.cols])?;
     }
     Ok((
         array(a.shape().to_vec(), T::narrow(da)),
@@ -801,39 +867,27 @@ pub fn spmm_vjp<T: AttnFloat>(
         rows: n,
         cols: xo.cols,
     };
-    let cpt = rows_per_task(m, 4096);
-    let (rpt, mut tmp) = (rows_per_task(n, 4096), Vec::new());
+    let mut tmp = Vec::new();
     for e in 0..batch.count {
         let pi = batch.pattern(e, plan);
-        let (index, t) = (plan.index(pi), plan.transpose(pi)?);
         let vs = at.start(e, &batch, plan);
-        let nnz = index.idx.len();
+        let nnz = plan.index(pi).idx.len();
         let xoff = batch.offset(e, &xo);
         let (gm, xm) = (go.mat(&ga, e * n * xo.cols), xo.mat(&xa, xoff));
         // dvalues = (grad xᵀ) on the pattern, summed where the values are shared
         tmp.clear();
         tmp.resize(nnz, T::Acc::ZERO);
-        let rb = bounds(n, rpt);
-        let eb: Vec<usize> = rb.iter().map(|&r| index.ptr[r]).collect();
-        with_madd!(mm => par::parts_mut(&mut tmp, &eb, |c, chunk| {
-            kernels::sddmm_rows(mm, gm, xm, index, T::Acc::ONE, (rb[c], rb[c + 1]), chunk)
-        }));
+        sddmm_on(plan, pi, [gm, xm], T::Acc::ONE, &mut tmp);
         for (o, &v) in dvals[vs..vs + nnz].iter_mut().zip(&tmp) {
             *o = *o + v;
         }
-        let wcols = t.to_columns(&va[vs..vs + nnz]);
-        let cols = Cols {
-            t: t.index(),
-            w: &wcols,
-            stride: 1,
-            which: 0,
-            scale: T::Acc::ONE,
-            x: gm,
-        };
-        let dxb = &mut dx[xoff..xoff + m * xo.cols];
-        with_madd!(mm => par::chunks_mut(dxb, cpt * xo.cols, |c, chunk| {
-            kernels::cols(mm, &cols, c * cpt, chunk)
-        }));
+        transpose_times(
+            plan,
+            pi,
+            &va[vs..vs + nnz],
+            gm,
+            &mut dx[xoff..xoff + m * xo.cols],
+        )?;
     }
     Ok((
         array(values.shape().to_vec(), T::narrow(dvals)),

@@ -419,9 +419,15 @@ fn vjp_on_every_pattern_kind_and_wide_heads_equals_finite_differences() {
 
 #[test]
 fn sddmm_and_spmm_equal_dense_products_and_their_vjps_finite_differences() {
+    for t in TRAVERSALS {
+        sddmm_and_spmm_under(t);
+    }
+}
+
+fn sddmm_and_spmm_under(t: Traversal) {
     let mut rng = Rng(21);
     let p = rng.pattern(6, 8, 0.4);
-    let plan = AttentionPlan::new(p.clone());
+    let plan = AttentionPlan::new(p.clone()).with_traversal(t);
     let (mut a, mut b) = (rng.array(&[2, 6, 5]), rng.array(&[2, 8, 5]));
     let s = sddmm(a.view(), b.view(), &plan, 0.5).unwrap();
     assert_eq!(s.shape(), &[2, p.nnz()]);
@@ -1077,7 +1083,11 @@ fn auto_sweeps_key_slices_only_where_rows_scatter() {
         let plan = AttentionPlan::new(scattered.clone()).with_traversal(t);
         let o = attention(q.view(), k.view(), v.view(), &plan, &opts).unwrap();
         let gr = attention_vjp(q.view(), k.view(), v.view(), &plan, &opts, g.view()).unwrap();
-        [o, gr.dq, gr.dk, gr.dv]
+        let s = sddmm(q.view(), k.view(), &plan, 0.5).unwrap();
+        let (da, db) = sddmm_vjp(q.view(), k.view(), &plan, 0.5, s.view()).unwrap();
+        let y = spmm(s.view(), &plan, v.view()).unwrap();
+        let (dvals, dx) = spmm_vjp(s.view(), &plan, v.view(), g.view()).unwrap();
+        [o, gr.dq, gr.dk, gr.dv, s, da, db, y, dvals, dx]
     };
     let (a, b) = (run(Traversal::Rows), run(Traversal::Auto));
     for (x, y) in a.iter().zip(&b) {

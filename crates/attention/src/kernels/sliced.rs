@@ -11,7 +11,7 @@
 //! - gradient, key tasks: `dK` and `dV` from the buffers, the rows streamed in order and
 //!   each pair's update landing in the task's cached slice of `dK` and `dV`.
 
-use super::{combine, max_lanes, scores, softmax, sum_lanes, Acc, Attn, Madd, Mat};
+use super::{combine, max_lanes, scores, softmax, sum_lanes, Acc, Attn, Index, Madd, Mat};
 use masked_kernels::cpu::prefetch;
 use masked_kernels::multiversion;
 use masked_kernels::par::Scatter;
@@ -270,4 +270,111 @@ multiversion! {
     /// hold their rows): `dK_j += scale · Σ_i dS_ij Q_i` and `dV_j += Σ_i P_ij dO_i`,
     /// every query row streamed once a slice.
     pub fn grad_keys[A: Acc, M: Madd](m: M, c: &GradKeys<'_, A>, keys: (usize, usize), dk: &mut [A], dv: &mut [A]) = grad_keys_k;
+}
+
+#[inline(always)]
+fn sddmm_rows_k<A: Acc, M: Madd>(
+    _: M,
+    [a, b]: [Mat<'_, A>; 2],
+    p: Index<'_, usize>,
+    scale: A,
+    (width, nk): (usize, usize),
+    (r0, r1): (usize, usize),
+    out: &mut [A],
+) {
+    let e0 = p.ptr[r0];
+    let mut cur = p.ptr[r0..r1].to_vec();
+    for j1 in slices(0, nk, width) {
+        for (r, i) in (r0..r1).enumerate() {
+            prefetch_ahead::<A>(p.idx, &cur, r, e0, &[&*out]);
+            let (c, e) = take(p.idx, &mut cur[r], p.ptr[i + 1], j1);
+            if c < e {
+                scores::<A, M>(a.row(i), b, &p.idx[c..e], scale, &mut out[c - e0..e - e0]);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `out = scale · (a bᵀ)` for `ab = [a, b]` at the stored positions of rows
+    /// `r0..r1` (`out` holds exactly their entries), the keys `0..nk` swept in slices
+    /// of `width`.
+    pub fn sddmm_rows[A: Acc, M: Madd](m: M, ab: [Mat<'_, A>; 2], p: Index<'_, usize>, scale: A, slicing: (usize, usize), rows: (usize, usize), out: &mut [A]) = sddmm_rows_k;
+}
+
+#[inline(always)]
+fn spmm_rows_k<A: Acc, M: Madd>(
+    _: M,
+    vals: &[A],
+    p: Index<'_, usize>,
+    x: Mat<'_, A>,
+    (width, nk): (usize, usize),
+    (r0, r1): (usize, usize),
+    out: &mut [A],
+) {
+    let w = x.cols;
+    let mut cur = p.ptr[r0..r1].to_vec();
+    for j1 in slices(0, nk, width) {
+        for (r, i) in (r0..r1).enumerate() {
+            prefetch_ahead::<A>(p.idx, &cur, r, 0, &[vals]);
+            let (c, e) = take(p.idx, &mut cur[r], p.ptr[i + 1], j1);
+            if c < e {
+                combine::<A, M, usize>(&vals[c..e], &p.idx[c..e], x, &mut out[r * w..(r + 1) * w]);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `out += P x` for rows `r0..r1` of the pattern with values `vals` (`x.cols` values
+    /// a row in `out`), the keys `0..nk` swept in slices of `width`.
+    pub fn spmm_rows[A: Acc, M: Madd](m: M, vals: &[A], p: Index<'_, usize>, x: Mat<'_, A>, slicing: (usize, usize), rows: (usize, usize), out: &mut [A]) = spmm_rows_k;
+}
+
+/// `Pᵀ x` by key tasks: what [`scatter_keys`] reads.
+#[derive(Clone, Copy)]
+pub struct KeyScatter<'a, A> {
+    /// The pattern.
+    pub p: Index<'a, usize>,
+    /// One weight a stored position, in row order.
+    pub w: &'a [A],
+    /// The rows combined (one a query row).
+    pub x: Mat<'a, A>,
+    /// Query rows.
+    pub nq: usize,
+    /// Keys a slice.
+    pub width: usize,
+}
+
+#[inline(always)]
+fn scatter_keys_k<A: Acc, M: Madd>(
+    _: M,
+    s: &KeyScatter<'_, A>,
+    (k0, k1): (usize, usize),
+    out: &mut [A],
+) {
+    let (ptr, idx) = (s.p.ptr, s.p.idx);
+    let d = s.x.cols;
+    let mut cur: Vec<usize> = (0..s.nq)
+        .map(|i| ptr[i] + idx[ptr[i]..ptr[i + 1]].partition_point(|&j| j < k0))
+        .collect();
+    for j1 in slices(k0, k1, s.width) {
+        for i in 0..s.nq {
+            prefetch_ahead::<A>(idx, &cur, i, 0, &[s.w]);
+            let (lo, e) = take(idx, &mut cur[i], ptr[i + 1], j1);
+            if lo < e {
+                let xi = s.x.row(i);
+                for (&j, &w) in idx[lo..e].iter().zip(&s.w[lo..e]) {
+                    let j = j - k0;
+                    axpy::<A, M>(&mut out[j * d..(j + 1) * d], w, xi);
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `out_j += Σ_i w_ij x_i` for keys `k0..k1` (`x.cols` values a key in `out`), every
+    /// query row streamed once a slice.
+    pub fn scatter_keys[A: Acc, M: Madd](m: M, s: &KeyScatter<'_, A>, keys: (usize, usize), out: &mut [A]) = scatter_keys_k;
 }
