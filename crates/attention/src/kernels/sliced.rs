@@ -34,15 +34,67 @@ fn take(idx: &[usize], cur: &mut usize, row_end: usize, j1: usize) -> (usize, us
 /// each visit that the hardware does not foresee.
 const AHEAD: usize = 8;
 
-/// Prefetches the first key indices, and the first values of each of `vals`, at the
-/// cursor `AHEAD` rows on (`base` is where `vals` start in the pattern's positions).
+/// Prefetches the first key indices, and the first values of each of `vals` (pointers
+/// to per-position values, `base` the position `vals` start at), at the cursor `AHEAD`
+/// rows on.
 #[inline(always)]
-fn prefetch_ahead<A>(idx: &[usize], cur: &[usize], r: usize, base: usize, vals: &[&[A]]) {
+fn prefetch_ahead<A>(idx: &[usize], cur: &[usize], r: usize, base: usize, vals: &[*const A]) {
     if let Some(&c) = cur.get(r + AHEAD) {
         prefetch(idx.as_ptr().wrapping_add(c));
         prefetch(idx.as_ptr().wrapping_add(c + 8));
-        for v in vals {
-            prefetch(v.as_ptr().wrapping_add(c.wrapping_sub(base)));
+        for &v in vals {
+            prefetch(v.wrapping_add(c.wrapping_sub(base)));
+        }
+    }
+}
+
+/// A row task's walk: for each key slice of `0..nk` (`width` keys), for each row `i` of
+/// `r0..r1` with pairs inside it, `f(i - r0, i, c, e)` over its positions `c..e`;
+/// prefetching ahead as [`prefetch_ahead`] does for `vals`.
+#[inline(always)]
+fn visit_rows<A>(
+    p: Index<'_, usize>,
+    (r0, r1): (usize, usize),
+    (width, nk): (usize, usize),
+    (base, vals): (usize, &[*const A]),
+    mut f: impl FnMut(usize, usize, usize, usize),
+) {
+    let mut cur = p.ptr[r0..r1].to_vec();
+    for j1 in slices(0, nk, width) {
+        for (r, i) in (r0..r1).enumerate() {
+            prefetch_ahead(p.idx, &cur, r, base, vals);
+            let (c, e) = take(p.idx, &mut cur[r], p.ptr[i + 1], j1);
+            if c < e {
+                f(r, i, c, e);
+            }
+        }
+    }
+}
+
+/// A key task's walk: for each key slice of `k0..k1` (`width` keys), for each query row
+/// `i` of `0..nq` with pairs inside it, `f(i, c, e)` over its positions `c..e`;
+/// prefetching ahead as [`prefetch_ahead`] does for `vals` (in the pattern's positions).
+#[inline(always)]
+fn visit_keys<A>(
+    p: Index<'_, usize>,
+    nq: usize,
+    (k0, k1): (usize, usize),
+    width: usize,
+    vals: &[*const A],
+    mut f: impl FnMut(usize, usize, usize),
+) {
+    let (ptr, idx) = (p.ptr, p.idx);
+    // each row's first pair at or after key k0
+    let mut cur: Vec<usize> = (0..nq)
+        .map(|i| ptr[i] + idx[ptr[i]..ptr[i + 1]].partition_point(|&j| j < k0))
+        .collect();
+    for j1 in slices(k0, k1, width) {
+        for i in 0..nq {
+            prefetch_ahead(idx, &cur, i, 0, vals);
+            let (c, e) = take(idx, &mut cur[i], ptr[i + 1], j1);
+            if c < e {
+                f(i, c, e);
+            }
         }
     }
 }
@@ -71,51 +123,43 @@ fn attend_k<A: Acc, M: Madd>(
 ) {
     let dv = a.v.cols;
     let n = r1 - r0;
-    let mut cur = a.p.ptr[r0..r1].to_vec();
     let (mut m, mut l) = (vec![A::NEG_INFINITY; n], vec![A::ZERO; n]);
     let mut s = Vec::new();
-    for j1 in slices(0, nk, width) {
-        for (r, i) in (r0..r1).enumerate() {
-            prefetch_ahead::<A>(a.p.idx, &cur, r, 0, &[]);
-            let (c, e) = take(a.p.idx, &mut cur[r], a.p.ptr[i + 1], j1);
-            if c == e {
-                continue;
+    visit_rows::<A>(a.p, (r0, r1), (width, nk), (0, &[]), |r, i, c, e| {
+        let keys = &a.p.idx[c..e];
+        s.clear();
+        s.resize(e - c, A::ZERO);
+        scores::<A, M>(a.q.row(i), a.k, keys, a.scale, &mut s);
+        if let Some(b) = a.bias {
+            for (x, &bb) in s.iter_mut().zip(&b[c..e]) {
+                *x = *x + bb;
             }
-            let keys = &a.p.idx[c..e];
-            s.clear();
-            s.resize(e - c, A::ZERO);
-            scores::<A, M>(a.q.row(i), a.k, keys, a.scale, &mut s);
-            if let Some(b) = a.bias {
-                for (x, &bb) in s.iter_mut().zip(&b[c..e]) {
-                    *x = *x + bb;
-                }
-            }
-            // padded to whole 16-lane blocks with -inf (weight 0): the max, exp and sum
-            // below run no scalar remainder, which costs more than a block on a visit
-            // of a few dozen pairs
-            s.resize((e - c).next_multiple_of(super::L), A::NEG_INFINITY);
-            let o = &mut out[r * dv..(r + 1) * dv];
-            let (mx, mi) = (max_lanes(&s), m[r]);
-            let mn = if mx > mi || mx.is_nan() { mx } else { mi };
-            if mn == A::NEG_INFINITY {
-                continue; // every score so far is -inf: nothing to add
-            }
-            if mn != mi {
-                // a larger largest score (or a NaN): rescale what the row has summed
-                let f = M::exp(mi - mn);
-                l[r] = l[r] * f;
-                for x in o.iter_mut() {
-                    *x = *x * f;
-                }
-                m[r] = mn;
-            }
-            for x in s.iter_mut() {
-                *x = M::exp(*x - mn);
-            }
-            l[r] = l[r] + sum_lanes::<A, M>(&s);
-            combine::<A, M, usize>(&s, keys, a.v, o);
         }
-    }
+        // padded to whole 16-lane blocks with -inf (weight 0): the max, exp and sum
+        // below run no scalar remainder, which costs more than a block on a visit
+        // of a few dozen pairs
+        s.resize((e - c).next_multiple_of(super::L), A::NEG_INFINITY);
+        let o = &mut out[r * dv..(r + 1) * dv];
+        let (mx, mi) = (max_lanes(&s), m[r]);
+        let mn = if mx > mi || mx.is_nan() { mx } else { mi };
+        if mn == A::NEG_INFINITY {
+            return; // every score so far is -inf: nothing to add
+        }
+        if mn != mi {
+            // a larger largest score (or a NaN): rescale what the row has summed
+            let f = M::exp(mi - mn);
+            l[r] = l[r] * f;
+            for x in o.iter_mut() {
+                *x = *x * f;
+            }
+            m[r] = mn;
+        }
+        for x in s.iter_mut() {
+            *x = M::exp(*x - mn);
+        }
+        l[r] = l[r] + sum_lanes::<A, M>(&s);
+        combine::<A, M, usize>(&s, keys, a.v, o);
+    });
     for (o, &l) in out.chunks_exact_mut(dv.max(1)).zip(&l) {
         // a row with no finite score (l = 0) is zeros already
         if l != A::ZERO {
@@ -161,19 +205,12 @@ fn grad_rows_k<A: Acc, M: Madd>(
     // SAFETY: the positions of rows r0..r1 belong to this task only
     let (p, ds) = unsafe { (pairs.p.part(e0, ptr[r1]), pairs.ds.part(e0, ptr[r1])) };
     // each pair's score and dP, a key slice at a time
-    let mut cur = ptr[r0..r1].to_vec();
-    for j1 in slices(0, nk, width) {
-        for (r, i) in (r0..r1).enumerate() {
-            prefetch_ahead::<A>(idx, &cur, r, e0, &[p, ds]);
-            let (c, e) = take(idx, &mut cur[r], ptr[i + 1], j1);
-            if c == e {
-                continue;
-            }
-            let keys = &idx[c..e];
-            scores::<A, M>(a.q.row(i), a.k, keys, a.scale, &mut p[c - e0..e - e0]);
-            scores::<A, M>(g.row(i), a.v, keys, A::ONE, &mut ds[c - e0..e - e0]);
-        }
-    }
+    let pf = [p.as_ptr(), ds.as_ptr()];
+    visit_rows(a.p, (r0, r1), (width, nk), (e0, &pf), |_, i, c, e| {
+        let keys = &idx[c..e];
+        scores::<A, M>(a.q.row(i), a.k, keys, a.scale, &mut p[c - e0..e - e0]);
+        scores::<A, M>(g.row(i), a.v, keys, A::ONE, &mut ds[c - e0..e - e0]);
+    });
     // per row: P, D = Σ P dP, dS = P (dP - D)
     for i in r0..r1 {
         let (lo, hi) = (ptr[i], ptr[i + 1]);
@@ -196,17 +233,11 @@ fn grad_rows_k<A: Acc, M: Madd>(
         }
     }
     // dQ += scale · dS K, a key slice at a time
-    cur.copy_from_slice(&ptr[r0..r1]);
-    for j1 in slices(0, nk, width) {
-        for (r, i) in (r0..r1).enumerate() {
-            prefetch_ahead::<A>(idx, &cur, r, e0, &[ds]);
-            let (c, e) = take(idx, &mut cur[r], ptr[i + 1], j1);
-            if c < e {
-                let dqi = &mut dq[r * d..(r + 1) * d];
-                combine::<A, M, usize>(&ds[c - e0..e - e0], &idx[c..e], a.k, dqi);
-            }
-        }
-    }
+    let pf = [ds.as_ptr()];
+    visit_rows(a.p, (r0, r1), (width, nk), (e0, &pf), |r, _, c, e| {
+        let dqi = &mut dq[r * d..(r + 1) * d];
+        combine::<A, M, usize>(&ds[c - e0..e - e0], &idx[c..e], a.k, dqi);
+    });
 }
 
 multiversion! {
@@ -242,27 +273,17 @@ fn grad_keys_k<A: Acc, M: Madd>(
     dk: &mut [A],
     dv: &mut [A],
 ) {
-    let (a, (ptr, idx)) = (&c.a, (c.a.p.ptr, c.a.p.idx));
+    let (a, idx) = (&c.a, c.a.p.idx);
     let (d, dvw) = (a.q.cols, a.v.cols);
-    // each row's first pair at or after key k0
-    let mut cur: Vec<usize> = (0..c.nq)
-        .map(|i| ptr[i] + idx[ptr[i]..ptr[i + 1]].partition_point(|&j| j < k0))
-        .collect();
-    for j1 in slices(k0, k1, c.width) {
-        for i in 0..c.nq {
-            prefetch_ahead::<A>(idx, &cur, i, 0, &[c.p, c.ds]);
-            let (lo, e) = take(idx, &mut cur[i], ptr[i + 1], j1);
-            if lo == e {
-                continue;
-            }
-            let (qi, gi) = (a.q.row(i), c.g.row(i));
-            for ((&j, &ds), &p) in idx[lo..e].iter().zip(&c.ds[lo..e]).zip(&c.p[lo..e]) {
-                let j = j - k0;
-                axpy::<A, M>(&mut dk[j * d..(j + 1) * d], ds, qi);
-                axpy::<A, M>(&mut dv[j * dvw..(j + 1) * dvw], p, gi);
-            }
+    let pf = [c.p.as_ptr(), c.ds.as_ptr()];
+    visit_keys(a.p, c.nq, (k0, k1), c.width, &pf, |i, lo, e| {
+        let (qi, gi) = (a.q.row(i), c.g.row(i));
+        for ((&j, &ds), &p) in idx[lo..e].iter().zip(&c.ds[lo..e]).zip(&c.p[lo..e]) {
+            let j = j - k0;
+            axpy::<A, M>(&mut dk[j * d..(j + 1) * d], ds, qi);
+            axpy::<A, M>(&mut dv[j * dvw..(j + 1) * dvw], p, gi);
         }
-    }
+    });
 }
 
 multiversion! {
@@ -283,16 +304,10 @@ fn sddmm_rows_k<A: Acc, M: Madd>(
     out: &mut [A],
 ) {
     let e0 = p.ptr[r0];
-    let mut cur = p.ptr[r0..r1].to_vec();
-    for j1 in slices(0, nk, width) {
-        for (r, i) in (r0..r1).enumerate() {
-            prefetch_ahead::<A>(p.idx, &cur, r, e0, &[&*out]);
-            let (c, e) = take(p.idx, &mut cur[r], p.ptr[i + 1], j1);
-            if c < e {
-                scores::<A, M>(a.row(i), b, &p.idx[c..e], scale, &mut out[c - e0..e - e0]);
-            }
-        }
-    }
+    let pf = [out.as_ptr()];
+    visit_rows(p, (r0, r1), (width, nk), (e0, &pf), |_, i, c, e| {
+        scores::<A, M>(a.row(i), b, &p.idx[c..e], scale, &mut out[c - e0..e - e0]);
+    });
 }
 
 multiversion! {
@@ -313,16 +328,15 @@ fn spmm_rows_k<A: Acc, M: Madd>(
     out: &mut [A],
 ) {
     let w = x.cols;
-    let mut cur = p.ptr[r0..r1].to_vec();
-    for j1 in slices(0, nk, width) {
-        for (r, i) in (r0..r1).enumerate() {
-            prefetch_ahead::<A>(p.idx, &cur, r, 0, &[vals]);
-            let (c, e) = take(p.idx, &mut cur[r], p.ptr[i + 1], j1);
-            if c < e {
-                combine::<A, M, usize>(&vals[c..e], &p.idx[c..e], x, &mut out[r * w..(r + 1) * w]);
-            }
-        }
-    }
+    visit_rows(
+        p,
+        (r0, r1),
+        (width, nk),
+        (0, &[vals.as_ptr()]),
+        |r, _, c, e| {
+            combine::<A, M, usize>(&vals[c..e], &p.idx[c..e], x, &mut out[r * w..(r + 1) * w]);
+        },
+    );
 }
 
 multiversion! {
@@ -353,24 +367,14 @@ fn scatter_keys_k<A: Acc, M: Madd>(
     (k0, k1): (usize, usize),
     out: &mut [A],
 ) {
-    let (ptr, idx) = (s.p.ptr, s.p.idx);
     let d = s.x.cols;
-    let mut cur: Vec<usize> = (0..s.nq)
-        .map(|i| ptr[i] + idx[ptr[i]..ptr[i + 1]].partition_point(|&j| j < k0))
-        .collect();
-    for j1 in slices(k0, k1, s.width) {
-        for i in 0..s.nq {
-            prefetch_ahead::<A>(idx, &cur, i, 0, &[s.w]);
-            let (lo, e) = take(idx, &mut cur[i], ptr[i + 1], j1);
-            if lo < e {
-                let xi = s.x.row(i);
-                for (&j, &w) in idx[lo..e].iter().zip(&s.w[lo..e]) {
-                    let j = j - k0;
-                    axpy::<A, M>(&mut out[j * d..(j + 1) * d], w, xi);
-                }
-            }
+    visit_keys(s.p, s.nq, (k0, k1), s.width, &[s.w.as_ptr()], |i, lo, e| {
+        let xi = s.x.row(i);
+        for (&j, &w) in s.p.idx[lo..e].iter().zip(&s.w[lo..e]) {
+            let j = j - k0;
+            axpy::<A, M>(&mut out[j * d..(j + 1) * d], w, xi);
         }
-    }
+    });
 }
 
 multiversion! {
