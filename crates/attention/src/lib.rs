@@ -195,6 +195,15 @@ fn sliced_rows_per_task(n: usize) -> usize {
     n.div_ceil(par::threads()).max(1)
 }
 
+/// Keys per key task of the key-sliced traversal: two tasks a thread, in whole slices
+/// of `w` (at most the `nk` keys there are, whatever the width asked for).
+fn key_task_width(nk: usize, w: usize) -> usize {
+    nk.div_ceil(2 * par::threads())
+        .div_ceil(w)
+        .saturating_mul(w)
+        .clamp(1, nk.max(1))
+}
+
 /// The chunk bounds `[0, r, 2r, .., n]`.
 fn bounds(n: usize, r: usize) -> Vec<usize> {
     let mut b: Vec<usize> = (0..n).step_by(r.max(1)).collect();
@@ -421,7 +430,7 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
                 }));
             }
             // key tasks: dK and dV, two a thread, whole slices each
-            let kpt = nk.div_ceil(2 * par::threads()).div_ceil(w).max(1) * w;
+            let kpt = key_task_width(nk, w);
             let gk = GradKeys {
                 a,
                 g: gm,
@@ -716,7 +725,7 @@ fn transpose_times<A: Acc>(
                 nq,
                 width: w,
             };
-            let kpt = nk.div_ceil(2 * par::threads()).div_ceil(w).max(1) * w;
+            let kpt = key_task_width(nk, w);
             with_madd!(m => par::chunks_mut(out, kpt * width, |c, chunk| {
                 sliced::scatter_keys(m, &ks, (c * kpt, ((c + 1) * kpt).min(nk)), chunk)
             }));

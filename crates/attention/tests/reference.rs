@@ -168,13 +168,14 @@ fn close(a: &[f64], b: &[f64], tol: f64, what: &str) {
 }
 
 /// Every way to walk a pattern: a row at a time; key slices of one key (every slice a
-/// new largest score for the online softmax to rescale by), of three, and of the width
-/// chosen from the head dims (one slice at these sizes).
-const TRAVERSALS: [Traversal; 4] = [
+/// new largest score for the online softmax to rescale by), of three, of the width
+/// chosen from the head dims (one slice at these sizes) and of the widest width asked.
+const TRAVERSALS: [Traversal; 5] = [
     Traversal::Rows,
     Traversal::KeySlices(1),
     Traversal::KeySlices(3),
     Traversal::KeySlices(0),
+    Traversal::KeySlices(usize::MAX),
 ];
 
 fn plan_of(pats: &[Pattern]) -> AttentionPlan {
