@@ -375,6 +375,14 @@ fn scores<A: Acc, M: Madd>(q: &[A], k: Mat<'_, A>, keys: &[usize], scale: A, s: 
     }
 }
 
+/// `xs += ys` (a bias added to scores).
+#[inline(always)]
+fn add_to<A: Acc>(xs: &mut [A], ys: &[A]) {
+    for (x, &y) in xs.iter_mut().zip(ys) {
+        *x = *x + y;
+    }
+}
+
 /// The sum of `xs`, in 16 lanes.
 #[inline(always)]
 fn sum_lanes<A: Acc, M: Madd>(xs: &[A]) -> A {
@@ -537,9 +545,7 @@ impl<A: Acc> Attn<'_, A> {
         s.resize(keys.len(), A::ZERO);
         scores::<A, M>(self.q.row(i), self.k, keys, self.scale, s);
         if let Some(b) = self.bias {
-            for (x, &bb) in s.iter_mut().zip(&b[lo..hi]) {
-                *x = *x + bb;
-            }
+            add_to(s, &b[lo..hi]);
         }
         let (m, inv) = softmax::<A, M>(s);
         (keys, m, inv)

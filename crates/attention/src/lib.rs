@@ -188,11 +188,15 @@ fn rows_per_task(n: usize, cap: usize) -> usize {
     n.div_ceil(8 * par::threads()).clamp(1, cap.max(1))
 }
 
-/// Rows per task of the key-sliced traversal: one task a thread, as each task loads
-/// every key and value row of each slice into its cache once, whatever its rows (more
-/// rows a task: more pairs served by each load).
-fn sliced_rows_per_task(n: usize) -> usize {
-    n.div_ceil(par::threads()).max(1)
+/// Rows per task of a traversal (`width`: the key slices', or `None`: a row at a time).
+/// A row at a time: about eight tasks a thread, at most 4096 rows. In key slices: one
+/// task a thread, as each task loads every key and value row of each slice into its
+/// cache once, whatever its rows (more rows a task: more pairs served by each load).
+fn task_rows(n: usize, width: Option<usize>) -> usize {
+    match width {
+        Some(_) => n.div_ceil(par::threads()).max(1),
+        None => rows_per_task(n, 4096),
+    }
 }
 
 /// Keys per key task of the key-sliced traversal: two tasks a thread, in whole slices
@@ -298,7 +302,6 @@ fn attend<A: Acc>(inp: &Inputs<'_, A>, plan: &AttentionPlan) -> Result<Vec<A>> {
     let bias = inp.bias.as_deref();
     let ((nq, nk), dv) = (plan.shape(), vo.cols);
     let mut out = zeros::<A>(batch.count * nq * dv, "attention's output")?;
-    let rpt = rows_per_task(nq, 4096);
     for b in 0..batch.count {
         let pi = batch.pattern(b, plan);
         let a = Attn {
@@ -310,15 +313,13 @@ fn attend<A: Acc>(inp: &Inputs<'_, A>, plan: &AttentionPlan) -> Result<Vec<A>> {
             scale,
         };
         let ob = &mut out[b * nq * dv..(b + 1) * nq * dv];
+        let width = plan.slice_width(pi, row_bytes::<A>(qo.cols, dv));
+        let rpt = task_rows(nq, width);
         let rows = |c: usize| (c * rpt, ((c + 1) * rpt).min(nq));
-        match plan.slice_width(pi, row_bytes::<A>(qo.cols, dv)) {
-            Some(w) => {
-                let spt = sliced_rows_per_task(nq);
-                let rows = |c: usize| (c * spt, ((c + 1) * spt).min(nq));
-                with_madd!(m => par::chunks_mut(ob, spt * dv, |c, chunk| {
-                    sliced::attend_rows(m, &a, (w, nk), rows(c), chunk)
-                }))
-            }
+        match width {
+            Some(w) => with_madd!(m => par::chunks_mut(ob, rpt * dv, |c, chunk| {
+                sliced::attend_rows(m, &a, (w, nk), rows(c), chunk)
+            })),
             None => with_madd!(m => par::chunks_mut(ob, rpt * dv, |c, chunk| {
                 let (r0, r1) = rows(c);
                 kernels::attend_rows(m, &a, r0, r1, chunk)
@@ -379,9 +380,6 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
     let mut stats: Vec<RowStat<A>> = Vec::new();
     // the key-sliced traversal's two values a pair, sized for the largest such pattern
     let mut pairs: [Vec<A>; 2] = [Vec::new(), Vec::new()];
-    let rpt = rows_per_task(nq, 4096);
-    let rb = bounds(nq, rpt);
-    let db: Vec<usize> = rb.iter().map(|&r| r * d).collect();
     let go = Operand {
         lead: batch.lead.clone(),
         rows: nq,
@@ -407,7 +405,12 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
             bias.map(|_| par::Scatter::new(&mut dbias[plan.start(pi)..plan.start(pi + 1)]));
         let dqb = &mut dq[qb..qb + nq * d];
         let (dkb, dvb) = (&mut dk[kb..kb + nk * d], &mut dvv[vb..vb + nk * dv]);
-        if let Some(w) = plan.slice_width(pi, row_bytes::<A>(d, dv)) {
+        // row chunks of dq (empty ones too where d = 0: the rows still write their
+        // statistics or per-pair values)
+        let width = plan.slice_width(pi, row_bytes::<A>(d, dv));
+        let rb = bounds(nq, task_rows(nq, width));
+        let db: Vec<usize> = rb.iter().map(|&r| r * d).collect();
+        if let Some(w) = width {
             let nnz = a.p.idx.len();
             for x in &mut pairs {
                 if x.len() < nnz {
@@ -415,18 +418,15 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
                 }
             }
             let [p, ds] = &mut pairs;
-            let sb = bounds(nq, sliced_rows_per_task(nq));
-            let sdb: Vec<usize> = sb.iter().map(|&r| r * d).collect();
             {
-                // row tasks: each pair's P and scale · dS, dQ, the bias gradient (row
-                // chunks of dq, empty ones too where d = 0: the rows still write P, dS)
+                // row tasks: each pair's P and scale · dS, dQ, the bias gradient
                 let out = Pairs {
                     p: par::Scatter::new(p),
                     ds: par::Scatter::new(ds),
                     dbias: dbias_b,
                 };
-                with_madd!(m => par::parts_mut(dqb, &sdb, |c, dqc| {
-                    sliced::grad_rows(m, &a, gm, (w, nk), (sb[c], sb[c + 1]), dqc, &out)
+                with_madd!(m => par::parts_mut(dqb, &db, |c, dqc| {
+                    sliced::grad_rows(m, &a, gm, (w, nk), (rb[c], rb[c + 1]), dqc, &out)
                 }));
             }
             // key tasks: dK and dV, two a thread, whole slices each
@@ -670,10 +670,7 @@ fn sddmm_on<A: Acc>(
     let index = plan.index(pi);
     let (n, nk) = plan.shape();
     let width = plan.slice_width(pi, row_bytes::<A>(bm.cols, 0));
-    let rb = bounds(
-        n,
-        width.map_or(rows_per_task(n, 4096), |_| sliced_rows_per_task(n)),
-    );
+    let rb = bounds(n, task_rows(n, width));
     let eb: Vec<usize> = rb.iter().map(|&r| index.ptr[r]).collect();
     let rows = |c: usize| (rb[c], rb[c + 1]);
     match width {
@@ -692,7 +689,7 @@ fn spmm_on<A: Acc>(plan: &AttentionPlan, pi: usize, vals: &[A], xm: Mat<'_, A>, 
     let index = plan.index(pi);
     let (n, nk) = plan.shape();
     let width = plan.slice_width(pi, row_bytes::<A>(xm.cols, 0));
-    let rpt = width.map_or(rows_per_task(n, 4096), |_| sliced_rows_per_task(n));
+    let rpt = task_rows(n, width);
     let rows = |c: usize| (c * rpt, ((c + 1) * rpt).min(n));
     match width {
         Some(w) => with_madd!(m => par::chunks_mut(out, rpt * xm.cols, |c, chunk| {

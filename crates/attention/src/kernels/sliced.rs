@@ -11,7 +11,7 @@
 //! - gradient, key tasks: `dK` and `dV` from the buffers, the rows streamed in order and
 //!   each pair's update landing in the task's cached slice of `dK` and `dV`.
 
-use super::{combine, max_lanes, scores, softmax, sum_lanes, Acc, Attn, Index, Madd, Mat};
+use super::{add_to, combine, max_lanes, scores, softmax, sum_lanes, Acc, Attn, Index, Madd, Mat};
 use masked_kernels::cpu::prefetch;
 use masked_kernels::multiversion;
 use masked_kernels::par::Scatter;
@@ -48,20 +48,20 @@ fn prefetch_ahead<A>(idx: &[usize], cur: &[usize], r: usize, base: usize, vals: 
     }
 }
 
-/// A row task's walk: for each key slice of `0..nk` (`width` keys), for each row `i` of
-/// `r0..r1` with pairs inside it, `f(i - r0, i, c, e)` over its positions `c..e`;
-/// prefetching ahead as [`prefetch_ahead`] does for `vals`.
+/// The walk both task kinds share: for each key slice of `k0..k1` (`width` keys), for
+/// each row `rows.0 + r` (`cur[r]` its cursor) with pairs inside it, `f(r, i, c, e)`
+/// over its positions `c..e`; prefetching ahead as [`prefetch_ahead`] does for `vals`.
 #[inline(always)]
-fn visit_rows<A>(
+fn walk<A>(
     p: Index<'_, usize>,
-    (r0, r1): (usize, usize),
-    (width, nk): (usize, usize),
+    (r0, mut cur): (usize, Vec<usize>),
+    (k0, k1, width): (usize, usize, usize),
     (base, vals): (usize, &[*const A]),
     mut f: impl FnMut(usize, usize, usize, usize),
 ) {
-    let mut cur = p.ptr[r0..r1].to_vec();
-    for j1 in slices(0, nk, width) {
-        for (r, i) in (r0..r1).enumerate() {
+    for j1 in slices(k0, k1, width) {
+        for r in 0..cur.len() {
+            let i = r0 + r;
             prefetch_ahead(p.idx, &cur, r, base, vals);
             let (c, e) = take(p.idx, &mut cur[r], p.ptr[i + 1], j1);
             if c < e {
@@ -71,31 +71,45 @@ fn visit_rows<A>(
     }
 }
 
-/// A key task's walk: for each key slice of `k0..k1` (`width` keys), for each query row
-/// `i` of `0..nq` with pairs inside it, `f(i, c, e)` over its positions `c..e`;
-/// prefetching ahead as [`prefetch_ahead`] does for `vals` (in the pattern's positions).
+/// A row task's walk over rows `r0..r1` and every key: [`walk`] from each row's start.
+#[inline(always)]
+fn visit_rows<A>(
+    p: Index<'_, usize>,
+    (r0, r1): (usize, usize),
+    (width, nk): (usize, usize),
+    pf: (usize, &[*const A]),
+    f: impl FnMut(usize, usize, usize, usize),
+) {
+    walk(p, (r0, p.ptr[r0..r1].to_vec()), (0, nk, width), pf, f);
+}
+
+/// A key task's walk over keys `k0..k1` and every one of `nq` query rows: [`walk`] from
+/// each row's first pair at or after `k0` (`vals` in the pattern's positions).
 #[inline(always)]
 fn visit_keys<A>(
     p: Index<'_, usize>,
     nq: usize,
-    (k0, k1): (usize, usize),
-    width: usize,
+    (k0, k1, width): (usize, usize, usize),
     vals: &[*const A],
     mut f: impl FnMut(usize, usize, usize),
 ) {
     let (ptr, idx) = (p.ptr, p.idx);
-    // each row's first pair at or after key k0
-    let mut cur: Vec<usize> = (0..nq)
+    let cur = (0..nq)
         .map(|i| ptr[i] + idx[ptr[i]..ptr[i + 1]].partition_point(|&j| j < k0))
         .collect();
-    for j1 in slices(k0, k1, width) {
-        for i in 0..nq {
-            prefetch_ahead(idx, &cur, i, 0, vals);
-            let (c, e) = take(idx, &mut cur[i], ptr[i + 1], j1);
-            if c < e {
-                f(i, c, e);
-            }
-        }
+    walk(p, (0, cur), (k0, k1, width), (0, vals), |_, i, c, e| {
+        f(i, c, e)
+    });
+}
+
+/// `out_(j - k0) += w_t · x` for each pair `t` (key `j = keys[t]`) of one query row
+/// (`x`), `out` holding keys `k0..` a row each of `x`'s length.
+#[inline(always)]
+fn scatter_row<A: Acc, M: Madd>(keys: &[usize], w: &[A], k0: usize, x: &[A], out: &mut [A]) {
+    let d = x.len();
+    for (&j, &wt) in keys.iter().zip(w) {
+        let j = j - k0;
+        axpy::<A, M>(&mut out[j * d..(j + 1) * d], wt, x);
     }
 }
 
@@ -131,9 +145,7 @@ fn attend_k<A: Acc, M: Madd>(
         s.resize(e - c, A::ZERO);
         scores::<A, M>(a.q.row(i), a.k, keys, a.scale, &mut s);
         if let Some(b) = a.bias {
-            for (x, &bb) in s.iter_mut().zip(&b[c..e]) {
-                *x = *x + bb;
-            }
+            add_to(&mut s, &b[c..e]);
         }
         // padded to whole 16-lane blocks with -inf (weight 0): the max, exp and sum
         // below run no scalar remainder, which costs more than a block on a visit
@@ -216,9 +228,7 @@ fn grad_rows_k<A: Acc, M: Madd>(
         let (lo, hi) = (ptr[i], ptr[i + 1]);
         let (pr, dr) = (&mut p[lo - e0..hi - e0], &mut ds[lo - e0..hi - e0]);
         if let Some(b) = a.bias {
-            for (x, &bb) in pr.iter_mut().zip(&b[lo..hi]) {
-                *x = *x + bb;
-            }
+            add_to(pr, &b[lo..hi]);
         }
         softmax::<A, M>(pr);
         let big_d = super::dot1::<A, M>(pr, dr);
@@ -274,15 +284,10 @@ fn grad_keys_k<A: Acc, M: Madd>(
     dv: &mut [A],
 ) {
     let (a, idx) = (&c.a, c.a.p.idx);
-    let (d, dvw) = (a.q.cols, a.v.cols);
     let pf = [c.p.as_ptr(), c.ds.as_ptr()];
-    visit_keys(a.p, c.nq, (k0, k1), c.width, &pf, |i, lo, e| {
-        let (qi, gi) = (a.q.row(i), c.g.row(i));
-        for ((&j, &ds), &p) in idx[lo..e].iter().zip(&c.ds[lo..e]).zip(&c.p[lo..e]) {
-            let j = j - k0;
-            axpy::<A, M>(&mut dk[j * d..(j + 1) * d], ds, qi);
-            axpy::<A, M>(&mut dv[j * dvw..(j + 1) * dvw], p, gi);
-        }
+    visit_keys(a.p, c.nq, (k0, k1, c.width), &pf, |i, lo, e| {
+        scatter_row::<A, M>(&idx[lo..e], &c.ds[lo..e], k0, a.q.row(i), dk);
+        scatter_row::<A, M>(&idx[lo..e], &c.p[lo..e], k0, c.g.row(i), dv);
     });
 }
 
@@ -367,13 +372,8 @@ fn scatter_keys_k<A: Acc, M: Madd>(
     (k0, k1): (usize, usize),
     out: &mut [A],
 ) {
-    let d = s.x.cols;
-    visit_keys(s.p, s.nq, (k0, k1), s.width, &[s.w.as_ptr()], |i, lo, e| {
-        let xi = s.x.row(i);
-        for (&j, &w) in s.p.idx[lo..e].iter().zip(&s.w[lo..e]) {
-            let j = j - k0;
-            axpy::<A, M>(&mut out[j * d..(j + 1) * d], w, xi);
-        }
+    visit_keys(s.p, s.nq, (k0, k1, s.width), &[s.w.as_ptr()], |i, lo, e| {
+        scatter_row::<A, M>(&s.p.idx[lo..e], &s.w[lo..e], k0, s.x.row(i), out);
     });
 }
 
