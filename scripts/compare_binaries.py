@@ -3,7 +3,7 @@
   python scripts/compare_binaries.py OLD_MASKED NEW_MASKED [ROUNDS]
 
 Runs the same `masked bench --json` commands (dense, CSR and COO, the README's main job
-ops) with the two binaries in turn, ROUNDS times (default 5), and prints per op and
+ops; f16 and f64; the elementwise math; sparse attention) with the two binaries in turn, ROUNDS times (default 5), and prints per op and
 layout the median of new/old time ratios over the rounds, and each round's ratio. A
 ratio above 1.05 whose rounds mostly agree is a regression. Standard library only.
 """
@@ -31,6 +31,18 @@ JOBS = [
                  "--repeat", "7"]),
     ("coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01", "--dim", "2",
              "--op", "sum,amax,median,softmax", "--repeat", "7"]),
+    # the halves (their kernels are not the f32 ones), f64, the elementwise math
+    ("dense-f16", ["--layout", "dense", "--dtype", "f16", "--op", "sum,var,softmax,median",
+                   "--repeat", "7"]),
+    ("dense-f64", ["--layout", "dense", "--dtype", "f64", "--op", "sum,var,softmax",
+                   "--repeat", "7"]),
+    ("unary", ["--layout", "dense", "--values", "positive", "--op",
+               "exp,log,tanh,sigmoid,add,vjp-softmax", "--repeat", "7"]),
+    # sparse attention: a band (row traversal) and a random pattern (key slices)
+    ("attn-band", ["--op", "attention,attention-vjp", "--shape", "8192,64", "--pattern",
+                   "band:256", "--repeat", "5"]),
+    ("attn-rand", ["--op", "attention,sddmm,spmm", "--shape", "16384,64", "--pattern",
+                   "random:0.01", "--repeat", "5"]),
 ]
 
 

@@ -95,6 +95,33 @@ pub fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// How far ahead of a run [`prefetch_ahead`] asks for the values, in bytes.
+pub const AHEAD_BYTES: usize = 2048;
+
+/// Asks for the cache lines [`AHEAD_BYTES`] past each of the first `n` elements of `xs`:
+/// call it before folding the run `xs[..n]` of an array whose runs are folded one after
+/// the other (CSR rows, a dense array's last-dim lanes, COO groups), `xs` reaching to
+/// the array's end. A short run ends in a mispredicted branch that discards the loads
+/// the CPU had begun for the next runs; asked for ahead, they arrive in time (one
+/// thread's row sum over CSR rows of 100 entries took 0.6x the time). Runs longer than
+/// `2 * AHEAD_BYTES` ask for nothing: the hardware's prefetcher follows them, and the
+/// extra loads slowed a 4096² masked sum by a fifth. Past the slice's end it asks for
+/// nothing that matters: a prefetch never faults.
+#[inline(always)]
+pub fn prefetch_ahead<T>(xs: &[T], n: usize) {
+    let size = std::mem::size_of::<T>().max(1);
+    if n * size > 2 * AHEAD_BYTES {
+        return;
+    }
+    let (ahead, line) = (AHEAD_BYTES / size, (64 / size).max(1));
+    let base = xs.as_ptr();
+    let mut k = ahead;
+    while k < n + ahead {
+        prefetch(base.wrapping_add(k));
+        k += line;
+    }
+}
+
 /// Without x86-64 there is no AVX-512.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn has_avx512() -> bool {

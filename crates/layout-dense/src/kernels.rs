@@ -136,7 +136,9 @@ impl<T: Element> Source<T> for [T] {
         _: &mut Vec<T>,
     ) -> Option<usize> {
         // the values from the run's start on: the kernel may end with whole vectors
-        op.push_run_within(state, &self[start..], len, bits, idx0);
+        let within = &self[start..];
+        masked_kernels::cpu::prefetch_ahead(within, len);
+        op.push_run_within(state, within, len, bits, idx0);
         None
     }
 }

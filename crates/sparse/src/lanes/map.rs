@@ -55,6 +55,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             let e = self.row(r);
             let bits = self.bits_at(e.start);
             let len = self.count_valid(e.clone());
+            masked_kernels::cpu::prefetch_ahead(&self.values[e.start..], e.len());
             if bits.is_none() {
                 map.map(&self.values[e], None, &mut vout[o..o + len]);
             } else {
