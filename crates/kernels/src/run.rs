@@ -925,20 +925,29 @@ mod tests {
                 (k.wrapping_mul(2_654_435_761) >> 8) as f32 * 1e-3 - 7000.0 + 1e7 * (k % 7) as f32
             })
             .collect();
+        let words = words8();
         for n in [33, 64, 95, 100, 257, 300] {
-            let mut acc = [0.0f32; W];
-            for (k, &x) in xs[..n].iter().enumerate() {
-                acc[k % W] += x;
-            }
-            let mut h = W / 2;
-            while h > 0 {
-                for j in 0..h {
-                    acc[j] += acc[j + h];
+            // unmasked, then masked (a run's last partial word takes the tail, the
+            // elements past it too when the run is the whole slice)
+            for bits in [None, Some(Bits::new(&words, 3))] {
+                let mut acc = [0.0f32; W];
+                for (k, &x) in xs[..n].iter().enumerate() {
+                    if bits.is_none_or(|b| b.get(k)) {
+                        acc[k % W] += x;
+                    }
                 }
-                h /= 2;
+                let mut h = W / 2;
+                while h > 0 {
+                    for j in 0..h {
+                        acc[j] += acc[j + h];
+                    }
+                    h /= 2;
+                }
+                let got = wide_kernel(&FSum, &xs[..n], n, bits, 0);
+                assert_eq!(got.to_bits(), acc[0].to_bits(), "n = {n}, {bits:?}");
+                let got = wide_kernel(&FSum, &xs, n, bits, 0);
+                assert_eq!(got.to_bits(), acc[0].to_bits(), "within, n = {n}");
             }
-            let got = wide_kernel(&FSum, &xs[..n], n, None, 0);
-            assert_eq!(got.to_bits(), acc[0].to_bits(), "n = {n}");
         }
     }
 
