@@ -583,37 +583,23 @@ fn bad_inputs_are_typed_errors() {
     let plan = AttentionPlan::new(Pattern::causal(4).unwrap());
     let z = |s: &[usize]| ArrayD::<f32>::zeros(IxDyn(s));
     let o = Options::default();
-    let e = attention(
-        z(&[5, 3]).view(),
-        z(&[4, 3]).view(),
-        z(&[4, 2]).view(),
-        &plan,
-        &o,
-    );
-    assert!(matches!(e, Err(MaskedError::ShapeMismatch { .. })), "{e:?}");
-    let e = attention(
-        z(&[4, 3]).view(),
-        z(&[4, 2]).view(),
-        z(&[4, 2]).view(),
-        &plan,
-        &o,
-    );
-    assert!(matches!(e, Err(MaskedError::ShapeMismatch { .. })), "{e:?}");
-    let e = attention(
-        z(&[2, 4, 3]).view(),
-        z(&[3, 4, 3]).view(),
-        z(&[4, 2]).view(),
-        &plan,
-        &o,
-    );
-    assert!(matches!(e, Err(MaskedError::ShapeMismatch { .. })), "{e:?}");
-    let e = attention(
-        z(&[3]).view(),
-        z(&[4, 3]).view(),
-        z(&[4, 2]).view(),
-        &plan,
-        &o,
-    );
+    let run = |q: &[usize], k: &[usize], v: &[usize], plan: &AttentionPlan, o: &Options<f32>| {
+        attention(z(q).view(), z(k).view(), z(v).view(), plan, o)
+    };
+    // (q, k, v) shapes that do not fit: q's rows against the pattern, k's width against
+    // q's, batch dims that differ
+    for (q, k, v) in [
+        (&[5, 3][..], &[4, 3][..], &[4, 2][..]),
+        (&[4, 3], &[4, 2], &[4, 2]),
+        (&[2, 4, 3], &[3, 4, 3], &[4, 2]),
+    ] {
+        let e = run(q, k, v, &plan, &o);
+        assert!(
+            matches!(e, Err(MaskedError::ShapeMismatch { .. })),
+            "{q:?} {k:?}: {e:?}"
+        );
+    }
+    let e = run(&[3], &[4, 3], &[4, 2], &plan, &o);
     assert!(
         matches!(e, Err(MaskedError::InvalidArgument { .. })),
         "{e:?}"
@@ -623,13 +609,7 @@ fn bad_inputs_are_typed_errors() {
         scale: None,
         bias: Some(&bias),
     };
-    let e = attention(
-        z(&[4, 3]).view(),
-        z(&[4, 3]).view(),
-        z(&[4, 2]).view(),
-        &plan,
-        &ob,
-    );
+    let e = run(&[4, 3], &[4, 3], &[4, 2], &plan, &ob);
     assert!(
         matches!(
             e,
@@ -644,13 +624,7 @@ fn bad_inputs_are_typed_errors() {
         scale: Some(f64::NAN),
         bias: None,
     };
-    let e = attention(
-        z(&[4, 3]).view(),
-        z(&[4, 3]).view(),
-        z(&[4, 2]).view(),
-        &plan,
-        &on,
-    );
+    let e = run(&[4, 3], &[4, 3], &[4, 2], &plan, &on);
     assert!(
         matches!(e, Err(MaskedError::InvalidArgument { name: "scale", .. })),
         "{e:?}"
@@ -666,13 +640,7 @@ fn bad_inputs_are_typed_errors() {
     assert!(matches!(e, Err(MaskedError::ShapeMismatch { .. })), "{e:?}");
     // per-batch plans need the first leading dim to count the patterns
     let pb = AttentionPlan::per_batch(vec![Pattern::causal(4).unwrap(); 2]).unwrap();
-    let e = attention(
-        z(&[3, 4, 3]).view(),
-        z(&[4, 3]).view(),
-        z(&[4, 2]).view(),
-        &pb,
-        &o,
-    );
+    let e = run(&[3, 4, 3], &[4, 3], &[4, 2], &pb, &o);
     assert!(matches!(e, Err(MaskedError::ShapeMismatch { .. })), "{e:?}");
     assert!(AttentionPlan::per_batch(vec![]).is_err());
     assert!(AttentionPlan::per_batch(vec![
