@@ -102,11 +102,8 @@ def _write_into(a: MaskedArray, op: str, dims: Optional[list[int]], options: dic
     opts = [(k, _opt_text(v)) for k, v in options.items() if v is not None]
     h = a._h.apply_into(op, out._h, dims, False, opts)
     if out._valid_buf is not None:
-        valid = h.valid()
-        np.copyto(out._valid_buf, True if valid is None else valid)
-        out._h = Handle.dense(out.data, out._h.dtype, out._valid_buf, False)
-    else:
-        out._h = h
+        h.valid_into(out._valid_buf)
+    out._h = h
     return out
 
 

@@ -213,6 +213,19 @@ def test_out_writes_into_the_callers_buffer():
         mk.softmax(np.ones((2, 2), dtype=np.float32), 1, out=out)
 
 
+def test_out_updates_a_valid_buffer_of_many_words():
+    # 3 x 150 bits: whole 64-bit words and a partial last one, unpacked into the caller's
+    # valid buffer by the engine
+    x, valid = data((3, 150), np.float32)
+    vbuf = np.zeros((3, 150), dtype=bool)
+    out = mk.MaskedArray(np.zeros((3, 150), np.float32), valid=vbuf)
+    mk.softmax(x, 1, mask=valid, out=out)
+    np.testing.assert_array_equal(vbuf, valid)
+    np.testing.assert_array_equal(out.valid, valid)
+    with pytest.raises(mk.MaskedError, match="bits"):
+        out._h.valid_into(np.zeros(7, dtype=bool))
+
+
 def test_out_is_written_by_the_kernel_not_copied(monkeypatch):
     x, valid = data((6, 9), np.float64)
     a = mk.MaskedArray(x, valid)

@@ -108,6 +108,67 @@ pub fn pack_bools(bools: &[bool]) -> Vec<u64> {
     out
 }
 
+/// The first `n` bits of `words` (LSB first) as bools: the inverse of [`pack_bools`].
+///
+/// # Panics
+/// When `words` holds fewer than `n` bits.
+///
+/// ```
+/// use masked_kernels::bits::unpack_bools;
+/// let b = unpack_bools(&[0b1010, 1], 66);
+/// assert_eq!(&b[..5], &[false, true, false, true, false]);
+/// assert_eq!(&b[63..], &[false, true, false]);
+/// ```
+pub fn unpack_bools(words: &[u64], n: usize) -> Vec<bool> {
+    let mut out = vec![false; n];
+    unpack_bools_into(words, &mut out);
+    out
+}
+
+/// The first `out.len()` bits of `words` (LSB first) written into `out`, a word at a
+/// time (AVX-512: one masked byte store; else eight bools per multiply).
+///
+/// # Panics
+/// When `words` holds fewer than `out.len()` bits.
+pub fn unpack_bools_into(words: &[u64], out: &mut [bool]) {
+    let n = out.len();
+    assert!(
+        words.len() * 64 >= n,
+        "{n} bits asked of {} words",
+        words.len()
+    );
+    // SAFETY: `bool` has `u8`'s size and alignment, and every byte written below is 0
+    // or 1, a valid `bool`
+    let bytes: &mut [u8] = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), n) };
+    let whole = n / 64;
+    #[cfg(target_arch = "x86_64")]
+    let done = if crate::cpu::has_avx512() {
+        // SAFETY: the CPU has AVX-512 (F, BW); `bytes` holds `whole` 64-byte words
+        unsafe { x86::unpack_avx512(&words[..whole], &mut bytes[..whole * 64]) };
+        whole
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
+    for (c, &w) in bytes[done * 64..].chunks_mut(64).zip(&words[done..]) {
+        unpack_word(w, c);
+    }
+}
+
+/// The low `c.len()` (at most 64) bits of `w` as bytes 0 or 1, eight a multiply: the
+/// byte repeated in every byte of a `u64`, each byte `i` keeping bit `i`, and `+ 0x7f`
+/// carrying a set bit into the byte's top bit (no carry leaves the byte).
+fn unpack_word(w: u64, c: &mut [u8]) {
+    const PICK: u64 = 0x8040_2010_0804_0201;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    for (g, eight) in c.chunks_mut(8).enumerate() {
+        let x = (((w >> (8 * g)) & 0xff) * ONES) & PICK;
+        let spread = ((x + 0x7f7f_7f7f_7f7f_7f7f) >> 7) & ONES;
+        eight.copy_from_slice(&spread.to_le_bytes()[..eight.len()]);
+    }
+}
+
 /// Up to 64 bools as one word, eight at a time: eight bool bytes (each 0 or 1) read as
 /// a little-endian `u64` and multiplied by `0x0102040810204080` put byte `i`'s bit at bit
 /// `56 + i` (every other product term lands below bit 56, each at its own position, so no
@@ -138,6 +199,17 @@ mod x86 {
             // SAFETY: bytes c * 64 .. c * 64 + 64 lie in `bools`
             let v = unsafe { _mm512_loadu_si512(p.add(c * 64).cast()) };
             out.push(_mm512_test_epi8_mask(v, v));
+        }
+    }
+
+    /// `words` as 64 bytes 0 or 1 each into `bytes` (64 per word).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn unpack_avx512(words: &[u64], bytes: &mut [u8]) {
+        let one = _mm512_set1_epi8(1);
+        let p = bytes.as_mut_ptr();
+        for (c, &w) in words.iter().enumerate().take(bytes.len() / 64) {
+            // SAFETY: bytes c * 64 .. c * 64 + 64 lie in `bytes`
+            unsafe { _mm512_storeu_si512(p.add(c * 64).cast(), _mm512_maskz_mov_epi8(w, one)) };
         }
     }
 
@@ -209,6 +281,19 @@ mod tests {
                 unsafe { x86::pack_avx512(full, &mut out) };
                 assert_eq!(out, want);
             }
+        }
+        // unpacking, every path and length, inverts packing
+        for n in 0..=bools.len() {
+            let words = one_bit_at_a_time(&bools[..n]);
+            assert_eq!(unpack_bools(&words, n), &bools[..n], "n = {n}");
+            let mut b = vec![0u8; n];
+            for (c, &w) in b.chunks_mut(64).zip(&words) {
+                unpack_word(w, c);
+            }
+            assert!(
+                b.iter().zip(&bools).all(|(&x, &y)| x == u8::from(y)),
+                "n = {n}"
+            );
         }
         // the dispatcher, every length
         for n in 0..=bools.len() {

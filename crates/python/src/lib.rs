@@ -881,6 +881,36 @@ impl Handle {
         }
     }
 
+    /// Dense: the validity written into `buf`, a writable C-contiguous numpy bool array
+    /// of the data's size (no array allocated).
+    fn valid_into(&self, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut w: PyReadwriteArrayDyn<'_, bool> = buf
+            .extract()
+            .map_err(|_| PyTypeError::new_err("valid_into takes a writable numpy bool array"))?;
+        let out = w
+            .as_slice_mut()
+            .map_err(|_| MaskedError::new_err("valid_into needs a C-contiguous bool array"))?;
+        match &self.store {
+            Store::Dense { mask: Some(m), .. } | Store::Bool { mask: m, .. } => {
+                m.write_bools(out).map_err(py_err)
+            }
+            Store::Dense {
+                mask: None, data, ..
+            } => {
+                let n: usize = data.bind(buf.py()).getattr("size")?.extract()?;
+                if out.len() != n {
+                    return Err(MaskedError::new_err(format!(
+                        "valid_into: {} slots for {n} elements",
+                        out.len()
+                    )));
+                }
+                out.fill(true);
+                Ok(())
+            }
+            _ => Err(PyTypeError::new_err("valid_into() is the dense layout's")),
+        }
+    }
+
     /// Sparse: the valid positions (int64 `[ndim, k]`, row-major order) and their values.
     fn valid_entries(&self, py: Python<'_>) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
         if let Store::BoolSparse { coords, values, .. } = &self.store {

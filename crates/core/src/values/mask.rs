@@ -440,13 +440,22 @@ impl BitMask {
     }
     /// The elements in row-major order.
     pub fn to_vec(&self) -> Vec<bool> {
-        let n = self.bits.len();
-        let mut out = Vec::with_capacity(n);
-        for &w in self.words() {
-            let k = (n - out.len()).min(64);
-            out.extend((0..k).map(|i| (w >> i) & 1 == 1));
+        masked_kernels::bits::unpack_bools(self.words(), self.bits.len())
+    }
+    /// The elements in row-major order written into a caller's `out`.
+    ///
+    /// # Errors
+    /// [`MaskedError::MaskLength`] when `out` does not hold one slot per element.
+    pub fn write_bools(&self, out: &mut [bool]) -> Result<()> {
+        if out.len() != self.bits.len() {
+            return Err(MaskedError::MaskLength {
+                shape: self.shape().to_vec(),
+                expected: self.bits.len(),
+                got: out.len(),
+            });
         }
-        out
+        masked_kernels::bits::unpack_bools_into(self.words(), out);
+        Ok(())
     }
     /// The underlying bit vector.
     pub fn as_bitvec(&self) -> &BitVec<u64, Lsb0> {
