@@ -951,10 +951,10 @@ fn acos_f64(x: f64) -> f64 {
     atan2_f64(((1.0 - x) * (1.0 + x)).sqrt(), x)
 }
 
-/// `sinh(x)`, branch-free: the odd Taylor series to degree 19 below `|x| = 1`
-/// (truncation below 1e-17 relative), `(e^a - e^-a) / 2` above, `(e^(a/2) / 2) e^(a/2)`
-/// beyond [`Math::EXP_SAFE`] (where `e^a` alone overflows before `sinh` does); the sign
-/// of `x`.
+/// `sinh(x)`, branch-free: the odd Taylor series below `|x| = 1`, to degree 19 in f64
+/// (truncation below 1e-17 relative) and 11 in f32 (below 2e-10), `(e^a - e^-a) / 2`
+/// above, `(e^(a/2) / 2) e^(a/2)` beyond [`Math::EXP_SAFE`] (where `e^a` alone overflows
+/// before `sinh` does); the sign of `x`.
 #[inline(always)]
 fn sinh_of<C: crate::Float + Math>(x: C) -> C {
     let (one, half) = (C::ONE, C::of(0.5));
@@ -966,18 +966,20 @@ fn sinh_of<C: crate::Float + Math>(x: C) -> C {
     } else {
         half * (e - one / e)
     };
-    // x + x^3/3! + ... + x^19/19!, by Horner in z = x^2
+    // x + x^3/3! + ... + x^(2m+1)/(2m+1)!, by Horner in z = x^2: m = 9 terms past x in
+    // f64, 5 in f32 (a constant per type: the loop unrolls)
+    let m = if C::EXP_SAFE < 100.0 { 5 } else { 9 };
     let z = a * a;
-    let mut p = C::of(1.0 / 121_645_100_408_832_000.0); // 1/19!
-    for k in (1..9).rev() {
+    let mut p = C::of(INV_ODD_FACT[m]);
+    for k in (1..m).rev() {
         p = p * z + C::of(INV_ODD_FACT[k]);
     }
     let small = a + a * z * p;
     signed(if a < one { small } else { large }, x)
 }
 
-/// `1 / (2k + 1)!` for `k` in `0..9` (the sine-like series' coefficients).
-const INV_ODD_FACT: [f64; 9] = [
+/// `1 / (2k + 1)!` for `k` in `0..10` (the sine-like series' coefficients).
+const INV_ODD_FACT: [f64; 10] = [
     1.0,
     1.0 / 6.0,
     1.0 / 120.0,
@@ -987,6 +989,7 @@ const INV_ODD_FACT: [f64; 9] = [
     1.0 / 6_227_020_800.0,
     1.0 / 1_307_674_368_000.0,
     1.0 / 355_687_428_096_000.0,
+    1.0 / 121_645_100_408_832_000.0,
 ];
 
 /// `cosh(x)`, branch-free: `(e^a + e^-a) / 2`, `(e^(a/2) / 2) e^(a/2)` beyond
@@ -1009,25 +1012,32 @@ in_f64!(erf_f32 = erf_f64, erfc_f32 = erfc_f64,);
 /// `asin` of `a = |x| <= 1` in f32 (Cephes' `asinf`): the odd polynomial of degree 9
 /// below 0.5, `pi/2 - 2 asin(sqrt((1 - a) / 2))` above; NaN beyond 1 (the root of a
 /// negative number).
-// Cephes' coefficients as published
-#[allow(clippy::excessive_precision)]
 #[inline(always)]
 fn asin_abs_f32(a: f32) -> f32 {
     let big = a > 0.5;
     let z = if big { 0.5 * (1.0 - a) } else { a * a };
     let s = if big { z.sqrt() } else { a };
-    let p = ((((4.216_319_904_8e-2 * z + 2.418_131_104_9e-2) * z + 4.547_002_599_8e-2) * z
-        + 7.495_300_268_6e-2)
-        * z
-        + 1.666_675_242_2e-1)
-        * z
-        * s
-        + s;
+    let p = asin_poly_f32(z, s);
     if big {
         std::f32::consts::FRAC_PI_2 - (p + p)
     } else {
         p
     }
+}
+
+/// Cephes' `asinf` polynomial: `asin(s)` for `0 <= s <= 0.5` given `z = s^2` (or the
+/// value `s` is the root of).
+// Cephes' coefficients as published
+#[allow(clippy::excessive_precision)]
+#[inline(always)]
+fn asin_poly_f32(z: f32, s: f32) -> f32 {
+    ((((4.216_319_904_8e-2 * z + 2.418_131_104_9e-2) * z + 4.547_002_599_8e-2) * z
+        + 7.495_300_268_6e-2)
+        * z
+        + 1.666_675_242_2e-1)
+        * z
+        * s
+        + s
 }
 
 /// `asin(x)` in f32, branch-free ([`asin_abs_f32`]), the sign of `x`.
@@ -1036,26 +1046,23 @@ fn asin_f32(x: f32) -> f32 {
     f32::from_bits(asin_abs_f32(x.abs()).to_bits() | (x.to_bits() & 0x8000_0000))
 }
 
-/// `acos(x)` in f32, branch-free: `2 asin(sqrt((1 - x) / 2))` above 0.5, `pi - 2
-/// asin(sqrt((1 + x) / 2))` below -0.5, `pi/2 - asin(x)` between (Cephes' `acosf`).
+/// `acos(x)` in f32, branch-free, with one square root: `2 asin(s)` above 0.5, `pi - 2
+/// asin(s)` below -0.5 (`s = sqrt((1 - |x|) / 2)`), `pi/2 - asin(x)` between (Cephes'
+/// `acosf`; every `asin` argument is at most 0.5, the polynomial's range).
 #[inline(always)]
 fn acos_f32(x: f32) -> f32 {
-    let (hi, lo) = (x > 0.5, x < -0.5);
-    let arg = if hi {
-        (0.5 * (1.0 - x)).sqrt()
-    } else if lo {
-        (0.5 * (1.0 + x)).sqrt()
+    let a = x.abs();
+    let far = a > 0.5;
+    let z = if far { 0.5 * (1.0 - a) } else { a * a };
+    let p = asin_poly_f32(z, if far { z.sqrt() } else { a });
+    if far {
+        if x > 0.0 {
+            p + p
+        } else {
+            std::f32::consts::PI - (p + p)
+        }
     } else {
-        x.abs()
-    };
-    let a = asin_abs_f32(arg);
-    let a = if hi || lo || x >= 0.0 { a } else { -a };
-    if hi {
-        a + a
-    } else if lo {
-        std::f32::consts::PI - (a + a)
-    } else {
-        std::f32::consts::FRAC_PI_2 - a
+        std::f32::consts::FRAC_PI_2 - (if x >= 0.0 { p } else { -p })
     }
 }
 
