@@ -391,7 +391,7 @@ math!(
     log2_f64,
     log10_f64,
     ln_1p_of,
-    exp_m1_of,
+    exp_m1_f64,
     tanh_f64,
     trig: F64_TRIG_LIMIT,
     sin_f64,
@@ -547,18 +547,33 @@ fn ln_1p_of<C: crate::Float>(x: C) -> C {
     }
 }
 
-/// `e^x - 1`, branch-free (vectorises): `u = e^x`, then `(u - 1) * x / ln(u)`, which
-/// cancels the rounding of `u` (Kahan's formula); `x` where `u` rounds to 1, -1 where
-/// `u - 1` does, `u` itself where it overflows.
+/// Taylor coefficients of `e^r - 1` to degree 13 (no constant term), highest first:
+/// [`exp_m1_f64`]'s polynomial on the reduced argument.
+const EXPM1_F64_DEG13: [f64; 14] = {
+    let mut t = EXP_F64_DEG13;
+    t[13] = 0.0;
+    t
+};
+
+/// `e^x - 1` in f64, branch-free (fdlibm's form): `x = n ln2 + r` with `|r| <= ln2 / 2`
+/// (the reduction [`exp_f64`] uses), `p = e^r - 1` by its Taylor polynomial, then `2^n p
+/// + (2^n - 1)` (both terms exact, one rounding; `r = x` when `n = 0`, so no
+/// cancellation near 0), or `2^n (1 + p)` where `2^n` outgrows 1 (`n > 53`); -1 below
+/// -40, inf above the overflow; `-0` stays `-0`. One reduction and a polynomial (Kahan's
+/// formula took an exp, a log and a division).
 #[inline(always)]
-fn exp_m1_of<C: crate::Float + Math>(x: C) -> C {
-    let u = x.exp_full();
-    let d = u - C::ONE;
-    let r = d * (x / u.ln());
-    let r = if u == C::ONE { x } else { r };
-    let r = if d == -C::ONE { -C::ONE } else { r };
-    if u == C::INFINITY || x.is_nan() {
-        u
+fn exp_m1_f64(x: f64) -> f64 {
+    let xc = if x < -40.0 { -40.0 } else { x };
+    let xc = if xc > 710.0 { 710.0 } else { xc };
+    let (p, n) = exp_parts_f64::<false>(xc, &EXPM1_F64_DEG13);
+    let s = f64::from_bits((n.min(53).wrapping_add(1023) as u64) << 52);
+    let r = if n > 53 {
+        scale_f64(p + 1.0, n)
+    } else {
+        s * p + (s - 1.0)
+    };
+    if x == 0.0 || x.is_nan() {
+        x
     } else {
         r
     }
@@ -1813,7 +1828,7 @@ mod tests {
             ("sinh", sinh_of::<f64>, f64::sinh, 3),
             ("cosh", cosh_of::<f64>, f64::cosh, 2),
             ("ln_1p", ln_1p_of::<f64>, f64::ln_1p, 2),
-            ("exp_m1", exp_m1_of::<f64>, f64::exp_m1, 2),
+            ("exp_m1", exp_m1_f64, f64::exp_m1, 2),
             ("asinh", asinh_of::<f64>, libm::asinh, 2),
             ("acosh", acosh_of::<f64>, acosh_ref, 2),
             ("atanh", atanh_of::<f64>, libm::atanh, 2),
@@ -1846,6 +1861,13 @@ mod tests {
         assert_eq!(erfc_f64(f64::INFINITY), 0.0);
         assert_eq!(erfc_f64(f64::NEG_INFINITY), 2.0);
         assert_eq!(asinh_of(-0.0f64).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(exp_m1_f64(-0.0).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(exp_m1_f64(f64::NEG_INFINITY), -1.0);
+        assert_eq!(exp_m1_f64(-745.0), -1.0);
+        assert_eq!(exp_m1_f64(f64::INFINITY), f64::INFINITY);
+        assert_eq!(exp_m1_f64(709.8), f64::INFINITY);
+        assert!(exp_m1_f64(f64::NAN).is_nan());
+        assert_eq!(exp_m1_f64(1e-300), 1e-300);
         assert_eq!(acosh_of(1.0f64), 0.0);
         assert!(acosh_of(0.5f64).is_nan() && atanh_of(1.5f64).is_nan());
     }
