@@ -556,11 +556,11 @@ const EXPM1_F64_DEG13: [f64; 14] = {
 };
 
 /// `e^x - 1` in f64, branch-free (fdlibm's form): `x = n ln2 + r` with `|r| <= ln2 / 2`
-/// (the reduction [`exp_f64`] uses), `p = e^r - 1` by its Taylor polynomial, then `2^n p
-/// + (2^n - 1)` (both terms exact, one rounding; `r = x` when `n = 0`, so no
+/// (the reduction [`exp_f64`] uses), `p = e^r - 1` by its Taylor polynomial, then
+/// `2^n p + (2^n - 1)` (both terms exact, one rounding; `r = x` when `n = 0`, so no
 /// cancellation near 0), or `2^n (1 + p)` where `2^n` outgrows 1 (`n > 53`); -1 below
-/// -40, inf above the overflow; `-0` stays `-0`. One reduction and a polynomial (Kahan's
-/// formula took an exp, a log and a division).
+/// -40, inf above the overflow; `-0` stays `-0`. One reduction and a polynomial where
+/// Kahan's formula took an exp, a log and a division.
 #[inline(always)]
 fn exp_m1_f64(x: f64) -> f64 {
     let xc = if x < -40.0 { -40.0 } else { x };
