@@ -548,7 +548,13 @@ fn ln_1p_from<C: crate::Float + Math>(t: C, u: C, ln_u: C) -> C {
 fn recip_rough_f32(u: f32) -> f32 {
     const LO: f32 = 7.888_609e-31; // 2^-100
     const HI: f32 = 1.267_650_6e30; // 2^100
-    let c = u.clamp(LO, HI);
+    let c = if u < LO {
+        LO
+    } else if u > HI {
+        HI
+    } else {
+        u
+    };
     let near = c > 0.75 && c < 1.25;
     let r = if near {
         2.0 - c
@@ -563,7 +569,13 @@ fn recip_rough_f32(u: f32) -> f32 {
 fn recip_rough_f64(u: f64) -> f64 {
     const LO: f64 = 9.332_636_185_032_189e-302; // 2^-1000
     const HI: f64 = 1.071_508_607_186_267_3e301; // 2^1000
-    let c = u.clamp(LO, HI);
+    let c = if u < LO {
+        LO
+    } else if u > HI {
+        HI
+    } else {
+        u
+    };
     let near = c > 0.75 && c < 1.25;
     let r = if near {
         2.0 - c
