@@ -170,12 +170,6 @@ pub trait Math: Copy {
     fn cosh(self) -> Self;
     /// Hyperbolic tangent.
     fn tanh(self) -> Self;
-    /// `1 / self` without a division, for corrections whose size is a fraction of an ulp
-    /// ([`ln_1p_from`]): Newton steps (f32 one, f64 two) from `2 - self` on `(0.75,
-    /// 1.25)` (relative error `(self - 1)^4`, f64 `^8`; exact at 1), else from the bit
-    /// pattern with its exponent negated (0.26% in f32, 7e-6 in f64); the argument
-    /// clamped to `2^±100` in f32, `2^±1000` in f64.
-    fn recip_rough(self) -> Self;
     /// Inverse hyperbolic sine.
     fn asinh(self) -> Self;
     /// Inverse hyperbolic cosine.
@@ -206,7 +200,7 @@ macro_rules! math {
     ($t:ty, $erf:path, $erfc:path, $exp:path, $log2:path, $log10:path, $ln1p:path, $expm1:path, $tanh:path,
         trig: $limit:expr, $sinf:path, $cosf:path, $tanf:path, $atan:path,
         $atan2:path, $asinh:path, $acosh:path, $atanh:path, $powf:path,
-        $asin:path, $acos:path, $sinh:path, $cosh:path, $recip:path) => {
+        $asin:path, $acos:path, $sinh:path, $cosh:path) => {
         impl Math for $t {
             const BIG_HYPERBOLIC: f64 = if <$t>::MANTISSA_DIGITS == 24 {
                 4096.0
@@ -310,10 +304,6 @@ macro_rules! math {
                 $cosh(self)
             }
             #[inline(always)]
-            fn recip_rough(self) -> Self {
-                $recip(self)
-            }
-            #[inline(always)]
             fn tanh(self) -> Self {
                 $tanh(self)
             }
@@ -391,8 +381,7 @@ math!(
     asin_f32,
     acos_f32,
     sinh_of,
-    cosh_of,
-    recip_rough_f32
+    cosh_of
 );
 math!(
     f64,
@@ -417,8 +406,7 @@ math!(
     asin_f64,
     acos_f64,
     sinh_of,
-    cosh_of,
-    recip_rough_f64
+    cosh_of
 );
 
 /// `e^x` in f32 over the whole range, branch-free (vectorises): the engine's shared
@@ -531,65 +519,24 @@ fn log10_f32(x: f32) -> f32 {
     log_specials(x, r)
 }
 
-/// `ln(1 + t)` from `u = 1 + t` rounded and `ln_u = ln(u)`: `ln(u) + (t - (u - 1)) / u`,
-/// the first-order term of `ln(1 + t) - ln(u) = ln(1 + (1 + t - u) / u)`, where `1 + t - u`
-/// (the rounding of `u`, exact as `t - (u - 1)`) is at most half an ulp of `u`; `1 / u`
-/// by [`Math::recip_rough`] (exact at 1, so `t` itself where `u` rounds to 1; its error
-/// only scales a term below an ulp of the result). The shared step of log1p and the
-/// inverse hyperbolic functions (their `ln` is computed once, of an argument each picks
-/// by selects).
+/// `ln(1 + t)` from `u = 1 + t` rounded and `ln_u = ln(u)`: `ln(u) * t / (u - 1)`, which
+/// cancels the rounding of `u` (Goldberg's formula); `t` itself where `u` rounds to 1.
+/// The shared step of log1p and the inverse hyperbolic functions (their `ln` is computed
+/// once, of an argument each picks by selects).
 #[inline(always)]
-fn ln_1p_from<C: crate::Float + Math>(t: C, u: C, ln_u: C) -> C {
-    ln_u + (t - (u - C::ONE)) * u.recip_rough()
-}
-
-/// [`Math::recip_rough`] in f32.
-#[inline(always)]
-fn recip_rough_f32(u: f32) -> f32 {
-    const LO: f32 = 7.888_609e-31; // 2^-100
-    const HI: f32 = 1.267_650_6e30; // 2^100
-    let c = if u < LO {
-        LO
-    } else if u > HI {
-        HI
+fn ln_1p_from<C: crate::Float>(t: C, u: C, ln_u: C) -> C {
+    let d = u - C::ONE;
+    if d == C::ZERO {
+        t
     } else {
-        u
-    };
-    let near = c > 0.75 && c < 1.25;
-    let r = if near {
-        2.0 - c
-    } else {
-        f32::from_bits(0x7ef3_11c7u32.wrapping_sub(c.to_bits()))
-    };
-    r * (2.0 - c * r)
-}
-
-/// [`Math::recip_rough`] in f64.
-#[inline(always)]
-fn recip_rough_f64(u: f64) -> f64 {
-    const LO: f64 = 9.332_636_185_032_189e-302; // 2^-1000
-    const HI: f64 = 1.071_508_607_186_267_3e301; // 2^1000
-    let c = if u < LO {
-        LO
-    } else if u > HI {
-        HI
-    } else {
-        u
-    };
-    let near = c > 0.75 && c < 1.25;
-    let r = if near {
-        2.0 - c
-    } else {
-        f64::from_bits(0x7fde_6238_22fc_16e6u64.wrapping_sub(c.to_bits()))
-    };
-    let r = r * (2.0 - c * r);
-    r * (2.0 - c * r)
+        ln_u * (t / d)
+    }
 }
 
 /// `ln(1 + x)`, branch-free (vectorises): [`ln_1p_from`] with the engine's `ln`; `-inf`
 /// at -1, `inf` at `inf`, NaN below -1.
 #[inline(always)]
-fn ln_1p_of<C: crate::Float + Math>(x: C) -> C {
+fn ln_1p_of<C: crate::Float>(x: C) -> C {
     let u = C::ONE + x;
     let ln_u = u.ln();
     // u = 0 (x = -1): -inf; u = inf: inf (the quotient is NaN there)
@@ -1923,37 +1870,6 @@ mod tests {
         assert_eq!(exp_m1_f64(1e-300), 1e-300);
         assert_eq!(acosh_of(1.0f64), 0.0);
         assert!(acosh_of(0.5f64).is_nan() && atanh_of(1.5f64).is_nan());
-    }
-
-    /// `recip_rough`: exact at 1, and within its documented bounds from 1e-30 to 1e30
-    /// (f32) and 1e-300 to 1e300 (f64), the clamped ends finite.
-    #[test]
-    fn recip_rough_is_within_its_bounds() {
-        assert_eq!(recip_rough_f32(1.0), 1.0);
-        assert_eq!(recip_rough_f64(1.0), 1.0);
-        let mut u = 1e-30f64;
-        while u < 1e30 {
-            let v = u as f32;
-            let e = (recip_rough_f32(v) as f64 * v as f64 - 1.0).abs();
-            let d = (v as f64 - 1.0).abs();
-            let bound = if d < 0.25 { d.powi(4) } else { 2.6e-3 } + 3e-7;
-            assert!(e <= bound, "f32 at {v}: {e}");
-            u *= 1.000_7;
-        }
-        let mut u = 1e-300f64;
-        while u < 1e300 {
-            let e = (recip_rough_f64(u) * u - 1.0).abs();
-            let d = (u - 1.0).abs();
-            let bound = if d < 0.25 { d.powi(8) } else { 6.6e-6 } + 1e-15;
-            assert!(e <= bound, "f64 at {u}: {e}");
-            u *= 1.000_7;
-        }
-        for x in [0.0f32, 1e-45, f32::MAX, f32::INFINITY] {
-            assert!(recip_rough_f32(x).is_finite(), "{x}");
-        }
-        for x in [0.0f64, 5e-324, f64::MAX, f64::INFINITY] {
-            assert!(recip_rough_f64(x).is_finite(), "{x}");
-        }
     }
 
     /// erf and erfc against mpmath's at 200 bits, rounded to f64 (generated once in
