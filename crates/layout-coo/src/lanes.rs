@@ -240,11 +240,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
                 }
                 let mut st = op.identity();
                 match &pos {
-                    None => {
-                        let within = &self.values[e..];
-                        masked_kernels::cpu::prefetch_ahead(within, f - e);
-                        op.push_run_within(&mut st, within, f - e, bits, 0)
-                    }
+                    None => op.push_row(&mut st, &self.values[e..], f - e, bits, 0),
                     Some(p) => {
                         for i in e..f {
                             if bits.is_none_or(|b| b.get(i - e)) {

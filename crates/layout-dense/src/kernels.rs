@@ -136,9 +136,7 @@ impl<T: Element> Source<T> for [T] {
         _: &mut Vec<T>,
     ) -> Option<usize> {
         // the values from the run's start on: the kernel may end with whole vectors
-        let within = &self[start..];
-        masked_kernels::cpu::prefetch_ahead(within, len);
-        op.push_run_within(state, within, len, bits, idx0);
+        op.push_row(state, &self[start..], len, bits, idx0);
         None
     }
 }

@@ -160,6 +160,9 @@ pub trait Math: Copy {
     const BIG_HYPERBOLIC: f64;
     /// Below this `e^x` is finite (709 in f64, 88 in f32).
     const EXP_SAFE: f64;
+    /// Terms past `x` of `sinh`'s odd series below 1: to `x^19` in f64 (truncation below
+    /// 1e-17 relative), `x^11` in f32 (below 2e-10).
+    const SINH_TERMS: usize;
     /// `sqrt(self^2 + other^2)` without undue overflow.
     fn hypot(self, other: Self) -> Self;
     /// C `fmod`: `self - n * other` with `n` truncated, the sign of `self`.
@@ -212,6 +215,7 @@ macro_rules! math {
             } else {
                 709.0
             };
+            const SINH_TERMS: usize = if <$t>::MANTISSA_DIGITS == 24 { 5 } else { 9 };
             const MAX: Self = <$t>::MAX;
             const MIN: Self = <$t>::MIN;
             const TRIG_LIMIT: Self = $limit;
@@ -966,10 +970,9 @@ fn acos_f64(x: f64) -> f64 {
     atan2_f64(((1.0 - x) * (1.0 + x)).sqrt(), x)
 }
 
-/// `sinh(x)`, branch-free: the odd Taylor series below `|x| = 1`, to degree 19 in f64
-/// (truncation below 1e-17 relative) and 11 in f32 (below 2e-10), `(e^a - e^-a) / 2`
-/// above, `(e^(a/2) / 2) e^(a/2)` beyond [`Math::EXP_SAFE`] (where `e^a` alone overflows
-/// before `sinh` does); the sign of `x`.
+/// `sinh(x)`, branch-free: the odd Taylor series below `|x| = 1` ([`Math::SINH_TERMS`]),
+/// `(e^a - e^-a) / 2` above, `(e^(a/2) / 2) e^(a/2)` beyond [`Math::EXP_SAFE`] (where
+/// `e^a` alone overflows before `sinh` does); the sign of `x`.
 #[inline(always)]
 fn sinh_of<C: crate::Float + Math>(x: C) -> C {
     let (one, half) = (C::ONE, C::of(0.5));
@@ -981,9 +984,9 @@ fn sinh_of<C: crate::Float + Math>(x: C) -> C {
     } else {
         half * (e - one / e)
     };
-    // x + x^3/3! + ... + x^(2m+1)/(2m+1)!, by Horner in z = x^2: m = 9 terms past x in
-    // f64, 5 in f32 (a constant per type: the loop unrolls)
-    let m = if C::EXP_SAFE < 100.0 { 5 } else { 9 };
+    // x + x^3/3! + ... + x^(2m+1)/(2m+1)!, by Horner in z = x^2 (m a constant per type:
+    // the loop unrolls)
+    let m = C::SINH_TERMS;
     let z = a * a;
     let mut p = C::of(INV_ODD_FACT[m]);
     for k in (1..m).rev() {

@@ -142,6 +142,24 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
         self.push_run(state, &xs[..n], bits, idx0);
     }
 
+    /// [`Fold::push_run_within`] for one of the rows of an array that are folded one
+    /// after another (CSR rows, a dense array's last-dim lanes, COO groups): asks for
+    /// the values ahead first ([`prefetch_ahead`](masked_kernels::cpu::prefetch_ahead):
+    /// a short row ends in a mispredicted branch that drops the loads begun for the
+    /// next). The layouts call this; ops override `push_run_within`, not this.
+    #[inline]
+    fn push_row(
+        &self,
+        state: &mut Self::State,
+        xs: &[T],
+        n: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
+        masked_kernels::cpu::prefetch_ahead(xs, n);
+        self.push_run_within(state, xs, n, bits, idx0);
+    }
+
     /// Adds the run of values `f(xs[k], ys[k])` (valid where bit `k` of `bits` is set, at
     /// lane positions from `idx0`) as [`Fold::push_run`] adds those values written out,
     /// bit for bit, reading the two runs in the op's own kernel: a fused

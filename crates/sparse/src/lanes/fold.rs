@@ -2,7 +2,6 @@
 //! through per-column states) and over all entries.
 
 use super::*;
-use masked_kernels::cpu::prefetch_ahead;
 
 impl<'a, T: Element> CsrLanes<'a, T> {
     /// Folds the entries `ents` of one lane, whose positions (from `pos`) lie in
@@ -18,9 +17,13 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         if !op.positional() {
             // the values from the lane's start on: the kernel may end with whole vectors
             let n = ents.len();
-            let within = &self.values[ents.start..];
-            prefetch_ahead(within, n);
-            op.push_run_within(st, within, n, self.bits_at(ents.start), 0);
+            op.push_row(
+                st,
+                &self.values[ents.start..],
+                n,
+                self.bits_at(ents.start),
+                0,
+            );
             if self.fill {
                 let zeros = (span.end - span.start) as u64 - ents.len() as u64;
                 op.push_zeros(st, zeros, span.start);
