@@ -52,12 +52,11 @@ def _into(res: MaskedArray, out: Optional[MaskedArray]) -> MaskedArray:
     if not dst.flags.writeable:
         raise MaskedError("out= has a read-only data buffer")
     np.copyto(dst, res.data)
-    valid = res._h.valid()
     if out._valid_buf is not None:
-        np.copyto(out._valid_buf, True if valid is None else valid)
+        res._h.valid_into(out._valid_buf)
         out._h = Handle.dense(dst, out._h.dtype, out._valid_buf, False)
     else:
-        out._h = Handle.dense(dst, out._h.dtype, valid, False)
+        out._h = Handle.dense(dst, out._h.dtype, res._h.valid(), False)
     return out
 
 

@@ -222,6 +222,13 @@ def test_out_updates_a_valid_buffer_of_many_words():
     mk.softmax(x, 1, mask=valid, out=out)
     np.testing.assert_array_equal(vbuf, valid)
     np.testing.assert_array_equal(out.valid, valid)
+    # out= the input itself: computed, then copied in, the valid buffer filled the same way
+    vin = valid.copy()
+    inplace = mk.MaskedArray(x.copy(), valid=vin)
+    want = mk.softmax(x, 1, mask=valid)
+    mk.softmax(inplace, 1, out=inplace)
+    np.testing.assert_array_equal(inplace.data, want.data)
+    np.testing.assert_array_equal(vin, want.valid)
     with pytest.raises(mk.MaskedError, match="bits"):
         out._h.valid_into(np.zeros(7, dtype=bool))
 
