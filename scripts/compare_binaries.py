@@ -5,8 +5,8 @@
 Runs the same `masked bench --json` commands (dense, CSR and COO, the README's main job
 ops; f16 and f64; the elementwise math; sparse attention) with the two binaries in turn,
 ROUNDS times (default 5), and prints per op and layout the median of new/old time
-ratios over the rounds, and each round's ratio. A
-ratio above 1.05 whose rounds mostly agree is a regression. Standard library only.
+ratios over the rounds, and each round's ratio. A ratio above 1.05 whose rounds mostly
+agree is a regression. Standard library only.
 """
 import json
 import statistics
