@@ -1,10 +1,10 @@
 """Old vs new binary, alternating in the same run: the regression check of a refactor.
 
-  python scripts/compare_binaries.py OLD_MASKED NEW_MASKED [ROUNDS]
+  python scripts/compare_binaries.py OLD_MASKED NEW_MASKED [ROUNDS] [JOB,JOB...]
 
 Runs the same `masked bench --json` commands (dense, CSR and COO, the README's main job
 ops; f16 and f64; the elementwise math; sparse attention) with the two binaries in turn,
-ROUNDS times (default 5), and prints per op and layout the median of new/old time
+ROUNDS times (default 5; only the named jobs when a list follows), and prints per op and layout the median of new/old time
 ratios over the rounds, and each round's ratio. A ratio above 1.05 whose rounds mostly
 agree is a regression. Standard library only.
 """
@@ -39,6 +39,15 @@ JOBS = [
                    "--repeat", "7"]),
     ("unary", ["--layout", "dense", "--values", "positive", "--op",
                "exp,log,tanh,sigmoid,add,vjp-softmax", "--repeat", "7"]),
+    # the float functions of the dtypes that compute in another type (halves: f32;
+    # integers: f64), a cheap one and costly ones
+    ("unary-f16", ["--layout", "dense", "--dtype", "f16", "--values", "positive", "--op",
+                   "sqrt,exp,tanh,sin", "--repeat", "7"]),
+    ("unary-bf16", ["--layout", "csr", "--dtype", "bf16", "--shape", "100000,100000",
+                    "--density", "0.001", "--values", "positive", "--op", "sqrt,exp",
+                    "--repeat", "7"]),
+    ("unary-i32", ["--layout", "dense", "--dtype", "i32", "--op", "sqrt,exp",
+                   "--repeat", "7"]),
     # sparse attention: a band (row traversal) and a random pattern (key slices)
     ("attn-band", ["--op", "attention,attention-vjp", "--shape", "8192,64", "--pattern",
                    "band:256", "--repeat", "5"]),
@@ -56,9 +65,11 @@ def run(binary, args):
 def main():
     old, new = sys.argv[1], sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    only = set(sys.argv[4].split(",")) if len(sys.argv) > 4 else None
+    jobs = [(name, args) for name, args in JOBS if only is None or name in only]
     ratios = {}
     for r in range(rounds):
-        for name, args in JOBS:
+        for name, args in jobs:
             # alternate which binary goes first, so drift does not favour one
             first, second = (old, new) if r % 2 == 0 else (new, old)
             a = run(first, args)

@@ -81,6 +81,13 @@ fn assert_bad(dir: &Path, args: &[&str], needle: &str) {
     );
 }
 
+/// [`assert_bad`] for each `(args, needle)` of a table.
+fn assert_all_bad(dir: &Path, cases: &[(&[&str], &str)]) {
+    for (args, needle) in cases {
+        assert_bad(dir, args, needle);
+    }
+}
+
 fn setup() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     save(
@@ -233,61 +240,53 @@ fn bad_inputs_exit_2_with_a_message_and_no_output() {
     );
     save(d.path(), "u16.npy", &array![1u16, 2]);
     let dir = d.path();
-    assert_bad(dir, &["sum", "trunc.npy", "-o", "out.npy"], "trunc.npy");
-    assert_bad(dir, &["sum", "garbage.npy", "-o", "out.npy"], "garbage.npy");
-    assert_bad(dir, &["sum", "missing.npy", "-o", "out.npy"], "missing.npy");
-    assert_bad(
+    assert_all_bad(
         dir,
-        &["sum", "u16.npy", "-o", "out.npy"],
-        "unsupported dtype",
+        &[
+            (&["sum", "trunc.npy", "-o", "out.npy"], "trunc.npy"),
+            (&["sum", "garbage.npy", "-o", "out.npy"], "garbage.npy"),
+            (&["sum", "missing.npy", "-o", "out.npy"], "missing.npy"),
+            (&["sum", "u16.npy", "-o", "out.npy"], "unsupported dtype"),
+            (
+                &["sum", "x.npy", "--dim", "2", "-o", "out.npy"],
+                "dim 2 is out of range",
+            ),
+            (
+                &["sum", "x.npy", "--dim", "1,-1", "-o", "out.npy"],
+                "appears more than once",
+            ),
+            (
+                &["sum", "x.npy", "--dim", "a", "-o", "out.npy"],
+                "invalid --dim",
+            ),
+            (
+                &["sum", "x.npy", "--mask", "m4.npy", "-o", "out.npy"],
+                "does not broadcast",
+            ),
+            (
+                &["sum", "x.npy", "--mask", "m3.npy", "-o", "out.npy"],
+                "mask has 3 dims",
+            ),
+            (
+                &["frobnicate", "x.npy", "-o", "out.npy"],
+                "unknown op 'frobnicate'",
+            ),
+            (
+                &["sum", "x.npy", "--q", "0.5", "-o", "out.npy"],
+                "--q has no meaning for sum",
+            ),
+            (
+                &["argmax", "x.npy", "--dim", "0,1", "-o", "out.npy"],
+                "at most one --dim",
+            ),
+            (
+                &["sum", "x.npy", "--layout", "csr", "-o", "out.npy"],
+                "cannot run on --layout csr",
+            ),
+            (&["sum", "x.npy"], "--output"),
+            (&["sum", "x.npy", "-o", "out.txt"], "out.txt"),
+        ],
     );
-    assert_bad(
-        dir,
-        &["sum", "x.npy", "--dim", "2", "-o", "out.npy"],
-        "dim 2 is out of range",
-    );
-    assert_bad(
-        dir,
-        &["sum", "x.npy", "--dim", "1,-1", "-o", "out.npy"],
-        "appears more than once",
-    );
-    assert_bad(
-        dir,
-        &["sum", "x.npy", "--dim", "a", "-o", "out.npy"],
-        "invalid --dim",
-    );
-    assert_bad(
-        dir,
-        &["sum", "x.npy", "--mask", "m4.npy", "-o", "out.npy"],
-        "does not broadcast",
-    );
-    assert_bad(
-        dir,
-        &["sum", "x.npy", "--mask", "m3.npy", "-o", "out.npy"],
-        "mask has 3 dims",
-    );
-    assert_bad(
-        dir,
-        &["frobnicate", "x.npy", "-o", "out.npy"],
-        "unknown op 'frobnicate'",
-    );
-    assert_bad(
-        dir,
-        &["sum", "x.npy", "--q", "0.5", "-o", "out.npy"],
-        "--q has no meaning for sum",
-    );
-    assert_bad(
-        dir,
-        &["argmax", "x.npy", "--dim", "0,1", "-o", "out.npy"],
-        "at most one --dim",
-    );
-    assert_bad(
-        dir,
-        &["sum", "x.npy", "--layout", "csr", "-o", "out.npy"],
-        "cannot run on --layout csr",
-    );
-    assert_bad(dir, &["sum", "x.npy"], "--output");
-    assert_bad(dir, &["sum", "x.npy", "-o", "out.txt"], "out.txt");
     let none = run(dir, &[]);
     assert_eq!(none.status.code(), Some(2));
 }
@@ -488,74 +487,67 @@ fn statistics_and_normalizations_with_options() {
 fn bad_option_values_exit_2() {
     let d = setup();
     let dir = d.path();
-    assert_bad(
-        dir,
-        &["quantile", "x.npy", "--q", "1.5", "-o", "out.npy"],
-        "invalid value for q: 1.5",
-    );
-    assert_bad(
+    assert_all_bad(
         dir,
         &[
-            "quantile",
-            "x.npy",
-            "--interpolation",
-            "cubic",
-            "-o",
-            "out.npy",
+            (
+                &["quantile", "x.npy", "--q", "1.5", "-o", "out.npy"],
+                "invalid value for q: 1.5",
+            ),
+            (
+                &[
+                    "quantile",
+                    "x.npy",
+                    "--interpolation",
+                    "cubic",
+                    "-o",
+                    "out.npy",
+                ],
+                "interpolation",
+            ),
+            (
+                &["var", "x.npy", "--correction", "-1", "-o", "out.npy"],
+                "correction",
+            ),
+            (
+                &[
+                    "normalize",
+                    "x.npy",
+                    "--dim",
+                    "1",
+                    "--eps",
+                    "-1",
+                    "-o",
+                    "out.npy",
+                ],
+                "eps",
+            ),
+            (
+                &["median", "x.npy", "--mode", "upper", "-o", "out.npy"],
+                "mode",
+            ),
+            (
+                &["norm", "x.npy", "--ord", "abc", "-o", "out.npy"],
+                "invalid --ord value 'abc'",
+            ),
+            (&["softmax", "x.npy", "-o", "out.npy"], "exactly one --dim"),
+            (
+                &[
+                    "softmax",
+                    "x.npy",
+                    "--dim",
+                    "1",
+                    "--keepdim",
+                    "-o",
+                    "out.npy",
+                ],
+                "--keepdim has no meaning",
+            ),
+            (
+                &["var", "x.npy", "--ord", "2", "-o", "out.npy"],
+                "--ord has no meaning for var",
+            ),
         ],
-        "interpolation",
-    );
-    assert_bad(
-        dir,
-        &["var", "x.npy", "--correction", "-1", "-o", "out.npy"],
-        "correction",
-    );
-    assert_bad(
-        dir,
-        &[
-            "normalize",
-            "x.npy",
-            "--dim",
-            "1",
-            "--eps",
-            "-1",
-            "-o",
-            "out.npy",
-        ],
-        "eps",
-    );
-    assert_bad(
-        dir,
-        &["median", "x.npy", "--mode", "upper", "-o", "out.npy"],
-        "mode",
-    );
-    assert_bad(
-        dir,
-        &["norm", "x.npy", "--ord", "abc", "-o", "out.npy"],
-        "invalid --ord value 'abc'",
-    );
-    assert_bad(
-        dir,
-        &["softmax", "x.npy", "-o", "out.npy"],
-        "exactly one --dim",
-    );
-    assert_bad(
-        dir,
-        &[
-            "softmax",
-            "x.npy",
-            "--dim",
-            "1",
-            "--keepdim",
-            "-o",
-            "out.npy",
-        ],
-        "--keepdim has no meaning",
-    );
-    assert_bad(
-        dir,
-        &["var", "x.npy", "--ord", "2", "-o", "out.npy"],
-        "--ord has no meaning for var",
     );
 }
 
@@ -1055,12 +1047,16 @@ fn coo_ops_on_npz_files() {
         vec![1.0f32, 2.0, 3.0],
         &[2, 3],
     );
-    assert_bad(p, &["sum", "dup.npz", "-o", "o.npz"], "duplicate");
-    assert_bad(p, &["sum", "dup.npz", "-o", "o.npz"], "entries 0 and 2");
-    assert_bad(
+    assert_all_bad(
         p,
-        &["sum", "a.npz", "--layout", "csr", "-o", "o.npz"],
-        "a 3-d array cannot run on --layout csr",
+        &[
+            (&["sum", "dup.npz", "-o", "o.npz"], "duplicate"),
+            (&["sum", "dup.npz", "-o", "o.npz"], "entries 0 and 2"),
+            (
+                &["sum", "a.npz", "--layout", "csr", "-o", "o.npz"],
+                "a 3-d array cannot run on --layout csr",
+            ),
+        ],
     );
     save_coo(&p.join("m2.npz"), &[vec![0], vec![0]], vec![true], &[2, 2]);
     assert_bad(
@@ -1260,32 +1256,29 @@ fn dtype_flag_and_cast_command() {
     );
     std::fs::remove_file(d.path().join("out.npy")).unwrap();
     // a valid NaN cannot be an i32
-    assert_bad(
-        d.path(),
-        &["cast", "x.npy", "--dtype", "i32", "-o", "out.npy"],
-        "cannot cast the valid value NaN from f32 to i32",
-    );
-    assert_bad(
-        d.path(),
-        &["cast", "x.npy", "-o", "out.npy"],
-        "cast needs --dtype",
-    );
-    assert_bad(
-        d.path(),
-        &["cast", "x.npy", "--dtype", "f8", "-o", "out.npy"],
-        "invalid --dtype value 'f8'",
-    );
-    assert_bad(
+    assert_all_bad(
         d.path(),
         &[
-            "cast", "x.npy", "--dtype", "f64", "--dim", "0", "-o", "out.npy",
+            (
+                &["cast", "x.npy", "--dtype", "i32", "-o", "out.npy"],
+                "cannot cast the valid value NaN from f32 to i32",
+            ),
+            (&["cast", "x.npy", "-o", "out.npy"], "cast needs --dtype"),
+            (
+                &["cast", "x.npy", "--dtype", "f8", "-o", "out.npy"],
+                "invalid --dtype value 'f8'",
+            ),
+            (
+                &[
+                    "cast", "x.npy", "--dtype", "f64", "--dim", "0", "-o", "out.npy",
+                ],
+                "cast takes no --dim",
+            ),
+            (
+                &["sum", "x.npy", "--dtype", "i64", "-o", "out.npy"],
+                "cannot cast the valid value NaN",
+            ),
         ],
-        "cast takes no --dim",
-    );
-    assert_bad(
-        d.path(),
-        &["sum", "x.npy", "--dtype", "i64", "-o", "out.npy"],
-        "cannot cast the valid value NaN",
     );
 
     // sparse: positions kept, values converted
@@ -1380,30 +1373,30 @@ fn unary_elementwise_ops() {
     let v: ArrayD<i32> = load(&d.path().join("out.npy"));
     assert_eq!(v.as_slice().unwrap(), &[49, 81, 0]); // MIN^2 wraps to 0
     std::fs::remove_file(d.path().join("out.npy")).unwrap();
-    assert_bad(
+    assert_all_bad(
         d.path(),
-        &["pow", "i.npy", "--exponent", "-1", "-o", "out.npy"],
-        "negative integer power",
-    );
-    assert_bad(
-        d.path(),
-        &["pow", "x.npy", "-o", "out.npy"],
-        "pow needs a numeric exponent",
-    );
-    assert_bad(
-        d.path(),
-        &["exp", "x.npy", "--dim", "0", "-o", "out.npy"],
-        "exp is elementwise: it takes no --dim",
-    );
-    assert_bad(
-        d.path(),
-        &["clamp", "x.npy", "-o", "out.npy"],
-        "clamp needs min, max or both",
-    );
-    assert_bad(
-        d.path(),
-        &["exp", "x.npy", "--q", "0.5", "-o", "out.npy"],
-        "option --q has no meaning for exp",
+        &[
+            (
+                &["pow", "i.npy", "--exponent", "-1", "-o", "out.npy"],
+                "negative integer power",
+            ),
+            (
+                &["pow", "x.npy", "-o", "out.npy"],
+                "pow needs a numeric exponent",
+            ),
+            (
+                &["exp", "x.npy", "--dim", "0", "-o", "out.npy"],
+                "exp is elementwise: it takes no --dim",
+            ),
+            (
+                &["clamp", "x.npy", "-o", "out.npy"],
+                "clamp needs min, max or both",
+            ),
+            (
+                &["exp", "x.npy", "--q", "0.5", "-o", "out.npy"],
+                "option --q has no meaning for exp",
+            ),
+        ],
     );
     // sparse: the stored pattern as the mask, positions kept; no mask is an error
     write(
@@ -1559,30 +1552,27 @@ fn binary_ops_rules_scalars_and_errors() {
         "integer division by zero at position [2]",
     );
     save(p, "k.npy", &array![1i32, 2]);
-    assert_bad(
+    assert_all_bad(
         p,
-        &["add", "x.npy", "k.npy", "-o", "out.npy"],
-        "do not broadcast",
-    );
-    assert_bad(
-        p,
-        &["add", "x.npy", "-o", "out.npy"],
-        "needs a second operand",
-    );
-    assert_bad(
-        p,
-        &["add", "x.npy", "y.npy", "--masks", "or", "-o", "out.npy"],
-        "invalid --masks value 'or'",
-    );
-    assert_bad(
-        p,
-        &["sum", "x.npy", "y.npy", "-o", "out.npy"],
-        "takes one operand",
-    );
-    assert_bad(
-        p,
-        &["pow", "i.npy", "--scalar", "-1", "-o", "out.npy"],
-        "negative power at position [0]",
+        &[
+            (
+                &["add", "x.npy", "k.npy", "-o", "out.npy"],
+                "do not broadcast",
+            ),
+            (&["add", "x.npy", "-o", "out.npy"], "needs a second operand"),
+            (
+                &["add", "x.npy", "y.npy", "--masks", "or", "-o", "out.npy"],
+                "invalid --masks value 'or'",
+            ),
+            (
+                &["sum", "x.npy", "y.npy", "-o", "out.npy"],
+                "takes one operand",
+            ),
+            (
+                &["pow", "i.npy", "--scalar", "-1", "-o", "out.npy"],
+                "negative power at position [0]",
+            ),
+        ],
     );
     // pow: unary with --exponent, binary with B
     let o = run(p, &["pow", "i.npy", "j.npy", "-o", "out.npy"]);
@@ -2081,17 +2071,20 @@ fn vjp_on_dense_files() {
             "vjp", op, "x.npy", "--mask", "m.npy", "--dim", "1", "--grad", grad, "-o", "out.npy",
         ]
     };
-    assert_bad(p, &vjp("argmax", "g1.npy"), "argmax is not differentiable");
-    assert_bad(p, &vjp("count", "g1.npy"), "count is not differentiable");
-    assert_bad(
+    assert_all_bad(
         p,
-        &vjp("sum", "g.npy"),
-        "has shape [2, 3], the output of sum has shape [2]",
-    );
-    assert_bad(
-        p,
-        &["vjp", "sum", "x.npy", "-o", "out.npy"],
-        "vjp needs --grad",
+        &[
+            (&vjp("argmax", "g1.npy"), "argmax is not differentiable"),
+            (&vjp("count", "g1.npy"), "count is not differentiable"),
+            (
+                &vjp("sum", "g.npy"),
+                "has shape [2, 3], the output of sum has shape [2]",
+            ),
+            (
+                &["vjp", "sum", "x.npy", "-o", "out.npy"],
+                "vjp needs --grad",
+            ),
+        ],
     );
     save(p, "g64.npy", &array![2.0f64, 1.0]);
     assert_bad(
@@ -2100,17 +2093,20 @@ fn vjp_on_dense_files() {
         "the upstream gradient is f64, the input's gradient type is f32",
     );
     save(p, "xi.npy", &array![[1i64, 2, 3], [4, 5, 6]]);
-    assert_bad(
+    assert_all_bad(
         p,
         &[
-            "vjp", "sum", "xi.npy", "--dim", "1", "--grad", "g1.npy", "-o", "out.npy",
+            (
+                &[
+                    "vjp", "sum", "xi.npy", "--dim", "1", "--grad", "g1.npy", "-o", "out.npy",
+                ],
+                "sum is not differentiable on i64 input",
+            ),
+            (
+                &["sum", "x.npy", "--grad", "g1.npy", "-o", "out.npy"],
+                "--grad is for `masked vjp",
+            ),
         ],
-        "sum is not differentiable on i64 input",
-    );
-    assert_bad(
-        p,
-        &["sum", "x.npy", "--grad", "g1.npy", "-o", "out.npy"],
-        "--grad is for `masked vjp",
     );
 }
 
@@ -2370,49 +2366,51 @@ fn bad_attention_inputs_exit_2_naming_the_problem() {
         "b.mtx",
         "%%MatrixMarket matrix coordinate real general\n3 3 1\n1 1 0\n",
     );
-    assert_bad(
+    assert_all_bad(
         p,
         &[
-            "attention",
-            "q.npy",
-            "k.npy",
-            "v.npy",
-            "--pattern",
-            "p.mtx",
-            "--bias",
-            "b.mtx",
-            "-o",
-            "out.npy",
+            (
+                &[
+                    "attention",
+                    "q.npy",
+                    "k.npy",
+                    "v.npy",
+                    "--pattern",
+                    "p.mtx",
+                    "--bias",
+                    "b.mtx",
+                    "-o",
+                    "out.npy",
+                ],
+                "b.mtx",
+            ),
+            (
+                &[
+                    "attention-vjp",
+                    "q.npy",
+                    "k.npy",
+                    "v.npy",
+                    "--pattern",
+                    "p.mtx",
+                    "-o",
+                    "out.npy",
+                ],
+                "--grad",
+            ),
+            (
+                &[
+                    "attention",
+                    "q.npy",
+                    "k.npy",
+                    "v.npy",
+                    "--pattern",
+                    "band:0",
+                    "-o",
+                    "out.npy",
+                ],
+                "pattern",
+            ),
         ],
-        "b.mtx",
-    );
-    assert_bad(
-        p,
-        &[
-            "attention-vjp",
-            "q.npy",
-            "k.npy",
-            "v.npy",
-            "--pattern",
-            "p.mtx",
-            "-o",
-            "out.npy",
-        ],
-        "--grad",
-    );
-    assert_bad(
-        p,
-        &[
-            "attention",
-            "q.npy",
-            "k.npy",
-            "v.npy",
-            "--pattern",
-            "band:0",
-            "-o",
-            "out.npy",
-        ],
-        "pattern",
     );
     save(p, "i.npy", &array![[1i32, 0], [0, 1], [1, 1]]);
     assert_bad(

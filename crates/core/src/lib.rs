@@ -40,7 +40,7 @@ pub use binary::{MaskRule, Splat, Value, Values, ZipMap};
 pub use dims::{wrap_dim, DimLike, Dims, OneDim, ReducePlan, ShapeLike};
 pub use element::{
     Acc, ByDType, DType, DynVec, Element, Erase, Family, FamilyMap, Float, Ref, Scalar, SliceMutOf,
-    VecOf,
+    SliceOf, VecOf,
 };
 pub use error::{try_vec, MaskedError, Result};
 pub use fold::{not_nan_words, Fold, RUN_BLOCK};

@@ -1,7 +1,8 @@
 //! 16-bit floats widened to `f32`, exactly: one value at a time inside the vector
 //! kernels, or a block at a time with the CPU's conversion instruction (AVX-512's and
 //! F16C's `vcvtph2ps`, 16 or 8 values per instruction) where the CPU has one, so that a
-//! fold over halves runs the `f32` kernel on an L1-resident block.
+//! fold over halves runs the `f32` kernel on an L1-resident block; and back (per value,
+//! branch-free, or a block per `vcvtps2ph`).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -166,9 +167,110 @@ unsafe fn widen_f16_f16c(src: &[u16], dst: &mut [MaybeUninit<f32>]) -> usize {
     n
 }
 
+/// Rounds the `f32` values of `src` into `f16` bit patterns in `dst` (same length), to
+/// nearest even as [`f32_to_f16_bits`] (NaN a quiet NaN): AVX-512's or F16C's
+/// `vcvtps2ph` where the CPU has one (checked at run time), 16 or 8 values per
+/// instruction, else that function.
+///
+/// # Panics
+/// When the lengths differ.
+pub fn narrow_f16(src: &[f32], dst: &mut [u16]) {
+    assert_eq!(src.len(), dst.len(), "narrow_f16: lengths differ");
+    let done = 'simd: {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::cpu::has_avx512() {
+                // SAFETY: the CPU has AVX-512F (checked above).
+                break 'simd unsafe { narrow_f16_avx512(src, dst) };
+            }
+            if std::arch::is_x86_feature_detected!("f16c")
+                && std::arch::is_x86_feature_detected!("avx")
+            {
+                // SAFETY: the CPU has F16C and AVX (checked above).
+                break 'simd unsafe { narrow_f16_f16c(src, dst) };
+            }
+        }
+        0
+    };
+    for (d, &s) in dst[done..].iter_mut().zip(&src[done..]) {
+        *d = f32_to_f16_bits(s);
+    }
+}
+
+/// The whole 16-value groups of `src` into `dst`; returns how many values it wrote.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn narrow_f16_avx512(src: &[f32], dst: &mut [u16]) -> usize {
+    let n = src.len() / 16 * 16;
+    for k in (0..n).step_by(16) {
+        // SAFETY: k + 16 <= n <= len of both slices; unaligned loads and stores.
+        unsafe {
+            let x = _mm512_loadu_ps(src.as_ptr().add(k));
+            let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
+            _mm256_storeu_si256(dst.as_mut_ptr().add(k) as *mut __m256i, h);
+        }
+    }
+    n
+}
+
+/// The whole 8-value groups of `src` into `dst`; returns how many values it wrote.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn narrow_f16_f16c(src: &[f32], dst: &mut [u16]) -> usize {
+    let n = src.len() / 8 * 8;
+    for k in (0..n).step_by(8) {
+        // SAFETY: k + 8 <= n <= len of both slices; unaligned loads and stores.
+        unsafe {
+            let x = _mm256_loadu_ps(src.as_ptr().add(k));
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+            _mm_storeu_si128(dst.as_mut_ptr().add(k) as *mut __m128i, h);
+        }
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The block narrowing (the CPU's instructions where it has them, each tried, and
+    /// the scalar tail: lengths off a multiple of 16) equals [`f32_to_f16_bits`] on
+    /// every 251st f32 bit pattern, NaN as NaN.
+    #[test]
+    fn block_narrowing_equals_the_scalar_one() {
+        let xs: Vec<f32> = (0..u32::MAX / 251)
+            .map(|k| f32::from_bits(k * 251))
+            .collect();
+        let check = |chunk: &[f32], got: &[u16], done: usize| {
+            for (&x, &h) in chunk[..done].iter().zip(got) {
+                if x.is_nan() {
+                    assert!(f16_bits_to_f32(h).is_nan(), "{x}");
+                } else {
+                    assert_eq!(h, f32_to_f16_bits(x), "f16 of {x:e}");
+                }
+            }
+        };
+        for chunk in xs.chunks(4099) {
+            let mut got = vec![0u16; chunk.len()];
+            narrow_f16(chunk, &mut got);
+            check(chunk, &got, chunk.len());
+            #[cfg(target_arch = "x86_64")]
+            {
+                if crate::cpu::has_avx512() {
+                    // SAFETY: the CPU has AVX-512F (checked above).
+                    let done = unsafe { narrow_f16_avx512(chunk, &mut got) };
+                    check(chunk, &got, done);
+                }
+                if std::arch::is_x86_feature_detected!("f16c")
+                    && std::arch::is_x86_feature_detected!("avx")
+                {
+                    // SAFETY: the CPU has F16C and AVX (checked above).
+                    let done = unsafe { narrow_f16_f16c(chunk, &mut got) };
+                    check(chunk, &got, done);
+                }
+            }
+        }
+    }
 
     /// The narrowing conversions equal the `half` crate's (round to nearest even) on
     /// every 13th f32 bit pattern and the boundaries (subnormal, overflow, ties), NaN

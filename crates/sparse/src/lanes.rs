@@ -659,9 +659,9 @@ impl<'a, T: Element> CsrLanes<'a, T> {
                 fill: false,
                 ..self.clone()
             };
-            return stored.kernel_map_lanes(map, 1, into);
+            return stored.map_along(map, None, into);
         }
-        self.kernel_map_lanes(map, 1, into)
+        self.map_along(map, None, into)
     }
 
     /// `map` along `dim`: into `into` (one slot per stored entry) where given.
@@ -671,7 +671,19 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         dim: isize,
         into: Option<OutSlots<'_, '_>>,
     ) -> Result<Written<LanesMapped<'a, O<M, T>>>> {
-        let d = wrap_dim(dim, 2)?;
+        self.map_along(map, Some(dim), into)
+    }
+
+    /// `map` along `dim`, or elementwise (`None`): then a row task's entries are one run
+    /// for the kernel, not a run a row (rows of a few entries would pay a call each).
+    fn map_along<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        dim: Option<isize>,
+        into: Option<OutSlots<'_, '_>>,
+    ) -> Result<Written<LanesMapped<'a, O<M, T>>>> {
+        let d = dim.map_or(Ok(1), |dim| wrap_dim(dim, 2))?;
+        let whole = dim.is_none();
         if let Some(out) = into {
             if self.fill {
                 return Err(MaskedError::Unsupported {
@@ -681,7 +693,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
                         .into(),
                 });
             }
-            with_slots(out, self.nnz(), |o| self.map_into(map, d, o))?;
+            with_slots(out, self.nnz(), |o| self.map_into(map, d, whole, o))?;
             return Ok(Written::Slots(self.valid.as_deref().map(<[u64]>::to_vec)));
         }
         if self.fill {
@@ -694,14 +706,14 @@ impl<'a, T: Element> CsrLanes<'a, T> {
                 valid: Some(Cow::Owned(words)),
                 fill: false,
             };
-            let out = full.kernel_map_lanes(map, dim, None)?.fresh()?;
+            let out = full.map_along(map, dim, None)?.fresh()?;
             return Ok(Written::Fresh(LanesMapped {
                 indices: out.indices.into_owned(),
                 ..out
             }));
         }
         let (indptr, indices, values) = if d == 1 {
-            self.map_rows(map)
+            self.map_rows(map, whole)
         } else {
             self.map_cols(map)
         };

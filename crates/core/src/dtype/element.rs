@@ -268,6 +268,14 @@ impl Family for VecOf {
     type Of<T: Element> = Vec<T>;
 }
 
+/// The family of `&'a [T]`: a run of values of any dtype (how a generic kernel reaches
+/// the one compiled for its compute type).
+pub struct SliceOf<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'a> Family for SliceOf<'a> {
+    type Of<T: Element> = &'a [T];
+}
+
 /// The family of `&'a mut [T]`: a caller's output buffer of any dtype (the `_into` forms
 /// write into one).
 pub struct SliceMutOf<'a>(std::marker::PhantomData<&'a mut ()>);
@@ -664,6 +672,11 @@ pub trait Float:
     fn to_calc(self) -> Self::Calc;
     /// From the compute type, rounding to nearest.
     fn from_calc(c: Self::Calc) -> Self;
+    /// [`Float::from_calc`] of each of `src` into `dst` (the common length): a vector
+    /// loop, or (`f16`) the CPU's conversion instruction where it has one.
+    fn from_calc_block(src: &[Self::Calc], dst: &mut [Self]) {
+        masked_kernels::run::map_run(src, None, dst, |c: Self::Calc, _| Self::from_calc(c));
+    }
 }
 
 use crate::math::{exp_parts_f32, exp_parts_f64, EXP_F32_DEG6, EXP_F64_DEG12};
@@ -915,6 +928,15 @@ macro_rules! element_half {
     (@unpack) => {
         unpack_self!();
     };
+    // f16 rounds a block at a time with the CPU's instruction, too
+    (@narrow $widen:path) => {
+        fn from_calc_block(src: &[f32], dst: &mut [Self]) {
+            use half::slice::HalfFloatSliceExt;
+            let n = src.len().min(dst.len());
+            masked_kernels::widen::narrow_f16(&src[..n], dst[..n].reinterpret_cast_mut());
+        }
+    };
+    (@narrow) => {};
     ($t:ty, $dt:expr, $var:ident, $to32:ident, $from32:ident, $from64:ident $(, $widen:path)?) => {
         impl Element for $t {
             const DTYPE: DType = $dt;
@@ -1066,6 +1088,7 @@ macro_rules! element_half {
                 // kept every map writing halves scalar)
                 <$t>::from_bits($from32(c))
             }
+            element_half!(@narrow $($widen)?);
         }
     };
 }

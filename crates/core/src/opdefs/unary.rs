@@ -13,7 +13,7 @@
 //! Floats compute in their compute type ([`Float::Calc`]: `f32` for `f32` and the halves,
 //! `f64` for `f64` and integers) and round once to the output type.
 
-use crate::element::{CalcOf, Element, Float};
+use crate::element::{ByDType, CalcOf, Element, Erase, Float, SliceMutOf, SliceOf};
 use crate::error::{MaskedError, Result};
 use crate::math::Math;
 use masked_kernels::run::map_run;
@@ -125,6 +125,17 @@ macro_rules! fn_enum {
             Some(x)
         }
     };
+    // FloatFn: through the runs compiled once for each compute type (`float_run`)
+    (@map_float float) => {
+        fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+            float_run(*self, xs, bits, out);
+        }
+    };
+    (@map_float keep) => {
+        fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+            self.map_float_each(xs, bits, out);
+        }
+    };
     (@listed keep) => {
         const KEEP_LISTED: bool = true;
         fn to_keep_fn<F: UnaryFamily>(x: F::Of<Self>) -> Option<F::Of<KeepFn>> {
@@ -142,6 +153,21 @@ macro_rules! fn_enum {
                 #[doc = concat!("[`", stringify!($v), "`].")]
                 $v($v),
             )*
+        }
+        impl $name {
+            /// How many variants (a test checks its list of every variant against it).
+            #[cfg(test)]
+            #[allow(dead_code)]
+            const VARIANTS: usize = [$(stringify!($v)),*].len();
+            /// [`Unary::map_float`] of the variant's op at `T` itself.
+            fn map_float_each<T: Element>(
+                &self,
+                xs: &[T],
+                bits: Option<Bits<'_>>,
+                out: &mut [T::Real],
+            ) {
+                match self { $( Self::$v(u) => u.map_float(xs, bits, out), )* }
+            }
         }
         impl Unary for $name {
             fn_enum!(@listed $role);
@@ -162,9 +188,7 @@ macro_rules! fn_enum {
             fn derivative(&self, x: f64) -> f64 {
                 match self { $( Self::$v(u) => u.derivative(x), )* }
             }
-            fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
-                match self { $( Self::$v(u) => u.map_float(xs, bits, out), )* }
-            }
+            fn_enum!(@map_float $role);
             fn map_keep<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
                 match self { $( Self::$v(u) => u.map_keep(xs, bits, out), )* }
             }
@@ -271,6 +295,108 @@ impl<T: Element, U: Unary, const FAST: bool> masked_kernels::run::ElemMap<T, T::
         } else {
             <T::Real as Element>::ZERO
         }
+    }
+}
+
+/// A float function over a run of any dtype. Each function's loop is compiled once for
+/// each compute type, here ([`FloatFn::run_f32`], [`FloatFn::run_f64`]): `f32` and `f64`
+/// runs go straight to it, and every other dtype (the halves, the integers) in blocks
+/// converted to its compute type and the results rounded back ([`widened_run`]). A value
+/// is converted, computed and rounded exactly as [`FloatAt`] does at `T` (the functions
+/// depend on `T` through its compute type only), so the results are the same bit for bit;
+/// what is saved is a copy of every function's loop for every dtype in every crate that
+/// maps one (the layouts' compiled kernels and the engine's).
+fn float_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+    match (
+        T::erase::<SliceOf<'_>>(xs),
+        <T::Real as Erase>::erase::<SliceMutOf<'_>>(out),
+    ) {
+        (ByDType::F32(x), ByDType::F32(o)) => f.run_f32(x, bits, o),
+        (ByDType::F64(x), ByDType::F64(o)) => f.run_f64(x, bits, o),
+        (_, o) => {
+            let out = <T::Real as Erase>::unerase_owned(o).expect("erased as T::Real above");
+            widened_run(f, xs, bits, out);
+        }
+    }
+}
+
+/// Values per block of [`widened_run`]: its three stack blocks (the halves' widened
+/// values, the compute type's inputs and outputs) within two pages for `f32`.
+const WIDE_BLOCK: usize = 512;
+
+/// [`float_run`] for a dtype that is not its own compute type `C`: each block in `C`
+/// (the halves widened by [`Element::unpack`], one instruction per 16 values where the
+/// CPU has it; the integers converted as [`Element::calc`]), mapped by `C`'s compiled
+/// run, straight into the output where it is `C` (the integers' `f64`), else into a
+/// block of `C` rounded to `T::Real` ([`Float::from_calc_block`]: `vcvtps2ph` for
+/// `f16`). The conversions are loops of `T` alone, not of the function; buffers are set
+/// once, only as far as a run uses them (a short run pays for its own length).
+#[inline(never)]
+fn widened_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+    use std::mem::MaybeUninit;
+    let n = xs.len().min(out.len());
+    let zero = <CalcOf<T> as Element>::ZERO;
+    let mut raw = [MaybeUninit::<T::Unpacked>::uninit(); WIDE_BLOCK];
+    let mut cx = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
+    let mut co = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
+    // set once, as far as the first block reaches: each run writes its whole block
+    let w = n.min(WIDE_BLOCK);
+    let (cx, co) = (filled(&mut cx[..w], zero), filled(&mut co[..w], zero));
+    let mut off = 0;
+    while off < n {
+        let m = (n - off).min(WIDE_BLOCK);
+        let b = bits.map(|b| b.offset(off));
+        let src = &xs[off..off + m];
+        let wide = match T::as_unpacked(src) {
+            None => <T::Unpacked as Erase>::erase::<SliceOf<'_>>(T::unpack(src, &mut raw[..m])),
+            Some(_) => {
+                let c = &mut cx[..m];
+                map_run(src, None, c, |x: T, _| x.calc());
+                <CalcOf<T> as Erase>::erase::<SliceOf<'_>>(c)
+            }
+        };
+        match (
+            wide,
+            <T::Real as Erase>::erase::<SliceMutOf<'_>>(&mut out[off..off + m]),
+        ) {
+            (ByDType::F64(x), ByDType::F64(o)) => f.run_f64(x, b, o),
+            (ByDType::F32(x), ByDType::F32(o)) => f.run_f32(x, b, o),
+            (x, o) => {
+                let c = &mut co[..m];
+                match (x, <CalcOf<T> as Erase>::erase::<SliceMutOf<'_>>(&mut *c)) {
+                    (ByDType::F32(x), ByDType::F32(c)) => f.run_f32(x, b, c),
+                    (ByDType::F64(x), ByDType::F64(c)) => f.run_f64(x, b, c),
+                    _ => unreachable!("a compute type is f32 or f64, and a block is in it"),
+                }
+                let o = <T::Real as Erase>::unerase_owned(o).expect("erased as T::Real above");
+                <T::Real as Float>::from_calc_block(c, o);
+            }
+        }
+        off += m;
+    }
+}
+
+/// `buf` with every element set to `v`, as initialised values.
+fn filled<C: Copy>(buf: &mut [std::mem::MaybeUninit<C>], v: C) -> &mut [C] {
+    for b in buf.iter_mut() {
+        b.write(v);
+    }
+    // SAFETY: every element was written above; `MaybeUninit<C>` and `C` have the same
+    // layout.
+    unsafe { &mut *(buf as *mut [std::mem::MaybeUninit<C>] as *mut [C]) }
+}
+
+impl FloatFn {
+    /// The function over an `f32` run (the compute type of `f32` and the halves): each
+    /// variant's loop, compiled here once.
+    #[inline(never)]
+    pub fn run_f32(self, xs: &[f32], bits: Option<Bits<'_>>, out: &mut [f32]) {
+        self.map_float_each(xs, bits, out);
+    }
+    /// The function over an `f64` run (the compute type of `f64` and the integers).
+    #[inline(never)]
+    pub fn run_f64(self, xs: &[f64], bits: Option<Bits<'_>>, out: &mut [f64]) {
+        self.map_float_each(xs, bits, out);
     }
 }
 
@@ -727,6 +853,116 @@ fn_enum! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::{bf16, f16};
+
+    /// Every float function (pow at each of its exponent's cases).
+    fn every_float_fn() -> Vec<FloatFn> {
+        use FloatFn as F;
+        let mut fs = vec![
+            F::Sqrt(Sqrt),
+            F::Rsqrt(Rsqrt),
+            F::Reciprocal(Reciprocal),
+            F::Exp(Exp),
+            F::Exp2(Exp2),
+            F::Expm1(Expm1),
+            F::Log(Log),
+            F::Log2(Log2),
+            F::Log10(Log10),
+            F::Log1p(Log1p),
+            F::Sin(Sin),
+            F::Cos(Cos),
+            F::Tan(Tan),
+            F::Asin(Asin),
+            F::Acos(Acos),
+            F::Atan(Atan),
+            F::Sinh(Sinh),
+            F::Cosh(Cosh),
+            F::Tanh(Tanh),
+            F::Asinh(Asinh),
+            F::Acosh(Acosh),
+            F::Atanh(Atanh),
+            F::Sigmoid(Sigmoid),
+            F::Logit(Logit),
+            F::Erf(Erf),
+            F::Erfc(Erfc),
+            F::Frac(Frac),
+            F::Softplus(Softplus),
+            F::Gelu(Gelu),
+            F::Silu(Silu),
+        ];
+        // one of each variant above, and pow
+        assert_eq!(fs.len() + 1, FloatFn::VARIANTS);
+        for p in [2.0, 0.5, 3.0, -1.5, f64::INFINITY] {
+            fs.push(F::Pow(Pow::new(p).unwrap()));
+        }
+        fs
+    }
+
+    /// A float function over a dtype that is not its own compute type (through
+    /// `widened_run`: blocks converted, mapped by the compute type's compiled run,
+    /// rounded back) equals the function's loop at that dtype itself, bit for bit, over
+    /// more than two blocks with a ragged end, a mask, and values in and beyond the fast
+    /// forms' range (the trigonometric recompute), zeros, infinities and NaN.
+    fn widened_run_equals_the_typed_loop<T: Element>()
+    where
+        T::Real: Float,
+    {
+        let n = 2 * WIDE_BLOCK + 77;
+        let special = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            1e5,
+            -3e4,
+            f64::INFINITY,
+            f64::NAN,
+            0.5,
+        ];
+        let xs: Vec<T> = (0..n)
+            .map(|k| match k % 11 {
+                0 => special[(k / 11) % special.len()],
+                _ => ((k as f64) * 0.7311).sin() * (1.0 + (k % 7) as f64),
+            })
+            .map(|v| {
+                T::from_f64_lossy(if T::DTYPE.is_float() {
+                    v
+                } else {
+                    (v * 3.0).round()
+                })
+            })
+            .collect();
+        let words: Vec<u64> = (0..n.div_ceil(64))
+            .map(|k| 0x9E37_79B9_7F4A_7C15u64.rotate_left(k as u32 * 7) | 1)
+            .collect();
+        for f in every_float_fn() {
+            for bits in [None, Some(Bits::new(&words, 3))] {
+                let mut want = vec![<T::Real as Element>::ZERO; n];
+                f.map_float_each(&xs, bits, &mut want);
+                let mut got = vec![<T::Real as Float>::ONE; n];
+                f.map_float(&xs, bits, &mut got);
+                for k in 0..n {
+                    let (g, w) = (got[k].to_f64(), want[k].to_f64());
+                    assert!(
+                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                        "{} {} at {k} (x = {:?}, masked {}): {g} != {w}",
+                        f.name(),
+                        T::DTYPE,
+                        xs[k].to_f64(),
+                        bits.is_some(),
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn halves_and_integers_map_through_the_compute_types_runs() {
+        widened_run_equals_the_typed_loop::<f16>();
+        widened_run_equals_the_typed_loop::<bf16>();
+        widened_run_equals_the_typed_loop::<i32>();
+        widened_run_equals_the_typed_loop::<i64>();
+    }
 
     /// pow's map (the fast form, then the exact one at zeros, infinities and NaNs)
     /// equals the exact form per element, bit for bit where the exact form is exact

@@ -460,7 +460,7 @@ impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V>
         let out = map_rows_by(&self.indptr, self.valid.as_deref(), |t, vout| {
             let (mut vals, mut ptr, mut words) = Scratch::<O>::default();
             let sub = self.task_lanes(src, t, &mut vals, &mut ptr, &mut words)?;
-            sub.map_row_range(map, 0..t.rows.len(), vout);
+            sub.map_row_range(map, 0..t.rows.len(), false, vout);
             Ok(())
         });
         let (indptr, values) = out.map_err(|k| src.error_at(k))?;

@@ -2,6 +2,7 @@
 //! the stored structure, columns through a column-order gather and scatter.
 
 use super::*;
+use masked_kernels::BLOCK;
 
 impl<'a, T: Element> CsrLanes<'a, T> {
     /// Every position of the matrix as an entry (the lanes of a mask-free map, which
@@ -29,9 +30,10 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     pub(super) fn map_rows<M: LaneMap<T>>(
         &self,
         map: &M,
+        whole: bool,
     ) -> (Vec<usize>, ColsBuf<'a>, Vec<M::Output>) {
         let out = map_rows_by(self.indptr, self.valid.as_deref(), |t, vout| {
-            self.map_row_range(map, t.rows.clone(), vout);
+            self.map_row_range(map, t.rows.clone(), whole, vout);
             Ok::<(), std::convert::Infallible>(())
         });
         let (indptr, values) = match out {
@@ -42,17 +44,18 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 
     /// Maps rows `rows` into `vout` (their valid entries' values, from the first row's
-    /// first valid entry).
+    /// first valid entry): a run a row, or (`whole`: an elementwise map) their entries
+    /// in runs of [`BLOCK`] whatever the rows.
     pub(super) fn map_row_range<M: LaneMap<T>>(
         &self,
         map: &M,
         rows: Range<usize>,
+        whole: bool,
         vout: &mut [M::Output],
     ) {
         let mut tmp = Vec::new();
         let mut o = 0;
-        for r in rows {
-            let e = self.row(r);
+        let mut run = |e: Range<usize>| {
             let bits = self.bits_at(e.start);
             let len = self.count_valid(e.clone());
             masked_kernels::cpu::prefetch_ahead(&self.values[e.start..], e.len());
@@ -71,13 +74,32 @@ impl<'a, T: Element> CsrLanes<'a, T> {
                 }
             }
             o += len;
+        };
+        if whole {
+            // blocks of the rows' entries, whatever the rows: the masked runs' scratch
+            // stays in cache
+            let (lo, hi) = (self.indptr[rows.start], self.indptr[rows.end]);
+            for s in (lo..hi).step_by(BLOCK) {
+                run(s..(s + BLOCK).min(hi));
+            }
+        } else {
+            for r in rows {
+                run(self.row(r));
+            }
         }
     }
 
-    /// Maps every lane along `d` (1: rows, 0: columns) into `out`, one slot per stored
-    /// entry in storage order: valid or not (a masked-out entry's slot gets the op's
+    /// Maps every lane along `d` (1: rows, 0: columns; `whole`: elementwise, a row
+    /// task's entries as one run) into `out`, one slot per stored entry in storage
+    /// order: valid or not (a masked-out entry's slot gets the op's
     /// value for a masked-out element, as a dense result's position does).
-    pub(super) fn map_into<M: LaneMap<T>>(&self, map: &M, d: usize, out: &mut [M::Output]) {
+    pub(super) fn map_into<M: LaneMap<T>>(
+        &self,
+        map: &M,
+        d: usize,
+        whole: bool,
+        out: &mut [M::Output],
+    ) {
         if d == 1 {
             // row tasks own consecutive entry ranges of the output
             let tasks = row_tasks(self.indptr);
@@ -90,6 +112,12 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             }
             par::map_vec(pieces, |(t, o)| {
                 let base = t.entries.start;
+                if whole {
+                    // elementwise: the task's entries are one run
+                    let e = t.entries.clone();
+                    map.map(&self.values[e], self.bits_at(base), o);
+                    return;
+                }
                 for r in t.rows.clone() {
                     let e = self.row(r);
                     let (lo, hi) = (e.start - base, e.end - base);
