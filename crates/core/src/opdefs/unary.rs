@@ -339,9 +339,17 @@ fn widened_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &m
     let mut raw = [MaybeUninit::<T::Unpacked>::uninit(); WIDE_BLOCK];
     let mut cx = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
     let mut co = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
-    // set once, as far as the first block reaches: each run writes its whole block
+    // set once, as far as the first block reaches (each run writes its whole block),
+    // and only those a dtype uses: converted inputs unless `unpack` widens (f16),
+    // outputs unless the results are `C` (the integers')
     let w = n.min(WIDE_BLOCK);
-    let (cx, co) = (filled(&mut cx[..w], zero), filled(&mut co[..w], zero));
+    let wx = if T::as_unpacked(&[]).is_some() { w } else { 0 };
+    let wo = if <T::Real as Element>::DTYPE == <CalcOf<T> as Element>::DTYPE {
+        0
+    } else {
+        w
+    };
+    let (cx, co) = (filled(&mut cx[..wx], zero), filled(&mut co[..wo], zero));
     let mut off = 0;
     while off < n {
         let m = (n - off).min(WIDE_BLOCK);
