@@ -1,13 +1,14 @@
 """Unary elementwise ops (masked algebra) against the peers, measured in the same run.
 
-On 4096 x 4096 f32 (or f64) with a 50% random mask, per round: numpy's plain (unmasked,
-one thread) op, torch's plain op (2 threads), MaskedTensor's op and numpy.ma's op, then
-`masked bench --op ...` on the same shape and mask density (2 threads; the output is a
-fresh masked array, as the peers'). Prints per round and the medians, with the ratios the
-issue asks for (ours / numpy plain; MaskedTensor / ours; numpy.ma / ours). Needs numpy
-(a venv outside the repo) and a release build; torch's columns where torch is installed.
+On 4096 x 4096 f32 (or f64 or f16) with a 50% random mask, per round: numpy's plain
+(unmasked, one thread) op, torch's plain op (2 threads), MaskedTensor's op and numpy.ma's
+op, then `masked bench --op ...` on the same shape and mask density (2 threads; the
+output is a fresh masked array, as the peers'). Prints per round and the medians, with
+the ratios the issue asks for (ours / numpy plain; MaskedTensor / ours; numpy.ma / ours).
+Needs numpy (a venv outside the repo) and a release build; torch's columns where torch is
+installed.
 
-  python scripts/compare_peers_unary.py [ROUNDS] [f32|f64] [OP,OP...]
+  python scripts/compare_peers_unary.py [ROUNDS] [f16|f32|f64] [OP,OP...]
 
 erf, erfc and gelu need scipy (scipy.special is their plain peer).
 """
@@ -85,7 +86,7 @@ if only:
     OPS = {k: v for k, v in OPS.items() if k in only}
 
 dtype = sys.argv[2] if len(sys.argv) > 2 else "f32"
-npdt = {"f32": np.float32, "f64": np.float64}[dtype]
+npdt = {"f16": np.float16, "f32": np.float32, "f64": np.float64}[dtype]
 rng = np.random.default_rng(0)
 z = rng.standard_normal((4096, 4096))
 m = rng.random((4096, 4096)) < 0.5

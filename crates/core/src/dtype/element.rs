@@ -427,6 +427,7 @@ pub trait Element:
     + DeserializeOwned
     + crate::wire::WireNum
     + Erase
+    + masked_kernels::ZeroBits
     + 'static
 {
     /// Runtime tag.

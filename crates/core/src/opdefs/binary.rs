@@ -75,7 +75,9 @@ pub enum Values {
 }
 
 /// A value an elementwise op may produce: every [`Element`], and `bool`.
-pub trait Value: Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
+pub trait Value:
+    Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + masked_kernels::ZeroBits + 'static
+{
     /// The values, tagged with their type.
     fn into_values(v: Vec<Self>) -> Values;
 }

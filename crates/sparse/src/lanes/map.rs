@@ -212,7 +212,7 @@ fn column_pieces<'o, O>(colptr: &[usize], out: &'o mut [O]) -> Vec<(usize, &'o m
 /// writes for each row task (the task's rows' valid values), tasks in parallel. The
 /// first task error (in row order) is returned. The column indices of the valid
 /// entries are the caller's (`Cols::kept`): they do not depend on the map.
-pub(super) fn map_rows_by<O: Clone + Default + Send, E: Send>(
+pub(super) fn map_rows_by<O: masked_kernels::ZeroBits + Send, E: Send>(
     indptr: &[usize],
     valid: Option<&[u64]>,
     task: impl Fn(&Task, &mut [O]) -> std::result::Result<(), E> + Sync,
