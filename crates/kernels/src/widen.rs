@@ -113,25 +113,11 @@ pub fn f64_to_bf16_bits(x: f64) -> u16 {
 /// When the lengths differ.
 pub fn widen_f16<'d>(src: &[u16], dst: &'d mut [MaybeUninit<f32>]) -> &'d [f32] {
     assert_eq!(src.len(), dst.len(), "widen_f16: lengths differ");
-    let done = 'simd: {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if crate::cpu::has_avx512() {
-                // SAFETY: the CPU has AVX-512F (checked above).
-                break 'simd unsafe { widen_f16_avx512(src, dst) };
-            }
-            if std::arch::is_x86_feature_detected!("f16c")
-                && std::arch::is_x86_feature_detected!("avx")
-            {
-                // SAFETY: the CPU has F16C and AVX (checked above).
-                break 'simd unsafe { widen_f16_f16c(src, dst) };
-            }
-        }
-        0
-    };
-    for (d, &s) in dst[done..].iter_mut().zip(&src[done..]) {
-        d.write(f16_bits_to_f32(s));
-    }
+    #[cfg(target_arch = "x86_64")]
+    let simd: [Simd<u16, MaybeUninit<f32>>; 2] = [widen_f16_avx512, widen_f16_f16c];
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = [];
+    by_blocks(src, dst, simd, |s| MaybeUninit::new(f16_bits_to_f32(s)));
     // SAFETY: every element of `dst` was written above (the vector part up to `done`,
     // the scalar loop after it); `f32` and `MaybeUninit<f32>` have the same layout.
     unsafe { &*(dst as *const [MaybeUninit<f32>] as *const [f32]) }
@@ -176,24 +162,46 @@ unsafe fn widen_f16_f16c(src: &[u16], dst: &mut [MaybeUninit<f32>]) -> usize {
 /// When the lengths differ.
 pub fn narrow_f16(src: &[f32], dst: &mut [u16]) {
     assert_eq!(src.len(), dst.len(), "narrow_f16: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    let simd: [Simd<f32, u16>; 2] = [narrow_f16_avx512, narrow_f16_f16c];
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = [];
+    by_blocks(src, dst, simd, f32_to_f16_bits);
+}
+
+/// A conversion of a slice's whole vector groups with one CPU's instructions: how many
+/// values it wrote. `unsafe`: only where the CPU has them.
+type Simd<S, D> = unsafe fn(&[S], &mut [D]) -> usize;
+
+/// `src` converted into `dst` (same length): by `simd[0]` (AVX-512) or `simd[1]` (F16C and
+/// AVX) where the CPU has those (checked at run time), then by `one`, a value at a time,
+/// from where that left off.
+fn by_blocks<S: Copy, D, const K: usize>(
+    src: &[S],
+    dst: &mut [D],
+    simd: [Simd<S, D>; K],
+    one: impl Fn(S) -> D,
+) {
     let done = 'simd: {
         #[cfg(target_arch = "x86_64")]
         {
-            if crate::cpu::has_avx512() {
-                // SAFETY: the CPU has AVX-512F (checked above).
-                break 'simd unsafe { narrow_f16_avx512(src, dst) };
+            if let Some(f) = simd.first().filter(|_| crate::cpu::has_avx512()) {
+                // SAFETY: the CPU has AVX-512F (checked above), what `simd[0]` needs.
+                break 'simd unsafe { f(src, dst) };
             }
-            if std::arch::is_x86_feature_detected!("f16c")
-                && std::arch::is_x86_feature_detected!("avx")
-            {
-                // SAFETY: the CPU has F16C and AVX (checked above).
-                break 'simd unsafe { narrow_f16_f16c(src, dst) };
+            if let Some(f) = simd.get(1).filter(|_| {
+                std::arch::is_x86_feature_detected!("f16c")
+                    && std::arch::is_x86_feature_detected!("avx")
+            }) {
+                // SAFETY: the CPU has F16C and AVX (checked above), what `simd[1]` needs.
+                break 'simd unsafe { f(src, dst) };
             }
         }
+        let _ = &simd;
         0
     };
     for (d, &s) in dst[done..].iter_mut().zip(&src[done..]) {
-        *d = f32_to_f16_bits(s);
+        *d = one(s);
     }
 }
 
