@@ -37,8 +37,8 @@ zero_bits!(
 /// A vector of `n` zero values for an output. Its memory comes zeroed from the allocator
 /// (as `vec![0.0; n]` does for `f32`, which `vec!` cannot do for the `half` crate's
 /// types: it wrote every element, touching every 4 KiB page of a large output before
-/// the advice below, a page fault each: a 4096² f16 map took 23 ms where 5 went to the
-/// arithmetic). Large ones ask Linux for transparent huge pages before first touch, so
+/// the advice below, a page fault each: a fresh 4096² f16 sqrt took 28 ms, 7 without).
+/// Large ones ask Linux for transparent huge pages before first touch, so
 /// writing a 64 MiB result takes 32 page faults instead of 16384 (the faults, not the
 /// arithmetic, dominated the normalizations).
 pub fn fresh_vec<O: ZeroBits>(n: usize) -> Vec<O> {

@@ -674,8 +674,9 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         self.map_along(map, Some(dim), into)
     }
 
-    /// `map` along `dim`, or elementwise (`None`): then a row task's entries are one run
-    /// for the kernel, not a run a row (rows of a few entries would pay a call each).
+    /// `map` along `dim`, or elementwise (`None`): then a row task's entries are mapped
+    /// in blocks whatever the rows, not a call a row (rows of a few entries would pay
+    /// each call's set-up).
     fn map_along<M: LaneMap<T>>(
         &self,
         map: &M,
