@@ -136,6 +136,17 @@ macro_rules! fn_enum {
             self.map_float_each(xs, bits, out);
         }
     };
+    // KeepFn: the floats through the runs compiled once for f32 and f64 (`keep_run`)
+    (@map_keep keep) => {
+        fn map_keep<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
+            keep_run(*self, xs, bits, out);
+        }
+    };
+    (@map_keep float) => {
+        fn map_keep<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
+            self.map_keep_each(xs, bits, out);
+        }
+    };
     (@listed keep) => {
         const KEEP_LISTED: bool = true;
         fn to_keep_fn<F: UnaryFamily>(x: F::Of<Self>) -> Option<F::Of<KeepFn>> {
@@ -159,6 +170,15 @@ macro_rules! fn_enum {
             #[cfg(test)]
             #[allow(dead_code)]
             const VARIANTS: usize = [$(stringify!($v)),*].len();
+            /// [`Unary::map_keep`] of the variant's op at `T` itself.
+            fn map_keep_each<T: Element>(
+                &self,
+                xs: &[T],
+                bits: Option<Bits<'_>>,
+                out: &mut [T],
+            ) {
+                match self { $( Self::$v(u) => u.map_keep(xs, bits, out), )* }
+            }
             /// [`Unary::map_float`] of the variant's op at `T` itself.
             fn map_float_each<T: Element>(
                 &self,
@@ -189,9 +209,7 @@ macro_rules! fn_enum {
                 match self { $( Self::$v(u) => u.derivative(x), )* }
             }
             fn_enum!(@map_float $role);
-            fn map_keep<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
-                match self { $( Self::$v(u) => u.map_keep(xs, bits, out), )* }
-            }
+            fn_enum!(@map_keep $role);
         }
     };
 }
@@ -381,6 +399,84 @@ fn widened_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &m
             }
         }
         off += m;
+    }
+}
+
+/// A type-keeping op over a run of any dtype: `f32` and `f64` runs through the loops
+/// compiled once here ([`KeepFn::keep_f32`], [`KeepFn::keep_f64`]), the integers
+/// through the op's own loop at their type (they compute in `i64`), and the halves in
+/// blocks widened to `f32`, mapped by its run and rounded back, as
+/// [`Element::map_keep`] computes them (the same values bit for bit; `nan_to_num`'s
+/// default bounds resolved at `T` first, as its loop at `T` would use them).
+fn keep_run<T: Element>(f: KeepFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
+    let f = match f {
+        KeepFn::NanToNum(n) => KeepFn::NanToNum(n.at::<T>()),
+        other => other,
+    };
+    match (T::erase::<SliceOf<'_>>(xs), T::erase::<SliceMutOf<'_>>(out)) {
+        (ByDType::F32(x), ByDType::F32(o)) => f.keep_f32(x, bits, o),
+        (ByDType::F64(x), ByDType::F64(o)) => f.keep_f64(x, bits, o),
+        (ByDType::I32(x), ByDType::I32(o)) => f.map_keep_each(x, bits, o),
+        (ByDType::I64(x), ByDType::I64(o)) => f.map_keep_each(x, bits, o),
+        (_, o) => {
+            let out = T::unerase_owned(o).expect("erased as T above");
+            widened_keep(f, xs, bits, out);
+        }
+    }
+}
+
+/// [`keep_run`] for a float that is not its own compute type `C` (the halves): blocks
+/// in `C` (f16 widened by [`Element::unpack`]), mapped by `C`'s compiled run, rounded
+/// back ([`Float::from_calc_block`]: `vcvtps2ph` for f16).
+#[inline(never)]
+fn widened_keep<T: Element>(f: KeepFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
+    use std::mem::MaybeUninit;
+    let n = xs.len().min(out.len());
+    let zero = <CalcOf<T> as Element>::ZERO;
+    let mut raw = [MaybeUninit::<T::Unpacked>::uninit(); WIDE_BLOCK];
+    let mut cx = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
+    let mut co = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
+    let w = n.min(WIDE_BLOCK);
+    let wx = if T::as_unpacked(&[]).is_some() { w } else { 0 };
+    let (cx, co) = (filled(&mut cx[..wx], zero), filled(&mut co[..w], zero));
+    let mut off = 0;
+    while off < n {
+        let m = (n - off).min(WIDE_BLOCK);
+        let b = bits.map(|b| b.offset(off));
+        let src = &xs[off..off + m];
+        let wide = match T::as_unpacked(src) {
+            None => <T::Unpacked as Erase>::erase::<SliceOf<'_>>(T::unpack(src, &mut raw[..m])),
+            Some(_) => {
+                let c = &mut cx[..m];
+                map_run(src, None, c, |x: T, _| x.calc());
+                <CalcOf<T> as Erase>::erase::<SliceOf<'_>>(c)
+            }
+        };
+        let c = &mut co[..m];
+        match (wide, <CalcOf<T> as Erase>::erase::<SliceMutOf<'_>>(&mut *c)) {
+            (ByDType::F32(x), ByDType::F32(c)) => f.keep_f32(x, b, c),
+            (ByDType::F64(x), ByDType::F64(c)) => f.keep_f64(x, b, c),
+            _ => unreachable!("a compute type is f32 or f64, and a block is in it"),
+        }
+        // a float keeps its type: `T::Real` is `T`
+        let dst = T::erase::<SliceMutOf<'_>>(&mut out[off..off + m]);
+        let dst = <T::Real as Erase>::unerase_owned(dst).expect("a float's Real is itself");
+        <T::Real as Float>::from_calc_block(c, dst);
+        off += m;
+    }
+}
+
+impl KeepFn {
+    /// The op over an `f32` run: each variant's loop, compiled here once (for `f32` and
+    /// the halves).
+    #[inline(never)]
+    pub fn keep_f32(self, xs: &[f32], bits: Option<Bits<'_>>, out: &mut [f32]) {
+        self.map_keep_each(xs, bits, out);
+    }
+    /// The op over an `f64` run.
+    #[inline(never)]
+    pub fn keep_f64(self, xs: &[f64], bits: Option<Bits<'_>>, out: &mut [f64]) {
+        self.map_keep_each(xs, bits, out);
     }
 }
 
@@ -811,6 +907,18 @@ impl NanToNum {
     }
 }
 
+impl NanToNum {
+    /// Its default bounds (`None`) replaced by `T`'s largest and lowest finite values:
+    /// the op as it computes at `T`, whatever type then runs it.
+    pub fn at<T: Element>(self) -> Self {
+        NanToNum {
+            nan: self.nan,
+            posinf: Some(self.posinf.unwrap_or(T::MAX_FINITE)),
+            neginf: Some(self.neginf.unwrap_or(-T::MAX_FINITE)),
+        }
+    }
+}
+
 impl Unary for NanToNum {
     fn name(&self) -> &'static str {
         "nan_to_num"
@@ -962,6 +1070,104 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every type-keeping op (clamp, nan_to_num and pow with options of each kind).
+    fn every_keep_fn() -> Vec<KeepFn> {
+        use KeepFn as K;
+        let mut fs = vec![
+            K::Abs(Abs),
+            K::Neg(Neg),
+            K::Sign(Sign),
+            K::Square(Square),
+            K::Relu(Relu),
+            K::Floor(Floor),
+            K::Ceil(Ceil),
+            K::Round(Round),
+            K::Trunc(Trunc),
+        ];
+        // one of each variant above, and clamp, nan_to_num, pow
+        assert_eq!(fs.len() + 3, KeepFn::VARIANTS);
+        for (lo, hi) in [
+            (Some(-1.5), Some(2.25)),
+            (None, Some(0.3)),
+            (Some(-7.0), None),
+        ] {
+            fs.push(K::Clamp(Clamp::new(lo, hi).unwrap()));
+        }
+        fs.push(K::NanToNum(NanToNum::new(0.0, None, None)));
+        fs.push(K::NanToNum(NanToNum::new(-2.5, Some(1e4), Some(-3.0))));
+        for p in [0.0, 2.0, 3.0] {
+            fs.push(K::Pow(Pow::new(p).unwrap()));
+        }
+        fs
+    }
+
+    /// A type-keeping op over every dtype (f32 and f64 through the runs compiled once,
+    /// the halves through widened blocks, the integers through their own loop) equals
+    /// the op's loop at that dtype, bit for bit, masked and not, over more than two
+    /// blocks: the same values and specials as the float functions' test.
+    fn keep_run_equals_the_typed_loop<T: Element>() {
+        let n = 2 * WIDE_BLOCK + 77;
+        let special = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            1e5,
+            -3e4,
+            f64::INFINITY,
+            f64::NAN,
+            0.5,
+            2.5,
+        ];
+        let xs: Vec<T> = (0..n)
+            .map(|k| match k % 11 {
+                0 => special[(k / 11) % special.len()],
+                _ => ((k as f64) * 0.7311).sin() * (1.0 + (k % 7) as f64),
+            })
+            .map(|v| {
+                T::from_f64_lossy(if T::DTYPE.is_float() {
+                    v
+                } else {
+                    (v * 3.0).round()
+                })
+            })
+            .collect();
+        let words: Vec<u64> = (0..n.div_ceil(64))
+            .map(|k| 0x9E37_79B9_7F4A_7C15u64.rotate_left(k as u32 * 7) | 1)
+            .collect();
+        for f in every_keep_fn() {
+            for bits in [None, Some(Bits::new(&words, 3))] {
+                let mut want = vec![T::ZERO; n];
+                f.map_keep_each(&xs, bits, &mut want);
+                let mut got = vec![T::from_f64_lossy(1.0); n];
+                f.map_keep(&xs, bits, &mut got);
+                for k in 0..n {
+                    let (g, w) = (got[k].to_f64(), want[k].to_f64());
+                    assert!(
+                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                        "{} {} at {k} (x = {:?}, masked {}): {g} != {w}",
+                        f.name(),
+                        T::DTYPE,
+                        xs[k].to_f64(),
+                        bits.is_some(),
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn type_keeping_ops_run_alike_on_every_dtype() {
+        // every dtype of the table (a new one: add it here)
+        assert_eq!(crate::DType::ALL.len(), 6);
+        keep_run_equals_the_typed_loop::<f32>();
+        keep_run_equals_the_typed_loop::<f64>();
+        keep_run_equals_the_typed_loop::<f16>();
+        keep_run_equals_the_typed_loop::<bf16>();
+        keep_run_equals_the_typed_loop::<i32>();
+        keep_run_equals_the_typed_loop::<i64>();
     }
 
     #[test]
