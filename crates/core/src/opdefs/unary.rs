@@ -1014,15 +1014,11 @@ mod tests {
         fs
     }
 
-    /// A float function over a dtype that is not its own compute type (through
-    /// `widened_run`: blocks converted, mapped by the compute type's compiled run,
-    /// rounded back) equals the function's loop at that dtype itself, bit for bit, over
-    /// more than two blocks with a ragged end, a mask, and values in and beyond the fast
-    /// forms' range (the trigonometric recompute), zeros, infinities and NaN.
-    fn widened_run_equals_the_typed_loop<T: Element>()
-    where
-        T::Real: Float,
-    {
+    /// Values of `T` over more than two blocks with a ragged end: zeros, ±1, values in
+    /// and beyond the fast forms' range (the trigonometric recompute), infinity, NaN,
+    /// halves (ties for round), and a sine sweep (integers: rounded, times three); and
+    /// a mask's words (about half valid).
+    fn run_inputs<T: Element>() -> (Vec<T>, Vec<u64>) {
         let n = 2 * WIDE_BLOCK + 77;
         let special = [
             0.0,
@@ -1034,8 +1030,9 @@ mod tests {
             f64::INFINITY,
             f64::NAN,
             0.5,
+            2.5,
         ];
-        let xs: Vec<T> = (0..n)
+        let xs = (0..n)
             .map(|k| match k % 11 {
                 0 => special[(k / 11) % special.len()],
                 _ => ((k as f64) * 0.7311).sin() * (1.0 + (k % 7) as f64),
@@ -1048,26 +1045,38 @@ mod tests {
                 })
             })
             .collect();
-        let words: Vec<u64> = (0..n.div_ceil(64))
+        let words = (0..n.div_ceil(64))
             .map(|k| 0x9E37_79B9_7F4A_7C15u64.rotate_left(k as u32 * 7) | 1)
             .collect();
+        (xs, words)
+    }
+
+    /// `got` equals `want` bit for bit (NaN as NaN), for op `name` at `T` over `xs`.
+    fn assert_same_bits<T: Element, O: Element>(name: &str, xs: &[T], got: &[O], want: &[O]) {
+        for (k, (g, w)) in got.iter().zip(want).enumerate() {
+            let (g, w) = (g.to_f64(), w.to_f64());
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{name} {} at {k} (x = {:?}): {g} != {w}",
+                T::DTYPE,
+                xs[k].to_f64(),
+            );
+        }
+    }
+
+    /// A float function over a dtype that is not its own compute type (through
+    /// `widened_run`: blocks converted, mapped by the compute type's compiled run,
+    /// rounded back) equals the function's loop at that dtype itself, bit for bit,
+    /// masked and not, over [`run_inputs`].
+    fn widened_run_equals_the_typed_loop<T: Element>() {
+        let (xs, words) = run_inputs::<T>();
         for f in every_float_fn() {
             for bits in [None, Some(Bits::new(&words, 3))] {
-                let mut want = vec![<T::Real as Element>::ZERO; n];
+                let mut want = vec![<T::Real as Element>::ZERO; xs.len()];
                 f.map_float_each(&xs, bits, &mut want);
-                let mut got = vec![<T::Real as Float>::ONE; n];
+                let mut got = vec![<T::Real as Float>::ONE; xs.len()];
                 f.map_float(&xs, bits, &mut got);
-                for k in 0..n {
-                    let (g, w) = (got[k].to_f64(), want[k].to_f64());
-                    assert!(
-                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                        "{} {} at {k} (x = {:?}, masked {}): {g} != {w}",
-                        f.name(),
-                        T::DTYPE,
-                        xs[k].to_f64(),
-                        bits.is_some(),
-                    );
-                }
+                assert_same_bits(f.name(), &xs, &got, &want);
             }
         }
     }
@@ -1105,55 +1114,16 @@ mod tests {
 
     /// A type-keeping op over every dtype (f32 and f64 through the runs compiled once,
     /// the halves through widened blocks, the integers through their own loop) equals
-    /// the op's loop at that dtype, bit for bit, masked and not, over more than two
-    /// blocks: the same values and specials as the float functions' test.
+    /// the op's loop at that dtype, bit for bit, masked and not, over [`run_inputs`].
     fn keep_run_equals_the_typed_loop<T: Element>() {
-        let n = 2 * WIDE_BLOCK + 77;
-        let special = [
-            0.0,
-            -0.0,
-            1.0,
-            -1.0,
-            1e5,
-            -3e4,
-            f64::INFINITY,
-            f64::NAN,
-            0.5,
-            2.5,
-        ];
-        let xs: Vec<T> = (0..n)
-            .map(|k| match k % 11 {
-                0 => special[(k / 11) % special.len()],
-                _ => ((k as f64) * 0.7311).sin() * (1.0 + (k % 7) as f64),
-            })
-            .map(|v| {
-                T::from_f64_lossy(if T::DTYPE.is_float() {
-                    v
-                } else {
-                    (v * 3.0).round()
-                })
-            })
-            .collect();
-        let words: Vec<u64> = (0..n.div_ceil(64))
-            .map(|k| 0x9E37_79B9_7F4A_7C15u64.rotate_left(k as u32 * 7) | 1)
-            .collect();
+        let (xs, words) = run_inputs::<T>();
         for f in every_keep_fn() {
             for bits in [None, Some(Bits::new(&words, 3))] {
-                let mut want = vec![T::ZERO; n];
+                let mut want = vec![T::ZERO; xs.len()];
                 f.map_keep_each(&xs, bits, &mut want);
-                let mut got = vec![T::from_f64_lossy(1.0); n];
+                let mut got = vec![T::from_f64_lossy(1.0); xs.len()];
                 f.map_keep(&xs, bits, &mut got);
-                for k in 0..n {
-                    let (g, w) = (got[k].to_f64(), want[k].to_f64());
-                    assert!(
-                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                        "{} {} at {k} (x = {:?}, masked {}): {g} != {w}",
-                        f.name(),
-                        T::DTYPE,
-                        xs[k].to_f64(),
-                        bits.is_some(),
-                    );
-                }
+                assert_same_bits(f.name(), &xs, &got, &want);
             }
         }
     }
