@@ -18,6 +18,7 @@ use crate::error::{MaskedError, Result};
 use crate::math::Math;
 use masked_kernels::run::map_run;
 use masked_kernels::Bits;
+use std::ops::Range;
 
 /// A type-level function of a unary op type (a reference to a map over it, a kernel's
 /// result for that map): what [`Unary::to_float_fn`] and its kin convert.
@@ -351,44 +352,16 @@ const WIDE_BLOCK: usize = 512;
 /// once, only as far as a run uses them (a short run pays for its own length).
 #[inline(never)]
 fn widened_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
-    use std::mem::MaybeUninit;
-    let n = xs.len().min(out.len());
-    let zero = <CalcOf<T> as Element>::ZERO;
-    let mut raw = [MaybeUninit::<T::Unpacked>::uninit(); WIDE_BLOCK];
-    let mut cx = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
-    let mut co = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
-    // set once, as far as the first block reaches (each run writes its whole block),
-    // and only those a dtype uses: converted inputs unless `unpack` widens (f16),
-    // outputs unless the results are `C` (the integers')
-    let w = n.min(WIDE_BLOCK);
-    let wx = if T::as_unpacked(&[]).is_some() { w } else { 0 };
-    let wo = if <T::Real as Element>::DTYPE == <CalcOf<T> as Element>::DTYPE {
-        0
-    } else {
-        w
-    };
-    let (cx, co) = (filled(&mut cx[..wx], zero), filled(&mut co[..wo], zero));
-    let mut off = 0;
-    while off < n {
-        let m = (n - off).min(WIDE_BLOCK);
-        let b = bits.map(|b| b.offset(off));
-        let src = &xs[off..off + m];
-        let wide = match T::as_unpacked(src) {
-            None => <T::Unpacked as Erase>::erase::<SliceOf<'_>>(T::unpack(src, &mut raw[..m])),
-            Some(_) => {
-                let c = &mut cx[..m];
-                map_run(src, None, c, |x: T, _| x.calc());
-                <CalcOf<T> as Erase>::erase::<SliceOf<'_>>(c)
-            }
-        };
+    // a block of results in `C` unless they are `C` (the integers')
+    let results = <T::Real as Element>::DTYPE != <CalcOf<T> as Element>::DTYPE;
+    calc_blocks(xs, out.len(), bits, results, |wide, b, r, c| {
         match (
             wide,
-            <T::Real as Erase>::erase::<SliceMutOf<'_>>(&mut out[off..off + m]),
+            <T::Real as Erase>::erase::<SliceMutOf<'_>>(&mut out[r]),
         ) {
             (ByDType::F64(x), ByDType::F64(o)) => f.run_f64(x, b, o),
             (ByDType::F32(x), ByDType::F32(o)) => f.run_f32(x, b, o),
             (x, o) => {
-                let c = &mut co[..m];
                 match (x, <CalcOf<T> as Erase>::erase::<SliceMutOf<'_>>(&mut *c)) {
                     (ByDType::F32(x), ByDType::F32(c)) => f.run_f32(x, b, c),
                     (ByDType::F64(x), ByDType::F64(c)) => f.run_f64(x, b, c),
@@ -398,6 +371,46 @@ fn widened_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &m
                 <T::Real as Float>::from_calc_block(c, o);
             }
         }
+    });
+}
+
+/// The blocks of `xs[..n]` (`n` at most its length) in `T`'s compute type `C` (the
+/// halves widened by [`Element::unpack`], others converted as [`Element::calc`]), each
+/// passed to `f` with its validity bits, its range in `xs` and (`results`) a block of
+/// `C` for its results, else an empty one. Buffers on the stack, set once, as far as
+/// the first block reaches (each run writes its whole block) and only those used.
+#[inline(always)]
+fn calc_blocks<T: Element>(
+    xs: &[T],
+    n: usize,
+    bits: Option<Bits<'_>>,
+    results: bool,
+    mut f: impl FnMut(ByDType<SliceOf<'_>>, Option<Bits<'_>>, Range<usize>, &mut [CalcOf<T>]),
+) {
+    use std::mem::MaybeUninit;
+    let n = xs.len().min(n);
+    let zero = <CalcOf<T> as Element>::ZERO;
+    let mut raw = [MaybeUninit::<T::Unpacked>::uninit(); WIDE_BLOCK];
+    let mut cx = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
+    let mut co = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
+    let w = n.min(WIDE_BLOCK);
+    let wx = if T::as_unpacked(&[]).is_some() { w } else { 0 };
+    let wo = if results { w } else { 0 };
+    let (cx, co) = (filled(&mut cx[..wx], zero), filled(&mut co[..wo], zero));
+    let mut off = 0;
+    while off < n {
+        let m = (n - off).min(WIDE_BLOCK);
+        let src = &xs[off..off + m];
+        let wide = match T::as_unpacked(src) {
+            None => <T::Unpacked as Erase>::erase::<SliceOf<'_>>(T::unpack(src, &mut raw[..m])),
+            Some(_) => {
+                let c = &mut cx[..m];
+                map_run(src, None, c, |x: T, _| x.calc());
+                <CalcOf<T> as Erase>::erase::<SliceOf<'_>>(c)
+            }
+        };
+        let c = &mut co[..m.min(wo)];
+        f(wide, bits.map(|b| b.offset(off)), off..off + m, c);
         off += m;
     }
 }
@@ -430,40 +443,17 @@ fn keep_run<T: Element>(f: KeepFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [
 /// back ([`Float::from_calc_block`]: `vcvtps2ph` for f16).
 #[inline(never)]
 fn widened_keep<T: Element>(f: KeepFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
-    use std::mem::MaybeUninit;
-    let n = xs.len().min(out.len());
-    let zero = <CalcOf<T> as Element>::ZERO;
-    let mut raw = [MaybeUninit::<T::Unpacked>::uninit(); WIDE_BLOCK];
-    let mut cx = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
-    let mut co = [MaybeUninit::<CalcOf<T>>::uninit(); WIDE_BLOCK];
-    let w = n.min(WIDE_BLOCK);
-    let wx = if T::as_unpacked(&[]).is_some() { w } else { 0 };
-    let (cx, co) = (filled(&mut cx[..wx], zero), filled(&mut co[..w], zero));
-    let mut off = 0;
-    while off < n {
-        let m = (n - off).min(WIDE_BLOCK);
-        let b = bits.map(|b| b.offset(off));
-        let src = &xs[off..off + m];
-        let wide = match T::as_unpacked(src) {
-            None => <T::Unpacked as Erase>::erase::<SliceOf<'_>>(T::unpack(src, &mut raw[..m])),
-            Some(_) => {
-                let c = &mut cx[..m];
-                map_run(src, None, c, |x: T, _| x.calc());
-                <CalcOf<T> as Erase>::erase::<SliceOf<'_>>(c)
-            }
-        };
-        let c = &mut co[..m];
+    calc_blocks(xs, out.len(), bits, true, |wide, b, r, c| {
         match (wide, <CalcOf<T> as Erase>::erase::<SliceMutOf<'_>>(&mut *c)) {
             (ByDType::F32(x), ByDType::F32(c)) => f.keep_f32(x, b, c),
             (ByDType::F64(x), ByDType::F64(c)) => f.keep_f64(x, b, c),
             _ => unreachable!("a compute type is f32 or f64, and a block is in it"),
         }
         // a float keeps its type: `T::Real` is `T`
-        let dst = T::erase::<SliceMutOf<'_>>(&mut out[off..off + m]);
+        let dst = T::erase::<SliceMutOf<'_>>(&mut out[r]);
         let dst = <T::Real as Erase>::unerase_owned(dst).expect("a float's Real is itself");
         <T::Real as Float>::from_calc_block(c, dst);
-        off += m;
-    }
+    });
 }
 
 impl KeepFn {
