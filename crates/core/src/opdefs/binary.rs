@@ -20,12 +20,18 @@
 //! it is no error.
 
 pub use crate::dims::broadcast_shapes;
-use crate::element::{CalcOf, DType, DynVec, Element, Float, Scalar};
+use crate::element::{
+    ByDType, CalcOf, DType, DynVec, Element, Erase, Family, Float, Scalar, SliceMutOf, SliceOf,
+};
 use crate::error::{MaskedError, Result};
 use crate::fold::Fold;
 use crate::math::Math;
+use crate::unary::{filled, WIDE_BLOCK};
+use half::f16;
 use masked_kernels::run::{map_run, pair_run, zip_run};
 use masked_kernels::Bits;
+use std::mem::MaybeUninit;
+use std::ops::Range;
 
 /// How a binary op combines its operands' masks; chosen per call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -119,6 +125,13 @@ impl<T: Copy> Src<'_, T> {
             Src::Splat(v) => *v,
         }
     }
+}
+
+/// The family of [`Src`] runs, for [`Erase::erase`].
+pub struct SrcOf<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'a> Family for SrcOf<'a> {
+    type Of<T: Element> = Src<'a, T>;
 }
 
 /// A binary elementwise op on `T` operands, as the layouts run it.
@@ -650,9 +663,214 @@ impl<T: Element> ZipMap<T> for KeepZip {
         {
             return Some(k);
         }
-        keep_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
+        let (ex, ey) = (T::erase::<SrcOf<'_>>(xs), T::erase::<SrcOf<'_>>(ys));
+        match (ex, ey, T::erase::<SliceMutOf<'_>>(out)) {
+            (ByDType::F32(x), ByDType::F32(y), ByDType::F32(o)) => op.run_f32(x, y, bits, o),
+            (ByDType::F64(x), ByDType::F64(y), ByDType::F64(o)) => op.run_f64(x, y, bits, o),
+            (ByDType::F16(x), ByDType::F16(y), ByDType::F16(o)) => {
+                half_blocks(x, y, f16::unpack, bits, o, |x, y, b, c| {
+                    op.run_f32(x, y, b, c)
+                })
+            }
+            (ByDType::BF16(x), ByDType::BF16(y), ByDType::BF16(o)) => {
+                half_blocks(x, y, bf16_block, bits, o, |x, y, b, c| {
+                    op.run_f32(x, y, b, c)
+                })
+            }
+            // the integers compute in i64 at their own type
+            (_, _, o) => {
+                let out = T::unerase_owned(o).expect("erased as T above");
+                keep_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
+            }
+        }
         None
     }
+}
+
+impl KeepBin {
+    /// The op over an `f32` run (the compute type of `f32` and the halves): each
+    /// variant's loop, compiled here once.
+    #[inline(never)]
+    pub fn run_f32(
+        self,
+        xs: Src<'_, f32>,
+        ys: Src<'_, f32>,
+        bits: Option<Bits<'_>>,
+        out: &mut [f32],
+    ) {
+        keep_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f32, y: f32| OP.apply(x, y)));
+    }
+    /// The op over an `f64` run.
+    #[inline(never)]
+    pub fn run_f64(
+        self,
+        xs: Src<'_, f64>,
+        ys: Src<'_, f64>,
+        bits: Option<Bits<'_>>,
+        out: &mut [f64],
+    ) {
+        keep_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f64, y: f64| OP.apply(x, y)));
+    }
+}
+
+impl FloatBin {
+    /// The function over an `f32` run (the compute type of `f32` and the halves), compiled
+    /// here once.
+    #[inline(never)]
+    pub fn run_f32(
+        self,
+        xs: Src<'_, f32>,
+        ys: Src<'_, f32>,
+        bits: Option<Bits<'_>>,
+        out: &mut [f32],
+    ) {
+        float_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f32, y: f32| OP.apply(x, y)));
+    }
+    /// The function over an `f64` run (the compute type of `f64` and the integers).
+    #[inline(never)]
+    pub fn run_f64(
+        self,
+        xs: Src<'_, f64>,
+        ys: Src<'_, f64>,
+        bits: Option<Bits<'_>>,
+        out: &mut [f64],
+    ) {
+        float_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f64, y: f64| OP.apply(x, y)));
+    }
+}
+
+impl CmpBin {
+    /// The comparison over an `f32` run (`f32` and the halves, widened exactly).
+    #[inline(never)]
+    pub fn run_f32(
+        self,
+        xs: Src<'_, f32>,
+        ys: Src<'_, f32>,
+        bits: Option<Bits<'_>>,
+        out: &mut [bool],
+    ) {
+        cmp_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f32, y: f32| OP.apply(x, y)));
+    }
+    /// The comparison over an `f64` run.
+    #[inline(never)]
+    pub fn run_f64(
+        self,
+        xs: Src<'_, f64>,
+        ys: Src<'_, f64>,
+        bits: Option<Bits<'_>>,
+        out: &mut [bool],
+    ) {
+        cmp_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f64, y: f64| OP.apply(x, y)));
+    }
+}
+
+/// Runs `f` over the blocks of a run (at most [`WIDE_BLOCK`] elements each) with both
+/// operands converted to `W` by `conv` (a slice's block into a stack buffer; a splat
+/// once, by `one`), passing each block's validity bits and its range in the run.
+#[inline(always)]
+fn wide_blocks<T: Copy, W: Copy>(
+    xs: Src<'_, T>,
+    ys: Src<'_, T>,
+    n: usize,
+    bits: Option<Bits<'_>>,
+    conv: impl for<'o> Fn(&[T], &'o mut [MaybeUninit<W>]) -> &'o [W],
+    one: impl Fn(T) -> W,
+    mut f: impl FnMut(Src<'_, W>, Src<'_, W>, Option<Bits<'_>>, Range<usize>),
+) {
+    let mut bx = [MaybeUninit::<W>::uninit(); WIDE_BLOCK];
+    let mut by = [MaybeUninit::<W>::uninit(); WIDE_BLOCK];
+    let mut off = 0;
+    while off < n {
+        let m = (n - off).min(WIDE_BLOCK);
+        let wx = match xs {
+            Src::Slice(s) => Src::Slice(conv(&s[off..off + m], &mut bx[..m])),
+            Src::Splat(v) => Src::Splat(one(v)),
+        };
+        let wy = match ys {
+            Src::Slice(s) => Src::Slice(conv(&s[off..off + m], &mut by[..m])),
+            Src::Splat(v) => Src::Splat(one(v)),
+        };
+        f(wx, wy, bits.map(|b| b.offset(off)), off..off + m);
+        off += m;
+    }
+}
+
+/// A half-precision run of a type-keeping op or a float function: blocks widened to
+/// `f32` (`vcvtph2ps` for f16 where the CPU has it), mapped by the `f32` run `f`,
+/// rounded back once (`vcvtps2ph`): what [`Element::zip_keep`] and [`FloatBin`]'s
+/// `apply` compute for a half, value by value, so the same bits.
+#[inline(never)]
+fn half_blocks<H: Element<Real = H> + Float<Calc = f32>>(
+    xs: Src<'_, H>,
+    ys: Src<'_, H>,
+    widen: impl for<'o> Fn(&[H], &'o mut [MaybeUninit<f32>]) -> &'o [f32],
+    bits: Option<Bits<'_>>,
+    out: &mut [H],
+    f: impl Fn(Src<'_, f32>, Src<'_, f32>, Option<Bits<'_>>, &mut [f32]),
+) {
+    let mut co = [MaybeUninit::<f32>::uninit(); WIDE_BLOCK];
+    let co = filled(&mut co[..out.len().min(WIDE_BLOCK)], 0.0);
+    wide_blocks(
+        xs,
+        ys,
+        out.len(),
+        bits,
+        widen,
+        |v| v.calc(),
+        |x, y, b, r| {
+            let c = &mut co[..r.len()];
+            f(x, y, b, c);
+            H::from_calc_block(c, &mut out[r]);
+        },
+    );
+}
+
+/// A half-precision comparison: blocks widened to `f32` exactly (order and NaN kept),
+/// compared by `f`, straight into the output.
+#[inline(never)]
+fn half_cmp_blocks<H: Element<Real = H> + Float<Calc = f32>>(
+    xs: Src<'_, H>,
+    ys: Src<'_, H>,
+    widen: impl for<'o> Fn(&[H], &'o mut [MaybeUninit<f32>]) -> &'o [f32],
+    bits: Option<Bits<'_>>,
+    out: &mut [bool],
+    f: impl Fn(Src<'_, f32>, Src<'_, f32>, Option<Bits<'_>>, &mut [bool]),
+) {
+    wide_blocks(
+        xs,
+        ys,
+        out.len(),
+        bits,
+        widen,
+        |v| v.calc(),
+        |x, y, b, r| {
+            f(x, y, b, &mut out[r]);
+        },
+    );
+}
+
+/// A block of bf16 values as `f32`, exactly (a shift each, vectorised); f16 widens by
+/// [`Element::unpack`] (`vcvtph2ps` where the CPU has it).
+fn bf16_block<'o>(src: &[half::bf16], buf: &'o mut [MaybeUninit<f32>]) -> &'o [f32] {
+    let buf = &mut buf[..src.len()];
+    for (b, &x) in buf.iter_mut().zip(src) {
+        b.write(x.to_f32());
+    }
+    // SAFETY: every element of `buf` was written above; `MaybeUninit<f32>` and `f32`
+    // have the same layout.
+    unsafe { &*(buf as *const [MaybeUninit<f32>] as *const [f32]) }
+}
+
+/// A block of `src` as `f64` values (`to_f64`, exact for every float and for integers
+/// up to 2^53).
+fn f64_block<'o, T: Element>(src: &[T], buf: &'o mut [MaybeUninit<f64>]) -> &'o [f64] {
+    let buf = &mut buf[..src.len()];
+    for (b, &x) in buf.iter_mut().zip(src) {
+        b.write(x.to_f64());
+    }
+    // SAFETY: every element of `buf` was written above; `MaybeUninit<f64>` and `f64`
+    // have the same layout.
+    unsafe { &*(buf as *const [MaybeUninit<f64>] as *const [f64]) }
 }
 
 /// A keep-family op and the two runs it reads ([`ZipMap::keep_operands`]).
@@ -718,7 +936,33 @@ impl<T: Element> ZipMap<T> for FloatZip {
         bits: Option<Bits<'_>>,
         out: &mut [T::Real],
     ) -> Option<usize> {
-        float_dispatch!(self.0, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
+        let op = self.0;
+        let (ex, ey) = (T::erase::<SrcOf<'_>>(xs), T::erase::<SrcOf<'_>>(ys));
+        match (ex, ey, <T::Real as Erase>::erase::<SliceMutOf<'_>>(out)) {
+            (ByDType::F32(x), ByDType::F32(y), ByDType::F32(o)) => op.run_f32(x, y, bits, o),
+            (ByDType::F64(x), ByDType::F64(y), ByDType::F64(o)) => op.run_f64(x, y, bits, o),
+            (ByDType::F16(x), ByDType::F16(y), ByDType::F16(o)) => {
+                half_blocks(x, y, f16::unpack, bits, o, |x, y, b, c| {
+                    op.run_f32(x, y, b, c)
+                })
+            }
+            (ByDType::BF16(x), ByDType::BF16(y), ByDType::BF16(o)) => {
+                half_blocks(x, y, bf16_block, bits, o, |x, y, b, c| {
+                    op.run_f32(x, y, b, c)
+                })
+            }
+            // the integers compute in f64, their `Real`: blocks converted, then f64's run
+            (_, _, ByDType::F64(o)) => wide_blocks(
+                xs,
+                ys,
+                o.len(),
+                bits,
+                f64_block,
+                |v: T| v.to_f64(),
+                |x, y, b, r| op.run_f64(x, y, b, &mut o[r]),
+            ),
+            _ => unreachable!("a float's Real is itself, an integer's f64"),
+        }
         None
     }
 }
@@ -743,7 +987,25 @@ impl<T: Element> ZipMap<T> for CmpZip {
         bits: Option<Bits<'_>>,
         out: &mut [bool],
     ) -> Option<usize> {
-        cmp_dispatch!(self.0, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
+        let op = self.0;
+        match (T::erase::<SrcOf<'_>>(xs), T::erase::<SrcOf<'_>>(ys)) {
+            (ByDType::F32(x), ByDType::F32(y)) => op.run_f32(x, y, bits, out),
+            (ByDType::F64(x), ByDType::F64(y)) => op.run_f64(x, y, bits, out),
+            (ByDType::F16(x), ByDType::F16(y)) => {
+                half_cmp_blocks(x, y, f16::unpack, bits, out, |x, y, b, o| {
+                    op.run_f32(x, y, b, o)
+                })
+            }
+            (ByDType::BF16(x), ByDType::BF16(y)) => {
+                half_cmp_blocks(x, y, bf16_block, bits, out, |x, y, b, o| {
+                    op.run_f32(x, y, b, o)
+                })
+            }
+            // the integers compare at their own type (i64 has no exact f64)
+            _ => {
+                cmp_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)))
+            }
+        }
         None
     }
 }
@@ -910,13 +1172,112 @@ impl<T: Element> ZipMap<T> for PartialZip {
         bits: Option<Bits<'_>>,
         out: &mut [T::Real],
     ) -> Option<usize> {
-        let pick = |(px, py): (f64, f64), wrt_y: bool| if wrt_y { py } else { px };
-        let wrt_y = self.wrt_y;
-        grad_dispatch!(self.op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| {
-            let p = OP.partials(x.to_f64(), y.to_f64()).unwrap_or((0.0, 0.0));
-            <T::Real as Float>::from_f64(pick(p, wrt_y))
-        }));
+        let (op, wrt_y) = (self.op, self.wrt_y);
+        let (ex, ey) = (T::erase::<SrcOf<'_>>(xs), T::erase::<SrcOf<'_>>(ys));
+        match (ex, ey, <T::Real as Erase>::erase::<SliceMutOf<'_>>(out)) {
+            (ByDType::F32(x), ByDType::F32(y), ByDType::F32(o)) => {
+                op.partial_run_f32(wrt_y, x, y, bits, o)
+            }
+            (ByDType::F64(x), ByDType::F64(y), ByDType::F64(o)) => {
+                op.partial_run_f64(wrt_y, x, y, bits, o)
+            }
+            // the halves (and any other dtype): the partials are f64's, in f64 blocks,
+            // each rounded once into the output as the value-by-value form does
+            (_, _, o) => {
+                let out = <T::Real as Erase>::unerase_owned(o).expect("erased as T::Real above");
+                let mut c = [MaybeUninit::<f64>::uninit(); WIDE_BLOCK];
+                let c = filled(&mut c[..out.len().min(WIDE_BLOCK)], 0.0);
+                wide_blocks(
+                    xs,
+                    ys,
+                    out.len(),
+                    bits,
+                    f64_block,
+                    |v: T| v.to_f64(),
+                    |x, y, b, r| {
+                        let c = &mut c[..r.len()];
+                        op.partial_run_f64(wrt_y, x, y, b, c);
+                        for (o, &v) in out[r].iter_mut().zip(c.iter()) {
+                            *o = <T::Real as Float>::from_f64(v);
+                        }
+                    },
+                );
+            }
+        }
         None
+    }
+}
+
+/// `∂f/∂x` (or `∂f/∂y`, `wrt_y`) of `op` over a run, in `f64`, rounded once into `O`:
+/// the loop of [`PartialZip`], each op resolved at compile time inside it.
+#[inline(always)]
+fn partial_loop<T: Element, O: Float>(
+    op: BinOp,
+    wrt_y: bool,
+    xs: Src<'_, T>,
+    ys: Src<'_, T>,
+    bits: Option<Bits<'_>>,
+    out: &mut [O],
+) {
+    let pick = |(px, py): (f64, f64), wrt_y: bool| if wrt_y { py } else { px };
+    grad_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| {
+        let p = OP.partials(x.to_f64(), y.to_f64()).unwrap_or((0.0, 0.0));
+        O::from_f64(pick(p, wrt_y))
+    }));
+}
+
+impl BinOp {
+    /// The partial derivatives of [`PartialZip`] over an `f32` run, compiled here once.
+    #[inline(never)]
+    pub fn partial_run_f32(
+        self,
+        wrt_y: bool,
+        xs: Src<'_, f32>,
+        ys: Src<'_, f32>,
+        bits: Option<Bits<'_>>,
+        out: &mut [f32],
+    ) {
+        partial_loop(self, wrt_y, xs, ys, bits, out);
+    }
+    /// The partial derivatives over an `f64` run (that of every other dtype, in blocks).
+    #[inline(never)]
+    pub fn partial_run_f64(
+        self,
+        wrt_y: bool,
+        xs: Src<'_, f64>,
+        ys: Src<'_, f64>,
+        bits: Option<Bits<'_>>,
+        out: &mut [f64],
+    ) {
+        partial_loop(self, wrt_y, xs, ys, bits, out);
+    }
+    /// [`grad_run`] over `f32` runs, compiled here once.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn grad_run_f32(
+        self,
+        xs: &[f32],
+        ys: Src<'_, f32>,
+        g: &[f32],
+        bits: Option<Bits<'_>>,
+        dx: &mut [f32],
+        dy: &mut [f32],
+    ) {
+        grad_loop(self, xs, ys, g, bits, dx, dy);
+    }
+    /// [`grad_run`] over `f64` runs (those of every other dtype, in blocks).
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn grad_run_f64(
+        self,
+        xs: &[f64],
+        ys: Src<'_, f64>,
+        g: &[f64],
+        bits: Option<Bits<'_>>,
+        dx: &mut [f64],
+        dy: &mut [f64],
+    ) {
+        grad_loop(self, xs, ys, g, bits, dx, dy);
     }
 }
 
@@ -947,7 +1308,74 @@ fn times_partials<T: Element, Q: Float>(
 /// into the output type (`dy` may be `f64`: the terms of a scalar operand's sum). The
 /// op is resolved at compile time inside the loop and the loop is the kernels'
 /// vectorised [`pair_run`]: for `mul` it is a multiply per output.
+///
+/// `f32` and `f64` runs go to the loops compiled once in this crate
+/// ([`BinOp::grad_run_f32`], [`BinOp::grad_run_f64`]); every other case (the halves, a
+/// `f32` run with `f64` terms) in `f64` blocks, each product rounded once into its
+/// output as the value-by-value form does: the same bits.
 pub fn grad_run<T: Element, Q: Float>(
+    op: BinOp,
+    xs: &[T],
+    ys: Src<'_, T>,
+    g: &[T::Real],
+    bits: Option<Bits<'_>>,
+    dx: &mut [T::Real],
+    dy: &mut [Q],
+) {
+    use ByDType::{F32, F64};
+    let ins = (
+        T::erase::<SliceOf<'_>>(xs),
+        T::erase::<SrcOf<'_>>(ys),
+        <T::Real as Erase>::erase::<SliceOf<'_>>(g),
+    );
+    let outs = (
+        <T::Real as Erase>::erase::<SliceMutOf<'_>>(dx),
+        <Q as Erase>::erase::<SliceMutOf<'_>>(dy),
+    );
+    match (ins, outs) {
+        ((F32(x), F32(y), F32(g)), (F32(dx), F32(dy))) => op.grad_run_f32(x, y, g, bits, dx, dy),
+        ((F64(x), F64(y), F64(g)), (F64(dx), F64(dy))) => op.grad_run_f64(x, y, g, bits, dx, dy),
+        (_, (dx, dy)) => {
+            let dx = <T::Real as Erase>::unerase_owned(dx).expect("erased as T::Real above");
+            let dy = <Q as Erase>::unerase_owned(dy).expect("erased as Q above");
+            let n = dx.len();
+            let w = n.min(WIDE_BLOCK);
+            let (mut gb, mut cx, mut cy) = (
+                [MaybeUninit::<f64>::uninit(); WIDE_BLOCK],
+                [MaybeUninit::<f64>::uninit(); WIDE_BLOCK],
+                [MaybeUninit::<f64>::uninit(); WIDE_BLOCK],
+            );
+            let (cx, cy) = (filled(&mut cx[..w], 0.0), filled(&mut cy[..w], 0.0));
+            let f64s = |v: T| v.to_f64();
+            wide_blocks(
+                Src::Slice(xs),
+                ys,
+                n,
+                bits,
+                f64_block,
+                f64s,
+                |x, y, b, r| {
+                    let Src::Slice(x) = x else {
+                        unreachable!("a slice stays a slice")
+                    };
+                    let gw = f64_block(&g[r.clone()], &mut gb);
+                    let (cx, cy) = (&mut cx[..r.len()], &mut cy[..r.len()]);
+                    op.grad_run_f64(x, y, gw, b, cx, cy);
+                    for (o, &v) in dx[r.clone()].iter_mut().zip(cx.iter()) {
+                        *o = <T::Real as Float>::from_f64(v);
+                    }
+                    for (o, &v) in dy[r].iter_mut().zip(cy.iter()) {
+                        *o = Q::from_f64(v);
+                    }
+                },
+            );
+        }
+    }
+}
+
+/// The loop of [`grad_run`] at one type, each op resolved at compile time inside it.
+#[inline(always)]
+fn grad_loop<T: Element, Q: Float>(
     op: BinOp,
     xs: &[T],
     ys: Src<'_, T>,
@@ -1430,6 +1858,133 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unary::tests::{assert_same_bits, run_inputs};
+    use half::bf16;
+
+    /// Every operand form of a run: two slices, a scalar on either side.
+    fn operand_forms<'a, T: Copy>(xs: &'a [T], ys: &'a [T]) -> [(Src<'a, T>, Src<'a, T>); 3] {
+        [
+            (Src::Slice(xs), Src::Slice(ys)),
+            (Src::Slice(xs), Src::Splat(ys[5])),
+            (Src::Splat(xs[7]), Src::Slice(ys)),
+        ]
+    }
+
+    /// `z`'s run (the loops compiled once for `f32`/`f64`, the halves and integers in
+    /// converted blocks) equals its value-by-value form at `T` itself, bit for bit:
+    /// every operand form, masked and not, three blocks and a ragged end.
+    fn run_equals_each_value<T: Element, Z: ZipMap<T>>(z: Z)
+    where
+        Z::Output: Element,
+    {
+        let (xs, words) = run_inputs::<T>();
+        let ys: Vec<T> = xs.iter().rev().copied().collect();
+        for (a, b) in operand_forms(&xs, &ys) {
+            for bits in [None, Some(Bits::new(&words, 3))] {
+                let n = xs.len();
+                let want: Vec<Z::Output> = (0..n)
+                    .map(|k| match bits.is_none_or(|b| b.get(k)) {
+                        true => z.one(a.get(k), b.get(k)).expect("no failing input here"),
+                        false => Z::Output::default(),
+                    })
+                    .collect();
+                let mut got = vec![<Z::Output as Element>::from_f64_lossy(7.0); n];
+                assert_eq!(z.run(a, b, bits, &mut got), None);
+                assert_same_bits(z.name(), &xs, &got, &want);
+            }
+        }
+    }
+
+    fn every_zip_on<T: Element>() {
+        for &op in KeepBin::ALL {
+            // the integers' failing ops (by 0, negative powers) keep their own loop
+            if T::DTYPE.is_float() {
+                run_equals_each_value::<T, _>(KeepZip(op));
+            }
+        }
+        for &op in FloatBin::ALL {
+            run_equals_each_value::<T, _>(FloatZip(op));
+        }
+        if T::DTYPE.is_float() {
+            let ops = KeepBin::ALL.iter().map(|&k| BinOp::Keep(k));
+            for op in ops.chain(FloatBin::ALL.iter().map(|&f| BinOp::Float(f))) {
+                for wrt_y in [false, true] {
+                    run_equals_each_value::<T, _>(PartialZip { op, wrt_y });
+                }
+            }
+        }
+    }
+
+    /// The comparisons (output `bool`, not an `Element`): against `apply` at `T`.
+    fn every_cmp_on<T: Element>() {
+        let (xs, words) = run_inputs::<T>();
+        let ys: Vec<T> = xs.iter().rev().copied().collect();
+        for &op in CmpBin::ALL {
+            for (a, b) in operand_forms(&xs, &ys) {
+                for bits in [None, Some(Bits::new(&words, 3))] {
+                    let want: Vec<bool> = (0..xs.len())
+                        .map(|k| bits.is_none_or(|b| b.get(k)) && op.apply(a.get(k), b.get(k)))
+                        .collect();
+                    let mut got = vec![true; xs.len()];
+                    CmpZip(op).run(a, b, bits, &mut got);
+                    assert_eq!(got, want, "{} {}", op.name(), T::DTYPE);
+                }
+            }
+        }
+    }
+
+    /// Both gradients of every differentiable op over a run (the `f32`/`f64` loops
+    /// compiled once, every other pair of types in `f64` blocks) equal the value-by-value
+    /// products at the types themselves, bit for bit, `dy` in the input's type and in
+    /// `f64` (a scalar operand's terms).
+    fn grad_run_equals_each_value<T: Element, Q: Float>() {
+        let (xs, words) = run_inputs::<T>();
+        let ys: Vec<T> = xs.iter().rev().copied().collect();
+        let g: Vec<T::Real> = (0..xs.len())
+            .map(|k| <T::Real as Float>::from_f64(1.0 + (k % 5) as f64 * 0.3))
+            .collect();
+        let ops = KeepBin::ALL.iter().map(|&k| BinOp::Keep(k));
+        for op in ops.chain(FloatBin::ALL.iter().map(|&f| BinOp::Float(f))) {
+            for ys in [Src::Slice(&ys[..]), Src::Splat(ys[5])] {
+                for bits in [None, Some(Bits::new(&words, 3))] {
+                    let n = xs.len();
+                    let valid = |k: usize| bits.is_none_or(|b| b.get(k));
+                    let want: Vec<(T::Real, Q)> = (0..n)
+                        .map(|k| times_partials::<T, Q>(op, xs[k], ys.get(k), g[k], valid(k)))
+                        .collect();
+                    let (mut dx, mut dy) = (vec![<T::Real as Float>::ONE; n], vec![Q::ONE; n]);
+                    grad_run(op, &xs, ys, &g, bits, &mut dx, &mut dy);
+                    let (wx, wy): (Vec<T::Real>, Vec<Q>) = want.into_iter().unzip();
+                    assert_same_bits(op.name(), &xs, &dx, &wx);
+                    assert_same_bits(op.name(), &xs, &dy, &wy);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn binary_runs_equal_their_value_by_value_form_on_every_dtype() {
+        assert_eq!(DType::ALL.len(), 6, "a dtype added: list it here");
+        every_zip_on::<f32>();
+        every_zip_on::<f64>();
+        every_zip_on::<f16>();
+        every_zip_on::<bf16>();
+        every_zip_on::<i32>();
+        every_zip_on::<i64>();
+        every_cmp_on::<f32>();
+        every_cmp_on::<f64>();
+        every_cmp_on::<f16>();
+        every_cmp_on::<bf16>();
+        every_cmp_on::<i32>();
+        every_cmp_on::<i64>();
+        grad_run_equals_each_value::<f32, f32>();
+        grad_run_equals_each_value::<f32, f64>();
+        grad_run_equals_each_value::<f64, f64>();
+        grad_run_equals_each_value::<f16, f16>();
+        grad_run_equals_each_value::<f16, f64>();
+        grad_run_equals_each_value::<bf16, bf16>();
+        grad_run_equals_each_value::<bf16, f64>();
+    }
 
     fn keep(op: KeepBin, x: f64, y: f64) -> f64 {
         op.float(x, y)

@@ -341,7 +341,7 @@ fn float_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut
 
 /// Values per block of [`widened_run`]: its three stack blocks (the halves' widened
 /// values, the compute type's inputs and outputs) within two pages for `f32`.
-const WIDE_BLOCK: usize = 512;
+pub(crate) const WIDE_BLOCK: usize = 512;
 
 /// [`float_run`] for a dtype that is not its own compute type `C`: each block in `C`
 /// (the halves widened by [`Element::unpack`], one instruction per 16 values where the
@@ -471,7 +471,7 @@ impl KeepFn {
 }
 
 /// `buf` with every element set to `v`, as initialised values.
-fn filled<C: Copy>(buf: &mut [std::mem::MaybeUninit<C>], v: C) -> &mut [C] {
+pub(crate) fn filled<C: Copy>(buf: &mut [std::mem::MaybeUninit<C>], v: C) -> &mut [C] {
     for b in buf.iter_mut() {
         b.write(v);
     }
@@ -957,7 +957,7 @@ fn_enum! {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use half::{bf16, f16};
 
@@ -1008,7 +1008,7 @@ mod tests {
     /// and beyond the fast forms' range (the trigonometric recompute), infinity, NaN,
     /// halves (ties for round), and a sine sweep (integers: rounded, times three); and
     /// a mask's words (about half valid).
-    fn run_inputs<T: Element>() -> (Vec<T>, Vec<u64>) {
+    pub(crate) fn run_inputs<T: Element>() -> (Vec<T>, Vec<u64>) {
         let n = 2 * WIDE_BLOCK + 77;
         let special = [
             0.0,
@@ -1042,7 +1042,12 @@ mod tests {
     }
 
     /// `got` equals `want` bit for bit (NaN as NaN), for op `name` at `T` over `xs`.
-    fn assert_same_bits<T: Element, O: Element>(name: &str, xs: &[T], got: &[O], want: &[O]) {
+    pub(crate) fn assert_same_bits<T: Element, O: Element>(
+        name: &str,
+        xs: &[T],
+        got: &[O],
+        want: &[O],
+    ) {
         for (k, (g, w)) in got.iter().zip(want).enumerate() {
             let (g, w) = (g.to_f64(), w.to_f64());
             assert!(
