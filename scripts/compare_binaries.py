@@ -48,6 +48,17 @@ JOBS = [
                     "--repeat", "7"]),
     ("unary-i32", ["--layout", "dense", "--dtype", "i32", "--op", "sqrt,exp",
                    "--repeat", "7"]),
+    # the binary ops and their VJPs at each kind of dtype: f32 and f64 (their own loops),
+    # the halves (blocks widened to f32; the VJPs' partials in f64), the integers' float
+    # functions (f64 blocks) and comparisons (their own loops)
+    ("alg", ["--layout", "dense", "--op", "mul,div,gt,maximum,vjp-mul,vjp-div",
+             "--repeat", "7"]),
+    ("alg-f16", ["--layout", "dense", "--dtype", "f16", "--op",
+                 "add,mul,div,gt,maximum,vjp-mul,vjp-div", "--repeat", "7"]),
+    ("alg-bf16", ["--layout", "csr", "--dtype", "bf16", "--shape", "100000,100000",
+                  "--density", "0.001", "--op", "mul,div,vjp-mul", "--repeat", "7"]),
+    ("alg-i32", ["--layout", "dense", "--dtype", "i32", "--op", "add,div,gt",
+                 "--repeat", "7"]),
     # sparse attention: a band (row traversal) and a random pattern (key slices)
     ("attn-band", ["--op", "attention,attention-vjp", "--shape", "8192,64", "--pattern",
                    "band:256", "--repeat", "5"]),

@@ -668,16 +668,11 @@ impl<T: Element> ZipMap<T> for KeepZip {
             (ByDType::F32(x), ByDType::F32(y), ByDType::F32(o)) => op.run_f32(x, y, bits, o),
             (ByDType::F64(x), ByDType::F64(y), ByDType::F64(o)) => op.run_f64(x, y, bits, o),
             (ByDType::F16(x), ByDType::F16(y), ByDType::F16(o)) => {
-                half_blocks(x, y, f16::unpack, bits, o, |x, y, b, c| {
-                    op.run_f32(x, y, b, c)
-                })
+                f16_blocks(x, y, bits, o, |x, y, b, c| op.run_f32(x, y, b, c))
             }
-            (ByDType::BF16(x), ByDType::BF16(y), ByDType::BF16(o)) => {
-                half_blocks(x, y, bf16_block, bits, o, |x, y, b, c| {
-                    op.run_f32(x, y, b, c)
-                })
-            }
-            // the integers compute in i64 at their own type
+            // the integers (in i64) and bf16 at their own type: bf16's conversions are
+            // shifts, and its loop, one pass, was 2.5x faster than blocks in f32 (a
+            // memory-bound op on 10M CSR entries)
             (_, _, o) => {
                 let out = T::unerase_owned(o).expect("erased as T above");
                 keep_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
@@ -687,82 +682,32 @@ impl<T: Element> ZipMap<T> for KeepZip {
     }
 }
 
-impl KeepBin {
-    /// The op over an `f32` run (the compute type of `f32` and the halves): each
-    /// variant's loop, compiled here once.
-    #[inline(never)]
-    pub fn run_f32(
-        self,
-        xs: Src<'_, f32>,
-        ys: Src<'_, f32>,
-        bits: Option<Bits<'_>>,
-        out: &mut [f32],
-    ) {
-        keep_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f32, y: f32| OP.apply(x, y)));
-    }
-    /// The op over an `f64` run.
-    #[inline(never)]
-    pub fn run_f64(
-        self,
-        xs: Src<'_, f64>,
-        ys: Src<'_, f64>,
-        bits: Option<Bits<'_>>,
-        out: &mut [f64],
-    ) {
-        keep_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f64, y: f64| OP.apply(x, y)));
-    }
+/// A family's runs over `f32` and `f64` (`run_f32`, `run_f64`): each variant's loop,
+/// compiled here once, non-generic; every layout reaches them through the family's
+/// `ZipMap::run` (and f16's arithmetic in blocks widened to `f32`).
+macro_rules! compiled_runs {
+    ($family:ident, $dispatch:ident, $($name:ident: $t:ident -> $o:ty),*) => {
+        impl $family {
+            $(
+                #[doc = concat!("The op over a `", stringify!($t), "` run, compiled here once.")]
+                #[inline(never)]
+                pub fn $name(
+                    self,
+                    xs: Src<'_, $t>,
+                    ys: Src<'_, $t>,
+                    bits: Option<Bits<'_>>,
+                    out: &mut [$o],
+                ) {
+                    $dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: $t, y: $t| OP.apply(x, y)));
+                }
+            )*
+        }
+    };
 }
 
-impl FloatBin {
-    /// The function over an `f32` run (the compute type of `f32` and the halves), compiled
-    /// here once.
-    #[inline(never)]
-    pub fn run_f32(
-        self,
-        xs: Src<'_, f32>,
-        ys: Src<'_, f32>,
-        bits: Option<Bits<'_>>,
-        out: &mut [f32],
-    ) {
-        float_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f32, y: f32| OP.apply(x, y)));
-    }
-    /// The function over an `f64` run (the compute type of `f64` and the integers).
-    #[inline(never)]
-    pub fn run_f64(
-        self,
-        xs: Src<'_, f64>,
-        ys: Src<'_, f64>,
-        bits: Option<Bits<'_>>,
-        out: &mut [f64],
-    ) {
-        float_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f64, y: f64| OP.apply(x, y)));
-    }
-}
-
-impl CmpBin {
-    /// The comparison over an `f32` run (`f32` and the halves, widened exactly).
-    #[inline(never)]
-    pub fn run_f32(
-        self,
-        xs: Src<'_, f32>,
-        ys: Src<'_, f32>,
-        bits: Option<Bits<'_>>,
-        out: &mut [bool],
-    ) {
-        cmp_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f32, y: f32| OP.apply(x, y)));
-    }
-    /// The comparison over an `f64` run.
-    #[inline(never)]
-    pub fn run_f64(
-        self,
-        xs: Src<'_, f64>,
-        ys: Src<'_, f64>,
-        bits: Option<Bits<'_>>,
-        out: &mut [bool],
-    ) {
-        cmp_dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: f64, y: f64| OP.apply(x, y)));
-    }
-}
+compiled_runs!(KeepBin, keep_dispatch, run_f32: f32 -> f32, run_f64: f64 -> f64);
+compiled_runs!(FloatBin, float_dispatch, run_f32: f32 -> f32, run_f64: f64 -> f64);
+compiled_runs!(CmpBin, cmp_dispatch, run_f32: f32 -> bool, run_f64: f64 -> bool);
 
 /// Runs `f` over the blocks of a run (at most [`WIDE_BLOCK`] elements each) with both
 /// operands converted to `W` by `conv` (a slice's block into a stack buffer; a splat
@@ -795,82 +740,26 @@ fn wide_blocks<T: Copy, W: Copy>(
     }
 }
 
-/// A half-precision run of a type-keeping op or a float function: blocks widened to
-/// `f32` (`vcvtph2ps` for f16 where the CPU has it), mapped by the `f32` run `f`,
-/// rounded back once (`vcvtps2ph`): what [`Element::zip_keep`] and [`FloatBin`]'s
+/// An f16 run of a type-keeping op or a float function: blocks with both operands
+/// widened to `f32` exactly (`vcvtph2ps` where the CPU has it), mapped by the `f32` run
+/// `f`, rounded back once (`vcvtps2ph`): what [`Element::zip_keep`] and [`FloatBin`]'s
 /// `apply` compute for a half, value by value, so the same bits.
 #[inline(never)]
-fn half_blocks<H: Element<Real = H> + Float<Calc = f32>>(
-    xs: Src<'_, H>,
-    ys: Src<'_, H>,
-    widen: impl for<'o> Fn(&[H], &'o mut [MaybeUninit<f32>]) -> &'o [f32],
+fn f16_blocks(
+    xs: Src<'_, f16>,
+    ys: Src<'_, f16>,
     bits: Option<Bits<'_>>,
-    out: &mut [H],
+    out: &mut [f16],
     f: impl Fn(Src<'_, f32>, Src<'_, f32>, Option<Bits<'_>>, &mut [f32]),
 ) {
     let mut co = [MaybeUninit::<f32>::uninit(); WIDE_BLOCK];
     let co = filled(&mut co[..out.len().min(WIDE_BLOCK)], 0.0);
-    wide_blocks(
-        xs,
-        ys,
-        out.len(),
-        bits,
-        widen,
-        |v| v.calc(),
-        |x, y, b, r| {
-            let c = &mut co[..r.len()];
-            f(x, y, b, c);
-            H::from_calc_block(c, &mut out[r]);
-        },
-    );
-}
-
-/// A half-precision comparison: blocks widened to `f32` exactly (order and NaN kept),
-/// compared by `f`, straight into the output.
-#[inline(never)]
-fn half_cmp_blocks<H: Element<Real = H> + Float<Calc = f32>>(
-    xs: Src<'_, H>,
-    ys: Src<'_, H>,
-    widen: impl for<'o> Fn(&[H], &'o mut [MaybeUninit<f32>]) -> &'o [f32],
-    bits: Option<Bits<'_>>,
-    out: &mut [bool],
-    f: impl Fn(Src<'_, f32>, Src<'_, f32>, Option<Bits<'_>>, &mut [bool]),
-) {
-    wide_blocks(
-        xs,
-        ys,
-        out.len(),
-        bits,
-        widen,
-        |v| v.calc(),
-        |x, y, b, r| {
-            f(x, y, b, &mut out[r]);
-        },
-    );
-}
-
-/// A block of bf16 values as `f32`, exactly (a shift each, vectorised); f16 widens by
-/// [`Element::unpack`] (`vcvtph2ps` where the CPU has it).
-fn bf16_block<'o>(src: &[half::bf16], buf: &'o mut [MaybeUninit<f32>]) -> &'o [f32] {
-    let buf = &mut buf[..src.len()];
-    for (b, &x) in buf.iter_mut().zip(src) {
-        b.write(x.to_f32());
-    }
-    // SAFETY: every element of `buf` was written above; `MaybeUninit<f32>` and `f32`
-    // have the same layout.
-    unsafe { &*(buf as *const [MaybeUninit<f32>] as *const [f32]) }
-}
-
-/// A block of `src` as `f64` values (`to_f64`, exact for every float and for integers
-/// up to 2^53).
-fn f64_block<'o, T: Element>(src: &[T], buf: &'o mut [MaybeUninit<f64>]) -> &'o [f64] {
-    let buf = &mut buf[..src.len()];
-    for (b, &x) in buf.iter_mut().zip(src) {
-        b.write(x.to_f64());
-    }
-    // SAFETY: every element of `buf` was written above; `MaybeUninit<f64>` and `f64`
-    // have the same layout.
-    unsafe { &*(buf as *const [MaybeUninit<f64>] as *const [f64]) }
+    let widen = |v: f16| v.to_f32();
+    wide_blocks(xs, ys, out.len(), bits, f16::unpack, widen, |x, y, b, r| {
+        let c = &mut co[..r.len()];
+        f(x, y, b, c);
+        f16::from_calc_block(c, &mut out[r]);
+    });
 }
 
 /// A keep-family op and the two runs it reads ([`ZipMap::keep_operands`]).
@@ -942,26 +831,14 @@ impl<T: Element> ZipMap<T> for FloatZip {
             (ByDType::F32(x), ByDType::F32(y), ByDType::F32(o)) => op.run_f32(x, y, bits, o),
             (ByDType::F64(x), ByDType::F64(y), ByDType::F64(o)) => op.run_f64(x, y, bits, o),
             (ByDType::F16(x), ByDType::F16(y), ByDType::F16(o)) => {
-                half_blocks(x, y, f16::unpack, bits, o, |x, y, b, c| {
-                    op.run_f32(x, y, b, c)
-                })
+                f16_blocks(x, y, bits, o, |x, y, b, c| op.run_f32(x, y, b, c))
             }
-            (ByDType::BF16(x), ByDType::BF16(y), ByDType::BF16(o)) => {
-                half_blocks(x, y, bf16_block, bits, o, |x, y, b, c| {
-                    op.run_f32(x, y, b, c)
-                })
+            // bf16 (its conversions are shifts: see `KeepZip`) and the integers at their
+            // own type (converted to f64 in blocks, an i32 `div` took 1.6x as long)
+            (_, _, o) => {
+                let out = <T::Real as Erase>::unerase_owned(o).expect("erased as T::Real above");
+                float_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
             }
-            // the integers compute in f64, their `Real`: blocks converted, then f64's run
-            (_, _, ByDType::F64(o)) => wide_blocks(
-                xs,
-                ys,
-                o.len(),
-                bits,
-                f64_block,
-                |v: T| v.to_f64(),
-                |x, y, b, r| op.run_f64(x, y, b, &mut o[r]),
-            ),
-            _ => unreachable!("a float's Real is itself, an integer's f64"),
         }
         None
     }
@@ -991,17 +868,9 @@ impl<T: Element> ZipMap<T> for CmpZip {
         match (T::erase::<SrcOf<'_>>(xs), T::erase::<SrcOf<'_>>(ys)) {
             (ByDType::F32(x), ByDType::F32(y)) => op.run_f32(x, y, bits, out),
             (ByDType::F64(x), ByDType::F64(y)) => op.run_f64(x, y, bits, out),
-            (ByDType::F16(x), ByDType::F16(y)) => {
-                half_cmp_blocks(x, y, f16::unpack, bits, out, |x, y, b, o| {
-                    op.run_f32(x, y, b, o)
-                })
-            }
-            (ByDType::BF16(x), ByDType::BF16(y)) => {
-                half_cmp_blocks(x, y, bf16_block, bits, out, |x, y, b, o| {
-                    op.run_f32(x, y, b, o)
-                })
-            }
-            // the integers compare at their own type (i64 has no exact f64)
+            // the halves, and the integers (i64 has no exact f64), at their own type: f16
+            // compares its bits as they are, and blocks widened to f32 made `gt` 1.3x
+            // slower
             _ => {
                 cmp_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)))
             }
@@ -1181,27 +1050,11 @@ impl<T: Element> ZipMap<T> for PartialZip {
             (ByDType::F64(x), ByDType::F64(y), ByDType::F64(o)) => {
                 op.partial_run_f64(wrt_y, x, y, bits, o)
             }
-            // the halves (and any other dtype): the partials are f64's, in f64 blocks,
-            // each rounded once into the output as the value-by-value form does
+            // the halves at their own type: in f64 blocks (the partials are f64's) the
+            // conversion passes made an f16 `vjp-mul` 1.4x slower than this fused loop
             (_, _, o) => {
                 let out = <T::Real as Erase>::unerase_owned(o).expect("erased as T::Real above");
-                let mut c = [MaybeUninit::<f64>::uninit(); WIDE_BLOCK];
-                let c = filled(&mut c[..out.len().min(WIDE_BLOCK)], 0.0);
-                wide_blocks(
-                    xs,
-                    ys,
-                    out.len(),
-                    bits,
-                    f64_block,
-                    |v: T| v.to_f64(),
-                    |x, y, b, r| {
-                        let c = &mut c[..r.len()];
-                        op.partial_run_f64(wrt_y, x, y, b, c);
-                        for (o, &v) in out[r].iter_mut().zip(c.iter()) {
-                            *o = <T::Real as Float>::from_f64(v);
-                        }
-                    },
-                );
+                partial_loop(op, wrt_y, xs, ys, bits, out);
             }
         }
         None
@@ -1226,59 +1079,48 @@ fn partial_loop<T: Element, O: Float>(
     }));
 }
 
-impl BinOp {
-    /// The partial derivatives of [`PartialZip`] over an `f32` run, compiled here once.
-    #[inline(never)]
-    pub fn partial_run_f32(
-        self,
-        wrt_y: bool,
-        xs: Src<'_, f32>,
-        ys: Src<'_, f32>,
-        bits: Option<Bits<'_>>,
-        out: &mut [f32],
-    ) {
-        partial_loop(self, wrt_y, xs, ys, bits, out);
-    }
-    /// The partial derivatives over an `f64` run (that of every other dtype, in blocks).
-    #[inline(never)]
-    pub fn partial_run_f64(
-        self,
-        wrt_y: bool,
-        xs: Src<'_, f64>,
-        ys: Src<'_, f64>,
-        bits: Option<Bits<'_>>,
-        out: &mut [f64],
-    ) {
-        partial_loop(self, wrt_y, xs, ys, bits, out);
-    }
-    /// [`grad_run`] over `f32` runs, compiled here once.
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn grad_run_f32(
-        self,
-        xs: &[f32],
-        ys: Src<'_, f32>,
-        g: &[f32],
-        bits: Option<Bits<'_>>,
-        dx: &mut [f32],
-        dy: &mut [f32],
-    ) {
-        grad_loop(self, xs, ys, g, bits, dx, dy);
-    }
-    /// [`grad_run`] over `f64` runs (those of every other dtype, in blocks).
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn grad_run_f64(
-        self,
-        xs: &[f64],
-        ys: Src<'_, f64>,
-        g: &[f64],
-        bits: Option<Bits<'_>>,
-        dx: &mut [f64],
-        dy: &mut [f64],
-    ) {
-        grad_loop(self, xs, ys, g, bits, dx, dy);
-    }
+/// `BinOp`'s VJP loops over `f32` and over `f64` runs, compiled here once,
+/// non-generic: the partial derivatives of [`PartialZip`] and both gradients of
+/// [`grad_run`]. The halves run the same loops at their own type (in `f64` blocks they
+/// were 1.4x slower).
+macro_rules! grad_runs {
+    ($($t:ident: $partial:ident, $grad:ident;)*) => {
+        impl BinOp {
+            $(
+                #[doc = concat!("The partial derivatives of [`PartialZip`] over a `", stringify!($t), "` run.")]
+                #[inline(never)]
+                pub fn $partial(
+                    self,
+                    wrt_y: bool,
+                    xs: Src<'_, $t>,
+                    ys: Src<'_, $t>,
+                    bits: Option<Bits<'_>>,
+                    out: &mut [$t],
+                ) {
+                    partial_loop(self, wrt_y, xs, ys, bits, out);
+                }
+                #[doc = concat!("[`grad_run`] over `", stringify!($t), "` runs.")]
+                #[inline(never)]
+                #[allow(clippy::too_many_arguments)]
+                pub fn $grad(
+                    self,
+                    xs: &[$t],
+                    ys: Src<'_, $t>,
+                    g: &[$t],
+                    bits: Option<Bits<'_>>,
+                    dx: &mut [$t],
+                    dy: &mut [$t],
+                ) {
+                    grad_loop(self, xs, ys, g, bits, dx, dy);
+                }
+            )*
+        }
+    };
+}
+
+grad_runs! {
+    f32: partial_run_f32, grad_run_f32;
+    f64: partial_run_f64, grad_run_f64;
 }
 
 /// `g · (∂f/∂x, ∂f/∂y)` at one position in `f64`, rounded once into the output types;
@@ -1310,9 +1152,8 @@ fn times_partials<T: Element, Q: Float>(
 /// vectorised [`pair_run`]: for `mul` it is a multiply per output.
 ///
 /// `f32` and `f64` runs go to the loops compiled once in this crate
-/// ([`BinOp::grad_run_f32`], [`BinOp::grad_run_f64`]); every other case (the halves, a
-/// `f32` run with `f64` terms) in `f64` blocks, each product rounded once into its
-/// output as the value-by-value form does: the same bits.
+/// ([`BinOp::grad_run_f32`], [`BinOp::grad_run_f64`]); every other case (the halves, an
+/// `f32` run with `f64` terms) runs the same loop at its own types.
 pub fn grad_run<T: Element, Q: Float>(
     op: BinOp,
     xs: &[T],
@@ -1335,40 +1176,12 @@ pub fn grad_run<T: Element, Q: Float>(
     match (ins, outs) {
         ((F32(x), F32(y), F32(g)), (F32(dx), F32(dy))) => op.grad_run_f32(x, y, g, bits, dx, dy),
         ((F64(x), F64(y), F64(g)), (F64(dx), F64(dy))) => op.grad_run_f64(x, y, g, bits, dx, dy),
+        // the halves, and an f32 run with f64 terms, at their own types (see
+        // `PartialZip::run`)
         (_, (dx, dy)) => {
             let dx = <T::Real as Erase>::unerase_owned(dx).expect("erased as T::Real above");
             let dy = <Q as Erase>::unerase_owned(dy).expect("erased as Q above");
-            let n = dx.len();
-            let w = n.min(WIDE_BLOCK);
-            let (mut gb, mut cx, mut cy) = (
-                [MaybeUninit::<f64>::uninit(); WIDE_BLOCK],
-                [MaybeUninit::<f64>::uninit(); WIDE_BLOCK],
-                [MaybeUninit::<f64>::uninit(); WIDE_BLOCK],
-            );
-            let (cx, cy) = (filled(&mut cx[..w], 0.0), filled(&mut cy[..w], 0.0));
-            let f64s = |v: T| v.to_f64();
-            wide_blocks(
-                Src::Slice(xs),
-                ys,
-                n,
-                bits,
-                f64_block,
-                f64s,
-                |x, y, b, r| {
-                    let Src::Slice(x) = x else {
-                        unreachable!("a slice stays a slice")
-                    };
-                    let gw = f64_block(&g[r.clone()], &mut gb);
-                    let (cx, cy) = (&mut cx[..r.len()], &mut cy[..r.len()]);
-                    op.grad_run_f64(x, y, gw, b, cx, cy);
-                    for (o, &v) in dx[r.clone()].iter_mut().zip(cx.iter()) {
-                        *o = <T::Real as Float>::from_f64(v);
-                    }
-                    for (o, &v) in dy[r].iter_mut().zip(cy.iter()) {
-                        *o = Q::from_f64(v);
-                    }
-                },
-            );
+            grad_loop(op, xs, ys, g, bits, dx, dy);
         }
     }
 }
