@@ -18,7 +18,7 @@
 //! ```
 
 use crate::by_name::{
-    self, BinOp, Discard, Kind, OpRequest, Outcome, SparseOutcome, SparseZipOutcome, ZipOutcome,
+    self, BinOp, Convert, Kind, OpRequest, Outcome, SparseOutcome, SparseZipOutcome, ZipOutcome,
 };
 use layout_coo::{CooMask, MaskedCoo};
 use layout_csr::{CsrIndex, CsrMapped, CsrMask, MaskedCsr};
@@ -369,7 +369,7 @@ impl<'a> ArrayRef<'a> {
         if req.dtype.is_some_and(|d| d != self.dtype()) {
             return self.apply(req).map(drop);
         }
-        on_layout!(self, T, x => apply_to(x, req, &Discard))
+        on_layout!(self, T, x => apply_to(x, req, &Convert::DROP).map(drop))
     }
 
     /// The values cast to `dtype` (mask and positions kept).

@@ -78,18 +78,47 @@ pub trait ByName<T: Element>: MaskedReduce<T> {
     fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<Self::Out, MaskedError>;
 }
 
-/// The sink of [`apply`]: the layout's [`ByName`] conversion.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Convert;
+/// The sink of [`apply`] and of a benchmark's run: the layout's [`ByName`] conversion
+/// ([`Convert::KEEP`]), or the typed result dropped unconverted ([`Convert::DROP`]: what
+/// a benchmark times). One sink type for both uses keeps [`apply_to`] (a match over
+/// every op of the registry) compiled once per layout and dtype; a second sink type
+/// compiled it again.
+#[derive(Debug, Clone, Copy)]
+pub struct Convert {
+    keep: bool,
+}
+
+impl Convert {
+    /// Converts the result.
+    pub const KEEP: Convert = Convert { keep: true };
+    /// Drops the result unconverted (`None`).
+    pub const DROP: Convert = Convert { keep: false };
+}
 
 impl<T: Element, L: ByName<T>> Sink<T, L> for Convert {
-    type Out = L::Out;
-    fn reduced<O: Element>(&self, r: L::Reduced<O>) -> L::Out {
-        L::reduced(r)
+    type Out = Option<L::Out>;
+    fn reduced<O: Element>(&self, r: L::Reduced<O>) -> Option<L::Out> {
+        if self.keep {
+            Some(L::reduced(r))
+        } else {
+            drop(std::hint::black_box(r));
+            None
+        }
     }
-    fn mapped<O: Element>(&self, m: L::Mapped<O>) -> L::Out {
-        L::mapped(m)
+    fn mapped<O: Element>(&self, m: L::Mapped<O>) -> Option<L::Out> {
+        if self.keep {
+            Some(L::mapped(m))
+        } else {
+            drop(std::hint::black_box(m));
+            None
+        }
     }
+}
+
+/// [`apply_to`] with [`Convert::KEEP`]: the request's result in the layout's
+/// [`ByName::Out`].
+fn converted<T: Element, L: ByName<T>>(a: &L, req: &OpRequest) -> Result<L::Out, MaskedError> {
+    Ok(apply_to(a, req, &Convert::KEEP)?.expect("Convert::KEEP converts every result"))
 }
 
 impl<T: Element> ByName<T> for MaskedView<'_, T, IxDyn> {
@@ -110,7 +139,7 @@ impl<T: Element> ByName<T> for MaskedView<'_, T, IxDyn> {
     }
     fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<Outcome, MaskedError> {
         let c = self.cast::<D>()?;
-        apply_to(&c.view(), req, &Convert)
+        converted(&c.view(), req)
     }
 }
 
@@ -147,7 +176,7 @@ impl<T: Element, I: CsrIndex, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, I
     fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<SparseOutcome, MaskedError> {
         // stored exactly at the valid positions: its own pattern is the mask
         let c = self.cast::<D>()?;
-        apply_to(&MaskedCsr::from_pattern(c.view())?, req, &Convert)
+        converted(&MaskedCsr::from_pattern(c.view())?, req)
     }
 }
 
@@ -166,7 +195,7 @@ impl<T: Element> ByName<T> for MaskedCoo<T> {
     }
     fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<SparseOutcome, MaskedError> {
         // stored exactly at the valid positions, with those as its mask
-        apply_to(&self.cast::<D>()?, req, &Convert)
+        converted(&self.cast::<D>()?, req)
     }
 }
 
@@ -190,7 +219,7 @@ pub fn apply_dense<T: Element>(
 pub fn apply<T: Element, L: ByName<T>>(a: &L, req: &OpRequest) -> Result<L::Out, MaskedError> {
     match req.dtype {
         Some(d) if d != T::DTYPE => with_dtype!(d, D => a.apply_cast::<D>(req)),
-        _ => apply_to(a, req, &Convert),
+        _ => converted(a, req),
     }
 }
 
