@@ -15,9 +15,7 @@ profile=${MASKED_PROFILE:-dev}
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-# --no-compile: no bytecode for every module of scipy and dask up front (about 12 s of
-# CPU); what the tests import is compiled then, once
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile "maturin>=1.7,<2" numpy scipy pytest "dask[array]" distributed
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2" numpy scipy pytest "dask[array]" distributed
 # pip install . with maturin from the venv (no isolated build env to download), in the
 # chosen cargo profile: dev, whose settings the test profile inherits, reuses the engine
 # that `cargo test` compiled into target/debug
