@@ -93,25 +93,25 @@ impl Convert {
     pub const KEEP: Convert = Convert { keep: true };
     /// Drops the result unconverted (`None`).
     pub const DROP: Convert = Convert { keep: false };
-}
 
-impl<T: Element, L: ByName<T>> Sink<T, L> for Convert {
-    type Out = Option<L::Out>;
-    fn reduced<O: Element>(&self, r: L::Reduced<O>) -> Option<L::Out> {
+    /// `convert(r)`, or `None` with `r` dropped.
+    fn apply<R, O>(self, r: R, convert: impl FnOnce(R) -> O) -> Option<O> {
         if self.keep {
-            Some(L::reduced(r))
+            Some(convert(r))
         } else {
             drop(std::hint::black_box(r));
             None
         }
     }
+}
+
+impl<T: Element, L: ByName<T>> Sink<T, L> for Convert {
+    type Out = Option<L::Out>;
+    fn reduced<O: Element>(&self, r: L::Reduced<O>) -> Option<L::Out> {
+        self.apply(r, L::reduced)
+    }
     fn mapped<O: Element>(&self, m: L::Mapped<O>) -> Option<L::Out> {
-        if self.keep {
-            Some(L::mapped(m))
-        } else {
-            drop(std::hint::black_box(m));
-            None
-        }
+        self.apply(m, L::mapped)
     }
 }
 
