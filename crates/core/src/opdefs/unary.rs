@@ -456,20 +456,6 @@ fn widened_keep<T: Element>(f: KeepFn, xs: &[T], bits: Option<Bits<'_>>, out: &m
     });
 }
 
-impl KeepFn {
-    /// The op over an `f32` run: each variant's loop, compiled here once (for `f32` and
-    /// the halves).
-    #[inline(never)]
-    pub fn keep_f32(self, xs: &[f32], bits: Option<Bits<'_>>, out: &mut [f32]) {
-        self.map_keep_each(xs, bits, out);
-    }
-    /// The op over an `f64` run.
-    #[inline(never)]
-    pub fn keep_f64(self, xs: &[f64], bits: Option<Bits<'_>>, out: &mut [f64]) {
-        self.map_keep_each(xs, bits, out);
-    }
-}
-
 /// `buf` with every element set to `v`, as initialised values.
 pub(crate) fn filled<C: Copy>(buf: &mut [std::mem::MaybeUninit<C>], v: C) -> &mut [C] {
     for b in buf.iter_mut() {
@@ -480,19 +466,26 @@ pub(crate) fn filled<C: Copy>(buf: &mut [std::mem::MaybeUninit<C>], v: C) -> &mu
     unsafe { &mut *(buf as *mut [std::mem::MaybeUninit<C>] as *mut [C]) }
 }
 
-impl FloatFn {
-    /// The function over an `f32` run (the compute type of `f32` and the halves): each
-    /// variant's loop, compiled here once.
-    #[inline(never)]
-    pub fn run_f32(self, xs: &[f32], bits: Option<Bits<'_>>, out: &mut [f32]) {
-        self.map_float_each(xs, bits, out);
-    }
-    /// The function over an `f64` run (the compute type of `f64` and the integers).
-    #[inline(never)]
-    pub fn run_f64(self, xs: &[f64], bits: Option<Bits<'_>>, out: &mut [f64]) {
-        self.map_float_each(xs, bits, out);
-    }
+/// A unary family's runs over `f32` and `f64`, each variant's loop compiled here once
+/// (non-generic): the float functions' `run_f32` / `run_f64` and the type-keeping ops'
+/// `keep_f32` / `keep_f64`, which every layout and dtype reaches (the halves and the
+/// integers in converted blocks, [`widened_run`] / [`widened_keep`]).
+macro_rules! compiled_unary_runs {
+    ($family:ident, $each:ident, $($name:ident: $t:ident),*) => {
+        impl $family {
+            $(
+                #[doc = concat!("The op over a `", stringify!($t), "` run, compiled here once.")]
+                #[inline(never)]
+                pub fn $name(self, xs: &[$t], bits: Option<Bits<'_>>, out: &mut [$t]) {
+                    self.$each(xs, bits, out);
+                }
+            )*
+        }
+    };
 }
+
+compiled_unary_runs!(FloatFn, map_float_each, run_f32: f32, run_f64: f64);
+compiled_unary_runs!(KeepFn, map_keep_each, keep_f32: f32, keep_f64: f64);
 
 /// Recomputes with `f` (the op's exact form) the elements of a run that a `fast` body
 /// left NaN: arguments beyond `Math::TRIG_LIMIT` (and NaN ones, which stay NaN).
