@@ -6,6 +6,11 @@
 //! blocks), `softmax` (in place over one row's scores) and `combine` (a weighted sum of
 //! rows of a dense matrix, accumulated in registers a block of 16 columns at a time, four
 //! rows at a time).
+//!
+//! They index their slices in plain loops, without iterator adapters (`zip`,
+//! `chunks_exact`, `step_by`): see masked-kernels' `run.rs` for why (an adapter left out
+//! of line keeps the kernel around it from being compiled with the tier's features).
+#![allow(clippy::needless_range_loop)]
 
 use masked_core::Float;
 use masked_kernels::multiversion;
@@ -351,16 +356,16 @@ fn dot1<A: Acc, M: Madd>(q: &[A], k: &[A]) -> A {
     let d = q.len();
     let k = &k[..d];
     let mut acc = [A::ZERO; L];
-    let (qc, kc) = (q.chunks_exact(L), k.chunks_exact(L));
-    let (qr, kr) = (qc.remainder(), kc.remainder());
-    for (a, b) in qc.zip(kc) {
+    let full = d - d % L;
+    for c in 0..full / L {
+        let (a, b) = (block(q, c * L), block(k, c * L));
         for l in 0..L {
             acc[l] = M::madd(a[l], b[l], acc[l]);
         }
     }
     let mut s = M::hsum(acc);
-    for (&a, &b) in qr.iter().zip(kr) {
-        s = M::madd(a, b, s);
+    for i in full..d {
+        s = M::madd(q[i], k[i], s);
     }
     s
 }
@@ -370,16 +375,16 @@ fn dot1<A: Acc, M: Madd>(q: &[A], k: &[A]) -> A {
 /// loop were vectorised across the keys instead, four lanes wide with transposes).
 #[inline(always)]
 fn scores<A: Acc, M: Madd>(q: &[A], k: Mat<'_, A>, keys: &[usize], scale: A, s: &mut [A]) {
-    for (x, &j) in s.iter_mut().zip(keys) {
-        *x = dot1::<A, M>(q, k.row(j)) * scale;
+    for t in 0..s.len().min(keys.len()) {
+        s[t] = dot1::<A, M>(q, k.row(keys[t])) * scale;
     }
 }
 
 /// `xs += ys` (a bias added to scores).
 #[inline(always)]
 fn add_to<A: Acc>(xs: &mut [A], ys: &[A]) {
-    for (x, &y) in xs.iter_mut().zip(ys) {
-        *x = *x + y;
+    for i in 0..xs.len().min(ys.len()) {
+        xs[i] = xs[i] + ys[i];
     }
 }
 
@@ -387,14 +392,15 @@ fn add_to<A: Acc>(xs: &mut [A], ys: &[A]) {
 #[inline(always)]
 fn sum_lanes<A: Acc, M: Madd>(xs: &[A]) -> A {
     let mut acc = [A::ZERO; L];
-    let mut chunks = xs.chunks_exact(L);
-    for c in &mut chunks {
+    let full = xs.len() - xs.len() % L;
+    for c in 0..full / L {
+        let b = block(xs, c * L);
         for l in 0..L {
-            acc[l] = acc[l] + c[l];
+            acc[l] = acc[l] + b[l];
         }
     }
     let mut s = M::hsum(acc);
-    for &x in chunks.remainder() {
+    for &x in &xs[full..] {
         s = s + x;
     }
     s
@@ -405,15 +411,19 @@ fn sum_lanes<A: Acc, M: Madd>(xs: &[A]) -> A {
 fn max_lanes<A: Acc>(xs: &[A]) -> A {
     let mx = |a: A, b: A| if b > a || b.is_nan() { b } else { a };
     let mut acc = [A::NEG_INFINITY; L];
-    let mut chunks = xs.chunks_exact(L);
-    for c in &mut chunks {
+    let full = xs.len() - xs.len() % L;
+    for c in 0..full / L {
+        let b = block(xs, c * L);
         for l in 0..L {
-            acc[l] = mx(acc[l], c[l]);
+            acc[l] = mx(acc[l], b[l]);
         }
     }
     let mut m = A::NEG_INFINITY;
-    for a in acc.into_iter().chain(chunks.remainder().iter().copied()) {
-        m = mx(m, a);
+    for l in 0..L {
+        m = mx(m, acc[l]);
+    }
+    for &x in &xs[full..] {
+        m = mx(m, x);
     }
     m
 }
@@ -463,21 +473,22 @@ fn combine<A: Acc, M: Madd, I: Idx>(w: &[A], idx: &[I], x: Mat<'_, A>, out: &mut
         let mut t = 0;
         while t + 2 <= n {
             let (r0, r1) = (wide(t), wide(t + 1));
-            for (b, (x0, x1)) in a0.iter_mut().zip(&mut a1).enumerate() {
-                axpy_block::<A, M>(x0, w[t], block(r0, b * L));
-                axpy_block::<A, M>(x1, w[t + 1], block(r1, b * L));
+            for b in 0..4 {
+                axpy_block::<A, M>(&mut a0[b], w[t], block(r0, b * L));
+                axpy_block::<A, M>(&mut a1[b], w[t + 1], block(r1, b * L));
             }
             t += 2;
         }
         if t < n {
             let r0 = wide(t);
-            for (b, x0) in a0.iter_mut().enumerate() {
-                axpy_block::<A, M>(x0, w[t], block(r0, b * L));
+            for b in 0..4 {
+                axpy_block::<A, M>(&mut a0[b], w[t], block(r0, b * L));
             }
         }
-        for (o, (x0, x1)) in out[c..c + WIDE].chunks_exact_mut(L).zip(a0.iter().zip(&a1)) {
+        for b in 0..4 {
+            let o = &mut out[c + b * L..c + b * L + L];
             for l in 0..L {
-                o[l] = o[l] + (x0[l] + x1[l]);
+                o[l] = o[l] + (a0[b][l] + a1[b][l]);
             }
         }
         c += WIDE;
@@ -508,8 +519,8 @@ fn combine<A: Acc, M: Madd, I: Idx>(w: &[A], idx: &[I], x: Mat<'_, A>, out: &mut
         for t in 0..n {
             let xr = &x.row(idx[t].at())[c..];
             let wt = w[t];
-            for (o, &xv) in tail.iter_mut().zip(xr) {
-                *o = M::madd(wt, xv, *o);
+            for i in 0..tail.len().min(xr.len()) {
+                tail[i] = M::madd(wt, xr[i], tail[i]);
             }
         }
     }
@@ -604,14 +615,15 @@ fn grad_rows_k<A: Acc, M: Madd>(
         // SAFETY: row i is handled by this task only
         unsafe { out.stats.write(i, RowStat { m, inv, d: big_d }) };
         let lo = a.p.ptr[i];
-        for (e, (&p, x)) in (lo..).zip(s.iter().zip(&mut dp)) {
-            let ds = p * (*x - big_d);
+        for t in 0..s.len().min(dp.len()) {
+            let ds = s[t] * (dp[t] - big_d);
             if let Some(db) = &out.dbias {
-                // SAFETY: stored position e belongs to row i, handled by this task only
-                let slot = unsafe { db.slot(e) };
+                // SAFETY: stored position lo + t belongs to row i, handled by this task
+                // only
+                let slot = unsafe { db.slot(lo + t) };
                 *slot = *slot + ds;
             }
-            *x = ds * a.scale;
+            dp[t] = ds * a.scale;
         }
         combine::<A, M, usize>(&dp, keys, a.k, dqi);
     }
@@ -676,8 +688,8 @@ fn grad_cols_k<A: Acc, M: Madd>(
         while g0 < hi {
             let g1 = (g0 + GROUP).min(hi);
             let rows = &c.t.idx[g0..g1];
-            for ((e, &i), (p_out, ds_out)) in (g0..g1).zip(rows).zip(wp.iter_mut().zip(&mut wds)) {
-                let i = i as usize;
+            for t in 0..g1 - g0 {
+                let (e, i) = (g0 + t, rows[t] as usize);
                 let st = c.stats[i];
                 let (p, ds) = if st.inv == A::ZERO {
                     (A::ZERO, A::ZERO) // a row with no finite score: P = 0
@@ -691,8 +703,8 @@ fn grad_cols_k<A: Acc, M: Madd>(
                     let dp = dot1::<A, M>(c.g.row(i), vj);
                     (p, p * (dp - st.d))
                 };
-                *p_out = p;
-                *ds_out = ds * a.scale;
+                wp[t] = p;
+                wds[t] = ds * a.scale;
             }
             let n = g1 - g0;
             combine::<A, M, u32>(&wds[..n], rows, a.q, dkj);
@@ -727,8 +739,9 @@ pub struct Cols<'a, A> {
 
 #[inline(always)]
 fn cols_k<A: Acc, M: Madd>(_: M, c: &Cols<'_, A>, c0: usize, out: &mut [A]) {
-    let width = c.x.cols;
-    for (j, oj) in (c0..).zip(out.chunks_exact_mut(width.max(1))) {
+    let width = c.x.cols.max(1);
+    for r in 0..out.len() / width {
+        let (j, oj) = (c0 + r, &mut out[r * width..(r + 1) * width]);
         let (lo, hi) = (c.t.ptr[j], c.t.ptr[j + 1]);
         combine::<A, M, u32>(&c.w[lo..hi], &c.t.idx[lo..hi], c.x, oj);
     }
@@ -777,7 +790,9 @@ fn spmm_rows_k<A: Acc, M: Madd>(
     r0: usize,
     out: &mut [A],
 ) {
-    for (i, oi) in (r0..).zip(out.chunks_exact_mut(x.cols.max(1))) {
+    let width = x.cols.max(1);
+    for r in 0..out.len() / width {
+        let (i, oi) = (r0 + r, &mut out[r * width..(r + 1) * width]);
         let (lo, hi) = (p.ptr[i], p.ptr[i + 1]);
         combine::<A, M, usize>(&vals[lo..hi], &p.idx[lo..hi], x, oi);
     }

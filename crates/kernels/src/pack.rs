@@ -99,12 +99,14 @@ unsafe fn compress_raw<T: Copy>(xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usiz
         return unsafe { x86::compress16(xs, bits, dst) };
     }
     let mut o = 0;
-    for (c, ch) in xs.chunks(64).enumerate() {
+    #[allow(clippy::needless_range_loop)] // index loops, as in the kernels (run.rs)
+    for c in 0..xs.len().div_ceil(64) {
+        let ch = &xs[c * 64..xs.len().min(c * 64 + 64)];
         let w = bits.word_at(c * 64);
-        for (k, &x) in ch.iter().enumerate() {
+        for k in 0..ch.len() {
             // branch-free: always write, advance on a set bit (o <= k < cap)
-            // SAFETY: `o` never exceeds the index of `x` in `xs`, below `cap`.
-            unsafe { dst.add(o).write(x) };
+            // SAFETY: `o` never exceeds the index of `ch[k]` in `xs`, below `cap`.
+            unsafe { dst.add(o).write(ch[k]) };
             o += ((w >> k) & 1) as usize;
         }
     }

@@ -3,6 +3,9 @@
 //! ([`fold_columns`]), and the elementwise map, update, predicate and search loops, each
 //! compiled per CPU tier by [`multiversion!`](crate::multiversion).
 
+// index loops on purpose (the note above `map_kernel`)
+#![allow(clippy::needless_range_loop)]
+
 use crate::bits::Bits;
 use crate::multiversion;
 
@@ -49,6 +52,16 @@ impl<T, O, F: Fn(T, bool) -> O + Copy> ElemMap<T, O> for F {
     }
 }
 
+// The kernels below index their slices in plain loops, with no iterator adapters (`zip`,
+// `enumerate`, `chunks_exact`, `array::from_fn`): those are std functions without the
+// kernel's CPU features, and LLVM does not inline a function of fewer features into a
+// kernel when it still calls another with aggregate arguments, which some of them do
+// (`Zip::new`, `ChunksExact::__iterator_get_unchecked`) and which another codegen unit
+// holds. They were then called out of line, element by element or chunk by chunk, and
+// the loops not vectorised (f32 `exp` 3x, sparse attention 17x slower) wherever the
+// crate's units are not optimised together (`lto = "off"`; docs/internals.md).
+
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn map_kernel<T: Copy, O: Copy, F: ElemMap<T, O>>(
     xs: &[T],
@@ -57,17 +70,19 @@ fn map_kernel<T: Copy, O: Copy, F: ElemMap<T, O>>(
     f: F,
 ) {
     let n = xs.len().min(out.len());
+    let (xs, out) = (&xs[..n], &mut out[..n]);
     match bits {
         None => {
-            for (o, &x) in out[..n].iter_mut().zip(&xs[..n]) {
-                *o = f.at(x, true);
+            for k in 0..n {
+                out[k] = f.at(xs[k], true);
             }
         }
         Some(b) => {
             let full = n - n % 64;
-            let (oh, ot) = out[..n].split_at_mut(full);
-            for (c, (oc, xc)) in oh.chunks_exact_mut(64).zip(xs.chunks_exact(64)).enumerate() {
+            for c in 0..full / 64 {
                 let w = b.word_at(c * 64);
+                let r = c * 64..c * 64 + 64;
+                let (xc, oc) = (&xs[r.clone()], &mut out[r]);
                 for h in 0..2 {
                     // 32-bit half words: the bit tests become 32-bit vector shifts
                     let hw = (w >> (32 * h)) as u32;
@@ -76,16 +91,17 @@ fn map_kernel<T: Copy, O: Copy, F: ElemMap<T, O>>(
                     }
                 }
             }
-            if !ot.is_empty() {
+            if full < n {
                 let w = b.word_at(full);
-                for (k, (o, &x)) in ot.iter_mut().zip(&xs[full..]).enumerate() {
-                    *o = f.at(x, (w >> k) & 1 == 1);
+                for k in full..n {
+                    out[k] = f.at(xs[k], (w >> (k - full)) & 1 == 1);
                 }
             }
         }
     }
 }
 
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn zip_kernel<A: Copy, B: Copy, O: Copy, F: Fn(A, B, bool) -> O + Copy>(
     xs: &[A],
@@ -95,21 +111,19 @@ fn zip_kernel<A: Copy, B: Copy, O: Copy, F: Fn(A, B, bool) -> O + Copy>(
     f: F,
 ) {
     let n = xs.len().min(ys.len()).min(out.len());
+    let (xs, ys, out) = (&xs[..n], &ys[..n], &mut out[..n]);
     match bits {
         None => {
-            for ((o, &x), &y) in out[..n].iter_mut().zip(&xs[..n]).zip(&ys[..n]) {
-                *o = f(x, y, true);
+            for k in 0..n {
+                out[k] = f(xs[k], ys[k], true);
             }
         }
         Some(b) => {
             let full = n - n % 64;
-            let (oh, ot) = out[..n].split_at_mut(full);
-            let chunks = oh
-                .chunks_exact_mut(64)
-                .zip(xs.chunks_exact(64))
-                .zip(ys.chunks_exact(64));
-            for (c, ((oc, xc), yc)) in chunks.enumerate() {
+            for c in 0..full / 64 {
                 let w = b.word_at(c * 64);
+                let r = c * 64..c * 64 + 64;
+                let (xc, yc, oc) = (&xs[r.clone()], &ys[r.clone()], &mut out[r]);
                 for h in 0..2 {
                     let hw = (w >> (32 * h)) as u32;
                     for j in 0..32 {
@@ -117,12 +131,10 @@ fn zip_kernel<A: Copy, B: Copy, O: Copy, F: Fn(A, B, bool) -> O + Copy>(
                     }
                 }
             }
-            if !ot.is_empty() {
+            if full < n {
                 let w = b.word_at(full);
-                for (k, ((o, &x), &y)) in
-                    ot.iter_mut().zip(&xs[full..]).zip(&ys[full..]).enumerate()
-                {
-                    *o = f(x, y, (w >> k) & 1 == 1);
+                for k in full..n {
+                    out[k] = f(xs[k], ys[k], (w >> (k - full)) & 1 == 1);
                 }
             }
         }
@@ -187,6 +199,7 @@ fn pair_kernel<
     }
 }
 
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn around_kernel<T: Copy, K: Copy + PartialOrd, F: Fn(T) -> K + Copy>(
     xs: &[T],
@@ -198,13 +211,17 @@ fn around_kernel<T: Copy, K: Copy + PartialOrd, F: Fn(T) -> K + Copy>(
     // independent accumulators of selects, which vectorise (a branch per element
     // mispredicts half the time on random data); 32-bit counts, flushed per block
     const W: usize = 16;
+    const BLOCK: usize = W << 20;
     let (mut less, mut eq) = (0usize, 0usize);
     let (mut bm, mut am) = ([lo; W], [hi; W]);
-    for block in xs.chunks(W << 20) {
+    let mut start = 0;
+    while start < xs.len() {
+        let block = &xs[start..xs.len().min(start + BLOCK)];
+        start += block.len();
         let (mut lc, mut ec) = ([0u32; W], [0u32; W]);
-        let chunks = block.chunks_exact(W);
-        let rest = chunks.remainder();
-        for ch in chunks {
+        let full = block.len() - block.len() % W;
+        for c in 0..full / W {
+            let ch = &block[c * W..c * W + W];
             for k in 0..W {
                 let x = key(ch[k]);
                 lc[k] += (x < v) as u32;
@@ -215,8 +232,8 @@ fn around_kernel<T: Copy, K: Copy + PartialOrd, F: Fn(T) -> K + Copy>(
                 am[k] = if a < am[k] { a } else { am[k] };
             }
         }
-        for (k, &x) in rest.iter().enumerate() {
-            let x = key(x);
+        for k in 0..block.len() - full {
+            let x = key(block[full + k]);
             lc[k] += (x < v) as u32;
             ec[k] += (x == v) as u32;
             if x < v && x > bm[k] {
@@ -226,31 +243,40 @@ fn around_kernel<T: Copy, K: Copy + PartialOrd, F: Fn(T) -> K + Copy>(
                 am[k] = x;
             }
         }
-        less += lc.iter().map(|&c| c as usize).sum::<usize>();
-        eq += ec.iter().map(|&c| c as usize).sum::<usize>();
+        for k in 0..W {
+            less += lc[k] as usize;
+            eq += ec[k] as usize;
+        }
     }
-    let below = bm.iter().fold(lo, |m, &b| if b > m { b } else { m });
-    let above = am.iter().fold(hi, |m, &a| if a < m { a } else { m });
+    let (mut below, mut above) = (lo, hi);
+    for k in 0..W {
+        below = if bm[k] > below { bm[k] } else { below };
+        above = if am[k] < above { am[k] } else { above };
+    }
     (less, eq, below, above)
 }
 
 #[inline(always)]
 fn pred_kernel<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred: P) {
-    for (w, ch) in out.iter_mut().zip(xs.chunks(64)) {
+    let words = out.len().min(xs.len().div_ceil(64));
+    for c in 0..words {
+        let ch = &xs[c * 64..xs.len().min(c * 64 + 64)];
         let mut bits = 0u64;
-        for (k, &x) in ch.iter().enumerate() {
-            bits |= (pred(x) as u64) << k;
+        for k in 0..ch.len() {
+            bits |= (pred(ch[k]) as u64) << k;
         }
-        *w = bits;
+        out[c] = bits;
     }
 }
 
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Option<Bits<'_>>, f: F) {
-    let full = out.len() - out.len() % 64;
-    let (head, tail) = out.split_at_mut(full);
-    for (c, oc) in head.chunks_exact_mut(64).enumerate() {
+    let n = out.len();
+    let full = n - n % 64;
+    for c in 0..full / 64 {
         let w = bits.map_or(u64::MAX, |b| b.word_at(c * 64));
+        let oc = &mut out[c * 64..c * 64 + 64];
         for h in 0..2 {
             // 32-bit half words, as in `map_kernel`
             let hw = (w >> (32 * h)) as u32;
@@ -259,25 +285,27 @@ fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Optio
             }
         }
     }
-    if !tail.is_empty() {
+    if full < n {
         let w = bits.map_or(u64::MAX, |b| b.word_at(full));
-        for (k, o) in tail.iter_mut().enumerate() {
-            *o = f(*o, (w >> k) & 1 == 1);
+        for k in full..n {
+            out[k] = f(out[k], (w >> (k - full)) & 1 == 1);
         }
     }
 }
 
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn sum8_kernel<A: Copy, B: Copy, F: Fn(A, B) -> f64 + Copy>(xs: &[A], ys: &[B], f: F) -> [f64; 8] {
     // accumulator `k % 8` takes term `k`, in order: eight independent sums that fill one
     // 512-bit (two 256-bit) registers, and the same sums as a scalar loop would give
     let n = xs.len().min(ys.len());
+    let (xs, ys) = (&xs[..n], &ys[..n]);
     let full = n - n % 8;
     // two halves of four: the loop vectoriser keeps them in whole registers (one
     // array of eight was split 2 + 4 + 1 + 1)
     let (mut lo, mut hi) = ([0.0f64; 4], [0.0f64; 4]);
-    for (xc, yc) in xs[..full].chunks_exact(8).zip(ys[..full].chunks_exact(8)) {
-        // (`array::from_fn` here was left out of line in a multi-unit build)
+    for c in 0..full / 8 {
+        let (xc, yc) = (&xs[c * 8..c * 8 + 8], &ys[c * 8..c * 8 + 8]);
         let mut t = [0.0f64; 8];
         for i in 0..8 {
             t[i] = f(xc[i], yc[i]);
@@ -288,30 +316,31 @@ fn sum8_kernel<A: Copy, B: Copy, F: Fn(A, B) -> f64 + Copy>(xs: &[A], ys: &[B], 
         }
     }
     let mut acc = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-    for (i, (&x, &y)) in xs[full..n].iter().zip(&ys[full..n]).enumerate() {
-        acc[i] += f(x, y);
+    for k in full..n {
+        acc[k - full] += f(xs[k], ys[k]);
     }
     acc
 }
 
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn fill_kernel<O: Copy>(out: &mut [O], bits: Bits<'_>, on: O, off: O) {
     // a fixed-size chunk per mask word: the loop vectoriser then blends and stores along
     // the chunk (the half-word form of `update_kernel`, with no load to tie it there,
     // was vectorised across chunks instead, into scatters)
-    let full = out.len() - out.len() % 64;
-    let (head, tail) = out.split_at_mut(full);
-    for (c, oc) in head.chunks_exact_mut(64).enumerate() {
-        let oc: &mut [O; 64] = oc.try_into().expect("a chunk of 64");
+    let n = out.len();
+    let full = n - n % 64;
+    for c in 0..full / 64 {
+        let oc = &mut out[c * 64..c * 64 + 64];
         let w = bits.word_at(c * 64);
-        for (j, o) in oc.iter_mut().enumerate() {
-            *o = if (w >> j) & 1 == 1 { on } else { off };
+        for j in 0..64 {
+            oc[j] = if (w >> j) & 1 == 1 { on } else { off };
         }
     }
-    if !tail.is_empty() {
+    if full < n {
         let w = bits.word_at(full);
-        for (j, o) in tail.iter_mut().enumerate() {
-            *o = if (w >> j) & 1 == 1 { on } else { off };
+        for k in full..n {
+            out[k] = if (w >> (k - full)) & 1 == 1 { on } else { off };
         }
     }
 }
@@ -322,10 +351,11 @@ fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
     bits: Option<Bits<'_>>,
     pred: P,
 ) -> Option<usize> {
-    for (c, ch) in xs.chunks(64).enumerate() {
+    for c in 0..xs.len().div_ceil(64) {
+        let ch = &xs[c * 64..xs.len().min(c * 64 + 64)];
         let mut hit = 0u64;
-        for (k, &x) in ch.iter().enumerate() {
-            hit |= (pred(x) as u64) << k;
+        for k in 0..ch.len() {
+            hit |= (pred(ch[k]) as u64) << k;
         }
         if let Some(b) = bits {
             hit &= b.word_at(c * 64);
@@ -358,17 +388,15 @@ fn columns_kernel<T: Copy, L: Lanes<T>>(
         let idx = idx0 + r as i64;
         match bits {
             None => {
-                for (a, &x) in acc.iter_mut().zip(row) {
-                    *a = l.comb(*a, l.lift(x, idx));
+                for k in 0..w {
+                    acc[k] = l.comb(acc[k], l.lift(row[k], idx));
                 }
             }
             Some(b) => {
                 let b = b.offset(r * stride);
-                for (c, (ac, xc)) in acc[..full]
-                    .chunks_exact_mut(64)
-                    .zip(row[..full].chunks_exact(64))
-                    .enumerate()
-                {
+                for c in 0..full / 64 {
+                    let cr = c * 64..c * 64 + 64;
+                    let (ac, xc) = (&mut acc[cr.clone()], &row[cr]);
                     let word = b.word_at(c * 64);
                     for k in 0..64 {
                         let v = if (word >> k) & 1 == 1 {
@@ -381,9 +409,9 @@ fn columns_kernel<T: Copy, L: Lanes<T>>(
                 }
                 if full < w {
                     let word = b.word_at(full);
-                    for (k, (a, &x)) in acc[full..].iter_mut().zip(&row[full..]).enumerate() {
-                        if (word >> k) & 1 == 1 {
-                            *a = l.comb(*a, l.lift(x, idx));
+                    for k in full..w {
+                        if (word >> (k - full)) & 1 == 1 {
+                            acc[k] = l.comb(acc[k], l.lift(row[k], idx));
                         }
                     }
                 }
@@ -396,7 +424,7 @@ fn columns_kernel<T: Copy, L: Lanes<T>>(
 /// set) with the monoid `L`, in the fastest kernel this CPU supports. A run of at most
 /// [`SHORT`] elements (a sparse lane of a few entries) takes [`short_kernel`] inline:
 /// the same result as every tier gives, without the tier dispatch and its call.
-#[inline]
+#[inline(always)]
 pub fn fold_run<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) -> L::A {
     fold_run_within(l, xs, xs.len(), bits, idx0)
 }
@@ -411,7 +439,7 @@ pub fn fold_run<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, i
 ///
 /// # Panics
 /// If `n > xs.len()`.
-#[inline]
+#[inline(always)]
 pub fn fold_run_within<T: Copy, L: Lanes<T>>(
     l: &L,
     xs: &[T],
@@ -600,8 +628,8 @@ fn pair_fold_kernel<A: Copy, B: Copy, T: Copy, L: Lanes<T>, F: Fn(A, B) -> T + C
     match bits {
         None => {
             let full = n - n % W;
-            let steps = xs[..full].chunks_exact(W).zip(ys[..full].chunks_exact(W));
-            for (c, (xc, yc)) in steps.enumerate() {
+            for c in 0..full / W {
+                let (xc, yc) = (&xs[c * W..c * W + W], &ys[c * W..c * W + W]);
                 step(l, &mut acc, idx0 + (c * W) as i64, |j| f(xc[j], yc[j]));
             }
             if full < n {
@@ -613,10 +641,10 @@ fn pair_fold_kernel<A: Copy, B: Copy, T: Copy, L: Lanes<T>, F: Fn(A, B) -> T + C
         }
         Some(b) => {
             let full = n - n % 64;
-            let chunks = xs[..full].chunks_exact(64).zip(ys[..full].chunks_exact(64));
             // a copy in registers for the loop, as in `wide_kernel`
             let mut a = acc;
-            for (c, (xc, yc)) in chunks.enumerate() {
+            for c in 0..full / 64 {
+                let (xc, yc) = (&xs[c * 64..c * 64 + 64], &ys[c * 64..c * 64 + 64]);
                 let w = b.word_at(c * 64);
                 if w != 0 {
                     chunk64(l, &mut a, w, idx0 + (c * 64) as i64, |k| f(xc[k], yc[k]));
@@ -659,7 +687,8 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(
             // then fold the packed run unmasked. HEAVY lifts ignore positions. No
             // closure here: it would be compiled without this kernel's features.
             let mut buf = crate::pack::block_buf();
-            for (c, ch) in xs.chunks(crate::BLOCK).enumerate() {
+            for c in 0..n.div_ceil(crate::BLOCK) {
+                let ch = &xs[c * crate::BLOCK..n.min(c * crate::BLOCK + crate::BLOCK)];
                 let p = crate::pack::pack_block(ch, b.offset(c * crate::BLOCK), &mut buf);
                 push_all(l, &mut acc, p, 0);
             }
@@ -668,7 +697,8 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(
             let mut v = [l.id(); 64];
             // a copy in registers for the loop (see the masked branch below)
             let mut a = acc;
-            for (c, ch) in xs[..full].chunks_exact(64).enumerate() {
+            for c in 0..full / 64 {
+                let ch = &xs[c * 64..c * 64 + 64];
                 let w = b.word_at(c * 64);
                 if w == 0 {
                     continue;
@@ -702,7 +732,8 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(
             // in registers: `acc` itself is indexed by `k % W` in `tail`, which keeps it
             // in memory, and the loop then stored it to the stack at every chunk
             let mut a = acc;
-            for (c, ch) in within[..chunks * 64].chunks_exact(64).enumerate() {
+            for c in 0..chunks {
+                let ch = &within[c * 64..c * 64 + 64];
                 let past = (c * 64 + 64).saturating_sub(n) as u32;
                 let w = b.word_at(c * 64) & (u64::MAX >> past);
                 if w != 0 {
@@ -815,13 +846,19 @@ fn padded_step<T: Copy, L: Lanes<T>>(
 #[inline(always)]
 fn tree<T, L: Lanes<T>>(l: &L, acc: [L::A; W]) -> L::A {
     // each level a fresh array of half the length (the same combinations in the same
-    // order as halving one array in place): LLVM keeps them in registers, where the
-    // in-place loop read the accumulators back from the stack in pairs at odd offsets
-    // just after storing them whole, a store-forwarding stall on every run's end
-    let a16: [L::A; W / 2] = std::array::from_fn(|j| l.comb(acc[j], acc[j + W / 2]));
-    let a8: [L::A; W / 4] = std::array::from_fn(|j| l.comb(a16[j], a16[j + W / 4]));
-    let a4: [L::A; W / 8] = std::array::from_fn(|j| l.comb(a8[j], a8[j + W / 8]));
-    let a2: [L::A; W / 16] = std::array::from_fn(|j| l.comb(a4[j], a4[j + W / 16]));
+    // order as halving one array in place), written as an array expression with
+    // constant indices: LLVM keeps the levels in registers. An in-place loop, or a loop
+    // filling each level, kept them in memory and read them back in pairs just after
+    // storing them whole, a store-forwarding stall at every run's end (a CSR row sum
+    // over rows of 100 entries 1.5x slower); `array::from_fn` did as well where it was
+    // not inlined (`W` is 32, asserted above)
+    macro_rules! half {
+        ($a:expr, $h:expr; $($j:expr),*) => { [$(l.comb($a[$j], $a[$j + $h])),*] };
+    }
+    let a16 = half!(acc, 16; 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let a8 = half!(a16, 8; 0, 1, 2, 3, 4, 5, 6, 7);
+    let a4 = half!(a8, 4; 0, 1, 2, 3);
+    let a2 = half!(a4, 2; 0, 1);
     l.comb(a2[0], a2[1])
 }
 
@@ -837,28 +874,31 @@ fn push_all<T: Copy, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], xs: &[T], idx0: i6
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn push_within<T: Copy, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], xs: &[T], n: usize, idx0: i64) {
+    // the loop's own copy of the accumulators, as in `wide_kernel`'s masked branch:
+    // through `acc` itself the loop stored them to the stack at every step, and the
+    // tail read them back in pieces (a CSR row sum over rows of 100 entries 2x slower)
+    let mut a = *acc;
     let full = n - n % W;
-    for (c, ch) in xs[..full].chunks_exact(W).enumerate() {
-        step(l, acc, idx0 + (c * W) as i64, |j| ch[j]);
+    for c in 0..full / W {
+        let ch = &xs[c * W..c * W + W];
+        step(l, &mut a, idx0 + (c * W) as i64, |j| ch[j]);
     }
+    *acc = a;
     if full < n {
         let (rem, base) = (n - full, idx0 + full as i64);
-        match xs.get(full..full + W) {
-            Some(ch) => {
-                // the masked chunks' half-word select (a lane test per element, the
-                // value loaded whole), which keeps the accumulators in two registers
-                let ch: &[T; W] = ch.try_into().expect("W elements");
-                let hw = (1u32 << rem) - 1;
-                for j in 0..W {
-                    let y = l.lift(ch[j], base + j as i64);
-                    let v = if (hw >> j) & 1 == 1 { y } else { l.id() };
-                    acc[j] = l.comb(acc[j], v);
-                }
+        if xs.len() >= full + W {
+            // the masked chunks' half-word select (a lane test per element, the
+            // value loaded whole), which keeps the accumulators in two registers
+            let ch = &xs[full..full + W];
+            let hw = (1u32 << rem) - 1;
+            for j in 0..W {
+                let y = l.lift(ch[j], base + j as i64);
+                let v = if (hw >> j) & 1 == 1 { y } else { l.id() };
+                acc[j] = l.comb(acc[j], v);
             }
-            None => {
-                let xt = &xs[full..n];
-                padded_step(l, acc, rem, base, |j| xt[j]);
-            }
+        } else {
+            let xt = &xs[full..n];
+            padded_step(l, acc, rem, base, |j| xt[j]);
         }
     }
 }

@@ -5,6 +5,9 @@
 //! compress pass that keeps the band 8 per step as well (a compare pair, a table
 //! permutation, one store).
 
+// index loops in the kernels on purpose (see `run.rs`'s note above `map_kernel`)
+#![allow(clippy::needless_range_loop)]
+
 use crate::multiversion;
 use std::fmt::Debug;
 
@@ -158,9 +161,13 @@ mod avx2_band {
             _mm256_storeu_si256(a.as_mut_ptr() as *mut __m256i, st.above);
             _mm256_storeu_si256(mn.as_mut_ptr() as *mut __m256i, st.amin);
         }
-        let below: usize = b.iter().map(|&c| c as usize).sum();
-        let above: usize = a.iter().map(|&c| c as usize).sum();
-        (below, n - above, mn.into_iter().fold(u32::MAX, u32::min))
+        let (mut below, mut above, mut least) = (0usize, 0usize, u32::MAX);
+        for k in 0..L {
+            below += b[k] as usize;
+            above += a[k] as usize;
+            least = least.min(mn[k]);
+        }
+        (below, n - above, least)
     }
 
     /// All ones in the lanes of `x` outside `lo..=hi` (both biased).
@@ -344,7 +351,11 @@ mod avx512_band16 {
         let mut mn = [0u16; 32];
         // SAFETY: one vector into a 32-key array.
         unsafe { _mm512_storeu_epi16(mn.as_mut_ptr() as *mut i16, amin) };
-        (below, n - above, mn.into_iter().fold(u16::MAX, u16::min))
+        let mut least = u16::MAX;
+        for k in 0..32 {
+            least = least.min(mn[k]);
+        }
+        (below, n - above, least)
     }
 
     /// [`super::SelectKey::keep`] for `u16`: the kept lanes of 32 keys compressed
@@ -382,7 +393,12 @@ mod avx512_band16 {
 /// counting rather than sorting ([`ranks2`]); padding with `MAX` changes no answer.
 #[inline(always)]
 fn small_pair<K: SelectKey>(s: &[K], j: usize) -> (K, Option<K>) {
-    let keys: [K; SMALL] = std::array::from_fn(|k| s.get(k).copied().unwrap_or(K::MAX));
+    // plain loops, no iterator adapters, in this kernel (see `run.rs`'s note on them)
+    let mut keys = [K::MAX; SMALL];
+    #[allow(clippy::manual_memcpy)] // a few keys: no call to `memcpy`
+    for k in 0..s.len().min(SMALL) {
+        keys[k] = s[k];
+    }
     let (a, b) = ranks2(&keys, j, j + 1);
     (a, (j + 1 < s.len()).then_some(b))
 }
@@ -394,18 +410,23 @@ fn small_pair<K: SelectKey>(s: &[K], j: usize) -> (K, Option<K>) {
 fn ranks2<K: SelectKey, const M: usize>(keys: &[K; M], r1: usize, r2: usize) -> (K, K) {
     // one key against all at a time: the inner loop is a vector compare per 8 keys
     let mut below = [0u32; M];
-    for &y in keys {
-        for (c, &x) in below.iter_mut().zip(keys) {
-            *c += (y < x) as u32;
+    for i in 0..M {
+        for k in 0..M {
+            below[k] += (keys[i] < keys[k]) as u32;
         }
     }
     let (r1, r2) = (r1.min(M) as u32, r2.min(M) as u32);
-    let pick = |r: u32| {
-        keys.iter()
-            .zip(&below)
-            .fold(K::MIN, |a, (&x, &c)| a.max(if c <= r { x } else { K::MIN }))
-    };
-    (pick(r1), pick(r2))
+    (pick(keys, &below, r1), pick(keys, &below, r2))
+}
+
+/// The largest key with at most `r` keys below it (`below[k]` counts those of key `k`).
+#[inline(always)]
+fn pick<K: SelectKey, const M: usize>(keys: &[K; M], below: &[u32; M], r: u32) -> K {
+    let mut a = K::MIN;
+    for k in 0..M {
+        a = a.max(if below[k] <= r { keys[k] } else { K::MIN });
+    }
+    a
 }
 
 /// Sample keys of rank `t - BAND ..= t + BAND` (of [`SAMPLE`]) bound a selection round's
@@ -560,8 +581,10 @@ fn rounds<K: SelectKey>(
         rounds -= 1;
         // the band: sample keys around the rank sought
         // SAFETY: `(2i + 1) n / 16 <= 15 n / 16 < n`.
-        let sample: [K; SAMPLE] =
-            std::array::from_fn(|i| unsafe { *s.get_unchecked((2 * i + 1) * n / (2 * SAMPLE)) });
+        let mut sample = [K::MIN; SAMPLE];
+        for i in 0..SAMPLE {
+            sample[i] = unsafe { *s.get_unchecked((2 * i + 1) * n / (2 * SAMPLE)) };
+        }
         let t = r * SAMPLE / n;
         let (mut lo, mut hi) = ranks2(&sample, t.saturating_sub(BAND), (t + BAND).min(SAMPLE - 1));
         let mut counts = K::count3(s, lo, hi);

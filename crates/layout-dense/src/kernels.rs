@@ -124,7 +124,7 @@ pub(crate) trait Source<T: Element>: Sync {
 }
 
 impl<T: Element> Source<T> for [T] {
-    #[inline]
+    #[inline(always)]
     fn push_run<F: Fold<T>>(
         &self,
         op: &F,

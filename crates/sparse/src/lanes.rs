@@ -167,6 +167,7 @@ fn collect_sparse<O: Element>(
 }
 
 /// The first position in `0..` that the increasing `stored` positions skip.
+#[inline]
 fn first_gap(stored: impl Iterator<Item = usize>) -> usize {
     let mut next = 0;
     for p in stored {

@@ -59,7 +59,12 @@ fn walk<A>(
     (base, vals): (usize, &[*const A]),
     mut f: impl FnMut(usize, usize, usize, usize),
 ) {
-    for j1 in slices(k0, k1, width) {
+    // the key slices `[j0, j1)` of `k0..k1`, `width` keys each (the last may be shorter)
+    let w = width.max(1);
+    let mut j0 = k0;
+    while j0 < k1 {
+        let j1 = (j0 + w).min(k1);
+        j0 = j1;
         for r in 0..cur.len() {
             let i = r0 + r;
             prefetch_ahead(p.idx, &cur, r, base, vals);
@@ -94,9 +99,10 @@ fn visit_keys<A>(
     mut f: impl FnMut(usize, usize, usize),
 ) {
     let (ptr, idx) = (p.ptr, p.idx);
-    let cur = (0..nq)
-        .map(|i| ptr[i] + idx[ptr[i]..ptr[i + 1]].partition_point(|&j| j < k0))
-        .collect();
+    let mut cur = Vec::with_capacity(nq);
+    for i in 0..nq {
+        cur.push(ptr[i] + idx[ptr[i]..ptr[i + 1]].partition_point(|&j| j < k0));
+    }
     walk(p, (0, cur), (k0, k1, width), (0, vals), |_, i, c, e| {
         f(i, c, e)
     });
@@ -107,23 +113,17 @@ fn visit_keys<A>(
 #[inline(always)]
 fn scatter_row<A: Acc, M: Madd>(keys: &[usize], w: &[A], k0: usize, x: &[A], out: &mut [A]) {
     let d = x.len();
-    for (&j, &wt) in keys.iter().zip(w) {
-        let j = j - k0;
-        axpy::<A, M>(&mut out[j * d..(j + 1) * d], wt, x);
+    for t in 0..keys.len().min(w.len()) {
+        let j = keys[t] - k0;
+        axpy::<A, M>(&mut out[j * d..(j + 1) * d], w[t], x);
     }
-}
-
-/// The key slices `[j0, j1)` of `k0..k1`, `width` keys each (the last may be shorter).
-fn slices(k0: usize, k1: usize, width: usize) -> impl Iterator<Item = usize> {
-    let w = width.max(1);
-    (k0..k1).step_by(w).map(move |j0| (j0 + w).min(k1))
 }
 
 /// `out += w · x`.
 #[inline(always)]
 fn axpy<A: Acc, M: Madd>(out: &mut [A], w: A, x: &[A]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = M::madd(w, v, *o);
+    for i in 0..out.len().min(x.len()) {
+        out[i] = M::madd(w, x[i], out[i]);
     }
 }
 
@@ -172,11 +172,12 @@ fn attend_k<A: Acc, M: Madd>(
         l[r] = l[r] + sum_lanes::<A, M>(&s);
         combine::<A, M, usize>(&s, keys, a.v, o);
     });
-    for (o, &l) in out.chunks_exact_mut(dv.max(1)).zip(&l) {
+    let dv = dv.max(1);
+    for r in 0..l.len().min(out.len() / dv) {
         // a row with no finite score (l = 0) is zeros already
-        if l != A::ZERO {
-            let inv = A::ONE / l;
-            for x in o.iter_mut() {
+        if l[r] != A::ZERO {
+            let inv = A::ONE / l[r];
+            for x in out[r * dv..(r + 1) * dv].iter_mut() {
                 *x = *x * inv;
             }
         }
@@ -232,14 +233,14 @@ fn grad_rows_k<A: Acc, M: Madd>(
         }
         softmax::<A, M>(pr);
         let big_d = super::dot1::<A, M>(pr, dr);
-        for (e, (&pv, x)) in (lo..).zip(pr.iter().zip(dr.iter_mut())) {
-            let s = pv * (*x - big_d);
+        for t in 0..pr.len().min(dr.len()) {
+            let s = pr[t] * (dr[t] - big_d);
             if let Some(db) = &pairs.dbias {
-                // SAFETY: position e belongs to row i, handled by this task only
-                let slot = unsafe { db.slot(e) };
+                // SAFETY: position lo + t belongs to row i, handled by this task only
+                let slot = unsafe { db.slot(lo + t) };
                 *slot = *slot + s;
             }
-            *x = s * a.scale;
+            dr[t] = s * a.scale;
         }
     }
     // dQ += scale · dS K, a key slice at a time

@@ -91,6 +91,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// Adds a contiguous run: element `k` of `xs` is at lane position `idx0 + k` and is
     /// valid when bit `k` of `bits` is set (all valid when `bits` is `None`). Ops override
     /// this with a [`fold_run`](masked_kernels::run::fold_run) call; the default pushes element by element.
+    #[inline]
     fn push_run(&self, state: &mut Self::State, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         match bits {
             None => {
@@ -115,6 +116,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// positional ops whose result depends on the positions only through their order
     /// (argmax, argmin: the first of equal candidates wins) override it with their run
     /// kernel, then map the winner's position.
+    #[inline]
     fn push_run_at(
         &self,
         state: &mut Self::State,
@@ -131,6 +133,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// the values from the row's start on, and an op whose kernel ends a run with whole
     /// vectors ([`fold_run_within`](masked_kernels::run::fold_run_within)) overrides
     /// this. Bit for bit `push_run(&xs[..n])`, which the default calls.
+    #[inline]
     fn push_run_within(
         &self,
         state: &mut Self::State,
@@ -171,6 +174,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// folds one lane monoid a block at a time override this with
     /// [`fold_pair_run`](masked_kernels::run::fold_pair_run).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn push_pair_run<A: Copy, B: Copy, Z: Fn(A, B) -> T + Copy>(
         &self,
         state: &mut Self::State,
@@ -186,6 +190,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
 
     /// Adds element `k` of `xs` to `states[k]`, all at lane position `idx` (the column
     /// sweep: one step along many lanes at once).
+    #[inline]
     fn push_each(&self, states: &mut [Self::State], xs: &[T], bits: Option<Bits<'_>>, idx: i64) {
         match bits {
             None => {

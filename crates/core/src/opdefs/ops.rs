@@ -227,6 +227,7 @@ impl<T: Element> Fold<T> for Sum {
     fn positional(&self) -> bool {
         false
     }
+    #[inline]
     fn identity(&self) -> Num<T::Total> {
         Num(<T::Total as Acc>::ZERO)
     }
@@ -234,15 +235,19 @@ impl<T: Element> Fold<T> for Sum {
     fn push(&self, s: &mut Num<T::Total>, x: T, _: i64) {
         s.0 = s.0.add(x.to_total());
     }
+    #[inline]
     fn merge(&self, s: &mut Num<T::Total>, o: Num<T::Total>) {
         s.0 = s.0.add(o.0);
     }
+    #[inline]
     fn finish(&self, s: &Num<T::Total>) -> T::Wide {
         T::total_to_wide(s.0)
     }
+    #[inline]
     fn push_run(&self, s: &mut Num<T::Total>, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         self.push_run_within(s, xs, xs.len(), bits, idx0);
     }
+    #[inline]
     fn push_run_within(
         &self,
         s: &mut Num<T::Total>,
@@ -258,6 +263,7 @@ impl<T: Element> Fold<T> for Sum {
     }
     // the same blocks and lanes as `push_run` (the halves' lanes read the values as the
     // unpacked kernel does, exactly)
+    #[inline]
     fn push_pair_run<A: Copy, B: Copy, Z: Fn(A, B) -> T + Copy>(
         &self,
         s: &mut Num<T::Total>,
@@ -319,6 +325,7 @@ impl<T: Element> Fold<T> for Prod {
     fn positional(&self) -> bool {
         false
     }
+    #[inline]
     fn identity(&self) -> Num<T::Total> {
         Num(<T::Total as Acc>::ONE)
     }
@@ -326,12 +333,15 @@ impl<T: Element> Fold<T> for Prod {
     fn push(&self, s: &mut Num<T::Total>, x: T, _: i64) {
         s.0 = s.0.mul(x.to_total());
     }
+    #[inline]
     fn merge(&self, s: &mut Num<T::Total>, o: Num<T::Total>) {
         s.0 = s.0.mul(o.0);
     }
+    #[inline]
     fn finish(&self, s: &Num<T::Total>) -> T::Wide {
         T::total_to_wide(s.0)
     }
+    #[inline]
     fn push_run(&self, s: &mut Num<T::Total>, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         // per block, so that a run's product is its blocks' in order (the Fold law)
         blocks(xs, bits, idx0, |b, m, i| {
@@ -459,6 +469,7 @@ macro_rules! extreme_op {
             fn positional(&self) -> bool {
                 false
             }
+            #[inline]
             fn identity(&self) -> Num<T> {
                 Num(T::$id)
             }
@@ -466,15 +477,19 @@ macro_rules! extreme_op {
             fn push(&self, s: &mut Num<T>, x: T, _: i64) {
                 s.0 = $f(s.0, x);
             }
+            #[inline]
             fn merge(&self, s: &mut Num<T>, o: Num<T>) {
                 s.0 = $f(s.0, o.0);
             }
+            #[inline]
             fn finish(&self, s: &Num<T>) -> T {
                 s.0
             }
+            #[inline]
             fn push_run(&self, s: &mut Num<T>, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
                 s.0 = $f(s.0, extremum($lanes, xs, bits, idx0));
             }
+            #[inline]
             fn push_run_within(
                 &self,
                 s: &mut Num<T>,
@@ -521,6 +536,7 @@ impl<T: Element> Fold<T> for Ptp {
     fn positional(&self) -> bool {
         false
     }
+    #[inline]
     fn identity(&self) -> (Num<T>, Num<T>) {
         (Num(T::LOWEST), Num(T::HIGHEST))
     }
@@ -528,9 +544,11 @@ impl<T: Element> Fold<T> for Ptp {
     fn push(&self, s: &mut (Num<T>, Num<T>), x: T, _: i64) {
         *s = (Num(max_nan(s.0 .0, x)), Num(min_nan(s.1 .0, x)));
     }
+    #[inline]
     fn merge(&self, s: &mut (Num<T>, Num<T>), o: (Num<T>, Num<T>)) {
         *s = (Num(max_nan(s.0 .0, o.0 .0)), Num(min_nan(s.1 .0, o.1 .0)));
     }
+    #[inline]
     fn finish(&self, s: &(Num<T>, Num<T>)) -> T::Wide {
         // an empty lane still holds the identity (LOWEST, HIGHEST): no element at all
         if s.0 .0 < s.1 .0 {
@@ -539,6 +557,7 @@ impl<T: Element> Fold<T> for Ptp {
         T::total_to_wide(s.0 .0.to_total().sub(s.1 .0.to_total()))
     }
     /// Two vectorised passes over the (cache-resident) run: the maximum and the minimum.
+    #[inline]
     fn push_run(&self, s: &mut (Num<T>, Num<T>), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         let hi = extremum(AMaxLanes, xs, bits, idx0);
         let lo = extremum(AMinLanes, xs, bits, idx0);
@@ -640,6 +659,7 @@ macro_rules! arg_op {
             fn name(&self) -> &'static str {
                 $name
             }
+            #[inline]
             fn identity(&self) -> (Num<T>, i64) {
                 (Num(T::$id), NO_INDEX)
             }
@@ -647,9 +667,11 @@ macro_rules! arg_op {
             fn push(&self, s: &mut (Num<T>, i64), x: T, i: i64) {
                 arg_step(s, (x, i), $cmp);
             }
+            #[inline]
             fn merge(&self, s: &mut (Num<T>, i64), o: (Num<T>, i64)) {
                 arg_step(s, (o.0 .0, o.1), $cmp);
             }
+            #[inline]
             fn finish(&self, s: &(Num<T>, i64)) -> i64 {
                 if s.1 == NO_INDEX {
                     0
@@ -660,6 +682,7 @@ macro_rules! arg_op {
             /// Two passes over the (cache-resident) run, both vectorised: the extreme
             /// value with the branch-free extreme lanes, then the first valid position
             /// holding it.
+            #[inline]
             fn push_run(&self, s: &mut (Num<T>, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
                 if let Some(p) = first_extremum($ext, xs, bits) {
                     arg_step(s, (xs[p], idx0 + p as i64), $cmp);
@@ -667,6 +690,7 @@ macro_rules! arg_op {
             }
             /// As `push_run`: the winner is the first valid element holding the run's
             /// extremum, whatever the positions, as long as they increase.
+            #[inline]
             fn push_run_at(
                 &self,
                 s: &mut (Num<T>, i64),
@@ -789,6 +813,7 @@ impl<T: Element> Fold<T> for Mean {
     fn positional(&self) -> bool {
         false
     }
+    #[inline]
     fn identity(&self) -> (Num<T::MeanTotal>, i64) {
         (Num(<T::MeanTotal as Acc>::ZERO), 0)
     }
@@ -797,13 +822,16 @@ impl<T: Element> Fold<T> for Mean {
         s.0 .0 = s.0 .0.add(T::mean_lane_to_total(x.to_mean_lane()));
         s.1 += 1;
     }
+    #[inline]
     fn merge(&self, s: &mut (Num<T::MeanTotal>, i64), o: (Num<T::MeanTotal>, i64)) {
         s.0 .0 = s.0 .0.add(o.0 .0);
         s.1 += o.1;
     }
+    #[inline]
     fn finish(&self, s: &(Num<T::MeanTotal>, i64)) -> T::Real {
         <T::Real as Float>::from_f64(s.0 .0.as_f64() / s.1 as f64)
     }
+    #[inline]
     fn push_run(
         &self,
         s: &mut (Num<T::MeanTotal>, i64),
@@ -813,6 +841,7 @@ impl<T: Element> Fold<T> for Mean {
     ) {
         self.push_run_within(s, xs, xs.len(), bits, idx0);
     }
+    #[inline]
     fn push_run_within(
         &self,
         s: &mut (Num<T::MeanTotal>, i64),
@@ -827,6 +856,7 @@ impl<T: Element> Fold<T> for Mean {
         });
         s.1 += valid_count(n, bits);
     }
+    #[inline]
     fn push_pair_run<A: Copy, B: Copy, Z: Fn(A, B) -> T + Copy>(
         &self,
         s: &mut (Num<T::MeanTotal>, i64),
@@ -879,6 +909,7 @@ impl<T: Element> Fold<T> for Count {
     fn positional(&self) -> bool {
         false
     }
+    #[inline]
     fn identity(&self) -> i64 {
         0
     }
@@ -886,15 +917,18 @@ impl<T: Element> Fold<T> for Count {
     fn push(&self, s: &mut i64, _: T, _: i64) {
         *s += 1;
     }
+    #[inline]
     fn merge(&self, s: &mut i64, o: i64) {
         *s += o;
     }
+    #[inline]
     fn finish(&self, s: &i64) -> i64 {
         *s
     }
     fn valid_everywhere(&self) -> bool {
         true
     }
+    #[inline]
     fn push_run(&self, s: &mut i64, xs: &[T], bits: Option<Bits<'_>>, _: i64) {
         *s += valid_count(xs.len(), bits);
     }

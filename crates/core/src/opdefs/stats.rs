@@ -87,6 +87,7 @@ impl Moments {
         self.m2 += d * (x - self.mean);
     }
     /// Merges the moments of another part (Chan et al.).
+    #[inline]
     pub fn merge(&mut self, o: Moments) {
         if o.n == 0 {
             return;
@@ -136,6 +137,7 @@ impl<T: Element> Lanes<T> for SqDevLanes<CalcOf<T>> {
 /// block, the mean from the exact sum lanes, then the squared deviations from it (two
 /// passes over an L1/L2-resident block), merged. With a mask and AVX-512 the blocks are
 /// the packed valid values; without a mask each block's kernels may read past it.
+#[inline]
 fn moments_run<T: Element>(m: &mut Moments, xs: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64) {
     // `b[..len]` is the block, `b[len..]` readable
     let mut block = |b: &[T], len: usize, bb: Option<Bits<'_>>, i: i64| {
@@ -200,6 +202,7 @@ macro_rules! moment_op {
             fn positional(&self) -> bool {
                 false
             }
+            #[inline]
             fn identity(&self) -> Moments {
                 Moments::default()
             }
@@ -207,16 +210,20 @@ macro_rules! moment_op {
             fn push(&self, s: &mut Moments, x: T, _: i64) {
                 s.push(x.to_f64());
             }
+            #[inline]
             fn merge(&self, s: &mut Moments, o: Moments) {
                 s.merge(o);
             }
+            #[inline]
             fn finish(&self, s: &Moments) -> T::Real {
                 let f: fn(f64) -> f64 = $finish;
                 <T::Real as Float>::from_f64(f(s.var(self.correction)))
             }
+            #[inline]
             fn push_run(&self, s: &mut Moments, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
                 moments_run(s, xs, xs.len(), bits, idx0);
             }
+            #[inline]
             fn push_run_within(
                 &self,
                 s: &mut Moments,
@@ -388,6 +395,7 @@ impl<T: Element> Fold<T> for Norm {
     fn positional(&self) -> bool {
         false
     }
+    #[inline]
     fn identity(&self) -> Num<f64> {
         Num(with_kind!(self, K => norm_id::<K>()))
     }
@@ -395,12 +403,15 @@ impl<T: Element> Fold<T> for Norm {
     fn push(&self, s: &mut Num<f64>, x: T, _: i64) {
         s.0 = with_kind!(self, K => norm_comb::<K>(s.0, norm_g::<K>(x.to_f64(), self.ord)));
     }
+    #[inline]
     fn merge(&self, s: &mut Num<f64>, o: Num<f64>) {
         s.0 = with_kind!(self, K => norm_comb::<K>(s.0, o.0));
     }
+    #[inline]
     fn finish(&self, s: &Num<f64>) -> T::Real {
         <T::Real as Float>::from_f64(self.finish_f64(s.0))
     }
+    #[inline]
     fn push_run(&self, s: &mut Num<f64>, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         // per block, so that a run's norm is its blocks' in order (the Fold law)
         with_kind!(self, K => blocks(xs, bits, idx0, |b, m, i| {
@@ -460,6 +471,7 @@ impl<T: Element> Fold<T> for LogSumExp {
     fn positional(&self) -> bool {
         false
     }
+    #[inline]
     fn identity(&self) -> LseState {
         (Num(f64::NEG_INFINITY), Num(0.0))
     }
@@ -467,12 +479,15 @@ impl<T: Element> Fold<T> for LogSumExp {
     fn push(&self, s: &mut LseState, x: T, _: i64) {
         lse_merge(s, (x.to_f64(), 1.0));
     }
+    #[inline]
     fn merge(&self, s: &mut LseState, o: LseState) {
         lse_merge(s, (o.0 .0, o.1 .0));
     }
+    #[inline]
     fn finish(&self, s: &LseState) -> T::Real {
         <T::Real as Float>::from_f64(lse_value(s))
     }
+    #[inline]
     fn push_run(&self, s: &mut LseState, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         // per block: the max, then the sum of exp(x - max) from L1
         let block = |b: &[T], bb: Option<Bits<'_>>, i: i64| {
@@ -504,6 +519,7 @@ impl<T: Element> Fold<T> for LogMeanExp {
     fn positional(&self) -> bool {
         false
     }
+    #[inline]
     fn identity(&self) -> (LseState, i64) {
         (Fold::<T>::identity(&LogSumExp), 0)
     }
@@ -512,10 +528,12 @@ impl<T: Element> Fold<T> for LogMeanExp {
         LogSumExp.push(&mut s.0, x, i);
         s.1 += 1;
     }
+    #[inline]
     fn merge(&self, s: &mut (LseState, i64), o: (LseState, i64)) {
         Fold::<T>::merge(&LogSumExp, &mut s.0, o.0);
         s.1 += o.1;
     }
+    #[inline]
     fn finish(&self, s: &(LseState, i64)) -> T::Real {
         let v = if s.1 == 0 {
             f64::NAN
@@ -524,6 +542,7 @@ impl<T: Element> Fold<T> for LogMeanExp {
         };
         <T::Real as Float>::from_f64(v)
     }
+    #[inline]
     fn push_run(&self, s: &mut (LseState, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
         LogSumExp.push_run(&mut s.0, xs, bits, idx0);
         s.1 += valid_count(xs.len(), bits);

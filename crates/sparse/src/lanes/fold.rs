@@ -6,6 +6,7 @@ use super::*;
 impl<'a, T: Element> CsrLanes<'a, T> {
     /// Folds the entries `ents` of one lane, whose positions (from `pos`) lie in
     /// `span`; with `fill`, the positions of `span` not among them are valid zeros.
+    #[inline]
     pub(super) fn fold_segment<F: Fold<T>>(
         &self,
         op: &F,
@@ -54,6 +55,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 
     /// Whether a lane with these entries and `len` positions has a valid element.
+    #[inline]
     pub(super) fn lane_valid(&self, ents: Range<usize>, len: usize) -> bool {
         (self.fill && len > ents.len()) || self.count_valid(ents) > 0
     }

@@ -316,6 +316,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 
     /// Entries `e` (one row, column indices `ix`: this structure's) as a side of a merge.
+    #[inline]
     pub fn side<'s, I: SpIndex>(&'s self, ix: &'s [I], e: Range<usize>) -> Side<'s, I, T> {
         Side::new(
             &ix[e.clone()],
