@@ -356,16 +356,17 @@ fn dot1<A: Acc, M: Madd>(q: &[A], k: &[A]) -> A {
     let d = q.len();
     let k = &k[..d];
     let mut acc = [A::ZERO; L];
-    let full = d - d % L;
-    for c in 0..full / L {
-        let (a, b) = (block(q, c * L), block(k, c * L));
+    // whole blocks as arrays of one length (`as_chunks`): no bounds check in the loop
+    let ((qb, qr), (kb, kr)) = (q.as_chunks::<L>(), k.as_chunks::<L>());
+    for c in 0..qb.len().min(kb.len()) {
+        let (a, b) = (&qb[c], &kb[c]);
         for l in 0..L {
             acc[l] = M::madd(a[l], b[l], acc[l]);
         }
     }
     let mut s = M::hsum(acc);
-    for i in full..d {
-        s = M::madd(q[i], k[i], s);
+    for i in 0..qr.len().min(kr.len()) {
+        s = M::madd(qr[i], kr[i], s);
     }
     s
 }
@@ -392,15 +393,14 @@ fn add_to<A: Acc>(xs: &mut [A], ys: &[A]) {
 #[inline(always)]
 fn sum_lanes<A: Acc, M: Madd>(xs: &[A]) -> A {
     let mut acc = [A::ZERO; L];
-    let full = xs.len() - xs.len() % L;
-    for c in 0..full / L {
-        let b = block(xs, c * L);
+    let (blocks, rest) = xs.as_chunks::<L>();
+    for b in blocks {
         for l in 0..L {
             acc[l] = acc[l] + b[l];
         }
     }
     let mut s = M::hsum(acc);
-    for &x in &xs[full..] {
+    for &x in rest {
         s = s + x;
     }
     s
@@ -411,9 +411,8 @@ fn sum_lanes<A: Acc, M: Madd>(xs: &[A]) -> A {
 fn max_lanes<A: Acc>(xs: &[A]) -> A {
     let mx = |a: A, b: A| if b > a || b.is_nan() { b } else { a };
     let mut acc = [A::NEG_INFINITY; L];
-    let full = xs.len() - xs.len() % L;
-    for c in 0..full / L {
-        let b = block(xs, c * L);
+    let (blocks, rest) = xs.as_chunks::<L>();
+    for b in blocks {
         for l in 0..L {
             acc[l] = mx(acc[l], b[l]);
         }
@@ -422,7 +421,7 @@ fn max_lanes<A: Acc>(xs: &[A]) -> A {
     for l in 0..L {
         m = mx(m, acc[l]);
     }
-    for &x in &xs[full..] {
+    for &x in rest {
         m = mx(m, x);
     }
     m
