@@ -55,13 +55,13 @@ impl<T, O, F: Fn(T, bool) -> O + Copy> ElemMap<T, O> for F {
 // The kernels below index their slices in plain loops, with no iterator adapters (`zip`,
 // `enumerate`, `chunks_exact`, `array::from_fn`): those are std functions without the
 // kernel's CPU features, and LLVM does not inline a function of fewer features into a
-// kernel when it still calls another with aggregate arguments, which some of them do
-// (`Zip::new`, `ChunksExact::__iterator_get_unchecked`) and which another codegen unit
-// holds. They were then called out of line, element by element or chunk by chunk, and
-// the loops not vectorised (f32 `exp` 3x, sparse attention 17x slower) wherever the
-// crate's units are not optimised together (`lto = "off"`; docs/internals.md).
+// kernel while it still calls one it cannot see with two-word values (a slice, an
+// `Option<usize>`), as some of them do (`Zip::new` through `size`, `ChunksExact`'s
+// `__iterator_get_unchecked`) where another codegen unit holds that one. They were then
+// called out of line, element by element or chunk by chunk, and the loops not
+// vectorised (f32 `exp` 3x, sparse attention 17x slower), since the crate's units are
+// not optimised together (`lto = "off"`; docs/internals.md).
 
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn map_kernel<T: Copy, O: Copy, F: ElemMap<T, O>>(
     xs: &[T],
@@ -101,7 +101,6 @@ fn map_kernel<T: Copy, O: Copy, F: ElemMap<T, O>>(
     }
 }
 
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn zip_kernel<A: Copy, B: Copy, O: Copy, F: Fn(A, B, bool) -> O + Copy>(
     xs: &[A],
@@ -199,7 +198,6 @@ fn pair_kernel<
     }
 }
 
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn around_kernel<T: Copy, K: Copy + PartialOrd, F: Fn(T) -> K + Copy>(
     xs: &[T],
@@ -269,7 +267,6 @@ fn pred_kernel<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred
     }
 }
 
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Option<Bits<'_>>, f: F) {
     let n = out.len();
@@ -293,7 +290,6 @@ fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Optio
     }
 }
 
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn sum8_kernel<A: Copy, B: Copy, F: Fn(A, B) -> f64 + Copy>(xs: &[A], ys: &[B], f: F) -> [f64; 8] {
     // accumulator `k % 8` takes term `k`, in order: eight independent sums that fill one
@@ -322,7 +318,6 @@ fn sum8_kernel<A: Copy, B: Copy, F: Fn(A, B) -> f64 + Copy>(xs: &[A], ys: &[B], 
     acc
 }
 
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn fill_kernel<O: Copy>(out: &mut [O], bits: Bits<'_>, on: O, off: O) {
     // a fixed-size chunk per mask word: the loop vectoriser then blends and stores along
@@ -370,7 +365,6 @@ fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
     None
 }
 
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn columns_kernel<T: Copy, L: Lanes<T>>(
     l: &L,
@@ -563,7 +557,6 @@ pub fn short_kernel<T: Copy, L: Lanes<T>>(
 }
 
 /// [`short_kernel`] over the `n` elements `load(0) .. load(n - 1)`.
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn short_load<T, L: Lanes<T>>(
     l: &L,
@@ -668,7 +661,6 @@ fn pair_fold_kernel<A: Copy, B: Copy, T: Copy, L: Lanes<T>, F: Fn(A, B) -> T + C
 /// [`short_kernel`] before the tier dispatch, bit for bit the same). Index loops on
 /// purpose: fixed-trip loops over fixed-size arrays are what the vectoriser turns into
 /// registers.
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn wide_kernel<T: Copy, L: Lanes<T>>(
     l: &L,
@@ -752,7 +744,6 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(
 
 /// One 64-element chunk under its mask word `w`, element `k` being `load(k)` at lane
 /// position `base + k`, into the accumulators (element `k` into `k % W`).
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn chunk64<T, L: Lanes<T>>(
     l: &L,
@@ -782,7 +773,6 @@ fn chunk64<T, L: Lanes<T>>(
 /// partial last step added to them there, and the tree read them back in 8-byte pieces
 /// just after 64-byte stores, a store-forwarding stall at every run's end; an argmax
 /// over rows of 100 took 1.25x the time, a sum 1.05x).
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn tail<T: Copy, L: Lanes<T>>(
     l: &L,
@@ -811,7 +801,6 @@ fn tail<T: Copy, L: Lanes<T>>(
 }
 
 /// `W` valid elements, element `j` into accumulator `j`.
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn step<T, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], base: i64, load: impl Fn(usize) -> T) {
     for j in 0..W {
@@ -822,7 +811,6 @@ fn step<T, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], base: i64, load: impl Fn(usi
 /// The last `rem < W` valid elements as one more step padded with identities (a
 /// fixed-trip step: it vectorises, a HEAVY lift included): lift a padded copy, keep the
 /// identity past the end.
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn padded_step<T: Copy, L: Lanes<T>>(
     l: &L,
@@ -871,7 +859,6 @@ fn push_all<T: Copy, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], xs: &[T], idx0: i6
 
 /// [`push_all`] over `xs[..n]`; with `W` elements readable from the tail's start, the
 /// tail is one whole step whose lanes past `n` select the identity.
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn push_within<T: Copy, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], xs: &[T], n: usize, idx0: i64) {
     // the loop's own copy of the accumulators, as in `wide_kernel`'s masked branch:
