@@ -613,18 +613,35 @@ fn grad_rows_k<A: Acc, M: Madd>(
         let big_d = dot1::<A, M>(&s, &dp);
         // SAFETY: row i is handled by this task only
         unsafe { out.stats.write(i, RowStat { m, inv, d: big_d }) };
-        let lo = a.p.ptr[i];
-        for t in 0..s.len().min(dp.len()) {
-            let ds = s[t] * (dp[t] - big_d);
-            if let Some(db) = &out.dbias {
-                // SAFETY: stored position lo + t belongs to row i, handled by this task
-                // only
-                let slot = unsafe { db.slot(lo + t) };
-                *slot = *slot + ds;
-            }
-            dp[t] = ds * a.scale;
-        }
+        // SAFETY: the stored positions of row i are handled by this task only
+        unsafe { ds_row(&s, &mut dp, big_d, a.scale, out.dbias.as_ref(), a.p.ptr[i]) };
         combine::<A, M, usize>(&dp, keys, a.k, dqi);
+    }
+}
+
+/// One row's `dS = P (dP - D)` in place of `dP` (scaled by `scale`), its unscaled
+/// values added to the bias gradient at the row's stored positions `lo..` (with a bias):
+/// the step both row passes (this module's and the key-sliced one) share.
+///
+/// # Safety
+/// No other task accesses `dbias` at positions `lo .. lo + dp.len()` meanwhile.
+#[inline(always)]
+pub(crate) unsafe fn ds_row<A: Acc>(
+    p: &[A],
+    dp: &mut [A],
+    big_d: A,
+    scale: A,
+    dbias: Option<&Scatter<'_, A>>,
+    lo: usize,
+) {
+    for t in 0..p.len().min(dp.len()) {
+        let ds = p[t] * (dp[t] - big_d);
+        if let Some(db) = dbias {
+            // SAFETY: the caller's (position lo + t is this task's)
+            let slot = unsafe { db.slot(lo + t) };
+            *slot = *slot + ds;
+        }
+        dp[t] = ds * scale;
     }
 }
 

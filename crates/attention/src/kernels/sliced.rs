@@ -233,15 +233,8 @@ fn grad_rows_k<A: Acc, M: Madd>(
         }
         softmax::<A, M>(pr);
         let big_d = super::dot1::<A, M>(pr, dr);
-        for t in 0..pr.len().min(dr.len()) {
-            let s = pr[t] * (dr[t] - big_d);
-            if let Some(db) = &pairs.dbias {
-                // SAFETY: position lo + t belongs to row i, handled by this task only
-                let slot = unsafe { db.slot(lo + t) };
-                *slot = *slot + s;
-            }
-            dr[t] = s * a.scale;
-        }
+        // SAFETY: the positions of row i belong to this task only
+        unsafe { super::ds_row(pr, dr, big_d, a.scale, pairs.dbias.as_ref(), lo) };
     }
     // dQ += scale · dS K, a key slice at a time
     let pf = [ds.as_ptr()];
