@@ -17,6 +17,24 @@ fn run(dir: &Path, args: &[&str]) -> Output {
         .expect("run masked")
 }
 
+/// A command line's arguments, split at white space (for arguments without spaces of
+/// their own).
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// `run` with the arguments written as one command line.
+fn run_line(dir: &Path, line: &str) -> Output {
+    run(dir, &words(line))
+}
+
+/// [`run_line`], asserting success.
+fn run_ok(dir: &Path, line: &str) -> Output {
+    let o = run_line(dir, line);
+    assert!(o.status.success(), "{line}: {}", stderr(&o));
+    o
+}
+
 fn save<T: ndarray_npy::WritableElement, D: ndarray::Dimension>(
     dir: &Path,
     name: &str,
@@ -82,9 +100,9 @@ fn assert_bad(dir: &Path, args: &[&str], needle: &str) {
 }
 
 /// [`assert_bad`] for each `(args, needle)` of a table.
-fn assert_all_bad(dir: &Path, cases: &[(&[&str], &str)]) {
-    for (args, needle) in cases {
-        assert_bad(dir, args, needle);
+fn assert_all_bad(dir: &Path, cases: &[(&str, &str)]) {
+    for (line, needle) in cases {
+        assert_bad(dir, &words(line), needle);
     }
 }
 
@@ -106,22 +124,10 @@ fn setup() -> tempfile::TempDir {
 #[test]
 fn sum_with_mask_writes_values_and_output_mask() {
     let d = setup();
-    let o = run(
+    run_ok(
         d.path(),
-        &[
-            "sum",
-            "x.npy",
-            "--mask",
-            "m.npy",
-            "--dim",
-            "1",
-            "-o",
-            "s.npy",
-            "--out-mask",
-            "sm.npy",
-        ],
+        "sum x.npy --mask m.npy --dim 1 -o s.npy --out-mask sm.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let v = load::<f32>(&d.path().join("s.npy"));
     assert_eq!(v.shape(), &[2]);
     assert_eq!(v.as_slice().unwrap(), &[-4.0, 0.0]);
@@ -154,21 +160,10 @@ fn output_dtypes_follow_the_contract() {
         }
     }
     // argmax of f32 gives integer indices; keepdim keeps the reduced dim
-    let o = run(
+    run_ok(
         d.path(),
-        &[
-            "argmax",
-            "x.npy",
-            "--mask",
-            "m.npy",
-            "--dim",
-            "-1",
-            "--keepdim",
-            "-o",
-            "a.npy",
-        ],
+        "argmax x.npy --mask m.npy --dim -1 --keepdim -o a.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let a = load::<i64>(&d.path().join("a.npy"));
     assert_eq!(a.shape(), &[2, 1]);
     assert_eq!(a.as_slice().unwrap(), &[2, 0]);
@@ -195,8 +190,7 @@ fn write_big_endian_fortran(p: &Path) {
 fn reads_fortran_order_and_big_endian() {
     let d = setup();
     write_big_endian_fortran(&d.path().join("f.npy"));
-    let o = run(d.path(), &["sum", "f.npy", "--dim", "1", "-o", "r.npy"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "sum f.npy --dim 1 -o r.npy");
     assert_eq!(
         load::<f64>(&d.path().join("r.npy")).as_slice().unwrap(),
         &[3.0, 12.0]
@@ -207,13 +201,7 @@ fn reads_fortran_order_and_big_endian() {
 fn broadcast_and_integer_masks() {
     let d = setup();
     save(d.path(), "row.npy", &array![1i64, 0, 1]);
-    let o = run(
-        d.path(),
-        &[
-            "amin", "x.npy", "--mask", "row.npy", "--dim", "0,1", "-o", "r.npy",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "amin x.npy --mask row.npy --dim 0,1 -o r.npy");
     assert_eq!(
         load::<f32>(&d.path().join("r.npy"))
             .into_raw_vec_and_offset()
@@ -243,48 +231,24 @@ fn bad_inputs_exit_2_with_a_message_and_no_output() {
     assert_all_bad(
         dir,
         &[
-            (&["sum", "trunc.npy", "-o", "out.npy"], "trunc.npy"),
-            (&["sum", "garbage.npy", "-o", "out.npy"], "garbage.npy"),
-            (&["sum", "missing.npy", "-o", "out.npy"], "missing.npy"),
-            (&["sum", "u16.npy", "-o", "out.npy"], "unsupported dtype"),
+            ("sum trunc.npy -o out.npy", "trunc.npy"),
+            ("sum garbage.npy -o out.npy", "garbage.npy"),
+            ("sum missing.npy -o out.npy", "missing.npy"),
+            ("sum u16.npy -o out.npy", "unsupported dtype"),
+            ("sum x.npy --dim 2 -o out.npy", "dim 2 is out of range"),
+            ("sum x.npy --dim 1,-1 -o out.npy", "appears more than once"),
+            ("sum x.npy --dim a -o out.npy", "invalid --dim"),
+            ("sum x.npy --mask m4.npy -o out.npy", "does not broadcast"),
+            ("sum x.npy --mask m3.npy -o out.npy", "mask has 3 dims"),
+            ("frobnicate x.npy -o out.npy", "unknown op 'frobnicate'"),
+            ("sum x.npy --q 0.5 -o out.npy", "--q has no meaning for sum"),
+            ("argmax x.npy --dim 0,1 -o out.npy", "at most one --dim"),
             (
-                &["sum", "x.npy", "--dim", "2", "-o", "out.npy"],
-                "dim 2 is out of range",
-            ),
-            (
-                &["sum", "x.npy", "--dim", "1,-1", "-o", "out.npy"],
-                "appears more than once",
-            ),
-            (
-                &["sum", "x.npy", "--dim", "a", "-o", "out.npy"],
-                "invalid --dim",
-            ),
-            (
-                &["sum", "x.npy", "--mask", "m4.npy", "-o", "out.npy"],
-                "does not broadcast",
-            ),
-            (
-                &["sum", "x.npy", "--mask", "m3.npy", "-o", "out.npy"],
-                "mask has 3 dims",
-            ),
-            (
-                &["frobnicate", "x.npy", "-o", "out.npy"],
-                "unknown op 'frobnicate'",
-            ),
-            (
-                &["sum", "x.npy", "--q", "0.5", "-o", "out.npy"],
-                "--q has no meaning for sum",
-            ),
-            (
-                &["argmax", "x.npy", "--dim", "0,1", "-o", "out.npy"],
-                "at most one --dim",
-            ),
-            (
-                &["sum", "x.npy", "--layout", "csr", "-o", "out.npy"],
+                "sum x.npy --layout csr -o out.npy",
                 "cannot run on --layout csr",
             ),
-            (&["sum", "x.npy"], "--output"),
-            (&["sum", "x.npy", "-o", "out.txt"], "out.txt"),
+            ("sum x.npy", "--output"),
+            ("sum x.npy -o out.txt", "out.txt"),
         ],
     );
     let none = run(dir, &[]);
@@ -334,19 +298,9 @@ fn bench_values_take_each_distribution_and_refuse_others() {
 
 #[test]
 fn bench_scaling_times_each_op_at_1_2_4_threads_up_to_the_count() {
-    let lines = bench_rows(&[
-        "--op",
-        "sum,softmax",
-        "--layout",
-        "dense,coo",
-        "--shape",
-        "64,128",
-        "--density",
-        "0.1",
-        "--scaling",
-        "--threads",
-        "5",
-    ]);
+    let lines = bench_rows(&words(
+        "--op sum,softmax --layout dense,coo --shape 64,128 --density 0.1 --scaling --threads 5",
+    ));
     // per layout and op: 1, 2, 4 threads, then the count (5)
     assert_eq!(lines.len(), 2 * 2 * 4, "{lines:?}");
     for (k, v) in lines.iter().enumerate() {
@@ -397,29 +351,11 @@ fn statistics_and_normalizations_with_options() {
         let o = run(dir, args);
         assert!(o.status.success(), "{args:?}: {}", stderr(&o));
     };
-    ok(&[
-        "var",
-        "x.npy",
-        "--dim",
-        "1",
-        "--correction",
-        "0",
-        "-o",
-        "v.npy",
-    ]);
+    ok(&words("var x.npy --dim 1 --correction 0 -o v.npy"));
     assert_eq!(f32s("v.npy"), vec![2.0 / 3.0, 2.0 / 3.0]);
-    ok(&[
-        "std",
-        "x.npy",
-        "--mask",
-        "m.npy",
-        "--dim",
-        "1",
-        "-o",
-        "s.npy",
-        "--out-mask",
-        "sm.npy",
-    ]);
+    ok(&words(
+        "std x.npy --mask m.npy --dim 1 -o s.npy --out-mask sm.npy",
+    ));
     let s = f32s("s.npy");
     assert!((s[0] - 2f32.sqrt()).abs() < 1e-6 && s[1].is_nan());
     ok(&["norm", "x.npy", "--ord", "-1", "--dim", "1", "-o", "n.npy"]);
@@ -429,34 +365,18 @@ fn statistics_and_normalizations_with_options() {
     assert_eq!(f32s("n.npy"), vec![1.0, 0.0]);
     ok(&["norm", "x.npy", "--ord", "inf", "-o", "n.npy"]);
     assert_eq!(f32s("n.npy"), vec![3.0]);
-    ok(&[
-        "quantile",
-        "x.npy",
-        "--q",
-        "0.25",
-        "--interpolation",
-        "nearest",
-        "-o",
-        "q.npy",
-    ]);
+    ok(&words(
+        "quantile x.npy --q 0.25 --interpolation nearest -o q.npy",
+    ));
     // sorted [-3 -2 -1 0 1 2], position 1.25 -> nearest index 1 -> -2
     assert_eq!(f32s("q.npy"), vec![-2.0]);
     ok(&["median", "x.npy", "--mode", "lower", "-o", "q.npy"]);
     assert_eq!(f32s("q.npy"), vec![-1.0]);
     ok(&["median", "x.npy", "-o", "q.npy"]);
     assert_eq!(f32s("q.npy"), vec![-0.5]);
-    ok(&[
-        "log_softmax",
-        "x.npy",
-        "--mask",
-        "m.npy",
-        "--dim",
-        "1",
-        "-o",
-        "l.npy",
-        "--out-mask",
-        "lm.npy",
-    ]);
+    ok(&words(
+        "log_softmax x.npy --mask m.npy --dim 1 -o l.npy --out-mask lm.npy",
+    ));
     let l = f32s("l.npy");
     assert_eq!(&l[3..], &[f32::NEG_INFINITY; 3]);
     assert_eq!(l[1], f32::NEG_INFINITY);
@@ -491,60 +411,27 @@ fn bad_option_values_exit_2() {
         dir,
         &[
             (
-                &["quantile", "x.npy", "--q", "1.5", "-o", "out.npy"],
+                "quantile x.npy --q 1.5 -o out.npy",
                 "invalid value for q: 1.5",
             ),
             (
-                &[
-                    "quantile",
-                    "x.npy",
-                    "--interpolation",
-                    "cubic",
-                    "-o",
-                    "out.npy",
-                ],
+                "quantile x.npy --interpolation cubic -o out.npy",
                 "interpolation",
             ),
+            ("var x.npy --correction -1 -o out.npy", "correction"),
+            ("normalize x.npy --dim 1 --eps -1 -o out.npy", "eps"),
+            ("median x.npy --mode upper -o out.npy", "mode"),
             (
-                &["var", "x.npy", "--correction", "-1", "-o", "out.npy"],
-                "correction",
-            ),
-            (
-                &[
-                    "normalize",
-                    "x.npy",
-                    "--dim",
-                    "1",
-                    "--eps",
-                    "-1",
-                    "-o",
-                    "out.npy",
-                ],
-                "eps",
-            ),
-            (
-                &["median", "x.npy", "--mode", "upper", "-o", "out.npy"],
-                "mode",
-            ),
-            (
-                &["norm", "x.npy", "--ord", "abc", "-o", "out.npy"],
+                "norm x.npy --ord abc -o out.npy",
                 "invalid --ord value 'abc'",
             ),
-            (&["softmax", "x.npy", "-o", "out.npy"], "exactly one --dim"),
+            ("softmax x.npy -o out.npy", "exactly one --dim"),
             (
-                &[
-                    "softmax",
-                    "x.npy",
-                    "--dim",
-                    "1",
-                    "--keepdim",
-                    "-o",
-                    "out.npy",
-                ],
+                "softmax x.npy --dim 1 --keepdim -o out.npy",
                 "--keepdim has no meaning",
             ),
             (
-                &["var", "x.npy", "--ord", "2", "-o", "out.npy"],
+                "var x.npy --ord 2 -o out.npy",
                 "--ord has no meaning for var",
             ),
         ],
@@ -647,29 +534,13 @@ fn csr_ops_on_matrix_market_files() {
     let p = d.path();
     write(p, "a.mtx", A_MTX);
     // mask from the stored pattern: row 1 has no valid element, so it is not stored
-    let o = run(
-        p,
-        &[
-            "amax",
-            "a.mtx",
-            "--dim",
-            "1",
-            "--mask-from-pattern",
-            "-o",
-            "out.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "amax a.mtx --dim 1 --mask-from-pattern -o out.npz");
     let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
     assert_eq!(c, ndarray::arr2(&[[0i64, 2]]));
     assert_eq!(v, vec![-1.0, 5.0]);
     assert_eq!(s, vec![3]);
     // no mask: every element valid, unstored zeros take part, every row stored
-    let o = run(
-        p,
-        &["amax", "a.mtx", "--dim", "1", "--keepdim", "-o", "out.npz"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "amax a.mtx --dim 1 --keepdim -o out.npz");
     let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
     assert_eq!(c, ndarray::arr2(&[[0i64, 1, 2], [0, 0, 0]]));
     assert_eq!(v, vec![0.0, 0.0, 5.0]);
@@ -680,41 +551,19 @@ fn csr_ops_on_matrix_market_files() {
         "m.mtx",
         "%%MatrixMarket matrix coordinate integer general\n3 3 3\n1 2 1\n3 2 7\n3 3 0\n",
     );
-    let o = run(
-        p,
-        &[
-            "sum", "a.mtx", "--mask", "m.mtx", "--dim", "0", "-o", "out.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "sum a.mtx --mask m.mtx --dim 0 -o out.npz");
     let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
     assert_eq!(c, ndarray::arr2(&[[1i64]]));
     assert_eq!(v, vec![5.0]);
     assert_eq!(s, vec![3]);
     // all dims: a 0-d result stores position 0 with coords of shape (0, 1)
-    let o = run(
-        p,
-        &["count", "a.mtx", "--mask-from-pattern", "-o", "out.npz"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "count a.mtx --mask-from-pattern -o out.npz");
     let (c, v, s) = load_npz::<i64>(&p.join("out.npz"));
     assert_eq!(c.dim(), (0, 1));
     assert_eq!(v, vec![4]);
     assert!(s.is_empty());
     // a normalization as Matrix Market: the valid elements, 1-based
-    let o = run(
-        p,
-        &[
-            "softmax",
-            "a.mtx",
-            "--dim",
-            "1",
-            "--mask-from-pattern",
-            "-o",
-            "out.mtx",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "softmax a.mtx --dim 1 --mask-from-pattern -o out.mtx");
     let text = std::fs::read_to_string(p.join("out.mtx")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "%%MatrixMarket matrix coordinate real general");
@@ -729,19 +578,7 @@ fn csr_ops_on_matrix_market_files() {
         "i.mtx",
         "%%MatrixMarket matrix coordinate integer symmetric\n2 2 2\n1 1 4\n2 1 -6\n",
     );
-    let o = run(
-        p,
-        &[
-            "sum",
-            "i.mtx",
-            "--dim",
-            "1",
-            "--mask-from-pattern",
-            "-o",
-            "out.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "sum i.mtx --dim 1 --mask-from-pattern -o out.npz");
     let (_, v, _) = load_npz::<i64>(&p.join("out.npz"));
     assert_eq!(v, vec![-2, -6]);
     write(
@@ -749,19 +586,7 @@ fn csr_ops_on_matrix_market_files() {
         "k.mtx",
         "%%MatrixMarket matrix coordinate real skew-symmetric\n2 2 1\n2 1 3\n",
     );
-    let o = run(
-        p,
-        &[
-            "sum",
-            "k.mtx",
-            "--dim",
-            "1",
-            "--mask-from-pattern",
-            "-o",
-            "out.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "sum k.mtx --dim 1 --mask-from-pattern -o out.npz");
     let (_, v, _) = load_npz::<f64>(&p.join("out.npz"));
     assert_eq!(v, vec![-3.0, 3.0]);
     write(
@@ -769,8 +594,7 @@ fn csr_ops_on_matrix_market_files() {
         "pat.mtx",
         "%%MatrixMarket matrix coordinate pattern general\n2 3 2\n1 3\n2 1\n",
     );
-    let o = run(p, &["count", "pat.mtx", "--dim", "1", "-o", "out.npz"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "count pat.mtx --dim 1 -o out.npz");
     let (_, v, _) = load_npz::<i64>(&p.join("out.npz"));
     assert_eq!(v, vec![3, 3]);
 }
@@ -828,10 +652,7 @@ fn bad_matrix_market_files_name_the_line() {
     ];
     for (text, needle) in cases {
         write(p, "bad.mtx", text);
-        let o = run(
-            p,
-            &["sum", "bad.mtx", "--mask-from-pattern", "-o", "out.npz"],
-        );
+        let o = run_line(p, "sum bad.mtx --mask-from-pattern -o out.npz");
         assert_eq!(o.status.code(), Some(2), "{text:?}: {}", stderr(&o));
         let first = stderr(&o).lines().next().unwrap_or("").to_string();
         assert!(
@@ -921,37 +742,13 @@ fn coo_ops_on_npz_files() {
         vec![4.0f64, 1.0, 2.0, 3.0],
         &[2, 2, 3],
     );
-    let o = run(
-        p,
-        &[
-            "sum",
-            "a.npz",
-            "--dim",
-            "0,2",
-            "--mask-from-pattern",
-            "-o",
-            "out.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "sum a.npz --dim 0,2 --mask-from-pattern -o out.npz");
     let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
     assert_eq!(c, ndarray::arr2(&[[0i64, 1]]));
     assert_eq!(v, vec![1.0, 9.0]);
     assert_eq!(s, vec![2]);
     // softmax along the last dim stores exactly the valid entries
-    let o = run(
-        p,
-        &[
-            "softmax",
-            "a.npz",
-            "--dim",
-            "-1",
-            "--mask-from-pattern",
-            "-o",
-            "out.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "softmax a.npz --dim -1 --mask-from-pattern -o out.npz");
     let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
     assert_eq!(
         c,
@@ -962,8 +759,7 @@ fn coo_ops_on_npz_files() {
     assert_eq!(v[0], 1.0);
     assert!((v[2] - e).abs() < 1e-15 && (v[3] - (1.0 - e)).abs() < 1e-15);
     // no mask: unstored zeros are valid, so amax over dim 1 stores every lane
-    let o = run(p, &["amax", "a.npz", "--dim", "1", "-o", "out.npz"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "amax a.npz --dim 1 -o out.npz");
     let (_, v, s) = load_npz::<f64>(&p.join("out.npz"));
     assert_eq!(s, vec![2, 3]);
     assert_eq!(v, vec![1.0, 0.0, 2.0, 3.0, 0.0, 4.0]);
@@ -975,21 +771,7 @@ fn coo_ops_on_npz_files() {
         vec![true, true, false],
         &[2, 2, 3],
     );
-    let o = run(
-        p,
-        &[
-            "amin",
-            "a.npz",
-            "--mask",
-            "m.npz",
-            "--dim",
-            "1,2",
-            "--keepdim",
-            "-o",
-            "out.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "amin a.npz --mask m.npz --dim 1,2 --keepdim -o out.npz");
     let (c, v, s) = load_npz::<f64>(&p.join("out.npz"));
     assert_eq!(s, vec![2, 1, 1]);
     assert_eq!(c, ndarray::arr2(&[[0i64, 1], [0, 0], [0, 0]]));
@@ -1022,21 +804,7 @@ fn coo_ops_on_npz_files() {
         vec![2i64, 5],
         &[2, 3],
     );
-    let o = run(
-        p,
-        &[
-            "sum",
-            "b.npz",
-            "--dim",
-            "1",
-            "--keepdim",
-            "--layout",
-            "csr",
-            "-o",
-            "o.mtx",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "sum b.npz --dim 1 --keepdim --layout csr -o o.mtx");
     let text = std::fs::read_to_string(p.join("o.mtx")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[1..], ["2 1 2", "1 1 5", "2 1 2"], "{text}");
@@ -1050,10 +818,10 @@ fn coo_ops_on_npz_files() {
     assert_all_bad(
         p,
         &[
-            (&["sum", "dup.npz", "-o", "o.npz"], "duplicate"),
-            (&["sum", "dup.npz", "-o", "o.npz"], "entries 0 and 2"),
+            ("sum dup.npz -o o.npz", "duplicate"),
+            ("sum dup.npz -o o.npz", "entries 0 and 2"),
             (
-                &["sum", "a.npz", "--layout", "csr", "-o", "o.npz"],
+                "sum a.npz --layout csr -o o.npz",
                 "a 3-d array cannot run on --layout csr",
             ),
         ],
@@ -1072,28 +840,15 @@ fn coo_ops_on_npz_files() {
 fn registry_op_ptp_runs_and_help_lists_every_op() {
     let d = setup();
     // x = [[-3, -2, -1], [0, 1, 2]], m = [[T, F, T], [F, F, F]]
-    let o = run(
+    run_ok(
         d.path(),
-        &[
-            "ptp",
-            "x.npy",
-            "--mask",
-            "m.npy",
-            "--dim",
-            "1",
-            "-o",
-            "out.npy",
-            "--out-mask",
-            "om.npy",
-        ],
+        "ptp x.npy --mask m.npy --dim 1 -o out.npy --out-mask om.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let v: ArrayD<f32> = load(&d.path().join("out.npy"));
     assert_eq!(v.as_slice().unwrap(), &[2.0, 0.0]); // -1 - (-3); fully masked row: 0
     let m: ArrayD<bool> = load(&d.path().join("om.npy"));
     assert_eq!(m.as_slice().unwrap(), &[true, false]);
-    let o = run(d.path(), &["ptp", "x.npy", "--dim", "0", "-o", "out.npy"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "ptp x.npy --dim 0 -o out.npy");
     let v: ArrayD<f32> = load(&d.path().join("out.npy"));
     assert_eq!(v.as_slice().unwrap(), &[3.0, 3.0, 3.0]);
     let help = String::from_utf8_lossy(&bin().arg("--help").output().unwrap().stdout).into_owned();
@@ -1161,24 +916,14 @@ fn float16_npy_round_trips_through_ops() {
         "m.npy",
         &array![[true, true, false], [true, true, true]],
     );
-    let o = run(
-        d.path(),
-        &[
-            "mean", "h.npy", "--mask", "m.npy", "--dim", "1", "-o", "out.npy",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "mean h.npy --mask m.npy --dim 1 -o out.npy");
     let (shape, v) = load_f16(&d.path().join("out.npy"));
     assert_eq!(shape, vec![2]);
     // row 0: (1 + 2) / 2; row 1: the f16 values of 0.1, 0.2, 0.3 averaged in f32, rounded
     let h = |x: f32| half::f16::from_f32(x).to_f32();
     assert_eq!(v[0], 1.5);
     assert_eq!(v[1], h((h(0.1) + h(0.2) + h(0.3)) / 3.0));
-    let o = run(
-        d.path(),
-        &["softmax", "h.npy", "--dim", "1", "-o", "out.npy"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "softmax h.npy --dim 1 -o out.npy");
     let (_, v) = load_f16(&d.path().join("out.npy"));
     let e = [1f32.exp(), 2f32.exp(), 4f32.exp()];
     let s: f32 = e.iter().sum();
@@ -1186,11 +931,7 @@ fn float16_npy_round_trips_through_ops() {
         assert!((v[k] - h(e[k] / s)).abs() <= 1e-3 * h(e[k] / s), "{v:?}");
     }
     // integer outputs stay integer
-    let o = run(
-        d.path(),
-        &["argmax", "h.npy", "--dim", "1", "-o", "out.npy"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "argmax h.npy --dim 1 -o out.npy");
     let v: ArrayD<i64> = load(&d.path().join("out.npy"));
     assert_eq!(v.as_slice().unwrap(), &[2, 2]);
 }
@@ -1205,13 +946,10 @@ fn dtype_flag_and_cast_command() {
         "m.npy",
         &array![[true, true, false], [true, true, true]],
     );
-    let o = run(
+    run_ok(
         d.path(),
-        &[
-            "mean", "h.npy", "--mask", "m.npy", "--dim", "1", "--dtype", "f32", "-o", "out.npy",
-        ],
+        "mean h.npy --mask m.npy --dim 1 --dtype f32 -o out.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     // f32 out, not rounded to f16
     let v: ArrayD<f32> = load(&d.path().join("out.npy"));
     let h = |x: f32| half::f16::from_f32(x).to_f32();
@@ -1231,22 +969,10 @@ fn dtype_flag_and_cast_command() {
         "xm.npy",
         &array![[true, true, false], [true, true, true]],
     );
-    let o = run(
+    run_ok(
         d.path(),
-        &[
-            "cast",
-            "x.npy",
-            "--mask",
-            "xm.npy",
-            "--dtype",
-            "i32",
-            "-o",
-            "out.npy",
-            "--out-mask",
-            "om.npy",
-        ],
+        "cast x.npy --mask xm.npy --dtype i32 -o out.npy --out-mask om.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let v: ArrayD<i32> = load(&d.path().join("out.npy"));
     assert_eq!(v.as_slice().unwrap(), &[1, -1, 0, 2, 0, 7]);
     let m: ArrayD<bool> = load(&d.path().join("om.npy"));
@@ -1260,22 +986,20 @@ fn dtype_flag_and_cast_command() {
         d.path(),
         &[
             (
-                &["cast", "x.npy", "--dtype", "i32", "-o", "out.npy"],
+                "cast x.npy --dtype i32 -o out.npy",
                 "cannot cast the valid value NaN from f32 to i32",
             ),
-            (&["cast", "x.npy", "-o", "out.npy"], "cast needs --dtype"),
+            ("cast x.npy -o out.npy", "cast needs --dtype"),
             (
-                &["cast", "x.npy", "--dtype", "f8", "-o", "out.npy"],
+                "cast x.npy --dtype f8 -o out.npy",
                 "invalid --dtype value 'f8'",
             ),
             (
-                &[
-                    "cast", "x.npy", "--dtype", "f64", "--dim", "0", "-o", "out.npy",
-                ],
+                "cast x.npy --dtype f64 --dim 0 -o out.npy",
                 "cast takes no --dim",
             ),
             (
-                &["sum", "x.npy", "--dtype", "i64", "-o", "out.npy"],
+                "sum x.npy --dtype i64 -o out.npy",
                 "cannot cast the valid value NaN",
             ),
         ],
@@ -1287,19 +1011,10 @@ fn dtype_flag_and_cast_command() {
         "a.mtx",
         "%%MatrixMarket matrix coordinate real general\n2 3 3\n1 1 1.75\n1 3 -2.5\n2 2 9.0\n",
     );
-    let o = run(
+    run_ok(
         d.path(),
-        &[
-            "cast",
-            "a.mtx",
-            "--mask-from-pattern",
-            "--dtype",
-            "i64",
-            "-o",
-            "out.npz",
-        ],
+        "cast a.mtx --mask-from-pattern --dtype i64 -o out.npz",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let (coords, data, shape) = load_npz::<i64>(&d.path().join("out.npz"));
     assert_eq!(shape, vec![2, 3]);
     assert_eq!(coords, ndarray::array![[0, 0, 1], [0, 2, 1]]);
@@ -1321,20 +1036,10 @@ fn unary_elementwise_ops() {
         "m.npy",
         &array![[true, true, false], [true, false, true]],
     );
-    let o = run(
+    run_ok(
         d.path(),
-        &[
-            "exp",
-            "x.npy",
-            "--mask",
-            "m.npy",
-            "-o",
-            "out.npy",
-            "--out-mask",
-            "om.npy",
-        ],
+        "exp x.npy --mask m.npy -o out.npy --out-mask om.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let v: ArrayD<f32> = load(&d.path().join("out.npy"));
     let want = [(-1.5f32).exp(), 0.25f32.exp(), 0.0, 4.0f32.exp(), 0.0, 1.0];
     for (g, w) in v.iter().zip(want) {
@@ -1346,30 +1051,21 @@ fn unary_elementwise_ops() {
         &[true, true, false, true, false, true]
     );
     // clamp with both bounds; NaN under the mask stays hidden
-    let o = run(
+    run_ok(
         d.path(),
-        &[
-            "clamp", "x.npy", "--mask", "m.npy", "--min", "0", "--max", "1", "-o", "out.npy",
-        ],
+        "clamp x.npy --mask m.npy --min 0 --max 1 -o out.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let v: ArrayD<f32> = load(&d.path().join("out.npy"));
     assert_eq!(v.as_slice().unwrap(), &[0.0, 0.25, 0.0, 1.0, 0.0, 0.0]);
     // integers: abs keeps i32 (wrapping), sqrt gives f64
     save(d.path(), "i.npy", &array![-7i32, 9, i32::MIN]);
-    let o = run(d.path(), &["abs", "i.npy", "-o", "out.npy"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "abs i.npy -o out.npy");
     let v: ArrayD<i32> = load(&d.path().join("out.npy"));
     assert_eq!(v.as_slice().unwrap(), &[7, 9, i32::MIN]);
-    let o = run(d.path(), &["sqrt", "i.npy", "-o", "out.npy"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "sqrt i.npy -o out.npy");
     let v: ArrayD<f64> = load(&d.path().join("out.npy"));
     assert!(v[0].is_nan() && v[1] == 3.0 && v[2].is_nan());
-    let o = run(
-        d.path(),
-        &["pow", "i.npy", "--exponent", "2", "-o", "out.npy"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "pow i.npy --exponent 2 -o out.npy");
     let v: ArrayD<i32> = load(&d.path().join("out.npy"));
     assert_eq!(v.as_slice().unwrap(), &[49, 81, 0]); // MIN^2 wraps to 0
     std::fs::remove_file(d.path().join("out.npy")).unwrap();
@@ -1377,23 +1073,17 @@ fn unary_elementwise_ops() {
         d.path(),
         &[
             (
-                &["pow", "i.npy", "--exponent", "-1", "-o", "out.npy"],
+                "pow i.npy --exponent -1 -o out.npy",
                 "negative integer power",
             ),
+            ("pow x.npy -o out.npy", "pow needs a numeric exponent"),
             (
-                &["pow", "x.npy", "-o", "out.npy"],
-                "pow needs a numeric exponent",
-            ),
-            (
-                &["exp", "x.npy", "--dim", "0", "-o", "out.npy"],
+                "exp x.npy --dim 0 -o out.npy",
                 "exp is elementwise: it takes no --dim",
             ),
+            ("clamp x.npy -o out.npy", "clamp needs min, max or both"),
             (
-                &["clamp", "x.npy", "-o", "out.npy"],
-                "clamp needs min, max or both",
-            ),
-            (
-                &["exp", "x.npy", "--q", "0.5", "-o", "out.npy"],
+                "exp x.npy --q 0.5 -o out.npy",
                 "option --q has no meaning for exp",
             ),
         ],
@@ -1404,15 +1094,11 @@ fn unary_elementwise_ops() {
         "a.mtx",
         "%%MatrixMarket matrix coordinate real general\n2 3 3\n1 1 -1.5\n1 3 4\n2 2 0.25\n",
     );
-    let o = run(
-        d.path(),
-        &["relu", "a.mtx", "--mask-from-pattern", "-o", "out.npz"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "relu a.mtx --mask-from-pattern -o out.npz");
     let (coords, data, _) = load_npz::<f64>(&d.path().join("out.npz"));
     assert_eq!(coords, ndarray::array![[0, 0, 1], [0, 2, 1]]);
     assert_eq!(data, vec![0.0, 4.0, 0.25]);
-    let o = run(d.path(), &["exp", "a.mtx", "-o", "out.npz"]);
+    let o = run_line(d.path(), "exp a.mtx -o out.npz");
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("needs --mask or --mask-from-pattern"),
@@ -1428,21 +1114,10 @@ fn binary_ops_rules_scalars_and_errors() {
     save(p, "y.npy", &array![10.0f32, 20.0, 30.0]);
     save(p, "my.npy", &array![true, true, false]);
     // a plain B broadcasts and takes A's mask (strict)
-    let o = run(
+    run_ok(
         p,
-        &[
-            "add",
-            "x.npy",
-            "y.npy",
-            "--mask",
-            "m.npy",
-            "-o",
-            "out.npy",
-            "--out-mask",
-            "om.npy",
-        ],
+        "add x.npy y.npy --mask m.npy -o out.npy --out-mask om.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         load::<f32>(&p.join("out.npy")).into_raw_vec_and_offset().0,
         vec![7.0, 0.0, 29.0, 0.0, 0.0, 0.0]
@@ -1455,30 +1130,13 @@ fn binary_ops_rules_scalars_and_errors() {
     // differing masks: strict exits 2 naming the position; and intersects
     assert_bad(
         p,
-        &[
-            "add", "x.npy", "y.npy", "--mask", "m.npy", "--mask-b", "my.npy", "-o", "out.npy",
-        ],
+        &words("add x.npy y.npy --mask m.npy --mask-b my.npy -o out.npy"),
         "masks differ at position [0, 1]",
     );
-    let o = run(
+    run_ok(
         p,
-        &[
-            "mul",
-            "x.npy",
-            "y.npy",
-            "--mask",
-            "m.npy",
-            "--mask-b",
-            "my.npy",
-            "--masks",
-            "and",
-            "-o",
-            "out.npy",
-            "--out-mask",
-            "om.npy",
-        ],
+        "mul x.npy y.npy --mask m.npy --mask-b my.npy --masks and -o out.npy --out-mask om.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         load::<f32>(&p.join("out.npy")).into_raw_vec_and_offset().0,
         vec![-30.0, 0.0, 0.0, 0.0, 0.0, 0.0]
@@ -1489,25 +1147,12 @@ fn binary_ops_rules_scalars_and_errors() {
     );
     std::fs::remove_file(p.join("out.npy")).unwrap();
     // a scalar on the left; comparisons write bools; integer scalars keep integer arrays
-    let o = run(
-        p,
-        &[
-            "sub",
-            "x.npy",
-            "--scalar",
-            "1",
-            "--scalar-first",
-            "-o",
-            "out.npy",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "sub x.npy --scalar 1 --scalar-first -o out.npy");
     assert_eq!(
         load::<f32>(&p.join("out.npy")).into_raw_vec_and_offset().0,
         vec![4.0, 3.0, 2.0, 1.0, 0.0, -1.0]
     );
-    let o = run(p, &["gt", "x.npy", "--scalar", "-1.5", "-o", "out.npy"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "gt x.npy --scalar -1.5 -o out.npy");
     assert_eq!(
         load::<bool>(&p.join("out.npy")).into_raw_vec_and_offset().0,
         vec![false, false, true, true, true, true]
@@ -1515,31 +1160,17 @@ fn binary_ops_rules_scalars_and_errors() {
     save(p, "i.npy", &array![7i32, -7, 5]);
     save(p, "j.npy", &array![2i32, 2, 0]);
     save(p, "mi.npy", &array![true, true, false]);
-    let o = run(
-        p,
-        &[
-            "remainder",
-            "i.npy",
-            "j.npy",
-            "--mask",
-            "mi.npy",
-            "-o",
-            "out.npy",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "remainder i.npy j.npy --mask mi.npy -o out.npy");
     assert_eq!(
         load::<i32>(&p.join("out.npy")).into_raw_vec_and_offset().0,
         vec![1, 1, 0]
     );
-    let o = run(p, &["div", "i.npy", "--scalar", "2", "-o", "out.npy"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "div i.npy --scalar 2 -o out.npy");
     assert_eq!(
         load::<f64>(&p.join("out.npy")).into_raw_vec_and_offset().0,
         vec![3.5, -3.5, 2.5]
     );
-    let o = run(p, &["mul", "i.npy", "--scalar", "2.5", "-o", "out.npy"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "mul i.npy --scalar 2.5 -o out.npy");
     assert_eq!(
         load::<f64>(&p.join("out.npy")).into_raw_vec_and_offset().0,
         vec![17.5, -17.5, 12.5]
@@ -1555,28 +1186,21 @@ fn binary_ops_rules_scalars_and_errors() {
     assert_all_bad(
         p,
         &[
+            ("add x.npy k.npy -o out.npy", "do not broadcast"),
+            ("add x.npy -o out.npy", "needs a second operand"),
             (
-                &["add", "x.npy", "k.npy", "-o", "out.npy"],
-                "do not broadcast",
-            ),
-            (&["add", "x.npy", "-o", "out.npy"], "needs a second operand"),
-            (
-                &["add", "x.npy", "y.npy", "--masks", "or", "-o", "out.npy"],
+                "add x.npy y.npy --masks or -o out.npy",
                 "invalid --masks value 'or'",
             ),
+            ("sum x.npy y.npy -o out.npy", "takes one operand"),
             (
-                &["sum", "x.npy", "y.npy", "-o", "out.npy"],
-                "takes one operand",
-            ),
-            (
-                &["pow", "i.npy", "--scalar", "-1", "-o", "out.npy"],
+                "pow i.npy --scalar -1 -o out.npy",
                 "negative power at position [0]",
             ),
         ],
     );
     // pow: unary with --exponent, binary with B
-    let o = run(p, &["pow", "i.npy", "j.npy", "-o", "out.npy"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "pow i.npy j.npy -o out.npy");
     assert_eq!(
         load::<i32>(&p.join("out.npy")).into_raw_vec_and_offset().0,
         vec![49, 49, 1]
@@ -1589,54 +1213,20 @@ fn sparse_binary_ops_where_and_fill() {
     let p = d.path();
     write(p, "a.mtx", A_MTX);
     // shared structure: values only
-    let o = run(
-        p,
-        &[
-            "mul",
-            "a.mtx",
-            "a.mtx",
-            "--mask-from-pattern",
-            "-o",
-            "s.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "mul a.mtx a.mtx --mask-from-pattern -o s.npz");
     let (coords, data, shape) = load_npz::<f64>(&p.join("s.npz"));
     assert_eq!(shape, vec![3, 3]);
     assert_eq!(coords.row(0).to_vec(), vec![0, 0, 2, 2]);
     assert_eq!(data, vec![9.0, 1.0, 25.0, 0.0]);
     // sparse with a dense operand, read at the stored positions only
     save(p, "col.npy", &array![1.0f64, 10.0, 100.0]);
-    let o = run(
-        p,
-        &[
-            "add",
-            "a.mtx",
-            "col.npy",
-            "--mask-from-pattern",
-            "-o",
-            "s.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "add a.mtx col.npy --mask-from-pattern -o s.npz");
     assert_eq!(
         load_npz::<f64>(&p.join("s.npz")).1,
         vec![-2.0, 99.0, 15.0, 100.0]
     );
     // comparisons of sparse input write bool data
-    let o = run(
-        p,
-        &[
-            "lt",
-            "a.mtx",
-            "--scalar",
-            "0",
-            "--mask-from-pattern",
-            "-o",
-            "b.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "lt a.mtx --scalar 0 --mask-from-pattern -o b.npz");
     assert_eq!(
         load_npz::<bool>(&p.join("b.npz")).1,
         vec![true, true, false, false]
@@ -1648,30 +1238,12 @@ fn sparse_binary_ops_where_and_fill() {
         "needs --mask or --mask-from-pattern",
     );
     // fill: 0 keeps the sparse file, another value densifies explicitly
-    let o = run(
-        p,
-        &[
-            "fill",
-            "a.mtx",
-            "--mask-from-pattern",
-            "--value",
-            "7",
-            "-o",
-            "f.npy",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "fill a.mtx --mask-from-pattern --value 7 -o f.npy");
     assert_eq!(
         load::<f64>(&p.join("f.npy")).into_raw_vec_and_offset().0,
         vec![-3.0, 7.0, -1.0, 7.0, 7.0, 7.0, 7.0, 5.0, 0.0]
     );
-    let o = run(
-        p,
-        &[
-            "fill", "x.npy", "--mask", "m.npy", "--value", "0", "-o", "f0.npy",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "fill x.npy --mask m.npy --value 0 -o f0.npy");
     assert_eq!(
         load::<f32>(&p.join("f0.npy")).into_raw_vec_and_offset().0,
         vec![-3.0, 0.0, -1.0, 0.0, 0.0, 0.0]
@@ -1683,22 +1255,10 @@ fn sparse_binary_ops_where_and_fill() {
         &array![[true, false, true], [true, true, false]],
     );
     save(p, "z.npy", &array![[9.0f32, 8.0, 7.0], [6.0, 5.0, 4.0]]);
-    let o = run(
+    run_ok(
         p,
-        &[
-            "where",
-            "c.npy",
-            "x.npy",
-            "z.npy",
-            "--mask",
-            "m.npy",
-            "-o",
-            "w.npy",
-            "--out-mask",
-            "wm.npy",
-        ],
+        "where c.npy x.npy z.npy --mask m.npy -o w.npy --out-mask wm.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         load::<f32>(&p.join("w.npy")).into_raw_vec_and_offset().0,
         vec![-3.0, 8.0, -1.0, 0.0, 0.0, 4.0]
@@ -1708,19 +1268,7 @@ fn sparse_binary_ops_where_and_fill() {
         vec![true, true, true, false, false, true]
     );
     save(p, "c3.npy", &array![true, false, false]);
-    let o = run(
-        p,
-        &[
-            "where",
-            "c3.npy",
-            "a.mtx",
-            "a.mtx",
-            "--mask-from-pattern",
-            "-o",
-            "w.npz",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "where c3.npy a.mtx a.mtx --mask-from-pattern -o w.npz");
     assert_eq!(
         load_npz::<f64>(&p.join("w.npz")).1,
         vec![-3.0, -1.0, 5.0, 0.0]
@@ -1766,10 +1314,7 @@ fn hostile_sizes_exit_2_before_allocating() {
         &["sum", "fits.npy", "-o", "out.npy", "--max-memory", "1M"],
         "over the memory limit of 1.0 MiB",
     );
-    let o = run(
-        dir,
-        &["sum", "fits.npy", "-o", "out.npy", "--max-memory", "1G"],
-    );
+    let o = run_line(dir, "sum fits.npy -o out.npy --max-memory 1G");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     std::fs::remove_file(dir.join("out.npy")).unwrap();
     // the environment variable, and a bad value of it
@@ -1829,15 +1374,7 @@ fn hostile_sizes_exit_2_before_allocating() {
     save(dir, "row.npy", &ndarray::Array2::<f32>::zeros((1, 100_000)));
     assert_bad(
         dir,
-        &[
-            "add",
-            "col.npy",
-            "row.npy",
-            "-o",
-            "out.npy",
-            "--max-memory",
-            "1G",
-        ],
+        &words("add col.npy row.npy -o out.npy --max-memory 1G"),
         "add: an output of shape [100000, 100000] needs",
     );
 }
@@ -1845,28 +1382,7 @@ fn hostile_sizes_exit_2_before_allocating() {
 #[test]
 fn sweep_prints_a_table_and_the_crossovers() {
     let d = tempfile::tempdir().unwrap();
-    let o = run(
-        d.path(),
-        &[
-            "sweep",
-            "--shape",
-            "32,32",
-            "--grid",
-            "0.05,1",
-            "--op",
-            "sum",
-            "--series",
-            "stored:pattern",
-            "--repeat",
-            "1",
-            "--budget",
-            "0",
-            "--no-convert",
-            "--out",
-            "s",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run_ok(d.path(), "sweep --shape 32,32 --grid 0.05,1 --op sum --series stored:pattern --repeat 1 --budget 0 --no-convert --out s");
     let out = String::from_utf8(o.stdout).unwrap();
     let lines: Vec<&str> = out.lines().collect();
     assert!(
@@ -1891,8 +1407,7 @@ fn sweep_prints_a_table_and_the_crossovers() {
     assert!(!d.path().join("s/convert-stored-pattern.svg").exists());
     // the report again from the results, without timing
     std::fs::remove_file(d.path().join("s/report.md")).unwrap();
-    let o = run(d.path(), &["sweep", "--report-only", "--out", "s"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(d.path(), "sweep --report-only --out s");
     assert!(d.path().join("s/report.md").exists());
 }
 
@@ -1904,31 +1419,7 @@ fn a_tiny_sweep_writes_every_output() {
     use masked_cli::sweep::report::Record;
     use masked_cli::sweep::{read_jsonl, Exported, Vary};
     let d = tempfile::tempdir().unwrap();
-    let o = run(
-        d.path(),
-        &[
-            "sweep",
-            "--shape",
-            "48,40",
-            "--grid",
-            "1e-2,0.3,1",
-            "--op",
-            "sum,softmax",
-            "--series",
-            "stored:pattern,mask:banded",
-            "--repeat",
-            "1",
-            "--budget",
-            "0",
-            "--threads",
-            "1,2",
-            "--export",
-            "--json",
-            "--out",
-            "s",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run_ok(d.path(), "sweep --shape 48,40 --grid 1e-2,0.3,1 --op sum,softmax --series stored:pattern,mask:banded --repeat 1 --budget 0 --threads 1,2 --export --json --out s");
     let dir = d.path().join("s");
     let rs: Vec<Record> = read_jsonl(&dir.join("results.jsonl")).unwrap();
     // 2 series x 3 points x 2 thread counts x (2 ops x 3 layouts + 6 conversions)
@@ -2066,10 +1557,8 @@ fn vjp_on_dense_files() {
     );
     // refusals: exit 2 with the problem named, no output
     std::fs::remove_file(p.join("out.npy")).unwrap();
-    let vjp = |op: &'static str, grad: &'static str| {
-        vec![
-            "vjp", op, "x.npy", "--mask", "m.npy", "--dim", "1", "--grad", grad, "-o", "out.npy",
-        ]
+    let vjp = |op: &str, grad: &str| {
+        format!("vjp {op} x.npy --mask m.npy --dim 1 --grad {grad} -o out.npy")
     };
     assert_all_bad(
         p,
@@ -2080,16 +1569,13 @@ fn vjp_on_dense_files() {
                 &vjp("sum", "g.npy"),
                 "has shape [2, 3], the output of sum has shape [2]",
             ),
-            (
-                &["vjp", "sum", "x.npy", "-o", "out.npy"],
-                "vjp needs --grad",
-            ),
+            ("vjp sum x.npy -o out.npy", "vjp needs --grad"),
         ],
     );
     save(p, "g64.npy", &array![2.0f64, 1.0]);
     assert_bad(
         p,
-        &vjp("sum", "g64.npy"),
+        &words(&vjp("sum", "g64.npy")),
         "the upstream gradient is f64, the input's gradient type is f32",
     );
     save(p, "xi.npy", &array![[1i64, 2, 3], [4, 5, 6]]);
@@ -2097,13 +1583,11 @@ fn vjp_on_dense_files() {
         p,
         &[
             (
-                &[
-                    "vjp", "sum", "xi.npy", "--dim", "1", "--grad", "g1.npy", "-o", "out.npy",
-                ],
+                "vjp sum xi.npy --dim 1 --grad g1.npy -o out.npy",
                 "sum is not differentiable on i64 input",
             ),
             (
-                &["sum", "x.npy", "--grad", "g1.npy", "-o", "out.npy"],
+                "sum x.npy --grad g1.npy -o out.npy",
                 "--grad is for `masked vjp",
             ),
         ],
@@ -2152,22 +1636,10 @@ fn vjp_on_sparse_files() {
     }
     // a valid output missing from G counts as 0
     save_npz(p, "g2.npz", ndarray::arr2(&[[2i64]]), vec![4.0], vec![3]);
-    let o = run(
+    run_ok(
         p,
-        &[
-            "vjp",
-            "sum",
-            "a.mtx",
-            "--dim",
-            "1",
-            "--mask-from-pattern",
-            "--grad",
-            "g2.npz",
-            "-o",
-            "out.npz",
-        ],
+        "vjp sum a.mtx --dim 1 --mask-from-pattern --grad g2.npz -o out.npz",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         load_npz::<f64>(&p.join("out.npz")).1,
         vec![0.0, 0.0, 4.0, 4.0]
@@ -2195,12 +1667,7 @@ fn vjp_on_sparse_files() {
         stderr(&o)
     );
     assert!(!p.join("out.npz").exists());
-    let o = run(
-        p,
-        &[
-            "vjp", "sum", "a.mtx", "--dim", "1", "--grad", "g.npz", "-o", "out.npz",
-        ],
-    );
+    let o = run_line(p, "vjp sum a.mtx --dim 1 --grad g.npz -o out.npz");
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("needs --mask or --mask-from-pattern"),
@@ -2227,22 +1694,10 @@ fn attention_and_its_gradients_on_files() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path();
     attention_files(p);
-    let o = run(
+    run_ok(
         p,
-        &[
-            "attention",
-            "q.npy",
-            "k.npy",
-            "v.npy",
-            "--pattern",
-            "p.mtx",
-            "--scale",
-            "1",
-            "-o",
-            "o.npy",
-        ],
+        "attention q.npy k.npy v.npy --pattern p.mtx --scale 1 -o o.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         load::<f64>(&p.join("o.npy"))
             .iter()
@@ -2259,50 +1714,15 @@ fn attention_and_its_gradients_on_files() {
             3f64.ln()
         ),
     );
-    let o = run(
+    run_ok(
         p,
-        &[
-            "attention",
-            "q.npy",
-            "k.npy",
-            "v.npy",
-            "--pattern",
-            "p.mtx",
-            "--scale",
-            "1",
-            "--bias",
-            "b.mtx",
-            "-o",
-            "o.npy",
-        ],
+        "attention q.npy k.npy v.npy --pattern p.mtx --scale 1 --bias b.mtx -o o.npy",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let got = load::<f64>(&p.join("o.npy"));
     assert!((got[[1, 0]] - 1.75).abs() < 1e-12, "{got}");
     // gradients of sum(O): dV = Pᵀ 1 = [1.5, 0, 0.5]; row 0 has one key, so dQ row 0 = 0
     save(p, "g.npy", &array![[1.0f64], [1.0], [1.0]]);
-    let o = run(
-        p,
-        &[
-            "attention-vjp",
-            "q.npy",
-            "k.npy",
-            "v.npy",
-            "--pattern",
-            "p.mtx",
-            "--scale",
-            "1",
-            "--grad",
-            "g.npy",
-            "-o",
-            "dq.npy",
-            "--dk",
-            "dk.npy",
-            "--dv",
-            "dv.npy",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "attention-vjp q.npy k.npy v.npy --pattern p.mtx --scale 1 --grad g.npy -o dq.npy --dk dk.npy --dv dv.npy");
     assert_eq!(
         load::<f64>(&p.join("dv.npy"))
             .iter()
@@ -2320,20 +1740,7 @@ fn attention_and_its_gradients_on_files() {
     );
     assert_eq!(load::<f64>(&p.join("dk.npy")).shape(), &[3, 2]);
     // a generated pattern: causal, the default scale
-    let o = run(
-        p,
-        &[
-            "attention",
-            "q.npy",
-            "k.npy",
-            "v.npy",
-            "--pattern",
-            "causal",
-            "-o",
-            "o.npy",
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(p, "attention q.npy k.npy v.npy --pattern causal -o o.npy");
     assert_eq!(load::<f64>(&p.join("o.npy"))[[0, 0]], 1.0);
 }
 
@@ -2349,16 +1756,7 @@ fn bad_attention_inputs_exit_2_naming_the_problem() {
     );
     assert_bad(
         p,
-        &[
-            "attention",
-            "q.npy",
-            "k.npy",
-            "v.npy",
-            "--pattern",
-            "p4.mtx",
-            "-o",
-            "out.npy",
-        ],
+        &words("attention q.npy k.npy v.npy --pattern p4.mtx -o out.npy"),
         "p4.mtx",
     );
     write(
@@ -2370,44 +1768,15 @@ fn bad_attention_inputs_exit_2_naming_the_problem() {
         p,
         &[
             (
-                &[
-                    "attention",
-                    "q.npy",
-                    "k.npy",
-                    "v.npy",
-                    "--pattern",
-                    "p.mtx",
-                    "--bias",
-                    "b.mtx",
-                    "-o",
-                    "out.npy",
-                ],
+                "attention q.npy k.npy v.npy --pattern p.mtx --bias b.mtx -o out.npy",
                 "b.mtx",
             ),
             (
-                &[
-                    "attention-vjp",
-                    "q.npy",
-                    "k.npy",
-                    "v.npy",
-                    "--pattern",
-                    "p.mtx",
-                    "-o",
-                    "out.npy",
-                ],
+                "attention-vjp q.npy k.npy v.npy --pattern p.mtx -o out.npy",
                 "--grad",
             ),
             (
-                &[
-                    "attention",
-                    "q.npy",
-                    "k.npy",
-                    "v.npy",
-                    "--pattern",
-                    "band:0",
-                    "-o",
-                    "out.npy",
-                ],
+                "attention q.npy k.npy v.npy --pattern band:0 -o out.npy",
                 "pattern",
             ),
         ],
@@ -2415,47 +1784,22 @@ fn bad_attention_inputs_exit_2_naming_the_problem() {
     save(p, "i.npy", &array![[1i32, 0], [0, 1], [1, 1]]);
     assert_bad(
         p,
-        &[
-            "attention",
-            "i.npy",
-            "k.npy",
-            "v.npy",
-            "--pattern",
-            "p.mtx",
-            "-o",
-            "out.npy",
-        ],
+        &words("attention i.npy k.npy v.npy --pattern p.mtx -o out.npy"),
         "i.npy",
     );
     save(p, "k1.npy", &array![[1.0f64], [0.0], [2.0]]);
     assert_bad(
         p,
-        &[
-            "attention",
-            "q.npy",
-            "k1.npy",
-            "v.npy",
-            "--pattern",
-            "p.mtx",
-            "-o",
-            "out.npy",
-        ],
+        &words("attention q.npy k1.npy v.npy --pattern p.mtx -o out.npy"),
         "head dim",
     );
 }
 
 #[test]
 fn bench_times_the_attention_ops() {
-    let lines = bench_rows(&[
-        "--op",
-        "attention,attention-vjp,sddmm,spmm",
-        "--shape",
-        "64,16",
-        "--batch",
-        "2,2",
-        "--pattern",
-        "lengths",
-    ]);
+    let lines = bench_rows(&words(
+        "--op attention,attention-vjp,sddmm,spmm --shape 64,16 --batch 2,2 --pattern lengths",
+    ));
     assert_eq!(lines.len(), 4);
     for (l, op) in lines
         .iter()
