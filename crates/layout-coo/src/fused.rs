@@ -18,7 +18,7 @@ use masked_core::{
 };
 use masked_kernels::{fresh_vec, Bits};
 use masked_sparse::{Cols, ColsBuf, DynEntries, EntryValues, FusedLanes};
-use masked_sparse::{DenseOperand, EntryRhs as Rhs};
+use masked_sparse::{DenseOperand, Entries, EntryRhs as Rhs};
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -204,7 +204,7 @@ fn entries<'a, T: Element, Z: ZipMap<T> + 'a>(
 where
     Z::Output: Element,
 {
-    let valid = l.entry_bits(&rhs.other(), z.name(), rule)?;
+    let valid = l.validity(&rhs.other(), z.name(), rule)?;
     Ok(CooZipView {
         pattern: Cow::Borrowed(l.pattern),
         valid,

@@ -13,7 +13,7 @@ use masked_core::{
 };
 use masked_kernels::par;
 use masked_kernels::{fresh_vec, Bits};
-use masked_sparse::DenseOperand;
+use masked_sparse::{DenseOperand, Entries};
 use ndarray::{Data, Dimension};
 
 /// Entries per parallel task (a multiple of 64: tasks start on validity words).
@@ -53,7 +53,7 @@ impl<T: Element> CooLanes<'_, T> {
         rule: MaskRule,
     ) -> Result<SparseArray<Z::Output>> {
         let n = self.values.len();
-        let bits = self.entry_bits(&other, z.name(), rule)?;
+        let bits = self.validity(&other, z.name(), rule)?;
         let mut out = fresh_vec::<Z::Output>(n);
         self.zip_all(&other, z, bits.as_deref(), &mut out)?;
         let flat = self.pattern.flat();
@@ -83,30 +83,6 @@ impl<T: Element> CooLanes<'_, T> {
             Some(k) => Err(failed_at(z, self.coords_of(k))),
             None => Ok(()),
         }
-    }
-
-    /// The entries' validity under `rule` after its checks (`None`: every entry).
-    pub(crate) fn entry_bits(
-        &self,
-        other: &Other<'_, T>,
-        op: &'static str,
-        rule: MaskRule,
-    ) -> Result<Option<Vec<u64>>> {
-        let n = self.values.len();
-        let own = self.valid.as_deref();
-        let (obits, dense) = match other {
-            Other::Same(_, b) => (*b, None),
-            Other::Dense(d) => (None, Some(*d)),
-            Other::Scalar(_) => (None, None),
-        };
-        if rule == MaskRule::Strict {
-            self.check_strict(op, own, obits, dense)?;
-        }
-        let bits: Option<Vec<u64>> = masked_core::binary::rule_bits(rule, own, obits);
-        Ok(match dense.filter(|_| rule == MaskRule::And) {
-            Some(d) => d.and_bits(n, bits, |e| e.map(|k| self.offset(d, k))),
-            None => bits,
-        })
     }
 
     /// `z(x, other)` over the entries `lo .. lo + out.len()`, written into `out`, where
@@ -147,33 +123,6 @@ impl<T: Element> CooLanes<'_, T> {
         (0..self.pattern.ndim())
             .map(|dim| self.pattern.coords(dim)[k] * d.strides()[dim])
             .sum()
-    }
-
-    /// The strict rule: the other side's validity must equal this one's.
-    fn check_strict(
-        &self,
-        op: &'static str,
-        own: Option<&[u64]>,
-        obits: Option<&[u64]>,
-        dense: Option<&DenseOperand<'_, T>>,
-    ) -> Result<()> {
-        let n = self.values.len();
-        let valid =
-            |b: Option<&[u64]>, k: usize| b.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);
-        if let Some(k) = masked_core::mask::first_difference(own, obits, n) {
-            return Err(mask_mismatch(op, self.coords_of(k), valid(own, k)));
-        }
-        let Some(d) = dense else {
-            return Ok(());
-        };
-        let count = own.map_or(n, |w| Bits::new(w, 0).count_ones(n));
-        // parts of 2^14 entries
-        const PART: usize = 1 << 14;
-        d.check_strict(op, self.shape(), count, n.div_ceil(PART), |i| {
-            (i * PART..((i + 1) * PART).min(n))
-                .filter(move |&k| valid(own, k))
-                .map(move |k| (self.flat_at(k), self.offset(d, k)))
-        })
     }
 
     /// `z(self, other)` for two patterns of one shape: one merge over the flat positions.
@@ -287,4 +236,42 @@ pub(crate) fn pair<'x, T: Element>(
     let (a, b) = (a.lanes(), b.lanes());
     let same = std::ptr::eq(a.pattern, b.pattern) || a.pattern.same_as(b.pattern);
     Ok((a, b, same))
+}
+
+/// Part of the strict check: runs of 2^14 entries.
+const STRICT_PART: usize = 1 << 14;
+
+impl<T: Element> Entries<T> for CooLanes<'_, T> {
+    fn entry_count(&self) -> usize {
+        self.values.len()
+    }
+    fn entry_bits(&self) -> Option<&[u64]> {
+        self.valid.as_deref()
+    }
+    fn entry_shape(&self) -> Vec<usize> {
+        self.shape().to_vec()
+    }
+    fn entry_coords(&self, k: usize) -> Vec<usize> {
+        self.coords_of(k)
+    }
+    fn strict_parts(&self) -> usize {
+        self.values.len().div_ceil(STRICT_PART)
+    }
+    fn strict_part<'s>(
+        &'s self,
+        i: usize,
+        d: &'s DenseOperand<'_, T>,
+        own: Option<&'s [u64]>,
+    ) -> impl Iterator<Item = (usize, usize)> + 's {
+        (i * STRICT_PART..((i + 1) * STRICT_PART).min(self.values.len()))
+            .filter(move |&k| own.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1))
+            .map(move |k| (self.flat_at(k), self.offset(d, k)))
+    }
+    fn dense_offsets<'s>(
+        &'s self,
+        d: &'s DenseOperand<'_, T>,
+        e: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = usize> + 's {
+        e.map(move |k| self.offset(d, k))
+    }
 }

@@ -27,5 +27,5 @@ pub use lanes::{
     computed_view, csr_parts, entry_view, CsrEntries, CsrLanes, CsrMapped, CsrZipView, DynEntries,
     EntryValues, FusedLanes, MappedParts, Rows,
 };
-pub use operand::{DenseOperand, EntryOther, EntryRhs};
+pub use operand::{DenseOperand, Entries, EntryOther, EntryRhs};
 pub use pattern::{CsrMask, Pattern, PatternI};

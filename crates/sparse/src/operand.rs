@@ -3,10 +3,11 @@
 //! entries' positions.
 
 use masked_core::binary::{
-    broadcast_shapes, broadcast_strides, mask_mismatch, unravel, DenseParts,
+    broadcast_shapes, broadcast_strides, mask_mismatch, rule_bits, unravel, DenseParts,
 };
-use masked_core::{BitMask, Element, MaskedError, Result};
-use masked_kernels::par;
+use masked_core::mask::first_difference;
+use masked_core::{BitMask, Element, MaskRule, MaskedError, Result};
+use masked_kernels::{par, Bits};
 use std::borrow::Cow;
 
 /// What a sparse layout zips its entries with (sparse ⊙ x), borrowed for one pass.
@@ -248,5 +249,92 @@ impl<'a, T: Element> DenseOperand<'a, T> {
     /// The operand's mask (`None`: every element valid).
     pub fn mask(&self) -> Option<&'a BitMask> {
         self.mask
+    }
+}
+
+/// A sparse layout's entries as the binary ops' mask rules see them (CSR's and COO's
+/// lanes implement it): how many there are, their own validity, each one's position,
+/// and where each sits in a dense operand. The rules themselves ([`Entries::validity`])
+/// are written once, here.
+pub trait Entries<T: Element>: Sync {
+    /// How many entries.
+    fn entry_count(&self) -> usize;
+    /// The entries' own validity bits (`None`: all valid).
+    fn entry_bits(&self) -> Option<&[u64]>;
+    /// The sparse shape.
+    fn entry_shape(&self) -> Vec<usize>;
+    /// The coordinates of entry `k`.
+    fn entry_coords(&self, k: usize) -> Vec<usize>;
+    /// How many parts the strict check against a dense operand walks in parallel.
+    fn strict_parts(&self) -> usize;
+    /// Part `i`'s entries valid by `own`, in row-major order: `(flat position, offset
+    /// in d)`.
+    fn strict_part<'s>(
+        &'s self,
+        i: usize,
+        d: &'s DenseOperand<'_, T>,
+        own: Option<&'s [u64]>,
+    ) -> impl Iterator<Item = (usize, usize)> + 's;
+    /// The offsets in `d` of the entries in `range`, in entry order.
+    fn dense_offsets<'s>(
+        &'s self,
+        d: &'s DenseOperand<'_, T>,
+        range: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = usize> + 's;
+
+    /// The entries' validity under `rule` after its checks: `None` when every entry is
+    /// valid (the result keeps this structure), else a bit per entry (under `and`, a
+    /// dense operand's mask included).
+    ///
+    /// # Errors
+    /// Under the strict rule, [`MaskedError::MaskMismatch`] naming the first position
+    /// valid on one side only.
+    fn validity(
+        &self,
+        other: &EntryOther<'_, T>,
+        op: &'static str,
+        rule: MaskRule,
+    ) -> Result<Option<Vec<u64>>> {
+        let own = self.entry_bits();
+        // the other side's validity per entry: bits (same entries) or a dense mask
+        let (obits, dense) = match other {
+            EntryOther::Same(_, b) => (*b, None),
+            EntryOther::Dense(d) => (None, Some(*d)),
+            EntryOther::Scalar(_) => (None, None),
+        };
+        if rule == MaskRule::Strict {
+            self.check_strict(op, own, obits, dense)?;
+        }
+        // combined validity of the entries (strict: the own bits, checked equal)
+        let bits = rule_bits(rule, own, obits);
+        Ok(match dense.filter(|_| rule == MaskRule::And) {
+            Some(d) => d.and_bits(self.entry_count(), bits, |e| self.dense_offsets(d, e)),
+            None => bits,
+        })
+    }
+
+    /// The strict rule: the other side's validity must equal this one's.
+    ///
+    /// # Errors
+    /// As [`Entries::validity`].
+    fn check_strict(
+        &self,
+        op: &'static str,
+        own: Option<&[u64]>,
+        obits: Option<&[u64]>,
+        dense: Option<&DenseOperand<'_, T>>,
+    ) -> Result<()> {
+        let n = self.entry_count();
+        if let Some(k) = first_difference(own, obits, n) {
+            let valid = own.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);
+            return Err(mask_mismatch(op, self.entry_coords(k), valid));
+        }
+        let Some(d) = dense else {
+            return Ok(());
+        };
+        let count = own.map_or(n, |w| Bits::new(w, 0).count_ones(n));
+        d.check_strict(op, &self.entry_shape(), count, self.strict_parts(), |i| {
+            self.strict_part(i, d, own)
+        })
     }
 }

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 #[allow(unused_imports)]
 use masked_core::{MaskedOps, ZipKernels};
 
-use crate::operand::EntryRhs as Rhs;
+use crate::operand::{Entries, EntryRhs as Rhs};
 
 /// The values of a [`FusedLanes`] structure's entries, computed on demand: a lazy
 /// elementwise op on some layout's entries.
@@ -148,7 +148,7 @@ pub fn entry_view<'a, T: Element, Z: ZipMap<T> + 'a>(
     rule: MaskRule,
 ) -> Result<CsrZipView<'a, Z::Output>> {
     let valid = l
-        .entry_validity(&rhs.other(), z.name(), rule)?
+        .validity(&rhs.other(), z.name(), rule)?
         .map(Cow::Owned);
     Ok(FusedLanes {
         shape: l.shape,

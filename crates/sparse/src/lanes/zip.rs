@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::cols::{par_eq, CsrIndex};
-use crate::operand::DenseOperand;
+use crate::operand::{DenseOperand, Entries};
 use masked_core::binary::{failed_at, mask_mismatch, merge, MergeStop, Side, Src};
 use masked_core::{MaskRule, ZipMap};
 
@@ -32,7 +32,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         z: &Z,
         rule: MaskRule,
     ) -> Result<Rows<'a, Z::Output>> {
-        let Some(bits) = self.entry_validity(&other, z.name(), rule)? else {
+        let Some(bits) = self.validity(&other, z.name(), rule)? else {
             let mut values = fresh_vec::<Z::Output>(self.nnz());
             self.zip_shared(&other, z, None, &mut values)?;
             return Ok((
@@ -72,41 +72,6 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         let mut out = (Vec::with_capacity(nrows + 1), Vec::new(), Vec::new());
         join_parts(parts, &mut out).map_err(|(r, k)| self.fail_at(z, r, k))?;
         Ok((out.0, self.indices.kept(Some(&bits)), out.2))
-    }
-
-    /// The entries' validity under `rule` after its checks: `None` when every entry is
-    /// valid (the result keeps this structure), else a bit per entry (under `and`, a
-    /// dense operand's mask included).
-    pub(super) fn entry_validity(
-        &self,
-        other: &Other<'_, T>,
-        op: &'static str,
-        rule: MaskRule,
-    ) -> Result<Option<Vec<u64>>> {
-        let own = self.valid.as_deref();
-        // the other side's validity per entry: bits (same structure) or a dense mask
-        let (obits, dense) = match other {
-            Other::Same(_, b) => (*b, None),
-            Other::Dense(d) => (None, Some(*d)),
-            Other::Scalar(_) => (None, None),
-        };
-        if rule == MaskRule::Strict {
-            self.check_strict(op, own, obits, dense)?;
-        }
-        // combined validity of the entries (strict: the own bits, checked equal)
-        let bits: Option<Vec<u64>> = masked_core::binary::rule_bits(rule, own, obits);
-        Ok(match dense.filter(|_| rule == MaskRule::And) {
-            Some(d) => d.and_bits(self.nnz(), bits, |e| {
-                let mut r = self.row_of(e.start);
-                e.map(move |k| {
-                    while self.indptr[r + 1] <= k {
-                        r += 1;
-                    }
-                    d.offset([r, self.col(k)])
-                })
-            }),
-            None => bits,
-        })
     }
 
     /// `z(x, other)` at every entry valid by `bits` (`None`: all), written into `out`
@@ -195,7 +160,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
                 self.nnz()
             )));
         }
-        if self.entry_validity(&other, z.name(), rule)?.is_some() {
+        if self.validity(&other, z.name(), rule)?.is_some() {
             return Err(MaskedError::InvalidData(format!(
                 "{}: the result does not keep every entry of this structure (some are not \
                  valid under the mask rule): use the allocating form",
@@ -225,45 +190,6 @@ impl<'a, T: Element> CsrLanes<'a, T> {
                 Src::Slice(ys)
             }
         }
-    }
-
-    /// The strict rule for a zip on these entries: the other side's validity must equal
-    /// this one's.
-    fn check_strict(
-        &self,
-        op: &'static str,
-        own: Option<&[u64]>,
-        obits: Option<&[u64]>,
-        dense: Option<&DenseOperand<'_, T>>,
-    ) -> Result<()> {
-        let n = self.nnz();
-        let valid =
-            |b: Option<&[u64]>, k: usize| b.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);
-        if let Some(k) = masked_core::mask::first_difference(own, obits, n) {
-            let r = self.row_of(k);
-            return Err(mask_mismatch(op, vec![r, self.col(k)], valid(own, k)));
-        }
-        let Some(d) = dense else {
-            return Ok(());
-        };
-        let count = own.map_or(n, |w| Bits::new(w, 0).count_ones(n));
-        // parts of 1024 rows
-        const ROWS: usize = 1 << 10;
-        let nrows = self.shape.0;
-        d.check_strict(
-            op,
-            &[nrows, self.shape.1],
-            count,
-            nrows.div_ceil(ROWS),
-            |i| {
-                (i * ROWS..((i + 1) * ROWS).min(nrows)).flat_map(move |r| {
-                    self.row(r).filter(move |&k| valid(own, k)).map(move |k| {
-                        let c = self.col(k);
-                        (r * self.shape.1 + c, d.offset([r, c]))
-                    })
-                })
-            },
-        )
     }
 
     /// `z(self, other)` for two structures of one shape: one merge pass per row, over
@@ -352,4 +278,54 @@ fn join_parts<O, I, E>(
         out.2.extend(val);
     }
     Ok(())
+}
+
+/// Part of the strict check: runs of 1024 rows.
+const STRICT_ROWS: usize = 1 << 10;
+
+impl<T: Element> Entries<T> for CsrLanes<'_, T> {
+    fn entry_count(&self) -> usize {
+        self.nnz()
+    }
+    fn entry_bits(&self) -> Option<&[u64]> {
+        self.valid.as_deref()
+    }
+    fn entry_shape(&self) -> Vec<usize> {
+        vec![self.shape.0, self.shape.1]
+    }
+    fn entry_coords(&self, k: usize) -> Vec<usize> {
+        vec![self.row_of(k), self.col(k)]
+    }
+    fn strict_parts(&self) -> usize {
+        self.shape.0.div_ceil(STRICT_ROWS)
+    }
+    fn strict_part<'s>(
+        &'s self,
+        i: usize,
+        d: &'s DenseOperand<'_, T>,
+        own: Option<&'s [u64]>,
+    ) -> impl Iterator<Item = (usize, usize)> + 's {
+        let rows = i * STRICT_ROWS..((i + 1) * STRICT_ROWS).min(self.shape.0);
+        rows.flat_map(move |r| {
+            self.row(r)
+                .filter(move |&k| own.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1))
+                .map(move |k| {
+                    let c = self.col(k);
+                    (r * self.shape.1 + c, d.offset([r, c]))
+                })
+        })
+    }
+    fn dense_offsets<'s>(
+        &'s self,
+        d: &'s DenseOperand<'_, T>,
+        e: Range<usize>,
+    ) -> impl Iterator<Item = usize> + 's {
+        let mut r = self.row_of(e.start);
+        e.map(move |k| {
+            while self.indptr[r + 1] <= k {
+                r += 1;
+            }
+            d.offset([r, self.col(k)])
+        })
+    }
 }
