@@ -32,29 +32,32 @@ use masked_core::{MaskRule, Splat, Value, Values, ZipKernels};
 use ndarray::IxDyn;
 use sprs::SpIndex;
 
-/// The result of an op on the dense layout: output shape, values, output mask.
+/// The result of an op on the dense layout: output shape, values, output mask. `V` is
+/// [`DynVec`] for the ops of one operand, [`Values`] (numbers or bools) for the binary
+/// ops ([`ZipOutcome`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct Outcome<V = DynVec> {
     /// Output shape.
     pub shape: Vec<usize>,
-    /// Output values (row-major).
-    pub values: DynVec,
+    /// Output values (row-major; 0 / false at invalid positions).
+    pub values: V,
     /// Output mask, same shape.
     pub mask: BitMask,
 }
 
-/// The result of an op on a sparse layout: exactly the valid outputs are stored.
+/// The result of an op on a sparse layout: exactly the valid outputs are stored. `V` as
+/// for [`Outcome`] ([`SparseZipOutcome`] for the binary ops).
 #[derive(Debug, Clone, PartialEq)]
-pub struct SparseOutcome {
+pub struct SparseOutcome<V = DynVec> {
     /// Output shape.
     pub shape: Vec<usize>,
     /// Stored (valid) positions as row-major flat indices, increasing.
     pub indices: Vec<usize>,
     /// Values at the stored positions.
-    pub values: DynVec,
+    pub values: V,
 }
 
-impl SparseOutcome {
+impl<V> SparseOutcome<V> {
     /// The stored positions as coordinates, one vector per dim.
     pub fn coords(&self) -> Vec<Vec<usize>> {
         masked_core::sparse::unravel(&self.shape, &self.indices)
@@ -143,26 +146,34 @@ impl<T: Element> ByName<T> for MaskedView<'_, T, IxDyn> {
     }
 }
 
-fn sparse_reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
-    let (shape, indices, values) = r.into_parts();
+/// A sparse result's parts: shape, row-major flat positions, values.
+type Parts<O> = (Vec<usize>, Vec<usize>, Vec<O>);
+
+fn sparse_outcome<O: Element>((shape, indices, values): Parts<O>) -> SparseOutcome {
+    let values = O::into_dyn(values);
     SparseOutcome {
         shape,
         indices,
-        values: O::into_dyn(values),
+        values,
     }
 }
 
+fn sparse_reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
+    sparse_outcome(r.into_parts())
+}
+
 fn sparse_mapped<O: Element, I: SpIndex>(m: CsrMapped<'_, O, I>) -> SparseOutcome {
+    sparse_outcome(csr_parts(m))
+}
+
+/// A CSR result as [`Parts`].
+fn csr_parts<O: Clone, I: SpIndex>(m: CsrMapped<'_, O, I>) -> Parts<O> {
     let ncols = m.cols();
     let mut indices = Vec::with_capacity(m.nnz());
     for (r, row) in m.outer_iterator().enumerate() {
         indices.extend(row.indices().iter().map(|c| r * ncols + c.index()));
     }
-    SparseOutcome {
-        shape: vec![m.rows(), ncols],
-        indices,
-        values: O::into_dyn(m.data().to_vec()),
-    }
+    (vec![m.rows(), ncols], indices, m.data().to_vec())
 }
 
 impl<T: Element, I: CsrIndex, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, Iptr> {
@@ -257,28 +268,11 @@ pub fn cast_values(v: &DynVec, to: DType) -> Result<DynVec, MaskedError> {
     with_dyn_vec!(v, v => with_dtype!(to, D => conv::<_, D>(v)))
 }
 
-/// The result of a binary op on the dense layout: output shape, values (numbers or
-/// bools), output mask.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ZipOutcome {
-    /// Output shape.
-    pub shape: Vec<usize>,
-    /// Output values (row-major; 0 / false at invalid positions).
-    pub values: Values,
-    /// Output mask, same shape.
-    pub mask: BitMask,
-}
+/// The result of a binary op on the dense layout: values are numbers or bools.
+pub type ZipOutcome = Outcome<Values>;
 
 /// The result of a binary op on a sparse layout: exactly the valid outputs are stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SparseZipOutcome {
-    /// Output shape.
-    pub shape: Vec<usize>,
-    /// Stored (valid) positions as row-major flat indices, increasing.
-    pub indices: Vec<usize>,
-    /// Values at the stored positions.
-    pub values: Values,
-}
+pub type SparseZipOutcome = SparseOutcome<Values>;
 
 /// A layout and operand kind whose binary results the dispatcher hands back in one type.
 pub trait ZipByName<T: Element, R: ?Sized>: ZipKernels<T, R> {
@@ -305,26 +299,21 @@ fn dense_zipped<O: Value>(r: MaskedArrayD<O>) -> ZipOutcome {
     }
 }
 
-fn sparse_zipped<O: Value>(r: SparseArray<O>) -> SparseZipOutcome {
-    let (shape, indices, values) = r.into_parts();
+fn sparse_zip_outcome<O: Value>((shape, indices, values): Parts<O>) -> SparseZipOutcome {
+    let values = O::into_values(values);
     SparseZipOutcome {
         shape,
         indices,
-        values: O::into_values(values),
+        values,
     }
 }
 
+fn sparse_zipped<O: Value>(r: SparseArray<O>) -> SparseZipOutcome {
+    sparse_zip_outcome(r.into_parts())
+}
+
 fn csr_zipped<O: Value, I: SpIndex>(m: CsrMapped<'_, O, I>) -> SparseZipOutcome {
-    let ncols = m.cols();
-    let mut indices = Vec::with_capacity(m.nnz());
-    for (r, row) in m.outer_iterator().enumerate() {
-        indices.extend(row.indices().iter().map(|c| r * ncols + c.index()));
-    }
-    SparseZipOutcome {
-        shape: vec![m.rows(), ncols],
-        indices,
-        values: O::into_values(m.data().to_vec()),
-    }
+    sparse_zip_outcome(csr_parts(m))
 }
 
 /// `impl ZipByName` for a layout and operand kind with one conversion.
