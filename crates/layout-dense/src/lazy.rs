@@ -228,15 +228,20 @@ impl<'a, O: Element> ZipView<'a, O> {
         let n: usize = self.shape.iter().product();
         let mut out = fresh_vec(n);
         self.produce(0, &mut out)?;
-        let data = ArrayD::from_shape_vec(IxDyn(&self.shape), out)
+        let _ = self.cache.set(self.with_mask(out)?);
+        Ok(self.cache.get().expect("just set"))
+    }
+
+    /// `values` (row-major, this view's shape) with this view's mask.
+    fn with_mask<P: Element>(&self, values: Vec<P>) -> Result<MaskedArrayD<P>> {
+        let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values)
             .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
         let mask = self
             .mask
             .as_deref()
             .cloned()
             .map_or_else(|| BitMask::filled(&self.shape, true), Ok)?;
-        let _ = self.cache.set(MaskedArray::new(data, mask)?);
-        Ok(self.cache.get().expect("just set"))
+        MaskedArray::new(data, mask)
     }
 
     /// The row blocks along dim 0: `(first row, end row)`, about [`BLOCK`] elements each.
@@ -392,13 +397,6 @@ impl<'a, O: Element> MaskedReduce<O> for ZipView<'a, O> {
         let parts =
             self.each_block(|_, shape, xs, bits| Ok(compiled::map_all(map, xs, bits, shape, d)))?;
         let values: Vec<M::Output> = parts.into_iter().flatten().collect();
-        let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values)
-            .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
-        let mask = self
-            .mask
-            .as_deref()
-            .cloned()
-            .map_or_else(|| BitMask::filled(&self.shape, true), Ok)?;
-        MaskedArray::new(data, mask)
+        self.with_mask(values)
     }
 }
