@@ -58,14 +58,7 @@ pub(crate) fn run_where(a: &RunArgs) -> Result<(), CliError> {
             let Output::Dense(out) = x.view()?.select(&cond, &y.view()?)? else {
                 unreachable!("dense in, dense out")
             };
-            let mask = out.mask.to_vec();
-            npy::write_atomic(&a.output, |buf| {
-                npy::encode_dyn(&out.shape, out.values, buf)
-            })?;
-            if let Some(m) = &a.out_mask {
-                npy::write_atomic(m, |buf| npy::encode(&out.shape, mask, buf))?;
-            }
-            Ok(())
+            crate::write_dense(a, out)
         }
         ("mtx" | "npz", "mtx" | "npz") => {
             if a.out_mask.is_some() {

@@ -300,15 +300,7 @@ fn dense_out(
     let ZipOutput::Dense(out) = out else {
         unreachable!("dense with dense or a scalar is dense")
     };
-    let mask = out.mask.to_vec();
-    npy::write_atomic(&a.output, |buf| match out.values {
-        Values::Num(v) => npy::encode_dyn(&out.shape, v, buf),
-        Values::Bool(b) => npy::encode(&out.shape, b, buf),
-    })?;
-    if let Some(m) = &a.out_mask {
-        npy::write_atomic(m, |buf| npy::encode(&out.shape, mask, buf))?;
-    }
-    Ok(())
+    crate::write_dense(a, out)
 }
 
 /// Runs `op` on two erased operands (`right` is `None` for a scalar `rhs`).

@@ -16,9 +16,9 @@ use masked_cli::{alloc, error};
 
 use clap::Parser;
 use error::CliError;
-use masked::by_name::{Kind, Op, OpRequest, SparseOutcome, OPTIONS};
+use masked::by_name::{Kind, Op, OpRequest, Outcome, SparseOutcome, OPTIONS};
 use masked::engine::{Array, CsrMask, Output};
-use masked::{with_dyn_vec, CooMask, DType, Dims, DynVec, Element};
+use masked::{with_dyn_vec, CooMask, DType, Dims, DynVec, Element, Values};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -457,13 +457,20 @@ fn run_dense_file(a: &RunArgs, job: &Job) -> Result<(), CliError> {
     let Output::Dense(out) = job.run(&x)? else {
         unreachable!("dense in, dense out")
     };
-    let mask_vals = out.mask.to_vec();
-    // write the mask first to a temp, then values; a failure removes neither existing file
-    npy::write_atomic(&a.output, |buf| {
-        npy::encode_dyn(&out.shape, out.values, buf)
+    write_dense(a, out)
+}
+
+/// Writes a dense result: its values (numbers or bools) to `-o`, its mask to
+/// `--out-mask` where asked. Each file is written to a temporary first, then renamed: a
+/// failure leaves an existing file as it was.
+pub(crate) fn write_dense<V: Into<Values>>(a: &RunArgs, out: Outcome<V>) -> Result<(), CliError> {
+    let mask = out.mask.to_vec();
+    npy::write_atomic(&a.output, |buf| match out.values.into() {
+        Values::Num(v) => npy::encode_dyn(&out.shape, v, buf),
+        Values::Bool(b) => npy::encode(&out.shape, b, buf),
     })?;
     if let Some(m) = &a.out_mask {
-        npy::write_atomic(m, |buf| npy::encode(&out.shape, mask_vals, buf))?;
+        npy::write_atomic(m, |buf| npy::encode(&out.shape, mask, buf))?;
     }
     Ok(())
 }

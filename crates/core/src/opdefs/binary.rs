@@ -80,6 +80,12 @@ pub enum Values {
     Bool(Vec<bool>),
 }
 
+impl From<DynVec> for Values {
+    fn from(v: DynVec) -> Self {
+        Values::Num(v)
+    }
+}
+
 /// A value an elementwise op may produce: every [`Element`], and `bool`.
 pub trait Value:
     Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + masked_kernels::ZeroBits + 'static

@@ -147,9 +147,7 @@ pub fn entry_view<'a, T: Element, Z: ZipMap<T> + 'a>(
     z: Z,
     rule: MaskRule,
 ) -> Result<CsrZipView<'a, Z::Output>> {
-    let valid = l
-        .validity(&rhs.other(), z.name(), rule)?
-        .map(Cow::Owned);
+    let valid = l.validity(&rhs.other(), z.name(), rule)?.map(Cow::Owned);
     Ok(FusedLanes {
         shape: l.shape,
         indptr: Cow::Borrowed(l.indptr),
