@@ -43,12 +43,7 @@ pub(crate) fn run_where(a: &RunArgs) -> Result<(), CliError> {
     let cond = npy::read_mask(&a.input)?;
     match (extension(pa).as_str(), extension(pb).as_str()) {
         ("npy", "npy") => {
-            if extension(&a.output) != "npy" {
-                return Err(CliError::file(
-                    &a.output,
-                    "dense output must be a .npy file".into(),
-                ));
-            }
+            crate::dense_output(a)?;
             let (x, y) = (
                 read_dense(pa, a.mask.as_ref())?,
                 read_dense(pb, a.mask_b.as_ref())?,
@@ -112,12 +107,7 @@ pub(crate) fn run_fill(a: &RunArgs) -> Result<(), CliError> {
     };
     match extension(&a.input).as_str() {
         "npy" => {
-            if extension(&a.output) != "npy" {
-                return Err(CliError::file(
-                    &a.output,
-                    "dense output must be a .npy file".into(),
-                ));
-            }
+            crate::dense_output(a)?;
             let x = read_dense(&a.input, a.mask.as_ref())?;
             let dt = x.values.dtype();
             let x = x.array(dt)?;

@@ -271,12 +271,7 @@ fn dense_out(
     op: BinOp,
     rule: MaskRule,
 ) -> Result<(), CliError> {
-    if extension(&a.output) != "npy" {
-        return Err(CliError::file(
-            &a.output,
-            "dense output must be a .npy file".into(),
-        ));
-    }
+    crate::dense_output(a)?;
     let dtype = result_dtype(x.values.dtype(), &rhs);
     if let Rhs::Dense(y) = &rhs {
         // a broadcast output can be far larger than both inputs ([n, 1] + [1, n]): its

@@ -441,12 +441,7 @@ fn run_job(a: &RunArgs, job: &Job) -> Result<(), CliError> {
 }
 
 fn run_dense_file(a: &RunArgs, job: &Job) -> Result<(), CliError> {
-    if extension(&a.output) != "npy" {
-        return Err(CliError::file(
-            &a.output,
-            "dense output must be a .npy file".into(),
-        ));
-    }
+    dense_output(a)?;
     if let Some(m) = &a.out_mask
         && extension(m) != "npy"
     {
@@ -458,6 +453,17 @@ fn run_dense_file(a: &RunArgs, job: &Job) -> Result<(), CliError> {
         unreachable!("dense in, dense out")
     };
     write_dense(a, out)
+}
+
+/// Refuses an output path that is not a `.npy` file, for a dense result.
+pub(crate) fn dense_output(a: &RunArgs) -> Result<(), CliError> {
+    if extension(&a.output) != "npy" {
+        return Err(CliError::file(
+            &a.output,
+            "dense output must be a .npy file".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Writes a dense result: its values (numbers or bools) to `-o`, its mask to

@@ -88,12 +88,7 @@ fn dense(a: &RunArgs, req: &OpRequest, grad: &Path) -> Result<(), CliError> {
             "--mask-from-pattern needs a sparse (.mtx or .npz) input".into(),
         ));
     }
-    if extension(&a.output) != "npy" {
-        return Err(CliError::file(
-            &a.output,
-            "dense output must be a .npy file".into(),
-        ));
-    }
+    crate::dense_output(a)?;
     let input = binary::read_dense(&a.input, a.mask.as_ref())?;
     check_float(&a.input, input.values.dtype(), req.op)?;
     let g = npy::read_values(grad)?;
