@@ -14,7 +14,7 @@ mod attention;
 
 use half::{bf16, f16};
 use layout_coo::{CooMask, CooPattern, MaskedCoo};
-use layout_csr::{CsrMask, MaskedCsr, PatternI};
+use layout_csr::{CsrIndex, CsrMask, MaskedCsr, PatternI};
 use layout_dense::{MaskedArray, MaskedView};
 use masked_core::{
     BitMask, ByDType, DType, DynVec, MaskRule, MaskedError as Error, Op, Scalar, SliceMutOf, Values,
@@ -345,39 +345,56 @@ fn csr_over<T: masked_core::Element, R>(
     else {
         unreachable!("csr_over on a CSR store")
     };
+    // SAFETY (both): the indices were checked non-negative and in range when the handle
+    // was made (`Handle::csr`), the structure validated there too; no scan per call
     if *wide {
-        let ix: PyReadonlyArray1<'_, i64> = indices.bind(py).extract()?;
-        // SAFETY (both): the indices were checked non-negative and in range when the
-        // handle was made (`Handle::csr`); no scan per call
-        let ix = unsafe { recast_slice::<i64, usize>(ix.as_slice()?) };
-        // SAFETY: the structure was validated when the handle was made (`Handle::csr`)
-        let m = unsafe {
-            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, vals)
-        };
         let mask = match mask {
             CsrMaskSpec::Stored => CsrMask::Stored,
             CsrMaskSpec::All => CsrMask::All,
             CsrMaskSpec::Pattern(p) => CsrMask::Pattern(p.clone()),
             CsrMaskSpec::Pattern32(_) => unreachable!("a u32 pattern on usize indices"),
         };
-        f(ArrayRef::from_csr(MaskedCsr::new(m, mask).map_err(py_err)?))
+        unsafe {
+            csr_view::<T, i64, usize, R>(py, *shape, indptr, indices, vals, mask, |m| {
+                f(ArrayRef::from_csr(m))
+            })
+        }
     } else {
-        let ix: PyReadonlyArray1<'_, i32> = indices.bind(py).extract()?;
-        let ix = unsafe { recast_slice::<i32, u32>(ix.as_slice()?) };
-        // SAFETY: as above
-        let m = unsafe {
-            CsMatViewI::new_unchecked(CompressedStorage::CSR, *shape, &indptr[..], ix, vals)
-        };
         let mask = match mask {
             CsrMaskSpec::Stored => CsrMask::Stored,
             CsrMaskSpec::All => CsrMask::All,
             CsrMaskSpec::Pattern32(p) => CsrMask::Pattern(p.clone()),
             CsrMaskSpec::Pattern(_) => unreachable!("a usize pattern on u32 indices"),
         };
-        f(ArrayRef::from_csr32(
-            MaskedCsr::new(m, mask).map_err(py_err)?,
-        ))
+        unsafe {
+            csr_view::<T, i32, u32, R>(py, *shape, indptr, indices, vals, mask, |m| {
+                f(ArrayRef::from_csr32(m))
+            })
+        }
     }
+}
+
+/// The CSR view of `vals` on the structure `shape`, `indptr`, `indices` (a numpy array of
+/// `N`, read as `I` of the same width), with `mask`, handed to `f`.
+///
+/// # Safety
+/// The indices are non-negative and in range, the structure valid (checked when the
+/// handle was made).
+unsafe fn csr_view<T: masked_core::Element, N: numpy::Element, I: CsrIndex, R>(
+    py: Python<'_>,
+    shape: (usize, usize),
+    indptr: &[usize],
+    indices: &Py<PyAny>,
+    vals: &[T],
+    mask: CsrMask<I>,
+    f: impl FnOnce(MaskedCsr<'_, T, I, usize>) -> PyResult<R>,
+) -> PyResult<R> {
+    let ix: PyReadonlyArray1<'_, N> = indices.bind(py).extract()?;
+    // SAFETY: by the caller
+    let ix = unsafe { recast_slice::<N, I>(ix.as_slice()?) };
+    // SAFETY: by the caller
+    let m = unsafe { CsMatViewI::new_unchecked(CompressedStorage::CSR, shape, indptr, ix, vals) };
+    f(MaskedCsr::new(m, mask).map_err(py_err)?)
 }
 
 /// Dispatches on the run-time dtype to a function generic over the value type (the
