@@ -250,6 +250,26 @@ pub fn parts_mut<T: Send, R: Send>(
     })
 }
 
+/// The lanes `0..starts.len() - 1` (lane `l` holding the entries `starts[l]..starts[l +
+/// 1]`, `starts` non-decreasing) in blocks of whole lanes of about `target` entries (a
+/// longer lane alone): the blocks' first lanes, then the lane count (`[0]` for no lane).
+/// With the entry offsets `starts[b] - starts[0]` of these, [`parts_mut`] gives each
+/// block its slots of an output with one slot per entry.
+pub fn lane_blocks(starts: &[usize], target: usize) -> Vec<usize> {
+    let lanes = starts.len().saturating_sub(1);
+    let mut bounds = vec![0];
+    let mut l0 = 0;
+    while l0 < lanes {
+        let mut l1 = l0 + 1;
+        while l1 < lanes && starts[l1] - starts[l0] < target {
+            l1 += 1;
+        }
+        bounds.push(l1);
+        l0 = l1;
+    }
+    bounds
+}
+
 /// One buffer that many tasks write at distinct slots (a scatter through a
 /// permutation): each slot is written by one task only, which the caller guarantees.
 pub struct Scatter<'a, T> {

@@ -346,23 +346,38 @@ fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
     bits: Option<Bits<'_>>,
     pred: P,
 ) -> Option<usize> {
-    for c in 0..xs.len().div_ceil(64) {
-        let ch = &xs[c * 64..xs.len().min(c * 64 + 64)];
-        let mut hit = 0u64;
-        for k in 0..ch.len() {
-            hit |= (pred(ch[k]) as u64) << k;
+    let (chunks, tail) = xs.as_chunks::<64>();
+    for c in 0..chunks.len() {
+        let ch = &chunks[c];
+        // the compares' OR first (one mask-register test a chunk); the exact bits only
+        // where some element matches. Building the 64 bits in every chunk compiled to
+        // a horizontal OR of shifted vectors
+        let mut any = false;
+        for k in 0..64 {
+            any |= pred(ch[k]);
         }
-        if let Some(b) = bits {
-            hit &= b.word_at(c * 64);
-        }
-        if ch.len() < 64 {
-            hit &= (1u64 << ch.len()) - 1;
-        }
-        if hit != 0 {
-            return Some(c * 64 + hit.trailing_zeros() as usize);
+        if any && let Some(k) = first_in(ch, bits.map(|b| b.word_at(c * 64)), pred) {
+            return Some(c * 64 + k);
         }
     }
-    None
+    let base = chunks.len() * 64;
+    first_in(tail, bits.map(|b| b.word_at(base)), pred).map(|k| base + k)
+}
+
+/// The first element of `ch` (at most 64) valid by `word` (`None`: all) that
+/// satisfies `pred`.
+#[inline(always)]
+fn first_in<T: Copy, P: Fn(T) -> bool + Copy>(
+    ch: &[T],
+    word: Option<u64>,
+    pred: P,
+) -> Option<usize> {
+    let mut hit = 0u64;
+    for k in 0..ch.len() {
+        hit |= (pred(ch[k]) as u64) << k;
+    }
+    hit &= word.unwrap_or(u64::MAX);
+    (hit != 0).then(|| hit.trailing_zeros() as usize)
 }
 
 #[inline(always)]
@@ -899,6 +914,30 @@ mod tests {
         (0..8u64)
             .map(|i| 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 1))
             .collect()
+    }
+
+    /// `first_match` against the scalar search, for every length up to three chunks,
+    /// offsets into the bits, with and without them, hits inside and outside the mask.
+    #[test]
+    fn first_match_equals_the_scalar_search() {
+        let words = words8();
+        let xs: Vec<u32> = (0..200u32).map(|i| (i * 37) % 23).collect();
+        for n in 0..xs.len() {
+            for off in [0, 5, 64] {
+                let b = Bits::new(&words, off);
+                for target in [0u32, 7, 22, 99] {
+                    let pred = move |x: u32| x == target;
+                    let want = (0..n).find(|&k| b.get(k) && pred(xs[k]));
+                    assert_eq!(
+                        first_match(&xs[..n], Some(b), pred),
+                        want,
+                        "{n} {off} {target}"
+                    );
+                    let want = (0..n).find(|&k| pred(xs[k]));
+                    assert_eq!(first_match(&xs[..n], None, pred), want, "{n} {target}");
+                }
+            }
+        }
     }
 
     struct Add;

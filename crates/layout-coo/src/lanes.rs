@@ -291,14 +291,8 @@ impl<'a, T: Element> CooLanes<'a, T> {
             let keys = Linear::new(shape, &coords, 0..d);
             let bounds = keys.group_bounds(nnz, SEGMENT_CHUNK);
             let short = short_groups(nnz, pattern::size_of(&shape[..d])?);
-            let mut tasks = Vec::with_capacity(bounds.len());
-            let mut rest: &mut [M::Output] = out;
-            for w in bounds.windows(2) {
-                let (a, b) = rest.split_at_mut(w[1] - w[0]);
-                tasks.push((w[0]..w[1], a));
-                rest = b;
-            }
-            par::map_vec(tasks, |(es, o)| {
+            par::parts_mut(out, &bounds, |t, o| {
+                let es = bounds[t]..bounds[t + 1];
                 let segs = keys.segments(es.start, es.end, short);
                 let xs = &self.values[es.clone()];
                 if short && segs.longest <= SEGMENT_SHORT {
@@ -323,22 +317,11 @@ impl<'a, T: Element> CooLanes<'a, T> {
         };
         let dst: &mut [M::Output] = if g.perm.is_none() { out } else { &mut grouped };
         // blocks of whole groups of about 2^15 entries, mapped in parallel
-        let mut blocks = Vec::new();
-        let ngroups = ind.len() - 1;
-        let (mut rest, mut r0): (&mut [M::Output], usize) = (dst, 0);
-        while r0 < ngroups {
-            let mut r1 = r0 + 1;
-            while r1 < ngroups && ind[r1] - ind[r0] < 1 << 15 {
-                r1 += 1;
-            }
-            let (a, b) = rest.split_at_mut(ind[r1] - ind[r0]);
-            blocks.push((r0..r1, a));
-            rest = b;
-            r0 = r1;
-        }
-        par::map_vec(blocks, |(rows, o)| {
-            let base = ind[rows.start];
-            for r in rows {
+        let blocks = par::lane_blocks(ind, 1 << 15);
+        let bounds: Vec<usize> = blocks.iter().map(|&r| ind[r] - ind[0]).collect();
+        par::parts_mut(dst, &bounds, |b, o| {
+            let base = ind[blocks[b]];
+            for r in blocks[b]..blocks[b + 1] {
                 let e = ind[r]..ind[r + 1];
                 map.map(
                     &g.values[e.clone()],

@@ -287,16 +287,9 @@ impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// The input's values at the mask's positions (0 where unstored).
     fn resolve(&self, mask: &PatternI<I>) -> Vec<T> {
         let mut values = vec![T::default(); mask.nnz()];
-        let mptr = mask.indptr();
-        let mut pieces = Vec::with_capacity(self.mat.rows());
-        let mut rest: &mut [T] = &mut values;
-        for r in 0..self.mat.rows() {
-            let (a, b) = rest.split_at_mut(mptr[r + 1] - mptr[r]);
-            pieces.push(a);
-            rest = b;
-        }
         let (idx, data) = (self.mat.indices(), self.mat.data());
-        par::map_vec(pieces.into_iter().enumerate().collect(), |(r, out)| {
+        // each row's slots (a pattern's row pointer starts at 0)
+        par::parts_mut(&mut values, mask.indptr(), |r, out| {
             let e = self.indptr[r]..self.indptr[r + 1];
             let (cols, vals) = (&idx[e.clone()], &data[e]);
             let mut j = 0;

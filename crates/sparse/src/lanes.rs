@@ -6,7 +6,7 @@
 use crate::cols::{with_cols, Cols, ColsBuf, LanesMapped};
 use crate::compiled;
 use crate::operand::EntryOther as Other;
-use crate::partition::{groups, row_tasks, Task};
+use crate::partition::{groups, per_task, row_tasks, Task};
 use masked_core::grad::{grad_runs, sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;

@@ -99,6 +99,23 @@ pub(crate) fn row_tasks(indptr: &[usize]) -> Vec<Task> {
         .collect()
 }
 
+/// `[f(task 0, its slots of out), ..]`, run in parallel: `out` holds one slot per entry
+/// of `tasks` (consecutive, from the first task's first entry) and each task gets its
+/// own entries' slots.
+pub(crate) fn per_task<O: Send, R: Send>(
+    tasks: &[Task],
+    out: &mut [O],
+    f: impl Fn(&Task, &mut [O]) -> R + Sync,
+) -> Vec<R> {
+    let base = tasks.first().map_or(0, |t| t.entries.start);
+    let bounds: Vec<usize> = tasks
+        .iter()
+        .map(|t| t.entries.start - base)
+        .chain(tasks.last().map(|t| t.entries.end - base))
+        .collect();
+    par::parts_mut(out, &bounds, |i, o| f(&tasks[i], o))
+}
+
 /// At most [`MAX_GROUPS`] row groups of about equal stored entries (one group for a
 /// small matrix), for folds that keep per-group accumulators.
 pub(crate) fn groups(indptr: &[usize]) -> Vec<Range<usize>> {

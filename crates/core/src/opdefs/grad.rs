@@ -1272,21 +1272,10 @@ pub fn grad_runs<T: crate::element::Element, G: LaneGrad>(
         format!("a gradient of {n} values")
     })?);
     let mut out = masked_kernels::fresh_vec::<T::Real>(n);
-    let lanes = starts.len().saturating_sub(1);
     let per_lane = grad.upstream() == Upstream::PerLane;
     // blocks of whole lanes of about 2^14 values
-    let mut blocks = Vec::new();
-    let (mut rest, mut l0): (&mut [T::Real], usize) = (&mut out, 0);
-    while l0 < lanes {
-        let mut l1 = l0 + 1;
-        while l1 < lanes && starts[l1] - starts[l0] < 1 << 14 {
-            l1 += 1;
-        }
-        let (a, b) = rest.split_at_mut(starts[l1] - starts[l0]);
-        blocks.push((l0..l1, a));
-        rest = b;
-        l0 = l1;
-    }
+    let blocks = masked_kernels::par::lane_blocks(starts, 1 << 14);
+    let bounds: Vec<usize> = blocks.iter().map(|&l| starts[l] - starts[0]).collect();
     fn pick<'v, R: Copy>(
         v: &'v [R],
         l: usize,
@@ -1301,10 +1290,10 @@ pub fn grad_runs<T: crate::element::Element, G: LaneGrad>(
             LaneValues::Each(&v[starts[l]..starts[l + 1]])
         }
     }
-    masked_kernels::par::map_vec(blocks, |(ls, out)| {
+    masked_kernels::par::parts_mut(&mut out, &bounds, |b, out| {
         let s = &mut GradScratch::default();
-        let base = starts[ls.start];
-        for l in ls {
+        let base = starts[blocks[b]];
+        for l in blocks[b]..blocks[b + 1] {
             let run = starts[l]..starts[l + 1];
             if run.is_empty() {
                 continue;

@@ -264,16 +264,8 @@ impl<'a, O: Element, V: EntryValues<O>> FusedLanes<'a, O, V> {
     /// The source's error at the first entry where the op fails.
     pub fn materialize(&self) -> Result<CsrLanes<'_, O>> {
         if let Some(src) = self.lazy() {
-            let tasks = row_tasks(&self.indptr);
             let mut out = fresh_vec::<O>(self.nnz());
-            let mut pieces = Vec::with_capacity(tasks.len());
-            let mut rest: &mut [O] = &mut out;
-            for t in &tasks {
-                let (v, r) = rest.split_at_mut(t.entries.len());
-                pieces.push((t, v));
-                rest = r;
-            }
-            let bad = par::map_vec(pieces, |(t, o)| {
+            let bad = per_task(&row_tasks(&self.indptr), &mut out, |t, o| {
                 let bits = self.valid.as_deref().map(|w| Bits::new(w, t.entries.start));
                 src.compute(t.rows.clone(), t.entries.clone(), bits, o)
                     .err()

@@ -102,15 +102,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     ) {
         if d == 1 {
             // row tasks own consecutive entry ranges of the output
-            let tasks = row_tasks(self.indptr);
-            let mut pieces = Vec::with_capacity(tasks.len());
-            let mut rest: &mut [M::Output] = out;
-            for t in &tasks {
-                let (o, r) = rest.split_at_mut(t.entries.len());
-                pieces.push((t, o));
-                rest = r;
-            }
-            par::map_vec(pieces, |(t, o)| {
+            per_task(&row_tasks(self.indptr), out, |t, o| {
                 let base = t.entries.start;
                 if whole {
                     // elementwise: the task's entries are one run
@@ -142,7 +134,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             w
         });
         let mut mapped = vec![M::Output::default(); gathered.len()];
-        par::map_vec(column_pieces(&colptr, &mut mapped), |(c, o)| {
+        par::parts_mut(&mut mapped, &colptr, |c, o| {
             let bits = words.as_deref().map(|w| Bits::new(w, colptr[c]));
             map.map(&gathered[colptr[c]..colptr[c + 1]], bits, o);
         });
@@ -184,7 +176,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         .by_column();
         let gathered: Vec<T> = entry.iter().map(|&k| self.values[src(k)]).collect();
         let mut mapped = vec![M::Output::default(); gathered.len()];
-        par::map_vec(column_pieces(&colptr, &mut mapped), |(c, out)| {
+        par::parts_mut(&mut mapped, &colptr, |c, out| {
             map.map(&gathered[colptr[c]..colptr[c + 1]], None, out);
         });
         let mut values = fresh_vec::<M::Output>(out_ptr[nrows]);
@@ -193,18 +185,6 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         }
         (out_ptr, indices, values)
     }
-}
-
-/// `out` (in column order) cut at the column pointer `colptr`: each column's slice.
-fn column_pieces<'o, O>(colptr: &[usize], out: &'o mut [O]) -> Vec<(usize, &'o mut [O])> {
-    let mut pieces = Vec::with_capacity(colptr.len().saturating_sub(1));
-    let mut rest = out;
-    for (c, w) in colptr.windows(2).enumerate() {
-        let (a, b) = rest.split_at_mut(w[1] - w[0]);
-        pieces.push((c, a));
-        rest = b;
-    }
-    pieces
 }
 
 /// The output of a row map over the entries of `indptr` with validity `valid` (`None`:

@@ -83,15 +83,8 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         bits: Option<&[u64]>,
         out: &mut [Z::Output],
     ) -> Result<()> {
-        let tasks = row_tasks(self.indptr);
-        let mut pieces = Vec::with_capacity(tasks.len());
-        let mut rest: &mut [Z::Output] = out;
-        for t in &tasks {
-            let (v, r) = rest.split_at_mut(t.entries.len());
-            pieces.push((t.rows.clone(), v));
-            rest = r;
-        }
-        let bad = par::map_vec(pieces, |(rows, out)| {
+        let bad = per_task(&row_tasks(self.indptr), out, |t, out| {
+            let rows = t.rows.clone();
             let b = bits.map(|w| Bits::new(w, self.indptr[rows.start]));
             self.zip_rows(other, z, rows, b, out, &mut Vec::new())
         })
