@@ -261,11 +261,9 @@ impl<T: Element> Entries<T> for CooLanes<'_, T> {
         &'s self,
         i: usize,
         d: &'s DenseOperand<'_, T>,
-        own: Option<&'s [u64]>,
-    ) -> impl Iterator<Item = (usize, usize)> + 's {
-        (i * STRICT_PART..((i + 1) * STRICT_PART).min(self.values.len()))
-            .filter(move |&k| own.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1))
-            .map(move |k| (self.flat_at(k), self.offset(d, k)))
+    ) -> impl Iterator<Item = [usize; 3]> + 's {
+        let part = i * STRICT_PART..((i + 1) * STRICT_PART).min(self.values.len());
+        part.map(move |k| [k, self.flat_at(k), self.offset(d, k)])
     }
     fn dense_offsets<'s>(
         &'s self,

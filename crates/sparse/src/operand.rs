@@ -267,14 +267,12 @@ pub trait Entries<T: Element>: Sync {
     fn entry_coords(&self, k: usize) -> Vec<usize>;
     /// How many parts the strict check against a dense operand walks in parallel.
     fn strict_parts(&self) -> usize;
-    /// Part `i`'s entries valid by `own`, in row-major order: `(flat position, offset
-    /// in d)`.
+    /// Part `i`'s entries in row-major order: `[entry, flat position, offset in d]`.
     fn strict_part<'s>(
         &'s self,
         i: usize,
         d: &'s DenseOperand<'_, T>,
-        own: Option<&'s [u64]>,
-    ) -> impl Iterator<Item = (usize, usize)> + 's;
+    ) -> impl Iterator<Item = [usize; 3]> + 's;
     /// The offsets in `d` of the entries in `range`, in entry order.
     fn dense_offsets<'s>(
         &'s self,
@@ -325,16 +323,18 @@ pub trait Entries<T: Element>: Sync {
         dense: Option<&DenseOperand<'_, T>>,
     ) -> Result<()> {
         let n = self.entry_count();
+        let valid = |k: usize| own.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);
         if let Some(k) = first_difference(own, obits, n) {
-            let valid = own.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);
-            return Err(mask_mismatch(op, self.entry_coords(k), valid));
+            return Err(mask_mismatch(op, self.entry_coords(k), valid(k)));
         }
         let Some(d) = dense else {
             return Ok(());
         };
         let count = own.map_or(n, |w| Bits::new(w, 0).count_ones(n));
         d.check_strict(op, &self.entry_shape(), count, self.strict_parts(), |i| {
-            self.strict_part(i, d, own)
+            self.strict_part(i, d)
+                .filter(move |&[k, ..]| valid(k))
+                .map(|[_, flat, off]| (flat, off))
         })
     }
 }

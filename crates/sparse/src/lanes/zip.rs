@@ -296,16 +296,13 @@ impl<T: Element> Entries<T> for CsrLanes<'_, T> {
         &'s self,
         i: usize,
         d: &'s DenseOperand<'_, T>,
-        own: Option<&'s [u64]>,
-    ) -> impl Iterator<Item = (usize, usize)> + 's {
+    ) -> impl Iterator<Item = [usize; 3]> + 's {
         let rows = i * STRICT_ROWS..((i + 1) * STRICT_ROWS).min(self.shape.0);
         rows.flat_map(move |r| {
-            self.row(r)
-                .filter(move |&k| own.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1))
-                .map(move |k| {
-                    let c = self.col(k);
-                    (r * self.shape.1 + c, d.offset([r, c]))
-                })
+            self.row(r).map(move |k| {
+                let c = self.col(k);
+                [k, r * self.shape.1 + c, d.offset([r, c])]
+            })
         })
     }
     fn dense_offsets<'s>(
