@@ -256,14 +256,24 @@ fn around_kernel<T: Copy, K: Copy + PartialOrd, F: Fn(T) -> K + Copy>(
 
 #[inline(always)]
 fn pred_kernel<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred: P) {
-    let words = out.len().min(xs.len().div_ceil(64));
-    for c in 0..words {
-        let ch = &xs[c * 64..xs.len().min(c * 64 + 64)];
+    // whole words as chunks of 64 (a constant trip count: a chunk of variable length
+    // compiled to a slower loop), then the partial one
+    let (chunks, tail) = xs.as_chunks::<64>();
+    let full = chunks.len().min(out.len());
+    for c in 0..full {
+        let ch = &chunks[c];
         let mut bits = 0u64;
-        for k in 0..ch.len() {
+        for k in 0..64 {
             bits |= (pred(ch[k]) as u64) << k;
         }
         out[c] = bits;
+    }
+    if full == chunks.len() && full < out.len() && !tail.is_empty() {
+        let mut bits = 0u64;
+        for k in 0..tail.len() {
+            bits |= (pred(tail[k]) as u64) << k;
+        }
+        out[full] = bits;
     }
 }
 
@@ -936,6 +946,27 @@ mod tests {
                     let want = (0..n).find(|&k| pred(xs[k]));
                     assert_eq!(first_match(&xs[..n], None, pred), want, "{n} {target}");
                 }
+            }
+        }
+    }
+
+    /// `pred_bits` against the bits written one by one, for every length up to three
+    /// words and outputs shorter than the words needed.
+    #[test]
+    fn pred_bits_equals_the_scalar_packing() {
+        let xs: Vec<u32> = (0..200u32).map(|i| (i * 37) % 23).collect();
+        for n in 0..xs.len() {
+            for words in [n.div_ceil(64), n / 64] {
+                let mut want = vec![7u64; words];
+                for k in 0..n.min(64 * words) {
+                    if k % 64 == 0 {
+                        want[k / 64] = 0;
+                    }
+                    want[k / 64] |= u64::from(xs[k] > 11) << (k % 64);
+                }
+                let mut out = vec![7u64; words];
+                pred_bits(&xs[..n], &mut out, |x: u32| x > 11);
+                assert_eq!(out, want, "{n} {words}");
             }
         }
     }
