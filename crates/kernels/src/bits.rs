@@ -51,6 +51,7 @@ impl<'a> Bits<'a> {
     }
 
     /// Whether any of the first `len` bits of the run is set.
+    #[inline]
     pub fn any(&self, len: usize) -> bool {
         let mut i = 0;
         while i + 64 <= len {
@@ -63,6 +64,7 @@ impl<'a> Bits<'a> {
     }
 
     /// Number of set bits among the first `len` bits of the run.
+    #[inline]
     pub fn count_ones(&self, len: usize) -> usize {
         let mut n = 0usize;
         let mut i = 0;

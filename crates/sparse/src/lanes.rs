@@ -372,21 +372,25 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 
     /// The entries of row `r`.
+    #[inline]
     pub fn row(&self, r: usize) -> Range<usize> {
         self.indptr[r]..self.indptr[r + 1]
     }
 
+    #[inline]
     fn bits_at(&self, start: usize) -> Option<Bits<'_>> {
         self.valid.as_deref().map(|w| Bits::new(w, start))
     }
 
     /// Whether entry `k` is valid.
+    #[inline]
     pub fn is_valid(&self, k: usize) -> bool {
         self.valid
             .as_deref()
             .is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1)
     }
 
+    #[inline]
     fn count_valid(&self, e: Range<usize>) -> usize {
         self.bits_at(e.start)
             .map_or(e.len(), |b| b.count_ones(e.len()))
