@@ -301,7 +301,7 @@ pub trait Entries<T: Element>: Sync {
             EntryOther::Scalar(_) => (None, None),
         };
         if rule == MaskRule::Strict {
-            self.check_strict(op, own, obits, dense)?;
+            self.check_strict(op, obits, dense)?;
         }
         // combined validity of the entries (strict: the own bits, checked equal)
         let bits = rule_bits(rule, own, obits);
@@ -311,18 +311,18 @@ pub trait Entries<T: Element>: Sync {
         })
     }
 
-    /// The strict rule: the other side's validity must equal this one's.
+    /// The strict rule: the other side's validity (`obits` on the same entries, or a
+    /// dense operand's mask) must equal this one's.
     ///
     /// # Errors
     /// As [`Entries::validity`].
     fn check_strict(
         &self,
         op: &'static str,
-        own: Option<&[u64]>,
         obits: Option<&[u64]>,
         dense: Option<&DenseOperand<'_, T>>,
     ) -> Result<()> {
-        let n = self.entry_count();
+        let (n, own) = (self.entry_count(), self.entry_bits());
         let valid = |k: usize| own.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);
         if let Some(k) = first_difference(own, obits, n) {
             return Err(mask_mismatch(op, self.entry_coords(k), valid(k)));
