@@ -524,31 +524,109 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
         });
         return;
     }
-    // tasks of whole `len * inner` blocks, about GRAIN elements each, with their scratch
-    let gb = (GRAIN / (len * inner)).max(1);
-    par::chunks_mut(out, len * inner * gb, |t, blocks| {
+    // lanes in tiles of up to TILE neighbouring inner positions: a tile's lanes are
+    // gathered row by row (each row of the tile one contiguous run: whole cache lines,
+    // where one lane at a time read a line per element and came back for the next lane),
+    // mapped one by one, and written back row by row. Tasks of tiles over every block,
+    // about GRAIN elements each (whole blocks as tasks left a single block, a
+    // normalization over dim 0, on one thread).
+    const TILE: usize = 16;
+    let tile = (GRAIN / len).clamp(1, TILE).min(inner);
+    let tiles = inner.div_ceil(tile);
+    let ntiles = n / (len * inner) * tiles;
+    let per_task = (GRAIN / (len * tile)).max(1);
+    let dst = par::Scatter::new(out);
+    par::for_each(ntiles.div_ceil(per_task), |t| {
         let (vals, words, tmp) = &mut (
-            Vec::with_capacity(len),
+            vec![T::default(); len * tile],
             vec![0u64; len.div_ceil(64)],
-            vec![M::Output::default(); len],
+            vec![M::Output::default(); len * tile],
         );
-        for (ob, block) in blocks.chunks_mut(len * inner).enumerate() {
-            let base = (t * gb + ob) * len * inner;
-            for j in 0..inner {
-                vals.clear();
-                vals.extend((0..len).map(|k| xs[base + k * inner + j]));
+        for i in t * per_task..ntiles.min((t + 1) * per_task) {
+            let (base, j0) = (i / tiles * len * inner, i % tiles * tile);
+            let w = tile.min(inner - j0);
+            for k in 0..len {
+                let row = base + k * inner + j0;
+                for jj in 0..w {
+                    vals[jj * len + k] = xs[row + jj];
+                }
+            }
+            for jj in 0..w {
+                let lane = jj * len..(jj + 1) * len;
                 let lane_bits = bits.map(|b| {
                     words.fill(0);
                     for k in 0..len {
-                        words[k / 64] |= (b.get(base + k * inner + j) as u64) << (k % 64);
+                        let at = base + k * inner + j0 + jj;
+                        words[k / 64] |= (b.get(at) as u64) << (k % 64);
                     }
                     Bits::new(words, 0)
                 });
-                map.map(vals, lane_bits, tmp);
-                for (k, &v) in tmp.iter().enumerate() {
-                    block[k * inner + j] = v;
+                map.map(&vals[lane.clone()], lane_bits, &mut tmp[lane]);
+            }
+            for k in 0..len {
+                let row = base + k * inner + j0;
+                // SAFETY: this tile's elements of row `k` (`w` of them from `row`) are
+                // written by this task alone: tiles partition every block's positions
+                let o = unsafe { dst.part(row, row + w) };
+                for jj in 0..w {
+                    o[jj] = tmp[jj * len + k];
                 }
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use masked_core::lane::Cumulative;
+
+    /// `map_all` along every dim (tiles of neighbouring lanes, tasks over blocks) equals
+    /// the map run on each lane gathered alone, with and without a mask, for inner
+    /// sizes below, at and past a tile and lanes long enough to shrink the tile.
+    #[test]
+    fn map_along_any_dim_equals_each_lane_alone() {
+        let map = Cumulative { prod: false };
+        for shape in [
+            vec![3, 37, 23],
+            vec![2, 5, 16],
+            vec![4000, 3, 17],
+            vec![1, 2, 1],
+        ] {
+            let n: usize = shape.iter().product();
+            let xs: Vec<f64> = (0..n).map(|i| ((i * 7919) % 13) as f64 - 6.0).collect();
+            let words: Vec<u64> = (0..n.div_ceil(64) as u64)
+                .map(|i| 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 3))
+                .collect();
+            for bits in [None, Some(Bits::new(&words, 0))] {
+                for dim in 0..shape.len() {
+                    let got = map_all(&map, &xs, bits, &shape, dim);
+                    let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());
+                    let mut want = vec![0.0; n];
+                    for o in 0..n / (len * inner) {
+                        for j in 0..inner {
+                            let at: Vec<usize> =
+                                (0..len).map(|k| o * len * inner + k * inner + j).collect();
+                            let lane: Vec<f64> = at.iter().map(|&p| xs[p]).collect();
+                            let w = bits.map(|b| {
+                                masked_kernels::bits::pack_bools(
+                                    &at.iter().map(|&p| b.get(p)).collect::<Vec<_>>(),
+                                )
+                            });
+                            let mut out = vec![0.0; len];
+                            map.map(&lane, w.as_deref().map(|w| Bits::new(w, 0)), &mut out);
+                            for (k, &p) in at.iter().enumerate() {
+                                want[p] = out[k];
+                            }
+                        }
+                    }
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{shape:?} dim {dim} mask {}", bits.is_some());
+                }
+            }
+        }
+    }
 }
