@@ -544,7 +544,7 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
     // mapped one by one, and written back row by row. Tasks of tiles over every block,
     // about GRAIN elements each (whole blocks as tasks left a single block, a
     // normalization over dim 0, on one thread).
-    const TILE: usize = 64;
+    const TILE: usize = 16;
     let tile = (GRAIN / len).clamp(1, TILE).min(inner);
     let tiles = inner.div_ceil(tile);
     let ntiles = n / (len * inner) * tiles;
