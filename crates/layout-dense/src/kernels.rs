@@ -430,6 +430,7 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
     let shape = &plan.in_shape;
     let kept = dims_of(plan, false);
     let red = dims_of(plan, true);
+    let bases = offsets(shape, &kept);
     let kinds: Vec<bool> = plan.groups().iter().map(|g| g.0).collect();
     let contiguous = matches!(kinds.as_slice(), [] | [true] | [false] | [false, true]);
     let lane_off = if contiguous {
@@ -437,53 +438,38 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
     } else {
         offsets(shape, &red)
     };
-    let want_pos = stat.positions();
-    if !contiguous {
-        // a task's lanes together, a lane offset at a time: neighbouring lanes read
-        // neighbouring elements (a median over dim 0 read a cache line per element and
-        // came back to it for the next lane, 16x the time of one over dim 1)
-        let g = (4 * GRAIN / len.max(1)).clamp(1, 64);
-        let bases = offsets(shape, &kept);
-        par::chunks_mut2(&mut out, g, &mut any, g, |c, oc, ac| {
-            let m = oc.len();
-            let (vals, pos) = &mut (vec![Vec::with_capacity(len); m], vec![Vec::new(); m]);
-            for (i, &off) in lane_off.iter().enumerate() {
-                for k in 0..m {
-                    let at = bases[c * g + k] + off;
-                    if bits.is_none_or(|b| b.get(at)) {
-                        vals[k].push(xs[at]);
-                        if want_pos {
-                            pos[k].push(i as i64);
-                        }
-                    }
-                }
-            }
-            for k in 0..m {
-                ac[k] = !vals[k].is_empty();
-                oc[k] = stat.compute_at(&mut vals[k], &pos[k]);
-            }
-        });
-        return (out, any);
-    }
     let g = (GRAIN / len.max(1)).max(1);
+    let want_pos = stat.positions();
     par::chunks_mut2(&mut out, g, &mut any, g, |c, oc, ac| {
         let (vals, pos) = &mut (Vec::with_capacity(len), Vec::new());
         for (k, (o, a)) in oc.iter_mut().zip(ac.iter_mut()).enumerate() {
             let lane = c * g + k;
             vals.clear();
             pos.clear();
-            let start = lane * len;
-            let lx = &xs[start..start + len];
-            let lb = bits.map(|b| b.offset(start));
-            if want_pos {
-                for (i, &x) in lx.iter().enumerate() {
-                    if lb.is_none_or(|b| b.get(i)) {
-                        vals.push(x);
-                        pos.push(i as i64);
+            if contiguous {
+                let start = lane * len;
+                let lx = &xs[start..start + len];
+                let lb = bits.map(|b| b.offset(start));
+                if want_pos {
+                    for (i, &x) in lx.iter().enumerate() {
+                        if lb.is_none_or(|b| b.get(i)) {
+                            vals.push(x);
+                            pos.push(i as i64);
+                        }
                     }
+                } else {
+                    compress_into(lx, lb, vals);
                 }
             } else {
-                compress_into(lx, lb, vals);
+                let base = bases[lane];
+                for (i, &off) in lane_off.iter().enumerate() {
+                    if bits.is_none_or(|b| b.get(base + off)) {
+                        vals.push(xs[base + off]);
+                        if want_pos {
+                            pos.push(i as i64);
+                        }
+                    }
+                }
             }
             *a = !vals.is_empty();
             *o = stat.compute_at(vals, pos);
@@ -595,9 +581,9 @@ mod tests {
     use super::*;
     use masked_core::lane::Cumulative;
 
-    /// `stat_all` over dims that leave lanes strided (a task's lanes gathered together,
-    /// a lane offset at a time) equals the statistic of each lane gathered alone, its
-    /// positions included (the median's index), with and without a mask.
+    /// `stat_all` over dims that leave lanes strided equals the statistic of each lane
+    /// gathered alone, its positions included (the median's index), with and without a
+    /// mask.
     #[test]
     fn stat_over_strided_lanes_equals_each_lane_alone() {
         use masked_core::lane::MedianIndex;
