@@ -412,6 +412,30 @@ fn gather<T: Element, F: Fold<T>>(
     });
 }
 
+/// Copies a tile of `w <= 64` neighbouring lanes a row at a time: row `i` of the tile
+/// (`tile[i * w..i * w + w]`, one row per lane position, `tile.len() / w` of them) is
+/// `xs[row(i)..row(i) + w]`, and `rows[i]` its validity bits, bit `k` for lane `k` (left
+/// as it is without `bits`). The normalizations and statistics along outer dims read
+/// their lanes out of it: one contiguous copy and one word a row, where a lane at a time
+/// read a cache line and tested a bit per element.
+#[inline]
+fn gather_tile<T: Copy>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    w: usize,
+    row: impl Fn(usize) -> usize,
+    tile: &mut [T],
+    rows: &mut [u64],
+) {
+    for i in 0..tile.len() / w {
+        let at = row(i);
+        tile[i * w..i * w + w].copy_from_slice(&xs[at..at + w]);
+        if let Some(b) = bits {
+            rows[i] = b.word_at(at);
+        }
+    }
+}
+
 /// Computes `stat` over the valid values of every lane: gathers each lane's valid values
 /// into per-thread scratch (contiguous lanes are read in place), then hands them over.
 pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
@@ -454,13 +478,7 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
                 Vec::with_capacity(len),
                 Vec::new(),
             );
-            for i in 0..len {
-                let at = first + lane_off[i];
-                tile[i * w..i * w + w].copy_from_slice(&xs[at..at + w]);
-                if let Some(b) = bits {
-                    rows[i] = b.word_at(at);
-                }
-            }
+            gather_tile(xs, bits, w, |i| first + lane_off[i], tile, rows);
             for k in 0..w {
                 vals.clear();
                 pos.clear();
@@ -576,31 +594,30 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
     let per_task = (GRAIN / (len * tile)).max(1);
     let dst = par::Scatter::new(out);
     par::for_each(ntiles.div_ceil(per_task), |t| {
-        let (vals, words, tmp) = &mut (
+        let (tl, rows, vals, words, tmp) = &mut (
             vec![T::default(); len * tile],
+            vec![u64::MAX; if bits.is_some() { len } else { 0 }],
+            vec![T::default(); len],
             vec![0u64; len.div_ceil(64)],
             vec![M::Output::default(); len * tile],
         );
         for i in t * per_task..ntiles.min((t + 1) * per_task) {
             let (base, j0) = (i / tiles * len * inner, i % tiles * tile);
             let w = tile.min(inner - j0);
-            for k in 0..len {
-                let row = base + k * inner + j0;
-                for jj in 0..w {
-                    vals[jj * len + k] = xs[row + jj];
-                }
-            }
+            let (tl, rows) = (&mut tl[..len * w], &mut rows[..]);
+            gather_tile(xs, bits, w, |k| base + k * inner + j0, tl, rows);
             for jj in 0..w {
-                let lane = jj * len..(jj + 1) * len;
-                let lane_bits = bits.map(|b| {
+                for k in 0..len {
+                    vals[k] = tl[k * w + jj];
+                }
+                let lane_bits = bits.map(|_| {
                     words.fill(0);
                     for k in 0..len {
-                        let at = base + k * inner + j0 + jj;
-                        words[k / 64] |= (b.get(at) as u64) << (k % 64);
+                        words[k / 64] |= ((rows[k] >> jj) & 1) << (k % 64);
                     }
                     Bits::new(words, 0)
                 });
-                map.map(&vals[lane.clone()], lane_bits, &mut tmp[lane]);
+                map.map(vals, lane_bits, &mut tmp[jj * len..(jj + 1) * len]);
             }
             for k in 0..len {
                 let row = base + k * inner + j0;
