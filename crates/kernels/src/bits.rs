@@ -80,6 +80,31 @@ impl<'a> Bits<'a> {
     }
 }
 
+/// The validity bits of column `j` of a tile whose rows' bits are `rows` (bit `j` of
+/// `rows[k]`: row `k`'s element in column `j`): bit `k` of `out` is bit `j` of `rows[k]`,
+/// for the first `out.len() * 64` rows (bits past `rows.len()` are 0). Built a word at
+/// a time in a register; a tile of up to 64 columns read out one column at a time (the
+/// dense layout's reductions and normalizations along outer dims).
+///
+/// ```
+/// use masked_kernels::bits::column_bits;
+/// let rows = [0b01, 0b10, 0b11];
+/// let mut out = [0u64; 1];
+/// column_bits(&rows, 1, &mut out);
+/// assert_eq!(out, [0b110]);
+/// ```
+#[inline]
+pub fn column_bits(rows: &[u64], j: usize, out: &mut [u64]) {
+    for (c, w) in out.iter_mut().enumerate() {
+        let part = &rows[(c * 64).min(rows.len())..rows.len().min(c * 64 + 64)];
+        let mut word = 0u64;
+        for (q, &r) in part.iter().enumerate() {
+            word |= ((r >> j) & 1) << q;
+        }
+        *w = word;
+    }
+}
+
 /// Packs bools 64 to a word: bit `i % 64` of word `i / 64` is `bools[i]` (a numpy bool
 /// mask as validity bits). AVX-512BW tests 64 bools an instruction, AVX2 32; elsewhere,
 /// and for the tail, eight bools at a time by one multiply ([`pack_word`]).
