@@ -638,15 +638,16 @@ mod tests {
 
     /// `fold_all` over dims outer to the kept ones (the column sweep) equals each lane
     /// folded alone as one run, for the folds that sweep columns in tiles of runs
-    /// (`Fold::push_columns`'s default: var, std, norm, logsumexp): a few rows (pushed
+    /// (`Fold::push_columns`'s default: var, std, norm, logsumexp) and for argmax and
+    /// argmin's column search, on values with ties and NaNs: a few rows (pushed
     /// row by row), more rows than a tile holds (several runs a column merged), column
     /// counts past a tile of 64, a middle dim, with and without a mask. Within 1e-12
     /// relative: the runs' states are merged where one run took the whole lane.
     #[test]
     fn fold_over_outer_dims_equals_each_lane_alone() {
-        use masked_core::fold::{LogSumExp, Norm, Std, Var};
+        use masked_core::fold::{ArgMax, ArgMin, LogSumExp, Norm, Std, Var};
         use masked_core::{Dims, Fold};
-        fn check<F: Fold<f64, Output = f64>>(op: &F) {
+        fn check<F: Fold<f64>>(op: &F, val: impl Fn(F::Output) -> f64) {
             for (shape, dims) in [
                 (vec![3000usize, 70], vec![0isize]),
                 (vec![20, 130], vec![0]),
@@ -655,8 +656,15 @@ mod tests {
                 (vec![1100, 3, 65], vec![0, 1]),
             ] {
                 let n: usize = shape.iter().product();
+                // ties (101 values) and a NaN every 997th element
                 let xs: Vec<f64> = (0..n)
-                    .map(|i| ((i * 7919) % 101) as f64 / 7.0 - 6.0)
+                    .map(|i| {
+                        if i % 997 == 500 {
+                            f64::NAN
+                        } else {
+                            ((i * 7919) % 101) as f64 / 7.0 - 6.0
+                        }
+                    })
                     .collect();
                 let words: Vec<u64> = (0..n.div_ceil(64) as u64)
                     .map(|i| 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 11))
@@ -690,13 +698,13 @@ mod tests {
                         });
                         let mut want = op.identity();
                         op.push_run(&mut want, &vals, w.as_deref().map(|w| Bits::new(w, 0)), 0);
-                        let (g, e) = (op.finish(&got[l]), op.finish(&want));
+                        let (g, e) = (val(op.finish(&got[l])), val(op.finish(&want)));
                         assert_eq!(
                             any[l],
                             w.as_deref().is_none_or(|w| w.iter().any(|&x| x != 0))
                         );
                         assert!(
-                            (g - e).abs() <= 1e-12 * e.abs().max(1.0),
+                            (g - e).abs() <= 1e-12 * e.abs().max(1.0) || (g.is_nan() && e.is_nan()),
                             "{} {shape:?} dims {dims:?} lane {l} mask {}: {g} vs {e}",
                             op.name(),
                             bits.is_some()
@@ -705,10 +713,14 @@ mod tests {
                 }
             }
         }
-        check(&Var::default());
-        check(&Std { correction: 0.0 });
-        check(&Norm::new(2.0).unwrap());
-        check(&LogSumExp);
+        check(&Var::default(), |v| v);
+        check(&Std { correction: 0.0 }, |v| v);
+        check(&Norm::new(2.0).unwrap(), |v| v);
+        check(&LogSumExp, |v| v);
+        // the positional folds' own column kernel: extremes, then the first row holding
+        // each (ties and NaNs above)
+        check(&ArgMax, |i| i as f64);
+        check(&ArgMin, |i| i as f64);
     }
 
     /// `stat_all` over dims that leave lanes strided equals the statistic of each lane
