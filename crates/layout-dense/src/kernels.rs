@@ -636,6 +636,28 @@ mod tests {
     use super::*;
     use masked_core::lane::Cumulative;
 
+    /// The row-major offsets of every lane's start (`bases`, over the kept dims) and of
+    /// the elements within a lane (`lane`, over the reduced dims `red`), each coordinate
+    /// tuple in row-major order.
+    fn lane_offsets(shape: &[usize], red: &[usize]) -> (Vec<usize>, Vec<usize>) {
+        let strides: Vec<usize> = (0..shape.len())
+            .map(|d| shape[d + 1..].iter().product())
+            .collect();
+        let strides = &strides[..];
+        let offs = |ds: &[usize]| {
+            let mut o = vec![0usize];
+            for &d in ds {
+                o = o
+                    .iter()
+                    .flat_map(|&b| (0..shape[d]).map(move |i| b + i * strides[d]))
+                    .collect();
+            }
+            o
+        };
+        let kept: Vec<usize> = (0..shape.len()).filter(|d| !red.contains(d)).collect();
+        (offs(&kept), offs(red))
+    }
+
     /// `fold_all` over dims outer to the kept ones (the column sweep) equals each lane
     /// folded alone as one run, for the folds that sweep columns in tiles of runs
     /// (`Fold::push_columns`'s default: var, std, norm, logsumexp) and for argmax and
@@ -669,26 +691,11 @@ mod tests {
                 let words: Vec<u64> = (0..n.div_ceil(64) as u64)
                     .map(|i| 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 11))
                     .collect();
-                let strides: Vec<usize> = (0..shape.len())
-                    .map(|d| shape[d + 1..].iter().product())
-                    .collect();
-                let (strides, shape_ref) = (&strides[..], &shape[..]);
                 for bits in [None, Some(Bits::new(&words, 0))] {
                     let plan = ReducePlan::new(&shape, &Dims::from(dims.clone()), false).unwrap();
                     let (got, any) = fold_all(op, &xs, bits, &plan, 0);
                     let red: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
-                    let kept: Vec<usize> = (0..shape.len()).filter(|d| !red.contains(d)).collect();
-                    let offs = |ds: &[usize]| {
-                        let mut o = vec![0usize];
-                        for &d in ds {
-                            o = o
-                                .iter()
-                                .flat_map(|&b| (0..shape_ref[d]).map(move |i| b + i * strides[d]))
-                                .collect();
-                        }
-                        o
-                    };
-                    let (bases, lane) = (offs(&kept), offs(&red));
+                    let (bases, lane) = lane_offsets(&shape, &red);
                     for (l, &b) in bases.iter().enumerate() {
                         let vals: Vec<f64> = lane.iter().map(|&o| xs[b + o]).collect();
                         let w = bits.map(|bb| {
@@ -736,25 +743,12 @@ mod tests {
         let words: Vec<u64> = (0..n.div_ceil(64) as u64)
             .map(|i| 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i + 5))
             .collect();
-        let strides = [shape[1] * shape[2], shape[2], 1];
         for bits in [None, Some(Bits::new(&words, 0))] {
             for dims in [vec![0isize], vec![1], vec![0, 2], vec![0, 1]] {
                 let plan = ReducePlan::new(&shape, &Dims::from(dims.clone()), false).unwrap();
                 let (got, any) = stat_all(&MedianIndex, &xs, bits, &plan);
                 let red: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
-                let kept: Vec<usize> = (0..3).filter(|d| !red.contains(d)).collect();
-                // every coordinate tuple of `ds`, row-major, as an offset
-                let offs = |ds: &[usize]| {
-                    let mut o = vec![0usize];
-                    for &d in ds {
-                        o = o
-                            .iter()
-                            .flat_map(|&b| (0..shape[d]).map(move |i| b + i * strides[d]))
-                            .collect();
-                    }
-                    o
-                };
-                let (bases, lane) = (offs(&kept), offs(&red));
+                let (bases, lane) = lane_offsets(&shape, &red);
                 for (l, &b) in bases.iter().enumerate() {
                     let (mut vals, mut pos) = (Vec::new(), Vec::new());
                     for (i, &o) in lane.iter().enumerate() {
