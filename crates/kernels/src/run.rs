@@ -9,6 +9,30 @@
 use crate::bits::Bits;
 use crate::multiversion;
 
+/// Copies a tile of `w <= 64` neighbouring columns a row at a time: row `i` of the tile
+/// (`tile[i * w..i * w + w]`, `tile.len() / w` rows) is `xs[row(i)..row(i) + w]`, and
+/// `rows[i]` its validity bits, bit `k` for column `k` (left as it is without `bits`).
+/// The reductions, normalizations and statistics along outer dims read their lanes out
+/// of it ([`read_column`], [`crate::bits::column_bits`]): one contiguous copy and one
+/// word a row, where a lane at a time read a cache line and tested a bit per element.
+#[inline]
+pub fn gather_tile<T: Copy>(
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    w: usize,
+    row: impl Fn(usize) -> usize,
+    tile: &mut [T],
+    rows: &mut [u64],
+) {
+    for i in 0..tile.len() / w {
+        let at = row(i);
+        tile[i * w..i * w + w].copy_from_slice(&xs[at..at + w]);
+        if let Some(b) = bits {
+            rows[i] = b.word_at(at);
+        }
+    }
+}
+
 /// Column `j` of a row-major tile `width` elements wide, into `out` (one element a row:
 /// `out[k] = tile[k * width + j]`, `out.len()` rows). Its own function so that the two
 /// slices are known apart: written inline over a tile and a run held in `Vec`s, the loop

@@ -412,30 +412,6 @@ fn gather<T: Element, F: Fold<T>>(
     });
 }
 
-/// Copies a tile of `w <= 64` neighbouring lanes a row at a time: row `i` of the tile
-/// (`tile[i * w..i * w + w]`, one row per lane position, `tile.len() / w` of them) is
-/// `xs[row(i)..row(i) + w]`, and `rows[i]` its validity bits, bit `k` for lane `k` (left
-/// as it is without `bits`). The normalizations and statistics along outer dims read
-/// their lanes out of it: one contiguous copy and one word a row, where a lane at a time
-/// read a cache line and tested a bit per element.
-#[inline]
-fn gather_tile<T: Copy>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    w: usize,
-    row: impl Fn(usize) -> usize,
-    tile: &mut [T],
-    rows: &mut [u64],
-) {
-    for i in 0..tile.len() / w {
-        let at = row(i);
-        tile[i * w..i * w + w].copy_from_slice(&xs[at..at + w]);
-        if let Some(b) = bits {
-            rows[i] = b.word_at(at);
-        }
-    }
-}
-
 /// Computes `stat` over the valid values of every lane: gathers each lane's valid values
 /// into per-thread scratch (contiguous lanes are read in place), then hands them over.
 pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
@@ -478,7 +454,7 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
                 Vec::with_capacity(len),
                 Vec::new(),
             );
-            gather_tile(xs, bits, w, |i| first + lane_off[i], tile, rows);
+            masked_kernels::run::gather_tile(xs, bits, w, |i| first + lane_off[i], tile, rows);
             for k in 0..w {
                 vals.clear();
                 pos.clear();
@@ -610,7 +586,7 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
             let (base, j0) = (i / tiles * len * inner, i % tiles * tile);
             let w = tile.min(inner - j0);
             let (tl, back) = (&mut tl[..len * w], &mut back[..len * w]);
-            gather_tile(xs, bits, w, |k| base + k * inner + j0, tl, rows);
+            masked_kernels::run::gather_tile(xs, bits, w, |k| base + k * inner + j0, tl, rows);
             for jj in 0..w {
                 masked_kernels::run::read_column(tl, w, jj, vals);
                 let lane_bits = bits.map(|_| {

@@ -247,7 +247,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
         }
         let tr = COLUMN_TILE_ROWS.min(nrows);
         let (tile, rows, run, words) = &mut (
-            vec![T::default(); 64 * tr],
+            vec![T::default(); w.min(64) * tr],
             vec![0u64; tr],
             vec![T::default(); tr],
             vec![0u64; tr.div_ceil(64)],
@@ -256,18 +256,14 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
             let cw = 64.min(w - c0);
             for r0 in (0..nrows).step_by(tr) {
                 let rn = tr.min(nrows - r0);
-                for i in 0..rn {
-                    let at = (r0 + i) * stride + c0;
-                    tile[i * cw..i * cw + cw].copy_from_slice(&xs[at..at + cw]);
-                    if let Some(b) = bits {
-                        rows[i] = b.word_at(at);
-                    }
-                }
+                let first = r0 * stride + c0;
+                let (tile, rows) = (&mut tile[..rn * cw], &mut rows[..rn]);
+                masked_kernels::run::gather_tile(xs, bits, cw, |i| first + i * stride, tile, rows);
                 let words = &mut words[..rn.div_ceil(64)];
                 for (j, s) in states[c0..c0 + cw].iter_mut().enumerate() {
                     masked_kernels::run::read_column(tile, cw, j, &mut run[..rn]);
                     let rb = bits.map(|_| {
-                        masked_kernels::bits::column_bits(&rows[..rn], j, words);
+                        masked_kernels::bits::column_bits(rows, j, words);
                         Bits::new(words, 0)
                     });
                     self.push_run(s, &run[..rn], rb, idx0 + r0 as i64);
