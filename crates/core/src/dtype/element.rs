@@ -676,7 +676,13 @@ pub trait Float:
     /// [`Float::from_calc`] of each of `src` into `dst` (the common length): a vector
     /// loop, or (`f16`) the CPU's conversion instruction where it has one.
     fn from_calc_block(src: &[Self::Calc], dst: &mut [Self]) {
-        masked_kernels::run::map_run(src, None, dst, |c: Self::Calc, _| Self::from_calc(c));
+        masked_kernels::run::map_run(
+            src,
+            None,
+            dst,
+            #[inline(always)]
+            |c: Self::Calc, _| Self::from_calc(c),
+        );
     }
 }
 

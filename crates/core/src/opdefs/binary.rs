@@ -235,14 +235,39 @@ fn run_with<T: Copy, O: Value>(
     out: &mut [O],
     f: impl Fn(T, T) -> O + Copy,
 ) {
-    let n = out.len();
-    let pick = move |r: O, v: bool| if v { r } else { O::default() };
-    match (xs, ys) {
-        (Src::Slice(a), Src::Slice(b)) => {
-            zip_run(&a[..n], &b[..n], bits, out, move |x, y, v| pick(f(x, y), v))
+    /// `r` where valid, the default elsewhere
+    #[inline(always)]
+    fn pick<O: Value>(r: O, v: bool) -> O {
+        if v {
+            r
+        } else {
+            O::default()
         }
-        (Src::Slice(a), Src::Splat(y)) => map_run(&a[..n], bits, out, move |x, v| pick(f(x, y), v)),
-        (Src::Splat(x), Src::Slice(b)) => map_run(&b[..n], bits, out, move |y, v| pick(f(x, y), v)),
+    }
+    let n = out.len();
+    match (xs, ys) {
+        (Src::Slice(a), Src::Slice(b)) => zip_run(
+            &a[..n],
+            &b[..n],
+            bits,
+            out,
+            #[inline(always)]
+            move |x, y, v| pick(f(x, y), v),
+        ),
+        (Src::Slice(a), Src::Splat(y)) => map_run(
+            &a[..n],
+            bits,
+            out,
+            #[inline(always)]
+            move |x, v| pick(f(x, y), v),
+        ),
+        (Src::Splat(x), Src::Slice(b)) => map_run(
+            &b[..n],
+            bits,
+            out,
+            #[inline(always)]
+            move |y, v| pick(f(x, y), v),
+        ),
         (Src::Splat(x), Src::Splat(y)) => {
             let r = f(x, y);
             for (k, o) in out.iter_mut().enumerate() {
@@ -681,7 +706,7 @@ impl<T: Element> ZipMap<T> for KeepZip {
             // memory-bound op on 10M CSR entries)
             (_, _, o) => {
                 let out = T::unerase_owned(o).expect("erased as T above");
-                keep_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
+                keep_dispatch!(op, OP => run_with(xs, ys, bits, out, #[inline(always)] move |x: T, y: T| OP.apply(x, y)));
             }
         }
         None
@@ -704,7 +729,7 @@ macro_rules! compiled_runs {
                     bits: Option<Bits<'_>>,
                     out: &mut [$o],
                 ) {
-                    $dispatch!(self, OP => run_with(xs, ys, bits, out, move |x: $t, y: $t| OP.apply(x, y)));
+                    $dispatch!(self, OP => run_with(xs, ys, bits, out, #[inline(always)] move |x: $t, y: $t| OP.apply(x, y)));
                 }
             )*
         }
@@ -791,7 +816,15 @@ pub fn keep_pair_run<T: Element, F: Fold<T>>(
     macro_rules! pair {
         ($v:ident) => {{
             const OP: KeepBin = KeepBin::$v;
-            op.push_pair_run(state, xs, ys, move |x: T, y: T| OP.apply(x, y), bits, idx0)
+            op.push_pair_run(
+                state,
+                xs,
+                ys,
+                #[inline(always)]
+                move |x: T, y: T| OP.apply(x, y),
+                bits,
+                idx0,
+            )
         }};
     }
     match bin {
@@ -843,7 +876,7 @@ impl<T: Element> ZipMap<T> for FloatZip {
             // own type (converted to f64 in blocks, an i32 `div` took 1.6x as long)
             (_, _, o) => {
                 let out = <T::Real as Erase>::unerase_owned(o).expect("erased as T::Real above");
-                float_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)));
+                float_dispatch!(op, OP => run_with(xs, ys, bits, out, #[inline(always)] move |x: T, y: T| OP.apply(x, y)));
             }
         }
         None
@@ -878,7 +911,7 @@ impl<T: Element> ZipMap<T> for CmpZip {
             // compares its bits as they are, and blocks widened to f32 made `gt` 1.3x
             // slower
             _ => {
-                cmp_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| OP.apply(x, y)))
+                cmp_dispatch!(op, OP => run_with(xs, ys, bits, out, #[inline(always)] move |x: T, y: T| OP.apply(x, y)))
             }
         }
         None
@@ -969,7 +1002,14 @@ impl<T: Element> ZipMap<T> for PredZip {
         out: &mut [bool],
     ) -> Option<usize> {
         let p = self.0;
-        run_with(xs, ys, bits, out, move |x: T, _| p.holds(x));
+        run_with(
+            xs,
+            ys,
+            bits,
+            out,
+            #[inline(always)]
+            move |x: T, _| p.holds(x),
+        );
         None
     }
 }
@@ -1079,7 +1119,7 @@ fn partial_loop<T: Element, O: Float>(
     out: &mut [O],
 ) {
     let pick = |(px, py): (f64, f64), wrt_y: bool| if wrt_y { py } else { px };
-    grad_dispatch!(op, OP => run_with(xs, ys, bits, out, move |x: T, y: T| {
+    grad_dispatch!(op, OP => run_with(xs, ys, bits, out, #[inline(always)] move |x: T, y: T| {
         let p = OP.partials(x.to_f64(), y.to_f64()).unwrap_or((0.0, 0.0));
         O::from_f64(pick(p, wrt_y))
     }));
@@ -1204,11 +1244,11 @@ fn grad_loop<T: Element, Q: Float>(
     dy: &mut [Q],
 ) {
     grad_dispatch!(op, OP => match ys {
-        Src::Slice(ys) => pair_run(xs, ys, g, bits, dx, dy, move |x: T, y: T, gv, v| {
+        Src::Slice(ys) => pair_run(xs, ys, g, bits, dx, dy, #[inline(always)] move |x: T, y: T, gv, v| {
             times_partials::<T, Q>(OP, x, y, gv, v)
         }),
         // the second run is a stand-in the closure does not read
-        Src::Splat(s) => pair_run(xs, xs, g, bits, dx, dy, move |x: T, _: T, gv, v| {
+        Src::Splat(s) => pair_run(xs, xs, g, bits, dx, dy, #[inline(always)] move |x: T, _: T, gv, v| {
             times_partials::<T, Q>(OP, x, s, gv, v)
         }),
     })

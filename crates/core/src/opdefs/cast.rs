@@ -57,15 +57,26 @@ impl<D: Element> Cast<D> {
     /// Casts the lane `xs` into `out` (0 where masked out), keeping the first valid
     /// value `D` cannot hold: the body of its [`LaneMap`](crate::LaneMap) impl.
     pub fn map_lane<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [D]) {
-        map_run(xs, bits, out, move |x: T, valid| {
-            if valid {
-                D::from_scalar(x.to_scalar()).unwrap_or(D::ZERO)
-            } else {
-                D::ZERO
-            }
-        });
+        map_run(
+            xs,
+            bits,
+            out,
+            #[inline(always)]
+            move |x: T, valid| {
+                if valid {
+                    D::from_scalar(x.to_scalar()).unwrap_or(D::ZERO)
+                } else {
+                    D::ZERO
+                }
+            },
+        );
         if Self::can_fail(T::DTYPE) {
-            let bad = first_match(xs, bits, |x: T| D::from_scalar(x.to_scalar()).is_none());
+            let bad = first_match(
+                xs,
+                bits,
+                #[inline(always)]
+                |x: T| D::from_scalar(x.to_scalar()).is_none(),
+            );
             if let Some(k) = bad {
                 let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
                 f.get_or_insert(xs[k].to_scalar());

@@ -508,7 +508,12 @@ pub fn not_nan_words<T: crate::Element>(values: &[T], prior: Option<&[u64]>) -> 
     let chunk = 1 << 16;
     masked_kernels::par::chunks_mut(&mut words, chunk / 64, |c, w| {
         let xs = &values[c * chunk..((c + 1) * chunk).min(values.len())];
-        pred_bits(xs, w, move |x: T| !x.is_nan())
+        pred_bits(
+            xs,
+            w,
+            #[inline(always)]
+            move |x: T| !x.is_nan(),
+        )
     });
     if let Some(p) = prior {
         for (w, &m) in words.iter_mut().zip(p) {

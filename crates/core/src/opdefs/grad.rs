@@ -548,9 +548,13 @@ impl LaneGrad for LogSumExpGrad {
         if !y.is_finite() {
             return false;
         }
-        masked_kernels::run::map_run(xs, None, &mut out[..xs.len()], move |x: T, _| {
-            <T::Real as Float>::from_f64(scale * (x.to_f64() - y).exp_full())
-        });
+        masked_kernels::run::map_run(
+            xs,
+            None,
+            &mut out[..xs.len()],
+            #[inline(always)]
+            move |x: T, _| <T::Real as Float>::from_f64(scale * (x.to_f64() - y).exp_full()),
+        );
         true
     }
 }
@@ -704,10 +708,24 @@ impl QuantileGrad {
             let vt = T::from_f64_lossy(v);
             if vt.to_f64() == v && T::LOWEST.to_f64() == lo && T::HIGHEST.to_f64() == hi {
                 // `v` is a value of the lane's type (always for f32 and f64): compare there
-                let (l, e, b, a) = around(xs, vt, T::LOWEST, T::HIGHEST, |x| x);
+                let (l, e, b, a) = around(
+                    xs,
+                    vt,
+                    T::LOWEST,
+                    T::HIGHEST,
+                    #[inline(always)]
+                    |x| x,
+                );
                 (l, e, b.to_f64(), a.to_f64())
             } else {
-                around(xs, v, lo, hi, |x: T| x.to_f64())
+                around(
+                    xs,
+                    v,
+                    lo,
+                    hi,
+                    #[inline(always)]
+                    |x: T| x.to_f64(),
+                )
             }
         } else {
             (
@@ -906,25 +924,49 @@ impl SoftmaxGrad {
         let zero = R::ZERO;
         match self.kind {
             Softmax | Softmin => {
-                let dot = sum8(ys, g, |y: R, g: R| y.to_f64() * g.to_f64());
+                let dot = sum8(
+                    ys,
+                    g,
+                    #[inline(always)]
+                    |y: R, g: R| y.to_f64() * g.to_f64(),
+                );
                 let sign = if self.kind == Softmin { -1.0 } else { 1.0 };
-                zip_run(at_ys, at_g, bits, out, move |y: R, gi: R, ok| {
-                    if ok {
-                        to(sign * y.to_f64() * (gi.to_f64() - dot))
-                    } else {
-                        zero
-                    }
-                });
+                zip_run(
+                    at_ys,
+                    at_g,
+                    bits,
+                    out,
+                    #[inline(always)]
+                    move |y: R, gi: R, ok| {
+                        if ok {
+                            to(sign * y.to_f64() * (gi.to_f64() - dot))
+                        } else {
+                            zero
+                        }
+                    },
+                );
             }
             LogSoftmax => {
-                let total = sum8(g, g, |g: R, _| g.to_f64());
-                zip_run(at_ys, at_g, bits, out, move |y: R, gi: R, ok| {
-                    if ok {
-                        to(gi.to_f64() - y.to_f64().exp_full() * total)
-                    } else {
-                        zero
-                    }
-                });
+                let total = sum8(
+                    g,
+                    g,
+                    #[inline(always)]
+                    |g: R, _| g.to_f64(),
+                );
+                zip_run(
+                    at_ys,
+                    at_g,
+                    bits,
+                    out,
+                    #[inline(always)]
+                    move |y: R, gi: R, ok| {
+                        if ok {
+                            to(gi.to_f64() - y.to_f64().exp_full() * total)
+                        } else {
+                            zero
+                        }
+                    },
+                );
             }
         }
     }
@@ -1244,7 +1286,13 @@ impl GradScratch {
         // in the CPU's vector kernel: generic code is compiled for the baseline CPU,
         // where the halves' rounding from f64 runs two values at a time
         let to = <T::Real as Float>::from_f64;
-        masked_kernels::run::map_run(&self.o, None, &mut out[..n], move |v: f64, _| to(v));
+        masked_kernels::run::map_run(
+            &self.o,
+            None,
+            &mut out[..n],
+            #[inline(always)]
+            move |v: f64, _| to(v),
+        );
     }
 }
 

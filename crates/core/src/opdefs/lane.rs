@@ -478,17 +478,30 @@ fn softmax_lane<T: Element, const FUSED: bool>(
             let dst = &mut out[from..];
             if neg {
                 let shift = extremum(AMinLanes, p, None, 0).calc();
-                map_run(p, None, dst, move |x: T, _| {
-                    exp_of::<_, FUSED>(shift - x.calc())
-                });
+                map_run(
+                    p,
+                    None,
+                    dst,
+                    #[inline(always)]
+                    move |x: T, _| exp_of::<_, FUSED>(shift - x.calc()),
+                );
             } else {
                 let shift = extremum(AMaxLanes, p, None, 0).calc();
-                map_run(p, None, dst, move |x: T, _| {
-                    exp_of::<_, FUSED>(x.calc() - shift)
-                });
+                map_run(
+                    p,
+                    None,
+                    dst,
+                    #[inline(always)]
+                    move |x: T, _| exp_of::<_, FUSED>(x.calc() - shift),
+                );
             }
             let inv = <CalcOf<T> as Float>::ONE / fold_run(&RealSum, dst, None, 0);
-            update_run(dst, None, move |e: CalcOf<T>, _| e * inv);
+            update_run(
+                dst,
+                None,
+                #[inline(always)]
+                move |e: CalcOf<T>, _| e * inv,
+            );
         });
         expand_in_place(out, from, b, zero);
         return;
@@ -502,14 +515,20 @@ fn softmax_lane<T: Element, const FUSED: bool>(
     let shift = m.calc();
     if log {
         let lsum = exp_sum(xs, bits, shift).ln();
-        map_run(xs, bits, out, move |x: T, ok| {
-            let v = x.calc() - shift - lsum;
-            if ok {
-                v
-            } else {
-                fill
-            }
-        });
+        map_run(
+            xs,
+            bits,
+            out,
+            #[inline(always)]
+            move |x: T, ok| {
+                let v = x.calc() - shift - lsum;
+                if ok {
+                    v
+                } else {
+                    fill
+                }
+            },
+        );
         return;
     }
     if bits.is_none() && xs.len() <= SHORT {
@@ -533,23 +552,35 @@ fn softmax_lane<T: Element, const FUSED: bool>(
     // exp once: write exp(+-(x - shift)) (0 where masked out), sum the lane while it
     // is in L1, then scale in place
     if neg {
-        map_run(xs, bits, out, move |x: T, ok| {
-            let d = if ok { shift - x.calc() } else { zero };
-            if ok {
-                exp_of::<_, FUSED>(d)
-            } else {
-                zero
-            }
-        });
+        map_run(
+            xs,
+            bits,
+            out,
+            #[inline(always)]
+            move |x: T, ok| {
+                let d = if ok { shift - x.calc() } else { zero };
+                if ok {
+                    exp_of::<_, FUSED>(d)
+                } else {
+                    zero
+                }
+            },
+        );
     } else {
-        map_run(xs, bits, out, move |x: T, ok| {
-            let d = if ok { x.calc() - shift } else { zero };
-            if ok {
-                exp_of::<_, FUSED>(d)
-            } else {
-                zero
-            }
-        });
+        map_run(
+            xs,
+            bits,
+            out,
+            #[inline(always)]
+            move |x: T, ok| {
+                let d = if ok { x.calc() - shift } else { zero };
+                if ok {
+                    exp_of::<_, FUSED>(d)
+                } else {
+                    zero
+                }
+            },
+        );
     }
     let sum: CalcOf<T> = fold_run(&RealSum, out, None, 0);
     let inv = <CalcOf<T> as Float>::ONE / sum;
@@ -557,6 +588,7 @@ fn softmax_lane<T: Element, const FUSED: bool>(
     update_run(
         out,
         bits,
+        #[inline(always)]
         move |e: CalcOf<T>, ok| if ok { e * inv } else { zero },
     );
 }
@@ -627,6 +659,7 @@ impl<T: Element> LaneMap<T> for Normalize {
                 xs,
                 bits,
                 out,
+                #[inline(always)]
                 move |x: T, ok| if ok { x.calc() / denom } else { zero },
             )
         });
@@ -682,8 +715,13 @@ impl<T: Element> LaneMap<T> for Cumulative {
             if vector_terms {
                 // the terms into `totals`, then the chain over them in place
                 let b = bits.map(|b| b.offset(c * 64));
-                let pick = move |x: T, ok| if ok { x.to_total() } else { id };
-                map_run(xc, b, &mut totals[..m], pick);
+                map_run(
+                    xc,
+                    b,
+                    &mut totals[..m],
+                    #[inline(always)]
+                    move |x: T, ok| if ok { x.to_total() } else { id },
+                );
                 for t in &mut totals[..m] {
                     *t = step(*t);
                 }
@@ -693,7 +731,13 @@ impl<T: Element> LaneMap<T> for Cumulative {
                     *t = step(if (w >> k) & 1 == 1 { x.to_total() } else { id });
                 }
             }
-            map_run(&totals[..m], None, oc, |t: T::Total, _| T::from_total(t));
+            map_run(
+                &totals[..m],
+                None,
+                oc,
+                #[inline(always)]
+                |t: T::Total, _| T::from_total(t),
+            );
         }
     }
 }

@@ -621,13 +621,28 @@ where
 {
     let best = extremum(lanes, xs, bits, 0);
     if best.is_nan() {
-        first_match(xs, bits, move |x: T| x.is_nan())
+        first_match(
+            xs,
+            bits,
+            #[inline(always)]
+            move |x: T| x.is_nan(),
+        )
     } else if T::COMPARES_WIDENED {
         // the halves compared as f32, as `extremum` does
         let b = best.calc();
-        first_match(xs, bits, move |x: T| x.calc() == b)
+        first_match(
+            xs,
+            bits,
+            #[inline(always)]
+            move |x: T| x.calc() == b,
+        )
     } else {
-        first_match(xs, bits, move |x: T| x == best)
+        first_match(
+            xs,
+            bits,
+            #[inline(always)]
+            move |x: T| x == best,
+        )
     }
 }
 

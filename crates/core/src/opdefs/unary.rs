@@ -105,13 +105,24 @@ pub trait Unary: Copy + Send + Sync {
     /// overrides it as [`FloatFn`] does [`Unary::map_float`].
     fn map_keep<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
         let u = *self;
-        map_run(xs, bits, out, move |x: T, valid| {
-            if valid {
-                x.map_keep(|c| u.float::<T>(c), |i| u.int(i))
-            } else {
-                T::ZERO
-            }
-        });
+        map_run(
+            xs,
+            bits,
+            out,
+            #[inline(always)]
+            move |x: T, valid| {
+                if valid {
+                    x.map_keep(
+                        #[inline(always)]
+                        |c| u.float::<T>(c),
+                        #[inline(always)]
+                        |i| u.int(i),
+                    )
+                } else {
+                    T::ZERO
+                }
+            },
+        );
     }
 }
 
@@ -239,7 +250,7 @@ macro_rules! unary {
             }
             fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
                 map_run(xs, bits, out, FloatAt::<T, Self, true>::new(*self));
-                beyond_fast(xs, out, |_| true, |c| self.float::<T>(c));
+                beyond_fast(xs, out, #[inline(always)] |_| true, #[inline(always)] |c| self.float::<T>(c));
             }
         );
     };
@@ -405,7 +416,13 @@ fn calc_blocks<T: Element>(
             None => <T::Unpacked as Erase>::erase::<SliceOf<'_>>(T::unpack(src, &mut raw[..m])),
             Some(_) => {
                 let c = &mut cx[..m];
-                map_run(src, None, c, |x: T, _| x.calc());
+                map_run(
+                    src,
+                    None,
+                    c,
+                    #[inline(always)]
+                    |x: T, _| x.calc(),
+                );
                 <CalcOf<T> as Erase>::erase::<SliceOf<'_>>(c)
             }
         };
@@ -826,8 +843,14 @@ impl Unary for Pow {
             // zeros, infinities and NaNs; a negative base's fractional power is NaN from
             // either form, and not recomputed (half of a normal sample's)
             let (zero, inf) = (<CalcOf<T> as Element>::ZERO, <CalcOf<T> as Float>::INFINITY);
-            let special = move |c: CalcOf<T>| c == zero || c.abs() == inf || c.is_nan();
-            beyond_fast(xs, out, special, |c| self.float::<T>(c));
+            beyond_fast(
+                xs,
+                out,
+                #[inline(always)]
+                move |c: CalcOf<T>| c == zero || c.abs() == inf || c.is_nan(),
+                #[inline(always)]
+                |c| self.float::<T>(c),
+            );
         } else {
             map_run(xs, bits, out, FloatAt::<T, Self, false>::new(*self));
         }
