@@ -15,7 +15,10 @@ profile=${MASKED_PROFILE:-dev}
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2" numpy scipy pytest "dask[array]" distributed
+# dask through its `distributed` extra, which pins the matching distributed release: asked
+# for separately, pip paired dask 2026.11.0 (no distributed of that release yet) with
+# distributed 2021.4.1, which fails to import
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2" numpy scipy pytest "dask[array,distributed]"
 # pip install . with maturin from the venv (no isolated build env to download), in the
 # chosen cargo profile: dev, whose settings the test profile inherits, reuses the engine
 # that `cargo test` compiled into target/debug

@@ -6,7 +6,7 @@ import pytest
 
 import masked as mk
 
-da = pytest.importorskip("dask.array", reason="dask is optional (pip install 'dask[array]' distributed)")
+da = pytest.importorskip("dask.array", reason="dask is optional (pip install 'dask[array,distributed]')")
 
 EXACT = {"count", "amax", "amin", "nanmax", "nanmin", "ptp", "argmax", "argmin", "nanargmax", "nanargmin", "median", "nanmedian", "quantile", "nanquantile"}
 FLOAT_ONLY = {"logsumexp", "logmeanexp", "nanmean", "nanvar", "nanstd", "nansum", "nanmax", "nanmin", "nanargmax", "nanargmin", "nanmedian", "nanquantile"}
