@@ -558,9 +558,12 @@ fn softmax_lane<T: Element, const FUSED: bool>(
             out,
             #[inline(always)]
             move |x: T, ok| {
-                let d = if ok { shift - x.calc() } else { zero };
+                // at every element, then selected (see `FloatAt::at` in unary.rs): a
+                // valid `d` is <= 0 (or NaN); a masked-out one is capped at 0
+                let d = shift - x.calc();
+                let e = exp_of::<_, FUSED>(if d > zero { zero } else { d });
                 if ok {
-                    exp_of::<_, FUSED>(d)
+                    e
                 } else {
                     zero
                 }
@@ -573,9 +576,12 @@ fn softmax_lane<T: Element, const FUSED: bool>(
             out,
             #[inline(always)]
             move |x: T, ok| {
-                let d = if ok { x.calc() - shift } else { zero };
+                // at every element, then selected (see `FloatAt::at` in unary.rs): a
+                // valid `d` is <= 0 (or NaN); a masked-out one is capped at 0
+                let d = x.calc() - shift;
+                let e = exp_of::<_, FUSED>(if d > zero { zero } else { d });
                 if ok {
-                    exp_of::<_, FUSED>(d)
+                    e
                 } else {
                     zero
                 }

@@ -111,6 +111,9 @@ pub trait Unary: Copy + Send + Sync {
             out,
             #[inline(always)]
             move |x: T, valid| {
+                // in the branch, unlike `FloatAt::at`: the type-keeping ops are cheap
+                // (abs, neg, clamp ...), and a masked load is the faster form for them
+                // (neg 1.11x computed at every element, then selected)
                 if valid {
                     x.map_keep(
                         #[inline(always)]
@@ -315,13 +318,18 @@ impl<T: Element, U: Unary, const FAST: bool> masked_kernels::run::ElemMap<T, T::
 {
     #[inline(always)]
     fn at(&self, x: T, valid: bool) -> T::Real {
+        // computed at every element, then selected: written `if valid { f(x) }`, LLVM
+        // sank the input's load into the branch and the vectoriser made it a masked
+        // load, which the whole computation waited on (AMD EPYC, AVX-512, one thread:
+        // f32 exp 3.4x, log 2.6x, f64 exp 2x slower)
+        let c = x.calc();
+        let r = <T::Real as Float>::from_calc(if FAST {
+            self.0.fast::<T>(c)
+        } else {
+            self.0.float::<T>(c)
+        });
         if valid {
-            let c = x.calc();
-            <T::Real as Float>::from_calc(if FAST {
-                self.0.fast::<T>(c)
-            } else {
-                self.0.float::<T>(c)
-            })
+            r
         } else {
             <T::Real as Element>::ZERO
         }
