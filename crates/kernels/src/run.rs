@@ -511,6 +511,7 @@ fn columns_kernel<T: Copy, L: Lanes<T>>(
             Some(b) => {
                 let b = b.offset(r * stride);
                 for c in 0..full / 64 {
+                    prefetch_chunk(row, c * 64);
                     let cr = c * 64..c * 64 + 64;
                     let (ac, xc) = (&mut acc[cr.clone()], &row[cr]);
                     let word = b.word_at(c * 64);
