@@ -2,7 +2,7 @@
 //! ([`crate::unary`]) call on [`Float::Calc`](crate::Float::Calc) values. The engine's own
 //! branch-free functions, so that a loop over them vectorises: `exp`, ln, log2, log10,
 //! log1p, expm1, atan, atan2, tanh, asinh, acosh, atanh, erf and erfc (both types; f32
-//! erf, erfc and atan2 computed in f64); sin, cos and tan (both) below
+//! erf, erfc, atan2, asinh and acosh computed in f64); sin, cos and tan (both) below
 //! [`Math::TRIG_LIMIT`] (the map recomputes larger arguments with the std functions);
 //! asin, acos (through atan2), sinh and cosh (through exp); `pow` as `e^(p ln x)`, f32's
 //! in f64 and f64's in double-double ([`Math::powf_fast`]). The rest (hypot, and the few
