@@ -149,21 +149,25 @@ impl<T: Element> ByName<T> for MaskedView<'_, T, IxDyn> {
 /// A sparse result's parts: shape, row-major flat positions, values.
 type Parts<O> = (Vec<usize>, Vec<usize>, Vec<O>);
 
-fn sparse_outcome<O: Element>((shape, indices, values): Parts<O>) -> SparseOutcome {
-    let values = O::into_dyn(values);
+/// A sparse result of parts, its values erased by `erase` (`Element::into_dyn`, or
+/// `Value::into_values` for a binary op's).
+fn sparse_outcome<O, V>(
+    (shape, indices, values): Parts<O>,
+    erase: impl FnOnce(Vec<O>) -> V,
+) -> SparseOutcome<V> {
     SparseOutcome {
         shape,
         indices,
-        values,
+        values: erase(values),
     }
 }
 
 fn sparse_reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
-    sparse_outcome(r.into_parts())
+    sparse_outcome(r.into_parts(), O::into_dyn)
 }
 
 fn sparse_mapped<O: Element, I: SpIndex>(m: CsrMapped<'_, O, I>) -> SparseOutcome {
-    sparse_outcome(csr_parts(m))
+    sparse_outcome(csr_parts(m), O::into_dyn)
 }
 
 /// A CSR result as [`Parts`].
@@ -299,21 +303,12 @@ fn dense_zipped<O: Value>(r: MaskedArrayD<O>) -> ZipOutcome {
     }
 }
 
-fn sparse_zip_outcome<O: Value>((shape, indices, values): Parts<O>) -> SparseZipOutcome {
-    let values = O::into_values(values);
-    SparseZipOutcome {
-        shape,
-        indices,
-        values,
-    }
-}
-
 fn sparse_zipped<O: Value>(r: SparseArray<O>) -> SparseZipOutcome {
-    sparse_zip_outcome(r.into_parts())
+    sparse_outcome(r.into_parts(), O::into_values)
 }
 
 fn csr_zipped<O: Value, I: SpIndex>(m: CsrMapped<'_, O, I>) -> SparseZipOutcome {
-    sparse_zip_outcome(csr_parts(m))
+    sparse_outcome(csr_parts(m), O::into_values)
 }
 
 /// `impl ZipByName` for a layout and operand kind with one conversion.

@@ -132,29 +132,20 @@ struct Handle {
     store: Store,
 }
 
-/// `i64` values as `usize` (the same bits), after checking that none is negative.
-fn as_usize(v: &[i64]) -> Result<&[usize], Error> {
-    if let Some(p) = v.iter().position(|&x| x < 0) {
+/// Signed indices (`i64`, `i32`) as the unsigned type of their width (`usize`, `u32`:
+/// the same bits), after checking that none is negative.
+fn as_unsigned<S: Copy + Default + PartialOrd + std::fmt::Display, U>(
+    v: &[S],
+) -> Result<&[U], Error> {
+    if let Some(p) = v.iter().position(|&x| x < S::default()) {
         return Err(Error::InvalidData(format!(
             "negative index {} at entry {p}",
             v[p]
         )));
     }
-    // SAFETY: i64 and usize have one size and alignment on 64-bit targets (checked at
-    // compile time below) and every value is non-negative
-    Ok(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<usize>(), v.len()) })
-}
-
-/// `i32` values as `u32` (the same bits), after checking that none is negative.
-fn as_u32(v: &[i32]) -> Result<&[u32], Error> {
-    if let Some(p) = v.iter().position(|&x| x < 0) {
-        return Err(Error::InvalidData(format!(
-            "negative index {} at entry {p}",
-            v[p]
-        )));
-    }
-    // SAFETY: same size and alignment, every value non-negative
-    Ok(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u32>(), v.len()) })
+    // SAFETY: `recast_slice` asserts one size and alignment; every value is
+    // non-negative, so it means the same number unsigned
+    Ok(unsafe { recast_slice(v) })
 }
 
 const _: () = assert!(std::mem::size_of::<usize>() == 8, "a 64-bit target");
@@ -1408,10 +1399,20 @@ impl Handle {
         let n = data.bind(py).cast::<numpy::PyUntypedArray>()?.len();
         if *wide {
             let ix: PyReadonlyArray1<'_, i64> = indices.bind(py).extract()?;
-            check_structure(*shape, indptr, as_usize(ix.as_slice()?).map_err(py_err)?, n)?;
+            check_structure(
+                *shape,
+                indptr,
+                as_unsigned::<i64, usize>(ix.as_slice()?).map_err(py_err)?,
+                n,
+            )?;
         } else {
             let ix: PyReadonlyArray1<'_, i32> = indices.bind(py).extract()?;
-            check_structure(*shape, indptr, as_u32(ix.as_slice()?).map_err(py_err)?, n)?;
+            check_structure(
+                *shape,
+                indptr,
+                as_unsigned::<i32, u32>(ix.as_slice()?).map_err(py_err)?,
+                n,
+            )?;
         }
         self.store.with_ref(py, |_| Ok(()))
     }
