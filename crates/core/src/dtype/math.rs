@@ -4,7 +4,7 @@
 //! log1p, expm1, atan, atan2, tanh, asinh, acosh, atanh, erf and erfc (both types; f32
 //! erf, erfc, atan2, asinh and acosh computed in f64); sin, cos and tan (both) below
 //! [`Math::TRIG_LIMIT`] (the map recomputes larger arguments with the std functions);
-//! asin, acos (through atan2), sinh and cosh (through exp); `pow` as `e^(p ln x)`, f32's
+//! asin and acos (fdlibm's), sinh and cosh (through exp); `pow` as `e^(p ln x)`, f32's
 //! in f64 and f64's in double-double ([`Math::powf_fast`]). The rest (hypot, and the few
 //! arguments a fast form leaves NaN) come from the standard library.
 
@@ -943,8 +943,7 @@ fn pow_positive_f64(x: f64, p: f64) -> f64 {
 }
 
 /// f32 functions computed in f64 and rounded once (within 1 ulp where the f64 one is
-/// within a few of its own): asin, acos, erf and erfc, whose f64 forms above are
-/// branch-free.
+/// within a few of its own): erf and erfc, whose f64 forms above are branch-free.
 macro_rules! in_f64 {
     ($($name:ident = $f:ident),* $(,)?) => {
         $(
@@ -957,17 +956,100 @@ macro_rules! in_f64 {
     };
 }
 
-/// `asin(x)` in f64, branch-free: `atan2(x, sqrt((1 - x)(1 + x)))` with the vectorised
-/// [`atan2_f64`] (`1 - x` is exact near 1, where the root matters); NaN beyond 1.
+/// The shared parts of fdlibm's `asin` and `acos`, of `z = x^2` below `|x| = 0.5` and
+/// `z = (1 - |x|) / 2` above: its rational `R(z) = z P(z) / Q(z)`, which approximates
+/// `asin(sqrt z) / sqrt z - 1` over `z` in `[0, 0.25]`; `s = sqrt(z)`; `df`, `s` with its
+/// low 32 bits cleared; and `c = (z - df^2) / (s + df)`, so that `df + c` is `s` to twice
+/// the precision.
+/// Every lane computes every part (the ranges are picked by selects).
+// fdlibm's coefficients as published
+#[allow(clippy::excessive_precision)]
 #[inline(always)]
-fn asin_f64(x: f64) -> f64 {
-    atan2_f64(x, ((1.0 - x) * (1.0 + x)).sqrt())
+fn asin_parts_f64(x: f64) -> (f64, f64, f64, f64) {
+    const PS: [f64; 6] = [
+        3.479_331_075_960_211_675_70e-05,
+        7.915_349_942_898_145_321_76e-04,
+        -4.005_553_450_067_941_140_27e-02,
+        2.012_125_321_348_629_258_81e-01,
+        -3.255_658_186_224_009_154_05e-01,
+        1.666_666_666_666_666_574_15e-01,
+    ];
+    const QS: [f64; 5] = [
+        7.703_815_055_590_193_527_91e-02,
+        -6.882_839_716_054_532_930_30e-01,
+        2.020_945_760_233_505_694_71e+00,
+        -2.403_394_911_734_414_218_78e+00,
+        1.0,
+    ];
+    let a = x.abs();
+    let z = if a < 0.5 { x * x } else { (1.0 - a) * 0.5 };
+    let mut p = PS[0];
+    for &k in &PS[1..] {
+        p = p * z + k;
+    }
+    let mut q = QS[0];
+    for &k in &QS[1..] {
+        q = q * z + k;
+    }
+    let r = z * p / q;
+    let s = z.sqrt();
+    let df = f64::from_bits(s.to_bits() & 0xffff_ffff_0000_0000);
+    // 0 / 0 at z = 0 (|x| = 1)
+    let c = if z == 0.0 {
+        0.0
+    } else {
+        (z - df * df) / (s + df)
+    };
+    (r, s, df, c)
 }
 
-/// `acos(x)` in f64, branch-free: `atan2(sqrt((1 - x)(1 + x)), x)` (pi at -1, 0 at 1).
+/// `asin(x)` in f64, branch-free: fdlibm's three ranges (`x + x R(x^2)` below 0.5; from
+/// `sqrt((1 - |x|) / 2)` in two parts below 0.975, in one above), picked by selects; NaN
+/// beyond 1 (the root of a negative number).
+// fdlibm's constants as published
+#[allow(clippy::excessive_precision)]
+#[inline(always)]
+fn asin_f64(x: f64) -> f64 {
+    const PIO2_HI: f64 = std::f64::consts::FRAC_PI_2;
+    const PIO2_LO: f64 = 6.123_233_995_736_766_035_87e-17;
+    const PIO4_HI: f64 = std::f64::consts::FRAC_PI_4;
+    let (r, s, df, c) = asin_parts_f64(x);
+    let a = x.abs();
+    let small = a + a * r;
+    let near_one = PIO2_HI - (2.0 * (s + s * r) - PIO2_LO);
+    let mid = PIO4_HI - ((2.0 * s * r - (PIO2_LO - 2.0 * c)) - (PIO4_HI - 2.0 * df));
+    let t = if a < 0.5 {
+        small
+    } else if a >= 0.975 {
+        near_one
+    } else {
+        mid
+    };
+    signed(t, x)
+}
+
+/// `acos(x)` in f64, branch-free: fdlibm's three ranges (`pi/2 - (x + x R(x^2))` below
+/// 0.5 in magnitude; `pi - 2 asin(sqrt((1 + x) / 2))` below -0.5; `2 asin(sqrt((1 - x) /
+/// 2))` above 0.5, the root in two parts), picked by selects: pi at -1, 0 at 1, NaN
+/// beyond.
+// fdlibm's constants as published
+#[allow(clippy::excessive_precision)]
 #[inline(always)]
 fn acos_f64(x: f64) -> f64 {
-    atan2_f64(((1.0 - x) * (1.0 + x)).sqrt(), x)
+    const PIO2_HI: f64 = std::f64::consts::FRAC_PI_2;
+    const PIO2_LO: f64 = 6.123_233_995_736_766_035_87e-17;
+    const PI: f64 = std::f64::consts::PI;
+    let (r, s, df, c) = asin_parts_f64(x);
+    let small = PIO2_HI - (x - (PIO2_LO - x * r));
+    let below = PI - 2.0 * (s + (r * s - PIO2_LO));
+    let above = 2.0 * (df + (r * s + c));
+    if x.abs() < 0.5 {
+        small
+    } else if x < 0.0 {
+        below
+    } else {
+        above
+    }
 }
 
 /// `sinh(x)`, branch-free: the odd Taylor series below `|x| = 1` ([`Math::SINH_TERMS`]),
