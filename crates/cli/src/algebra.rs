@@ -62,13 +62,7 @@ pub(crate) fn run_where(a: &RunArgs) -> Result<(), CliError> {
             let x = read_sparse(pa, a.mask.as_ref(), a.mask_from_pattern, "--mask")?;
             let y = read_sparse(pb, a.mask_b.as_ref(), a.mask_from_pattern, "--mask-b")?;
             let dt = promote(x.file.values.dtype(), y.file.values.dtype());
-            let layout = a.layout.clone().unwrap_or_else(|| {
-                if extension(pa) == "mtx" {
-                    "csr".into()
-                } else {
-                    "coo".into()
-                }
-            });
+            let layout = crate::sparse_layout(&a.layout, pa);
             if !["csr", "coo"].contains(&layout.as_str()) {
                 return Err(CliError::Usage(format!(
                     "invalid --layout '{layout}' for sparse operands: expected csr or coo"
@@ -121,22 +115,12 @@ pub(crate) fn run_fill(a: &RunArgs) -> Result<(), CliError> {
             let dt = x.file.values.dtype();
             let zero =
                 matches!(value, Scalar::Int(0)) || matches!(value, Scalar::Float(f) if f == 0.0);
-            let ext = extension(&x.path);
-            let layout = a.layout.clone().unwrap_or_else(|| {
-                if ext == "mtx" {
-                    "csr".into()
-                } else {
-                    "coo".into()
-                }
-            });
+            let layout = crate::sparse_layout(&a.layout, &x.path);
             if zero {
-                let out_ext = extension(&a.output);
-                if out_ext != "npz" && out_ext != "mtx" {
-                    return Err(CliError::file(
-                        &a.output,
-                        "fill --value 0 of a sparse input writes a sparse .npz or .mtx file".into(),
-                    ));
-                }
+                crate::sparse_output_path(
+                    &a.output,
+                    "fill --value 0 of a sparse input writes a sparse .npz or .mtx file",
+                )?;
                 let x = x.array(&layout, dt)?;
                 let Output::Sparse(out) = x.view()?.fill_zero()? else {
                     unreachable!("sparse in, sparse out")

@@ -338,21 +338,8 @@ fn sparse_out(
                 .into(),
         ));
     }
-    let out_ext = extension(&a.output);
-    if out_ext != "npz" && out_ext != "mtx" {
-        return Err(CliError::file(
-            &a.output,
-            "sparse output must be a .npz or .mtx file".into(),
-        ));
-    }
-    let ext = extension(&s.path);
-    let layout = a.layout.clone().unwrap_or_else(|| {
-        if ext == "mtx" {
-            "csr".into()
-        } else {
-            "coo".into()
-        }
-    });
+    crate::sparse_output_path(&a.output, "sparse output must be a .npz or .mtx file")?;
+    let layout = crate::sparse_layout(&a.layout, &s.path);
     let dtype = result_dtype(s.file.values.dtype(), &rhs);
     if !["csr", "coo"].contains(&layout.as_str()) {
         return Err(CliError::Usage(format!(

@@ -466,6 +466,28 @@ pub(crate) fn dense_output(a: &RunArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The sparse layout a command runs on: `--layout` where given, else the input file's own
+/// (CSR for a Matrix Market file, COO for a `.npz`).
+pub(crate) fn sparse_layout(given: &Option<String>, input: &std::path::Path) -> String {
+    given.clone().unwrap_or_else(|| {
+        if extension(input) == "mtx" {
+            "csr"
+        } else {
+            "coo"
+        }
+        .into()
+    })
+}
+
+/// Refuses a sparse result's output path that is neither `.npz` nor `.mtx`, saying `what`.
+pub(crate) fn sparse_output_path(out: &std::path::Path, what: &str) -> Result<(), CliError> {
+    let ext = extension(out);
+    if ext != "npz" && ext != "mtx" {
+        return Err(CliError::file(out, what.into()));
+    }
+    Ok(())
+}
+
 /// Writes a dense result: its values (numbers or bools) to `-o`, its mask to
 /// `--out-mask` where asked. Each file is written to a temporary first, then renamed: a
 /// failure leaves an existing file as it was.
@@ -509,13 +531,7 @@ fn run_sparse_file(a: &RunArgs, job: &Job, layout: &str) -> Result<(), CliError>
             "--mask and --mask-from-pattern exclude each other".into(),
         ));
     }
-    let out_ext = extension(&a.output);
-    if out_ext != "npz" && out_ext != "mtx" {
-        return Err(CliError::file(
-            &a.output,
-            "sparse output must be a .npz or .mtx file".into(),
-        ));
-    }
+    sparse_output_path(&a.output, "sparse output must be a .npz or .mtx file")?;
     let input = sparse::read_sparse(&a.input)?;
     check_sparse_output(a, job, &input.shape, input.nnz())?;
     let mask = read_sparse_mask(a, &input.shape)?;
