@@ -3,6 +3,9 @@
 //! differences, on every pattern kind (causal, band, lengths with empty rows, random,
 //! full), broadcast batch and head dims, per-batch patterns, a bias, f16 storage.
 
+mod common;
+
+use common::close;
 use masked_attention::erased::{self, FloatArray};
 use masked_attention::segment::{segment, segment_vjp, Segment};
 use masked_attention::{
@@ -155,16 +158,6 @@ fn reference(
     let mut shape = lead.clone();
     shape.extend([nq, dv]);
     ArrayD::from_shape_vec(IxDyn(&shape), out).unwrap()
-}
-
-fn close(a: &[f64], b: &[f64], tol: f64, what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}: lengths");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(
-            (x - y).abs() <= tol * (1.0 + y.abs()),
-            "{what}[{i}]: {x} vs {y}"
-        );
-    }
 }
 
 /// Every way to walk a pattern: a row at a time; key slices of one key (every slice a

@@ -2,6 +2,9 @@
 //! its gradients for Q, K, V and the bias, computed by torch densely with autograd, on
 //! patterns with an empty query row, broadcast batch and head dims, f64 and f32.
 
+mod common;
+
+use common::close;
 use masked_attention::{attention, attention_vjp, AttentionPlan, Options, Pattern};
 use ndarray::{ArrayD, IxDyn};
 use serde_json::Value;
@@ -20,16 +23,6 @@ fn ints(v: &Value) -> Vec<usize> {
         .iter()
         .map(|x| x.as_u64().expect("an index") as usize)
         .collect()
-}
-
-fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
-            "{what}[{i}]: {g} vs torch {w}"
-        );
-    }
 }
 
 fn run<T>(c: &Value, tol: f64, to: fn(f64) -> T, back: fn(T) -> f64)
