@@ -62,7 +62,7 @@ pub(crate) fn run_where(a: &RunArgs) -> Result<(), CliError> {
             let x = read_sparse(pa, a.mask.as_ref(), a.mask_from_pattern, "--mask")?;
             let y = read_sparse(pb, a.mask_b.as_ref(), a.mask_from_pattern, "--mask-b")?;
             let dt = promote(x.file.values.dtype(), y.file.values.dtype());
-            let layout = crate::sparse_layout(&a.layout, pa);
+            let layout = crate::sparse_layout(a.layout.as_deref(), pa);
             if !["csr", "coo"].contains(&layout.as_str()) {
                 return Err(CliError::Usage(format!(
                     "invalid --layout '{layout}' for sparse operands: expected csr or coo"
@@ -115,7 +115,7 @@ pub(crate) fn run_fill(a: &RunArgs) -> Result<(), CliError> {
             let dt = x.file.values.dtype();
             let zero =
                 matches!(value, Scalar::Int(0)) || matches!(value, Scalar::Float(f) if f == 0.0);
-            let layout = crate::sparse_layout(&a.layout, &x.path);
+            let layout = crate::sparse_layout(a.layout.as_deref(), &x.path);
             if zero {
                 crate::sparse_output_path(
                     &a.output,

@@ -339,7 +339,7 @@ fn sparse_out(
         ));
     }
     crate::sparse_output_path(&a.output, "sparse output must be a .npz or .mtx file")?;
-    let layout = crate::sparse_layout(&a.layout, &s.path);
+    let layout = crate::sparse_layout(a.layout.as_deref(), &s.path);
     let dtype = result_dtype(s.file.values.dtype(), &rhs);
     if !["csr", "coo"].contains(&layout.as_str()) {
         return Err(CliError::Usage(format!(

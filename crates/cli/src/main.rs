@@ -468,15 +468,15 @@ pub(crate) fn dense_output(a: &RunArgs) -> Result<(), CliError> {
 
 /// The sparse layout a command runs on: `--layout` where given, else the input file's own
 /// (CSR for a Matrix Market file, COO for a `.npz`).
-pub(crate) fn sparse_layout(given: &Option<String>, input: &std::path::Path) -> String {
-    given.clone().unwrap_or_else(|| {
+pub(crate) fn sparse_layout(given: Option<&str>, input: &std::path::Path) -> String {
+    let own = || {
         if extension(input) == "mtx" {
             "csr"
         } else {
             "coo"
         }
-        .into()
-    })
+    };
+    given.unwrap_or_else(own).into()
 }
 
 /// Refuses a sparse result's output path that is neither `.npz` nor `.mtx`, saying `what`.

@@ -142,7 +142,7 @@ fn sparse(a: &RunArgs, req: &OpRequest, grad: &Path) -> Result<(), CliError> {
             "the upstream gradient of a sparse input must be a .npz COO file".into(),
         ));
     }
-    let layout = crate::sparse_layout(&a.layout, &a.input);
+    let layout = crate::sparse_layout(a.layout.as_deref(), &a.input);
     let input = sparse::read_sparse(&a.input)?;
     check_float(&a.input, input.values.dtype(), req.op)?;
     let g = sparse::read_sparse(grad)?;

@@ -16,10 +16,11 @@ const PREFETCH_AHEAD: usize = 4096;
 /// Prefetches the cache lines of the 64-element chunk starting at `xs[at]`,
 /// [`PREFETCH_AHEAD`] bytes ahead, on x86 (nothing elsewhere). The masked loops call it
 /// once per chunk: selecting a loaded value or a constant by a mask bit is what LLVM
-/// compiles to a masked load (`vmovups (mem), zmm{k}{z}`), and on AMD Zen those do not
-/// train the hardware prefetcher. Streaming 64 MiB under a 50% mask at one thread
-/// (EPYC, AVX-512): masked loads 21 GB/s, with this 53 GB/s, plain loads without a mask
-/// 43 GB/s. Only in a run of at least [`PREFETCH_AHEAD`] bytes, which reads on past
+/// compiles to a masked load (`vmovups (mem), zmm{k}{z}`), and on AMD Zen those stream
+/// from memory at half the speed of plain loads (cache-resident, all forms ran alike;
+/// the hardware prefetcher, as far as the numbers show, does not follow them). Streaming
+/// 64 MiB under a 50% mask at one thread (EPYC, AVX-512): masked loads 21 GB/s, with
+/// this 53 GB/s, plain loads without a mask 43 GB/s. Only in a run of at least [`PREFETCH_AHEAD`] bytes, which reads on past
 /// its end (a block of a longer array, a row of a matrix: its successor is next in
 /// memory); a short run (a sparse row, a stack block of widened halves) is in cache
 /// already (f16 `add`, whose f32 blocks are 2 KiB, was 1.5x slower prefetching past
