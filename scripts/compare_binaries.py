@@ -31,7 +31,11 @@ JOBS = [
                  "--masks", "and", "--op", "add,exp,sum-of-mul,vjp-softmax,vjp-median",
                  "--repeat", "7"]),
     ("coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01", "--dim", "2",
-             "--op", "sum,amax,median,softmax", "--repeat", "7"]),
+             "--op", "sum,amax,argmax,count,median,softmax", "--repeat", "7"]),
+    # validity bits on COO: the trailing-dim fold's group-by-group path
+    ("coo-mask", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
+                  "--dim", "2", "--mask-source", "random", "--op", "sum,argmax",
+                  "--repeat", "7"]),
     # the halves (their kernels are not the f32 ones), f64, the elementwise math
     ("dense-f16", ["--layout", "dense", "--dtype", "f16", "--op", "sum,var,softmax,median",
                    "--repeat", "7"]),

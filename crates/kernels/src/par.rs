@@ -250,6 +250,35 @@ pub fn parts_mut<T: Send, R: Send>(
     })
 }
 
+/// [`parts_mut`] over two slices at once, split at the same `bounds`: part `c` of each.
+///
+/// # Panics
+/// As [`parts_mut`], for either slice.
+pub fn parts_mut2<A: Send, B: Send, R: Send>(
+    a: &mut [A],
+    b: &mut [B],
+    bounds: &[usize],
+    f: impl Fn(usize, &mut [A], &mut [B]) -> R + Sync,
+) -> Vec<R> {
+    let end = bounds.last().copied().unwrap_or(0);
+    assert!(
+        bounds.windows(2).all(|w| w[0] <= w[1]) && end <= a.len() && end <= b.len(),
+        "parts_mut2: bounds out of order or out of range"
+    );
+    let (pa, pb) = (SendPtr(a.as_mut_ptr()), SendPtr(b.as_mut_ptr()));
+    map(bounds.len().saturating_sub(1), |c| {
+        let (lo, n) = (bounds[c], bounds[c + 1] - bounds[c]);
+        // SAFETY: as in `parts_mut`, for each slice.
+        let (pa, pb) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(pa.get().add(lo), n),
+                std::slice::from_raw_parts_mut(pb.get().add(lo), n),
+            )
+        };
+        f(c, pa, pb)
+    })
+}
+
 /// The lanes `0..starts.len() - 1` (lane `l` holding the entries `starts[l]..starts[l +
 /// 1]`, `starts` non-decreasing) in blocks of whole lanes of about `target` entries (a
 /// longer lane alone): the blocks' first lanes, then the lane count (`[0]` for no lane).
@@ -478,6 +507,22 @@ mod tests {
         });
         assert_eq!(lens, [1, 0, 5]);
         assert_eq!(a, [1, 3, 3, 3, 3, 3]);
+        // two slices (the second longer) split at the same bounds
+        let (mut a, mut b) = (vec![0usize; 6], vec![0u8; 8]);
+        let lens = parts_mut2(&mut a, &mut b, &[0, 1, 1, 6], |c, x, y| {
+            x.fill(c + 1);
+            y.fill(c as u8 + 10);
+            (x.len(), y.len())
+        });
+        assert_eq!(lens, [(1, 1), (0, 0), (5, 5)]);
+        assert_eq!(
+            (&a[..], &b[..]),
+            (&[1, 3, 3, 3, 3, 3][..], &[10, 12, 12, 12, 12, 12, 0, 0][..])
+        );
+        let caught = std::panic::catch_unwind(|| {
+            parts_mut2(&mut [0u8; 2], &mut [0u8; 4], &[0, 3], |_, _, _| ())
+        });
+        assert!(caught.is_err(), "a bound past the shorter slice");
     }
 
     #[test]

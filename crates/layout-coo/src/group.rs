@@ -314,21 +314,26 @@ pub(crate) fn rows_in_order<'a>(
 }
 
 thread_local! {
-    /// Each thread's buffers for [`Segments::starts`] and [`Segments::gid`], reused from
-    /// task to task: a task's buffers freed and the next one's allocated made the
-    /// allocator return the pages and fault them in again (madvise, then a page fault
-    /// per 4 KiB: most of a one-thread reduction's time).
-    static SCRATCH: std::cell::RefCell<(Vec<usize>, Vec<u32>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// Each thread's buffers for [`Segments::starts`], [`Segments::gid`] and
+    /// [`Segments::ids`], reused from task to task: a task's buffers freed and the next
+    /// one's allocated made the allocator return the pages and fault them in again
+    /// (madvise, then a page fault per 4 KiB: most of a one-thread reduction's time).
+    static SCRATCH: std::cell::RefCell<(Vec<usize>, Vec<u32>, Vec<usize>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
-/// This thread's segment buffers (empty ones if they are out: a task within a task).
-fn scratch() -> (Vec<usize>, Vec<u32>) {
-    SCRATCH.with(|c| {
+/// This thread's segment buffers, emptied (fresh ones if they are out: a task within a
+/// task).
+fn scratch() -> (Vec<usize>, Vec<u32>, Vec<usize>) {
+    let (mut starts, mut gid, mut ids) = SCRATCH.with(|c| {
         c.try_borrow_mut()
             .map(|mut b| std::mem::take(&mut *b))
             .unwrap_or_default()
-    })
+    });
+    starts.clear();
+    gid.clear();
+    ids.clear();
+    (starts, gid, ids)
 }
 
 /// The groups of a task of entries (the segment fold's and the trailing-dim maps').
@@ -345,10 +350,10 @@ pub(crate) struct Segments {
 
 impl Segments {
     /// Returns the buffers to this thread for its next task.
-    pub fn recycle(starts: Vec<usize>, gid: Vec<u32>) {
+    pub fn recycle(self) {
         SCRATCH.with(|c| {
             if let Ok(mut b) = c.try_borrow_mut() {
-                *b = (starts, gid);
+                *b = (self.starts, self.gid, self.ids);
             }
         });
     }
@@ -413,19 +418,14 @@ impl<'c> Linear<'c> {
     /// writes would cost more than the groups' work.
     pub fn segments(&self, lo: usize, hi: usize, short: bool) -> Segments {
         #[inline(always)]
-        fn starts_only(lo: usize, hi: usize, key: impl Fn(usize) -> usize) -> Segments {
-            let (mut starts, mut gid) = scratch();
-            starts.clear();
-            gid.clear();
-            starts.push(lo);
-            let mut ids = vec![key(lo)];
-            let mut prev = ids[0];
-            for e in lo + 1..hi {
-                let k = key(e);
-                if k != prev {
+        fn starts_only(lo: usize, hi: usize, keys: impl Iterator<Item = usize>) -> Segments {
+            let (mut starts, gid, mut ids) = scratch();
+            let mut prev = None;
+            for (e, k) in (lo..hi).zip(keys) {
+                if prev != Some(k) {
                     starts.push(e);
                     ids.push(k);
-                    prev = k;
+                    prev = Some(k);
                 }
             }
             starts.push(hi);
@@ -437,23 +437,23 @@ impl<'c> Linear<'c> {
                 longest,
             }
         }
+        // branch-free: every entry writes its group's start and index (the same until
+        // the group changes) and its group number
         #[inline(always)]
-        fn scan(lo: usize, hi: usize, key: impl Fn(usize) -> usize) -> Segments {
+        fn scan(lo: usize, hi: usize, first: usize, keys: impl Iterator<Item = usize>) -> Segments {
             let n = hi - lo;
-            let (mut starts, mut gid) = scratch();
-            starts.clear();
+            let (mut starts, mut gid, mut ids) = scratch();
             starts.resize(n + 1, 0);
-            gid.clear();
             gid.resize(n, 0);
-            let mut ids = vec![0; n + 1];
-            let (mut g, mut prev, mut run, mut longest) = (0usize, usize::MAX, 0usize, 0usize);
-            for e in lo..hi {
-                let k = key(e);
-                let new = (k != prev) | (e == lo);
-                starts[g] = e;
+            ids.resize(n + 1, 0);
+            // `prev` differs from the first key: entry 0 starts a group
+            let (mut g, mut prev, mut run, mut longest) = (0usize, !first, 0usize, 0usize);
+            for ((i, k), gd) in keys.enumerate().zip(gid.iter_mut()) {
+                let new = k != prev;
+                starts[g] = lo + i;
                 ids[g] = k;
                 g += new as usize;
-                gid[e - lo] = (g - 1) as u32;
+                *gd = (g - 1) as u32;
                 run = if new { 1 } else { run + 1 };
                 longest = longest.max(run);
                 prev = k;
@@ -476,19 +476,52 @@ impl<'c> Linear<'c> {
                 longest: 0,
             };
         }
-        match (self, short) {
-            (Linear::One(c), true) => scan(lo, hi, |e| c[e]),
-            (Linear::One(c), false) => starts_only(lo, hi, |e| c[e]),
-            (Linear::Two(a, s, b), true) => {
-                let (a, b) = (&a[..hi], &b[..hi]);
-                scan(lo, hi, |e| a[e] * s + b[e])
+        let first = self.at(lo);
+        match self {
+            Linear::One(c) => {
+                let keys = c[lo..hi].iter().copied();
+                match short {
+                    true => scan(lo, hi, first, keys),
+                    false => starts_only(lo, hi, keys),
+                }
             }
-            (Linear::Two(a, s, b), false) => {
-                let (a, b) = (&a[..hi], &b[..hi]);
-                starts_only(lo, hi, |e| a[e] * s + b[e])
+            Linear::Two(a, s, b) => {
+                let keys = a[lo..hi].iter().zip(&b[lo..hi]).map(|(x, y)| x * s + y);
+                match short {
+                    true => scan(lo, hi, first, keys),
+                    false => starts_only(lo, hi, keys),
+                }
             }
-            (Linear::Many(_), true) => scan(lo, hi, |e| self.at(e)),
-            (Linear::Many(_), false) => starts_only(lo, hi, |e| self.at(e)),
+            Linear::Many(_) => {
+                let keys = (lo..hi).map(|e| self.at(e));
+                match short {
+                    true => scan(lo, hi, first, keys),
+                    false => starts_only(lo, hi, keys),
+                }
+            }
+        }
+    }
+
+    /// Every entry's index over `lo..hi`, in this thread's scratch: the returned
+    /// [`Segments::ids`] holds one per entry (no groups found: `starts` and `gid`
+    /// empty, `longest` 0). Index-only work compiled once, so that a kernel generic over
+    /// its op and dtype reads the indices from a slice instead of being compiled once
+    /// per index form.
+    pub fn entry_keys(&self, lo: usize, hi: usize) -> Segments {
+        let (starts, gid, mut ids) = scratch();
+        let r = lo.min(hi)..hi;
+        match self {
+            Linear::One(c) => ids.extend_from_slice(&c[r]),
+            Linear::Two(a, s, b) => {
+                ids.extend(a[r.clone()].iter().zip(&b[r]).map(|(x, y)| x * s + y))
+            }
+            Linear::Many(_) => ids.extend(r.map(|e| self.at(e))),
+        }
+        Segments {
+            starts,
+            ids,
+            gid,
+            longest: 0,
         }
     }
 
@@ -498,9 +531,9 @@ impl<'c> Linear<'c> {
         let bounds = self.group_bounds(nnz, 1 << 15);
         let parts: Vec<(Vec<usize>, Vec<usize>)> = par::map(bounds.len() - 1, |c| {
             let s = self.segments(bounds[c], bounds[c + 1], false);
-            let starts = s.starts[..s.ids.len()].to_vec();
-            Segments::recycle(s.starts, s.gid);
-            (starts, s.ids)
+            let part = (s.starts[..s.ids.len()].to_vec(), s.ids.to_vec());
+            s.recycle();
+            part
         });
         let n: usize = parts.iter().map(|p| p.1.len()).sum();
         let (mut starts, mut ids) = (Vec::with_capacity(n + 1), Vec::with_capacity(n));

@@ -4,7 +4,7 @@
 
 // named by the docs' links (a plain import: links of items inlined into the facade
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
-use crate::group::{self, group, Grouped, Linear, Segments};
+use crate::group::{self, group, Grouped, Linear};
 use crate::{compiled, pattern, CooPattern, MaskedCoo, Resolved};
 use masked_core::grad::{sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream};
 #[allow(unused_imports)]
@@ -167,11 +167,17 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// and value straight into the output. No row structure, no state per kept
     /// position of the whole array and no `Option` per row: a reduction whose groups
     /// hold a few entries each (632k groups of 1.6 entries in the benchmark's dim-2
-    /// sum) costs what its entries cost. A task whose groups all hold at most
-    /// [`SEGMENT_SHORT`] entries, every one valid, pushes each entry into its group's
-    /// state in stored order (as the scatter fold does: no branch per group); other
-    /// tasks fold group by group as the CSR row kernels do (`push_run`, or positional
-    /// pushes). An op valid on empty lanes (`count`) gets every kept position.
+    /// sum) costs what its entries cost. Where the groups hold at most
+    /// [`SEGMENT_SHORT`] entries on average and every entry is valid, one pass over a
+    /// task's entries finds its groups and pushes each entry into its group's state in
+    /// stored order (no branch per group: at 1.6 entries a group, a branch on the
+    /// change of index mispredicted every other time); otherwise a task folds group by
+    /// group as the CSR row kernels do (`push_run`, or positional pushes). Each task
+    /// writes its results at its first entry's offset of outputs as long as the input,
+    /// then the runs move down into one: no vectors per task kept for a concatenation
+    /// (their pages, freed and faulted in again on every call, were most of a
+    /// one-thread dim-2 sum's time). An op valid on empty lanes (`count`) gets every
+    /// kept position.
     ///
     /// `None` where the grouped row kernels apply instead: reduced dims not trailing,
     /// unstored valid zeros, nothing kept, or lanes longer than [`SEGMENT_MAX_LANE`]
@@ -200,39 +206,49 @@ impl<'a, T: Element> CooLanes<'a, T> {
         let bounds = keys.group_bounds(nnz, SEGMENT_CHUNK);
         let short = short_groups(nnz, pattern::size_of(&shape[..nkept])?);
         let valid = self.valid.as_deref();
-        let parts: Vec<(Vec<usize>, Vec<F::Output>)> = par::map(bounds.len() - 1, |c| {
-            // the groups of this task (index-only work, compiled once), then their values
-            let Segments {
-                starts,
-                mut ids,
-                gid,
-                longest,
-            } = keys.segments(bounds[c], bounds[c + 1], short);
+        // each task writes its groups' positions and values at its first entry's offset
+        // (a task has no more groups than entries), then the tasks' results move down
+        // into one run: no vectors per task kept until a final concatenation, and the
+        // output's pages are faulted in once, by the tasks in parallel
+        let mut ids = fresh_vec::<usize>(nnz);
+        let mut values = fresh_vec::<F::Output>(nnz);
+        let counts = par::parts_mut2(&mut ids, &mut values, &bounds, |c, out_ids, out| {
             let lo = bounds[c];
-            if short && valid.is_none() && longest <= SEGMENT_SHORT {
-                // groups of a few entries, all valid: each entry pushed into its group's
-                // state, no branch per group (the run kernel's setup and combination tree
-                // cost more than such groups do)
-                let mut st: Vec<F::State> = (0..ids.len()).map(|_| op.identity()).collect();
-                let xs = &self.values[lo..lo + gid.len()];
+            let hi = bounds[c + 1];
+            if short && valid.is_none() {
+                // groups of a few entries on average, all valid: one pass over the
+                // entries finds the groups and pushes each entry into its group's state
+                // (a slot per group, begun at the identity: no branch per group), then
+                // each group's value
+                let ks = keys.entry_keys(lo, hi);
+                let xs = &self.values[lo..hi];
+                let mut st: Vec<F::State> = (0..xs.len()).map(|_| op.identity()).collect();
+                let (mut g, mut prev) = (usize::MAX, !ks.ids.first().copied().unwrap_or(0));
+                let mut step = |k: usize, x: T, idx: i64| {
+                    g = g.wrapping_add((k != prev) as usize);
+                    out_ids[g] = k;
+                    op.push(&mut st[g], x, idx);
+                    prev = k;
+                };
                 match &pos {
-                    None => {
-                        for (&g, &x) in gid.iter().zip(xs) {
-                            op.push(&mut st[g as usize], x, 0);
-                        }
-                    }
+                    None => ks.ids.iter().zip(xs).for_each(|(&k, &x)| step(k, x, 0)),
                     Some(p) => {
-                        for (i, (&g, &x)) in gid.iter().zip(xs).enumerate() {
-                            op.push(&mut st[g as usize], x, p.at(lo + i) as i64);
+                        for (i, (&k, &x)) in ks.ids.iter().zip(xs).enumerate() {
+                            step(k, x, p.at(lo + i) as i64);
                         }
                     }
                 }
-                Segments::recycle(starts, gid);
-                return (ids, st.iter().map(|s| op.finish(s)).collect());
+                let ngroups = g.wrapping_add(1);
+                for (o, s) in out.iter_mut().zip(&st[..ngroups]) {
+                    *o = op.finish(s);
+                }
+                ks.recycle();
+                return ngroups;
             }
-            let mut out = Vec::with_capacity(ids.len());
+            // the groups of this task (index-only work, compiled once), then their values
+            let segs = keys.segments(lo, hi, short);
             let mut kept = 0;
-            for (g, w) in starts.windows(2).enumerate() {
+            for (g, w) in segs.starts.windows(2).enumerate() {
                 let (e, f) = (w[0], w[1]);
                 let bits = valid.map(|w| Bits::new(w, e));
                 if bits.is_some_and(|b| b.count_ones(f - e) == 0) {
@@ -249,31 +265,32 @@ impl<'a, T: Element> CooLanes<'a, T> {
                         }
                     }
                 }
-                ids[kept] = ids[g];
+                out_ids[kept] = segs.ids[g];
+                out[kept] = op.finish(&st);
                 kept += 1;
-                out.push(op.finish(&st));
             }
-            ids.truncate(kept);
-            Segments::recycle(starts, gid);
-            (ids, out)
+            segs.recycle();
+            kept
         });
+        // the tasks' runs moved down in order (each to at or below where it is: no run
+        // overwrites one not yet moved)
+        let mut n = 0;
+        for (c, &k) in counts.iter().enumerate() {
+            ids.copy_within(bounds[c]..bounds[c] + k, n);
+            values.copy_within(bounds[c]..bounds[c] + k, n);
+            n += k;
+        }
+        ids.truncate(n);
+        values.truncate(n);
         let shape = self.out_shape(reduced, keepdim);
         if op.valid_everywhere() {
             // every kept position, the empty lanes' value where no group fell
             let npos = pattern::size_of(&shape)?;
-            let mut values = vec![op.finish(&op.identity()); npos];
-            for (i, v) in parts {
-                for (k, v) in i.into_iter().zip(v) {
-                    values[k] = v;
-                }
+            let mut all = vec![op.finish(&op.identity()); npos];
+            for (&k, &v) in ids.iter().zip(&values) {
+                all[k] = v;
             }
-            return SparseArray::new(shape, (0..npos).collect(), values).map(Some);
-        }
-        let n = parts.iter().map(|p| p.0.len()).sum();
-        let (mut ids, mut values) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for (i, v) in parts {
-            ids.extend_from_slice(&i);
-            values.extend_from_slice(&v);
+            return SparseArray::new(shape, (0..npos).collect(), all).map(Some);
         }
         SparseArray::new(shape, ids, values).map(Some)
     }
@@ -303,7 +320,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
                         map.map(&xs[r.clone()], None, &mut o[r]);
                     }
                 }
-                Segments::recycle(segs.starts, segs.gid);
+                segs.recycle();
             });
             return Ok(());
         }
@@ -384,12 +401,13 @@ const SEGMENT_MAX_LANE: usize = 1 << 14;
 /// Entries per task of [`CooLanes::segment_fold`] (moved to the next group start).
 const SEGMENT_CHUNK: usize = 1 << 12;
 
-/// Groups of at most this many entries are folded by pushes, not the run kernel.
+/// Groups of at most this many entries (on average: [`short_groups`]; in a task, for
+/// the maps) are folded or mapped entry by entry, not by the run kernels.
 const SEGMENT_SHORT: usize = 8;
 
 /// Whether `nnz` entries over `npos` kept positions make groups of a few entries on
-/// average (at most [`SEGMENT_SHORT`]): then [`Linear::segments`] records each entry's
-/// group for the short groups' paths.
+/// average (at most [`SEGMENT_SHORT`]): then the fold pushes entry by entry, and
+/// [`Linear::segments`] records each entry's group for the maps' short path.
 fn short_groups(nnz: usize, npos: usize) -> bool {
     nnz <= SEGMENT_SHORT * npos
 }
