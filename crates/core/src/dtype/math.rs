@@ -112,6 +112,13 @@ pub trait Math: Copy {
     fn of(v: f64) -> Self;
     /// `e^x` over the whole range, branch-free so that loops over it vectorise.
     fn exp_full(self) -> Self;
+    /// [`Math::exp_full`] in the unary kernels' form: multiply-adds fused where every
+    /// vector kernel has FMA (f64 `exp` 0.7x the time). For the unary ops' bodies only,
+    /// which run inside those kernels: elsewhere, on x86-64, a fused step is a library
+    /// call.
+    fn exp_k(self) -> Self;
+    /// `ln(x)` in the unary kernels' form (as [`Math::exp_k`]).
+    fn ln_k(self) -> Self;
     /// `2^x`.
     fn exp2(self) -> Self;
     /// `e^x - 1`, accurate near 0.
@@ -200,7 +207,7 @@ pub trait Math: Copy {
 }
 
 macro_rules! math {
-    ($t:ty, $erf:path, $erfc:path, $exp:path, $log2:path, $log10:path, $ln1p:path, $expm1:path, $tanh:path,
+    ($t:ty, $erf:path, $erfc:path, $exp:ident, $ln:ident, $log2:path, $log10:path, $ln1p:path, $expm1:path, $tanh:path,
         trig: $limit:expr, $sinf:path, $cosf:path, $tanf:path, $atan:path,
         $atan2:path, $asinh:path, $acosh:path, $atanh:path, $powf:path,
         $asin:path, $acos:path, $sinh:path, $cosh:path) => {
@@ -237,7 +244,15 @@ macro_rules! math {
             }
             #[inline(always)]
             fn exp_full(self) -> Self {
-                $exp(self)
+                $exp::<false>(self)
+            }
+            #[inline(always)]
+            fn exp_k(self) -> Self {
+                $exp::<FUSED_KERNELS>(self)
+            }
+            #[inline(always)]
+            fn ln_k(self) -> Self {
+                $ln::<FUSED_KERNELS>(self)
             }
             #[inline(always)]
             fn exp2(self) -> Self {
@@ -366,7 +381,8 @@ math!(
     f32,
     erf_f32,
     erfc_f32,
-    exp_f32,
+    exp_f32_of,
+    ln_f32_of,
     log2_f32,
     log10_f32,
     ln_1p_of,
@@ -391,7 +407,8 @@ math!(
     f64,
     erf_f64,
     erfc_f64,
-    exp_f64,
+    exp_f64_of,
+    ln_f64_of,
     log2_f64,
     log10_f64,
     ln_1p_of,
@@ -416,9 +433,9 @@ math!(
 /// `e^x` in f32 over the whole range, branch-free (vectorises): the engine's shared
 /// reduction ([`exp_parts_f32`]) with a degree-7 polynomial (truncation 5e-9 relative),
 /// and `2^n` applied as two factors so that overflow gives inf and the subnormal range is
-/// rounded by the final multiply. NaN propagates.
+/// rounded by the final multiply. NaN propagates. Multiply-adds fused when `FUSED`.
 #[inline(always)]
-fn exp_f32(x: f32) -> f32 {
+fn exp_f32_of<const FUSED: bool>(x: f32) -> f32 {
     const DEG7: [f32; 8] = [
         1.0 / 5040.0,
         1.0 / 720.0,
@@ -432,11 +449,17 @@ fn exp_f32(x: f32) -> f32 {
     // beyond these e^x is inf / 0 in f32; NaN fails both compares and stays NaN
     let xc = if x < -104.0 { -104.0 } else { x };
     let xc = if xc > 89.0 { 89.0 } else { xc };
-    let (p, ni) = exp_parts_f32::<false>(xc, &DEG7);
+    let (p, ni) = exp_parts_f32::<FUSED>(xc, &DEG7);
     let h = ni >> 1;
     let s1 = f32::from_bits(((h + 127) as u32) << 23);
     let s2 = f32::from_bits(((ni - h + 127) as u32) << 23);
     p * s1 * s2
+}
+
+/// [`exp_f32_of`], unfused.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    exp_f32_of::<false>(x)
 }
 
 /// `x = 2^e (1 + f)` with `1 + f` in `[sqrt(1/2), sqrt(2))`, and `y`, the part of
@@ -650,7 +673,7 @@ fn ln_of_ranges<C: crate::Float + Math>(small: bool, t: C, big: bool, big_arg: C
     } else {
         mid
     };
-    let ln_u = u.ln();
+    let ln_u = u.ln_k();
     if small {
         ln_1p_from(t, u, ln_u)
     } else if big {
@@ -936,7 +959,7 @@ fn pow_positive_f64(x: f64, p: f64) -> f64 {
     // ln and exp to about 2^-33 relative (a fifth of their terms saved): the error of
     // `p ln x` stays below 2^-26 over f32's range (|p ln x| < 128), a sixteenth of an
     // f32 ulp
-    let (k, f, y) = log_parts_f64::<false>(xi);
+    let (k, f, y) = log_parts_f64::<false, false>(xi);
     let ln_x = k * std::f64::consts::LN_2 + (f + y);
     let yc = (p * ln_x).clamp(-746.0, 710.0);
     let (e, ni) = exp_parts_f64::<false>(yc, EXP_F64_DEG8);
@@ -1066,7 +1089,7 @@ fn sinh_of<C: crate::Float + Math>(x: C) -> C {
     let (one, half) = (C::ONE, C::of(0.5));
     let a = x.abs();
     let big = a > C::of(C::EXP_SAFE);
-    let e = (if big { half * a } else { a }).exp_full();
+    let e = (if big { half * a } else { a }).exp_k();
     let large = if big {
         (half * e) * e
     } else {
@@ -1078,7 +1101,11 @@ fn sinh_of<C: crate::Float + Math>(x: C) -> C {
     let z = a * a;
     let mut p = C::of(INV_ODD_FACT[m]);
     for k in (1..m).rev() {
-        p = p * z + C::of(INV_ODD_FACT[k]);
+        p = if FUSED_KERNELS {
+            p.mul_add(z, C::of(INV_ODD_FACT[k]))
+        } else {
+            p * z + C::of(INV_ODD_FACT[k])
+        };
     }
     let small = a + a * z * p;
     signed(if a < one { small } else { large }, x)
@@ -1105,7 +1132,7 @@ fn cosh_of<C: crate::Float + Math>(x: C) -> C {
     let half = C::of(0.5);
     let a = x.abs();
     let big = a > C::of(C::EXP_SAFE);
-    let e = (if big { half * a } else { a }).exp_full();
+    let e = (if big { half * a } else { a }).exp_k();
     if big {
         (half * e) * e
     } else {
@@ -1181,11 +1208,13 @@ fn atan2_f32(y: f32, x: f32) -> f32 {
 /// Whether every vector kernel this build compiles has fused multiply-adds, and no
 /// baseline form of them exists: a native build for an AVX2 or AVX-512 CPU
 /// (`masked_kernels::cpu::BUILT_FOR`), an FMA target, or aarch64. Then the functions
-/// that only the unary kernels call per element ([`asinh_f32`], [`acosh_f32`]) take
-/// their `FUSED` form: a multiply-add an instruction (asinh 0.86x the time, acosh
-/// 0.88x). Elsewhere (a portable build's baseline form, and on x86-64 any code outside
-/// those kernels) `mul_add` is a library call: `ln` itself, which scalar loops call per
-/// element, stays unfused.
+/// that only the unary kernels call per element take their `FUSED` form, a
+/// multiply-add an instruction: [`asinh_f32`] and [`acosh_f32`] (0.86x and 0.88x the
+/// time), sinh and cosh, and the unary ops' `exp` and `ln` ([`Math::exp_k`],
+/// [`Math::ln_k`]: f64 exp, sinh, cosh, sigmoid and silu 0.7x, f64 asinh and acosh 0.9x,
+/// f32 exp and sigmoid 0.84x). Elsewhere (a portable build's baseline form, and on
+/// x86-64 any code outside those kernels) `mul_add` is a library call: `exp_full` and
+/// `ln` themselves, which scalar loops call per element, stay unfused.
 const FUSED_KERNELS: bool = masked_kernels::cpu::NO_BASELINE
     || cfg!(target_feature = "fma")
     || cfg!(target_arch = "aarch64");
@@ -1745,7 +1774,7 @@ fn split_f64(x: f64) -> (f64, f64) {
 // fdlibm's constants as published
 #[allow(clippy::excessive_precision)]
 #[inline(always)]
-fn log_parts_f64<const FULL: bool>(x: f64) -> (f64, f64, f64) {
+fn log_parts_f64<const FULL: bool, const FUSED: bool>(x: f64) -> (f64, f64, f64) {
     const LG: [f64; 7] = [
         6.666_666_666_666_735e-1,
         3.999_999_999_940_942e-1,
@@ -1759,16 +1788,18 @@ fn log_parts_f64<const FULL: bool>(x: f64) -> (f64, f64, f64) {
     let s = f / (2.0 + f);
     let z = s * s;
     let w = z * z;
+    // `a * b + c`, with one rounding when FUSED
+    let fma = |a: f64, b: f64, c: f64| if FUSED { a.mul_add(b, c) } else { a * b + c };
     let (t1, t2) = if FULL {
         (
-            w * (LG[1] + w * (LG[3] + w * LG[5])),
-            z * (LG[0] + w * (LG[2] + w * (LG[4] + w * LG[6]))),
+            w * fma(w, fma(w, LG[5], LG[3]), LG[1]),
+            z * fma(w, fma(w, fma(w, LG[6], LG[4]), LG[2]), LG[0]),
         )
     } else {
         // to about 2^-33 relative (the two terms left out are below 0.16 s^12)
         (
-            w * (LG[1] + w * LG[3]),
-            z * (LG[0] + w * (LG[2] + w * LG[4])),
+            w * fma(w, LG[3], LG[1]),
+            z * fma(w, fma(w, LG[4], LG[2]), LG[0]),
         )
     };
     let hfsq = 0.5 * f * f;
@@ -1777,13 +1808,19 @@ fn log_parts_f64<const FULL: bool>(x: f64) -> (f64, f64, f64) {
 }
 
 /// `ln(x)` in f64, branch-free (vectorises): fdlibm's `log` (below 1 ulp).
+#[inline(always)]
+pub(crate) fn ln_f64(x: f64) -> f64 {
+    ln_f64_of::<false>(x)
+}
+
+/// [`ln_f64`], its polynomial fused when `FUSED`.
 // fdlibm's constants as published
 #[allow(clippy::excessive_precision)]
 #[inline(always)]
-pub(crate) fn ln_f64(x: f64) -> f64 {
+fn ln_f64_of<const FUSED: bool>(x: f64) -> f64 {
     const LN2_HI: f64 = 6.931_471_803_691_238_2e-1;
     const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
-    let (k, f, y) = log_parts_f64::<true>(x);
+    let (k, f, y) = log_parts_f64::<true, FUSED>(x);
     log_specials(x, k * LN2_HI + (f + (y + k * LN2_LO)))
 }
 
@@ -1795,7 +1832,7 @@ pub(crate) fn ln_f64(x: f64) -> f64 {
 fn log2_f64(x: f64) -> f64 {
     const IVLN2HI: f64 = 1.442_695_040_721_446_2; // the high 32 bits of 1 / ln 2
     const IVLN2LO: f64 = 1.675_171_316_488_651e-10;
-    let (k, f, y) = log_parts_f64::<true>(x);
+    let (k, f, y) = log_parts_f64::<true, false>(x);
     let hi = f64::from_bits(f.to_bits() & 0xffff_ffff_0000_0000);
     let lo = (f - hi) + y;
     let (val_hi, val_lo) = (hi * IVLN2HI, (lo + hi) * IVLN2LO + lo * IVLN2HI);
@@ -1814,7 +1851,7 @@ fn log10_f64(x: f64) -> f64 {
     const IVLN10LO: f64 = 2.508_294_671_164_527_5e-11;
     const LOG10_2HI: f64 = 3.010_299_956_636_117_7e-1;
     const LOG10_2LO: f64 = 3.694_239_077_158_931e-13;
-    let (k, f, y) = log_parts_f64::<true>(x);
+    let (k, f, y) = log_parts_f64::<true, false>(x);
     let hi = f64::from_bits(f.to_bits() & 0xffff_ffff_0000_0000);
     let lo = (f - hi) + y;
     let (y2, val_hi) = (k * LOG10_2HI, hi * IVLN10HI);
@@ -1823,13 +1860,19 @@ fn log10_f64(x: f64) -> f64 {
     log_specials(x, w + (val_lo + ((y2 - w) + val_hi)))
 }
 
-/// `e^x` in f64 over the whole range, as [`exp_f32`] with the degree-12 polynomial.
+/// `e^x` in f64 over the whole range, as [`exp_f32_of`] with the degree-12 polynomial.
 #[inline(always)]
-fn exp_f64(x: f64) -> f64 {
+fn exp_f64_of<const FUSED: bool>(x: f64) -> f64 {
     let xc = if x < -746.0 { -746.0 } else { x };
     let xc = if xc > 710.0 { 710.0 } else { xc };
-    let (p, ni) = exp_parts_f64::<false>(xc, EXP_F64_DEG12);
+    let (p, ni) = exp_parts_f64::<FUSED>(xc, EXP_F64_DEG12);
     scale_f64(p, ni)
+}
+
+/// [`exp_f64_of`], unfused.
+#[inline(always)]
+fn exp_f64(x: f64) -> f64 {
+    exp_f64_of::<false>(x)
 }
 
 /// `p 2^n` as two factors, so that overflow gives inf and the subnormal range is rounded
@@ -2395,8 +2438,9 @@ mod tests {
     #[test]
     fn f64_logarithms_are_accurate_over_the_range() {
         type F = (&'static str, fn(f64) -> f64, fn(f64) -> f64);
-        let fns: [F; 3] = [
+        let fns: [F; 4] = [
             ("ln", ln_f64, f64::ln),
+            ("ln fused", ln_f64_of::<true>, f64::ln),
             ("log2", log2_f64, f64::log2),
             ("log10", log10_f64, f64::log10),
         ];
@@ -2436,39 +2480,45 @@ mod tests {
     /// the whole f32 range, subnormal results included: within 2 ulp; and the edges.
     #[test]
     fn exp_full_is_accurate_over_the_range() {
-        let mut worst = 0.0f64;
-        let mut x = -104.0f32;
-        while x < 89.0 {
-            let got = exp_f32(x) as f64;
-            let want = (x as f64).exp() as f32 as f64;
-            if want != 0.0 && want.is_finite() {
-                let ulp = 2f64.powi((want.abs().log2().floor() as i32).max(-126) - 23);
-                worst = worst.max((got - want).abs() / ulp);
-            } else {
-                assert_eq!(got, want, "at {x}");
+        // both forms: the plain one and the unary kernels' fused one
+        let f32s: [fn(f32) -> f32; 2] = [exp_f32_of::<false>, exp_f32_of::<true>];
+        let f64s: [fn(f64) -> f64; 2] = [exp_f64_of::<false>, exp_f64_of::<true>];
+        for (exp_f32, exp_f64) in f32s.into_iter().zip(f64s) {
+            let mut worst = 0.0f64;
+            let mut x = -104.0f32;
+            while x < 89.0 {
+                let got = exp_f32(x) as f64;
+                let want = (x as f64).exp() as f32 as f64;
+                if want != 0.0 && want.is_finite() {
+                    let ulp = 2f64.powi((want.abs().log2().floor() as i32).max(-126) - 23);
+                    worst = worst.max((got - want).abs() / ulp);
+                } else {
+                    assert_eq!(got, want, "at {x}");
+                }
+                x += 0.0137;
             }
-            x += 0.0137;
-        }
-        assert!(worst <= 2.0, "worst f32 error {worst} ulp");
-        assert!(exp_f32(f32::NAN).is_nan());
-        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
-        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_f32(0.0), 1.0);
-        let mut worst = 0.0f64;
-        let mut x = -745.0f64;
-        while x < 709.7 {
-            let (got, want) = (exp_f64(x), x.exp());
-            if want != 0.0 {
-                // (two factors: 2^-1074 in one powi underflows on the way)
-                let ulp = 2f64.powi((want.abs().log2().floor() as i32).max(-1022)) * 2f64.powi(-52);
-                let e = (got - want).abs() / ulp;
-                assert!(e <= 2.0, "at {x}: got {got}, want {want}");
-                worst = worst.max(e);
+            assert!(worst <= 2.0, "worst f32 error {worst} ulp");
+            assert!(exp_f32(f32::NAN).is_nan());
+            assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+            assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+            assert_eq!(exp_f32(0.0), 1.0);
+            let mut worst = 0.0f64;
+            let mut x = -745.0f64;
+            while x < 709.7 {
+                let (got, want) = (exp_f64(x), x.exp());
+                if want != 0.0 {
+                    // (two factors: 2^-1074 in one powi underflows on the way)
+                    let ulp =
+                        2f64.powi((want.abs().log2().floor() as i32).max(-1022)) * 2f64.powi(-52);
+                    let e = (got - want).abs() / ulp;
+                    assert!(e <= 2.0, "at {x}: got {got}, want {want}");
+                    worst = worst.max(e);
+                }
+                x += 0.0731;
             }
-            x += 0.0731;
+            assert!(worst <= 2.0, "worst f64 error {worst} ulp");
+            assert_eq!(exp_f64(710.0), f64::INFINITY);
+            assert_eq!(exp_f64(f64::NEG_INFINITY), 0.0);
         }
-        assert!(worst <= 2.0, "worst f64 error {worst} ulp");
-        assert_eq!(exp_f64(710.0), f64::INFINITY);
-        assert_eq!(exp_f64(f64::NEG_INFINITY), 0.0);
     }
 }

@@ -596,7 +596,7 @@ unary!(/// `1 / x`.
     Reciprocal, "reciprocal", false, |x| c!(1.0) / x,
     d |x| -1.0 / (x * x));
 unary!(/// `e^x`.
-    Exp, "exp", false, |x| x.exp_full(),
+    Exp, "exp", false, |x| x.exp_k(),
     d |x| x.exp());
 unary!(/// `2^x`.
     Exp2, "exp2", false, |x| x.exp2(),
@@ -653,7 +653,7 @@ unary!(/// Inverse hyperbolic tangent.
     Atanh, "atanh", true, |x| x.atanh(),
     d |x| 1.0 / (1.0 - x * x));
 unary!(/// `1 / (1 + e^-x)`.
-    Sigmoid, "sigmoid", false, |x| c!(1.0) / (c!(1.0) + (-x).exp_full()),
+    Sigmoid, "sigmoid", false, |x| c!(1.0) / (c!(1.0) + (-x).exp_k()),
     d |x| sigmoid(x) * (1.0 - sigmoid(x)));
 unary!(/// `ln(x / (1 - x))`; on [0.25, 1] as `2 atanh(2x - 1)` (exact argument, no
     /// cancellation near x = 0.5).
@@ -671,7 +671,7 @@ unary!(/// `x - trunc(x)` (the sign of `x`; 0 for integers).
     d |x| 1.0);
 unary!(/// `ln(1 + e^x)`, and `x` itself above 20 (torch's threshold).
     Softplus, "softplus", false,
-    |x| if x > c!(20.0) { x } else { x.exp_full().ln_1p() },
+    |x| if x > c!(20.0) { x } else { x.exp_k().ln_1p() },
     d |x| if x > 20.0 { 1.0 } else { sigmoid(x) });
 unary!(/// `x Φ(x) = x (1 + erf(x / √2)) / 2` (the exact GELU), computed as
     /// `x erfc(-x / √2) / 2`, which has no cancellation for negative `x`, with the argument carried to twice the
@@ -694,11 +694,11 @@ fn gelu<C: Float + Math>(x: C) -> C {
     let dy = (-x).mul_add(hi, -y) + (-x) * lo;
     // at x = ±inf the correction is inf - inf: there is nothing to correct
     let dy = if dy.is_nan() { C::of(0.0) } else { dy };
-    let slope = C::of(std::f64::consts::FRAC_2_SQRT_PI) * (-(y * y)).exp_full();
+    let slope = C::of(std::f64::consts::FRAC_2_SQRT_PI) * (-(y * y)).exp_k();
     C::of(0.5) * x * (y.erfc() - slope * dy)
 }
 unary!(/// `x σ(x) = x / (1 + e^-x)` (SiLU, swish).
-    Silu, "silu", true, |x| x / (c!(1.0) + (-x).exp_full()),
+    Silu, "silu", true, |x| x / (c!(1.0) + (-x).exp_k()),
     d |x| sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x))));
 
 /// `min(max(x, min), max)`: NaN propagates, and `min > max` gives `max` everywhere (as
