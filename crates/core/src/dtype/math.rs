@@ -207,7 +207,7 @@ pub trait Math: Copy {
 }
 
 macro_rules! math {
-    ($t:ty, $erf:path, $erfc:path, $exp:ident, $ln:ident, $log2:path, $log10:path, $ln1p:path, $expm1:path, $tanh:path,
+    ($t:ty, $erf:path, $erfc:path, $exp:ident, $ln:ident, $log2:ident, $log10:ident, $ln1p:path, $expm1:path, $tanh:path,
         trig: $limit:expr, $sinf:path, $cosf:path, $tanf:path, $atan:path,
         $atan2:path, $asinh:path, $acosh:path, $atanh:path, $powf:path,
         $asin:path, $acos:path, $sinh:path, $cosh:path) => {
@@ -264,11 +264,11 @@ macro_rules! math {
             }
             #[inline(always)]
             fn log2(self) -> Self {
-                $log2(self)
+                $log2::<FUSED_KERNELS>(self)
             }
             #[inline(always)]
             fn log10(self) -> Self {
-                $log10(self)
+                $log10::<FUSED_KERNELS>(self)
             }
             #[inline(always)]
             fn ln_1p(self) -> Self {
@@ -383,8 +383,8 @@ math!(
     erfc_f32,
     exp_f32_of,
     ln_f32_of,
-    log2_f32,
-    log10_f32,
+    log2_f32_of,
+    log10_f32_of,
     ln_1p_of,
     exp_m1_f32,
     tanh_f32,
@@ -409,8 +409,8 @@ math!(
     erfc_f64,
     exp_f64_of,
     ln_f64_of,
-    log2_f64,
-    log10_f64,
+    log2_f64_of,
+    log10_f64_of,
     ln_1p_of,
     exp_m1_f64,
     tanh_f64,
@@ -532,9 +532,9 @@ fn ln_f32_of<const FUSED: bool>(x: f32) -> f32 {
 /// `log2(x)` in f32, branch-free: the exponent added exactly (powers of 2 give exact
 /// integers), `log2(e) - 1` applied to the small part (Cephes' `log2f`).
 #[inline(always)]
-fn log2_f32(x: f32) -> f32 {
+fn log2_f32_of<const FUSED: bool>(x: f32) -> f32 {
     const LOG2EA: f32 = 0.442_695_04; // log2(e) - 1
-    let (e, f, y) = log_parts_f32::<false>(x);
+    let (e, f, y) = log_parts_f32::<FUSED>(x);
     let r = y * LOG2EA + f * LOG2EA + y + f + e;
     log_specials(x, r)
 }
@@ -542,12 +542,12 @@ fn log2_f32(x: f32) -> f32 {
 /// `log10(x)` in f32, branch-free: `log10(e)` and `log10(2)` each in two parts
 /// (Cephes' `log10f`).
 #[inline(always)]
-fn log10_f32(x: f32) -> f32 {
+fn log10_f32_of<const FUSED: bool>(x: f32) -> f32 {
     const L102A: f32 = 3.007_812_5e-1;
     const L102B: f32 = 2.487_456_6e-4;
     const L10EA: f32 = 4.335_937_5e-1;
     const L10EB: f32 = 7.007_319e-4;
-    let (e, f, y) = log_parts_f32::<false>(x);
+    let (e, f, y) = log_parts_f32::<FUSED>(x);
     let r = y * L10EB + f * L10EB + e * L102B + y * L10EA + f * L10EA + e * L102A;
     log_specials(x, r)
 }
@@ -589,7 +589,7 @@ const EXPM1_F64_DEG13: [f64; 14] = {
 };
 
 /// `e^x - 1` in f64, branch-free (fdlibm's form): `x = n ln2 + r` with `|r| <= ln2 / 2`
-/// (the reduction [`exp_f64`] uses), `p = e^r - 1` by its Taylor polynomial, then
+/// (the reduction [`exp_f64_of`] uses), `p = e^r - 1` by its Taylor polynomial, then
 /// `2^n p + (2^n - 1)` (both terms exact, one rounding; `r = x` when `n = 0`, so no
 /// cancellation near 0), or `2^n (1 + p)` where `2^n` outgrows 1 (`n > 53`); -1 below
 /// -40, inf above the overflow; `-0` stays `-0`. One reduction and a polynomial where
@@ -1212,7 +1212,8 @@ fn atan2_f32(y: f32, x: f32) -> f32 {
 /// multiply-add an instruction: [`asinh_f32`] and [`acosh_f32`] (0.86x and 0.88x the
 /// time), sinh and cosh, and the unary ops' `exp` and `ln` ([`Math::exp_k`],
 /// [`Math::ln_k`]: f64 exp, sinh, cosh, sigmoid and silu 0.7x, f64 asinh and acosh 0.9x,
-/// f32 exp and sigmoid 0.84x). Elsewhere (a portable build's baseline form, and on
+/// f32 exp and sigmoid 0.84x), log2, log10 (f32 log, log2, log10 0.86x) and tanh's exp
+/// (f32 0.85x, f64 0.76x). Elsewhere (a portable build's baseline form, and on
 /// x86-64 any code outside those kernels) `mul_add` is a library call: `exp_full` and
 /// `ln` themselves, which scalar loops call per element, stay unfused.
 const FUSED_KERNELS: bool = masked_kernels::cpu::NO_BASELINE
@@ -1436,7 +1437,7 @@ fn tanh_f32(x: f32) -> f32 {
         * z
         * x
         + x;
-    let big = 1.0 - 2.0 / (exp_f32(a + a) + 1.0);
+    let big = 1.0 - 2.0 / (exp_f32_of::<FUSED_KERNELS>(a + a) + 1.0);
     let r = if a < 0.625 { p.abs() } else { big };
     // tanh is odd: the sign of x (-0 at -0, which the polynomial loses)
     f32::from_bits(r.to_bits() | (x.to_bits() & 0x8000_0000))
@@ -1456,7 +1457,7 @@ fn tanh_f64(x: f64) -> f64 {
     let q = ((z + 1.128_116_784_916_329_314_02e2) * z + 2.235_488_390_601_004_485_83e3) * z
         + 4.844_063_053_251_254_860_48e3;
     let small = a + a * (z * p / q);
-    let big = 1.0 - 2.0 / (exp_f64(a + a) + 1.0);
+    let big = 1.0 - 2.0 / (exp_f64_of::<FUSED_KERNELS>(a + a) + 1.0);
     let r = if a < 0.625 { small } else { big };
     f64::from_bits(r.to_bits() | (x.to_bits() & 0x8000_0000_0000_0000))
 }
@@ -1829,10 +1830,10 @@ fn ln_f64_of<const FUSED: bool>(x: f64) -> f64 {
 // fdlibm's constants as published
 #[allow(clippy::excessive_precision)]
 #[inline(always)]
-fn log2_f64(x: f64) -> f64 {
+fn log2_f64_of<const FUSED: bool>(x: f64) -> f64 {
     const IVLN2HI: f64 = 1.442_695_040_721_446_2; // the high 32 bits of 1 / ln 2
     const IVLN2LO: f64 = 1.675_171_316_488_651e-10;
-    let (k, f, y) = log_parts_f64::<true, false>(x);
+    let (k, f, y) = log_parts_f64::<true, FUSED>(x);
     let hi = f64::from_bits(f.to_bits() & 0xffff_ffff_0000_0000);
     let lo = (f - hi) + y;
     let (val_hi, val_lo) = (hi * IVLN2HI, (lo + hi) * IVLN2LO + lo * IVLN2HI);
@@ -1846,12 +1847,12 @@ fn log2_f64(x: f64) -> f64 {
 // fdlibm's constants as published
 #[allow(clippy::excessive_precision)]
 #[inline(always)]
-fn log10_f64(x: f64) -> f64 {
+fn log10_f64_of<const FUSED: bool>(x: f64) -> f64 {
     const IVLN10HI: f64 = 4.342_944_818_781_689e-1;
     const IVLN10LO: f64 = 2.508_294_671_164_527_5e-11;
     const LOG10_2HI: f64 = 3.010_299_956_636_117_7e-1;
     const LOG10_2LO: f64 = 3.694_239_077_158_931e-13;
-    let (k, f, y) = log_parts_f64::<true, false>(x);
+    let (k, f, y) = log_parts_f64::<true, FUSED>(x);
     let hi = f64::from_bits(f.to_bits() & 0xffff_ffff_0000_0000);
     let lo = (f - hi) + y;
     let (y2, val_hi) = (k * LOG10_2HI, hi * IVLN10HI);
@@ -1867,12 +1868,6 @@ fn exp_f64_of<const FUSED: bool>(x: f64) -> f64 {
     let xc = if xc > 710.0 { 710.0 } else { xc };
     let (p, ni) = exp_parts_f64::<FUSED>(xc, EXP_F64_DEG12);
     scale_f64(p, ni)
-}
-
-/// [`exp_f64_of`], unfused.
-#[inline(always)]
-fn exp_f64(x: f64) -> f64 {
-    exp_f64_of::<false>(x)
 }
 
 /// `p 2^n` as two factors, so that overflow gives inf and the subnormal range is rounded
@@ -1964,11 +1959,14 @@ mod tests {
     #[test]
     fn f32_functions_are_accurate_over_the_range() {
         type F = (&'static str, fn(f32) -> f32, fn(f64) -> f64);
-        let fns: [F; 18] = [
+        let fns: [F; 21] = [
             ("atan", atan_f32, f64::atan),
             ("ln", ln_f32, f64::ln),
-            ("log2", log2_f32, f64::log2),
-            ("log10", log10_f32, f64::log10),
+            ("log2", log2_f32_of::<false>, f64::log2),
+            ("log10", log10_f32_of::<false>, f64::log10),
+            ("log2 fused", log2_f32_of::<true>, f64::log2),
+            ("log10 fused", log10_f32_of::<true>, f64::log10),
+            ("ln fused", ln_f32_of::<true>, f64::ln),
             ("ln_1p", ln_1p_of::<f32>, f64::ln_1p),
             ("exp_m1", exp_m1_f32, f64::exp_m1),
             ("tanh", tanh_f32, f64::tanh),
@@ -2018,8 +2016,10 @@ mod tests {
             check_ulps(name, xs, |x| (f(x), g(x as f64) as f32), ulps, 3);
         }
         // exact where users expect it
-        assert_eq!(log2_f32(8.0), 3.0);
-        assert_eq!(log2_f32(0.25), -2.0);
+        for log2_f32 in [log2_f32_of::<false>, log2_f32_of::<true>] {
+            assert_eq!(log2_f32(8.0), 3.0);
+            assert_eq!(log2_f32(0.25), -2.0);
+        }
         assert_eq!(ln_f32(1.0), 0.0);
         assert_eq!(tanh_f32(-0.0).to_bits(), (-0.0f32).to_bits());
         assert_eq!(ln_1p_of(-1.0f32), f32::NEG_INFINITY);
@@ -2438,11 +2438,13 @@ mod tests {
     #[test]
     fn f64_logarithms_are_accurate_over_the_range() {
         type F = (&'static str, fn(f64) -> f64, fn(f64) -> f64);
-        let fns: [F; 4] = [
+        let fns: [F; 6] = [
             ("ln", ln_f64, f64::ln),
             ("ln fused", ln_f64_of::<true>, f64::ln),
-            ("log2", log2_f64, f64::log2),
-            ("log10", log10_f64, f64::log10),
+            ("log2", log2_f64_of::<false>, f64::log2),
+            ("log10", log10_f64_of::<false>, f64::log10),
+            ("log2 fused", log2_f64_of::<true>, f64::log2),
+            ("log10 fused", log10_f64_of::<true>, f64::log10),
         ];
         let specials = [
             0.0f64,
@@ -2470,10 +2472,14 @@ mod tests {
             let xs = spread.chain(near_one).chain(specials);
             check_ulps(name, xs, |x| (f(x), g(x)), ulps64, 2);
         }
-        assert_eq!(log2_f64(8.0), 3.0);
-        assert_eq!(log2_f64(2f64.powi(-1074)), -1074.0);
+        let log2s: [fn(f64) -> f64; 2] = [log2_f64_of::<false>, log2_f64_of::<true>];
+        let log10s: [fn(f64) -> f64; 2] = [log10_f64_of::<false>, log10_f64_of::<true>];
+        for (log2_f64, log10_f64) in log2s.into_iter().zip(log10s) {
+            assert_eq!(log2_f64(8.0), 3.0);
+            assert_eq!(log2_f64(2f64.powi(-1074)), -1074.0);
+            assert_eq!(log10_f64(1.0), 0.0);
+        }
         assert_eq!(ln_f64(1.0), 0.0);
-        assert_eq!(log10_f64(1.0), 0.0);
     }
 
     /// The engine's exp against the f64 exp (correctly rounded to f32 in practice) over

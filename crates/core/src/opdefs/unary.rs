@@ -605,7 +605,7 @@ unary!(/// `e^x - 1`.
     Expm1, "expm1", true, |x| x.exp_m1(),
     d |x| x.exp());
 unary!(/// Natural logarithm (NaN below 0, -inf at 0).
-    Log, "log", false, |x| x.ln(),
+    Log, "log", false, |x| x.ln_k(),
     d |x| 1.0 / x);
 unary!(/// Base-2 logarithm.
     Log2, "log2", false, |x| x.log2(),
