@@ -1,7 +1,7 @@
 """Coefficients of the f32 `asinh` and `acosh` polynomials (crates/core/src/dtype/math.rs).
 
 Chebyshev interpolation in f64 (numpy only), converted to the power basis the Rust code
-evaluates by Horner's rule, each coefficient rounded to f32; then the f32 evaluation
+evaluates by Horner's rule (printed highest degree first), each coefficient rounded to f32; then the f32 evaluation
 simulated in numpy over 2M points of each range and its worst error in ulps printed
 against numpy's f64 function rounded to f32 (the Rust test checks the whole f32 range).
 
@@ -40,8 +40,9 @@ def worst_ulps(r, ref):
 
 
 def show(name, coefs, err):
+    """The coefficients highest degree first, as the Rust arrays hold them."""
     print(f"{name}: worst {err} ulp")
-    print("    [" + ", ".join(str(np.float32(c)) for c in coefs) + "]")
+    print("    [" + ", ".join(str(np.float32(c)) for c in coefs[::-1]) + "]")
 
 
 def g(z):

@@ -468,6 +468,21 @@ impl<'c> Linear<'c> {
                 longest,
             }
         }
+        // the per-entry scan for short groups, the starts alone for long ones
+        #[inline(always)]
+        fn by(
+            short: bool,
+            lo: usize,
+            hi: usize,
+            first: usize,
+            keys: impl Iterator<Item = usize>,
+        ) -> Segments {
+            if short {
+                scan(lo, hi, first, keys)
+            } else {
+                starts_only(lo, hi, keys)
+            }
+        }
         if lo >= hi {
             return Segments {
                 starts: vec![hi],
@@ -478,27 +493,12 @@ impl<'c> Linear<'c> {
         }
         let first = self.at(lo);
         match self {
-            Linear::One(c) => {
-                let keys = c[lo..hi].iter().copied();
-                match short {
-                    true => scan(lo, hi, first, keys),
-                    false => starts_only(lo, hi, keys),
-                }
-            }
+            Linear::One(c) => by(short, lo, hi, first, c[lo..hi].iter().copied()),
             Linear::Two(a, s, b) => {
                 let keys = a[lo..hi].iter().zip(&b[lo..hi]).map(|(x, y)| x * s + y);
-                match short {
-                    true => scan(lo, hi, first, keys),
-                    false => starts_only(lo, hi, keys),
-                }
+                by(short, lo, hi, first, keys)
             }
-            Linear::Many(_) => {
-                let keys = (lo..hi).map(|e| self.at(e));
-                match short {
-                    true => scan(lo, hi, first, keys),
-                    false => starts_only(lo, hi, keys),
-                }
-            }
+            Linear::Many(_) => by(short, lo, hi, first, (lo..hi).map(|e| self.at(e))),
         }
     }
 

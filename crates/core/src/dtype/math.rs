@@ -8,6 +8,23 @@
 //! in f64 and f64's in double-double ([`Math::powf_fast`]). The rest (hypot, and the few
 //! arguments a fast form leaves NaN) come from the standard library.
 
+/// `a * b + c`, with one rounding when `FUSED` (a multiply and an add otherwise).
+#[inline(always)]
+fn madd<C: crate::Float + Math, const FUSED: bool>(a: C, b: C, c: C) -> C {
+    if FUSED {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// The polynomial of coefficients `c` (highest degree first) at `w` by Horner's rule,
+/// its steps fused when `FUSED` (loops over it vectorise).
+#[inline(always)]
+fn horner<C: crate::Float + Math, const FUSED: bool>(c: &[C], w: C) -> C {
+    c[1..].iter().fold(c[0], |p, &k| madd::<C, FUSED>(p, w, k))
+}
+
 /// The reduction and polynomial every `exp` of the engine shares, in f32: for `xc`
 /// (clamped by the caller to where its scaling is valid), `x = n ln2 + r` with
 /// `|r| <= ln2 / 2` (Cody-Waite; `n * LN2_HI` is exact), the Taylor polynomial of `e^r`
@@ -15,8 +32,7 @@
 /// Fused multiply-adds when `FUSED`. Branch-free: loops over it vectorise.
 #[inline(always)]
 pub(crate) fn exp_parts_f32<const FUSED: bool>(xc: f32, coeffs: &[f32]) -> (f32, i32) {
-    // `a * b + c`, with one rounding when FUSED
-    let fma = |a: f32, b: f32, c: f32| if FUSED { a.mul_add(b, c) } else { a * b + c };
+    let fma = madd::<f32, FUSED>;
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
@@ -24,10 +40,7 @@ pub(crate) fn exp_parts_f32<const FUSED: bool>(xc: f32, coeffs: &[f32]) -> (f32,
     let t = fma(xc, LOG2E, MAGIC);
     let n = t - MAGIC;
     let r = fma(-n, LN2_LO, fma(-n, LN2_HI, xc));
-    let mut p = coeffs[0];
-    for &c in &coeffs[1..] {
-        p = fma(p, r, c);
-    }
+    let p = horner::<f32, FUSED>(coeffs, r);
     // the integer n sits in the low mantissa bits of t: no float-to-int conversion
     // (Rust's saturating `as` does not vectorise well)
     (p, t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32)
@@ -47,7 +60,7 @@ fn exp_parts2_f64<const FUSED: bool, const LO: bool>(
     lo: f64,
     coeffs: &[f64],
 ) -> (f64, i64) {
-    let fma = |a: f64, b: f64, c: f64| if FUSED { a.mul_add(b, c) } else { a * b + c };
+    let fma = madd::<f64, FUSED>;
     const LOG2E: f64 = std::f64::consts::LOG2_E;
     // the high part has trailing zero bits so n * LN2_HI is exact
     const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
@@ -57,10 +70,7 @@ fn exp_parts2_f64<const FUSED: bool, const LO: bool>(
     let n = t - MAGIC;
     let hi = fma(-n, LN2_HI, xc);
     let r = fma(-n, LN2_LO, if LO { hi + lo } else { hi });
-    let mut p = coeffs[0];
-    for &c in &coeffs[1..] {
-        p = fma(p, r, c);
-    }
+    let p = horner::<f64, FUSED>(coeffs, r);
     (p, t.to_bits().wrapping_sub(MAGIC.to_bits()) as i64)
 }
 
@@ -489,10 +499,7 @@ fn log_parts_f32<const FUSED: bool>(x: f32) -> (f32, f32, f32) {
         3.333_333e-1,
     ];
     let z = f * f;
-    let mut p = P[0];
-    for &c in &P[1..] {
-        p = if FUSED { p.mul_add(f, c) } else { p * f + c };
-    }
+    let p = horner::<f32, FUSED>(&P, f);
     (e, f, p * f * z - 0.5 * z)
 }
 
@@ -632,11 +639,7 @@ fn exp_m1_f32(x: f32) -> f32 {
         0.5,
         1.0,
     ];
-    let mut q = T[0];
-    for &c in &T[1..] {
-        q = q * x + c;
-    }
-    let near = x * q;
+    let near = x * horner::<f32, false>(&T, x);
     let far = exp_f32(x) - 1.0;
     if x.abs() < 1.0 {
         near
@@ -1012,15 +1015,7 @@ fn asin_parts_f64(x: f64) -> (f64, f64, f64, f64) {
     ];
     let a = x.abs();
     let z = if a < 0.5 { x * x } else { (1.0 - a) * 0.5 };
-    let mut p = PS[0];
-    for &k in &PS[1..] {
-        p = p * z + k;
-    }
-    let mut q = QS[0];
-    for &k in &QS[1..] {
-        q = q * z + k;
-    }
-    let r = z * p / q;
+    let r = z * horner::<f64, false>(&PS, z) / horner::<f64, false>(&QS, z);
     let s = z.sqrt();
     let df = f64::from_bits(s.to_bits() & 0xffff_ffff_0000_0000);
     // 0 / 0 at z = 0 (|x| = 1)
@@ -1101,11 +1096,7 @@ fn sinh_of<C: crate::Float + Math>(x: C) -> C {
     let z = a * a;
     let mut p = C::of(INV_ODD_FACT[m]);
     for k in (1..m).rev() {
-        p = if FUSED_KERNELS {
-            p.mul_add(z, C::of(INV_ODD_FACT[k]))
-        } else {
-            p * z + C::of(INV_ODD_FACT[k])
-        };
+        p = madd::<C, FUSED_KERNELS>(p, z, C::of(INV_ODD_FACT[k]));
     }
     let small = a + a * z * p;
     signed(if a < one { small } else { large }, x)
@@ -1220,22 +1211,6 @@ const FUSED_KERNELS: bool = masked_kernels::cpu::NO_BASELINE
     || cfg!(target_feature = "fma")
     || cfg!(target_arch = "aarch64");
 
-/// `c[0] + w (c[1] + w (..))` in f32: Horner's rule, fused when `FUSED` (loops over it
-/// vectorise).
-#[inline(always)]
-fn horner_f32<const FUSED: bool, const N: usize>(c: &[f32; N], w: f32) -> f32 {
-    c[..N - 1].iter().rev().fold(
-        c[N - 1],
-        |p, &k| {
-            if FUSED {
-                p.mul_add(w, k)
-            } else {
-                p * w + k
-            }
-        },
-    )
-}
-
 /// `ln(u) + if big { ln 2 }` for the inverse hyperbolic functions' upper ranges.
 #[inline(always)]
 fn ln_plus_ln2_f32<const FUSED: bool>(u: f32, big: bool) -> f32 {
@@ -1264,29 +1239,29 @@ fn acosh_f32(x: f32) -> f32 {
 #[inline(always)]
 fn asinh_f32_of<const FUSED: bool>(x: f32) -> f32 {
     const P: [f32; 8] = [
-        -0.16666664,
-        0.07499723,
-        -0.044582825,
-        0.029870246,
-        -0.020132653,
-        0.011618178,
-        -0.0046014665,
         0.00087153,
+        -0.0046014665,
+        0.011618178,
+        -0.020132653,
+        0.029870246,
+        -0.044582825,
+        0.07499723,
+        -0.16666664,
     ];
     const Q: [f32; 8] = [
-        1.047593,
-        0.62469506,
-        -0.15236461,
-        0.033693653,
-        -0.0007272834,
-        -0.0054224124,
-        0.0041743596,
         -0.0018804212,
+        0.0041743596,
+        -0.0054224124,
+        -0.0007272834,
+        0.033693653,
+        -0.15236461,
+        0.62469506,
+        1.047593,
     ];
     let a = x.abs();
     let z = a * a;
-    let near = a + a * (z * horner_f32::<FUSED, 8>(&P, z));
-    let mid = horner_f32::<FUSED, 8>(&Q, a - 1.25);
+    let near = a + a * (z * horner::<f32, FUSED>(&P, z));
+    let mid = horner::<f32, FUSED>(&Q, a - 1.25);
     let big = a > 4096.0;
     let far = ln_plus_ln2_f32::<FUSED>(if big { a } else { a + (z + 1.0).sqrt() }, big);
     let r = if a <= 1.0 {
@@ -1305,16 +1280,16 @@ fn asinh_f32_of<const FUSED: bool>(x: f32) -> f32 {
 #[inline(always)]
 fn acosh_f32_of<const FUSED: bool>(x: f32) -> f32 {
     const H: [f32; 7] = [
-        1.0,
-        -0.083332956,
-        0.018743843,
-        -0.005541848,
-        0.0017804024,
-        -0.00050028344,
         8.0708385e-05,
+        -0.00050028344,
+        0.0017804024,
+        -0.005541848,
+        0.018743843,
+        -0.083332956,
+        1.0,
     ];
     let t = x - 1.0;
-    let near = (t + t).sqrt() * horner_f32::<FUSED, 7>(&H, t);
+    let near = (t + t).sqrt() * horner::<f32, FUSED>(&H, t);
     let big = x > 4096.0;
     let far = ln_plus_ln2_f32::<FUSED>(if big { x } else { x + (x * x - 1.0).sqrt() }, big);
     if x < 1.0 {
@@ -1789,8 +1764,7 @@ fn log_parts_f64<const FULL: bool, const FUSED: bool>(x: f64) -> (f64, f64, f64)
     let s = f / (2.0 + f);
     let z = s * s;
     let w = z * z;
-    // `a * b + c`, with one rounding when FUSED
-    let fma = |a: f64, b: f64, c: f64| if FUSED { a.mul_add(b, c) } else { a * b + c };
+    let fma = madd::<f64, FUSED>;
     let (t1, t2) = if FULL {
         (
             w * fma(w, fma(w, LG[5], LG[3]), LG[1]),
