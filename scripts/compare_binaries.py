@@ -63,6 +63,19 @@ JOBS = [
                   "--density", "0.001", "--op", "mul,div,vjp-mul", "--repeat", "7"]),
     ("alg-i32", ["--layout", "dense", "--dtype", "i32", "--op", "add,div,gt",
                  "--repeat", "7"]),
+    # the unary ops' VJPs (`g · f'(x)`): dense f32, f64 and f16 (whole-array runs), CSR
+    # with a random mask (packed lanes) and COO
+    ("uvjp", ["--layout", "dense", "--values", "positive", "--op",
+              "vjp-exp,vjp-log,vjp-tanh,vjp-sigmoid,vjp-sin,vjp-gelu,vjp-abs", "--repeat", "7"]),
+    ("uvjp-f64", ["--layout", "dense", "--dtype", "f64", "--values", "positive", "--op",
+                  "vjp-exp,vjp-tanh,vjp-sin", "--repeat", "7"]),
+    ("uvjp-f16", ["--layout", "dense", "--dtype", "f16", "--values", "positive", "--op",
+                  "vjp-exp,vjp-tanh", "--repeat", "7"]),
+    ("uvjp-csr", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001",
+                  "--mask-source", "random", "--values", "positive", "--op",
+                  "vjp-exp,vjp-tanh", "--repeat", "7"]),
+    ("uvjp-coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
+                  "--values", "positive", "--op", "vjp-exp,vjp-tanh", "--repeat", "7"]),
     # sparse attention: a band (row traversal) and a random pattern (key slices)
     ("attn-band", ["--op", "attention,attention-vjp", "--shape", "8192,64", "--pattern",
                    "band:256", "--repeat", "5"]),

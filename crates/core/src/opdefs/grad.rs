@@ -101,6 +101,27 @@ pub trait LaneGrad: Send + Sync + 'static {
         let _ = (ys, g, spread, out);
         false
     }
+    /// Whether the gradient at each element is a function of that element's value and
+    /// upstream alone (a unary elementwise op's, `g · f'(x)`): then
+    /// [`LaneGrad::typed_each`] applies to every float dtype, over any run of elements,
+    /// and a layout may run it over its values without forming lanes. False by default.
+    fn elementwise(&self) -> bool {
+        false
+    }
+    /// The gradient of an [elementwise](LaneGrad::elementwise) op over a run, in the
+    /// kernels' vectorised loops: `out[k]` from `xs[k]` and `g[k]` where bit `k` of `bits`
+    /// is set (all for `None`), 0 elsewhere; the common length of the three. Returns
+    /// false (and writes nothing) where it does not apply; the default never applies.
+    fn typed_each<T: Element>(
+        &self,
+        xs: &[T],
+        bits: Option<masked_kernels::Bits<'_>>,
+        g: &[T::Real],
+        out: &mut [T::Real],
+    ) -> bool {
+        let _ = (xs, bits, g, out);
+        false
+    }
 }
 
 /// A lane's saved output and upstream as a layout holds them unpacked, with the lane's
@@ -1193,7 +1214,8 @@ impl LaneGrad for PtpGrad {
 }
 
 /// `g · f'(x)`: the gradient of a unary elementwise op, element by element (its
-/// [`Unary::derivative`](crate::unary::Unary::derivative)).
+/// [`Unary::derivative`](crate::unary::Unary::derivative)); every float dtype runs the
+/// op's vectorised gradient loops ([`Unary::grad_f32`](crate::unary::Unary::grad_f32)).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct UnaryGrad<U>(pub U);
 
@@ -1205,9 +1227,19 @@ impl<U: crate::unary::Unary + 'static> LaneGrad for UnaryGrad<U> {
         Upstream::PerElement
     }
     fn grad(&self, xs: &[f64], g: &[f64], out: &mut [f64]) {
-        for ((o, &x), &gi) in out.iter_mut().zip(xs).zip(g) {
-            *o = gi * self.0.derivative(x);
-        }
+        self.0.grad_f64(xs, None, g, out);
+    }
+    fn elementwise(&self) -> bool {
+        true
+    }
+    fn typed_each<T: Element>(
+        &self,
+        xs: &[T],
+        bits: Option<masked_kernels::Bits<'_>>,
+        g: &[T::Real],
+        out: &mut [T::Real],
+    ) -> bool {
+        crate::unary::grad_typed(self.0, xs, bits, g, out)
     }
 }
 
@@ -1259,6 +1291,12 @@ impl GradScratch {
                 LaneValues::One(r) => v.push(r.to_f64()),
                 LaneValues::Each(rs) => v.extend(rs[..n].iter().map(|r| r.to_f64())),
             }
+        }
+        if let LaneValues::Each(gs) = g
+            && grad.elementwise()
+            && grad.typed_each(xs, None, &gs[..n], &mut out[..n])
+        {
+            return;
         }
         if let LaneValues::One(g) = g
             && let Some(v) = grad.uniform(n, g.to_f64())

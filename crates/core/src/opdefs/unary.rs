@@ -83,7 +83,31 @@ pub trait Unary: Copy + Send + Sync {
     fn zero_preserving(&self) -> bool;
     /// `f'(x)` in `f64`, for the VJP `g · f'(x)`; kinks follow torch (abs and relu have
     /// derivative 0 at 0, clamp 0 at and beyond its bounds), domain boundaries IEEE.
+    /// Written with the engine's branch-free functions ([`Math`]) where it has them, so
+    /// that the gradient runs ([`Unary::grad_f32`]) vectorise.
     fn derivative(&self, x: f64) -> f64;
+
+    /// `f'(x)` in the op's branch-free form where it has one (the trigonometric
+    /// functions': NaN for `|x|` beyond `Math::TRIG_LIMIT`, which the gradient runs
+    /// recompute with [`Unary::derivative`]); [`Unary::derivative`] by default.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn derivative_fast(&self, x: f64) -> f64 {
+        self.derivative(x)
+    }
+
+    /// The VJP over an `f32` run: `out[k] = g[k] · f'(xs[k])` where bit `k` of `bits` is
+    /// set (all for `None`), computed in `f64` and rounded once, and 0 elsewhere; the
+    /// common length of the three. The enums ([`FloatFn`], [`KeepFn`]) pick the variant
+    /// once per run, each variant's loop compiled once, here.
+    fn grad_f32(&self, xs: &[f32], bits: Option<Bits<'_>>, g: &[f32], out: &mut [f32]) {
+        grad_run(*self, xs, bits, g, out, false);
+    }
+
+    /// [`Unary::grad_f32`] over an `f64` run.
+    fn grad_f64(&self, xs: &[f64], bits: Option<Bits<'_>>, g: &[f64], out: &mut [f64]) {
+        grad_run(*self, xs, bits, g, out, false);
+    }
 
     /// The value at a valid position in the op's branch-free form where it has one (NaN
     /// where that form does not apply: [`Unary::map_float`] then recomputes those with
@@ -223,6 +247,15 @@ macro_rules! fn_enum {
             fn derivative(&self, x: f64) -> f64 {
                 match self { $( Self::$v(u) => u.derivative(x), )* }
             }
+            fn derivative_fast(&self, x: f64) -> f64 {
+                match self { $( Self::$v(u) => u.derivative_fast(x), )* }
+            }
+            fn grad_f32(&self, xs: &[f32], bits: Option<Bits<'_>>, g: &[f32], out: &mut [f32]) {
+                match self { $( Self::$v(u) => u.grad_f32(xs, bits, g, out), )* }
+            }
+            fn grad_f64(&self, xs: &[f64], bits: Option<Bits<'_>>, g: &[f64], out: &mut [f64]) {
+                match self { $( Self::$v(u) => u.grad_f64(xs, bits, g, out), )* }
+            }
             fn_enum!(@map_float $role);
             fn_enum!(@map_keep $role);
         }
@@ -240,12 +273,13 @@ pub struct FloatMap<U>(pub U);
 pub struct KeepMap<U>(pub U);
 
 /// Declares a stateless unary op: `Name, "name", zero_preserving, |x| float body,
-/// d |x| derivative [, |i| integer body] [, fast |x| body]`. A `fast` body is a
-/// branch-free form valid for `|x| < Math::TRIG_LIMIT`, NaN beyond (the trigonometric
-/// functions): runs map with it, then recompute the NaN outputs with the float body.
+/// d |x| derivative [, |i| integer body] [, fast |x| body, dfast |x| derivative]`. A
+/// `fast` body is a branch-free form valid for `|x| < Math::TRIG_LIMIT`, NaN beyond (the
+/// trigonometric functions): runs map with it, then recompute the NaN outputs with the
+/// float body; `dfast` is the derivative's, and the gradient runs recompute likewise.
 macro_rules! unary {
     ($(#[$doc:meta])* $ty:ident, $name:literal, $zero:literal, |$x:ident| $body:expr,
-        d |$dx:ident| $dbody:expr, fast |$fx:ident| $fast:expr) => {
+        d |$dx:ident| $dbody:expr, fast |$fx:ident| $fast:expr, dfast |$gx:ident| $dfast:expr) => {
         unary!($(#[$doc])* $ty, $name, $zero, |$x| $body, d |$dx| $dbody;
             #[inline(always)]
             fn fast<T: Element>(&self, $fx: CalcOf<T>) -> CalcOf<T> {
@@ -254,6 +288,16 @@ macro_rules! unary {
             fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
                 map_run(xs, bits, out, FloatAt::<T, Self, true>::new(*self));
                 beyond_fast(xs, out, #[inline(always)] |_| true, #[inline(always)] |c| self.float::<T>(c));
+            }
+            #[inline(always)]
+            fn derivative_fast(&self, $gx: f64) -> f64 {
+                $dfast
+            }
+            fn grad_f32(&self, xs: &[f32], bits: Option<Bits<'_>>, g: &[f32], out: &mut [f32]) {
+                grad_run(*self, xs, bits, g, out, true);
+            }
+            fn grad_f64(&self, xs: &[f64], bits: Option<Bits<'_>>, g: &[f64], out: &mut [f64]) {
+                grad_run(*self, xs, bits, g, out, true);
             }
         );
     };
@@ -285,6 +329,7 @@ macro_rules! unary {
                 $zero
             }
             #[allow(unused_variables)]
+            #[inline(always)]
             fn derivative(&self, $dx: f64) -> f64 {
                 $dbody
             }
@@ -535,6 +580,7 @@ fn beyond_fast<T: Element>(
 }
 
 /// The derivative of `|x|`: the sign, 0 at 0 (torch's kink rule), NaN at NaN.
+#[inline(always)]
 fn sgn(x: f64) -> f64 {
     if x > 0.0 {
         1.0
@@ -545,9 +591,130 @@ fn sgn(x: f64) -> f64 {
     }
 }
 
-/// `1 / (1 + e^-x)` in `f64`.
+/// `1 / (1 + e^-x)` in `f64` (the engine's `exp`: a gradient run over it vectorises).
+#[inline(always)]
 fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + (-x).exp_k())
+}
+
+/// `(σ(x), 1 - σ(x))` in `f64`, both from `e = e^(-|x|)` (one `exp`, one division), so
+/// neither is computed as a difference from 1: the derivative `σ(1 - σ)` keeps its
+/// precision where `σ` nears 1 (`1 - σ(30)`, as a difference, had lost 3 digits).
+#[inline(always)]
+fn sigmoid_pair(x: f64) -> (f64, f64) {
+    let e = (-x.abs()).exp_k();
+    let d = 1.0 / (1.0 + e);
+    if x >= 0.0 {
+        (d, e * d)
+    } else {
+        (e * d, d)
+    }
+}
+
+/// `out[k] = g[k] · f'(xs[k])` at the valid elements (in `f64`, rounded once), 0 at the
+/// others: [`Unary::grad_f32`] and [`Unary::grad_f64`]. Computed at every element,
+/// then selected (as [`FloatAt::at`]), with [`Unary::derivative_fast`]; with `fix`, the
+/// NaN results are then recomputed with [`Unary::derivative`] (arguments beyond a fast
+/// form's range; a NaN from a NaN stays NaN), after an OR over the output that is all a
+/// run without them costs.
+#[inline(always)]
+fn grad_run<R: Float, U: Unary>(
+    u: U,
+    xs: &[R],
+    bits: Option<Bits<'_>>,
+    g: &[R],
+    out: &mut [R],
+    fix: bool,
+) {
+    let zero = <R as Element>::ZERO;
+    masked_kernels::run::zip_run(
+        xs,
+        g,
+        bits,
+        out,
+        #[inline(always)]
+        move |x: R, gi: R, valid| {
+            let v = R::from_f64(gi.to_f64() * u.derivative_fast(x.to_f64()));
+            if valid {
+                v
+            } else {
+                zero
+            }
+        },
+    );
+    if fix && out.iter().fold(false, |any, o| any | o.is_nan()) {
+        for ((o, &x), &gi) in out.iter_mut().zip(xs).zip(g) {
+            if o.is_nan() {
+                *o = R::from_f64(gi.to_f64() * u.derivative(x.to_f64()));
+            }
+        }
+    }
+}
+
+/// The VJP of the unary op `u` over a run of any float dtype, as [`Unary::grad_f32`]:
+/// `f32` and `f64` runs straight to the op's compiled loops, the halves in blocks
+/// widened to `f32` (exactly), through the `f32` loop and rounded back. False (nothing
+/// written) for the integers, which have no gradient.
+pub fn grad_typed<T: Element, U: Unary>(
+    u: U,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    g: &[T::Real],
+    out: &mut [T::Real],
+) -> bool {
+    match (
+        T::erase::<SliceOf<'_>>(xs),
+        <T::Real as Erase>::erase::<SliceOf<'_>>(g),
+        <T::Real as Erase>::erase::<SliceMutOf<'_>>(out),
+    ) {
+        (ByDType::F32(x), ByDType::F32(g), ByDType::F32(o)) => u.grad_f32(x, bits, g, o),
+        (ByDType::F64(x), ByDType::F64(g), ByDType::F64(o)) => u.grad_f64(x, bits, g, o),
+        (ByDType::F16(x), ByDType::F16(g), ByDType::F16(o)) => {
+            grad_half(u, x, bits, g, o, <half::f16 as Element>::unpack)
+        }
+        (ByDType::BF16(x), ByDType::BF16(g), ByDType::BF16(o)) => {
+            grad_half(u, x, bits, g, o, |src: &[half::bf16], buf| {
+                let buf = &mut buf[..src.len()];
+                for (b, v) in buf.iter_mut().zip(src) {
+                    b.write(v.to_f32());
+                }
+                // SAFETY: every element was written above; `MaybeUninit<f32>` and `f32`
+                // have the same layout.
+                unsafe { &*(buf as *const [std::mem::MaybeUninit<f32>] as *const [f32]) }
+            })
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// [`grad_typed`] for a half type: blocks of its values and of `g` widened to `f32` by
+/// `widen` (f16: one instruction per 16 values where the CPU has it), the `f32` loop,
+/// the results rounded back ([`Float::from_calc_block`]).
+#[inline(never)]
+fn grad_half<H: Float<Calc = f32>, U: Unary>(
+    u: U,
+    xs: &[H],
+    bits: Option<Bits<'_>>,
+    g: &[H],
+    out: &mut [H],
+    widen: impl for<'b> Fn(&[H], &'b mut [std::mem::MaybeUninit<f32>]) -> &'b [f32],
+) {
+    use std::mem::MaybeUninit;
+    let n = xs.len().min(g.len()).min(out.len());
+    let mut wx = [MaybeUninit::<f32>::uninit(); WIDE_BLOCK];
+    let mut wg = [MaybeUninit::<f32>::uninit(); WIDE_BLOCK];
+    let mut wo = [0f32; WIDE_BLOCK];
+    let mut off = 0;
+    while off < n {
+        let m = (n - off).min(WIDE_BLOCK);
+        let r = off..off + m;
+        let x = widen(&xs[r.clone()], &mut wx[..m]);
+        let gb = widen(&g[r.clone()], &mut wg[..m]);
+        u.grad_f32(x, bits.map(|b| b.offset(off)), gb, &mut wo[..m]);
+        H::from_calc_block(&wo[..m], &mut out[r]);
+        off += m;
+    }
 }
 
 /// `C::of(v)` for the compute type `C` of `T`.
@@ -594,67 +761,80 @@ unary!(/// `1 / sqrt(x)`.
     d |x| -0.5 / (x * x.sqrt()));
 unary!(/// `1 / x`.
     Reciprocal, "reciprocal", false, |x| c!(1.0) / x,
-    d |x| -1.0 / (x * x));
+    d |x| { let r = 1.0 / x; -(r * r) });
 unary!(/// `e^x`.
     Exp, "exp", false, |x| x.exp_k(),
-    d |x| x.exp());
+    d |x| x.exp_k());
 unary!(/// `2^x`.
     Exp2, "exp2", false, |x| x.exp2(),
-    d |x| std::f64::consts::LN_2 * x.exp2());
+    d |x| std::f64::consts::LN_2 * Math::exp2(x));
 unary!(/// `e^x - 1`.
     Expm1, "expm1", true, |x| x.exp_m1(),
-    d |x| x.exp());
+    d |x| x.exp_k());
 unary!(/// Natural logarithm (NaN below 0, -inf at 0).
     Log, "log", false, |x| x.ln_k(),
     d |x| 1.0 / x);
 unary!(/// Base-2 logarithm.
     Log2, "log2", false, |x| x.log2(),
-    d |x| 1.0 / (x * std::f64::consts::LN_2));
+    d |x| std::f64::consts::LOG2_E / x);
 unary!(/// Base-10 logarithm.
     Log10, "log10", false, |x| x.log10(),
-    d |x| 1.0 / (x * std::f64::consts::LN_10));
+    d |x| std::f64::consts::LOG10_E / x);
 unary!(/// `ln(1 + x)`.
     Log1p, "log1p", true, |x| x.ln_1p(),
     d |x| 1.0 / (1.0 + x));
 unary!(/// Sine.
     Sin, "sin", true, |x| x.sin(),
-    d |x| x.cos(), fast |x| x.sin_fast());
+    d |x| x.cos(), fast |x| x.sin_fast(), dfast |x| x.cos_fast());
 unary!(/// Cosine.
     Cos, "cos", false, |x| x.cos(),
-    d |x| -x.sin(), fast |x| x.cos_fast());
+    d |x| -x.sin(), fast |x| x.cos_fast(), dfast |x| -x.sin_fast());
 unary!(/// Tangent.
     Tan, "tan", true, |x| x.tan(),
-    d |x| 1.0 + x.tan() * x.tan(), fast |x| x.tan_fast());
+    d |x| 1.0 + x.tan() * x.tan(), fast |x| x.tan_fast(),
+    dfast |x| { let t = x.tan_fast(); 1.0 + t * t });
 unary!(/// Arcsine.
     Asin, "asin", true, |x| x.asin(),
-    d |x| 1.0 / (1.0 - x * x).sqrt());
+    d |x| 1.0 / ((1.0 - x) * (1.0 + x)).sqrt());
 unary!(/// Arccosine.
     Acos, "acos", false, |x| x.acos(),
-    d |x| -1.0 / (1.0 - x * x).sqrt());
+    d |x| -1.0 / ((1.0 - x) * (1.0 + x)).sqrt());
 unary!(/// Arctangent.
     Atan, "atan", true, |x| x.atan(),
     d |x| 1.0 / (1.0 + x * x));
 unary!(/// Hyperbolic sine.
     Sinh, "sinh", true, |x| x.sinh(),
-    d |x| x.cosh());
+    d |x| Math::cosh(x));
 unary!(/// Hyperbolic cosine.
     Cosh, "cosh", false, |x| x.cosh(),
-    d |x| x.sinh());
+    d |x| Math::sinh(x));
 unary!(/// Hyperbolic tangent.
-    Tanh, "tanh", true, |x| x.tanh(),
-    d |x| 1.0 - x.tanh() * x.tanh());
+Tanh, "tanh", true, |x| x.tanh(),
+d |x| {
+    // sech² as 4e / (1 + e)² with e = e^(-2|x|): no cancellation where tanh nears ±1
+    let e = (-2.0 * x.abs()).exp_k();
+    4.0 * e / ((1.0 + e) * (1.0 + e))
+});
 unary!(/// Inverse hyperbolic sine.
-    Asinh, "asinh", true, |x| x.asinh(),
-    d |x| 1.0 / (x * x + 1.0).sqrt());
+Asinh, "asinh", true, |x| x.asinh(),
+d |x| {
+    // 1 / |x| where x² + 1 would overflow (or round to x²)
+    let a = x.abs();
+    if a > <f64 as Math>::BIG_HYPERBOLIC { 1.0 / a } else { 1.0 / (a * a + 1.0).sqrt() }
+});
 unary!(/// Inverse hyperbolic cosine.
-    Acosh, "acosh", false, |x| x.acosh(),
-    d |x| 1.0 / ((x - 1.0) * (x + 1.0)).sqrt());
+Acosh, "acosh", false, |x| x.acosh(),
+d |x| {
+    // torch's 1 / sqrt(x² - 1) (finite below -1 too), 1 / |x| where x² would overflow
+    let a = x.abs();
+    if a > <f64 as Math>::BIG_HYPERBOLIC { 1.0 / a } else { 1.0 / ((a - 1.0) * (a + 1.0)).sqrt() }
+});
 unary!(/// Inverse hyperbolic tangent.
     Atanh, "atanh", true, |x| x.atanh(),
-    d |x| 1.0 / (1.0 - x * x));
+    d |x| 1.0 / ((1.0 - x) * (1.0 + x)));
 unary!(/// `1 / (1 + e^-x)`.
     Sigmoid, "sigmoid", false, |x| c!(1.0) / (c!(1.0) + (-x).exp_k()),
-    d |x| sigmoid(x) * (1.0 - sigmoid(x)));
+    d |x| { let (s, q) = sigmoid_pair(x); s * q });
 unary!(/// `ln(x / (1 - x))`; on [0.25, 1] as `2 atanh(2x - 1)` (exact argument, no
     /// cancellation near x = 0.5).
     Logit, "logit", false,
@@ -662,10 +842,10 @@ unary!(/// `ln(x / (1 - x))`; on [0.25, 1] as `2 atanh(2x - 1)` (exact argument,
     d |x| 1.0 / (x * (1.0 - x)));
 unary!(/// The error function.
     Erf, "erf", true, |x| x.erf(),
-    d |x| std::f64::consts::FRAC_2_SQRT_PI * (-x * x).exp());
+    d |x| std::f64::consts::FRAC_2_SQRT_PI * (-x * x).exp_k());
 unary!(/// `1 - erf(x)`.
     Erfc, "erfc", false, |x| x.erfc(),
-    d |x| -std::f64::consts::FRAC_2_SQRT_PI * (-x * x).exp());
+    d |x| -std::f64::consts::FRAC_2_SQRT_PI * (-x * x).exp_k());
 unary!(/// `x - trunc(x)` (the sign of `x`; 0 for integers).
     Frac, "frac", true, |x| x - x.trunc(),
     d |x| 1.0);
@@ -677,7 +857,7 @@ unary!(/// `x Φ(x) = x (1 + erf(x / √2)) / 2` (the exact GELU), computed as
     /// `x erfc(-x / √2) / 2`, which has no cancellation for negative `x`, with the argument carried to twice the
     /// working precision (erfc magnifies its rounding).
     Gelu, "gelu", true, |x| gelu::<CalcOf<T>>(x),
-    d |x| 0.5 * Math::erfc(-x * std::f64::consts::FRAC_1_SQRT_2) + x * (-0.5 * x * x).exp() * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2));
+    d |x| 0.5 * Math::erfc(-x * std::f64::consts::FRAC_1_SQRT_2) + x * (-0.5 * x * x).exp_k() * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2));
 
 /// `x erfc(y) / 2` with `y = -x / √2` carried to twice the working precision: `erfc`
 /// magnifies the rounding of its argument by `2y²` (24 ulp at `x = -5`), so the rounding
@@ -699,7 +879,7 @@ fn gelu<C: Float + Math>(x: C) -> C {
 }
 unary!(/// `x σ(x) = x / (1 + e^-x)` (SiLU, swish).
     Silu, "silu", true, |x| x / (c!(1.0) + (-x).exp_k()),
-    d |x| sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x))));
+    d |x| { let (s, q) = sigmoid_pair(x); s * (1.0 + x * q) });
 
 /// `min(max(x, min), max)`: NaN propagates, and `min > max` gives `max` everywhere (as
 /// torch). Integers compare with the bounds rounded inward (`ceil(min)`, `floor(max)`).
@@ -768,6 +948,7 @@ impl Unary for Clamp {
     fn zero_preserving(&self) -> bool {
         self.float::<f64>(0.0) == 0.0
     }
+    #[inline(always)]
     fn derivative(&self, x: f64) -> f64 {
         if x.is_nan() {
             return x;
@@ -887,6 +1068,7 @@ impl Unary for Pow {
     fn zero_preserving(&self) -> bool {
         self.p > 0.0
     }
+    #[inline(always)]
     fn derivative(&self, x: f64) -> f64 {
         let p = self.p;
         if p == 0.0 {
@@ -953,6 +1135,7 @@ impl Unary for NanToNum {
     fn zero_preserving(&self) -> bool {
         true
     }
+    #[inline(always)]
     fn derivative(&self, x: f64) -> f64 {
         if x.is_finite() {
             1.0
@@ -1298,5 +1481,188 @@ pub(crate) mod tests {
                 );
             }
         }
+    }
+
+    /// Arguments for the derivatives: zero, tiny, inside every domain, near its
+    /// edges, large (beyond the trigonometric fast range, where `x²` overflows), and
+    /// infinities and NaN; both signs.
+    fn grad_points() -> Vec<f64> {
+        let mags = [
+            0.0,
+            1e-300,
+            1e-8,
+            0.1,
+            0.3,
+            0.5,
+            0.7,
+            0.9,
+            0.999,
+            1.0,
+            1.5,
+            2.0,
+            3.0,
+            7.0,
+            15.0,
+            25.0,
+            40.0,
+            100.0,
+            700.0,
+            1e5,
+            3e9,
+            1e20,
+            1e300,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        mags.iter().flat_map(|&m| [m, -m]).collect()
+    }
+
+    /// `f'(x)` of every float function, written out with the std functions in textbook
+    /// forms, independent of the ops' branch-free bodies (gelu's `Φ` takes the engine's
+    /// `erfc`, which its own tests check; std has none).
+    fn reference_derivative(u: FloatFn, x: f64) -> f64 {
+        use std::f64::consts::*;
+        let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+        match u {
+            FloatFn::Sqrt(_) | FloatFn::Rsqrt(_) if x < 0.0 => f64::NAN,
+            FloatFn::Sqrt(_) => 0.5 / x.sqrt(),
+            FloatFn::Rsqrt(_) => -0.5 / x.powf(1.5),
+            FloatFn::Reciprocal(_) => -(1.0 / x).powi(2),
+            FloatFn::Exp(_) | FloatFn::Expm1(_) => x.exp(),
+            FloatFn::Exp2(_) => LN_2 * x.exp2(),
+            FloatFn::Log(_) => 1.0 / x,
+            FloatFn::Log2(_) => 1.0 / x / LN_2,
+            FloatFn::Log10(_) => 1.0 / x / LN_10,
+            FloatFn::Log1p(_) => 1.0 / (1.0 + x),
+            FloatFn::Sin(_) => x.cos(),
+            FloatFn::Cos(_) => -x.sin(),
+            FloatFn::Tan(_) => 1.0 / x.cos().powi(2),
+            FloatFn::Asin(_) => 1.0 / (1.0 - x * x).sqrt(),
+            FloatFn::Acos(_) => -1.0 / (1.0 - x * x).sqrt(),
+            FloatFn::Atan(_) => 1.0 / (1.0 + x * x),
+            FloatFn::Sinh(_) => x.cosh(),
+            FloatFn::Cosh(_) => x.sinh(),
+            FloatFn::Tanh(_) => 1.0 / x.cosh().powi(2),
+            FloatFn::Asinh(_) => 1.0 / x.hypot(1.0),
+            // 1 / sqrt(x² - 1), torch's form (finite below -1 too)
+            FloatFn::Acosh(_) => 1.0 / (x.abs() * (1.0 - 1.0 / (x * x)).sqrt()),
+            FloatFn::Atanh(_) => 1.0 / (1.0 - x * x),
+            FloatFn::Sigmoid(_) => sig(x) * sig(-x),
+            FloatFn::Logit(_) => 1.0 / (x * (1.0 - x)),
+            FloatFn::Erf(_) => FRAC_2_SQRT_PI * (-x * x).exp(),
+            FloatFn::Erfc(_) => -FRAC_2_SQRT_PI * (-x * x).exp(),
+            FloatFn::Frac(_) => 1.0,
+            FloatFn::Softplus(_) => {
+                if x > 20.0 {
+                    1.0
+                } else {
+                    sig(x)
+                }
+            }
+            FloatFn::Gelu(_) => {
+                0.5 * Math::erfc(-x * FRAC_1_SQRT_2) + x * (-0.5 * x * x).exp() / (2.0 * PI).sqrt()
+            }
+            FloatFn::Silu(_) => sig(x) * (1.0 + x * sig(-x)),
+            FloatFn::Pow(p) => p.p * x.powf(p.p - 1.0),
+        }
+    }
+
+    /// Every float function's derivative against its textbook form over the whole range
+    /// (within 1e-13 relative; NaN and infinities alike), in the forms that keep their
+    /// precision where the textbook's lose it too (`tanh` and `sigmoid` near ±1, `σ(1 - σ)`
+    /// at 30), without spurious overflow (`asinh` and `acosh` at 1e20 and beyond).
+    #[test]
+    fn derivatives_equal_their_textbook_forms() {
+        for u in every_float_fn() {
+            if matches!(u, FloatFn::Pow(p) if !p.p.is_finite()) {
+                continue;
+            }
+            for x in grad_points() {
+                let (got, want) = (u.derivative(x), reference_derivative(u, x));
+                let ok = if want.is_finite() {
+                    (got - want).abs() <= 1e-13 * want.abs()
+                } else {
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan())
+                };
+                assert!(ok, "{}'({x}) = {got}, want {want}", u.name());
+            }
+        }
+        // where 1 - tanh² and 1 - σ cancel: the textbook forms above are the accurate ones
+        let (t, s) = (FloatFn::Tanh(Tanh), FloatFn::Sigmoid(Sigmoid));
+        assert!((t.derivative(20.0) / (4.0 * (-40.0f64).exp()) - 1.0).abs() < 1e-13);
+        assert!((s.derivative(30.0) / (-30.0f64).exp() - 1.0).abs() < 1e-12);
+    }
+
+    /// The gradient runs equal `g · f'(x)` element by element, rounded once (the halves
+    /// through `f32`; the trigonometric functions' fast form, the std one beyond its
+    /// range), 0 where masked (NaN and infinite arguments there included), for
+    /// every float function and type-keeping op, on f32, f64, f16 and bf16 runs longer
+    /// than two blocks, unmasked and masked, at an offset into the mask.
+    #[test]
+    fn gradient_runs_equal_the_scalar_derivative() {
+        fn check<T: Element, U: Unary + 'static>(u: U) {
+            let (mut xs, words) = run_inputs::<T>();
+            // large arguments (the trigonometric recompute) among the others
+            for (k, x) in xs.iter_mut().enumerate().step_by(13) {
+                *x = T::from_f64_lossy(if k % 2 == 0 { 3e9 } else { -1e20 });
+            }
+            let n = xs.len();
+            let g: Vec<T::Real> = (0..n)
+                .map(|k| <T::Real as Float>::from_f64(((k as f64) * 0.37).cos() * 3.0))
+                .collect();
+            for (bits, off) in [
+                (None, 0),
+                (Some(Bits::new(&words, 0)), 0),
+                (Some(Bits::new(&words, 5)), 5),
+            ] {
+                let m = n - off;
+                let mut out = vec![<T::Real as Float>::from_f64(7.0); m];
+                assert!(grad_typed(u, &xs[..m], bits, &g[..m], &mut out));
+                for k in 0..m {
+                    let valid = bits.is_none_or(|b| b.get(k));
+                    // the branch-free form, and the exact one where that gives NaN
+                    let (x, gk) = (xs[k].to_f64(), g[k].to_f64());
+                    let v = gk * u.derivative_fast(x);
+                    let v = if v.is_nan() { gk * u.derivative(x) } else { v };
+                    let want = if !valid {
+                        <T::Real as Element>::ZERO
+                    } else if T::DTYPE == crate::DType::F64 {
+                        <T::Real as Float>::from_f64(v)
+                    } else {
+                        <T::Real as Float>::from_f64(v as f32 as f64)
+                    };
+                    let got = out[k];
+                    assert!(
+                        got.to_f64().to_bits() == want.to_f64().to_bits()
+                            || (got.is_nan() && want.is_nan()),
+                        "{} {:?} at {k} ({:?}, valid {valid}): {got:?}, want {want:?}",
+                        u.name(),
+                        T::DTYPE,
+                        xs[k]
+                    );
+                }
+            }
+        }
+        fn each<U: Unary + 'static>(u: U) {
+            check::<f32, U>(u);
+            check::<f64, U>(u);
+            check::<f16, U>(u);
+            check::<bf16, U>(u);
+        }
+        for u in every_float_fn() {
+            each(u);
+        }
+        for u in every_keep_fn() {
+            each(u);
+        }
+        // integers have no gradient: nothing written
+        let mut out = [0.0f64; 3];
+        assert!(!grad_typed(
+            FloatFn::Exp(Exp),
+            &[1i32, 2, 3],
+            None,
+            &[1.0; 3],
+            &mut out
+        ));
     }
 }
