@@ -6,7 +6,9 @@
 // resolve against this crate as compiled, where a `cfg(doc)` import does not exist)
 use crate::group::{self, group, Grouped, Linear};
 use crate::{compiled, pattern, CooPattern, MaskedCoo, Resolved};
-use masked_core::grad::{sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream};
+use masked_core::grad::{
+    each_values, sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream,
+};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
@@ -468,6 +470,13 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
         // an upstream (and saved output) on this very pattern (a forward map's result
         // shares it): its stored values are per entry, in order
         let (gl, yl) = (g.lanes(), saved.map(MaskedCoo::lanes));
+        // an elementwise op's gradient entry by entry, on this pattern, with no grouping
+        if gl.pattern == self.pattern
+            && (self.valid.is_none() && !self.fill)
+            && let Some(v) = each_values(grad, self.values, gl.values)?
+        {
+            return Ok(self.stored_like(v));
+        }
         if gl.pattern == self.pattern && yl.as_ref().is_none_or(|y| y.pattern == self.pattern) {
             let up = SparseUpstream::PerElement(gl.values);
             let ys = yl

@@ -330,16 +330,9 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
     zeroed: bool,
 ) {
     debug_assert_eq!(grad.upstream(), Upstream::PerElement);
-    if grad.elementwise() && T::DTYPE.is_float() && g.len() >= xs.len() {
-        // each element's gradient from its own value and upstream (a unary op's): the
-        // whole array as one run, in parallel blocks, every position written
-        const BLOCK: usize = 1 << 14;
-        par::chunks_mut(&mut out[..xs.len()], BLOCK, |c, o| {
-            let r = c * BLOCK..c * BLOCK + o.len();
-            let b = bits.map(|b| b.offset(r.start));
-            let done = grad.typed_each(&xs[r.clone()], b, &g[r], o);
-            debug_assert!(done, "an elementwise gradient applies to every float dtype");
-        });
+    // each element's gradient from its own value and upstream (a unary op's): the whole
+    // array as one run, every position written
+    if masked_core::grad::each_into(grad, xs, bits, g, out) {
         return;
     }
     let n = shape[d];

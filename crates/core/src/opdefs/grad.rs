@@ -1336,6 +1336,53 @@ impl GradScratch {
     }
 }
 
+/// An [elementwise](LaneGrad::elementwise) gradient over values and their upstream in
+/// one order, in parallel blocks: `out[k]` from `xs[k]` and `g[k]` where bit `k` of
+/// `bits` is set (all for `None`), 0 elsewhere. The lanes of a map do not matter to such
+/// an op, so a layout runs its whole values at once. False (nothing written) where it
+/// does not apply: `grad` not elementwise, `T` not a float, or `g` or `out` shorter
+/// than `xs`.
+pub fn each_into<T: Element, G: LaneGrad>(
+    grad: &G,
+    xs: &[T],
+    bits: Option<masked_kernels::Bits<'_>>,
+    g: &[T::Real],
+    out: &mut [T::Real],
+) -> bool {
+    if !grad.elementwise() || !T::DTYPE.is_float() || g.len() < xs.len() || out.len() < xs.len() {
+        return false;
+    }
+    const BLOCK: usize = 1 << 14;
+    masked_kernels::par::chunks_mut(&mut out[..xs.len()], BLOCK, |c, o| {
+        let r = c * BLOCK..c * BLOCK + o.len();
+        let b = bits.map(|b| b.offset(r.start));
+        let done = grad.typed_each(&xs[r.clone()], b, &g[r], o);
+        debug_assert!(done, "an elementwise gradient applies to every float dtype");
+    });
+    true
+}
+
+/// [`each_into`] over every value, into a fresh vector: `None` where it does not apply.
+///
+/// # Errors
+/// [`MaskedError::TooLarge`] when the vector cannot be had.
+pub fn each_values<T: Element, G: LaneGrad>(
+    grad: &G,
+    xs: &[T],
+    g: &[T::Real],
+) -> Result<Option<Vec<T::Real>>> {
+    if !grad.elementwise() || !T::DTYPE.is_float() || g.len() != xs.len() {
+        return Ok(None);
+    }
+    let n = xs.len();
+    drop(crate::error::try_vec::<T::Real>(n, || {
+        format!("a gradient of {n} values")
+    })?);
+    // every value is written: fresh pages, not a zeroing pass
+    let mut out = masked_kernels::fresh_vec::<T::Real>(n);
+    Ok(each_into(grad, xs, None, g, &mut out).then_some(out))
+}
+
 /// The VJP of lanes that are consecutive runs of packed values: lane `l` is
 /// `xs[starts[l]..starts[l + 1]]` (empty lanes allowed), `g` and `saved` hold one value
 /// per lane ([`Upstream::PerLane`]) or per value ([`Upstream::PerElement`]; `saved` may
@@ -1361,6 +1408,9 @@ pub fn grad_runs<T: crate::element::Element, G: LaneGrad>(
     })?);
     let mut out = masked_kernels::fresh_vec::<T::Real>(n);
     let per_lane = grad.upstream() == Upstream::PerLane;
+    if !per_lane && each_into(grad, xs, None, g, &mut out) {
+        return Ok(out);
+    }
     // blocks of whole lanes of about 2^14 values
     let blocks = masked_kernels::par::lane_blocks(starts, 1 << 14);
     let bounds: Vec<usize> = blocks.iter().map(|&l| starts[l] - starts[0]).collect();
@@ -1505,6 +1555,12 @@ pub fn sparse_lanes<'a, T: crate::element::Element, G: LaneGrad>(
     if flat.len() != xs.len() {
         return Err(upstream_error(grad));
     }
+    // an elementwise op's entries need no lanes (the upstream is in the entries' order)
+    if let SparseUpstream::PerElement(gv) = g
+        && let Some(v) = each_values(grad, xs, gv)?
+    {
+        return Ok(v);
+    }
     sparse_lanes_ordered(
         grad,
         &LaneOrder::of_flat(shape, reduced, flat),
@@ -1609,6 +1665,11 @@ pub fn sparse_lanes_ordered<'a, T: crate::element::Element, G: LaneGrad>(
         && lanes.order.as_ref().is_none_or(|o| o.len() == n);
     if !kind_ok(&g) || !saved.as_ref().is_none_or(kind_ok) || !shape_ok {
         return Err(upstream_error(grad));
+    }
+    if let SparseUpstream::PerElement(gv) = g
+        && let Some(v) = each_values(grad, xs, gv)?
+    {
+        return Ok(v);
     }
     let saved = saved.filter(|_| grad.uses_output());
     let order = lanes.order.as_deref();
