@@ -3,8 +3,8 @@
 
 use crate::array::{MaskedArray, MaskedArrayD};
 use masked_core::binary::{
-    broadcast_shapes, broadcast_strides, failed_at, mask_mismatch, unravel, DenseParts as Operand,
-    Src,
+    broadcast_shapes, broadcast_strides, failed_at, flat_grads, flat_grads_into, mask_mismatch,
+    unravel, DenseParts as Operand, Src,
 };
 use masked_core::{
     BitMask, Bits, Element, MaskRule, MaskedError, Result, Splat, ZipKernels, ZipMap,
@@ -388,67 +388,6 @@ fn binary_grads<T: Element>(
     (da, db)
 }
 
-/// [`binary_grads`] without broadcasting (`x` of the output's shape, `y` too or a
-/// scalar), the common case: one parallel pass writing `g · ∂f` in `R` straight into
-/// each operand's gradient; a scalar's gradient is the sum (in `f64`), returned third.
-fn flat_grads<T: Element>(
-    op: masked_core::binary::BinOp,
-    xs: &[T],
-    ys: Src<'_, T>,
-    valid: Option<&BitMask>,
-    g: &[T::Real],
-) -> (Vec<T::Real>, Vec<T::Real>, f64) {
-    let n = xs.len();
-    let dy_len = if matches!(ys, Src::Slice(_)) { n } else { 0 };
-    let (mut dx, mut dy) = (fresh_vec::<T::Real>(n), fresh_vec::<T::Real>(dy_len));
-    let sum = flat_grads_into(op, xs, ys, valid, g, &mut dx, &mut dy);
-    (dx, dy, sum)
-}
-
-/// [`flat_grads`] into the caller's `dx` (`xs.len()` values) and `dy` (as many for a
-/// `y` slice, ignored for a scalar); returns the scalar's gradient (0 for a slice).
-fn flat_grads_into<T: Element>(
-    op: masked_core::binary::BinOp,
-    xs: &[T],
-    ys: Src<'_, T>,
-    valid: Option<&BitMask>,
-    g: &[T::Real],
-    dx: &mut [T::Real],
-    dy: &mut [T::Real],
-) -> f64 {
-    use masked_core::binary::grad_run;
-    let bits = valid.map(BitMask::bits);
-    match ys {
-        Src::Slice(y) => {
-            par::chunks_mut2(dx, CHUNK, dy, CHUNK, |c, dx, dy| {
-                let r = c * CHUNK..c * CHUNK + dx.len();
-                let b = bits.map(|b| b.offset(r.start));
-                grad_run(
-                    op,
-                    &xs[r.clone()],
-                    Src::Slice(&y[r.clone()]),
-                    &g[r],
-                    b,
-                    dx,
-                    dy,
-                );
-            });
-            0.0
-        }
-        // the scalar's gradient: the sum of its terms, kept in f64 per chunk
-        // (one scratch per chunk of CHUNK elements)
-        Src::Splat(_) => par::chunks_mut(dx, CHUNK, |c, dx| {
-            let r = c * CHUNK..c * CHUNK + dx.len();
-            let b = bits.map(|b| b.offset(r.start));
-            let mut terms = vec![0.0f64; dx.len()];
-            grad_run(op, &xs[r.clone()], ys, &g[r], b, dx, &mut terms[..]);
-            terms.iter().sum::<f64>()
-        })
-        .into_iter()
-        .sum::<f64>(),
-    }
-}
-
 /// A gradient in `R` as a masked array of `shape` with `mask` (all valid for `None`):
 /// what a sparse layout's binary VJP returns for a dense operand
 /// (`DenseOperand::gradient_sums` gives the values).
@@ -585,7 +524,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         let a = operand(self);
         check_grad_shape(op.name(), g.shape(), a.shape)?;
         let gv = g.row_major();
-        let (da, _, ds) = flat_grads(op, &a.values, Src::Splat(s), a.mask, &gv);
+        let bits = a.mask.map(BitMask::bits);
+        let (da, _, ds) = flat_grads(op, &a.values, Src::Splat(s), bits, &gv);
         Ok((
             grad_array(a.shape, da, a.mask)?,
             <T::Real as masked_core::Float>::from_f64(ds),
@@ -611,7 +551,8 @@ fn grads_into<T: Element>(
     let gv = g.row_major();
     if a.shape == b.shape {
         let ys = Src::Slice(&b.values[..]);
-        flat_grads_into(op, &a.values, ys, valid.as_deref(), &gv, dx, dy);
+        let bits = valid.as_deref().map(BitMask::bits);
+        flat_grads_into(op, &a.values, ys, bits, &gv, dx, dy);
     } else {
         let (da, db) = binary_grads(op, &shape, a, b, valid.as_deref(), &gv);
         for (out, acc) in [(dx, da), (dy, db)] {

@@ -1232,6 +1232,74 @@ pub fn grad_run<T: Element, Q: Float>(
     }
 }
 
+/// Elements per parallel task of [`flat_grads`].
+const GRAD_CHUNK: usize = 1 << 16;
+
+/// Both operands' gradients of `op` without broadcasting (`x` and `y` of one shape in
+/// one order, or `y` a scalar), the common case of every layout (dense arrays of one
+/// shape, sparse operands of one structure): one parallel pass of [`grad_run`] writing
+/// `g · ∂f` in `T::Real` straight into each operand's gradient, 0 where `bits` (of the
+/// output) is clear; a scalar's gradient is the sum of its terms (in `f64`), returned
+/// third (0 for a slice; its `dy` is empty).
+pub fn flat_grads<T: Element>(
+    op: BinOp,
+    xs: &[T],
+    ys: Src<'_, T>,
+    bits: Option<Bits<'_>>,
+    g: &[T::Real],
+) -> (Vec<T::Real>, Vec<T::Real>, f64) {
+    let n = xs.len();
+    let dy_len = if matches!(ys, Src::Slice(_)) { n } else { 0 };
+    let fresh = masked_kernels::fresh_vec::<T::Real>;
+    let (mut dx, mut dy) = (fresh(n), fresh(dy_len));
+    let sum = flat_grads_into(op, xs, ys, bits, g, &mut dx, &mut dy);
+    (dx, dy, sum)
+}
+
+/// [`flat_grads`] into the caller's `dx` (`xs.len()` values) and `dy` (as many for a
+/// `y` slice, ignored for a scalar); returns the scalar's gradient (0 for a slice).
+pub fn flat_grads_into<T: Element>(
+    op: BinOp,
+    xs: &[T],
+    ys: Src<'_, T>,
+    bits: Option<Bits<'_>>,
+    g: &[T::Real],
+    dx: &mut [T::Real],
+    dy: &mut [T::Real],
+) -> f64 {
+    use masked_kernels::par;
+    const CHUNK: usize = GRAD_CHUNK;
+    match ys {
+        Src::Slice(y) => {
+            par::chunks_mut2(dx, CHUNK, dy, CHUNK, |c, dx, dy| {
+                let r = c * CHUNK..c * CHUNK + dx.len();
+                let b = bits.map(|b| b.offset(r.start));
+                grad_run(
+                    op,
+                    &xs[r.clone()],
+                    Src::Slice(&y[r.clone()]),
+                    &g[r],
+                    b,
+                    dx,
+                    dy,
+                );
+            });
+            0.0
+        }
+        // the scalar's gradient: the sum of its terms, kept in f64 per chunk
+        // (one scratch per chunk of CHUNK elements)
+        Src::Splat(_) => par::chunks_mut(dx, CHUNK, |c, dx| {
+            let r = c * CHUNK..c * CHUNK + dx.len();
+            let b = bits.map(|b| b.offset(r.start));
+            let mut terms = vec![0.0f64; dx.len()];
+            grad_run(op, &xs[r.clone()], ys, &g[r], b, dx, &mut terms[..]);
+            terms.iter().sum::<f64>()
+        })
+        .into_iter()
+        .sum::<f64>(),
+    }
+}
+
 /// The loop of [`grad_run`] at one type, each op resolved at compile time inside it.
 #[inline(always)]
 fn grad_loop<T: Element, Q: Float>(
