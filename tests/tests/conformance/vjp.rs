@@ -1270,6 +1270,14 @@ mod sparse {
         let (dx, _) = x.vjp_binary_scalar(&mul, 2.0, &g).unwrap();
         assert!(std::ptr::eq(dx.indices().as_ptr(), m.indices().as_ptr()));
         assert!(dx.data().iter().all(|&v| v == 2.0));
+        // two operands of that structure: both gradients share it, each the other's values
+        let m2 = m.map(|v| v + 1.0);
+        let y = MaskedCsr::from_pattern(m2.view()).unwrap();
+        let (dx, dy) = x.vjp_binary(&mul, &y, masked::MaskRule::Strict, &g).unwrap();
+        assert!(std::ptr::eq(dx.indices().as_ptr(), m.indices().as_ptr()));
+        assert!(std::ptr::eq(dy.indices().as_ptr(), m2.indices().as_ptr()));
+        assert_eq!(dx.data(), m2.data());
+        assert_eq!(dy.data(), m.data());
     }
 }
 
