@@ -8,7 +8,7 @@
 use crate::{CsrIndex, CsrMapped, MaskedCsr};
 use layout_dense::{grad_array, MaskedArray, MaskedArrayD};
 use masked_core::binary::{
-    flat_grads, scalar_gradient, spread, times_upstream, BinOp, PartialZip, Src,
+    flat_grads, scalar_gradient, spread, times_upstream, BinOp, FlatGrads, PartialZip, Src,
 };
 use masked_core::{
     binary_grad_op, Element, MaskRule, MaskedError, OpRequest, Result, Splat, ZipKernels,
@@ -101,7 +101,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
         op: BinOp,
         y: Src<'_, T>,
         g: &CsrMapped<'_, T::Real, I>,
-    ) -> Option<(Vec<T::Real>, Vec<T::Real>, f64)> {
+    ) -> Option<FlatGrads<T::Real>> {
         let a = self.lanes();
         let same =
             g.indptr().raw_storage() == a.indptr() && I::cols(g.indices()).same_as(&a.indices());

@@ -1273,7 +1273,9 @@ mod sparse {
         // two operands of that structure: both gradients share it, each the other's values
         let m2 = m.map(|v| v + 1.0);
         let y = MaskedCsr::from_pattern(m2.view()).unwrap();
-        let (dx, dy) = x.vjp_binary(&mul, &y, masked::MaskRule::Strict, &g).unwrap();
+        let (dx, dy) = x
+            .vjp_binary(&mul, &y, masked::MaskRule::Strict, &g)
+            .unwrap();
         assert!(std::ptr::eq(dx.indices().as_ptr(), m.indices().as_ptr()));
         assert!(std::ptr::eq(dy.indices().as_ptr(), m2.indices().as_ptr()));
         assert_eq!(dx.data(), m2.data());

@@ -1235,6 +1235,10 @@ pub fn grad_run<T: Element, Q: Float>(
 /// Elements per parallel task of [`flat_grads`].
 const GRAD_CHUNK: usize = 1 << 16;
 
+/// What [`flat_grads`] returns: the gradient with respect to `x`, the one with respect
+/// to `y` (empty for a scalar `y`), and a scalar `y`'s (the sum of its terms, in `f64`).
+pub type FlatGrads<R> = (Vec<R>, Vec<R>, f64);
+
 /// Both operands' gradients of `op` without broadcasting (`x` and `y` of one shape in
 /// one order, or `y` a scalar), the common case of every layout (dense arrays of one
 /// shape, sparse operands of one structure): one parallel pass of [`grad_run`] writing
@@ -1247,7 +1251,7 @@ pub fn flat_grads<T: Element>(
     ys: Src<'_, T>,
     bits: Option<Bits<'_>>,
     g: &[T::Real],
-) -> (Vec<T::Real>, Vec<T::Real>, f64) {
+) -> FlatGrads<T::Real> {
     let n = xs.len();
     let dy_len = if matches!(ys, Src::Slice(_)) { n } else { 0 };
     let fresh = masked_kernels::fresh_vec::<T::Real>;
