@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import masked as mk
 
@@ -287,6 +288,42 @@ def test_vjp_matches_finite_differences_and_no_nan():
     assert not np.isnan(dv.data).any()
     with pytest.raises(mk.MaskedError, match="gradient|differentiable"):
         mk.vjp("sum", np.array([1, 2], dtype=np.int64), np.array(1, dtype=np.int64))
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-6), (np.float64, 1e-12)])
+@pytest.mark.parametrize(
+    "op, deriv, opts",
+    [
+        ("exp", np.exp, {}),
+        ("log", lambda x: 1 / x, {}),
+        ("tanh", lambda x: 1 / np.cosh(x) ** 2, {}),
+        ("sigmoid", lambda x: np.exp(-x) / (1 + np.exp(-x)) ** 2, {}),
+        ("sin", np.cos, {}),
+        ("sqrt", lambda x: 0.5 / np.sqrt(x), {}),
+        ("pow", lambda x: 2.5 * x**1.5, {"exponent": 2.5}),
+        ("pow", lambda x: 2 * x, {"exponent": 2.0}),
+    ],
+)
+def test_unary_vjps_equal_numpys_derivatives(op, deriv, opts, dtype, rtol):
+    # positive values (every function's domain), large ones included (tanh', σ' far out)
+    x = (np.abs(RNG.standard_normal((6, 33))) * 3 + 0.05).astype(dtype)
+    x[0, :4] = [15.0, 30.0, 1e-3, 8.0]
+    valid = RNG.random(x.shape) < 0.6
+    x[~valid] = np.nan  # masked-out values never reach the gradient
+    g = RNG.standard_normal(x.shape).astype(dtype)
+    dx = mk.vjp(op, x, g, mask=valid, **opts)
+    assert dx.dtype == np.dtype(dtype).name
+    want = np.where(valid, g.astype(np.float64) * deriv(x.astype(np.float64)), 0.0)
+    np.testing.assert_allclose(dx.data, want, rtol=rtol, atol=0)
+    assert (dx.data[~valid] == 0).all()
+    # on CSR with its pattern as the mask: the same values at the stored entries
+    A = sp.csr_array(np.where(valid, x, 0.0))
+    a = mk.csr(A)
+    y = getattr(a, op)(**opts) if opts else getattr(a, op)()
+    gs = mk.coo(y.coords, g[valid], y.shape)
+    ds = mk.vjp(op, a, gs, **opts)
+    assert ds.layout == "csr"
+    np.testing.assert_allclose(ds.compressed(), want[valid], rtol=rtol, atol=0)
 
 
 def test_vjp_with_the_saved_output_equals_the_recomputed_one():
