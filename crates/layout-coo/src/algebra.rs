@@ -26,7 +26,7 @@ impl CooPattern {
             });
         }
         let mut out = Vec::new();
-        merge_positions(&self.flat(), &other.flat(), logic, &mut out);
+        merge_positions(self.flat_slice(), other.flat_slice(), logic, &mut out);
         CooPattern::from_flat(self.shape(), &out)
     }
 }
@@ -154,11 +154,11 @@ pub fn select<T: Element>(
         return Err(MaskedError::densifying("where"));
     }
     let c = cond.broadcast_to(a.shape())?;
-    let (fa, fb) = (la.pattern.flat(), lb.pattern.flat());
+    let (fa, fb) = (la.pattern.flat_slice(), lb.pattern.flat_slice());
     let (mut pos, mut val) = (Vec::new(), Vec::new());
     select_merge(
-        Side::new(&fa, la.values, la.valid.as_deref(), 0, false),
-        Side::new(&fb, lb.values, lb.valid.as_deref(), 0, false),
+        Side::new(fa, la.values, la.valid.as_deref(), 0, false),
+        Side::new(fb, lb.values, lb.valid.as_deref(), 0, false),
         |p| c.get(p),
         &mut pos,
         &mut val,

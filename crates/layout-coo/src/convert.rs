@@ -67,7 +67,7 @@ fn scatter<T: Element>(pattern: &CooPattern, values: &[T], size: usize) -> Resul
         ))
     })?;
     out.resize(size, T::default());
-    for (f, &v) in pattern.flat().into_iter().zip(values) {
+    for (&f, &v) in pattern.flat_slice().iter().zip(values) {
         out[f] = v;
     }
     Ok(out)
@@ -75,7 +75,7 @@ fn scatter<T: Element>(pattern: &CooPattern, values: &[T], size: usize) -> Resul
 
 fn bits_at(pattern: &CooPattern) -> Result<BitMask> {
     let mut m = BitMask::filled(pattern.shape(), false)?;
-    for f in pattern.flat() {
+    for &f in pattern.flat_slice() {
         m.set(f, true);
     }
     Ok(m)

@@ -88,12 +88,11 @@ impl<T: Element> MaskedCoo<T> {
         if a.valid.is_some() || a.fill || g.shape() != self.shape() {
             return None;
         }
-        let flat = a.pattern.flat();
-        if g.indices() != flat.as_slice() {
+        if g.indices() != a.pattern.flat_slice() {
             return None;
         }
         let (dx, dy, sum) = flat_grads(op, a.values, y, None, g.values());
-        Some((dx, dy, sum, flat))
+        Some((dx, dy, sum, a.pattern.flat()))
     }
 
     /// [`MaskedCoo::vjp_binary`] with a dense operand broadcast to this array's shape:
@@ -176,15 +175,16 @@ impl<T: Element> MaskedCoo<T> {
     /// onto those positions, 0 where the subset has none.
     fn onto_valid(&self, o: SparseArray<T::Real>) -> Result<SparseArray<T::Real>> {
         let l = self.lanes();
-        let mut flat = l.pattern.flat();
+        let mut flat = std::borrow::Cow::Borrowed(l.pattern.flat_slice());
         if let Some(w) = l.valid.as_deref() {
             let mut f = Vec::new();
             compress_into(&flat, Some(Bits::new(w, 0)), &mut f);
-            flat = f;
+            flat = f.into();
         }
-        if o.indices() == flat.as_slice() {
+        if o.indices() == &flat[..] {
             return Ok(o);
         }
+        let flat = flat.into_owned();
         let mut values = vec![T::Real::default(); flat.len()];
         if !spread(&flat, o.indices(), o.values(), &mut values) {
             return Err(MaskedError::InvalidData(

@@ -648,7 +648,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
         let Some(w) = valid else {
             return Ok(Written::Fresh(self.stored_like(out)));
         };
-        let flat = self.pattern.flat();
+        let flat = self.pattern.flat_slice();
         let bits = Bits::new(w, 0);
         let keep = |k: &usize| bits.get(*k);
         let f = (0..flat.len()).filter(keep).map(|k| flat[k]).collect();

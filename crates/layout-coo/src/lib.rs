@@ -263,10 +263,10 @@ impl<T: Element> MaskedCoo<T> {
 /// The input's values at the positions of `mask` (0 where not stored): a merge of the
 /// two sorted position lists.
 fn resolve<T: Element>(pattern: &CooPattern, values: &[T], mask: &CooPattern) -> Vec<T> {
-    let (have, want) = (pattern.flat(), mask.flat());
+    let (have, want) = (pattern.flat_slice(), mask.flat_slice());
     let mut out = vec![T::default(); want.len()];
     let mut j = 0;
-    for (o, w) in out.iter_mut().zip(&want) {
+    for (o, w) in out.iter_mut().zip(want) {
         while j < have.len() && have[j] < *w {
             j += 1;
         }

@@ -56,10 +56,10 @@ impl<T: Element> CooLanes<'_, T> {
         let bits = self.validity(&other, z.name(), rule)?;
         let mut out = fresh_vec::<Z::Output>(n);
         self.zip_all(&other, z, bits.as_deref(), &mut out)?;
-        let flat = self.pattern.flat();
         let (flat, out) = match bits {
-            None => (flat, out),
+            None => (self.pattern.flat(), out),
             Some(w) => {
+                let flat = self.pattern.flat_slice();
                 let b = Bits::new(&w, 0);
                 let f = (0..n).filter(|&k| b.get(k)).map(|k| flat[k]).collect();
                 let v = (0..n).filter(|&k| b.get(k)).map(|k| out[k]).collect();
@@ -136,9 +136,9 @@ impl<T: Element> CooLanes<'_, T> {
             return Err(MaskedError::densifying(z.name()));
         }
         let shape = self.shape().to_vec();
-        let (fa, fb) = (self.pattern.flat(), other.pattern.flat());
-        let a = Side::new(&fa, self.values, self.valid.as_deref(), 0, self.fill);
-        let b = Side::new(&fb, other.values, other.valid.as_deref(), 0, other.fill);
+        let (fa, fb) = (self.pattern.flat_slice(), other.pattern.flat_slice());
+        let a = Side::new(fa, self.values, self.valid.as_deref(), 0, self.fill);
+        let b = Side::new(fb, other.values, other.valid.as_deref(), 0, other.fill);
         let (mut pos, mut val) = (Vec::new(), Vec::new());
         let size = size_of(&shape)?;
         let unravel = |p: usize| {
