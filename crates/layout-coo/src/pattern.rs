@@ -475,7 +475,7 @@ mod tests {
     /// timing, proves it); equal patterns compare equal whether or not they hold them.
     #[test]
     fn flat_positions_are_kept_and_shared() {
-        let p = CooPattern::from_coords(&[4, 5, 6], &[vec![3, 0, 1], vec![4, 2, 0], vec![5, 1, 0]])
+        let p = CooPattern::from_coords([4, 5, 6], &[vec![3, 0, 1], vec![4, 2, 0], vec![5, 1, 0]])
             .unwrap();
         let q = p.clone();
         let fresh = CooPattern::from_flat([4, 5, 6], &[13, 30, 119]).unwrap();
