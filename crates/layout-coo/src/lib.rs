@@ -375,18 +375,18 @@ mod tests {
         let x = MaskedCoo::from_pattern([2, 3, 2], &coords, vals.clone()).unwrap();
         let fresh = MaskedCoo::from_pattern([2, 3, 2], &coords, vals).unwrap();
         assert_eq!(
-            format!("{:?}", x.pattern().plans),
-            "plans built along dims []"
+            format!("{:?}", x.pattern().memo),
+            "plans built along dims [], flat positions built: false"
         );
         let a = x.softmax(0).unwrap();
         assert_eq!(
-            format!("{:?}", x.pattern().plans),
-            "plans built along dims [0]"
+            format!("{:?}", x.pattern().memo),
+            "plans built along dims [0], flat positions built: false"
         );
         // the result shares the pattern, plans included
         assert_eq!(
-            format!("{:?}", a.pattern().plans),
-            "plans built along dims [0]"
+            format!("{:?}", a.pattern().memo),
+            "plans built along dims [0], flat positions built: false"
         );
         let b = x.softmax(0).unwrap();
         assert_eq!(a.values(), b.values());
@@ -396,14 +396,14 @@ mod tests {
         assert_eq!(s.values(), s_fresh.sum(0, false).unwrap().values());
         x.softmax(1).unwrap();
         assert_eq!(
-            format!("{:?}", x.pattern().plans),
-            "plans built along dims [0, 1]"
+            format!("{:?}", x.pattern().memo),
+            "plans built along dims [0, 1], flat positions built: false"
         );
         // the last dim groups in stored order: no plan
         x.softmax(2).unwrap();
         assert_eq!(
-            format!("{:?}", x.pattern().plans),
-            "plans built along dims [0, 1]"
+            format!("{:?}", x.pattern().memo),
+            "plans built along dims [0, 1], flat positions built: false"
         );
     }
 

@@ -39,65 +39,55 @@ pub struct CooPattern {
     /// normalization's result stores its input's positions, and a clone of the pattern
     /// costs a reference count, not a copy of every coordinate.
     coords: Arc<Vec<usize>>,
-    /// The grouping plans along each single dim, built on first use and shared by the
-    /// clones (which have the same coordinates).
-    pub(crate) plans: Plans,
-    /// The row-major flat positions, built on first use and shared by the clones.
-    flat: FlatCache,
+    /// What the pattern computes from its coordinates on first use and keeps, shared by
+    /// its clones (which have the same coordinates): grouping plans, flat positions.
+    pub(crate) memo: Memo,
 }
 
-/// A pattern's row-major flat positions ([`CooPattern::flat_slice`]): what a binary op,
-/// a merge or a gradient compares and stores, computed from the coordinates once (one
-/// pass over every dim's array: at 1M entries of three dims, 1.1 ms of a 1.9 ms `mul`)
-/// rather than on every call. 8 bytes an entry for as long as the pattern (or a result
-/// sharing it) lives, once an op has asked for them. Not part of the pattern's value,
-/// as [`Plans`].
-#[derive(Clone, Default)]
-struct FlatCache(Arc<OnceLock<Vec<usize>>>);
-
-impl PartialEq for FlatCache {
-    fn eq(&self, _: &FlatCache) -> bool {
-        true
-    }
-}
-
-impl Eq for FlatCache {}
-
-impl std::fmt::Debug for FlatCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "flat positions built: {}", self.0.get().is_some())
-    }
-}
-
-/// A pattern's grouping plans: one slot per dim, for the maps and reductions along
-/// that dim alone whose grouping moves entries (not the last dim), each filled on first
-/// use. A pattern that is never grouped so holds none; one that is holds three index
-/// arrays of its entry count per dim used (order, columns, rows), for as long as the
-/// pattern (or a result sharing it) lives. Not part of the pattern's value: equal
-/// patterns compare equal whatever plans they hold, and serialising skips them.
+/// What a pattern keeps beside its value, each part built on first use, for as long as
+/// the pattern (or a result sharing it) lives. Not part of the value: equal patterns
+/// compare equal whatever they hold, and serialising skips it.
 #[derive(Clone)]
-pub(crate) struct Plans(Arc<[OnceLock<GroupPlan>]>);
+pub(crate) struct Memo {
+    /// The grouping plans: one slot per dim, for the maps and reductions along that dim
+    /// alone whose grouping moves entries (not the last dim). Three index arrays of the
+    /// entry count per dim used (order, columns, rows); none for a pattern never grouped
+    /// so.
+    plans: Arc<[OnceLock<GroupPlan>]>,
+    /// The row-major flat positions ([`CooPattern::flat_slice`]): what a binary op, a
+    /// merge or a gradient compares and stores, computed from the coordinates once (one
+    /// pass over every dim's array: at 1M entries of three dims, 1.1 ms of a 1.9 ms
+    /// `mul`) rather than on every call; 8 bytes an entry once an op has asked.
+    flat: Arc<OnceLock<Vec<usize>>>,
+}
 
-impl Plans {
-    fn new(ndim: usize) -> Plans {
-        Plans((0..ndim).map(|_| OnceLock::new()).collect())
+impl Memo {
+    fn new(ndim: usize) -> Memo {
+        Memo {
+            plans: (0..ndim).map(|_| OnceLock::new()).collect(),
+            flat: Arc::default(),
+        }
     }
 }
 
-impl PartialEq for Plans {
-    fn eq(&self, _: &Plans) -> bool {
+impl PartialEq for Memo {
+    fn eq(&self, _: &Memo) -> bool {
         true
     }
 }
 
-impl Eq for Plans {}
+impl Eq for Memo {}
 
-impl std::fmt::Debug for Plans {
+impl std::fmt::Debug for Memo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let built: Vec<usize> = (0..self.0.len())
-            .filter(|&d| self.0[d].get().is_some())
+        let built: Vec<usize> = (0..self.plans.len())
+            .filter(|&d| self.plans[d].get().is_some())
             .collect();
-        write!(f, "plans built along dims {built:?}")
+        let flat = self.flat.get().is_some();
+        write!(
+            f,
+            "plans built along dims {built:?}, flat positions built: {flat}"
+        )
     }
 }
 
@@ -206,8 +196,7 @@ impl CooPattern {
                 shape: shape.to_vec(),
                 nnz,
                 coords: Arc::new(out),
-                plans: Plans::new(shape.len()),
-                flat: FlatCache::default(),
+                memo: Memo::new(shape.len()),
             };
             return Ok((me, Some(perm)));
         }
@@ -220,8 +209,7 @@ impl CooPattern {
                 shape: shape.to_vec(),
                 nnz,
                 coords: Arc::new(out),
-                plans: Plans::new(shape.len()),
-                flat: FlatCache::default(),
+                memo: Memo::new(shape.len()),
             },
             None,
         ))
@@ -247,8 +235,7 @@ impl CooPattern {
             shape: shape.to_vec(),
             nnz,
             coords: Arc::new(coords),
-            plans: Plans::new(shape.len()),
-            flat: FlatCache::default(),
+            memo: Memo::new(shape.len()),
         }
     }
 
@@ -400,7 +387,7 @@ impl CooPattern {
         if d + 1 >= self.ndim() || self.nnz <= 1 {
             return Ok(None);
         }
-        let slot = &self.plans.0[d];
+        let slot = &self.memo.plans[d];
         if let Some(p) = slot.get() {
             return Ok(Some(p));
         }
@@ -419,7 +406,7 @@ impl CooPattern {
     /// The stored positions as row-major flat indices (increasing), computed from the
     /// coordinates on the first call and kept (shared by the pattern's clones).
     pub fn flat_slice(&self) -> &[usize] {
-        self.flat.0.get_or_init(|| {
+        self.memo.flat.get_or_init(|| {
             flat_of(
                 (0..self.ndim()).map(|d| self.coords(d)),
                 &strides(&self.shape),
