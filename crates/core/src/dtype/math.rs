@@ -123,9 +123,9 @@ pub trait Math: Copy {
     /// `e^x` over the whole range, branch-free so that loops over it vectorise.
     fn exp_full(self) -> Self;
     /// [`Math::exp_full`] in the unary kernels' form: multiply-adds fused where every
-    /// vector kernel has FMA (f64 `exp` 0.7x the time). For the unary ops' bodies only,
-    /// which run inside those kernels: elsewhere, on x86-64, a fused step is a library
-    /// call.
+    /// vector kernel has FMA (f64 `exp` 0.7x the time). For the unary ops' bodies and
+    /// derivatives only, which run inside those kernels (the maps' and the gradients'):
+    /// elsewhere, on x86-64, a fused step is a library call.
     fn exp_k(self) -> Self;
     /// `ln(x)` in the unary kernels' form (as [`Math::exp_k`]).
     fn ln_k(self) -> Self;
