@@ -132,6 +132,13 @@ impl<T: Element> Scratch<T, T::Real> {
                 return;
             }
         }
+        // a reduction whose gradient is a function of each value and a few lane sums
+        // (var, std): straight to `out` from the unpacked lane (its values were packed:
+        // the op reads them)
+        let packed_x = !matches!(saved, Src::Each(_)) || grad.reads_input_with_output();
+        if packed_x && grad.typed_lane_spread(&self.x[..n], xs, b, gl, yl, out) {
+            return;
+        }
         self.o.resize(xs.len(), zero);
         self.lane.lane(grad, &self.x[..n], gl, yl, &mut self.o[..n]);
         expand_to(&self.o[..n], b, zero, out);

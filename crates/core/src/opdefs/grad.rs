@@ -101,6 +101,40 @@ pub trait LaneGrad: Send + Sync + 'static {
         let _ = (ys, g, spread, out);
         false
     }
+    /// A shortcut of [`LaneGrad::grad`] (of [`LaneGrad::grad_from_output`] when `saved`
+    /// is given) for a reduction's lane as the layout holds it: its valid values `xs`
+    /// packed in their own type, `g` one value, the gradient straight into the packed
+    /// `out` (`xs.len()` values), each computed in `f64` and rounded once, the same
+    /// values bit for bit, with no `f64` copy of the lane (var and std: their sums over
+    /// eight accumulators read `xs` as they are). Returns false (and writes nothing)
+    /// where it does not apply; the default never applies.
+    fn typed_lane<T: Element>(
+        &self,
+        xs: &[T],
+        g: LaneValues<'_, T::Real>,
+        saved: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        let _ = (xs, g, saved, out);
+        false
+    }
+    /// [`LaneGrad::typed_lane`] for a layout that holds the lane unpacked (the dense
+    /// layout's contiguous lanes): `xs` packed (what the op sums over), `at` the lane's
+    /// positions with their validity `bits`, the gradient straight into the unpacked
+    /// `out` (0 at the invalid positions), with no packed result to expand; bit for bit
+    /// [`LaneGrad::typed_lane`]'s values. The default never applies.
+    fn typed_lane_spread<T: Element>(
+        &self,
+        xs: &[T],
+        at: &[T],
+        bits: masked_kernels::Bits<'_>,
+        g: LaneValues<'_, T::Real>,
+        saved: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        let _ = (xs, at, bits, g, saved, out);
+        false
+    }
     /// Whether the gradient at each element is a function of that element's value and
     /// upstream alone (a unary elementwise op's, `g · f'(x)`): then
     /// [`LaneGrad::typed_each`] applies to every float dtype, over any run of elements,
@@ -333,35 +367,131 @@ impl LaneGrad for VarGrad {
         let sd = ys[0];
         self.grad_with(xs, g, out, (self.std && sd.is_finite()).then_some(sd));
     }
+    fn typed_lane<T: Element>(
+        &self,
+        xs: &[T],
+        g: LaneValues<'_, T::Real>,
+        saved: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        let LaneValues::One(gv) = g else {
+            return false;
+        };
+        let out = &mut out[..xs.len()];
+        let Some((scale, mean)) = self.affine(xs, gv.to_f64(), saved) else {
+            out.fill(<T::Real as Element>::ZERO);
+            return true;
+        };
+        let to = <T::Real as crate::element::Float>::from_f64;
+        masked_kernels::run::map_run(
+            xs,
+            None,
+            out,
+            #[inline(always)]
+            move |x: T, _| to(scale * (x.to_f64() - mean)),
+        );
+        true
+    }
+    fn typed_lane_spread<T: Element>(
+        &self,
+        xs: &[T],
+        at: &[T],
+        bits: masked_kernels::Bits<'_>,
+        g: LaneValues<'_, T::Real>,
+        saved: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        let LaneValues::One(gv) = g else {
+            return false;
+        };
+        let zero = <T::Real as Element>::ZERO;
+        let Some((scale, mean)) = self.affine(xs, gv.to_f64(), saved) else {
+            out[..at.len()].fill(zero);
+            return true;
+        };
+        let to = <T::Real as crate::element::Float>::from_f64;
+        // computed at every position, then selected (a masked load made the loop wait)
+        masked_kernels::run::map_run(
+            at,
+            Some(bits),
+            out,
+            #[inline(always)]
+            move |x: T, valid| {
+                let v = to(scale * (x.to_f64() - mean));
+                if valid {
+                    v
+                } else {
+                    zero
+                }
+            },
+        );
+        true
+    }
 }
 
 impl VarGrad {
     /// The gradient, with std's spread `sd` given or computed.
     fn grad_with(&self, xs: &[f64], g: &[f64], out: &mut [f64], sd: Option<f64>) {
-        let n = xs.len() as f64;
-        let dof = n - self.correction;
-        if dof <= 0.0 {
+        let Some((scale, mean)) = self.affine_with(xs, g[0], sd) else {
             out.fill(0.0);
             return;
-        }
-        // sums over eight accumulators (a serial f64 sum waits four cycles an element)
-        let mean = sum8(xs, xs, |x: f64, _| x) / n;
-        let scale = if self.std {
-            let sd = sd.unwrap_or_else(|| {
-                let ss = sum8(xs, xs, |x: f64, _| (x - mean) * (x - mean));
-                (ss / dof).sqrt()
-            });
-            if sd == 0.0 {
-                out.fill(0.0);
-                return;
-            }
-            g[0] / (dof * sd)
-        } else {
-            2.0 * g[0] / dof
         };
         for (o, &x) in out.iter_mut().zip(xs) {
             *o = scale * (x - mean);
         }
+    }
+
+    /// The gradient of the lane `xs` (in its own type, read as `f64`) is
+    /// `scale · (x - mean)`: `(scale, mean)`, or `None` where it is 0 everywhere (count
+    /// at most the correction; std with zero spread). std takes its spread from the saved
+    /// output where it is given and finite, as [`LaneGrad::grad_from_output`] does.
+    fn affine<T: Element>(
+        &self,
+        xs: &[T],
+        g: f64,
+        saved: LaneValues<'_, T::Real>,
+    ) -> Option<(f64, f64)> {
+        let sd = match saved {
+            LaneValues::One(y) if self.std && y.to_f64().is_finite() => Some(y.to_f64()),
+            _ => None,
+        };
+        self.affine_with(xs, g, sd)
+    }
+
+    /// [`VarGrad::affine`] with std's spread `sd` given or computed: one code for the
+    /// `f64` lanes and the typed ones, so both give the same values bit for bit.
+    #[inline(always)]
+    fn affine_with<T: Element>(&self, xs: &[T], g: f64, sd: Option<f64>) -> Option<(f64, f64)> {
+        let n = xs.len() as f64;
+        let dof = n - self.correction;
+        if dof <= 0.0 {
+            return None;
+        }
+        // sums over eight accumulators (a serial f64 sum waits four cycles an element)
+        let mean = sum8(
+            xs,
+            xs,
+            #[inline(always)]
+            |x: T, _| x.to_f64(),
+        ) / n;
+        let scale = if self.std {
+            let sd = sd.unwrap_or_else(|| {
+                let ss = sum8(
+                    xs,
+                    xs,
+                    #[inline(always)]
+                    move |x: T, _| (x.to_f64() - mean) * (x.to_f64() - mean),
+                );
+                (ss / dof).sqrt()
+            });
+            if sd == 0.0 {
+                return None;
+            }
+            g / (dof * sd)
+        } else {
+            2.0 * g / dof
+        };
+        Some((scale, mean))
     }
 }
 
@@ -1306,6 +1436,14 @@ impl GradScratch {
         }
         let from_output = grad.uses_output() && !matches!(saved, LaneValues::Absent);
         if from_output && grad.typed_from_output(xs, saved, g, out) {
+            return;
+        }
+        let kept = if from_output {
+            saved
+        } else {
+            LaneValues::Absent
+        };
+        if grad.typed_lane(xs, g, kept, out) {
             return;
         }
         self.x.clear();
