@@ -374,29 +374,31 @@ impl LaneGrad for VarGrad {
         saved: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
-        let LaneValues::One(gv) = g else {
-            return false;
-        };
-        let out = &mut out[..xs.len()];
-        let Some((scale, mean)) = self.affine(xs, gv.to_f64(), saved) else {
-            out.fill(<T::Real as Element>::ZERO);
-            return true;
-        };
-        let to = <T::Real as crate::element::Float>::from_f64;
-        masked_kernels::run::map_run(
-            xs,
-            None,
-            out,
-            #[inline(always)]
-            move |x: T, _| to(scale * (x.to_f64() - mean)),
-        );
-        true
+        self.write_affine(xs, xs, None, g, saved, out)
     }
     fn typed_lane_spread<T: Element>(
         &self,
         xs: &[T],
         at: &[T],
         bits: masked_kernels::Bits<'_>,
+        g: LaneValues<'_, T::Real>,
+        saved: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        self.write_affine(xs, at, Some(bits), g, saved, out)
+    }
+}
+
+impl VarGrad {
+    /// [`LaneGrad::typed_lane`] (`at` the packed `xs` itself, no bits) and
+    /// [`LaneGrad::typed_lane_spread`]: the lane's `(scale, mean)` from the packed `xs`,
+    /// then `scale · (x - mean)` at every position of `at` valid by `bits`, 0 elsewhere
+    /// (computed at every position, then selected: a masked load made the loop wait).
+    fn write_affine<T: Element>(
+        &self,
+        xs: &[T],
+        at: &[T],
+        bits: Option<masked_kernels::Bits<'_>>,
         g: LaneValues<'_, T::Real>,
         saved: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
@@ -410,10 +412,9 @@ impl LaneGrad for VarGrad {
             return true;
         };
         let to = <T::Real as crate::element::Float>::from_f64;
-        // computed at every position, then selected (a masked load made the loop wait)
         masked_kernels::run::map_run(
             at,
-            Some(bits),
+            bits,
             out,
             #[inline(always)]
             move |x: T, valid| {
@@ -427,9 +428,7 @@ impl LaneGrad for VarGrad {
         );
         true
     }
-}
 
-impl VarGrad {
     /// The gradient, with std's spread `sd` given or computed.
     fn grad_with(&self, xs: &[f64], g: &[f64], out: &mut [f64], sd: Option<f64>) {
         let Some((scale, mean)) = self.affine_with(xs, g[0], sd) else {
