@@ -302,6 +302,88 @@ impl LaneGrad for ExtremumGrad {
             self.grad(xs, g, out);
         }
     }
+    fn typed_lane<T: Element>(
+        &self,
+        xs: &[T],
+        g: LaneValues<'_, T::Real>,
+        saved: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        self.write_split(xs, xs, None, g, saved, out)
+    }
+    fn typed_lane_spread<T: Element>(
+        &self,
+        xs: &[T],
+        at: &[T],
+        bits: masked_kernels::Bits<'_>,
+        g: LaneValues<'_, T::Real>,
+        saved: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        self.write_split(xs, at, Some(bits), g, saved, out)
+    }
+}
+
+impl ExtremumGrad {
+    /// [`LaneGrad::typed_lane`] and [`LaneGrad::typed_lane_spread`]: the extremum (the
+    /// saved one, else found in the packed `xs`; NaN where the lane holds a NaN), its
+    /// ties counted in `xs`, and `g / ties` at each valid position of `at` equal to it,
+    /// 0 elsewhere; NaN at every valid position for a NaN extremum. The values of
+    /// [`LaneGrad::grad`] and [`LaneGrad::grad_from_output`] (a count is exact); false
+    /// where a saved extremum is no element's (those recompute).
+    fn write_split<T: Element>(
+        &self,
+        xs: &[T],
+        at: &[T],
+        bits: Option<masked_kernels::Bits<'_>>,
+        g: LaneValues<'_, T::Real>,
+        saved: LaneValues<'_, T::Real>,
+        out: &mut [T::Real],
+    ) -> bool {
+        use crate::element::Float;
+        let LaneValues::One(gv) = g else {
+            return false;
+        };
+        let m = match saved {
+            LaneValues::One(y) => y.to_f64(),
+            LaneValues::Absent if xs.iter().any(|x| x.is_nan()) => f64::NAN,
+            LaneValues::Absent => {
+                let pick = if self.max { f64::max } else { f64::min };
+                let start = if self.max {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                };
+                xs.iter().fold(start, |a, x| pick(a, x.to_f64()))
+            }
+            LaneValues::Each(_) => return false,
+        };
+        let ties = xs.iter().filter(|x| x.to_f64() == m).count();
+        if ties == 0 && !m.is_nan() {
+            return false;
+        }
+        let zero = <T::Real as Element>::ZERO;
+        let share = if m.is_nan() {
+            <T::Real as Float>::NAN
+        } else {
+            <T::Real as Float>::from_f64(gv.to_f64() / ties as f64)
+        };
+        let nan = m.is_nan();
+        masked_kernels::run::map_run(
+            at,
+            bits,
+            out,
+            #[inline(always)]
+            move |x: T, valid| {
+                if valid && (nan || x.to_f64() == m) {
+                    share
+                } else {
+                    zero
+                }
+            },
+        );
+        true
+    }
 }
 
 /// Fills `out` with NaN and returns true when `xs` holds a NaN.
