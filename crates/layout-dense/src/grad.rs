@@ -136,7 +136,7 @@ impl<T: Element> Scratch<T, T::Real> {
         // (var, std): straight to `out` from the unpacked lane (its values were packed:
         // the op reads them)
         let packed_x = !matches!(saved, Src::Each(_)) || grad.reads_input_with_output();
-        if packed_x && grad.typed_lane_spread(&self.x[..n], xs, b, gl, yl, out) {
+        if packed_x && grad.typed_lane(&self.x[..n], Some((xs, b)), gl, yl, out) {
             return;
         }
         self.o.resize(xs.len(), zero);

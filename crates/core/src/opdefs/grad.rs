@@ -106,33 +106,21 @@ pub trait LaneGrad: Send + Sync + 'static {
     /// packed in their own type, `g` one value, the gradient straight into the packed
     /// `out` (`xs.len()` values), each computed in `f64` and rounded once, the same
     /// values bit for bit, with no `f64` copy of the lane (var and std: their sums over
-    /// eight accumulators read `xs` as they are). Returns false (and writes nothing)
-    /// where it does not apply; the default never applies.
+    /// eight accumulators read `xs` as they are; amax and amin: their ties counted).
+    /// `spread`, where the layout holds the lane unpacked (the dense layout's contiguous
+    /// lanes): its positions and their validity; the gradient then goes straight to the
+    /// unpacked `out` (0 at the invalid positions), with no packed result to expand, the
+    /// same values. Returns false (and writes nothing) where it does not apply; the
+    /// default never applies.
     fn typed_lane<T: Element>(
         &self,
         xs: &[T],
+        spread: Option<(&[T], masked_kernels::Bits<'_>)>,
         g: LaneValues<'_, T::Real>,
         saved: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
-        let _ = (xs, g, saved, out);
-        false
-    }
-    /// [`LaneGrad::typed_lane`] for a layout that holds the lane unpacked (the dense
-    /// layout's contiguous lanes): `xs` packed (what the op sums over), `at` the lane's
-    /// positions with their validity `bits`, the gradient straight into the unpacked
-    /// `out` (0 at the invalid positions), with no packed result to expand; bit for bit
-    /// [`LaneGrad::typed_lane`]'s values. The default never applies.
-    fn typed_lane_spread<T: Element>(
-        &self,
-        xs: &[T],
-        at: &[T],
-        bits: masked_kernels::Bits<'_>,
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
-    ) -> bool {
-        let _ = (xs, at, bits, g, saved, out);
+        let _ = (xs, spread, g, saved, out);
         false
     }
     /// Whether the gradient at each element is a function of that element's value and
@@ -302,45 +290,21 @@ impl LaneGrad for ExtremumGrad {
             self.grad(xs, g, out);
         }
     }
+    /// The extremum (the saved one, else found in the packed `xs`; NaN where the lane
+    /// holds a NaN), its ties counted in `xs`, and `g / ties` at each valid position
+    /// equal to it, 0 elsewhere; NaN at every valid position for a NaN extremum. The
+    /// values of [`LaneGrad::grad`] and [`LaneGrad::grad_from_output`] (a count is
+    /// exact); false where a saved extremum is no element's (those recompute).
     fn typed_lane<T: Element>(
         &self,
         xs: &[T],
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
-    ) -> bool {
-        self.write_split(xs, xs, None, g, saved, out)
-    }
-    fn typed_lane_spread<T: Element>(
-        &self,
-        xs: &[T],
-        at: &[T],
-        bits: masked_kernels::Bits<'_>,
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
-    ) -> bool {
-        self.write_split(xs, at, Some(bits), g, saved, out)
-    }
-}
-
-impl ExtremumGrad {
-    /// [`LaneGrad::typed_lane`] and [`LaneGrad::typed_lane_spread`]: the extremum (the
-    /// saved one, else found in the packed `xs`; NaN where the lane holds a NaN), its
-    /// ties counted in `xs`, and `g / ties` at each valid position of `at` equal to it,
-    /// 0 elsewhere; NaN at every valid position for a NaN extremum. The values of
-    /// [`LaneGrad::grad`] and [`LaneGrad::grad_from_output`] (a count is exact); false
-    /// where a saved extremum is no element's (those recompute).
-    fn write_split<T: Element>(
-        &self,
-        xs: &[T],
-        at: &[T],
-        bits: Option<masked_kernels::Bits<'_>>,
+        spread: Option<(&[T], masked_kernels::Bits<'_>)>,
         g: LaneValues<'_, T::Real>,
         saved: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
         use crate::element::Float;
+        let (at, bits) = spread.map_or((xs, None), |(a, b)| (a, Some(b)));
         let LaneValues::One(gv) = g else {
             return false;
         };
@@ -449,42 +413,18 @@ impl LaneGrad for VarGrad {
         let sd = ys[0];
         self.grad_with(xs, g, out, (self.std && sd.is_finite()).then_some(sd));
     }
+    /// The lane's `(scale, mean)` from the packed `xs`, then `scale · (x - mean)` at every
+    /// valid position, 0 elsewhere (computed at every position, then selected: a masked
+    /// load made the loop wait).
     fn typed_lane<T: Element>(
         &self,
         xs: &[T],
+        spread: Option<(&[T], masked_kernels::Bits<'_>)>,
         g: LaneValues<'_, T::Real>,
         saved: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
-        self.write_affine(xs, xs, None, g, saved, out)
-    }
-    fn typed_lane_spread<T: Element>(
-        &self,
-        xs: &[T],
-        at: &[T],
-        bits: masked_kernels::Bits<'_>,
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
-    ) -> bool {
-        self.write_affine(xs, at, Some(bits), g, saved, out)
-    }
-}
-
-impl VarGrad {
-    /// [`LaneGrad::typed_lane`] (`at` the packed `xs` itself, no bits) and
-    /// [`LaneGrad::typed_lane_spread`]: the lane's `(scale, mean)` from the packed `xs`,
-    /// then `scale · (x - mean)` at every position of `at` valid by `bits`, 0 elsewhere
-    /// (computed at every position, then selected: a masked load made the loop wait).
-    fn write_affine<T: Element>(
-        &self,
-        xs: &[T],
-        at: &[T],
-        bits: Option<masked_kernels::Bits<'_>>,
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
-    ) -> bool {
+        let (at, bits) = spread.map_or((xs, None), |(a, b)| (a, Some(b)));
         let LaneValues::One(gv) = g else {
             return false;
         };
@@ -510,7 +450,9 @@ impl VarGrad {
         );
         true
     }
+}
 
+impl VarGrad {
     /// The gradient, with std's spread `sd` given or computed.
     fn grad_with(&self, xs: &[f64], g: &[f64], out: &mut [f64], sd: Option<f64>) {
         let Some((scale, mean)) = self.affine_with(xs, g[0], sd) else {
@@ -1524,7 +1466,7 @@ impl GradScratch {
         } else {
             LaneValues::Absent
         };
-        if grad.typed_lane(xs, g, kept, out) {
+        if grad.typed_lane(xs, None, g, kept, out) {
             return;
         }
         self.x.clear();
