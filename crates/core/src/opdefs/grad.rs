@@ -1827,11 +1827,6 @@ pub fn sparse_lanes_ordered<'a, T: crate::element::Element, G: LaneGrad>(
     if !kind_ok(&g) || !saved.as_ref().is_none_or(kind_ok) || !shape_ok {
         return Err(upstream_error(grad));
     }
-    if let SparseUpstream::PerElement(gv) = g
-        && let Some(v) = each_values(grad, xs, gv)?
-    {
-        return Ok(v);
-    }
     let saved = saved.filter(|_| grad.uses_output());
     let order = lanes.order.as_deref();
     let sorted = |v: &[T::Real]| -> Vec<T::Real> {

@@ -1018,6 +1018,20 @@ impl Pow {
     }
 }
 
+impl Pow {
+    /// The VJP run with the exponent's case picked once: `2x` at 2 (square's loop), else
+    /// the branch-free power and the NaN results recomputed exactly (`std`'s `powi` and
+    /// `powf` per element cost 25x the forward op).
+    #[inline(always)]
+    fn grad_any<R: Float>(&self, xs: &[R], bits: Option<Bits<'_>>, g: &[R], out: &mut [R]) {
+        if self.p == 2.0 {
+            grad_run(Square, xs, bits, g, out, false);
+        } else {
+            grad_run(*self, xs, bits, g, out, true);
+        }
+    }
+}
+
 impl Unary for Pow {
     fn name(&self) -> &'static str {
         "pow"
@@ -1099,23 +1113,14 @@ impl Unary for Pow {
             f64::NAN // recomputed
         }
     }
-    /// The exponent's case picked once per run: `2x` at 2 (square's loop), else the
-    /// branch-free power and the NaN results recomputed exactly (`std`'s `powi` and
-    /// `powf` per element cost 25x the forward op).
+    /// The exponent's case picked once per run: `2x` at 2, else the branch-free power
+    /// and the NaN results recomputed exactly.
     fn grad_f32(&self, xs: &[f32], bits: Option<Bits<'_>>, g: &[f32], out: &mut [f32]) {
-        if self.p == 2.0 {
-            grad_run(Square, xs, bits, g, out, false);
-        } else {
-            grad_run(*self, xs, bits, g, out, true);
-        }
+        self.grad_any(xs, bits, g, out);
     }
     /// As [`Pow::grad_f32`].
     fn grad_f64(&self, xs: &[f64], bits: Option<Bits<'_>>, g: &[f64], out: &mut [f64]) {
-        if self.p == 2.0 {
-            grad_run(Square, xs, bits, g, out, false);
-        } else {
-            grad_run(*self, xs, bits, g, out, true);
-        }
+        self.grad_any(xs, bits, g, out);
     }
 }
 
