@@ -76,6 +76,19 @@ JOBS = [
                   "vjp-exp,vjp-tanh", "--repeat", "7"]),
     ("uvjp-coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
                   "--values", "positive", "--op", "vjp-exp,vjp-tanh", "--repeat", "7"]),
+    # the lane VJPs of reductions and maps: dense f32 and f16 (contiguous lanes), CSR
+    # with a random mask (packed lanes), COO along its last dim
+    ("lvjp", ["--layout", "dense", "--op",
+              "vjp-norm,vjp-logsumexp,vjp-var,vjp-amax,vjp-normalize,vjp-log_softmax,vjp-prod",
+              "--repeat", "7"]),
+    ("lvjp-f16", ["--layout", "dense", "--dtype", "f16", "--op",
+                  "vjp-norm,vjp-logsumexp,vjp-log_softmax", "--repeat", "7"]),
+    ("lvjp-csr", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001",
+                  "--mask-source", "random", "--op",
+                  "vjp-norm,vjp-logsumexp,vjp-normalize,vjp-log_softmax", "--repeat", "7"]),
+    ("lvjp-coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
+                  "--op", "vjp-norm,vjp-logsumexp,vjp-normalize,vjp-log_softmax",
+                  "--repeat", "7"]),
     # sparse attention: a band (row traversal) and a random pattern (key slices)
     ("attn-band", ["--op", "attention,attention-vjp", "--shape", "8192,64", "--pattern",
                    "band:256", "--repeat", "5"]),
