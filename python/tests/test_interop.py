@@ -145,6 +145,46 @@ def test_csr_without_copy_and_equal_to_scipy(index_dtype):
     np.testing.assert_allclose(sm.to_scipy().toarray()[r0, A.indices[A.indptr[r0] : A.indptr[r0 + 1]]], e / e.sum(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_csr_maps_and_binary_ops_share_the_inputs_structure(index_dtype):
+    """A map or a binary op of a CSR matrix masked by its stored entries stores exactly
+    those entries: its result shares the input's index arrays (pointers, no copy) and
+    owns only new values, equal to numpy's on the data; with a separate mask pattern the
+    result stores that pattern's positions (its own index arrays)."""
+    A = sp.random(300, 200, density=0.05, format="csr", random_state=5, dtype=np.float64)
+    A.indices = A.indices.astype(index_dtype)
+    A.indptr = A.indptr.astype(index_dtype)
+    a = mk.csr(A)
+    B = sp.csr_array((np.cos(A.data), A.indices, A.indptr), shape=A.shape)
+    b = mk.csr(B)
+    for name, r, want in [
+        ("exp", a.exp(), np.exp(A.data)),
+        ("abs", a.abs(), np.abs(A.data)),
+        ("x * 2", a * 2, A.data * 2),
+        ("2 - x", 2 - a, 2 - A.data),
+        ("x * y", a * b, A.data * B.data),
+        ("x / y", a / b, A.data / B.data),
+    ]:
+        S = r.to_scipy()
+        assert r.layout == "csr" and r.nnz == A.nnz, name
+        assert np.shares_memory(S.indices, A.indices), name
+        assert np.shares_memory(S.indptr, A.indptr), name
+        assert not np.shares_memory(S.data, A.data), name
+        np.testing.assert_allclose(S.data, want, rtol=1e-15, err_msg=name)
+    # a separate mask: the result's positions are the mask's (every third stored entry)
+    P = A.copy()
+    P.data = np.ones_like(P.data)
+    P.data[::3] = 0
+    P.eliminate_zeros()
+    m = mk.csr(A, valid=P)
+    for r, f in [(m.exp(), np.exp), (m * 3, lambda v: v * 3)]:
+        S = r.to_scipy()
+        assert not np.shares_memory(S.indices, A.indices)
+        np.testing.assert_array_equal(S.indptr, P.indptr)
+        np.testing.assert_array_equal(S.indices, P.indices)
+        np.testing.assert_allclose(S.data, f(A.toarray()[P.toarray() != 0]), rtol=1e-15)
+
+
 def test_csr_non_canonical_is_refused_with_the_fix():
     A = sp.csr_array((np.array([1.0, 2.0]), np.array([1, 0]), np.array([0, 2])), shape=(1, 2))
     A.has_sorted_indices = False

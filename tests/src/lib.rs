@@ -250,9 +250,9 @@ pub fn conform<T, L>(
 ) -> Result<(), TestCaseError>
 where
     T: masked::Element,
-    L: masked::by_name::ByName<T, Out = SparseOutcome>,
+    L: masked::by_name::ByNameSparse<T>,
 {
-    use masked::by_name::{apply, apply_dense, Op, OpRequest};
+    use masked::by_name::{apply_dense, apply_sparse, Op, OpRequest};
     for &spec in Op::ALL {
         for (dims, keepdim) in choices(spec.kind()) {
             let req = OpRequest::from_op(spec)
@@ -271,7 +271,7 @@ where
                 .neginf(o.nan_to_num.2);
             let what = format!("{} dims {:?} keepdim {}", spec, dims, keepdim);
             let unary = spec.kind() == masked::by_name::Kind::Unary;
-            match (apply_dense(oracle, &req), apply(sparse, &req)) {
+            match (apply_dense(oracle, &req), apply_sparse(sparse, &req)) {
                 (Ok(d), Ok(s)) if unary => agree_elementwise(&what, &d, &s)?,
                 // a mask-free sparse input refuses an op that does not keep 0 at 0 (its
                 // result would store every position); the unit tests say which ops

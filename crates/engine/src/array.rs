@@ -17,8 +17,10 @@
 //! # Ok::<(), masked::MaskedError>(())
 //! ```
 
+pub use crate::by_name::Output;
+pub use crate::by_name::ZipOutput;
 use crate::by_name::{
-    self, BinOp, Convert, Kind, OpRequest, Outcome, SparseOutcome, SparseZipOutcome, ZipOutcome,
+    self, BinOp, ByNameSparse, Convert, Kind, OpRequest, Outcome, SparseOutcome, ZipByNameSparse,
 };
 use layout_coo::{CooMask, MaskedCoo};
 use layout_csr::{CsrIndex, CsrMapped, CsrMask, MaskedCsr};
@@ -97,32 +99,6 @@ pub enum ArrayRef<'a> {
     Csr32(ByDType<CsrViewOf<'a, u32>>),
     /// A masked COO array.
     Coo(ByDType<Ref<'a, CooOf>>),
-}
-
-/// The result of an op by name: dense in, dense out; sparse in, sparse out.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Output {
-    /// Shape, values, output mask.
-    Dense(Outcome),
-    /// Shape, the valid positions (row-major, increasing) and their values.
-    Sparse(SparseOutcome),
-}
-
-impl Output {
-    /// The output shape.
-    pub fn shape(&self) -> &[usize] {
-        match self {
-            Output::Dense(o) => &o.shape,
-            Output::Sparse(o) => &o.shape,
-        }
-    }
-    /// The values (dense: every position, row-major; sparse: the stored ones).
-    pub fn values(&self) -> &DynVec {
-        match self {
-            Output::Dense(o) => &o.values,
-            Output::Sparse(o) => &o.values,
-        }
-    }
 }
 
 struct ToDense<'s>(&'s [usize], Option<BitMask>);
@@ -349,14 +325,40 @@ impl<'a> ArrayRef<'a> {
     /// # Errors
     /// The op's own errors (bad dims, bad option values, a cast the target cannot hold).
     pub fn apply(&self, req: &OpRequest) -> Result<Output> {
+        let out = self.apply_rows(req)?;
+        self.flat(out)
+    }
+
+    /// [`ArrayRef::apply`], a CSR map's result kept as CSR rows ([`Output::Csr`]): no
+    /// flat positions computed, and no column indices at all where the result stores
+    /// exactly the input's entries ([`CsrCols::Input`](crate::CsrCols::Input)).
+    ///
+    /// # Errors
+    /// As [`ArrayRef::apply`].
+    pub fn apply_rows(&self, req: &OpRequest) -> Result<Output> {
         Ok(match self {
             ArrayRef::Dense(a) => Output::Dense(with_by_dtype!(a, T, x => by_name::apply(x, req))?),
-            ArrayRef::Csr(a) => Output::Sparse(with_by_dtype!(a, T, x => by_name::apply(x, req))?),
-            ArrayRef::Csr32(a) => {
-                Output::Sparse(with_by_dtype!(a, T, x => by_name::apply(x, req))?)
-            }
+            ArrayRef::Csr(a) => with_by_dtype!(a, T, x => by_name::apply(x, req))?,
+            ArrayRef::Csr32(a) => with_by_dtype!(a, T, x => by_name::apply(x, req))?,
             ArrayRef::Coo(a) => Output::Sparse(with_by_dtype!(a, T, x => by_name::apply(*x, req))?),
         })
+    }
+
+    /// `out` (a result of this array) with CSR rows as flat positions.
+    fn flat(&self, out: Output) -> Result<Output> {
+        let Output::Csr(r) = out else {
+            return Ok(out);
+        };
+        let out = Output::Csr(r);
+        Ok(Output::Sparse(match self {
+            ArrayRef::Csr(a) => with_by_dtype!(a, T, x => x.to_sparse(out))?,
+            ArrayRef::Csr32(a) => with_by_dtype!(a, T, x => x.to_sparse(out))?,
+            _ => {
+                return Err(MaskedError::InvalidData(
+                    "CSR rows from an array of another layout".into(),
+                ))
+            }
+        }))
     }
 
     /// Runs the op of `req` and drops its typed result unconverted: what a benchmark
@@ -381,10 +383,8 @@ impl<'a> ArrayRef<'a> {
             ArrayRef::Dense(a) => {
                 Output::Dense(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)
             }
-            ArrayRef::Csr(a) => Output::Sparse(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?),
-            ArrayRef::Csr32(a) => {
-                Output::Sparse(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)
-            }
+            ArrayRef::Csr(a) => self.flat(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)?,
+            ArrayRef::Csr32(a) => self.flat(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)?,
             ArrayRef::Coo(a) => {
                 Output::Sparse(with_by_dtype!(a, T, x => by_name::cast(*x, dtype))?)
             }
@@ -761,7 +761,7 @@ fn csr_vjp<T: Element, I: CsrIndex>(
             _ => x.vjp_reduce(req, &up)?,
         }
     };
-    Ok(<MaskedCsr<'_, T, I, usize> as by_name::ByName<T>>::mapped(
+    x.to_sparse(<MaskedCsr<'_, T, I, usize> as by_name::ByName<T>>::mapped(
         dx,
     ))
 }
@@ -846,15 +846,6 @@ pub enum Operand<'r, 'a> {
     Scalar(Scalar),
 }
 
-/// The result of a binary op by name: values are numbers or (comparisons) bools.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ZipOutput {
-    /// Shape, values, output mask.
-    Dense(ZipOutcome),
-    /// Shape, the valid positions and their values.
-    Sparse(SparseZipOutcome),
-}
-
 /// `rhs` as the typed container of `T` (the dtype of the left operand), or the error
 /// naming the two dtypes.
 fn same<T: Element, F: Family>(rhs: &ByDType<F>) -> Result<&F::Of<T>> {
@@ -904,6 +895,40 @@ impl ArrayRef<'_> {
         rule: MaskRule,
         swapped: bool,
     ) -> Result<ZipOutput> {
+        let out = self.binary_rows(rhs, op, rule, swapped)?;
+        let ZipOutput::Csr(r) = out else {
+            return Ok(out);
+        };
+        let out = ZipOutput::Csr(r);
+        Ok(ZipOutput::Sparse(match self {
+            ArrayRef::Csr(a) => with_by_dtype!(a, T, x => {
+                ZipByNameSparse::<T, Splat<T>>::zip_to_sparse(x, out)
+            })?,
+            ArrayRef::Csr32(a) => with_by_dtype!(a, T, x => {
+                ZipByNameSparse::<T, Splat<T>>::zip_to_sparse(x, out)
+            })?,
+            _ => {
+                return Err(MaskedError::InvalidData(
+                    "CSR rows from an array of another layout".into(),
+                ))
+            }
+        }))
+    }
+
+    /// [`ArrayRef::binary`], a CSR result with numbers kept as CSR rows
+    /// ([`ZipOutput::Csr`]; bools as flat positions): no flat positions computed, and no
+    /// column indices at all where the result stores exactly this array's entries
+    /// ([`CsrCols::Input`](crate::CsrCols::Input)).
+    ///
+    /// # Errors
+    /// As [`ArrayRef::binary`].
+    pub fn binary_rows(
+        &self,
+        rhs: Operand<'_, '_>,
+        op: BinOp,
+        rule: MaskRule,
+        swapped: bool,
+    ) -> Result<ZipOutput> {
         use by_name::apply_binary as bin;
         let layouts = || MaskedError::InvalidArgument {
             name: "rhs",
@@ -915,25 +940,27 @@ impl ArrayRef<'_> {
                 Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
                 Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
                 // sparse wins: the sparse operand runs on the left with the op swapped
-                Operand::Array(b) => {
-                    return match b.binary(Operand::Array(self), op, rule, !swapped)? {
-                        ZipOutput::Sparse(s) => Ok(ZipOutput::Sparse(s)),
-                        ZipOutput::Dense(_) => unreachable!("a sparse left operand"),
-                    }
-                }
+                // (as flat positions: its CSR rows would stand for the other operand's)
+                Operand::Array(b) => return b.binary(Operand::Array(self), op, rule, !swapped),
             })),
-            (ArrayRef::Csr(a), rhs) => ZipOutput::Sparse(with_by_dtype!(a, T, x => match rhs {
-                Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
-                Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
-                Operand::Array(ArrayRef::Csr(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
-                Operand::Array(_) => return Err(layouts()),
-            })),
-            (ArrayRef::Csr32(a), rhs) => ZipOutput::Sparse(with_by_dtype!(a, T, x => match rhs {
-                Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
-                Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
-                Operand::Array(ArrayRef::Csr32(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
-                Operand::Array(_) => return Err(layouts()),
-            })),
+            (ArrayRef::Csr(a), rhs) => with_by_dtype!(a, T, x => {
+                let out = match rhs {
+                    Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
+                    Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                    Operand::Array(ArrayRef::Csr(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                    Operand::Array(_) => return Err(layouts()),
+                };
+                bools_flat(x, out)?
+            }),
+            (ArrayRef::Csr32(a), rhs) => with_by_dtype!(a, T, x => {
+                let out = match rhs {
+                    Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
+                    Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                    Operand::Array(ArrayRef::Csr32(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                    Operand::Array(_) => return Err(layouts()),
+                };
+                bools_flat(x, out)?
+            }),
             (ArrayRef::Coo(a), rhs) => ZipOutput::Sparse(with_by_dtype!(a, T, x => match rhs {
                 Operand::Scalar(s) => bin(*x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
                 Operand::Array(ArrayRef::Dense(b)) => bin(*x, same::<T, _>(b)?, op, rule, swapped)?,
@@ -942,6 +969,20 @@ impl ArrayRef<'_> {
             })),
         })
     }
+}
+
+/// `out`, a binary result of the CSR matrix `x`, with bools as flat positions (a front
+/// keeps sparse bools as coordinates) and numbers as they came.
+fn bools_flat<T: Element, I: CsrIndex>(
+    x: &MaskedCsr<'_, T, I, usize>,
+    out: ZipOutput,
+) -> Result<ZipOutput> {
+    Ok(match out {
+        ZipOutput::Csr(r) if matches!(r.values, masked_core::Values::Bool(_)) => ZipOutput::Sparse(
+            ZipByNameSparse::<T, Splat<T>>::zip_to_sparse(x, ZipOutput::Csr(r))?,
+        ),
+        other => other,
+    })
 }
 
 /// A dense outcome of an array every position of which is valid.
@@ -1031,11 +1072,12 @@ impl ArrayRef<'_> {
         Ok(match self {
             ArrayRef::Dense(_) => return self.filled(Scalar::Int(0)),
             ArrayRef::Csr(a) => Output::Sparse(with_by_dtype!(a, T, x => {
-                <MaskedCsr<'_, T> as by_name::ByName<T>>::mapped(x.fill_zero()?)
-            })),
+                x.to_sparse(<MaskedCsr<'_, T> as by_name::ByName<T>>::mapped(x.fill_zero()?))
+            })?),
             ArrayRef::Csr32(a) => Output::Sparse(with_by_dtype!(a, T, x => {
-                <MaskedCsr<'_, T, u32, usize> as by_name::ByName<T>>::mapped(x.fill_zero()?)
-            })),
+                let m = x.fill_zero()?;
+                x.to_sparse(<MaskedCsr<'_, T, u32, usize> as by_name::ByName<T>>::mapped(m))
+            })?),
             ArrayRef::Coo(a) => Output::Sparse(with_by_dtype!(a, T, x => {
                 <MaskedCoo<T> as by_name::ByName<T>>::mapped(x.fill_zero()?)
             })),

@@ -16,7 +16,7 @@
 //! ```
 
 use layout_coo::MaskedCoo;
-use layout_csr::{CsrIndex, CsrMapped, MaskedCsr};
+use layout_csr::{ColsBuf, CsrIndex, CsrMapped, MaskedCsr};
 use layout_dense::{MaskedArrayD, MaskedView};
 pub use masked_core::binary::{promote, promote_scalar, BinOp};
 use masked_core::binary::{CmpZip, FloatZip, KeepZip, Swapped};
@@ -31,6 +31,7 @@ use masked_core::{
 use masked_core::{MaskRule, Splat, Value, Values, ZipKernels};
 use ndarray::IxDyn;
 use sprs::SpIndex;
+use std::borrow::Cow;
 
 /// The result of an op on the dense layout: output shape, values, output mask. `V` is
 /// [`DynVec`] for the ops of one operand, [`Values`] (numbers or bools) for the binary
@@ -64,6 +65,155 @@ impl<V> SparseOutcome<V> {
     }
 }
 
+/// The result of an op by name: dense in, dense out; sparse in, sparse out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Shape, values, output mask.
+    Dense(Outcome),
+    /// Shape, the valid positions (row-major, increasing) and their values.
+    Sparse(SparseOutcome),
+    /// A CSR map's result as rows: only from
+    /// [`ArrayRef::apply_rows`](crate::ArrayRef::apply_rows).
+    Csr(CsrOutcome),
+}
+
+impl Output {
+    /// The output shape.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Output::Dense(o) => &o.shape,
+            Output::Sparse(o) => &o.shape,
+            Output::Csr(o) => &o.shape,
+        }
+    }
+    /// The values (dense: every position, row-major; sparse: the stored ones).
+    pub fn values(&self) -> &DynVec {
+        match self {
+            Output::Dense(o) => &o.values,
+            Output::Sparse(o) => &o.values,
+            Output::Csr(o) => &o.values,
+        }
+    }
+}
+
+/// The column indices of a [`CsrOutcome`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CsrCols {
+    /// The input's own column indices: the result stores exactly the input's stored
+    /// entries (a map of a matrix masked by its stored entries), in the same order.
+    Input,
+    /// 32-bit column indices.
+    U32(Vec<u32>),
+    /// `usize` column indices.
+    Usize(Vec<usize>),
+}
+
+/// A map's result on the CSR layout as CSR rows: the row pointer, the column indices and
+/// the values of exactly the valid positions, with no flat positions computed (what a
+/// front that hands CSR matrices on, as the Python package's scipy arrays, takes:
+/// [`ArrayRef::apply_rows`](crate::ArrayRef::apply_rows)).
+/// `V` as for [`Outcome`] ([`CsrZipOutcome`] for the binary ops).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CsrOutcome<V = DynVec> {
+    /// Output shape, `[rows, cols]`.
+    pub shape: Vec<usize>,
+    /// Row pointer, `rows + 1` entries.
+    pub indptr: Vec<usize>,
+    /// Column indices.
+    pub cols: CsrCols,
+    /// Values, one per stored entry.
+    pub values: V,
+}
+
+/// A binary op's result on the CSR layout as CSR rows.
+pub type CsrZipOutcome = CsrOutcome<Values>;
+
+impl<V> CsrOutcome<V> {
+    /// The same result as a [`SparseOutcome`] (flat row-major positions) given `input`,
+    /// the matrix it was computed from (whose columns [`CsrCols::Input`] stands for).
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] where [`CsrCols::Input`] stands for a structure that
+    /// is not `input`'s (its row pointer differs).
+    pub fn flat<T, I: SpIndex, P: SpIndex>(
+        self,
+        input: &sprs::CsMatViewI<'_, T, I, P>,
+    ) -> Result<SparseOutcome<V>, MaskedError> {
+        let ncols = self.shape[1];
+        let flat = |ix: &dyn Fn(usize) -> usize| {
+            let mut out = Vec::with_capacity(self.indptr[self.indptr.len() - 1]);
+            for (r, w) in self.indptr.windows(2).enumerate() {
+                out.extend((w[0]..w[1]).map(|k| r * ncols + ix(k)));
+            }
+            out
+        };
+        let indices = match &self.cols {
+            CsrCols::Input => {
+                let ptr = input.indptr();
+                let same = ptr.raw_storage().len() == self.indptr.len()
+                    && ptr
+                        .raw_storage()
+                        .iter()
+                        .zip(&self.indptr)
+                        .all(|(a, &b)| a.index() == b);
+                if !same {
+                    return Err(MaskedError::InvalidData(
+                        "a CSR result said to share its input's structure does not".into(),
+                    ));
+                }
+                let ix = input.indices();
+                flat(&|k| ix[k].index())
+            }
+            CsrCols::U32(c) => flat(&|k| c[k] as usize),
+            CsrCols::Usize(c) => flat(&|k| c[k]),
+        };
+        Ok(SparseOutcome {
+            shape: self.shape,
+            indices,
+            values: self.values,
+        })
+    }
+
+    /// `self` with [`CsrCols::Input`] replaced by a copy of `input`'s column indices:
+    /// for a result computed from a temporary matrix.
+    fn owning<I: CsrIndex>(mut self, input: &[I]) -> Self {
+        if self.cols == CsrCols::Input {
+            self.cols = cols_of(input.to_vec());
+        }
+        self
+    }
+}
+
+/// Owned column indices, width erased.
+fn cols_of<I: CsrIndex>(ix: Vec<I>) -> CsrCols {
+    match I::buf(ix) {
+        ColsBuf::U32(v) => CsrCols::U32(v),
+        ColsBuf::Usize(v) => CsrCols::Usize(v),
+        ColsBuf::Borrowed(c) => CsrCols::Usize((0..c.len()).map(|k| c.get(k)).collect()),
+    }
+}
+
+/// A CSR result as rows, its values erased by `erase` (`Element::into_dyn`, or
+/// `Value::into_values` for a binary op's): the structure and values moved, not copied;
+/// borrowed indices (the layout's sign that the result stores exactly its input's
+/// entries) as [`CsrCols::Input`].
+fn csr_rows<O, I: CsrIndex, V>(
+    m: CsrMapped<'_, O, I>,
+    erase: impl FnOnce(Vec<O>) -> V,
+) -> CsrOutcome<V> {
+    let shape = vec![m.rows(), m.cols()];
+    let (indptr, indices, values) = m.into_raw_storage();
+    CsrOutcome {
+        shape,
+        indptr,
+        cols: match indices {
+            Cow::Borrowed(_) => CsrCols::Input,
+            Cow::Owned(v) => cols_of(v),
+        },
+        values: erase(values),
+    }
+}
+
 /// A layout whose results the dispatcher can hand back in one type: the op table runs
 /// on any layout that implements this.
 pub trait ByName<T: Element>: MaskedReduce<T> {
@@ -79,6 +229,45 @@ pub trait ByName<T: Element>: MaskedReduce<T> {
     /// # Errors
     /// The cast's and the op's errors.
     fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<Self::Out, MaskedError>;
+}
+
+/// A sparse layout's results as flat positions ([`SparseOutcome`]), whatever form its
+/// [`ByName::Out`] takes (a CSR map's result comes as rows, [`Output::Csr`]).
+pub trait ByNameSparse<T: Element>: ByName<T> {
+    /// `out`, a result computed from this array, as a [`SparseOutcome`].
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] for a result that is not this array's.
+    fn to_sparse(&self, out: Self::Out) -> Result<SparseOutcome, MaskedError>;
+}
+
+impl<T: Element> ByNameSparse<T> for MaskedCoo<T> {
+    fn to_sparse(&self, out: SparseOutcome) -> Result<SparseOutcome, MaskedError> {
+        Ok(out)
+    }
+}
+
+impl<T: Element, I: CsrIndex, Iptr: SpIndex> ByNameSparse<T> for MaskedCsr<'_, T, I, Iptr> {
+    fn to_sparse(&self, out: Output) -> Result<SparseOutcome, MaskedError> {
+        match out {
+            Output::Sparse(s) => Ok(s),
+            Output::Csr(r) => r.flat(self.matrix()),
+            Output::Dense(_) => Err(MaskedError::InvalidData(
+                "a dense result from a CSR matrix".into(),
+            )),
+        }
+    }
+}
+
+/// [`apply`] on a sparse layout, the result as flat positions.
+///
+/// # Errors
+/// As [`apply`].
+pub fn apply_sparse<T: Element, L: ByNameSparse<T>>(
+    a: &L,
+    req: &OpRequest,
+) -> Result<SparseOutcome, MaskedError> {
+    a.to_sparse(apply(a, req)?)
 }
 
 /// The sink of [`apply`] and of a benchmark's run: the layout's [`ByName`] conversion
@@ -166,32 +355,23 @@ fn sparse_reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
     sparse_outcome(r.into_parts(), O::into_dyn)
 }
 
-fn sparse_mapped<O: Element, I: SpIndex>(m: CsrMapped<'_, O, I>) -> SparseOutcome {
-    sparse_outcome(csr_parts(m), O::into_dyn)
-}
-
-/// A CSR result as [`Parts`].
-fn csr_parts<O: Clone, I: SpIndex>(m: CsrMapped<'_, O, I>) -> Parts<O> {
-    let ncols = m.cols();
-    let mut indices = Vec::with_capacity(m.nnz());
-    for (r, row) in m.outer_iterator().enumerate() {
-        indices.extend(row.indices().iter().map(|c| r * ncols + c.index()));
-    }
-    (vec![m.rows(), ncols], indices, m.data().to_vec())
-}
-
+/// A CSR reduction's result (sparse lanes), or a map's as rows.
 impl<T: Element, I: CsrIndex, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, Iptr> {
-    type Out = SparseOutcome;
-    fn reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
-        sparse_reduced(r)
+    type Out = Output;
+    fn reduced<O: Element>(r: SparseArray<O>) -> Output {
+        Output::Sparse(sparse_reduced(r))
     }
-    fn mapped<O: Element>(m: CsrMapped<'_, O, I>) -> SparseOutcome {
-        sparse_mapped(m)
+    fn mapped<O: Element>(m: CsrMapped<'_, O, I>) -> Output {
+        Output::Csr(csr_rows(m, O::into_dyn))
     }
-    fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<SparseOutcome, MaskedError> {
-        // stored exactly at the valid positions: its own pattern is the mask
+    fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<Output, MaskedError> {
+        // stored exactly at the valid positions: its own pattern is the mask; a map's
+        // result sharing that temporary's structure gets a copy of it
         let c = self.cast::<D>()?;
-        converted(&MaskedCsr::from_pattern(c.view())?, req)
+        Ok(match converted(&MaskedCsr::from_pattern(c.view())?, req)? {
+            Output::Csr(r) => Output::Csr(r.owning(c.indices())),
+            other => other,
+        })
     }
 }
 
@@ -278,6 +458,18 @@ pub type ZipOutcome = Outcome<Values>;
 /// The result of a binary op on a sparse layout: exactly the valid outputs are stored.
 pub type SparseZipOutcome = SparseOutcome<Values>;
 
+/// The result of a binary op by name: values are numbers or (comparisons) bools.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ZipOutput {
+    /// Shape, values, output mask.
+    Dense(ZipOutcome),
+    /// Shape, the valid positions and their values.
+    Sparse(SparseZipOutcome),
+    /// A CSR result as rows: only from
+    /// [`ArrayRef::binary_rows`](crate::ArrayRef::binary_rows).
+    Csr(CsrZipOutcome),
+}
+
 /// A layout and operand kind whose binary results the dispatcher hands back in one type.
 pub trait ZipByName<T: Element, R: ?Sized>: ZipKernels<T, R> {
     /// What a named binary op returns.
@@ -307,8 +499,39 @@ fn sparse_zipped<O: Value>(r: SparseArray<O>) -> SparseZipOutcome {
     sparse_outcome(r.into_parts(), O::into_values)
 }
 
-fn csr_zipped<O: Value, I: SpIndex>(m: CsrMapped<'_, O, I>) -> SparseZipOutcome {
-    sparse_outcome(csr_parts(m), O::into_values)
+/// A CSR binary op's result as rows (see [`csr_rows`]).
+fn csr_zipped<O: Value, I: CsrIndex>(m: CsrMapped<'_, O, I>) -> ZipOutput {
+    ZipOutput::Csr(csr_rows(m, O::into_values))
+}
+
+/// A sparse layout's binary results as flat positions ([`SparseZipOutcome`]), whatever
+/// form its [`ZipByName::Out`] takes (a CSR result comes as rows, [`ZipOutput::Csr`]).
+pub trait ZipByNameSparse<T: Element, R: ?Sized>: ZipByName<T, R> {
+    /// `out`, a result computed from this array (the left operand), as a
+    /// [`SparseZipOutcome`].
+    ///
+    /// # Errors
+    /// [`MaskedError::InvalidData`] for a result that is not this array's.
+    fn zip_to_sparse(&self, out: Self::Out) -> Result<SparseZipOutcome, MaskedError>;
+}
+
+/// `out` of the CSR matrix `a` as flat positions.
+fn csr_zip_flat<T: Element, I: CsrIndex, P: SpIndex>(
+    a: &MaskedCsr<'_, T, I, P>,
+    out: ZipOutput,
+) -> Result<SparseZipOutcome, MaskedError> {
+    match out {
+        ZipOutput::Sparse(s) => Ok(s),
+        ZipOutput::Csr(r) => r.flat(a.matrix()),
+        ZipOutput::Dense(_) => Err(MaskedError::InvalidData(
+            "a dense result from a CSR matrix".into(),
+        )),
+    }
+}
+
+/// A COO result as it is.
+fn as_is<L: ?Sized>(_: &L, out: SparseZipOutcome) -> Result<SparseZipOutcome, MaskedError> {
+    Ok(out)
 }
 
 /// `impl ZipByName` for a layout and operand kind with one conversion.
@@ -323,15 +546,49 @@ macro_rules! zip_by_name {
     )*};
 }
 
+/// `impl ZipByNameSparse` for a sparse layout and operand kind with its flattening.
+macro_rules! zip_by_name_sparse {
+    ($([$($g:tt)*] $l:ty, $r:ty => $out:ty, $flat:ident;)*) => {$(
+        impl<$($g)*> ZipByNameSparse<T, $r> for $l {
+            fn zip_to_sparse(&self, out: $out) -> Result<SparseZipOutcome, MaskedError> {
+                $flat(self, out)
+            }
+        }
+    )*};
+}
+
 zip_by_name! {
     ['a, 'b, T: Element] MaskedView<'a, T, IxDyn>, MaskedView<'b, T, IxDyn> => ZipOutcome, dense_zipped;
     ['a, T: Element] MaskedView<'a, T, IxDyn>, Splat<T> => ZipOutcome, dense_zipped;
-    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex, P2: SpIndex] MaskedCsr<'a, T, I, P>, MaskedCsr<'b, T, I, P2> => SparseZipOutcome, csr_zipped;
-    ['a, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, Splat<T> => SparseZipOutcome, csr_zipped;
-    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, csr_zipped;
+    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex, P2: SpIndex] MaskedCsr<'a, T, I, P>, MaskedCsr<'b, T, I, P2> => ZipOutput, csr_zipped;
+    ['a, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, Splat<T> => ZipOutput, csr_zipped;
+    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, MaskedView<'b, T, IxDyn> => ZipOutput, csr_zipped;
     [T: Element] MaskedCoo<T>, MaskedCoo<T> => SparseZipOutcome, sparse_zipped;
     [T: Element] MaskedCoo<T>, Splat<T> => SparseZipOutcome, sparse_zipped;
     ['b, T: Element] MaskedCoo<T>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, sparse_zipped;
+}
+
+zip_by_name_sparse! {
+    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex, P2: SpIndex] MaskedCsr<'a, T, I, P>, MaskedCsr<'b, T, I, P2> => ZipOutput, csr_zip_flat;
+    ['a, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, Splat<T> => ZipOutput, csr_zip_flat;
+    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, MaskedView<'b, T, IxDyn> => ZipOutput, csr_zip_flat;
+    [T: Element] MaskedCoo<T>, MaskedCoo<T> => SparseZipOutcome, as_is;
+    [T: Element] MaskedCoo<T>, Splat<T> => SparseZipOutcome, as_is;
+    ['b, T: Element] MaskedCoo<T>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, as_is;
+}
+
+/// [`apply_binary`] with a sparse left operand, the result as flat positions.
+///
+/// # Errors
+/// As [`apply_binary`].
+pub fn apply_binary_sparse<T: Element, R: ?Sized, L: ZipByNameSparse<T, R>>(
+    a: &L,
+    b: &R,
+    op: BinOp,
+    rule: MaskRule,
+    swapped: bool,
+) -> Result<SparseZipOutcome, MaskedError> {
+    a.zip_to_sparse(apply_binary(a, b, op, rule, swapped)?)
 }
 
 /// Runs the binary op `op` on `a` and `b` (`op(b, a)` when `swapped`: a scalar or dense

@@ -26,11 +26,11 @@ pub mod workload;
 #[cfg(feature = "erased")]
 pub use array::{
     convert, Array, ArrayRef, CooOf, CsrOf, CsrParts, CsrViewOf, DenseOf, DenseViewOf, LaneMoments,
-    Operand, Output, ZipOutput,
+    Operand,
 };
 pub use by_name::{
-    promote, promote_scalar, BinOp, Kind, Op, OpRequest, Outcome, SparseOutcome, SparseZipOutcome,
-    ZipOutcome,
+    promote, promote_scalar, BinOp, CsrCols, CsrOutcome, CsrZipOutcome, Kind, Op, OpRequest,
+    Outcome, Output, SparseOutcome, SparseZipOutcome, ZipOutcome, ZipOutput,
 };
 pub use layout_coo::CooMask;
 pub use layout_csr::CsrMask;

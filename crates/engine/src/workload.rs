@@ -363,6 +363,7 @@ fn into_run<'s>(x: ArrayRef<'s>, req: OpRequest) -> Result<Run<'s>> {
     let mut values = match x.apply(&req)? {
         crate::Output::Dense(o) => o.values,
         crate::Output::Sparse(o) => o.values,
+        crate::Output::Csr(o) => o.values,
     };
     x.apply_into(&req, values.as_out())?;
     let out = Mutex::new(values);

@@ -79,14 +79,14 @@ fn f64s(v: &DynVec) -> Vec<f64> {
 fn dense_out(o: Output) -> Outcome {
     match o {
         Output::Dense(d) => d,
-        Output::Sparse(_) => panic!("expected a dense output"),
+        _ => panic!("expected a dense output"),
     }
 }
 
 fn sparse_out(o: Output) -> SparseOutcome {
     match o {
         Output::Sparse(s) => s,
-        Output::Dense(_) => panic!("expected a sparse output"),
+        _ => panic!("expected a sparse output"),
     }
 }
 
@@ -276,6 +276,7 @@ fn vjp_with_the_saved_output_equals_the_recomputed_one() {
                         values: up(o.values.len()),
                         ..o.clone()
                     }),
+                    Output::Csr(_) => panic!("apply returns flat positions"),
                 };
                 let Ok(want) = x.vjp(&req, &g) else { continue };
                 let mut got = vec![x.vjp_saved(&req, Some(&y), &g).unwrap()];
@@ -1013,4 +1014,80 @@ fn values_map_into_their_domains() {
     }
     assert_eq!(Values::parse("positive").unwrap().map(-2.0), 2.01);
     assert!(Values::parse("uniform").is_err());
+}
+
+/// `apply_rows` keeps a CSR map's result as rows: on a matrix masked by its stored
+/// entries, a map stores exactly those entries and says so ([`CsrCols::Input`]: no
+/// indices at all); with a separate mask pattern it owns the pattern's indices (u32 for
+/// a u32 matrix); a reduction stays a flat sparse result. Each equals `apply`'s flat
+/// result position for position.
+#[test]
+fn apply_rows_keeps_csr_maps_as_rows() {
+    use masked_engine::{ArrayRef, CsrCols, CsrOutcome};
+    use sprs::CsMatI;
+    let (_, cols, indptr, vals) = stored(DType::F64);
+    let softmax = OpRequest::new("softmax").unwrap().dims(1);
+    let check = |x: &ArrayRef<'_>, want_cols: fn(&CsrCols) -> bool| {
+        let flat = sparse_out(x.apply(&softmax).unwrap());
+        let Output::Csr(CsrOutcome {
+            shape,
+            indptr: ptr,
+            cols: rows,
+            values,
+        }) = x.apply_rows(&softmax).unwrap()
+        else {
+            panic!("a CSR map comes as rows")
+        };
+        assert!(want_cols(&rows), "{rows:?}");
+        assert_eq!((shape, values), (flat.shape.clone(), flat.values.clone()));
+        // the rows' positions, with the input's columns where they are its own
+        let c: Vec<usize> = match rows {
+            CsrCols::Input => cols.clone(), // the stored input's own
+            CsrCols::U32(c) => c.iter().map(|&v| v as usize).collect(),
+            CsrCols::Usize(c) => c,
+        };
+        let pos: Vec<usize> = (0..3)
+            .flat_map(|r| (ptr[r]..ptr[r + 1]).map(move |k| (r, k)))
+            .map(|(r, k)| r * 4 + c[k])
+            .collect();
+        assert_eq!(pos, flat.indices);
+        // a reduction: flat lanes
+        let sum = OpRequest::new("sum").unwrap().dims(1);
+        assert!(matches!(x.apply_rows(&sum).unwrap(), Output::Sparse(_)));
+    };
+    let a = csr(DType::F64);
+    check(&a.view().unwrap(), |c| *c == CsrCols::Input);
+    // every element stored, the mask a separate pattern (the valid ones)
+    let full = |v: &DynVec| {
+        let f = f64s(v);
+        let mut dense = vec![0.0; 12];
+        for r in 0..3 {
+            for k in indptr[r]..indptr[r + 1] {
+                dense[r * 4 + cols[k]] = f[k];
+            }
+        }
+        dense
+    };
+    let dense = full(&vals);
+    let mask = layout_csr::Pattern::try_from_parts((3, 4), indptr.clone(), cols.clone()).unwrap();
+    let all: Vec<usize> = (0..3).flat_map(|_| 0..4).collect();
+    let m = CsMatI::<f64, usize>::new((3, 4), vec![0, 4, 8, 12], all.clone(), dense.clone());
+    let own = layout_csr::MaskedCsr::with_mask(m.view(), mask).unwrap();
+    check(&ArrayRef::from_csr(own), |c| matches!(c, CsrCols::Usize(_)));
+    let m32 = CsMatI::<f64, u32, usize>::new(
+        (3, 4),
+        vec![0, 4, 8, 12],
+        all.iter().map(|&c| c as u32).collect(),
+        dense,
+    );
+    let mask32 = layout_csr::PatternI::<u32>::try_from_parts(
+        (3, 4),
+        indptr.clone(),
+        cols.iter().map(|&c| c as u32).collect(),
+    )
+    .unwrap();
+    let own32 = layout_csr::MaskedCsr::with_mask(m32.view(), mask32).unwrap();
+    check(&ArrayRef::from_csr32(own32), |c| {
+        matches!(c, CsrCols::U32(_))
+    });
 }

@@ -20,8 +20,8 @@ use masked_core::{
     BitMask, ByDType, DType, DynVec, MaskRule, MaskedError as Error, Op, Scalar, SliceMutOf, Values,
 };
 use masked_engine::{
-    promote, promote_scalar, Array, ArrayRef, Kind, OpRequest, Operand, Output, SparseOutcome,
-    ZipOutput,
+    promote, promote_scalar, Array, ArrayRef, CsrCols, CsrOutcome, Kind, OpRequest, Operand,
+    Output, SparseOutcome, ZipOutput,
 };
 use ndarray::{ArrayViewD, IxDyn};
 use numpy::{
@@ -29,7 +29,7 @@ use numpy::{
     PyReadwriteArrayDyn, PyUntypedArrayMethods,
 };
 use pyo3::create_exception;
-use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use sprs::{CompressedStorage, CsMatViewI};
@@ -552,11 +552,65 @@ fn output_handle(py: Python<'_>, out: Output, csr: bool) -> PyResult<Handle> {
             },
         }),
         Output::Sparse(s) => sparse_handle(py, s, csr),
+        Output::Csr(r) => csr_handle(py, r),
     }
 }
 
-fn zip_handle(py: Python<'_>, out: ZipOutput, csr: bool) -> PyResult<Handle> {
+/// A CSR map's result as rows, on its own index arrays (moved into numpy, not copied).
+fn csr_handle(py: Python<'_>, r: CsrOutcome) -> PyResult<Handle> {
+    let (shape, n, dtype) = ((r.shape[0], r.shape[1]), r.values.len(), r.values.dtype());
+    let (indices, wide) = match r.cols {
+        CsrCols::Usize(c) => (usize_to_numpy(py, c, &[n])?, true),
+        // SAFETY: column indices are far below i32::MAX (they fit the u32 they came as,
+        // and the matrix they came from held them as int32)
+        CsrCols::U32(c) => (
+            PyArray1::from_vec(py, unsafe { recast_vec::<u32, i32>(c) })
+                .into_any()
+                .unbind(),
+            false,
+        ),
+        CsrCols::Input => {
+            return Err(PyRuntimeError::new_err(
+                "a CSR result on its input's structure without the input",
+            ))
+        }
+    };
+    Ok(Handle {
+        store: Store::Csr {
+            shape,
+            indptr_obj: usize_to_numpy(py, r.indptr.clone(), &[shape.0 + 1])?,
+            indptr: r.indptr,
+            indices,
+            wide,
+            data: dyn_to_numpy(py, r.values, &[n])?,
+            dtype,
+            mask: CsrMaskSpec::Stored,
+        },
+    })
+}
+
+/// A binary op's result; `left`, the left operand the engine ran on (whose structure a
+/// CSR result on its input's entries shares).
+fn zip_handle(py: Python<'_>, out: ZipOutput, csr: bool, left: &Handle) -> PyResult<Handle> {
     match out {
+        ZipOutput::Csr(r) => match r.values {
+            Values::Num(v) if r.cols == CsrCols::Input => {
+                let (n, dtype) = (v.len(), v.dtype());
+                left.on_structure(py, dyn_to_numpy(py, v, &[n])?, dtype)
+            }
+            Values::Num(v) => csr_handle(
+                py,
+                CsrOutcome {
+                    shape: r.shape,
+                    indptr: r.indptr,
+                    cols: r.cols,
+                    values: v,
+                },
+            ),
+            Values::Bool(_) => Err(PyRuntimeError::new_err(
+                "a bool CSR result as rows (the engine hands bools as positions)",
+            )),
+        },
         ZipOutput::Dense(o) => match o.values {
             Values::Num(v) => output_handle(
                 py,
@@ -992,7 +1046,9 @@ impl Handle {
         dtype: Option<&str>,
     ) -> PyResult<Handle> {
         let req = request(op, dims, keepdim, options, dtype)?;
-        let out = self.store.with_ref(py, |r| engine(py, || r.apply(&req)))?;
+        let out = self
+            .store
+            .with_ref(py, |r| engine(py, || r.apply_rows(&req)))?;
         let out = match self.same_structure(py, out)? {
             Ok(h) => return Ok(h),
             Err(out) => out,
@@ -1257,10 +1313,12 @@ impl Handle {
             let b = b.as_ref().unwrap_or(h);
             let out = a.store.with_ref(py, |ra| {
                 b.store.with_ref(py, |rb| {
-                    engine(py, || ra.binary(Operand::Array(&rb), bop, rule, swapped))
+                    engine(py, || {
+                        ra.binary_rows(Operand::Array(&rb), bop, rule, swapped)
+                    })
                 })
             })?;
-            return zip_handle(py, out, csr || matches!(b.store, Store::Csr { .. }));
+            return zip_handle(py, out, csr || matches!(b.store, Store::Csr { .. }), a);
         }
         let s = scalar_of(&other)?;
         let to = promote_scalar(mine, s);
@@ -1271,9 +1329,9 @@ impl Handle {
         };
         let a = a.as_ref().unwrap_or(self);
         let out = a.store.with_ref(py, |r| {
-            engine(py, || r.binary(Operand::Scalar(s), bop, rule, swapped))
+            engine(py, || r.binary_rows(Operand::Scalar(s), bop, rule, swapped))
         })?;
-        zip_handle(py, out, csr)
+        zip_handle(py, out, csr, a)
     }
 
     /// The values cast to `dtype` (mask and positions kept).
@@ -1329,6 +1387,15 @@ impl Handle {
     /// no rebuilt structure) and owns only its new values.
     /// `Err(out)` hands the output back when it does not qualify.
     fn same_structure(&self, py: Python<'_>, out: Output) -> PyResult<Result<Handle, Output>> {
+        let out = match out {
+            // the engine's word: exactly this input's stored entries, in its order
+            Output::Csr(r) if r.cols == CsrCols::Input => {
+                let (n, dtype) = (r.values.len(), r.values.dtype());
+                let data = dyn_to_numpy(py, r.values, &[n])?;
+                return Ok(Ok(self.on_structure(py, data, dtype)?));
+            }
+            other => other,
+        };
         let (
             Store::Csr {
                 shape,

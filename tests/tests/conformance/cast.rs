@@ -1,7 +1,7 @@
 //! `cast` and the `dtype=` of a request, on every layout: hand-checked conversions, the
 //! errors at valid positions only, and `dtype` equal to cast-then-op.
 
-use masked::by_name::{self, apply, apply_dense, OpRequest};
+use masked::by_name::{self, apply, apply_dense, apply_sparse, ByNameSparse, OpRequest};
 use masked::half::{bf16, f16};
 use masked::{
     BitMask, CooMask, DType, DynVec, MaskedArray, MaskedCoo, MaskedCsr, MaskedError, MaskedOps,
@@ -114,7 +114,9 @@ fn sparse_casts_keep_positions_and_match_dense() {
     );
     let mask = Pattern::from_coords((2, 3), &[vec![0, 0, 1, 0], vec![0, 2, 2, 1]]).unwrap();
     let csr = MaskedCsr::with_mask(mat.view(), mask).unwrap();
-    let out = by_name::cast(&csr, DType::I32).unwrap();
+    let out = csr
+        .to_sparse(by_name::cast(&csr, DType::I32).unwrap())
+        .unwrap();
     // valid: (0,0) 1.5, (0,1) unstored 0, (0,2) -2.7, (1,2) 4.2
     assert_eq!(out.indices, vec![0, 1, 2, 5]);
     assert_eq!(out.values, DynVec::I32(vec![1, 0, -2, 4]));
@@ -167,7 +169,7 @@ fn dtype_of_a_request_is_cast_then_op_on_every_layout() {
     // sparse: the same values stored on a row, every entry valid
     let mat = CsMat::new((1, 40), vec![0, 40], (0..40).collect(), vals.clone());
     let csr = MaskedCsr::from_pattern(mat.view()).unwrap();
-    let out = apply(&csr, &req.clone().dtype(DType::F32)).unwrap();
+    let out = apply_sparse(&csr, &req.clone().dtype(DType::F32)).unwrap();
     assert_eq!(out.values, DynVec::F32(vec![exact as f32]));
     let coo =
         MaskedCoo::try_new([40], &[(0..40).collect::<Vec<_>>()], vals, CooMask::Stored).unwrap();

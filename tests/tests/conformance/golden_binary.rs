@@ -8,7 +8,9 @@
 //! cases of one 2-D shape run on CSR and COO too (the operands stored at their masks):
 //! the sparse result stores exactly the dense output mask with the dense values.
 
-use masked::by_name::{apply_binary, cast_values, promote, promote_scalar, BinOp, ZipOutcome};
+use masked::by_name::{
+    apply_binary, apply_binary_sparse, cast_values, promote, promote_scalar, BinOp, ZipOutcome,
+};
 use masked::{
     with_dtype, with_dyn_vec, BitMask, DynVec, Element, MaskRule, MaskedArray, MaskedCoo,
     MaskedCsr, MaskedError, Op, Scalar, Splat, Values,
@@ -124,7 +126,7 @@ fn run_sparse<T: Element>(
         (None, Some(s)) => {
             let s = Splat(T::from_scalar(s).unwrap());
             (
-                apply_binary(&csr, &s, op, rule, first),
+                apply_binary_sparse(&csr, &s, op, rule, first),
                 apply_binary(&coo, &s, op, rule, first),
             )
         }
@@ -136,7 +138,7 @@ fn run_sparse<T: Element>(
             let coords = masked::sparse::unravel(&b.shape, &flat);
             let coob = MaskedCoo::from_pattern(&b.shape, &coords, vals).unwrap();
             (
-                apply_binary(
+                apply_binary_sparse(
                     &csr,
                     &MaskedCsr::from_pattern(mb.view()).unwrap(),
                     op,
@@ -150,7 +152,7 @@ fn run_sparse<T: Element>(
             let bv = typed::<T>(&b.values);
             let d = dense(b, &bv);
             (
-                apply_binary(&csr, &d, op, rule, false),
+                apply_binary_sparse(&csr, &d, op, rule, false),
                 apply_binary(&coo, &d, op, rule, false),
             )
         }

@@ -4,7 +4,7 @@
 //! (positions the input does not store, explicit `false` entries) and no mask. Each case
 //! checks the stored output positions (the output mask) and the values there.
 
-use masked::by_name::{apply, OpRequest};
+use masked::by_name::{apply_sparse, OpRequest};
 use masked::{Dims, Element, MaskedCsr, Pattern};
 use masked_tests::{check_cases, check_fixture, int, num, usizes};
 use serde_json::Value;
@@ -37,7 +37,7 @@ fn run<T: Element>(c: &Value, data: Vec<T>) -> Result<(), String> {
         .unwrap()
         .dims(Dims::Set(dims))
         .keepdim(true);
-    let out = apply(&a, &req).map_err(|e| e.to_string())?;
+    let out = apply_sparse(&a, &req).map_err(|e| e.to_string())?;
     let want_shape: Vec<usize> = (0..2)
         .map(|d| {
             if usizes(&c["dims"]).contains(&d) {

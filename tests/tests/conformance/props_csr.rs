@@ -6,7 +6,7 @@
 //! stored output pattern equals the output mask; with `usize` and with `u32` column
 //! indices.
 
-use masked::by_name::{apply, apply_dense, Kind, OpRequest};
+use masked::by_name::{apply_dense, apply_sparse, Kind, OpRequest};
 use masked::{Dims, Element, MaskedArray, MaskedCsr, Pattern, PatternI};
 use masked_tests::{at, both_keepdims, conform, opts, value, Opts};
 use ndarray::{Array2, IxDyn};
@@ -271,8 +271,8 @@ fn huge_rows_are_split_and_thread_count_independent() {
                     .num_threads(2)
                     .build()
                     .unwrap();
-                let s1 = one.install(|| apply(&csr, &req)).unwrap();
-                let s2 = two.install(|| apply(&csr, &req)).unwrap();
+                let s1 = one.install(|| apply_sparse(&csr, &req)).unwrap();
+                let s2 = two.install(|| apply_sparse(&csr, &req)).unwrap();
                 assert_eq!(s1, s2, "{name} {dims:?}: thread count changed the result");
                 let d = apply_dense(&oracle, &req).unwrap();
                 let valid: Vec<usize> = (0..d.mask.len()).filter(|&i| d.mask.get(i)).collect();

@@ -600,8 +600,8 @@ impl LaneGrad for NormGrad {
         self.grad_with(xs, g, out, ys[0]);
     }
     /// Orders 0, 1, 2 and ±inf on the lane in its own type: the norm (the saved one,
-    /// else summed as [`NormGrad::norm`] sums it), then one vectorised pass writing the
-    /// values of [`NormGrad::grad_with`], bit for bit. A lane holding a NaN or an inf,
+    /// else summed as the `f64` lane sums it), then one vectorised pass writing the
+    /// values of [`LaneGrad::grad`], bit for bit. A lane holding a NaN or an inf,
     /// and the other orders (a `powf` per element), take the `f64` path.
     fn typed_lane<T: Element>(
         &self,
