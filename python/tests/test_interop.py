@@ -288,6 +288,19 @@ def test_sparse_vjp_is_stored_at_the_valid_entries():
     gs = mk.vjp("softmax", a, p, 1, saved=p)
     assert gs.layout == "csr"
     np.testing.assert_allclose(gs.compressed(), want, rtol=1e-12)
+    # a map's gradient on a matrix masked by its pattern: on the input's own index
+    # arrays (pointers), the upstream read as values; an elementwise op's is g f'(x)
+    for d in (gp, gs):
+        S = d.to_scipy()
+        assert np.shares_memory(S.indices, A.indices) and np.shares_memory(S.indptr, A.indptr)
+    ge = mk.vjp("exp", a, p)
+    np.testing.assert_allclose(ge.to_scipy().data, p.to_scipy().data * np.exp(A.data), rtol=1e-15)
+    assert np.shares_memory(ge.to_scipy().indices, A.indices)
+    # an upstream stored elsewhere (another row pointer) is the positioned path's: the
+    # count is checked
+    other = mk.csr(sp.csr_array(np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [0.0, 5.0, 0.0]])))
+    with pytest.raises(mk.MaskedError):
+        mk.vjp("exp", a, other.exp())
 
 
 def test_out_on_csr_writes_into_the_callers_data_buffer(monkeypatch):

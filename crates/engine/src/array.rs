@@ -421,6 +421,22 @@ impl<'a> ArrayRef<'a> {
     /// # Errors
     /// As [`ArrayRef::vjp`]; a `saved` of another layout kind, shape, count or dtype.
     pub fn vjp_saved(&self, req: &OpRequest, saved: Option<&Output>, g: &Output) -> Result<Output> {
+        let out = self.vjp_saved_rows(req, saved, g)?;
+        self.flat(out)
+    }
+
+    /// [`ArrayRef::vjp_saved`], a CSR input's gradient kept as CSR rows
+    /// ([`Output::Csr`]; on this matrix's own structure where every stored entry is
+    /// valid).
+    ///
+    /// # Errors
+    /// As [`ArrayRef::vjp_saved`].
+    pub fn vjp_saved_rows(
+        &self,
+        req: &OpRequest,
+        saved: Option<&Output>,
+        g: &Output,
+    ) -> Result<Output> {
         let op = req.op;
         let integer = || MaskedError::NotDifferentiable {
             op: op.name(),
@@ -457,15 +473,15 @@ impl<'a> ArrayRef<'a> {
             }
             ArrayRef::Csr(a) => {
                 let (g, y) = (sparse(Some(g))?.ok_or_else(other_kind)?, sparse(saved)?);
-                Ok(Output::Sparse(with_by_dtype!(a, T, x => {
+                Ok(with_by_dtype!(a, T, x => {
                 csr_vjp(x, req, map, y, g)?
-            }; floats_only else return Err(integer()))))
+            }; floats_only else return Err(integer())))
             }
             ArrayRef::Csr32(a) => {
                 let (g, y) = (sparse(Some(g))?.ok_or_else(other_kind)?, sparse(saved)?);
-                Ok(Output::Sparse(with_by_dtype!(a, T, x => {
+                Ok(with_by_dtype!(a, T, x => {
                 csr_vjp(x, req, map, y, g)?
-            }; floats_only else return Err(integer()))))
+            }; floats_only else return Err(integer())))
             }
             ArrayRef::Coo(a) => {
                 let (g, y) = (sparse(Some(g))?.ok_or_else(other_kind)?, sparse(saved)?);
@@ -490,6 +506,53 @@ impl<'a> ArrayRef<'a> {
 }
 
 impl ArrayRef<'_> {
+    /// The VJP of a map (a normalization or an elementwise op) of a CSR matrix given the
+    /// upstream `g`, and the saved forward output when kept, as values alone: one per
+    /// valid entry, in the order the forward map stores them (this matrix's valid
+    /// entries, row by row). No positions are read or made: the gradient comes as CSR
+    /// rows ([`Output::Csr`]), on this matrix's own structure where every stored entry
+    /// is valid ([`CsrCols::Input`](crate::CsrCols::Input)). What the Python package's
+    /// CSR gradients call; [`ArrayRef::vjp_saved`] takes positioned upstreams.
+    ///
+    /// # Errors
+    /// A reduction or binary op, a layout other than CSR, integer values
+    /// ([`MaskedError::InvalidArgument`], [`MaskedError::NotDifferentiable`]); a count
+    /// or dtype of `g` or `saved` that does not match; the op's own errors.
+    pub fn vjp_map_values(
+        &self,
+        req: &OpRequest,
+        saved: Option<DynVec>,
+        g: DynVec,
+    ) -> Result<Output> {
+        let op = req.op;
+        if !matches!(op.kind(), Kind::Normalize | Kind::Unary) {
+            return Err(MaskedError::InvalidArgument {
+                name: "op",
+                value: op.name().into(),
+                reason: "a VJP by values is a map's (a normalization or an elementwise op)",
+            });
+        }
+        let integer = || MaskedError::NotDifferentiable {
+            op: op.name(),
+            reason: "integer and bool input have no gradient",
+        };
+        Ok(match self {
+            ArrayRef::Csr(a) => with_by_dtype!(a, T, x => {
+                csr_map_vjp_rows(x, req, saved, g)?
+            }; floats_only else return Err(integer())),
+            ArrayRef::Csr32(a) => with_by_dtype!(a, T, x => {
+                csr_map_vjp_rows(x, req, saved, g)?
+            }; floats_only else return Err(integer())),
+            _ => {
+                return Err(MaskedError::InvalidArgument {
+                    name: "input",
+                    value: "a dense or COO array".into(),
+                    reason: "a VJP by values is the CSR layout's",
+                })
+            }
+        })
+    }
+
     /// [`ArrayRef::apply`] with the result's values written into `out`, a caller's
     /// buffer of the result's dtype: no fresh pages, no copy (a training step, a Python
     /// `out=`). Returns the validity of each of the buffer's slots.
@@ -731,24 +794,79 @@ impl ArrayRef<'_> {
     }
 }
 
+/// A CSR map's VJP from the upstream `gv` (and the saved output `yv`): one value per
+/// valid entry, on the valid structure, as the forward map stores it.
+fn csr_map_vjp<'x, T: Element, I: CsrIndex>(
+    x: &'x MaskedCsr<'_, T, I, usize>,
+    req: &OpRequest,
+    yv: Option<Vec<T::Real>>,
+    gv: Vec<T::Real>,
+) -> Result<CsrMapped<'x, T::Real, I>> {
+    let up: CsrMapped<'_, T::Real, I> = x.on_valid(gv)?;
+    match yv {
+        Some(yv) => x.vjp_map_saved(req, &x.on_valid(yv)?, &up),
+        None => x.vjp_map(req, &up),
+    }
+}
+
+/// Checks that the flat positions `flat` of a sparse map's upstream (or saved output),
+/// `what`, are exactly `x`'s valid positions, in order (their count first).
+fn at_valid_positions<T: Element, I: CsrIndex>(
+    x: &MaskedCsr<'_, T, I, usize>,
+    what: &'static str,
+    flat: &[usize],
+) -> Result<()> {
+    let (ptr, idx) = x.lanes().valid_structure()?;
+    let (cols, ncols) = (idx.cols(), x.matrix().cols());
+    check_count(cols.len(), flat.len())?;
+    let same = ptr
+        .windows(2)
+        .enumerate()
+        .all(|(r, w)| (w[0]..w[1]).all(|k| flat[k] == r * ncols + cols.get(k)));
+    if same {
+        return Ok(());
+    }
+    Err(MaskedError::InvalidArgument {
+        name: what,
+        value: format!("{} stored positions", flat.len()),
+        reason: "a sparse map's upstream and saved output are stored at exactly the forward \
+                 output's valid positions",
+    })
+}
+
+/// [`csr_map_vjp`] from erased values, the gradient as CSR rows.
+fn csr_map_vjp_rows<T: Element, I: CsrIndex>(
+    x: &MaskedCsr<'_, T, I, usize>,
+    req: &OpRequest,
+    saved: Option<DynVec>,
+    g: DynVec,
+) -> Result<Output> {
+    let gv = owned_grad_values::<T::Real>(g)?;
+    let yv = saved.map(owned_grad_values::<T::Real>).transpose()?;
+    let dx = csr_map_vjp(x, req, yv, gv)?;
+    Ok(<MaskedCsr<'_, T, I, usize> as by_name::ByName<T>>::mapped(
+        dx,
+    ))
+}
+
 fn csr_vjp<T: Element, I: CsrIndex>(
     x: &MaskedCsr<'_, T, I, usize>,
     req: &OpRequest,
     map: bool,
     saved: Option<&SparseOutcome>,
     g: &SparseOutcome,
-) -> Result<SparseOutcome> {
+) -> Result<Output> {
     let gv = grad_values::<T::Real>(&g.values)?;
     let yv = saved
         .map(|y| grad_values::<T::Real>(&y.values))
         .transpose()?;
     let dx = if map {
-        // the valid structure, as the forward map stores it
-        let up: CsrMapped<'_, T::Real, I> = x.on_valid(gv)?;
-        match yv {
-            Some(yv) => x.vjp_map_saved(req, &x.on_valid(yv)?, &up)?,
-            None => x.vjp_map(req, &up)?,
+        // stored at exactly the forward output's positions: this matrix's valid ones
+        at_valid_positions(x, "g", &g.indices)?;
+        if let Some(y) = saved {
+            at_valid_positions(x, "saved", &y.indices)?;
         }
+        csr_map_vjp(x, req, yv, gv)?
     } else {
         let reduced = |v| SparseArray::new(g.shape.clone(), g.indices.clone(), v);
         let up = reduced(gv)?;
@@ -761,7 +879,7 @@ fn csr_vjp<T: Element, I: CsrIndex>(
             _ => x.vjp_reduce(req, &up)?,
         }
     };
-    x.to_sparse(<MaskedCsr<'_, T, I, usize> as by_name::ByName<T>>::mapped(
+    Ok(<MaskedCsr<'_, T, I, usize> as by_name::ByName<T>>::mapped(
         dx,
     ))
 }
@@ -772,6 +890,16 @@ fn check_count(expected: usize, got: usize) -> Result<()> {
     } else {
         Err(MaskedError::ValueCount { expected, got })
     }
+}
+
+/// `g`'s values, taken, as the gradient type `R`, which they must have (no copy).
+fn owned_grad_values<R: Element>(g: DynVec) -> Result<Vec<R>> {
+    let dtype = g.dtype();
+    R::unerase_owned(ByDType::<VecOf>::from(g)).ok_or_else(|| MaskedError::InvalidArgument {
+        name: "g",
+        value: format!("{dtype} values"),
+        reason: "the upstream gradient must have the input's dtype",
+    })
 }
 
 /// `g`'s values as the gradient type `R`, which they must have (one copy, no

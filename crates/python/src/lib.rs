@@ -556,6 +556,28 @@ fn output_handle(py: Python<'_>, out: Output, csr: bool) -> PyResult<Handle> {
     }
 }
 
+/// Whether two CSR handles' column index arrays (int64 when `wide`, else int32) hold the
+/// same indices: the same array (a forward result shares its input's), or equal ones.
+fn same_indices(py: Python<'_>, a: &Py<PyAny>, b: &Py<PyAny>, wide: bool) -> PyResult<bool> {
+    fn equal<N: numpy::Element + PartialEq>(
+        py: Python<'_>,
+        a: &Py<PyAny>,
+        b: &Py<PyAny>,
+    ) -> PyResult<bool> {
+        let (x, y): (PyReadonlyArray1<'_, N>, PyReadonlyArray1<'_, N>) =
+            (a.bind(py).extract()?, b.bind(py).extract()?);
+        Ok(x.as_array() == y.as_array())
+    }
+    if a.is(b) {
+        return Ok(true);
+    }
+    if wide {
+        equal::<i64>(py, a, b)
+    } else {
+        equal::<i32>(py, a, b)
+    }
+}
+
 /// A CSR map's result as rows, on its own index arrays (moved into numpy, not copied).
 fn csr_handle(py: Python<'_>, r: CsrOutcome) -> PyResult<Handle> {
     let (shape, n, dtype) = ((r.shape[0], r.shape[1]), r.values.len(), r.values.dtype());
@@ -1228,11 +1250,25 @@ impl Handle {
             })?;
             return output_handle(py, out, false);
         }
+        if let Some((gv, yv)) = self.map_upstream_values(py, &req, g, saved)? {
+            // a CSR map: the upstream (and saved output) as values, the gradient as rows
+            let out = self
+                .store
+                .with_ref(py, |r| engine(py, move || r.vjp_map_values(&req, yv, gv)))?;
+            return match self.same_structure(py, out)? {
+                Ok(h) => Ok(h),
+                Err(out) => output_handle(py, out, true),
+            };
+        }
         let up = g.as_output(py)?;
         let saved = saved.map(|h| h.as_output(py)).transpose()?;
         let out = self.store.with_ref(py, |r| {
-            engine(py, || r.vjp_saved(&req, saved.as_ref(), &up))
+            engine(py, || r.vjp_saved_rows(&req, saved.as_ref(), &up))
         })?;
+        let out = match self.same_structure(py, out)? {
+            Ok(h) => return Ok(h),
+            Err(out) => out,
+        };
         let csr = matches!(self.store, Store::Csr { .. });
         output_handle(py, out, csr)
     }
@@ -1378,6 +1414,59 @@ impl Handle {
             _ => self
                 .store
                 .with_ref(py, |r| engine(py, move || r.fill_zero())),
+        }
+    }
+
+    /// For a map's VJP on this CSR matrix: the values of the upstream `g` and of the
+    /// saved output, when each is a CSR handle masked by its stored entries on this
+    /// matrix's row pointer (a forward map's result of this matrix is): its stored
+    /// values are the valid ones, in the forward output's order. `None` where that does
+    /// not hold (the positioned path then runs).
+    fn map_upstream_values(
+        &self,
+        py: Python<'_>,
+        req: &OpRequest,
+        g: &Handle,
+        saved: Option<&Handle>,
+    ) -> PyResult<Option<(DynVec, Option<DynVec>)>> {
+        let Store::Csr {
+            indptr: mine,
+            indices: my_cols,
+            wide: my_wide,
+            mask: CsrMaskSpec::Stored,
+            ..
+        } = &self.store
+        else {
+            return Ok(None);
+        };
+        if !matches!(req.op.kind(), Kind::Normalize | Kind::Unary) {
+            return Ok(None);
+        }
+        let values = |h: &Handle| -> PyResult<Option<DynVec>> {
+            match &h.store {
+                Store::Csr {
+                    indptr,
+                    indices,
+                    wide,
+                    data,
+                    dtype,
+                    mask: CsrMaskSpec::Stored,
+                    ..
+                } if indptr == mine
+                    && wide == my_wide
+                    && same_indices(py, indices, my_cols, *wide)? =>
+                {
+                    Ok(Some(dynvec_from(py, data.bind(py), *dtype)?))
+                }
+                _ => Ok(None),
+            }
+        };
+        let Some(gv) = values(g)? else {
+            return Ok(None);
+        };
+        match saved {
+            None => Ok(Some((gv, None))),
+            Some(h) => Ok(values(h)?.map(|yv| (gv, Some(yv)))),
         }
     }
 
