@@ -1063,6 +1063,20 @@ impl ArrayRef<'_> {
             value: "a sparse array of another layout".into(),
             reason: "a sparse operand zips with a scalar, a dense array or its own layout",
         };
+        // a CSR left operand of either index width (`$w`: its `ArrayRef` variant)
+        macro_rules! csr {
+            ($a:expr, $rhs:expr, $w:ident) => {
+                with_by_dtype!($a, T, x => {
+                    let out = match $rhs {
+                        Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
+                        Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                        Operand::Array(ArrayRef::$w(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
+                        Operand::Array(_) => return Err(layouts()),
+                    };
+                    bools_flat(x, out)?
+                })
+            };
+        }
         Ok(match (self, rhs) {
             (ArrayRef::Dense(a), rhs) => ZipOutput::Dense(with_by_dtype!(a, T, x => match rhs {
                 Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
@@ -1071,24 +1085,8 @@ impl ArrayRef<'_> {
                 // (as flat positions: its CSR rows would stand for the other operand's)
                 Operand::Array(b) => return b.binary(Operand::Array(self), op, rule, !swapped),
             })),
-            (ArrayRef::Csr(a), rhs) => with_by_dtype!(a, T, x => {
-                let out = match rhs {
-                    Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
-                    Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
-                    Operand::Array(ArrayRef::Csr(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
-                    Operand::Array(_) => return Err(layouts()),
-                };
-                bools_flat(x, out)?
-            }),
-            (ArrayRef::Csr32(a), rhs) => with_by_dtype!(a, T, x => {
-                let out = match rhs {
-                    Operand::Scalar(s) => bin(x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
-                    Operand::Array(ArrayRef::Dense(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
-                    Operand::Array(ArrayRef::Csr32(b)) => bin(x, same::<T, _>(b)?, op, rule, swapped)?,
-                    Operand::Array(_) => return Err(layouts()),
-                };
-                bools_flat(x, out)?
-            }),
+            (ArrayRef::Csr(a), rhs) => csr!(a, rhs, Csr),
+            (ArrayRef::Csr32(a), rhs) => csr!(a, rhs, Csr32),
             (ArrayRef::Coo(a), rhs) => ZipOutput::Sparse(with_by_dtype!(a, T, x => match rhs {
                 Operand::Scalar(s) => bin(*x, &Splat(scalar_as::<T>(s)?), op, rule, swapped)?,
                 Operand::Array(ArrayRef::Dense(b)) => bin(*x, same::<T, _>(b)?, op, rule, swapped)?,

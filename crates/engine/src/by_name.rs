@@ -534,47 +534,37 @@ fn as_is<L: ?Sized>(_: &L, out: SparseZipOutcome) -> Result<SparseZipOutcome, Ma
     Ok(out)
 }
 
-/// `impl ZipByName` for a layout and operand kind with one conversion.
+/// `impl ZipByName` for a layout and operand kind with one conversion, and for a sparse
+/// layout `impl ZipByNameSparse` with its flattening.
 macro_rules! zip_by_name {
-    ($([$($g:tt)*] $l:ty, $r:ty => $out:ty, $conv:ident;)*) => {$(
+    (@sparse [$($g:tt)*] $l:ty, $r:ty => $out:ty) => {};
+    (@sparse [$($g:tt)*] $l:ty, $r:ty => $out:ty, $flat:ident) => {
+        impl<$($g)*> ZipByNameSparse<T, $r> for $l {
+            fn zip_to_sparse(&self, out: $out) -> Result<SparseZipOutcome, MaskedError> {
+                $flat(self, out)
+            }
+        }
+    };
+    ($([$($g:tt)*] $l:ty, $r:ty => $out:ty, $conv:ident $(, $flat:ident)?;)*) => {$(
         impl<$($g)*> ZipByName<T, $r> for $l {
             type Out = $out;
             fn zipped<O: Value>(z: Self::Zipped<O>) -> $out {
                 $conv(z)
             }
         }
-    )*};
-}
-
-/// `impl ZipByNameSparse` for a sparse layout and operand kind with its flattening.
-macro_rules! zip_by_name_sparse {
-    ($([$($g:tt)*] $l:ty, $r:ty => $out:ty, $flat:ident;)*) => {$(
-        impl<$($g)*> ZipByNameSparse<T, $r> for $l {
-            fn zip_to_sparse(&self, out: $out) -> Result<SparseZipOutcome, MaskedError> {
-                $flat(self, out)
-            }
-        }
+        zip_by_name!(@sparse [$($g)*] $l, $r => $out $(, $flat)?);
     )*};
 }
 
 zip_by_name! {
     ['a, 'b, T: Element] MaskedView<'a, T, IxDyn>, MaskedView<'b, T, IxDyn> => ZipOutcome, dense_zipped;
     ['a, T: Element] MaskedView<'a, T, IxDyn>, Splat<T> => ZipOutcome, dense_zipped;
-    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex, P2: SpIndex] MaskedCsr<'a, T, I, P>, MaskedCsr<'b, T, I, P2> => ZipOutput, csr_zipped;
-    ['a, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, Splat<T> => ZipOutput, csr_zipped;
-    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, MaskedView<'b, T, IxDyn> => ZipOutput, csr_zipped;
-    [T: Element] MaskedCoo<T>, MaskedCoo<T> => SparseZipOutcome, sparse_zipped;
-    [T: Element] MaskedCoo<T>, Splat<T> => SparseZipOutcome, sparse_zipped;
-    ['b, T: Element] MaskedCoo<T>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, sparse_zipped;
-}
-
-zip_by_name_sparse! {
-    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex, P2: SpIndex] MaskedCsr<'a, T, I, P>, MaskedCsr<'b, T, I, P2> => ZipOutput, csr_zip_flat;
-    ['a, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, Splat<T> => ZipOutput, csr_zip_flat;
-    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, MaskedView<'b, T, IxDyn> => ZipOutput, csr_zip_flat;
-    [T: Element] MaskedCoo<T>, MaskedCoo<T> => SparseZipOutcome, as_is;
-    [T: Element] MaskedCoo<T>, Splat<T> => SparseZipOutcome, as_is;
-    ['b, T: Element] MaskedCoo<T>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, as_is;
+    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex, P2: SpIndex] MaskedCsr<'a, T, I, P>, MaskedCsr<'b, T, I, P2> => ZipOutput, csr_zipped, csr_zip_flat;
+    ['a, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, Splat<T> => ZipOutput, csr_zipped, csr_zip_flat;
+    ['a, 'b, T: Element, I: CsrIndex, P: SpIndex] MaskedCsr<'a, T, I, P>, MaskedView<'b, T, IxDyn> => ZipOutput, csr_zipped, csr_zip_flat;
+    [T: Element] MaskedCoo<T>, MaskedCoo<T> => SparseZipOutcome, sparse_zipped, as_is;
+    [T: Element] MaskedCoo<T>, Splat<T> => SparseZipOutcome, sparse_zipped, as_is;
+    ['b, T: Element] MaskedCoo<T>, MaskedView<'b, T, IxDyn> => SparseZipOutcome, sparse_zipped, as_is;
 }
 
 /// [`apply_binary`] with a sparse left operand, the result as flat positions.
