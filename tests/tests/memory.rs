@@ -86,7 +86,7 @@ fn sparse_ops_stay_within_o_nnz_on_a_terabyte_shape() {
         let out = r.unwrap_or_else(|e| panic!("coo {req:?}: {e}"));
         // at most one output per stored entry, or per lane for `count` (valid
         // everywhere: an empty lane counts 0)
-        assert!(out.values.len() <= nnz.max(N), "coo {req:?}");
+        assert!(out.values().len() <= nnz.max(N), "coo {req:?}");
         assert!(
             peak <= budget,
             "coo {req:?}: peak {peak} bytes over {budget}"

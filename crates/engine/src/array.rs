@@ -329,9 +329,11 @@ impl<'a> ArrayRef<'a> {
         self.flat(out)
     }
 
-    /// [`ArrayRef::apply`], a CSR map's result kept as CSR rows ([`Output::Csr`]): no
-    /// flat positions computed, and no column indices at all where the result stores
-    /// exactly the input's entries ([`CsrCols::Input`](crate::CsrCols::Input)).
+    /// [`ArrayRef::apply`], a sparse map's result kept in its layout's form: CSR rows
+    /// ([`Output::Csr`]; no column indices at all where the result stores exactly the
+    /// input's entries, [`CsrCols::Input`](crate::CsrCols::Input)), a COO pattern
+    /// ([`Output::Coo`]; a map's shares its input's coordinates). No flat positions are
+    /// computed.
     ///
     /// # Errors
     /// As [`ArrayRef::apply`].
@@ -340,14 +342,16 @@ impl<'a> ArrayRef<'a> {
             ArrayRef::Dense(a) => Output::Dense(with_by_dtype!(a, T, x => by_name::apply(x, req))?),
             ArrayRef::Csr(a) => with_by_dtype!(a, T, x => by_name::apply(x, req))?,
             ArrayRef::Csr32(a) => with_by_dtype!(a, T, x => by_name::apply(x, req))?,
-            ArrayRef::Coo(a) => Output::Sparse(with_by_dtype!(a, T, x => by_name::apply(*x, req))?),
+            ArrayRef::Coo(a) => with_by_dtype!(a, T, x => by_name::apply(*x, req))?,
         })
     }
 
-    /// `out` (a result of this array) with CSR rows as flat positions.
+    /// `out` (a result of this array) with CSR rows and a COO pattern as flat positions.
     fn flat(&self, out: Output) -> Result<Output> {
-        let Output::Csr(r) = out else {
-            return Ok(out);
+        let r = match out {
+            Output::Csr(r) => r,
+            Output::Coo(c) => return Ok(Output::Sparse(c.flat())),
+            other => return Ok(other),
         };
         let out = Output::Csr(r);
         Ok(Output::Sparse(match self {
@@ -385,9 +389,7 @@ impl<'a> ArrayRef<'a> {
             }
             ArrayRef::Csr(a) => self.flat(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)?,
             ArrayRef::Csr32(a) => self.flat(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)?,
-            ArrayRef::Coo(a) => {
-                Output::Sparse(with_by_dtype!(a, T, x => by_name::cast(*x, dtype))?)
-            }
+            ArrayRef::Coo(a) => self.flat(with_by_dtype!(a, T, x => by_name::cast(*x, dtype))?)?,
         })
     }
 
@@ -485,7 +487,7 @@ impl<'a> ArrayRef<'a> {
             }
             ArrayRef::Coo(a) => {
                 let (g, y) = (sparse(Some(g))?.ok_or_else(other_kind)?, sparse(saved)?);
-                Ok(Output::Sparse(with_by_dtype!(a, T, x => {
+                Ok(with_by_dtype!(a, T, x => {
                 let sp = |o: &SparseOutcome| -> Result<SparseArray<<T as Element>::Real>> {
                     let v = grad_values::<<T as Element>::Real>(&o.values)?;
                     SparseArray::new(o.shape.clone(), o.indices.clone(), v)
@@ -499,7 +501,7 @@ impl<'a> ArrayRef<'a> {
                     (false, None) => x.vjp_reduce(req, &up)?,
                 };
                 <MaskedCoo<T> as by_name::ByName<T>>::mapped(dx)
-            }; floats_only else return Err(integer()))))
+            }; floats_only else return Err(integer())))
             }
         }
     }
@@ -1159,10 +1161,10 @@ impl ArrayRef<'_> {
             (ArrayRef::Csr32(a), ArrayRef::Csr32(b)) => Output::Sparse(with_by_dtype!(a, T, x => {
                 csr_outcome(layout_csr::select(cond, x, same::<T, _>(b)?)?)
             })),
-            (ArrayRef::Coo(a), ArrayRef::Coo(b)) => Output::Sparse(with_by_dtype!(a, T, x => {
+            (ArrayRef::Coo(a), ArrayRef::Coo(b)) => with_by_dtype!(a, T, x => {
                 let r = layout_coo::select(cond, x, same::<T, _>(b)?)?;
                 <MaskedCoo<T> as by_name::ByName<T>>::reduced(r)
-            })),
+            }),
             _ => return Err(layouts()),
         })
     }
@@ -1204,9 +1206,10 @@ impl ArrayRef<'_> {
                 let m = x.fill_zero()?;
                 x.to_sparse(<MaskedCsr<'_, T, u32, usize> as by_name::ByName<T>>::mapped(m))
             })?),
-            ArrayRef::Coo(a) => Output::Sparse(with_by_dtype!(a, T, x => {
-                <MaskedCoo<T> as by_name::ByName<T>>::mapped(x.fill_zero()?)
-            })),
+            ArrayRef::Coo(a) => with_by_dtype!(a, T, x => {
+                x.to_sparse(<MaskedCoo<T> as by_name::ByName<T>>::mapped(x.fill_zero()?))
+            })
+            .map(Output::Sparse)?,
         })
     }
 }

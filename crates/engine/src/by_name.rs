@@ -15,7 +15,7 @@
 //! # Ok::<(), masked::MaskedError>(())
 //! ```
 
-use layout_coo::MaskedCoo;
+use layout_coo::{CooPattern, MaskedCoo};
 use layout_csr::{ColsBuf, CsrIndex, CsrMapped, MaskedCsr};
 use layout_dense::{MaskedArrayD, MaskedView};
 pub use masked_core::binary::{promote, promote_scalar, BinOp};
@@ -75,6 +75,32 @@ pub enum Output {
     /// A CSR map's result as rows: only from
     /// [`ArrayRef::apply_rows`](crate::ArrayRef::apply_rows).
     Csr(CsrOutcome),
+    /// A COO map's result on its pattern (its input's, shared): only from
+    /// [`ArrayRef::apply_rows`](crate::ArrayRef::apply_rows).
+    Coo(CooOutcome),
+}
+
+/// A map's result on the COO layout: the pattern of its valid positions (a
+/// normalization's or an elementwise op's is its input's: the coordinates shared, not
+/// copied) and one value per entry. No flat positions are made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CooOutcome {
+    /// The stored (valid) positions.
+    pub pattern: CooPattern,
+    /// Values, one per stored entry.
+    pub values: DynVec,
+}
+
+impl CooOutcome {
+    /// The same result as flat row-major positions (the pattern's, computed once and
+    /// kept by it).
+    pub fn flat(self) -> SparseOutcome {
+        SparseOutcome {
+            shape: self.pattern.shape().to_vec(),
+            indices: self.pattern.flat(),
+            values: self.values,
+        }
+    }
 }
 
 impl Output {
@@ -84,6 +110,7 @@ impl Output {
             Output::Dense(o) => &o.shape,
             Output::Sparse(o) => &o.shape,
             Output::Csr(o) => &o.shape,
+            Output::Coo(o) => o.pattern.shape(),
         }
     }
     /// The values (dense: every position, row-major; sparse: the stored ones).
@@ -92,6 +119,7 @@ impl Output {
             Output::Dense(o) => &o.values,
             Output::Sparse(o) => &o.values,
             Output::Csr(o) => &o.values,
+            Output::Coo(o) => &o.values,
         }
     }
 }
@@ -242,8 +270,14 @@ pub trait ByNameSparse<T: Element>: ByName<T> {
 }
 
 impl<T: Element> ByNameSparse<T> for MaskedCoo<T> {
-    fn to_sparse(&self, out: SparseOutcome) -> Result<SparseOutcome, MaskedError> {
-        Ok(out)
+    fn to_sparse(&self, out: Output) -> Result<SparseOutcome, MaskedError> {
+        match out {
+            Output::Sparse(s) => Ok(s),
+            Output::Coo(c) => Ok(c.flat()),
+            _ => Err(MaskedError::InvalidData(
+                "a dense or CSR result from a COO array".into(),
+            )),
+        }
     }
 }
 
@@ -252,8 +286,8 @@ impl<T: Element, I: CsrIndex, Iptr: SpIndex> ByNameSparse<T> for MaskedCsr<'_, T
         match out {
             Output::Sparse(s) => Ok(s),
             Output::Csr(r) => r.flat(self.matrix()),
-            Output::Dense(_) => Err(MaskedError::InvalidData(
-                "a dense result from a CSR matrix".into(),
+            _ => Err(MaskedError::InvalidData(
+                "a dense or COO result from a CSR matrix".into(),
             )),
         }
     }
@@ -375,20 +409,20 @@ impl<T: Element, I: CsrIndex, Iptr: SpIndex> ByName<T> for MaskedCsr<'_, T, I, I
     }
 }
 
+/// A COO reduction's result (flat lanes), or a map's on its pattern.
 impl<T: Element> ByName<T> for MaskedCoo<T> {
-    type Out = SparseOutcome;
-    fn reduced<O: Element>(r: SparseArray<O>) -> SparseOutcome {
-        sparse_reduced(r)
+    type Out = Output;
+    fn reduced<O: Element>(r: SparseArray<O>) -> Output {
+        Output::Sparse(sparse_reduced(r))
     }
-    fn mapped<O: Element>(m: MaskedCoo<O>) -> SparseOutcome {
+    fn mapped<O: Element>(m: MaskedCoo<O>) -> Output {
         let (pattern, values, _) = m.into_parts();
-        SparseOutcome {
-            shape: pattern.shape().to_vec(),
-            indices: pattern.flat(),
+        Output::Coo(CooOutcome {
+            pattern,
             values: O::into_dyn(values),
-        }
+        })
     }
-    fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<SparseOutcome, MaskedError> {
+    fn apply_cast<D: Element>(&self, req: &OpRequest) -> Result<Output, MaskedError> {
         // stored exactly at the valid positions, with those as its mask
         converted(&self.cast::<D>()?, req)
     }

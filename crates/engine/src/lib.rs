@@ -29,8 +29,8 @@ pub use array::{
     Operand,
 };
 pub use by_name::{
-    promote, promote_scalar, BinOp, CsrCols, CsrOutcome, CsrZipOutcome, Kind, Op, OpRequest,
-    Outcome, Output, SparseOutcome, SparseZipOutcome, ZipOutcome, ZipOutput,
+    promote, promote_scalar, BinOp, CooOutcome, CsrCols, CsrOutcome, CsrZipOutcome, Kind, Op,
+    OpRequest, Outcome, Output, SparseOutcome, SparseZipOutcome, ZipOutcome, ZipOutput,
 };
 pub use layout_coo::CooMask;
 pub use layout_csr::CsrMask;

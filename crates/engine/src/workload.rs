@@ -364,6 +364,7 @@ fn into_run<'s>(x: ArrayRef<'s>, req: OpRequest) -> Result<Run<'s>> {
         crate::Output::Dense(o) => o.values,
         crate::Output::Sparse(o) => o.values,
         crate::Output::Csr(o) => o.values,
+        crate::Output::Coo(o) => o.values,
     };
     x.apply_into(&req, values.as_out())?;
     let out = Mutex::new(values);

@@ -276,7 +276,7 @@ fn vjp_with_the_saved_output_equals_the_recomputed_one() {
                         values: up(o.values.len()),
                         ..o.clone()
                     }),
-                    Output::Csr(_) => panic!("apply returns flat positions"),
+                    Output::Csr(_) | Output::Coo(_) => panic!("apply returns flat positions"),
                 };
                 let Ok(want) = x.vjp(&req, &g) else { continue };
                 let mut got = vec![x.vjp_saved(&req, Some(&y), &g).unwrap()];
@@ -1032,9 +1032,9 @@ fn values_map_into_their_domains() {
 /// entries, a map stores exactly those entries and says so ([`CsrCols::Input`]: no
 /// indices at all); with a separate mask pattern it owns the pattern's indices (u32 for
 /// a u32 matrix); a reduction stays a flat sparse result. Each equals `apply`'s flat
-/// result position for position.
+/// result position for position. A COO map's result comes on its pattern.
 #[test]
-fn apply_rows_keeps_csr_maps_as_rows() {
+fn apply_rows_keeps_sparse_maps_in_their_layouts_form() {
     use masked_engine::{ArrayRef, CsrCols, CsrOutcome};
     use sprs::CsMatI;
     let (_, cols, indptr, vals) = stored(DType::F64);
@@ -1102,4 +1102,13 @@ fn apply_rows_keeps_csr_maps_as_rows() {
     check(&ArrayRef::from_csr32(own32), |c| {
         matches!(c, CsrCols::U32(_))
     });
+    // COO: a map's result on the input's pattern (equal, and its flat positions apply's)
+    let c = coo(DType::F64);
+    let x = c.view().unwrap();
+    let flat = sparse_out(x.apply(&softmax).unwrap());
+    let Output::Coo(r) = x.apply_rows(&softmax).unwrap() else {
+        panic!("a COO map comes on its pattern")
+    };
+    assert_eq!(r.clone().flat(), flat);
+    assert_eq!(r.pattern.nnz(), c.nnz());
 }

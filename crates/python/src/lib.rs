@@ -520,26 +520,31 @@ fn sparse_handle(py: Python<'_>, s: SparseOutcome, as_csr: bool) -> PyResult<Han
     // the positions come sorted and distinct: a pattern from them as they are (no
     // coordinate arrays, no canonical sort)
     let a = engine(py, move || {
-        fn coo<T: masked_core::Element>(p: CooPattern, v: Vec<T>) -> Result<Array, Error> {
-            Ok(Array::from_coo(MaskedCoo::from_parts(
-                p,
-                v,
-                CooMask::Stored,
-            )?))
-        }
         let p = CooPattern::from_flat(&s.shape[..], &s.indices)?;
-        match s.values {
-            DynVec::F32(v) => coo(p, v),
-            DynVec::F64(v) => coo(p, v),
-            DynVec::F16(v) => coo(p, v),
-            DynVec::BF16(v) => coo(p, v),
-            DynVec::I32(v) => coo(p, v),
-            DynVec::I64(v) => coo(p, v),
-        }
+        coo_array(p, s.values)
     })?;
     Ok(Handle {
         store: Store::Coo(a),
     })
+}
+
+/// A COO array of `values` stored at `p`, masked by its stored entries.
+fn coo_array(p: CooPattern, values: DynVec) -> Result<Array, Error> {
+    fn coo<T: masked_core::Element>(p: CooPattern, v: Vec<T>) -> Result<Array, Error> {
+        Ok(Array::from_coo(MaskedCoo::from_parts(
+            p,
+            v,
+            CooMask::Stored,
+        )?))
+    }
+    match values {
+        DynVec::F32(v) => coo(p, v),
+        DynVec::F64(v) => coo(p, v),
+        DynVec::F16(v) => coo(p, v),
+        DynVec::BF16(v) => coo(p, v),
+        DynVec::I32(v) => coo(p, v),
+        DynVec::I64(v) => coo(p, v),
+    }
 }
 
 fn output_handle(py: Python<'_>, out: Output, csr: bool) -> PyResult<Handle> {
@@ -553,6 +558,10 @@ fn output_handle(py: Python<'_>, out: Output, csr: bool) -> PyResult<Handle> {
         }),
         Output::Sparse(s) => sparse_handle(py, s, csr),
         Output::Csr(r) => csr_handle(py, r),
+        // on its pattern as it is (a map's shares its input's coordinates)
+        Output::Coo(c) => Ok(Handle {
+            store: Store::Coo(engine(py, move || coo_array(c.pattern, c.values))?),
+        }),
     }
 }
 

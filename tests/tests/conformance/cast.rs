@@ -1,7 +1,7 @@
 //! `cast` and the `dtype=` of a request, on every layout: hand-checked conversions, the
 //! errors at valid positions only, and `dtype` equal to cast-then-op.
 
-use masked::by_name::{self, apply, apply_dense, apply_sparse, ByNameSparse, OpRequest};
+use masked::by_name::{self, apply_dense, apply_sparse, ByNameSparse, OpRequest};
 use masked::half::{bf16, f16};
 use masked::{
     BitMask, CooMask, DType, DynVec, MaskedArray, MaskedCoo, MaskedCsr, MaskedError, MaskedOps,
@@ -133,7 +133,9 @@ fn sparse_casts_keep_positions_and_match_dense() {
         by_name::cast(&coo, DType::I32),
         Err(MaskedError::CastOutOfRange { .. })
     ));
-    let out = by_name::cast(&coo, DType::F16).unwrap();
+    let out = coo
+        .to_sparse(by_name::cast(&coo, DType::F16).unwrap())
+        .unwrap();
     assert_eq!(out.indices, vec![0, 2, 4, 5]);
     let want: Vec<f16> = [1.5f32, -2.7, f32::NAN, 4.2]
         .iter()
@@ -173,10 +175,10 @@ fn dtype_of_a_request_is_cast_then_op_on_every_layout() {
     assert_eq!(out.values, DynVec::F32(vec![exact as f32]));
     let coo =
         MaskedCoo::try_new([40], &[(0..40).collect::<Vec<_>>()], vals, CooMask::Stored).unwrap();
-    let out = apply(&coo, &req.clone().dtype(DType::F32)).unwrap();
+    let out = apply_sparse(&coo, &req.clone().dtype(DType::F32)).unwrap();
     assert_eq!(out.values, DynVec::F32(vec![exact as f32]));
     // normalizations too: softmax of halves in f32
-    let sm = apply(
+    let sm = apply_sparse(
         &coo,
         &OpRequest::new("softmax").unwrap().dims(0).dtype(DType::F64),
     )

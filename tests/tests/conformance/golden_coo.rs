@@ -5,7 +5,7 @@
 //! no mask. The entries are given unsorted. Each case checks the output shape, the
 //! stored output positions (the output mask) and the values there.
 
-use masked::by_name::{apply, OpRequest};
+use masked::by_name::{apply_sparse, OpRequest};
 use masked::{CooMask, CooPattern, Dims, Element, MaskedCoo};
 use masked_tests::{check_cases, check_fixture, int, num, usizes};
 use serde_json::Value;
@@ -49,7 +49,7 @@ fn run<T: Element>(a: &MaskedCoo<T>, c: &Value) -> Result<(), String> {
         .unwrap()
         .dims(Dims::Set(dims))
         .keepdim(c["keepdim"].as_bool().unwrap());
-    let out = apply(a, &req).map_err(|e| e.to_string())?;
+    let out = apply_sparse(a, &req).map_err(|e| e.to_string())?;
     check_fixture(&out, &usizes(&c["out_shape"]), c)
 }
 

@@ -6,7 +6,7 @@
 //! on the densified input at the output mask, and the output stores exactly the output
 //! mask. Conversions dense ↔ COO ↔ CSR round-trip.
 
-use masked::by_name::{apply, apply_dense, Kind, Op, OpRequest};
+use masked::by_name::{apply_dense, apply_sparse, Kind, Op, OpRequest};
 use masked::{csr_to_coo, csr_to_dense, dense_to_csr};
 use masked::{
     CooMask, CooPattern, Dims, Element, MaskedArray, MaskedArrayD, MaskedCoo, MaskedCsr, MaskedOps,
@@ -314,8 +314,8 @@ fn groups_and_lanes(shape: [usize; 3], separate_mask: bool) {
                     .build()
                     .unwrap()
             };
-            let b = pool(1).install(|| apply(&coo, &req)).unwrap();
-            let b2 = pool(2).install(|| apply(&coo, &req)).unwrap();
+            let b = pool(1).install(|| apply_sparse(&coo, &req)).unwrap();
+            let b2 = pool(2).install(|| apply_sparse(&coo, &req)).unwrap();
             let bits = |o: &masked::by_name::SparseOutcome| -> (Vec<usize>, Vec<u64>) {
                 let v = (0..o.indices.len()).map(|k| at(&o.values, k).to_bits());
                 (o.indices.clone(), v.collect())
