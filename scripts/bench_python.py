@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Times the Python package against its peers in one run (best of --rounds each):
 per-call overhead, dense 4096^2 f32 reductions and softmax, mk.torch forward+backward,
-CSR row sums against scipy, and two Python threads against one.
+CSR row sums, elementwise and binary ops against scipy, CSR map gradients, COO maps,
+reductions and binary ops, and two Python threads against one.
 
     MASKED_PROFILE=release scripts/python_test.sh -k nothing   # an optimised build in .venv
     .venv/bin/pip install torch                                 # optional peer
@@ -142,8 +143,23 @@ def main() -> None:
         row("CSR exp (ms)", best(ca.exp, R), "scipy copy + np.exp(data)", best(sc_exp, R))
         row("CSR x * 2 (ms)", best(lambda: ca * 2, R), "scipy A * 2", best(lambda: A * 2, R))
         row("CSR x * y, one structure (ms)", best(lambda: ca * cb, R), "scipy A.multiply(B)", best(lambda: A.multiply(B), R))
+        # gradients of maps: the upstream read as values, the gradient on the input's
+        # structure (the kernels alone: `masked bench --layout csr --op vjp-exp ...`)
+        y = ca.softmax(1)
+        row("CSR vjp exp (ms)", best(lambda: mk.vjp("exp", ca, y), R))
+        row("CSR vjp softmax, saved output (ms)", best(lambda: mk.vjp("softmax", ca, y, 1, saved=y), R))
     except ImportError:
         pass
+
+    # COO 1000x1000x100, 1M entries: results on their pattern (maps) or from flat
+    # positions (reductions, binary ops)
+    shape3 = (1000, 1000, 100)
+    flat = np.unique(rng.integers(0, np.prod(shape3), 1_000_000))
+    c3 = mk.coo(np.array(np.unravel_index(flat, shape3)), rng.standard_normal(flat.size).astype(np.float32), shape3)
+    row(f"COO 1000x1000x100 {c3.nnz} entries, exp (ms)", best(c3.exp, R))
+    row("COO softmax dim 2 (ms)", best(lambda: c3.softmax(2), R))
+    row("COO sum dim 2 (ms)", best(lambda: c3.sum(2), R))
+    row("COO x * 2 (ms)", best(lambda: c3 * 2, R))
 
     # two Python threads, each a 4096^2 softmax
     def one_run():
