@@ -72,11 +72,11 @@ pub enum Output {
     Dense(Outcome),
     /// Shape, the valid positions (row-major, increasing) and their values.
     Sparse(SparseOutcome),
-    /// A CSR map's result as rows: only from
-    /// [`ArrayRef::apply_rows`](crate::ArrayRef::apply_rows).
+    /// A CSR map's result as rows: from [`apply`] on a `MaskedCsr` and
+    /// [`ArrayRef::apply_rows`](crate::ArrayRef::apply_rows) (`ArrayRef::apply` and
+    /// [`ByNameSparse::to_sparse`] turn it into flat positions).
     Csr(CsrOutcome),
-    /// A COO map's result on its pattern (its input's, shared): only from
-    /// [`ArrayRef::apply_rows`](crate::ArrayRef::apply_rows).
+    /// A COO map's result on its pattern (its input's, shared): as [`Output::Csr`].
     Coo(CooOutcome),
 }
 
@@ -167,19 +167,12 @@ impl<V> CsrOutcome<V> {
         self,
         input: &sprs::CsMatViewI<'_, T, I, P>,
     ) -> Result<SparseOutcome<V>, MaskedError> {
-        let ncols = self.shape[1];
-        let flat = |ix: &dyn Fn(usize) -> usize| {
-            let mut out = Vec::with_capacity(self.indptr[self.indptr.len() - 1]);
-            for (r, w) in self.indptr.windows(2).enumerate() {
-                out.extend((w[0]..w[1]).map(|k| r * ncols + ix(k)));
-            }
-            out
-        };
+        let (ptr, ncols) = (&self.indptr[..], self.shape[1]);
         let indices = match &self.cols {
             CsrCols::Input => {
-                let ptr = input.indptr();
-                let same = ptr.raw_storage().len() == self.indptr.len()
-                    && ptr
+                let own = input.indptr();
+                let same = own.raw_storage().len() == self.indptr.len()
+                    && own
                         .raw_storage()
                         .iter()
                         .zip(&self.indptr)
@@ -189,11 +182,10 @@ impl<V> CsrOutcome<V> {
                         "a CSR result said to share its input's structure does not".into(),
                     ));
                 }
-                let ix = input.indices();
-                flat(&|k| ix[k].index())
+                flat_rows(ptr, ncols, input.indices(), |c| c.index())
             }
-            CsrCols::U32(c) => flat(&|k| c[k] as usize),
-            CsrCols::Usize(c) => flat(&|k| c[k]),
+            CsrCols::U32(c) => flat_rows(ptr, ncols, c, |c| c as usize),
+            CsrCols::Usize(c) => flat_rows(ptr, ncols, c, |c| c),
         };
         Ok(SparseOutcome {
             shape: self.shape,
@@ -210,6 +202,21 @@ impl<V> CsrOutcome<V> {
         }
         self
     }
+}
+
+/// The flat row-major positions of CSR rows (`indptr`, column indices `cols` read by
+/// `col`) in a matrix of `ncols` columns.
+fn flat_rows<C: Copy>(
+    indptr: &[usize],
+    ncols: usize,
+    cols: &[C],
+    col: impl Fn(C) -> usize,
+) -> Vec<usize> {
+    let mut out = Vec::with_capacity(indptr[indptr.len() - 1]);
+    for (r, w) in indptr.windows(2).enumerate() {
+        out.extend(cols[w[0]..w[1]].iter().map(|&c| r * ncols + col(c)));
+    }
+    out
 }
 
 /// Owned column indices, width erased.
