@@ -164,6 +164,9 @@ def test_csr_maps_and_binary_ops_share_the_inputs_structure(index_dtype):
         ("2 - x", 2 - a, 2 - A.data),
         ("x * y", a * b, A.data * B.data),
         ("x / y", a / b, A.data / B.data),
+        ("astype", a.astype(np.float32), A.data.astype(np.float32)),
+        ("x + 1 (int)", mk.csr(sp.csr_array((np.arange(A.nnz), A.indices, A.indptr), shape=A.shape)) + 1.5,
+         np.arange(A.nnz) + 1.5),
     ]:
         S = r.to_scipy()
         assert r.layout == "csr" and r.nnz == A.nnz, name

@@ -383,13 +383,23 @@ impl<'a> ArrayRef<'a> {
     /// # Errors
     /// [`MaskedError::CastOutOfRange`] where a valid value has no `dtype` value.
     pub fn cast(&self, dtype: DType) -> Result<Output> {
+        let out = self.cast_rows(dtype)?;
+        self.flat(out)
+    }
+
+    /// [`ArrayRef::cast`], a sparse result kept in its layout's form, as
+    /// [`ArrayRef::apply_rows`] keeps it.
+    ///
+    /// # Errors
+    /// As [`ArrayRef::cast`].
+    pub fn cast_rows(&self, dtype: DType) -> Result<Output> {
         Ok(match self {
             ArrayRef::Dense(a) => {
                 Output::Dense(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)
             }
-            ArrayRef::Csr(a) => self.flat(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)?,
-            ArrayRef::Csr32(a) => self.flat(with_by_dtype!(a, T, x => by_name::cast(x, dtype))?)?,
-            ArrayRef::Coo(a) => self.flat(with_by_dtype!(a, T, x => by_name::cast(*x, dtype))?)?,
+            ArrayRef::Csr(a) => with_by_dtype!(a, T, x => by_name::cast(x, dtype))?,
+            ArrayRef::Csr32(a) => with_by_dtype!(a, T, x => by_name::cast(x, dtype))?,
+            ArrayRef::Coo(a) => with_by_dtype!(a, T, x => by_name::cast(*x, dtype))?,
         })
     }
 

@@ -1382,7 +1382,13 @@ impl Handle {
     /// The values cast to `dtype` (mask and positions kept).
     fn cast(&self, py: Python<'_>, dtype: &str) -> PyResult<Handle> {
         let to = dtype_of(dtype)?;
-        let out = self.store.with_ref(py, |r| engine(py, || r.cast(to)))?;
+        let out = self
+            .store
+            .with_ref(py, |r| engine(py, || r.cast_rows(to)))?;
+        let out = match self.same_structure(py, out)? {
+            Ok(h) => return Ok(h),
+            Err(out) => out,
+        };
         output_handle(py, out, matches!(self.store, Store::Csr { .. }))
     }
 
