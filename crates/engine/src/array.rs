@@ -437,9 +437,9 @@ impl<'a> ArrayRef<'a> {
         self.flat(out)
     }
 
-    /// [`ArrayRef::vjp_saved`], a CSR input's gradient kept as CSR rows
-    /// ([`Output::Csr`]; on this matrix's own structure where every stored entry is
-    /// valid).
+    /// [`ArrayRef::vjp_saved`], a sparse input's gradient kept in its layout's form, as
+    /// [`ArrayRef::apply_rows`] keeps a result (CSR rows on this matrix's own structure
+    /// where every stored entry is valid; a COO pattern).
     ///
     /// # Errors
     /// As [`ArrayRef::vjp_saved`].

@@ -1112,3 +1112,46 @@ fn apply_rows_keeps_sparse_maps_in_their_layouts_form() {
     assert_eq!(r.clone().flat(), flat);
     assert_eq!(r.pattern.nnz(), c.nnz());
 }
+
+/// `vjp_map_values`: a CSR map's gradient from the upstream's values alone equals the
+/// positioned VJP's (with and without the saved output), on the input's structure; a
+/// reduction, another layout and a wrong count are errors.
+#[test]
+fn vjp_map_values_equals_the_positioned_vjp() {
+    use masked_engine::CsrCols;
+    let a = csr(DType::F64);
+    let x = a.view().unwrap();
+    for name in ["softmax", "exp", "cumsum"] {
+        let req = match name {
+            "exp" => OpRequest::new(name).unwrap(),
+            _ => OpRequest::new(name).unwrap().dims(1),
+        };
+        let y = sparse_out(x.apply(&req).unwrap());
+        let g = DynVec::F64((0..y.indices.len()).map(|k| k as f64 * 0.5 - 1.0).collect());
+        let up = Output::Sparse(SparseOutcome {
+            values: g.clone(),
+            ..y.clone()
+        });
+        let want = sparse_out(x.vjp(&req, &up).unwrap());
+        for saved in [None, Some(y.values.clone())] {
+            let Output::Csr(r) = x.vjp_map_values(&req, saved, g.clone()).unwrap() else {
+                panic!("a CSR gradient comes as rows")
+            };
+            assert_eq!(r.cols, CsrCols::Input, "{name}");
+            assert_eq!(f64s(&r.values), f64s(&want.values), "{name}");
+        }
+    }
+    let sum = OpRequest::new("sum").unwrap().dims(1);
+    assert!(x
+        .vjp_map_values(&sum, None, DynVec::F64(vec![1.0; 3]))
+        .is_err());
+    let d = dense(DType::F64);
+    let exp = OpRequest::new("exp").unwrap();
+    assert!(d
+        .view()
+        .unwrap()
+        .vjp_map_values(&exp, None, DynVec::F64(vec![1.0; 12]))
+        .is_err());
+    let e = x.vjp_map_values(&exp, None, DynVec::F64(vec![1.0; 2]));
+    assert!(matches!(e, Err(MaskedError::ValueCount { .. })), "{e:?}");
+}
