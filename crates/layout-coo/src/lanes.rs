@@ -524,13 +524,12 @@ impl<T: Element> CooLanes<'_, T> {
         let nnz = self.values.len();
         let lanes = if d + 1 == self.shape().len() && nnz > 0 {
             // along the last dim the lanes are runs of stored entries: their starts and
-            // kept positions from a scan of the other coordinates
-            let coords: Vec<&[usize]> = (0..=d).map(|k| self.pattern.coords(k)).collect();
-            let rows = group::rows_in_order(self.shape(), &coords, nnz, d, false)?;
+            // kept positions, scanned once and kept by the pattern
+            let (starts, keys) = self.pattern.last_lanes()?;
             LaneOrder {
                 order: None,
-                starts: rows.indptr,
-                keys: rows.ids.unwrap_or_default(),
+                starts: Cow::Borrowed(starts),
+                keys: Cow::Borrowed(keys),
             }
         } else {
             let Some(plan) = self.pattern.plan(d)? else {

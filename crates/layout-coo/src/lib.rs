@@ -376,17 +376,17 @@ mod tests {
         let fresh = MaskedCoo::from_pattern([2, 3, 2], &coords, vals).unwrap();
         assert_eq!(
             format!("{:?}", x.pattern().memo),
-            "plans built along dims [], flat positions built: false"
+            "plans built along dims [], flat positions built: false, last-dim lanes built: false"
         );
         let a = x.softmax(0).unwrap();
         assert_eq!(
             format!("{:?}", x.pattern().memo),
-            "plans built along dims [0], flat positions built: false"
+            "plans built along dims [0], flat positions built: false, last-dim lanes built: false"
         );
         // the result shares the pattern, plans included
         assert_eq!(
             format!("{:?}", a.pattern().memo),
-            "plans built along dims [0], flat positions built: false"
+            "plans built along dims [0], flat positions built: false, last-dim lanes built: false"
         );
         let b = x.softmax(0).unwrap();
         assert_eq!(a.values(), b.values());
@@ -397,13 +397,13 @@ mod tests {
         x.softmax(1).unwrap();
         assert_eq!(
             format!("{:?}", x.pattern().memo),
-            "plans built along dims [0, 1], flat positions built: false"
+            "plans built along dims [0, 1], flat positions built: false, last-dim lanes built: false"
         );
         // the last dim groups in stored order: no plan
         x.softmax(2).unwrap();
         assert_eq!(
             format!("{:?}", x.pattern().memo),
-            "plans built along dims [0, 1], flat positions built: false"
+            "plans built along dims [0, 1], flat positions built: false, last-dim lanes built: false"
         );
     }
 

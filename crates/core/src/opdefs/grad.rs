@@ -1261,8 +1261,21 @@ impl SoftmaxGrad {
 /// The sum of `f(xs[k], ys[k])` in `f64` over eight interleaved accumulators (term `k`
 /// into accumulator `k % 8`), combined in a fixed tree: vectorised (the kernels'
 /// `sum8_run`), and the same for every layout.
+///
+/// A lane shorter than eight sums here, term `k` into accumulator `k` as the kernel
+/// does (the same values bit for bit), without the call into the vector kernel: the
+/// lanes of a sparse gradient are often one or two entries long.
 fn sum8<A: Copy, B: Copy>(xs: &[A], ys: &[B], f: impl Fn(A, B) -> f64 + Copy) -> f64 {
-    let acc = masked_kernels::run::sum8_run(xs, ys, f);
+    let n = xs.len().min(ys.len());
+    let acc = if n < 8 {
+        let mut acc = [0.0f64; 8];
+        for k in 0..n {
+            acc[k] += f(xs[k], ys[k]);
+        }
+        acc
+    } else {
+        masked_kernels::run::sum8_run(xs, ys, f)
+    };
     ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
 }
 
@@ -2133,6 +2146,31 @@ mod tests {
             assert_eq!(bits(&got), bits(&want), "n = {n}");
         }
     }
+    /// `sum8`'s short lanes (summed without the kernel) give the kernel's sums bit for
+    /// bit: every length below eight and the first lengths above, on terms whose sum
+    /// depends on the order (a -0 alone included).
+    #[test]
+    fn short_lane_sums_equal_the_kernels() {
+        let terms = [
+            1e16, 1.0, -1e16, 3.5, -0.0, 1e-300, 7.25e15, -2.0, 0.1, 1e16, -1.0,
+        ];
+        for n in 0..terms.len() {
+            let xs = &terms[..n];
+            let acc = masked_kernels::run::sum8_run(xs, xs, |x: f64, _| x);
+            let want =
+                ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+            let got = sum8(xs, xs, |x: f64, _| x);
+            assert_eq!(got.to_bits(), want.to_bits(), "{n} terms");
+        }
+        let neg_zero = sum8(&[-0.0f64], &[-0.0f64], |x: f64, _| x);
+        let acc = masked_kernels::run::sum8_run(&[-0.0f64], &[-0.0f64], |x: f64, _| x);
+        assert_eq!(
+            neg_zero.to_bits(),
+            (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])))
+                .to_bits()
+        );
+    }
+
     /// The typed lanes (`typed_lane`: var, std, amax, norm of every order, normalize)
     /// against the `f64` lane rounded once, on f32 and f64 lanes with ties, zeros,
     /// signed values, tiny values, a NaN and an inf, with and without a saved output:
