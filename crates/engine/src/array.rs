@@ -19,9 +19,7 @@
 
 pub use crate::by_name::Output;
 pub use crate::by_name::ZipOutput;
-use crate::by_name::{
-    self, BinOp, ByNameSparse, Convert, Kind, OpRequest, Outcome, SparseOutcome, ZipByNameSparse,
-};
+use crate::by_name::{self, BinOp, ByNameSparse, Convert, Kind, OpRequest, Outcome, SparseOutcome};
 use layout_coo::{CooMask, MaskedCoo};
 use layout_csr::{CsrIndex, CsrMapped, CsrMask, MaskedCsr};
 use layout_dense::{MaskedArray, MaskedArrayD, MaskedView, OutMask, WriteInto};
@@ -1074,10 +1072,10 @@ impl ArrayRef<'_> {
         let out = ZipOutput::Csr(r);
         Ok(ZipOutput::Sparse(match self {
             ArrayRef::Csr(a) => with_by_dtype!(a, T, x => {
-                ZipByNameSparse::<T, Splat<T>>::zip_to_sparse(x, out)
+                by_name::csr_zip_flat(x, out)
             })?,
             ArrayRef::Csr32(a) => with_by_dtype!(a, T, x => {
-                ZipByNameSparse::<T, Splat<T>>::zip_to_sparse(x, out)
+                by_name::csr_zip_flat(x, out)
             })?,
             _ => {
                 return Err(MaskedError::InvalidData(
@@ -1148,9 +1146,9 @@ fn bools_flat<T: Element, I: CsrIndex>(
     out: ZipOutput,
 ) -> Result<ZipOutput> {
     Ok(match out {
-        ZipOutput::Csr(r) if matches!(r.values, masked_core::Values::Bool(_)) => ZipOutput::Sparse(
-            ZipByNameSparse::<T, Splat<T>>::zip_to_sparse(x, ZipOutput::Csr(r))?,
-        ),
+        ZipOutput::Csr(r) if matches!(r.values, masked_core::Values::Bool(_)) => {
+            ZipOutput::Sparse(by_name::csr_zip_flat(x, ZipOutput::Csr(r))?)
+        }
         other => other,
     })
 }

@@ -557,7 +557,7 @@ pub trait ZipByNameSparse<T: Element, R: ?Sized>: ZipByName<T, R> {
 }
 
 /// `out` of the CSR matrix `a` as flat positions.
-fn csr_zip_flat<T: Element, I: CsrIndex, P: SpIndex>(
+pub(crate) fn csr_zip_flat<T: Element, I: CsrIndex, P: SpIndex>(
     a: &MaskedCsr<'_, T, I, P>,
     out: ZipOutput,
 ) -> Result<SparseZipOutcome, MaskedError> {

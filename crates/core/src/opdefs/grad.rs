@@ -303,8 +303,6 @@ impl LaneGrad for ExtremumGrad {
         saved: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
-        use crate::element::Float;
-        let (at, bits) = spread.map_or((xs, None), |(a, b)| (a, Some(b)));
         let LaneValues::One(gv) = g else {
             return false;
         };
@@ -326,25 +324,18 @@ impl LaneGrad for ExtremumGrad {
         if ties == 0 && !m.is_nan() {
             return false;
         }
-        let zero = <T::Real as Element>::ZERO;
-        let share = if m.is_nan() {
-            <T::Real as Float>::NAN
-        } else {
-            <T::Real as Float>::from_f64(gv.to_f64() / ties as f64)
-        };
         let nan = m.is_nan();
-        masked_kernels::run::map_run(
-            at,
-            bits,
+        let share = if nan {
+            f64::NAN
+        } else {
+            gv.to_f64() / ties as f64
+        };
+        typed_map(
+            xs,
+            spread,
             out,
             #[inline(always)]
-            move |x: T, valid| {
-                if valid && (nan || x.to_f64() == m) {
-                    share
-                } else {
-                    zero
-                }
-            },
+            move |x| if nan || x == m { share } else { 0.0 },
         );
         true
     }
@@ -620,14 +611,18 @@ impl LaneGrad for NormGrad {
             return false;
         }
         // NaN where the lane holds a NaN or an inf (the f64 path's NaN lane, and an
-        // infinite norm): one vectorised pass
-        if sum8(
-            xs,
-            xs,
-            #[inline(always)]
-            |x: T, _| x.to_f64() * 0.0,
-        )
-        .is_nan()
+        // infinite norm): one vectorised pass, unless the norm summed below tells (orders
+        // 1 and 2 without a saved norm: NaN with a NaN in the lane, and an inf gives the
+        // f64 path's zeros as well)
+        let summed = matches!(saved, LaneValues::Absent) && (p == 1.0 || p == 2.0);
+        if !summed
+            && sum8(
+                xs,
+                xs,
+                #[inline(always)]
+                |x: T, _| x.to_f64() * 0.0,
+            )
+            .is_nan()
         {
             return false;
         }
@@ -657,6 +652,9 @@ impl LaneGrad for NormGrad {
             )
             .sqrt(),
         };
+        if n.is_nan() {
+            return false; // a NaN in the lane: the f64 path's NaN lane
+        }
         if p.is_infinite() {
             // as `split_evenly`, then times the sign
             let k = xs.iter().filter(|x| x.to_f64().abs() == n).count();
