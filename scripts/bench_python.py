@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Times the Python package against its peers in one run (best of --rounds each):
-per-call overhead, dense 4096^2 f32 reductions and softmax, mk.torch forward+backward,
+per-call overhead, dense 4096^2 f32 reductions and softmax, strided views, mk.torch forward+backward,
 CSR row sums, elementwise and binary ops against scipy, CSR map gradients, COO maps,
 reductions and binary ops, and two Python threads against one.
 
@@ -91,6 +91,15 @@ def main() -> None:
             if f is not None:
                 peer = best(lambda: f(tx, 1, mask=tv), max(1, R // 2))
         row(f"dense {n}^2 f32 {op} dim 1 (ms)", t_mk, "torch.masked" if peer else None, peer)
+    # strided views read in place (a transpose, a broadcast row): numpy's own op on the
+    # same view alongside
+    xt, xb = x[:1024, :1024].T, np.broadcast_to(x[0, :1024], (1024, 1024))
+    vs = valid[:1024, :1024]
+    for what, v in (("x.T", xt), ("broadcast row", xb)):
+        m = mk.MaskedArray(v, vs)
+        row(f"dense 1024^2 {what}: exp (ms)", best(lambda: mk.exp(m), R), "np.exp (no mask)", best(lambda: np.exp(v), R))
+        row(f"dense 1024^2 {what}: sum dim 1 (ms)", best(lambda: mk.sum(m, 1), R), "np.sum (no mask)", best(lambda: v.sum(1), R))
+        row(f"dense 1024^2 {what}: softmax dim 1 (ms)", best(lambda: mk.softmax(m, 1), R))
     if args.cli:
         # the engine alone on the same shape (its own data: 50% mask, dim 1)
         out = subprocess.run(

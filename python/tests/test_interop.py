@@ -35,6 +35,35 @@ def test_dense_inputs_without_copy():
     assert mk.amax(neg, 1).data.tolist() == neg.max(1).tolist()
 
 
+def test_strided_inputs_compute_as_their_contiguous_copies():
+    # transposes, broadcasts, steps and reversals (of values, masks and upstreams) are
+    # read in place and gathered lane by lane: the results equal the contiguous copy's
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((40, 70)).astype(np.float32)
+    bools = rng.random((70, 70)) < 0.6
+    views = {
+        "transpose": base.T,
+        "broadcast row": np.broadcast_to(base[3], (33, 70)),
+        "broadcast column": np.broadcast_to(base[:, 5:6], (40, 70)),
+        "step": base[::2, 1::3],
+        "reversed": base[::-1, ::-2],
+    }
+    for name, v in views.items():
+        c = np.ascontiguousarray(v)
+        m = np.ascontiguousarray(bools[: v.shape[0], : v.shape[1]])
+        for valid in (m, m.T.copy().T, np.broadcast_to(m[0], m.shape)):
+            a, b = mk.MaskedArray(v, valid=valid), mk.MaskedArray(c, valid=np.ascontiguousarray(valid))
+            for f in (lambda x: mk.softmax(x, 1), lambda x: mk.sum(x, 0), mk.exp, lambda x: x + x):
+                r, w = f(a), f(b)
+                assert np.array_equal(r.valid, w.valid), name
+                assert np.array_equal(r.data[r.valid], w.data[w.valid]), name
+            y = mk.softmax(b, 1)
+            gb = np.broadcast_to(rng.standard_normal(v.shape[1]).astype(np.float32), v.shape)
+            dx = mk.vjp("softmax", a, mk.MaskedArray(gb), 1, saved=y)
+            want = mk.vjp("softmax", b, mk.MaskedArray(np.ascontiguousarray(gb)), 1, saved=y)
+            assert np.array_equal(dx.data, want.data), name
+
+
 def test_unaligned_input_is_copied_not_a_crash():
     raw = np.zeros(8 * 6 + 1, dtype=np.uint8)
     x = np.frombuffer(raw.data, dtype=np.float64, count=6, offset=1).reshape(2, 3)

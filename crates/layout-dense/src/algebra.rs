@@ -58,9 +58,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// The valid values in row-major order (numpy.ma's `compressed`, `masked_select`).
     pub fn compress(&self) -> Vec<T> {
         match self.mask() {
-            None => self.values().iter().copied().collect(),
-            Some(m) => self
-                .values()
+            None => masked_core::gather::row_major_values(self.values()).into_owned(),
+            Some(m) => masked_core::gather::row_major_values(self.values())
                 .iter()
                 .zip(m.as_bitvec().iter().by_vals())
                 .filter_map(|(&x, v)| v.then_some(x))
@@ -124,18 +123,19 @@ fn widen_array<T: Element, S: Data<Elem = T>, D: Dimension>(
     x: &MaskedArray<S, D>,
     shape: &[usize],
 ) -> Result<(ArrayD<T>, BitMask)> {
-    let v = x
-        .values()
-        .view()
-        .into_dyn()
+    let wide = x.values().view().into_dyn();
+    let wide = wide
         .broadcast(IxDyn(shape))
         .ok_or_else(|| MaskedError::ShapeMismatch {
             what: "where: an operand does not broadcast".into(),
             left: shape.to_vec(),
             right: x.shape().to_vec(),
-        })?
-        .as_standard_layout()
-        .into_owned();
+        })?;
+    let v = ArrayD::from_shape_vec(
+        IxDyn(shape),
+        masked_core::gather::row_major_values(&wide).into_owned(),
+    )
+    .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
     let m = x
         .mask()
         .cloned()

@@ -218,10 +218,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// The values in row-major order: borrowed when the array is in standard layout,
     /// copied otherwise.
     pub(crate) fn row_major(&self) -> std::borrow::Cow<'_, [T]> {
-        match self.data.as_slice() {
-            Some(s) => std::borrow::Cow::Borrowed(s),
-            None => std::borrow::Cow::Owned(self.data.iter().copied().collect()),
-        }
+        masked_core::gather::row_major_values(&self.data)
     }
 
     /// An owned result with an output mask, of this array's dimension type (a map keeps
@@ -544,17 +541,9 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         keepdim: bool,
     ) -> Result<(ReducePlan, Vec<F::State>, Vec<bool>)> {
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
-        let std = self.data.as_standard_layout();
-        let gathered: Vec<T>;
-        let xs: &[T] = match std.as_slice() {
-            Some(s) => s,
-            None => {
-                gathered = std.iter().copied().collect();
-                &gathered
-            }
-        };
+        let xs = self.row_major();
         let bits = self.mask.as_ref().map(BitMask::bits);
-        let (states, any) = compiled::fold_all(op, xs, bits, &plan, 0);
+        let (states, any) = compiled::fold_all(op, &xs, bits, &plan, 0);
         Ok((plan, states, any))
     }
 }

@@ -35,10 +35,7 @@ pub(crate) fn operand<T: Element, S: Data<Elem = T>, D: Dimension>(
     a: &MaskedArray<S, D>,
 ) -> Operand<'_, T> {
     let data = a.values();
-    let values = match data.as_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(data.iter().copied().collect()),
-    };
+    let values = masked_core::gather::row_major_values(data);
     Operand {
         values,
         shape: data.shape(),

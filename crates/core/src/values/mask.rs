@@ -337,18 +337,11 @@ impl BitMask {
     pub fn from_array(mask: impl BoolArray) -> Result<Self> {
         let v = mask.bool_view();
         let shape = v.shape().to_vec();
-        match v.as_slice() {
-            // row-major memory: packed 64 at a time (numpy's bool arrays, owned arrays)
-            Some(s) => Self::from_words(&shape, masked_kernels::bits::pack_bools(s)),
-            None => {
-                let n = element_count(&shape)?;
-                let mut words = vec![0u64; n.div_ceil(64)];
-                for (i, &b) in v.iter().enumerate() {
-                    words[i / 64] |= u64::from(b) << (i % 64);
-                }
-                Self::from_words(&shape, words)
-            }
-        }
+        // row-major memory packed 64 at a time (a strided or broadcast view gathered first)
+        Self::from_words(
+            &shape,
+            masked_kernels::bits::pack_bools(&crate::gather::row_major_values(&v)),
+        )
     }
 
     /// A mask of `shape` from a bit vector in row-major order.

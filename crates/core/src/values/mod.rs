@@ -3,5 +3,6 @@
 
 pub mod dims;
 pub mod error;
+pub mod gather;
 pub mod mask;
 pub mod sparse;
