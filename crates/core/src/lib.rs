@@ -57,8 +57,8 @@ pub use mask::{check_lengths, BitMask, Bits, BoolArray, MaskLogic};
 /// (`MASKED_CPU=native` / `portable`, chosen when the kernels crate is built).
 pub use masked_kernels::cpu;
 pub use registry::{
-    apply_to, binary_grad_op, check_grad, visit_grad, Kind, MaskedBinaryOps, MaskedOps, Op,
-    OpRequest, Options, Sink,
+    apply_to, binary_grad_op, check_grad, check_map_grad, visit_grad, Kind, MaskedBinaryOps,
+    MaskedOps, Op, OpRequest, Options, Sink,
 };
 pub use sparse::SparseArray;
 pub use wire::{Num, WireNum};

@@ -21,13 +21,13 @@ pub use crate::by_name::Output;
 pub use crate::by_name::ZipOutput;
 use crate::by_name::{self, BinOp, ByNameSparse, Convert, Kind, OpRequest, Outcome, SparseOutcome};
 use layout_coo::{CooMask, MaskedCoo};
-use layout_csr::{CsrIndex, CsrMapped, CsrMask, MaskedCsr};
+use layout_csr::{CsrIndex, CsrMask, MaskedCsr};
 use layout_dense::{MaskedArray, MaskedArrayD, MaskedView, OutMask, WriteInto};
 use masked_core::registry::apply_to;
 use masked_core::{
     with_by_dtype, BitMask, ByDType, DType, DynVec, Element, EntriesInto, Family, FamilyMap,
-    MaskRule, MaskedError, MaskedOps, ReducePlan, Ref, Result, Scalar, SliceMutOf, SlotMask,
-    SparseArray, Splat, VecOf,
+    MaskRule, MaskedError, MaskedOps, ReducePlan, Ref, Result, Scalar, SliceMutOf, SliceOf,
+    SlotMask, SparseArray, Splat, VecOf,
 };
 use ndarray::{ArrayD, IxDyn};
 use sprs::{CsMat, SpIndex};
@@ -542,7 +542,8 @@ impl ArrayRef<'_> {
     /// The VJP of a map (a normalization or an elementwise op) of a CSR matrix given the
     /// upstream `g`, and the saved forward output when kept, as values alone: one per
     /// valid entry, in the order the forward map stores them (this matrix's valid
-    /// entries, row by row). No positions are read or made: the gradient comes as CSR
+    /// entries, row by row), borrowed from the caller (not copied). No positions are
+    /// read or made: the gradient comes as CSR
     /// rows ([`Output::Csr`]), on this matrix's own structure where every stored entry
     /// is valid ([`CsrCols::Input`](crate::CsrCols::Input)). What the Python package's
     /// CSR gradients call; [`ArrayRef::vjp_saved`] takes positioned upstreams.
@@ -554,8 +555,8 @@ impl ArrayRef<'_> {
     pub fn vjp_map_values(
         &self,
         req: &OpRequest,
-        saved: Option<DynVec>,
-        g: DynVec,
+        saved: Option<ByDType<SliceOf<'_>>>,
+        g: ByDType<SliceOf<'_>>,
     ) -> Result<Output> {
         let op = req.op;
         if !matches!(op.kind(), Kind::Normalize | Kind::Unary) {
@@ -836,21 +837,6 @@ impl ArrayRef<'_> {
     }
 }
 
-/// A CSR map's VJP from the upstream `gv` (and the saved output `yv`): one value per
-/// valid entry, on the valid structure, as the forward map stores it.
-fn csr_map_vjp<'x, T: Element, I: CsrIndex>(
-    x: &'x MaskedCsr<'_, T, I, usize>,
-    req: &OpRequest,
-    yv: Option<Vec<T::Real>>,
-    gv: Vec<T::Real>,
-) -> Result<CsrMapped<'x, T::Real, I>> {
-    let up: CsrMapped<'_, T::Real, I> = x.on_valid(gv)?;
-    match yv {
-        Some(yv) => x.vjp_map_saved(req, &x.on_valid(yv)?, &up),
-        None => x.vjp_map(req, &up),
-    }
-}
-
 /// Checks that the flat positions `flat` of a sparse map's upstream (or saved output),
 /// `what`, are exactly `x`'s valid positions, in order (their count first).
 fn at_valid_positions<T: Element, I: CsrIndex>(
@@ -880,12 +866,15 @@ fn at_valid_positions<T: Element, I: CsrIndex>(
 fn csr_map_vjp_rows<T: Element, I: CsrIndex>(
     x: &MaskedCsr<'_, T, I, usize>,
     req: &OpRequest,
-    saved: Option<DynVec>,
-    g: DynVec,
+    saved: Option<ByDType<SliceOf<'_>>>,
+    g: ByDType<SliceOf<'_>>,
 ) -> Result<Output> {
-    let gv = owned_grad_values::<T::Real>(g)?;
-    let yv = saved.map(owned_grad_values::<T::Real>).transpose()?;
-    let dx = csr_map_vjp(x, req, yv, gv)?;
+    let gv = borrowed_grad_values::<T::Real>(&g, "g")?;
+    let yv = saved
+        .as_ref()
+        .map(|y| borrowed_grad_values::<T::Real>(y, "saved"))
+        .transpose()?;
+    let dx = x.vjp_map_values(req, yv, gv)?;
     Ok(<MaskedCsr<'_, T, I, usize> as by_name::ByName<T>>::mapped(
         dx,
     ))
@@ -898,18 +887,22 @@ fn csr_vjp<T: Element, I: CsrIndex>(
     saved: Option<&SparseOutcome>,
     g: &SparseOutcome,
 ) -> Result<Output> {
-    let gv = grad_values::<T::Real>(&g.values)?;
-    let yv = saved
-        .map(|y| grad_values::<T::Real>(&y.values))
-        .transpose()?;
     let dx = if map {
         // stored at exactly the forward output's positions: this matrix's valid ones
         at_valid_positions(x, "g", &g.indices)?;
         if let Some(y) = saved {
             at_valid_positions(x, "saved", &y.indices)?;
         }
-        csr_map_vjp(x, req, yv, gv)?
+        let gv = borrowed_grad_values::<T::Real>(&g.values.as_slices(), "g")?;
+        let yv = saved
+            .map(|y| borrowed_grad_values::<T::Real>(&y.values.as_slices(), "saved"))
+            .transpose()?;
+        x.vjp_map_values(req, yv, gv)?
     } else {
+        let gv = grad_values::<T::Real>(&g.values)?;
+        let yv = saved
+            .map(|y| grad_values::<T::Real>(&y.values))
+            .transpose()?;
         let reduced = |v| SparseArray::new(g.shape.clone(), g.indices.clone(), v);
         let up = reduced(gv)?;
         match (yv, saved) {
@@ -934,21 +927,26 @@ fn check_count(expected: usize, got: usize) -> Result<()> {
     }
 }
 
-/// `g`'s values, taken, as the gradient type `R`, which they must have (no copy).
-fn owned_grad_values<R: Element>(g: DynVec) -> Result<Vec<R>> {
-    let dtype = g.dtype();
-    R::unerase_owned(ByDType::<VecOf>::from(g)).ok_or_else(|| MaskedError::InvalidArgument {
-        name: "g",
-        value: format!("{dtype} values"),
-        reason: "the upstream gradient must have the input's dtype",
-    })
+/// `g`'s values (`what`: the upstream or the saved output) as the gradient type `R`,
+/// which they must have: borrowed, no copy.
+fn borrowed_grad_values<'g, R: Element>(
+    g: &ByDType<SliceOf<'g>>,
+    what: &'static str,
+) -> Result<&'g [R]> {
+    R::unerase(g)
+        .copied()
+        .ok_or_else(|| MaskedError::InvalidArgument {
+            name: what,
+            value: format!("{} values", g.dtype()),
+            reason: "a VJP's upstream gradient and saved output have the input's dtype",
+        })
 }
 
 /// `g`'s values as the gradient type `R`, which they must have (one copy, no
 /// conversion).
 fn grad_values<R: Element>(g: &DynVec) -> Result<Vec<R>> {
     match R::unerase(&g.as_by_dtype()) {
-        Some(v) => Ok(v.to_vec()),
+        Some(v) => Ok(masked_kernels::par::copy_vec(v)),
         None => Err(MaskedError::InvalidArgument {
             name: "g",
             value: format!("{} values", g.dtype()),

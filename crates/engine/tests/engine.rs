@@ -1113,14 +1113,16 @@ fn apply_rows_keeps_sparse_maps_in_their_layouts_form() {
     assert_eq!(r.pattern.nnz(), c.nnz());
 }
 
-/// `vjp_map_values`: a CSR map's gradient from the upstream's values alone equals the
+/// `vjp_map_values`: a CSR map's gradient from the upstream's values alone (borrowed)
+/// equals the dense layout's VJP on the same data at the valid positions, and the
 /// positioned VJP's (with and without the saved output), on the input's structure; a
 /// reduction, another layout and a wrong count are errors.
 #[test]
-fn vjp_map_values_equals_the_positioned_vjp() {
+fn vjp_map_values_equals_the_dense_and_positioned_vjps() {
     use masked_engine::CsrCols;
     let a = csr(DType::F64);
     let x = a.view().unwrap();
+    let d = dense(DType::F64);
     for name in ["softmax", "exp", "cumsum"] {
         let req = match name {
             "exp" => OpRequest::new(name).unwrap(),
@@ -1132,26 +1134,46 @@ fn vjp_map_values_equals_the_positioned_vjp() {
             values: g.clone(),
             ..y.clone()
         });
-        let want = sparse_out(x.vjp(&req, &up).unwrap());
-        for saved in [None, Some(y.values.clone())] {
-            let Output::Csr(r) = x.vjp_map_values(&req, saved, g.clone()).unwrap() else {
+        let positioned = sparse_out(x.vjp(&req, &up).unwrap());
+        // the dense layout's VJP with the upstream spread onto the 3 x 4 grid
+        let mut spread = vec![0.0; 12];
+        for (&p, v) in y.indices.iter().zip(f64s(&g)) {
+            spread[p] = v;
+        }
+        let dense_up = Output::Dense(Outcome {
+            shape: vec![3, 4],
+            values: DynVec::F64(spread),
+            mask: BitMask::filled([3, 4], true).unwrap(),
+        });
+        let dd = f64s(&dense_out(d.view().unwrap().vjp(&req, &dense_up).unwrap()).values);
+        let want: Vec<f64> = y.indices.iter().map(|&p| dd[p]).collect();
+        assert_eq!(f64s(&positioned.values), want, "{name}");
+        for saved in [None, Some(y.values.as_slices())] {
+            let Output::Csr(r) = x.vjp_map_values(&req, saved, g.as_slices()).unwrap() else {
                 panic!("a CSR gradient comes as rows")
             };
             assert_eq!(r.cols, CsrCols::Input, "{name}");
-            assert_eq!(f64s(&r.values), f64s(&want.values), "{name}");
+            assert_eq!(f64s(&r.values), want, "{name}");
         }
     }
     let sum = OpRequest::new("sum").unwrap().dims(1);
     assert!(x
-        .vjp_map_values(&sum, None, DynVec::F64(vec![1.0; 3]))
+        .vjp_map_values(&sum, None, DynVec::F64(vec![1.0; 3]).as_slices())
         .is_err());
     let d = dense(DType::F64);
     let exp = OpRequest::new("exp").unwrap();
     assert!(d
         .view()
         .unwrap()
-        .vjp_map_values(&exp, None, DynVec::F64(vec![1.0; 12]))
+        .vjp_map_values(&exp, None, DynVec::F64(vec![1.0; 12]).as_slices())
         .is_err());
-    let e = x.vjp_map_values(&exp, None, DynVec::F64(vec![1.0; 2]));
+    let e = x.vjp_map_values(&exp, None, DynVec::F64(vec![1.0; 2]).as_slices());
+    assert!(matches!(e, Err(MaskedError::ValueCount { .. })), "{e:?}");
+    let three = DynVec::F64(vec![1.0; 3]);
+    let e = x.vjp_map_values(
+        &OpRequest::new("softmax").unwrap().dims(1),
+        Some(three.as_slices()),
+        DynVec::F64(vec![1.0; 4]).as_slices(),
+    );
     assert!(matches!(e, Err(MaskedError::ValueCount { .. })), "{e:?}");
 }

@@ -342,6 +342,59 @@ impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
         .typed()
     }
 
+    /// The VJP of a map (a normalization along one dim or an elementwise op) given the
+    /// upstream gradient `g` and the saved forward output as values alone, one per
+    /// valid entry in storage order (the order [`MaskedCsr::on_valid`] takes), borrowed
+    /// from the caller: nothing is copied in, and the gradient comes on this matrix's
+    /// valid structure, as [`MaskedOps::vjp_map_saved`] gives it.
+    ///
+    /// ```
+    /// use masked::by_name::OpRequest;
+    /// use masked::csr::{CsrMask, MaskedCsr};
+    /// let m = sprs::CsMat::new((1, 3), vec![0, 2], vec![0, 2], vec![0.0f64, 0.0]);
+    /// let x = MaskedCsr::new(&m, CsrMask::Stored)?;
+    /// let req = OpRequest::new("softmax")?.dims(1);
+    /// let dx = x.vjp_map_values(&req, Some(&[0.5, 0.5]), &[1.0, 0.0])?;
+    /// // y (g - y·g) = [0.5 (1 - 0.5), 0.5 (0 - 0.5)]
+    /// assert_eq!(dx.data(), &[0.25, -0.25]);
+    /// # Ok::<(), masked::MaskedError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`MaskedOps::vjp_map`]; [`MaskedError::ValueCount`] for `g` or `saved` of
+    /// another count than the valid entries.
+    pub fn vjp_map_values(
+        &self,
+        req: &masked_core::OpRequest,
+        saved: Option<&[T::Real]>,
+        g: &[T::Real],
+    ) -> Result<CsrMapped<'a, T::Real, I>> {
+        struct V<'s, T: Element> {
+            lanes: CsrLanes<'s, T>,
+            dim: isize,
+            g: &'s [T::Real],
+            saved: Option<&'s [T::Real]>,
+        }
+        impl<'s, T: Element> masked_core::GradVisitor for V<'s, T> {
+            type Out = LanesMapped<'s, T::Real>;
+            fn visit<G: LaneGrad>(self, grad: &G) -> Result<Self::Out> {
+                self.lanes
+                    .grad_mapped_values(grad, self.dim, self.g, self.saved)
+            }
+        }
+        let dim = masked_core::check_map_grad::<T>(req)?;
+        let out = masked_core::visit_grad(
+            req,
+            V {
+                lanes: self.lanes(),
+                dim,
+                g,
+                saved,
+            },
+        )?;
+        self.owned_by_input(out)
+    }
+
     /// The lanes the kernels run on (borrowing this matrix and mask).
     pub fn lanes(&self) -> CsrLanes<'_, T> {
         let shape = self.mat.shape();

@@ -17,7 +17,8 @@ use layout_coo::{CooMask, CooPattern, MaskedCoo};
 use layout_csr::{CsrIndex, CsrMask, MaskedCsr, PatternI};
 use layout_dense::{MaskedArray, MaskedView};
 use masked_core::{
-    BitMask, ByDType, DType, DynVec, MaskRule, MaskedError as Error, Op, Scalar, SliceMutOf, Values,
+    BitMask, ByDType, DType, DynVec, MaskRule, MaskedError as Error, Op, Scalar, SliceMutOf,
+    SliceOf, Values,
 };
 use masked_engine::{
     promote, promote_scalar, Array, ArrayRef, CsrCols, CsrOutcome, Kind, OpRequest, Operand,
@@ -450,13 +451,14 @@ impl Store {
 
 /// A 1-D numpy array's values as a `DynVec` of `dtype` (one copy).
 fn dynvec_from(py: Python<'_>, a: &Bound<'_, PyAny>, dtype: DType) -> PyResult<DynVec> {
-    fn get<T: numpy::Element + Clone>(a: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
+    fn get<T: numpy::Element + Copy + Send + Sync>(a: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
         let r: PyReadonlyArrayDyn<'_, T> = a.extract()?;
+        // one copy in parallel chunks onto huge pages (a plain `to_vec` of 40 MB faulted
+        // in 10,000 small pages, most of a CSR gradient's time); strided views gathered
         let v = r.as_array();
-        // one memcpy for row-major memory; element by element otherwise
-        Ok(match v.as_slice() {
-            Some(s) => s.to_vec(),
-            None => v.iter().cloned().collect(),
+        Ok(match masked_core::gather::row_major_values(&v) {
+            std::borrow::Cow::Borrowed(s) => masked_kernels::par::copy_vec(s),
+            std::borrow::Cow::Owned(gathered) => gathered,
         })
     }
     let _ = py;
@@ -469,6 +471,40 @@ fn dynvec_from(py: Python<'_>, a: &Bound<'_, PyAny>, dtype: DType) -> PyResult<D
         DType::I32 => DynVec::I32(get(a)?),
         DType::I64 => DynVec::I64(get(a)?),
     })
+}
+
+/// A map VJP's upstream values and saved output values, each a 1-D numpy array and its
+/// dtype.
+type UpstreamArrays<'h> = ((&'h Py<PyAny>, DType), Option<(&'h Py<PyAny>, DType)>);
+
+/// `f` on a 1-D numpy array's values of `dtype`, borrowed in place (a strided view
+/// gathered first).
+fn with_values<R>(
+    py: Python<'_>,
+    (a, dtype): (&Py<PyAny>, DType),
+    f: impl FnOnce(ByDType<SliceOf<'_>>) -> PyResult<R>,
+) -> PyResult<R> {
+    fn on<T: numpy::Element + Copy, R>(
+        a: &Bound<'_, PyAny>,
+        f: impl FnOnce(&[T]) -> PyResult<R>,
+    ) -> PyResult<R> {
+        let r: PyReadonlyArrayDyn<'_, T> = a.extract()?;
+        let v = r.as_array();
+        f(&masked_core::gather::row_major_values(&v))
+    }
+    let a = a.bind(py);
+    match dtype {
+        DType::F32 => on(a, |s| f(ByDType::F32(s))),
+        DType::F64 => on(a, |s| f(ByDType::F64(s))),
+        DType::F16 => on(a, |s| f(ByDType::F16(s))),
+        DType::BF16 => on(a, |s: &[u16]| {
+            // SAFETY: same size and alignment, every bit pattern a bf16
+            let s: &[bf16] = unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) };
+            f(ByDType::BF16(s))
+        }),
+        DType::I32 => on(a, |s| f(ByDType::I32(s))),
+        DType::I64 => on(a, |s| f(ByDType::I64(s))),
+    }
 }
 
 /// The CSR structure of a sparse 2-D outcome (flat row-major positions, increasing):
@@ -1259,11 +1295,17 @@ impl Handle {
             })?;
             return output_handle(py, out, false);
         }
-        if let Some((gv, yv)) = self.map_upstream_values(py, &req, g, saved)? {
-            // a CSR map: the upstream (and saved output) as values, the gradient as rows
-            let out = self
-                .store
-                .with_ref(py, |r| engine(py, move || r.vjp_map_values(&req, yv, gv)))?;
+        if let Some((gd, yd)) = self.map_upstream_values(py, &req, g, saved)? {
+            // a CSR map: the upstream (and saved output) as values, read in place from
+            // their numpy buffers; the gradient as rows
+            let run = |yv: Option<ByDType<SliceOf<'_>>>, gv: ByDType<SliceOf<'_>>| {
+                self.store
+                    .with_ref(py, |r| engine(py, move || r.vjp_map_values(&req, yv, gv)))
+            };
+            let out = with_values(py, gd, |gv| match yd {
+                Some(yd) => with_values(py, yd, |yv| run(Some(yv), gv)),
+                None => run(None, gv),
+            })?;
             return match self.same_structure(py, out)? {
                 Ok(h) => Ok(h),
                 Err(out) => output_handle(py, out, true),
@@ -1437,13 +1479,13 @@ impl Handle {
     /// matrix's row pointer (a forward map's result of this matrix is): its stored
     /// values are the valid ones, in the forward output's order. `None` where that does
     /// not hold (the positioned path then runs).
-    fn map_upstream_values(
+    fn map_upstream_values<'h>(
         &self,
         py: Python<'_>,
         req: &OpRequest,
-        g: &Handle,
-        saved: Option<&Handle>,
-    ) -> PyResult<Option<(DynVec, Option<DynVec>)>> {
+        g: &'h Handle,
+        saved: Option<&'h Handle>,
+    ) -> PyResult<Option<UpstreamArrays<'h>>> {
         let Store::Csr {
             indptr: mine,
             indices: my_cols,
@@ -1457,7 +1499,7 @@ impl Handle {
         if !matches!(req.op.kind(), Kind::Normalize | Kind::Unary) {
             return Ok(None);
         }
-        let values = |h: &Handle| -> PyResult<Option<DynVec>> {
+        let values = |h: &'h Handle| -> PyResult<Option<(&'h Py<PyAny>, DType)>> {
             match &h.store {
                 Store::Csr {
                     indptr,
@@ -1471,7 +1513,7 @@ impl Handle {
                     && wide == my_wide
                     && same_indices(py, indices, my_cols, *wide)? =>
                 {
-                    Ok(Some(dynvec_from(py, data.bind(py), *dtype)?))
+                    Ok(Some((data, *dtype)))
                 }
                 _ => Ok(None),
             }

@@ -525,6 +525,42 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         self.grad_entries(grad, &[d], SparseUpstream::PerElement(g.values), saved)
     }
 
+    /// [`CsrLanes::grad_mapped_parts`] given the upstream gradient (and the saved
+    /// output) as values alone, one per valid entry in storage order, borrowed (a
+    /// caller's buffers): their counts are checked, no structure is compared.
+    ///
+    /// # Errors
+    /// A value count other than the valid entries'; no mask (every position valid:
+    /// the gradient would store them all); the op's own errors.
+    pub fn grad_mapped_values<G: LaneGrad>(
+        &self,
+        grad: &G,
+        dim: isize,
+        g: &[T::Real],
+        saved: Option<&[T::Real]>,
+    ) -> Result<LanesMapped<'a, T::Real>> {
+        let d = wrap_dim(dim, 2)?;
+        if self.fill {
+            return Err(MaskedError::densifying("a gradient"));
+        }
+        let n = match self.valid.as_deref() {
+            None => self.values.len(),
+            Some(w) => Bits::new(w, 0).count_ones(self.values.len()),
+        };
+        for v in [Some(g), saved].into_iter().flatten() {
+            if v.len() != n {
+                return Err(MaskedError::ValueCount {
+                    expected: n,
+                    got: v.len(),
+                });
+            }
+        }
+        let saved = saved
+            .filter(|_| grad.uses_output())
+            .map(SparseUpstream::PerElement);
+        self.grad_entries(grad, &[d], SparseUpstream::PerElement(g), saved)
+    }
+
     /// The structure of the valid entries: row pointers and column indices (this
     /// structure's own, borrowed, when every entry is valid). Without a mask every
     /// position is valid, and a gradient would store them all: an error.

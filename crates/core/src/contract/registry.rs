@@ -412,13 +412,23 @@ fn vjp_map_with<T: Element, L: MaskedReduce<T> + ?Sized>(
     saved: Option<&L::Mapped<T::Real>>,
     g: &L::Mapped<T::Real>,
 ) -> Result<L::Mapped<T::Real>> {
-    check_grad::<T>(req, &[Kind::Normalize, Kind::Unary])?;
-    let dim = if req.op.kind() == Kind::Unary {
-        -1
-    } else {
-        req.one_dim()?
-    };
+    let dim = check_map_grad::<T>(req)?;
     visit_grad(req, MapGrad { a, dim, g, saved })
+}
+
+/// Checks that `req` is a map's VJP on input of type `T` (a normalization or a unary
+/// elementwise op, as [`check_grad`]) and gives the dim its lanes run along (the last,
+/// `-1`, for an elementwise op): what every layout's `vjp_map` forms check first.
+///
+/// # Errors
+/// As [`check_grad`]; a normalization's request without exactly one dim.
+pub fn check_map_grad<T: Element>(req: &OpRequest) -> Result<isize> {
+    check_grad::<T>(req, &[Kind::Normalize, Kind::Unary])?;
+    if req.op.kind() == Kind::Unary {
+        Ok(-1)
+    } else {
+        req.one_dim()
+    }
 }
 
 /// Checks that `req` has a VJP on input of type `T` and is of one of `kinds` (what

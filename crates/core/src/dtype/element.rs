@@ -174,6 +174,12 @@ macro_rules! dtypes {
                 match self { $( DynVec::$var(x) => ByDType::$var(x), )* }
             }
 
+            /// The values borrowed as a run of their dtype (what the engine's by-values
+            /// forms read).
+            pub fn as_slices(&self) -> ByDType<SliceOf<'_>> {
+                match self { $( DynVec::$var(x) => ByDType::$var(&x[..]), )* }
+            }
+
             /// The values as a caller's output buffer of their dtype (what the `_into`
             /// forms write into).
             pub fn as_out(&mut self) -> ByDType<SliceMutOf<'_>> {
