@@ -222,10 +222,13 @@ class MaskedArray(_Ops):
 
     def compressed(self) -> np.ndarray:
         """The valid values, 1-D, in row-major order."""
-        if self.layout == "dense":
-            d = self._public_values(self.data)
+        if self.layout == "dense" and self.dtype == "bool":
+            d = self.data
             v = self._h.valid()
             return d.reshape(-1).copy() if v is None else d[v]
+        if self.layout == "dense":
+            # packed by the mask bits in the engine (numpy's boolean indexing is 4x slower)
+            return self._public_values(self._h.compressed())
         return self._public_values(self._h.valid_entries()[1])
 
     def _public_values(self, d: np.ndarray) -> np.ndarray:
@@ -375,6 +378,13 @@ class MaskedArray(_Ops):
         return self._binary(o, "remainder", swapped=True)
 
     def __pow__(self, o: Any) -> "MaskedArray":
+        if (
+            isinstance(o, (int, float, np.integer, np.floating))
+            and o == 2
+            and self.dtype in ("float16", "bfloat16", "float32", "float64")
+        ):
+            # x * x, vectorised: the same values as pow(x, 2), 10x faster than a pow per element
+            return self._apply("square", None, False, {}, None)
         return self._binary(o, "pow")
 
     def __rpow__(self, o: Any) -> "MaskedArray":

@@ -174,6 +174,30 @@ def test_where_fill_compress():
     assert mk.compress(a).tolist() == [1.0, 3.0]
 
 
+def test_where_filled_compressed_on_large_broadcast_operands_equal_numpy_ma():
+    # several parallel chunks (300 x 500 elements), a broadcast condition, a broadcast
+    # operand and a strided one: numpy.ma's where and filled on the same data
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((300, 500))
+    vx = rng.random((300, 500)) < 0.7
+    y = rng.standard_normal(500)
+    vy = rng.random(500) < 0.5
+    cond = rng.random((1, 500)) < 0.5
+    a = mk.MaskedArray(x[:, ::-1], valid=vx)
+    b = mk.MaskedArray(y, valid=vy)
+    w = mk.where(cond, a, b)
+    want = np.ma.where(cond, ma(x[:, ::-1], vx), ma(y, vy))
+    np.testing.assert_array_equal(w.valid, ~np.ma.getmaskarray(want))
+    np.testing.assert_array_equal(w.data[w.valid], want.data[w.valid])
+    assert (w.data[~w.valid] == 0).all()
+    np.testing.assert_array_equal(a.filled(-3.5), ma(x[:, ::-1], vx).filled(-3.5))
+    np.testing.assert_array_equal(a.compressed(), ma(x[:, ::-1], vx).compressed())
+    np.testing.assert_array_equal(w.compressed(), want.compressed())
+    # x ** 2 as x * x: numpy's values
+    np.testing.assert_array_equal((a**2).compressed(), (ma(x[:, ::-1], vx) ** 2).compressed())
+    assert (a**2).dtype == "float64" and (mk.MaskedArray(np.arange(3, dtype=np.int32)) ** 2).dtype == "int32"
+
+
 def test_numpy_ma_round_trip():
     x, valid = data()
     m = ma(x, valid)

@@ -1207,6 +1207,29 @@ impl ArrayRef<'_> {
         })
     }
 
+    /// The valid values in row-major order, 1-D (numpy.ma's `compressed`, torch's
+    /// `masked_select`): one value per valid element, no positions.
+    ///
+    /// ```
+    /// use masked::engine::Array;
+    /// use masked::{BitMask, DynVec};
+    /// let mask = BitMask::from_bools([2, 2], [true, false, false, true])?;
+    /// let x = Array::dense(&[2, 2], DynVec::F32(vec![1.0, 2.0, 3.0, 4.0]), Some(mask))?;
+    /// assert_eq!(x.view()?.compressed()?, DynVec::F32(vec![1.0, 4.0]));
+    /// # Ok::<(), masked::MaskedError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A sparse input without a mask (every position valid: its values would densify).
+    pub fn compressed(&self) -> Result<DynVec> {
+        Ok(match self {
+            ArrayRef::Dense(a) => with_by_dtype!(a, T, x => T::into_dyn(x.compress())),
+            ArrayRef::Csr(a) => with_by_dtype!(a, T, x => T::into_dyn(x.compress()?)),
+            ArrayRef::Csr32(a) => with_by_dtype!(a, T, x => T::into_dyn(x.compress()?)),
+            ArrayRef::Coo(a) => with_by_dtype!(a, T, x => T::into_dyn(x.compress()?)),
+        })
+    }
+
     /// An explicit densification: the valid values and `value` at every other position,
     /// as a dense output whose every position is valid.
     ///

@@ -3,8 +3,16 @@
 
 use crate::array::{MaskedArray, MaskedArrayD, MaskedView};
 use masked_core::binary::{broadcast_shapes, PredZip, Predicate};
-use masked_core::{BitMask, Element, MaskLogic, MaskedError, Result};
+use masked_core::gather::row_major_values;
+use masked_core::{BitMask, Bits, Element, MaskLogic, MaskedError, Result};
+use masked_kernels::pack::compress_into;
+use masked_kernels::par;
+use masked_kernels::run::{map_run, zip_run};
 use ndarray::{ArrayD, Data, Dimension, IxDyn};
+use std::borrow::Cow;
+
+/// The elements of one parallel task of `filled` and `where`: whole mask words.
+const CHUNK: usize = 1 << 16;
 
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// The mask of a predicate: true where `p` holds and the element is valid
@@ -44,27 +52,58 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// A plain array with every invalid position set to `value` (MaskedTensor's
     /// `to_tensor`, numpy.ma's `filled`).
     pub fn filled(&self, value: T) -> ndarray::Array<T, D> {
-        let mut out = self.values().to_owned();
-        if let Some(m) = self.mask() {
-            for (o, v) in out.iter_mut().zip(m.as_bitvec().iter().by_vals()) {
-                if !v {
-                    *o = value;
+        let xs = self.row_major();
+        let bits = self.mask().map(BitMask::bits);
+        // onto huge pages, in parallel chunks of whole mask words, vectorised
+        let mut out = masked_kernels::fresh_vec::<T>(xs.len());
+        par::chunks_mut(&mut out, CHUNK, |c, o| {
+            let lo = c * CHUNK;
+            let run = &xs[lo..lo + o.len()];
+            map_run(run, bits.map(|b| b.offset(lo)), o, move |x: T, ok| {
+                if ok {
+                    x
+                } else {
+                    value
                 }
-            }
-        }
-        out
+            });
+        });
+        ndarray::Array::from_shape_vec(self.values().raw_dim(), out)
+            .expect("one value per element, in row-major order")
     }
 
     /// The valid values in row-major order (numpy.ma's `compressed`, `masked_select`).
     pub fn compress(&self) -> Vec<T> {
-        match self.mask() {
-            None => masked_core::gather::row_major_values(self.values()).into_owned(),
-            Some(m) => masked_core::gather::row_major_values(self.values())
-                .iter()
-                .zip(m.as_bitvec().iter().by_vals())
-                .filter_map(|(&x, v)| v.then_some(x))
-                .collect(),
+        let xs = self.row_major();
+        let Some(m) = self.mask() else {
+            return xs.into_owned();
+        };
+        let (bits, n) = (m.bits(), xs.len());
+        // each chunk's count, then each packs into its own part of the output, a
+        // cache-sized block at a time through a scratch run (the kernel may write past
+        // its count)
+        let counts = par::map(n.div_ceil(CHUNK), |c| {
+            bits.offset(c * CHUNK).count_ones(CHUNK.min(n - c * CHUNK))
+        });
+        let mut bounds = Vec::with_capacity(counts.len() + 1);
+        bounds.push(0);
+        for k in counts {
+            bounds.push(bounds[bounds.len() - 1] + k);
         }
+        let mut out = masked_kernels::fresh_vec::<T>(bounds[bounds.len() - 1]);
+        par::parts_mut(&mut out, &bounds, |c, o| {
+            const BLOCK: usize = 4096;
+            let (lo, hi) = (c * CHUNK, (c * CHUNK + CHUNK).min(n));
+            let mut scratch = Vec::with_capacity(BLOCK);
+            let mut at = 0;
+            for b0 in (lo..hi).step_by(BLOCK) {
+                scratch.clear();
+                let b1 = (b0 + BLOCK).min(hi);
+                compress_into(&xs[b0..b1], Some(bits.offset(b0)), &mut scratch);
+                o[at..at + scratch.len()].copy_from_slice(&scratch);
+                at += scratch.len();
+            }
+        });
+        out
     }
 }
 
@@ -97,32 +136,69 @@ where
     let (av, am) = widen_array(a, &shape)?;
     let (bv, bm) = widen_array(b, &shape)?;
     let n: usize = shape.iter().product();
-    let mut values = Vec::with_capacity(n);
-    let mut valid = Vec::with_capacity(n);
-    for (i, (&x, &y)) in av.iter().zip(bv.iter()).enumerate() {
-        let pick_a = c.get(i);
-        let ok = cv.as_ref().is_none_or(|m| m.get(i)) && if pick_a { am.get(i) } else { bm.get(i) };
-        values.push(if ok {
-            if pick_a {
-                x
-            } else {
-                y
-            }
-        } else {
-            T::ZERO
-        });
-        valid.push(ok);
-    }
+    // the validity a word at a time: the picked operand's, and the condition's own
+    let words: Vec<u64> = (0..n.div_ceil(64))
+        .map(|w| {
+            let (cw, aw, bw) = (c.words()[w], am.words()[w], bm.words()[w]);
+            ((cw & aw) | (!cw & bw)) & cv.as_ref().map_or(!0, |m| m.words()[w])
+        })
+        .collect();
+    // the picked values, then 0 where invalid: in parallel chunks of whole words, a
+    // cache-sized block at a time through a scratch run (both passes vectorised)
+    let mut values = masked_kernels::fresh_vec::<T>(n);
+    let ok = Bits::new(&words, 0);
+    par::chunks_mut(&mut values, CHUNK, |i, o| {
+        const BLOCK: usize = 4096;
+        let mut picked = vec![T::ZERO; BLOCK.min(o.len())];
+        for (j, ob) in o.chunks_mut(BLOCK).enumerate() {
+            let lo = i * CHUNK + j * BLOCK;
+            let (r, p) = (lo..lo + ob.len(), &mut picked[..ob.len()]);
+            zip_run(
+                &av[r.clone()],
+                &bv[r],
+                Some(c.bits().offset(lo)),
+                p,
+                |x: T, y: T, pick| {
+                    if pick {
+                        x
+                    } else {
+                        y
+                    }
+                },
+            );
+            map_run(
+                p,
+                Some(ok.offset(lo)),
+                ob,
+                |x: T, valid| {
+                    if valid {
+                        x
+                    } else {
+                        T::ZERO
+                    }
+                },
+            );
+        }
+    });
     let data = ArrayD::from_shape_vec(IxDyn(&shape), values)
         .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
-    MaskedArray::new(data, BitMask::from_bools(&shape, valid)?)
+    MaskedArray::new(data, BitMask::from_words(&shape, words)?)
 }
 
-/// An operand's values and mask broadcast to `shape` (row-major copies).
-fn widen_array<T: Element, S: Data<Elem = T>, D: Dimension>(
-    x: &MaskedArray<S, D>,
+/// An operand's values and mask broadcast to `shape`, in row-major order (borrowed
+/// where the operand already is so).
+fn widen_array<'x, T: Element, S: Data<Elem = T>, D: Dimension>(
+    x: &'x MaskedArray<S, D>,
     shape: &[usize],
-) -> Result<(ArrayD<T>, BitMask)> {
+) -> Result<(Cow<'x, [T]>, BitMask)> {
+    let m = x
+        .mask()
+        .cloned()
+        .map_or_else(|| BitMask::filled(x.shape(), true), Ok)?;
+    let m = m.broadcast_to(shape)?;
+    if x.shape() == shape {
+        return Ok((row_major_values(x.values()), m));
+    }
     let wide = x.values().view().into_dyn();
     let wide = wide
         .broadcast(IxDyn(shape))
@@ -131,14 +207,5 @@ fn widen_array<T: Element, S: Data<Elem = T>, D: Dimension>(
             left: shape.to_vec(),
             right: x.shape().to_vec(),
         })?;
-    let v = ArrayD::from_shape_vec(
-        IxDyn(shape),
-        masked_core::gather::row_major_values(&wide).into_owned(),
-    )
-    .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
-    let m = x
-        .mask()
-        .cloned()
-        .map_or_else(|| BitMask::filled(x.shape(), true), Ok)?;
-    Ok((v, m.broadcast_to(shape)?))
+    Ok((Cow::Owned(row_major_values(&wide).into_owned()), m))
 }

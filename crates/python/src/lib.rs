@@ -1062,6 +1062,16 @@ impl Handle {
         ))
     }
 
+    /// The valid values, 1-D in row-major order (a dense array's packed by the mask
+    /// bits in parallel; a numpy array owning the engine's buffer).
+    fn compressed(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let v = self
+            .store
+            .with_ref(py, |r| engine(py, move || r.compressed()))?;
+        let n = v.len();
+        dyn_to_numpy(py, v, &[n])
+    }
+
     /// CSR: `(indptr, indices, data)` as the handle holds them, and the mask kind.
     fn csr_parts(&self, py: Python<'_>) -> PyResult<CsrPartsPy> {
         match &self.store {
