@@ -394,9 +394,9 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
                     let yv = saved_values(grad, saved, shape)?;
                     if shape.is_empty() {
                         // 0-d: one lane of one element
-                        crate::grad::grad_map(grad, xs, bits, &[1], 0, g, &yv, out, false);
+                        crate::grad::grad_map(grad, xs, bits, &[1], 0, g, &yv, out);
                     } else {
-                        crate::grad::grad_map(grad, xs, bits, shape, d, g, &yv, out, false);
+                        crate::grad::grad_map(grad, xs, bits, shape, d, g, &yv, out);
                     }
                 }
                 Ok(())
@@ -498,7 +498,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
             (shape, wrap_dim(dim, shape.len())?)
         };
         self.grad_with(|xs, bits, out| {
-            crate::grad::grad_map(grad, xs, bits, shape, d, &gv, &yv, out, true)
+            crate::grad::grad_map(grad, xs, bits, shape, d, &gv, &yv, out)
         })
     }
 

@@ -1706,3 +1706,69 @@ fn logmeanexp_by_hand_on_every_layout() {
     // a valid +inf makes its lane's gradient NaN, as logsumexp's (and torch's)
     assert!(d[8].is_nan() && d[9].is_nan(), "{d:?}");
 }
+
+/// A map's VJP along a leading dim (lanes at a stride, gathered a tile of lanes at a
+/// time, in parallel) equals the same VJP along the last dim of the array with that
+/// axis moved last, bit for bit: lanes longer than a mask word, tiles cut short by the
+/// inner size, many blocks, with and without the saved output.
+#[test]
+fn map_vjps_along_leading_dims_equal_the_last_dims_on_moved_axes() {
+    let mut rng = Rng(17);
+    let shape = [70usize, 37, 20];
+    let (x, m) = random_input(&mut rng, &shape);
+    let mb = ArrayD::from_shape_vec(IxDyn(&shape), m.clone()).unwrap();
+    let g: Vec<f64> = (0..x.len()).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let g = ArrayD::from_shape_vec(IxDyn(&shape), g).unwrap();
+    let xa = masked(&x, &m);
+    let ga = MaskedArray::unmasked(g.clone());
+    for d in 0..2usize {
+        let mut axes: Vec<usize> = (0..3).filter(|&a| a != d).collect();
+        axes.push(d);
+        let moved = |a: &ArrayD<f64>| {
+            a.view()
+                .permuted_axes(axes.clone())
+                .as_standard_layout()
+                .into_owned()
+        };
+        let mm = mb
+            .view()
+            .permuted_axes(axes.clone())
+            .as_standard_layout()
+            .into_owned();
+        let xt = masked(&moved(&x), mm.as_slice().unwrap());
+        let gt = MaskedArray::unmasked(moved(&g));
+        for op in ["softmax", "log_softmax", "softmin", "cumsum", "normalize"] {
+            let (req, req_t) = (
+                OpRequest::new(op).unwrap().dims(d as isize),
+                OpRequest::new(op).unwrap().dims(2),
+            );
+            let saved = |a: &MaskedArrayD<f64>, r: &OpRequest| {
+                let o = apply_dense(&a.view(), r).unwrap();
+                MaskedArray::unmasked(
+                    ArrayD::from_shape_vec(IxDyn(&o.shape), f64s(&o.values)).unwrap(),
+                )
+            };
+            let (y, yt) = (saved(&xa, &req), saved(&xt, &req_t));
+            for with_saved in [false, true] {
+                let (dx, dxt) = if with_saved {
+                    (
+                        xa.vjp_map_saved(&req, &y, &ga).unwrap(),
+                        xt.vjp_map_saved(&req_t, &yt, &gt).unwrap(),
+                    )
+                } else {
+                    (
+                        xa.vjp_map(&req, &ga).unwrap(),
+                        xt.vjp_map(&req_t, &gt).unwrap(),
+                    )
+                };
+                let want = dxt.values().clone();
+                let got = moved(dx.values());
+                let same = got
+                    .iter()
+                    .zip(want.iter())
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{op} along dim {d}, saved {with_saved}");
+            }
+        }
+    }
+}
