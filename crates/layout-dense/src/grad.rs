@@ -262,6 +262,20 @@ pub(crate) fn grad_reduce<T: Element, G: LaneGrad>(
         });
         return;
     }
+    // the reduced dims (of size > 1) one run of dims, kept ones after them: lanes at a
+    // stride, tiled (a reduction over dim 0 of a matrix, over the middle dims)
+    let last = plan
+        .reduced
+        .iter()
+        .zip(&plan.in_shape)
+        .rposition(|(&r, &n)| r && n > 1);
+    if let (Some(f), Some(e)) = (first, last) {
+        if (f..=e).all(|d| plan.reduced[d] || plan.in_shape[d] == 1) {
+            let inner: usize = plan.in_shape[e + 1..].iter().product();
+            strided_lanes(grad, xs, bits, (len, inner), PerLane::Yes, g, saved, out);
+            return;
+        }
+    }
     // general: the lane of each position (row-major over the kept dims), positions
     // grouped by lane in row-major order (a counting sort); only valid positions are
     // written
@@ -362,12 +376,38 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
         });
         return;
     }
-    // lanes at stride `inner` (one block per index of the dims before d): tiles of
-    // `TILE` neighbouring lanes gathered lane-major (a row's part read whole: rows of a
-    // large block lie on different pages, and a page walk per row then serves 32 lanes;
-    // 16 were 1.2x slower, 64 spill the scratch from L2), run as contiguous lanes,
-    // written back a row part at a time; the tiles of every block in parallel (a lone
-    // 4096 x 4096 block was one serial task of strided gathers: 40x the last dim's time)
+    strided_lanes(grad, xs, bits, (n, inner), PerLane::No, g, saved, out);
+}
+
+/// Where the upstream gradient and the saved output of [`strided_lanes`] are held.
+#[derive(Clone, Copy, PartialEq)]
+enum PerLane {
+    /// One value per position (a map's).
+    No,
+    /// One value per lane, lanes numbered row-major over the kept dims (a reduction's).
+    Yes,
+}
+
+/// The VJP over lanes of `n` elements at stride `inner` (lane `b * inner + i` holds the
+/// positions `b * n * inner + i + k * inner`, `k < n`), every position of `out`
+/// written: tiles of `TILE` neighbouring lanes gathered lane-major (a row's part read
+/// whole: rows of a large block lie on different pages, and a page walk per row then
+/// serves 32 lanes; 16 were 1.2x slower, 64 spill the scratch from L2), run as
+/// contiguous lanes, written back a row part at a time, the tiles in parallel (a lone
+/// 4096 x 4096 block was one serial task of strided gathers: 40x the last dim's time;
+/// a reduction over dim 0 grouped its positions by a sort: 100x).
+#[allow(clippy::too_many_arguments)]
+fn strided_lanes<T: Element, G: LaneGrad>(
+    grad: &G,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    (n, inner): (usize, usize),
+    per_lane: PerLane,
+    g: &[T::Real],
+    saved: &[T::Real],
+    out: &mut [T::Real],
+) {
+    let block = n * inner;
     const TILE: usize = 32;
     let tiles = inner.div_ceil(TILE);
     let total = (xs.len() / block) * tiles;
@@ -403,11 +443,13 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
                 }
             }
             lane_major(xs, &mut xt, T::ZERO, (n, ln, w), at);
-            if !g.is_empty() {
-                lane_major(g, &mut gt, zero, (n, ln, w), at);
-            }
-            if !saved.is_empty() {
-                lane_major(saved, &mut yt, zero, (n, ln, w), at);
+            if per_lane == PerLane::No {
+                if !g.is_empty() {
+                    lane_major(g, &mut gt, zero, (n, ln, w), at);
+                }
+                if !saved.is_empty() {
+                    lane_major(saved, &mut yt, zero, (n, ln, w), at);
+                }
             }
             // each lane's validity bits, transposed from the rows' words
             if let Some(bb) = bits {
@@ -430,7 +472,13 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
                         Src::Each(&v[r])
                     }
                 }
-                let (gl, yl) = (src(&gt, r.clone()), src(&yt, r.clone()));
+                let (gl, yl) = match per_lane {
+                    PerLane::No => (src(&gt, r.clone()), src(&yt, r.clone())),
+                    PerLane::Yes => {
+                        let k = b * inner + i0 + l;
+                        (Src::One(g[k]), one(saved, k))
+                    }
+                };
                 s.contiguous(grad, &xt[r], lb, gl, yl, o);
             }
             for k in 0..n {

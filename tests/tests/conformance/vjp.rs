@@ -1772,3 +1772,78 @@ fn map_vjps_along_leading_dims_equal_the_last_dims_on_moved_axes() {
         }
     }
 }
+
+/// A reduction's VJP over leading or middle dims (one run of reduced dims, kept dims
+/// after them: lanes at a stride, tiled) equals the same VJP over the last dims of the
+/// array with those axes moved last, bit for bit, with and without the saved output.
+#[test]
+fn reduce_vjps_over_leading_dims_equal_the_last_dims_on_moved_axes() {
+    let mut rng = Rng(29);
+    let shape = [70usize, 37, 20];
+    let (x, m) = random_input(&mut rng, &shape);
+    let mb = ArrayD::from_shape_vec(IxDyn(&shape), m.clone()).unwrap();
+    let xa = masked(&x, &m);
+    // reduced dims, and the permutation that moves them last
+    let cases: [(Vec<isize>, [usize; 3]); 3] = [
+        (vec![0], [1, 2, 0]),
+        (vec![1], [0, 2, 1]),
+        (vec![0, 1], [2, 0, 1]),
+    ];
+    for (dims, axes) in cases {
+        let last: Vec<isize> = (3 - dims.len() as isize..3).collect();
+        let moved = |a: &ArrayD<f64>| {
+            a.view()
+                .permuted_axes(axes.to_vec())
+                .as_standard_layout()
+                .into_owned()
+        };
+        let mm = mb
+            .view()
+            .permuted_axes(axes.to_vec())
+            .as_standard_layout()
+            .into_owned();
+        let xt = masked(&moved(&x), mm.as_slice().unwrap());
+        for op in [
+            "sum",
+            "mean",
+            "var",
+            "std",
+            "amax",
+            "amin",
+            "median",
+            "norm",
+            "logsumexp",
+            "prod",
+        ] {
+            let req = OpRequest::new(op).unwrap().dims(Dims::from(dims.clone()));
+            let req_t = OpRequest::new(op).unwrap().dims(Dims::from(last.clone()));
+            let out = apply_dense(&xa.view(), &req).unwrap();
+            let g: Vec<f64> = (0..out.mask.len())
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let g = MaskedArray::unmasked(ArrayD::from_shape_vec(IxDyn(&out.shape), g).unwrap());
+            let y = MaskedArray::unmasked(
+                ArrayD::from_shape_vec(IxDyn(&out.shape), f64s(&out.values)).unwrap(),
+            );
+            for with_saved in [false, true] {
+                let (dx, dxt) = if with_saved {
+                    (
+                        xa.vjp_reduce_saved(&req, &y, &g).unwrap(),
+                        xt.vjp_reduce_saved(&req_t, &y, &g).unwrap(),
+                    )
+                } else {
+                    (
+                        xa.vjp_reduce(&req, &g).unwrap(),
+                        xt.vjp_reduce(&req_t, &g).unwrap(),
+                    )
+                };
+                let got = moved(dx.values());
+                let same = got
+                    .iter()
+                    .zip(dxt.values().iter())
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{op} over {dims:?}, saved {with_saved}");
+            }
+        }
+    }
+}
