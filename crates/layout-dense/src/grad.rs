@@ -269,12 +269,12 @@ pub(crate) fn grad_reduce<T: Element, G: LaneGrad>(
         .iter()
         .zip(&plan.in_shape)
         .rposition(|(&r, &n)| r && n > 1);
-    if let (Some(f), Some(e)) = (first, last) {
-        if (f..=e).all(|d| plan.reduced[d] || plan.in_shape[d] == 1) {
-            let inner: usize = plan.in_shape[e + 1..].iter().product();
-            strided_lanes(grad, xs, bits, (len, inner), PerLane::Yes, g, saved, out);
-            return;
-        }
+    if let (Some(f), Some(e)) = (first, last)
+        && (f..=e).all(|d| plan.reduced[d] || plan.in_shape[d] == 1)
+    {
+        let inner: usize = plan.in_shape[e + 1..].iter().product();
+        strided_lanes(grad, xs, bits, (len, inner), PerLane::Yes, g, saved, out);
+        return;
     }
     // general: the lane of each position (row-major over the kept dims), positions
     // grouped by lane in row-major order (a counting sort); only valid positions are
