@@ -6,9 +6,10 @@
 
 use masked_core::grad::{GradScratch, LaneValues, Spread};
 use masked_core::{Bits, Element, Float, LaneGrad, ReducePlan, Upstream};
+use masked_kernels::bits::column_bits;
 use masked_kernels::pack::{compress_to, expand_to};
 use masked_kernels::par;
-use masked_kernels::run::fill_run;
+use masked_kernels::run::{fill_run, gather_tile, read_column, write_column};
 
 /// Where a lane's upstream gradient (or saved forward output) comes from, unpacked.
 #[derive(Clone, Copy)]
@@ -390,12 +391,13 @@ enum PerLane {
 
 /// The VJP over lanes of `n` elements at stride `inner` (lane `b * inner + i` holds the
 /// positions `b * n * inner + i + k * inner`, `k < n`), every position of `out`
-/// written: tiles of `TILE` neighbouring lanes gathered lane-major (a row's part read
-/// whole: rows of a large block lie on different pages, and a page walk per row then
-/// serves 32 lanes; 16 were 1.2x slower, 64 spill the scratch from L2), run as
-/// contiguous lanes, written back a row part at a time, the tiles in parallel (a lone
-/// 4096 x 4096 block was one serial task of strided gathers: 40x the last dim's time;
-/// a reduction over dim 0 grouped its positions by a sort: 100x).
+/// written: tiles of `TILE` neighbouring lanes copied a row at a time (rows of a large
+/// block lie on different pages: a page walk per row serves the tile; 16 lanes were
+/// 1.15x slower, 64 no faster), each lane read out as a run, its gradient written back
+/// as a column, the tile copied back by rows; the tiles in parallel. The forward
+/// normalizations' kernels (`gather_tile`, `read_column`, `column_bits`). A lone
+/// 4096 x 4096 block was one serial task of strided gathers (40x the last dim's time),
+/// and a reduction over dim 0 grouped its positions by a sort (100x).
 #[allow(clippy::too_many_arguments)]
 fn strided_lanes<T: Element, G: LaneGrad>(
     grad: &G,
@@ -416,77 +418,61 @@ fn strided_lanes<T: Element, G: LaneGrad>(
     let dst = par::Scatter::new(out);
     par::for_each(total.div_ceil(per), |task| {
         let zero = <T::Real as Element>::ZERO;
-        // lanes a cache line longer than they are: a lane stride of a multiple of 4 KiB
-        // put the tile's write streams in one cache set
-        let ln = n + 64 / std::mem::size_of::<T>().max(1);
-        let (mut xt, mut gt, mut yt, mut ot) = (vec![], vec![], vec![], vec![]);
-        let words = n.div_ceil(64);
-        let mut lw = vec![0u64; TILE * words];
+        // row-major tiles (a contiguous copy a row, the forward's kernels), a lane at a
+        // time read out of them into runs, its gradient written back as a column
+        let (mut tx, mut tg, mut ty, mut back) = (vec![], vec![], vec![], vec![]);
+        let (mut vx, mut vg, mut vy, mut vo) = (vec![T::ZERO; n], vec![], vec![], vec![zero; n]);
+        let mut rows = vec![u64::MAX; if bits.is_some() { n } else { 0 }];
+        let mut words = vec![0u64; n.div_ceil(64)];
         let s = &mut Scratch::default();
         for t in task * per..((task + 1) * per).min(total) {
             let (b, i0) = (t / tiles, (t % tiles) * TILE);
             let (w, base) = (TILE.min(inner - i0), b * block + i0);
             let at = |k: usize| base + k * inner;
-            // lane l of the tile holds positions base + l + k * inner, k < n, at l * ln + k
-            fn lane_major<V: Copy>(
-                v: &[V],
-                t: &mut Vec<V>,
-                zero: V,
-                (n, ln, w): (usize, usize, usize),
-                at: impl Fn(usize) -> usize,
-            ) {
-                t.resize(ln * w, zero);
-                for k in 0..n {
-                    for (l, &x) in v[at(k)..at(k) + w].iter().enumerate() {
-                        t[l * ln + k] = x;
-                    }
+            tx.resize(n * w, T::ZERO);
+            back.resize(n * w, zero);
+            gather_tile(xs, bits, w, at, &mut tx, &mut rows);
+            let per_element = per_lane == PerLane::No;
+            for (v, tile, col) in [(g, &mut tg, &mut vg), (saved, &mut ty, &mut vy)] {
+                if per_element && !v.is_empty() {
+                    tile.resize(n * w, zero);
+                    col.resize(n, zero);
+                    gather_tile(v, None, w, at, tile, &mut []);
                 }
             }
-            lane_major(xs, &mut xt, T::ZERO, (n, ln, w), at);
-            if per_lane == PerLane::No {
-                if !g.is_empty() {
-                    lane_major(g, &mut gt, zero, (n, ln, w), at);
-                }
-                if !saved.is_empty() {
-                    lane_major(saved, &mut yt, zero, (n, ln, w), at);
-                }
-            }
-            // each lane's validity bits, transposed from the rows' words
-            if let Some(bb) = bits {
-                lw.fill(0);
-                for k in 0..n {
-                    let row = bb.word_at(at(k));
-                    for l in 0..w {
-                        lw[l * words + k / 64] |= ((row >> l) & 1) << (k % 64);
-                    }
-                }
-            }
-            ot.resize(ln * w, zero);
-            for (l, o) in ot[..ln * w].chunks_mut(ln).enumerate() {
-                let (r, o) = (l * ln..l * ln + n, &mut o[..n]);
-                let lb = bits.map(|_| Bits::new(&lw[l * words..], 0));
-                fn src<R>(v: &[R], r: std::ops::Range<usize>) -> Src<'_, R> {
-                    if v.is_empty() {
-                        Src::Absent
-                    } else {
-                        Src::Each(&v[r])
-                    }
-                }
+            for l in 0..w {
+                read_column(&tx, w, l, &mut vx);
+                let lb = bits.map(|_| {
+                    column_bits(&rows, l, &mut words);
+                    Bits::new(&words, 0)
+                });
                 let (gl, yl) = match per_lane {
-                    PerLane::No => (src(&gt, r.clone()), src(&yt, r.clone())),
+                    PerLane::No => {
+                        let column = |tile: &[T::Real], col: &mut Vec<T::Real>| {
+                            if tile.is_empty() {
+                                return false;
+                            }
+                            read_column(tile, w, l, col);
+                            true
+                        };
+                        let (hg, hy) = (column(&tg, &mut vg), column(&ty, &mut vy));
+                        (
+                            if hg { Src::Each(&vg[..]) } else { Src::Absent },
+                            if hy { Src::Each(&vy[..]) } else { Src::Absent },
+                        )
+                    }
                     PerLane::Yes => {
                         let k = b * inner + i0 + l;
                         (Src::One(g[k]), one(saved, k))
                     }
                 };
-                s.contiguous(grad, &xt[r], lb, gl, yl, o);
+                s.contiguous(grad, &vx, lb, gl, yl, &mut vo);
+                write_column(&vo, w, l, &mut back);
             }
             for k in 0..n {
                 // SAFETY: row part k of this tile: positions no other task writes
                 let part = unsafe { dst.part(at(k), at(k) + w) };
-                for (l, o) in part.iter_mut().enumerate() {
-                    *o = ot[l * ln + k];
-                }
+                part.copy_from_slice(&back[k * w..k * w + w]);
             }
         }
     });
