@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Times the Python package against its peers in one run (best of --rounds each):
-per-call overhead, dense 4096^2 f32 reductions and softmax, strided views, mk.torch forward+backward,
+per-call overhead, dense 4096^2 f32 reductions and softmax, numpy.ma's where / filled /
+compressed, strided views, mk.torch forward+backward,
 CSR row sums, elementwise and binary ops against scipy, CSR map gradients, COO maps,
 reductions and binary ops, and two Python threads against one.
 
@@ -91,6 +92,11 @@ def main() -> None:
             if f is not None:
                 peer = best(lambda: f(tx, 1, mask=tv), max(1, R // 2))
         row(f"dense {n}^2 f32 {op} dim 1 (ms)", t_mk, "torch.masked" if peer else None, peer)
+    # numpy.ma's everyday calls: where, filled, compressed
+    mm = np.ma.MaskedArray(x, mask=~valid)
+    row(f"dense {n}^2 where (ms)", best(lambda: mk.where(valid, a, a), R), "np.ma.where", best(lambda: np.ma.where(valid, mm, mm), R))
+    row(f"dense {n}^2 filled(0) (ms)", best(lambda: a.filled(0.0), R), "np.ma filled", best(lambda: mm.filled(0.0), R))
+    row(f"dense {n}^2 compressed (ms)", best(a.compressed, R), "np.ma compressed", best(mm.compressed, R))
     # strided views read in place (a transpose, a broadcast row): numpy's own op on the
     # same view alongside
     xt, xb = x[:1024, :1024].T, np.broadcast_to(x[0, :1024], (1024, 1024))
@@ -116,16 +122,14 @@ def main() -> None:
     if torch is not None:
         tx = torch.from_numpy(x[:1024, :1024].copy())
         tv = torch.from_numpy(valid[:1024, :1024].copy())
-        for op in ("softmax", "var"):
-            def ours():
+        # dim 0: lanes at a stride (the gradients' tiled path)
+        for op, d in (("softmax", 1), ("var", 1), ("softmax", 0), ("sum", 0)):
+            def fwd_bwd(lib):
                 y = tx.clone().requires_grad_(True)
-                getattr(mk.torch, op)(y, 1, mask=tv).sum().backward()
+                getattr(lib, op)(y, d, mask=tv).sum().backward()
 
-            def theirs():
-                y = tx.clone().requires_grad_(True)
-                getattr(torch.masked, op)(y, 1, mask=tv).sum().backward()
-
-            row(f"mk.torch.{op} fwd+bwd 1024^2 (ms)", best(ours, R), "torch.masked", best(theirs, R))
+            what = f"mk.torch.{op}" + (" dim 0" if d == 0 else "")
+            row(f"{what} fwd+bwd 1024^2 (ms)", best(lambda: fwd_bwd(mk.torch), R), "torch.masked", best(lambda: fwd_bwd(torch.masked), R))
 
     # CSR row sums against scipy
     try:

@@ -16,6 +16,9 @@ import sys
 JOBS = [
     ("dense", ["--layout", "dense", "--op",
                "sum,mean,amax,argmax,var,logsumexp,softmax,median", "--repeat", "7"]),
+    # along a leading dim: strided lanes (forward tiles, the VJPs' tiled lanes)
+    ("dense-dim0", ["--layout", "dense", "--dim", "0", "--op",
+                    "softmax,median,vjp-softmax,vjp-sum,vjp-var,vjp-median", "--repeat", "5"]),
     # short masked rows (100 elements): each row's last partial step
     ("dense-rows", ["--layout", "dense", "--shape", "100000,100", "--op", "sum,mean,amax",
                     "--repeat", "7"]),

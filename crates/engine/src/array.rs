@@ -946,7 +946,7 @@ fn borrowed_grad_values<'g, R: Element>(
 /// conversion).
 fn grad_values<R: Element>(g: &DynVec) -> Result<Vec<R>> {
     match R::unerase(&g.as_by_dtype()) {
-        Some(v) => Ok(masked_kernels::par::copy_vec(v)),
+        Some(v) => Ok(v.to_vec()),
         None => Err(MaskedError::InvalidArgument {
             name: "g",
             value: format!("{} values", g.dtype()),

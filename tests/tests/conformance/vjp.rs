@@ -1707,6 +1707,45 @@ fn logmeanexp_by_hand_on_every_layout() {
     assert!(d[8].is_nan() && d[9].is_nan(), "{d:?}");
 }
 
+/// `a` with its axes in the order `axes`, in standard layout.
+fn moved<A: Clone>(a: &ArrayD<A>, axes: &[usize]) -> ArrayD<A> {
+    a.view()
+        .permuted_axes(axes.to_vec())
+        .as_standard_layout()
+        .into_owned()
+}
+
+/// The input `x` (mask `m`, of `x`'s shape) with its axes in the order `axes`.
+fn moved_input(x: &ArrayD<f64>, m: &[bool], axes: &[usize]) -> MaskedArrayD<f64> {
+    let mb = ArrayD::from_shape_vec(IxDyn(x.shape()), m.to_vec()).unwrap();
+    masked(&moved(x, axes), moved(&mb, axes).as_slice().unwrap())
+}
+
+/// The dense forward output of `req` on `a`, every position valid (a saved output).
+fn saved_output(a: &MaskedArrayD<f64>, req: &OpRequest) -> MaskedArrayD<f64> {
+    let o = apply_dense(&a.view(), req).unwrap();
+    MaskedArray::unmasked(ArrayD::from_shape_vec(IxDyn(&o.shape), f64s(&o.values)).unwrap())
+}
+
+/// Asserts that `vjps(with_saved)`, a VJP on the input and the same on the input with
+/// its axes in the order `axes`, agree bit for bit (the first moved), without and with
+/// the saved output.
+fn assert_moved_vjps(
+    what: &str,
+    axes: &[usize],
+    vjps: impl Fn(bool) -> (MaskedArrayD<f64>, MaskedArrayD<f64>),
+) {
+    for with_saved in [false, true] {
+        let (dx, dxt) = vjps(with_saved);
+        let got = moved(&dx.values().to_owned(), axes);
+        let same = got
+            .iter()
+            .zip(dxt.values().iter())
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{what}, saved {with_saved}");
+    }
+}
+
 /// A map's VJP along a leading dim (lanes at a stride, gathered a tile of lanes at a
 /// time, in parallel) equals the same VJP along the last dim of the array with that
 /// axis moved last, bit for bit: lanes longer than a mask word, tiles cut short by the
@@ -1716,7 +1755,6 @@ fn map_vjps_along_leading_dims_equal_the_last_dims_on_moved_axes() {
     let mut rng = Rng(17);
     let shape = [70usize, 37, 20];
     let (x, m) = random_input(&mut rng, &shape);
-    let mb = ArrayD::from_shape_vec(IxDyn(&shape), m.clone()).unwrap();
     let g: Vec<f64> = (0..x.len()).map(|_| rng.random_range(-1.0..1.0)).collect();
     let g = ArrayD::from_shape_vec(IxDyn(&shape), g).unwrap();
     let xa = masked(&x, &m);
@@ -1724,33 +1762,16 @@ fn map_vjps_along_leading_dims_equal_the_last_dims_on_moved_axes() {
     for d in 0..2usize {
         let mut axes: Vec<usize> = (0..3).filter(|&a| a != d).collect();
         axes.push(d);
-        let moved = |a: &ArrayD<f64>| {
-            a.view()
-                .permuted_axes(axes.clone())
-                .as_standard_layout()
-                .into_owned()
-        };
-        let mm = mb
-            .view()
-            .permuted_axes(axes.clone())
-            .as_standard_layout()
-            .into_owned();
-        let xt = masked(&moved(&x), mm.as_slice().unwrap());
-        let gt = MaskedArray::unmasked(moved(&g));
+        let xt = moved_input(&x, &m, &axes);
+        let gt = MaskedArray::unmasked(moved(&g, &axes));
         for op in ["softmax", "log_softmax", "softmin", "cumsum", "normalize"] {
             let (req, req_t) = (
                 OpRequest::new(op).unwrap().dims(d as isize),
                 OpRequest::new(op).unwrap().dims(2),
             );
-            let saved = |a: &MaskedArrayD<f64>, r: &OpRequest| {
-                let o = apply_dense(&a.view(), r).unwrap();
-                MaskedArray::unmasked(
-                    ArrayD::from_shape_vec(IxDyn(&o.shape), f64s(&o.values)).unwrap(),
-                )
-            };
-            let (y, yt) = (saved(&xa, &req), saved(&xt, &req_t));
-            for with_saved in [false, true] {
-                let (dx, dxt) = if with_saved {
+            let (y, yt) = (saved_output(&xa, &req), saved_output(&xt, &req_t));
+            assert_moved_vjps(&format!("{op} along dim {d}"), &axes, |with_saved| {
+                if with_saved {
                     (
                         xa.vjp_map_saved(&req, &y, &ga).unwrap(),
                         xt.vjp_map_saved(&req_t, &yt, &gt).unwrap(),
@@ -1760,15 +1781,8 @@ fn map_vjps_along_leading_dims_equal_the_last_dims_on_moved_axes() {
                         xa.vjp_map(&req, &ga).unwrap(),
                         xt.vjp_map(&req_t, &gt).unwrap(),
                     )
-                };
-                let want = dxt.values().clone();
-                let got = moved(dx.values());
-                let same = got
-                    .iter()
-                    .zip(want.iter())
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{op} along dim {d}, saved {with_saved}");
-            }
+                }
+            });
         }
     }
 }
@@ -1779,9 +1793,7 @@ fn map_vjps_along_leading_dims_equal_the_last_dims_on_moved_axes() {
 #[test]
 fn reduce_vjps_over_leading_dims_equal_the_last_dims_on_moved_axes() {
     let mut rng = Rng(29);
-    let shape = [70usize, 37, 20];
-    let (x, m) = random_input(&mut rng, &shape);
-    let mb = ArrayD::from_shape_vec(IxDyn(&shape), m.clone()).unwrap();
+    let (x, m) = random_input(&mut rng, &[70, 37, 20]);
     let xa = masked(&x, &m);
     // reduced dims, and the permutation that moves them last
     let cases: [(Vec<isize>, [usize; 3]); 3] = [
@@ -1789,44 +1801,31 @@ fn reduce_vjps_over_leading_dims_equal_the_last_dims_on_moved_axes() {
         (vec![1], [0, 2, 1]),
         (vec![0, 1], [2, 0, 1]),
     ];
+    let ops = [
+        "sum",
+        "mean",
+        "var",
+        "std",
+        "amax",
+        "amin",
+        "median",
+        "norm",
+        "logsumexp",
+        "prod",
+    ];
     for (dims, axes) in cases {
         let last: Vec<isize> = (3 - dims.len() as isize..3).collect();
-        let moved = |a: &ArrayD<f64>| {
-            a.view()
-                .permuted_axes(axes.to_vec())
-                .as_standard_layout()
-                .into_owned()
-        };
-        let mm = mb
-            .view()
-            .permuted_axes(axes.to_vec())
-            .as_standard_layout()
-            .into_owned();
-        let xt = masked(&moved(&x), mm.as_slice().unwrap());
-        for op in [
-            "sum",
-            "mean",
-            "var",
-            "std",
-            "amax",
-            "amin",
-            "median",
-            "norm",
-            "logsumexp",
-            "prod",
-        ] {
+        let xt = moved_input(&x, &m, &axes);
+        for op in ops {
             let req = OpRequest::new(op).unwrap().dims(Dims::from(dims.clone()));
             let req_t = OpRequest::new(op).unwrap().dims(Dims::from(last.clone()));
-            let out = apply_dense(&xa.view(), &req).unwrap();
-            let g: Vec<f64> = (0..out.mask.len())
+            let y = saved_output(&xa, &req);
+            let g: Vec<f64> = (0..y.values().len())
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
-            let g = MaskedArray::unmasked(ArrayD::from_shape_vec(IxDyn(&out.shape), g).unwrap());
-            let y = MaskedArray::unmasked(
-                ArrayD::from_shape_vec(IxDyn(&out.shape), f64s(&out.values)).unwrap(),
-            );
-            for with_saved in [false, true] {
-                let (dx, dxt) = if with_saved {
+            let g = MaskedArray::unmasked(ArrayD::from_shape_vec(IxDyn(y.shape()), g).unwrap());
+            assert_moved_vjps(&format!("{op} over {dims:?}"), &axes, |with_saved| {
+                if with_saved {
                     (
                         xa.vjp_reduce_saved(&req, &y, &g).unwrap(),
                         xt.vjp_reduce_saved(&req_t, &y, &g).unwrap(),
@@ -1836,14 +1835,8 @@ fn reduce_vjps_over_leading_dims_equal_the_last_dims_on_moved_axes() {
                         xa.vjp_reduce(&req, &g).unwrap(),
                         xt.vjp_reduce(&req_t, &g).unwrap(),
                     )
-                };
-                let got = moved(dx.values());
-                let same = got
-                    .iter()
-                    .zip(dxt.values().iter())
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{op} over {dims:?}, saved {with_saved}");
-            }
+                }
+            });
         }
     }
 }
