@@ -54,6 +54,7 @@ fn gather_into<T: Copy>(v: ArrayViewD<'_, T>, out: &mut Vec<T>) {
     }
 }
 
+/// Appends a 1-D view's elements in order: one copy when contiguous.
 fn lane<T: Copy>(v: ArrayView1<'_, T>, out: &mut Vec<T>) {
     match v.as_slice() {
         Some(s) => out.extend_from_slice(s),
