@@ -448,9 +448,11 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
         let m = (4 * GRAIN / len.max(1)).clamp(1, 64);
         par::chunks_mut2(&mut out, m, &mut any, m, |c, oc, ac| {
             let (w, first) = (oc.len(), bases[c * m]);
-            let (tile, rows, vals, pos) = &mut (
+            let (tile, rows, col, words, vals, pos) = &mut (
                 vec![T::default(); len * w],
                 vec![u64::MAX; if bits.is_some() { len } else { 0 }],
+                vec![T::default(); len],
+                vec![0u64; len.div_ceil(64)],
                 Vec::with_capacity(len),
                 Vec::new(),
             );
@@ -458,11 +460,26 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
             for k in 0..w {
                 vals.clear();
                 pos.clear();
-                for i in 0..len {
-                    if bits.is_none() || (rows[i] >> k) & 1 == 1 {
-                        vals.push(tile[i * w + k]);
-                        if want_pos {
-                            pos.push(i as i64);
+                // the lane read out as a run and packed by its validity word by word (a
+                // branch per element on a random mask mispredicted half the time: 14x
+                // the time of dim 1)
+                masked_kernels::run::read_column(tile, w, k, col);
+                let lane_bits = bits.map(|_| {
+                    masked_kernels::bits::column_bits(rows, k, words);
+                    Bits::new(words, 0)
+                });
+                compress_into(col, lane_bits, vals);
+                if want_pos {
+                    match lane_bits {
+                        None => pos.extend(0..len as i64),
+                        Some(_) => {
+                            for (c, &wd) in words.iter().enumerate() {
+                                let mut wd = wd;
+                                while wd != 0 {
+                                    pos.push((c * 64) as i64 + i64::from(wd.trailing_zeros()));
+                                    wd &= wd - 1;
+                                }
+                            }
                         }
                     }
                 }
