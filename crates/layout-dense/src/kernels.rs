@@ -445,7 +445,7 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
         // time as one contiguous copy with its validity bits as one word, then each lane
         // read out of the cache-resident tile. One lane at a time, every element was a
         // load from another cache line and a bit test (16x the time of dim 1).
-        let m = (4 * GRAIN / len.max(1)).clamp(1, 64);
+        let m = (8 * GRAIN / len.max(1)).clamp(1, 64);
         par::chunks_mut2(&mut out, m, &mut any, m, |c, oc, ac| {
             let (w, first) = (oc.len(), bases[c * m]);
             let (tile, rows, col, words, vals, pos) = &mut (
