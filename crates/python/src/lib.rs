@@ -451,15 +451,10 @@ impl Store {
 
 /// A 1-D numpy array's values as a `DynVec` of `dtype` (one copy).
 fn dynvec_from(py: Python<'_>, a: &Bound<'_, PyAny>, dtype: DType) -> PyResult<DynVec> {
-    fn get<T: numpy::Element + Copy + Send + Sync>(a: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
+    fn get<T: numpy::Element + Copy>(a: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
         let r: PyReadonlyArrayDyn<'_, T> = a.extract()?;
-        // one copy in parallel chunks onto huge pages (a plain `to_vec` of 40 MB faulted
-        // in 10,000 small pages, most of a CSR gradient's time); strided views gathered
-        let v = r.as_array();
-        Ok(match masked_core::gather::row_major_values(&v) {
-            std::borrow::Cow::Borrowed(s) => masked_kernels::par::copy_vec(s),
-            std::borrow::Cow::Owned(gathered) => gathered,
-        })
+        // one copy (a strided view gathered row by row)
+        Ok(masked_core::gather::row_major_values(&r.as_array()).into_owned())
     }
     let _ = py;
     Ok(match dtype {
