@@ -346,12 +346,11 @@ impl<'a> ArrayRef<'a> {
 
     /// `out` (a result of this array) with CSR rows and a COO pattern as flat positions.
     fn flat(&self, out: Output) -> Result<Output> {
-        let r = match out {
-            Output::Csr(r) => r,
+        match out {
+            Output::Csr(_) => {}
             Output::Coo(c) => return Ok(Output::Sparse(c.flat())),
             other => return Ok(other),
-        };
-        let out = Output::Csr(r);
+        }
         Ok(Output::Sparse(match self {
             ArrayRef::Csr(a) => with_by_dtype!(a, T, x => x.to_sparse(out))?,
             ArrayRef::Csr32(a) => with_by_dtype!(a, T, x => x.to_sparse(out))?,
@@ -558,16 +557,9 @@ impl ArrayRef<'_> {
         saved: Option<ByDType<SliceOf<'_>>>,
         g: ByDType<SliceOf<'_>>,
     ) -> Result<Output> {
-        let op = req.op;
-        if !matches!(op.kind(), Kind::Normalize | Kind::Unary) {
-            return Err(MaskedError::InvalidArgument {
-                name: "op",
-                value: op.name().into(),
-                reason: "a VJP by values is a map's (a normalization or an elementwise op)",
-            });
-        }
+        // the op's kind is checked by the layout (`check_map_grad`)
         let integer = || MaskedError::NotDifferentiable {
-            op: op.name(),
+            op: req.op.name(),
             reason: "integer and bool input have no gradient",
         };
         Ok(match self {
@@ -1064,10 +1056,9 @@ impl ArrayRef<'_> {
         swapped: bool,
     ) -> Result<ZipOutput> {
         let out = self.binary_rows(rhs, op, rule, swapped)?;
-        let ZipOutput::Csr(r) = out else {
+        if !matches!(out, ZipOutput::Csr(_)) {
             return Ok(out);
-        };
-        let out = ZipOutput::Csr(r);
+        }
         Ok(ZipOutput::Sparse(match self {
             ArrayRef::Csr(a) => with_by_dtype!(a, T, x => {
                 by_name::csr_zip_flat(x, out)

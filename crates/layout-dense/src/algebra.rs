@@ -11,8 +11,13 @@ use masked_kernels::run::{map_run, zip_run};
 use ndarray::{ArrayD, Data, Dimension, IxDyn};
 use std::borrow::Cow;
 
-/// The elements of one parallel task of `filled` and `where`: whole mask words.
+/// The elements of one parallel task of `filled`, `compress` and `where`: whole mask
+/// words.
 const CHUNK: usize = 1 << 16;
+
+/// The elements a task of `compress` and `where` stages in a scratch run at a time (in
+/// cache).
+const BLOCK: usize = 4096;
 
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// The mask of a predicate: true where `p` holds and the element is valid
@@ -91,7 +96,6 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         }
         let mut out = masked_kernels::fresh_vec::<T>(bounds[bounds.len() - 1]);
         par::parts_mut(&mut out, &bounds, |c, o| {
-            const BLOCK: usize = 4096;
             let (lo, hi) = (c * CHUNK, (c * CHUNK + CHUNK).min(n));
             let mut scratch = Vec::with_capacity(BLOCK);
             let mut at = 0;
@@ -148,7 +152,6 @@ where
     let mut values = masked_kernels::fresh_vec::<T>(n);
     let ok = Bits::new(&words, 0);
     par::chunks_mut(&mut values, CHUNK, |i, o| {
-        const BLOCK: usize = 4096;
         let mut picked = vec![T::ZERO; BLOCK.min(o.len())];
         for (j, ob) in o.chunks_mut(BLOCK).enumerate() {
             let lo = i * CHUNK + j * BLOCK;

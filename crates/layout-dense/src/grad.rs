@@ -211,6 +211,15 @@ fn each<R>(v: &[R], r: std::ops::Range<usize>) -> Src<'_, R> {
     }
 }
 
+/// `v` as a lane's source when `has`, else absent.
+fn each_or_absent<R>(has: bool, v: &[R]) -> Src<'_, R> {
+    if has {
+        Src::Each(v)
+    } else {
+        Src::Absent
+    }
+}
+
 /// The lane's source in `v` (one value per lane; empty: absent).
 fn one<R: Copy>(v: &[R], k: usize) -> Src<'_, R> {
     v.get(k).map_or(Src::Absent, |&r| Src::One(r))
@@ -416,12 +425,19 @@ fn strided_lanes<T: Element, G: LaneGrad>(
     // tasks of consecutive tiles (a few per thread), each with its scratch allocated once
     let per = total.div_ceil(4 * par::threads()).max(1);
     let dst = par::Scatter::new(out);
+    // per-position upstream and saved output, read out of tiles of their own
+    let (has_g, has_y) = (
+        per_lane == PerLane::No && !g.is_empty(),
+        per_lane == PerLane::No && !saved.is_empty(),
+    );
     par::for_each(total.div_ceil(per), |task| {
         let zero = <T::Real as Element>::ZERO;
         // row-major tiles (a contiguous copy a row, the forward's kernels), a lane at a
         // time read out of them into runs, its gradient written back as a column
         let (mut tx, mut tg, mut ty, mut back) = (vec![], vec![], vec![], vec![]);
-        let (mut vx, mut vg, mut vy, mut vo) = (vec![T::ZERO; n], vec![], vec![], vec![zero; n]);
+        let run = |has: bool| vec![zero; if has { n } else { 0 }];
+        let (mut vx, mut vg, mut vy, mut vo) =
+            (vec![T::ZERO; n], run(has_g), run(has_y), run(true));
         let mut rows = vec![u64::MAX; if bits.is_some() { n } else { 0 }];
         let mut words = vec![0u64; n.div_ceil(64)];
         let s = &mut Scratch::default();
@@ -432,11 +448,9 @@ fn strided_lanes<T: Element, G: LaneGrad>(
             tx.resize(n * w, T::ZERO);
             back.resize(n * w, zero);
             gather_tile(xs, bits, w, at, &mut tx, &mut rows);
-            let per_element = per_lane == PerLane::No;
-            for (v, tile, col) in [(g, &mut tg, &mut vg), (saved, &mut ty, &mut vy)] {
-                if per_element && !v.is_empty() {
+            for (has, v, tile) in [(has_g, g, &mut tg), (has_y, saved, &mut ty)] {
+                if has {
                     tile.resize(n * w, zero);
-                    col.resize(n, zero);
                     gather_tile(v, None, w, at, tile, &mut []);
                 }
             }
@@ -448,18 +462,14 @@ fn strided_lanes<T: Element, G: LaneGrad>(
                 });
                 let (gl, yl) = match per_lane {
                     PerLane::No => {
-                        let column = |tile: &[T::Real], col: &mut Vec<T::Real>| {
-                            if tile.is_empty() {
-                                return false;
+                        let each = |has: bool, tile: &[T::Real], col: &mut Vec<T::Real>| {
+                            if has {
+                                read_column(tile, w, l, col);
                             }
-                            read_column(tile, w, l, col);
-                            true
                         };
-                        let (hg, hy) = (column(&tg, &mut vg), column(&ty, &mut vy));
-                        (
-                            if hg { Src::Each(&vg[..]) } else { Src::Absent },
-                            if hy { Src::Each(&vy[..]) } else { Src::Absent },
-                        )
+                        each(has_g, &tg, &mut vg);
+                        each(has_y, &ty, &mut vy);
+                        (each_or_absent(has_g, &vg), each_or_absent(has_y, &vy))
                     }
                     PerLane::Yes => {
                         let k = b * inner + i0 + l;
