@@ -378,13 +378,6 @@ class MaskedArray(_Ops):
         return self._binary(o, "remainder", swapped=True)
 
     def __pow__(self, o: Any) -> "MaskedArray":
-        if (
-            isinstance(o, (int, float, np.integer, np.floating))
-            and o == 2
-            and self.dtype in ("float16", "bfloat16", "float32", "float64")
-        ):
-            # x * x, vectorised: the same values as pow(x, 2), 10x faster than a pow per element
-            return self._apply("square", None, False, {}, None)
         return self._binary(o, "pow")
 
     def __rpow__(self, o: Any) -> "MaskedArray":

@@ -389,3 +389,28 @@ def test_binary_vjp_returns_both_gradients():
     np.testing.assert_allclose(dq.data, np.where(valid, g / w, 0.0), rtol=1e-12)
     np.testing.assert_allclose(dr.data, np.where(valid, -g * x / w**2, 0.0).sum(0), rtol=1e-12)
     assert not np.isnan(dr.data).any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pow_by_one_exponent_equals_numpy_on_every_case(dtype):
+    # x ** p runs the unary pow's loop: the short forms (2, 3, -1, -2, 0.5) and the
+    # branch-free power elsewhere, the exact form at zeros, infinities and NaN
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(4000) * 3).astype(dtype)
+    x[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5]
+    valid = rng.random(4000) < 0.8
+    valid[:8] = True
+    a = mk.MaskedArray(x, valid=valid)
+    tol = 4 * np.finfo(dtype).eps
+    with np.errstate(all="ignore"):
+        for p in (2, 3, -1, -2, 0.5, 1.7, -0.5, 0.0, 4):
+            got = a**p
+            assert got.dtype == np.dtype(dtype).name
+            want = np.power(x.astype(np.float64), p)
+            if p > 0 and p != int(p):
+                want[3] = np.nan  # pow(-inf, 0.5) = NaN, as torch (numpy: inf)
+            np.testing.assert_allclose(got.data[valid], want[valid].astype(dtype), rtol=tol, err_msg=f"p={p}")
+            # signed zeros and infinities as numpy's ((-0) ** 0.5 = -0 too)
+            num = ~np.isnan(want[:8])
+            np.testing.assert_array_equal(np.signbit(got.data[:8][num]), np.signbit(want[:8][num]), err_msg=f"p={p}")
+            assert (got.data[~valid] == 0).all()

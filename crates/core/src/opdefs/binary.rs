@@ -684,6 +684,20 @@ impl<T: Element> ZipMap<T> for KeepZip {
         out: &mut [T],
     ) -> Option<usize> {
         let op = self.0;
+        if op == KeepBin::Pow
+            && T::DTYPE.is_float()
+            && let (Src::Slice(x), Src::Splat(p)) = (xs, ys)
+            && let Ok(pow) = crate::unary::Pow::new(p.to_f64())
+        {
+            // `x ** p`, one exponent: the unary pow's loop (`x * x` at 2, else the
+            // branch-free power with the exact form at zeros, infinities and NaNs), in
+            // the accuracy contract, instead of `powf` per element (4096² f32 `x ** 3`:
+            // see docs/benchmarks.md)
+            let out = <T::Real as Erase>::unerase_owned(T::erase::<SliceMutOf<'_>>(out))
+                .expect("a float's real type is itself");
+            crate::unary::float_run(crate::unary::FloatFn::Pow(pow), &x[..out.len()], bits, out);
+            return None;
+        }
         if !T::DTYPE.is_float()
             && matches!(
                 op,
@@ -1804,7 +1818,9 @@ mod tests {
     /// `z`'s run (the loops compiled once for `f32`/`f64`, the halves and integers in
     /// converted blocks) equals its value-by-value form at `T` itself, bit for bit:
     /// every operand form, masked and not, three blocks and a ragged end.
-    fn run_equals_each_value<T: Element, Z: ZipMap<T>>(z: Z)
+    /// `splat_is_pow`: `z` is `KeepZip(KeepBin::Pow)`, whose run with one exponent is
+    /// the unary pow's (`x ** p`).
+    fn run_equals_each_value<T: Element, Z: ZipMap<T>>(z: Z, splat_is_pow: bool)
     where
         Z::Output: Element,
     {
@@ -1821,6 +1837,20 @@ mod tests {
                     .collect();
                 let mut got = vec![<Z::Output as Element>::from_f64_lossy(7.0); n];
                 assert_eq!(z.run(a, b, bits, &mut got), None);
+                if let (Src::Slice(x), Src::Splat(p)) = (a, b)
+                    && splat_is_pow
+                {
+                    // one exponent runs the unary pow's loop (its accuracy is tested
+                    // there): the same bits as that op (f64 differs from `powf` per
+                    // element in the last bit at some of these inputs)
+                    use crate::unary::Unary;
+                    let mut w = vec![<T::Real as Element>::ZERO; n];
+                    crate::unary::Pow::new(p.to_f64()).unwrap().map_float(x, bits, &mut w);
+                    let got: Vec<f64> = got.iter().map(|v| v.to_f64()).collect();
+                    let w: Vec<f64> = w.iter().map(|v| v.to_f64()).collect();
+                    assert_same_bits(z.name(), &xs, &got, &w);
+                    continue;
+                }
                 assert_same_bits(z.name(), &xs, &got, &want);
             }
         }
@@ -1830,17 +1860,17 @@ mod tests {
         for &op in KeepBin::ALL {
             // the integers' failing ops (by 0, negative powers) keep their own loop
             if T::DTYPE.is_float() {
-                run_equals_each_value::<T, _>(KeepZip(op));
+                run_equals_each_value::<T, _>(KeepZip(op), op == KeepBin::Pow);
             }
         }
         for &op in FloatBin::ALL {
-            run_equals_each_value::<T, _>(FloatZip(op));
+            run_equals_each_value::<T, _>(FloatZip(op), false);
         }
         if T::DTYPE.is_float() {
             let ops = KeepBin::ALL.iter().map(|&k| BinOp::Keep(k));
             for op in ops.chain(FloatBin::ALL.iter().map(|&f| BinOp::Float(f))) {
                 for wrt_y in [false, true] {
-                    run_equals_each_value::<T, _>(PartialZip { op, wrt_y });
+                    run_equals_each_value::<T, _>(PartialZip { op, wrt_y }, false);
                 }
             }
         }

@@ -389,7 +389,7 @@ impl<T: Element, U: Unary, const FAST: bool> masked_kernels::run::ElemMap<T, T::
 /// depend on `T` through its compute type only), so the results are the same bit for bit;
 /// what is saved is a copy of every function's loop for every dtype in every crate that
 /// maps one (the layouts' compiled kernels and the engine's).
-fn float_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+pub(crate) fn float_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
     match (
         T::erase::<SliceOf<'_>>(xs),
         <T::Real as Erase>::erase::<SliceMutOf<'_>>(out),
@@ -964,7 +964,8 @@ impl Unary for Clamp {
 
 /// `x^p` for a scalar exponent: a float function, or type-keeping for an integer input
 /// and a non-negative integer exponent ([`Pow::keeps_integers`]); `pow(-inf, 0.5)` is
-/// NaN, as torch.
+/// NaN and `pow(-0, 0.5)` is -0, as torch. The binary `pow` with a scalar exponent
+/// (`x ** p`) runs this op's loop.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pow {
     p: f64,
@@ -1036,14 +1037,42 @@ impl Unary for Pow {
     fn name(&self) -> &'static str {
         "pow"
     }
-    /// The exponent's case picked once per run: `x * x` at 2; otherwise the branch-free
+    /// The exponent's case picked once per run: `x * x` at 2, a short form at 3, -1, -2
+    /// and 0.5 (`sqrt`); otherwise the branch-free
     /// `e^(p ln |x|)` ([`Math::powf_fast`]: f32 and the halves in f64, f64 in
     /// double-double), then the NaN outputs at zeros, infinities and NaNs recomputed with
     /// the exact form (a negative base's fractional power is NaN from both); an infinite
     /// exponent per element as [`Unary::float`].
     fn map_float<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+        /// `f` of each valid element in the compute type, rounded once; 0 where invalid
+        macro_rules! short {
+            (|$c:ident| $f:expr) => {
+                map_run(
+                    xs,
+                    bits,
+                    out,
+                    #[inline(always)]
+                    move |x: T, valid: bool| {
+                        let $c = x.calc();
+                        let r = <T::Real as Float>::from_calc($f);
+                        if valid { r } else { <T::Real as Element>::ZERO }
+                    },
+                )
+            };
+        }
+        let one = <CalcOf<T> as Float>::ONE;
+        // the exponents with a short form (torch picks the same ones), each the same bits
+        // as `float`'s (`powi` multiplies as these do; 0.5 is `sqrt` there too)
         if self.p == 2.0 {
             map_run(xs, bits, out, FloatAt::<T, Square, false>::new(Square));
+        } else if self.p == 3.0 {
+            short!(|c| c * c * c);
+        } else if self.p == -1.0 {
+            short!(|c| one / c);
+        } else if self.p == -2.0 {
+            short!(|c| one / (c * c));
+        } else if self.p == 0.5 {
+            short!(|c| c.sqrt());
         } else if self.p.is_finite() {
             map_run(xs, bits, out, FloatAt::<T, Self, true>::new(*self));
             // zeros, infinities and NaNs; a negative base's fractional power is NaN from
@@ -1070,6 +1099,9 @@ impl Unary for Pow {
         let p = self.p;
         if p == 2.0 {
             x * x
+        } else if p == 0.5 {
+            // torch's and numpy's: -0 at -0 (`powf` gives +0), NaN at -inf (semantics.md)
+            x.sqrt()
         } else if p.fract() == 0.0 && p.abs() <= i32::MAX as f64 {
             x.powi(p as i32)
         } else if x == <CalcOf<T> as Float>::NEG_INFINITY && p.fract() != 0.0 && p > 0.0 {
@@ -1413,7 +1445,7 @@ pub(crate) mod tests {
             words[k / 64] &= !(1u64 << (k % 64));
         }
         let bits = |v: T| Math::to_f64(v).to_bits();
-        for p in [1.5, -0.5, 3.0, -2.0, 0.0, 1.0 / 3.0, f64::INFINITY] {
+        for p in [1.5, -0.5, 3.0, -2.0, -1.0, 0.5, 2.0, 0.0, 1.0 / 3.0, f64::INFINITY] {
             let pow = Pow::new(p).unwrap();
             let mut out = vec![T::NAN; xs.len()];
             pow.map_float(&xs, Some(Bits::new(&words, 0)), &mut out);
