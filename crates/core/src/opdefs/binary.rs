@@ -1845,7 +1845,9 @@ mod tests {
                     // element in the last bit at some of these inputs)
                     use crate::unary::Unary;
                     let mut w = vec![<T::Real as Element>::ZERO; n];
-                    crate::unary::Pow::new(p.to_f64()).unwrap().map_float(x, bits, &mut w);
+                    crate::unary::Pow::new(p.to_f64())
+                        .unwrap()
+                        .map_float(x, bits, &mut w);
                     let got: Vec<f64> = got.iter().map(|v| v.to_f64()).collect();
                     let w: Vec<f64> = w.iter().map(|v| v.to_f64()).collect();
                     assert_same_bits(z.name(), &xs, &got, &w);

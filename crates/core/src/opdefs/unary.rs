@@ -389,7 +389,12 @@ impl<T: Element, U: Unary, const FAST: bool> masked_kernels::run::ElemMap<T, T::
 /// depend on `T` through its compute type only), so the results are the same bit for bit;
 /// what is saved is a copy of every function's loop for every dtype in every crate that
 /// maps one (the layouts' compiled kernels and the engine's).
-pub(crate) fn float_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
+pub(crate) fn float_run<T: Element>(
+    f: FloatFn,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    out: &mut [T::Real],
+) {
     match (
         T::erase::<SliceOf<'_>>(xs),
         <T::Real as Erase>::erase::<SliceMutOf<'_>>(out),
@@ -626,6 +631,32 @@ fn grad_run<R: Float, U: Unary>(
     out: &mut [R],
     fix: bool,
 ) {
+    let exact = fix.then_some(
+        #[inline(always)]
+        move |x| u.derivative(x),
+    );
+    grad_run_with(
+        xs,
+        bits,
+        g,
+        out,
+        #[inline(always)]
+        move |x| u.derivative_fast(x),
+        exact,
+    );
+}
+
+/// [`grad_run`] with the derivative `fast` (in `f64`), and `exact` recomputing the NaN
+/// results where given.
+#[inline(always)]
+fn grad_run_with<R: Float>(
+    xs: &[R],
+    bits: Option<Bits<'_>>,
+    g: &[R],
+    out: &mut [R],
+    fast: impl Fn(f64) -> f64 + Copy,
+    exact: Option<impl Fn(f64) -> f64>,
+) {
     let zero = <R as Element>::ZERO;
     masked_kernels::run::zip_run(
         xs,
@@ -634,7 +665,7 @@ fn grad_run<R: Float, U: Unary>(
         out,
         #[inline(always)]
         move |x: R, gi: R, valid| {
-            let v = R::from_f64(gi.to_f64() * u.derivative_fast(x.to_f64()));
+            let v = R::from_f64(gi.to_f64() * fast(x.to_f64()));
             if valid {
                 v
             } else {
@@ -642,10 +673,12 @@ fn grad_run<R: Float, U: Unary>(
             }
         },
     );
-    if fix && out.iter().fold(false, |any, o| any | o.is_nan()) {
+    if let Some(exact) = exact
+        && out.iter().fold(false, |any, o| any | o.is_nan())
+    {
         for ((o, &x), &gi) in out.iter_mut().zip(xs).zip(g) {
             if o.is_nan() {
-                *o = R::from_f64(gi.to_f64() * u.derivative(x.to_f64()));
+                *o = R::from_f64(gi.to_f64() * exact(x.to_f64()));
             }
         }
     }
@@ -1020,17 +1053,70 @@ impl Pow {
 }
 
 impl Pow {
-    /// The VJP run with the exponent's case picked once: `2x` at 2 (square's loop), else
-    /// the branch-free power and the NaN results recomputed exactly (`std`'s `powi` and
-    /// `powf` per element cost 25x the forward op).
+    /// The VJP run with the exponent's case picked once: `2x` at 2 (square's loop), a
+    /// short form's loop at 3, -1, -2 and 0.5 ([`short_derivative`]), else the
+    /// branch-free power; the NaN results recomputed exactly (`std`'s `powi` and `powf`
+    /// per element cost 25x the forward op).
     #[inline(always)]
     fn grad_any<R: Float>(&self, xs: &[R], bits: Option<Bits<'_>>, g: &[R], out: &mut [R]) {
-        if self.p == 2.0 {
-            grad_run(Square, xs, bits, g, out, false);
-        } else {
-            grad_run(*self, xs, bits, g, out, true);
+        let exact = Some(
+            #[inline(always)]
+            |x| self.derivative(x),
+        );
+        // each case its own loop, the derivative inlined into it (the run kernels are
+        // compiled per SIMD level: a closure not inlined is a call per element)
+        macro_rules! with {
+            (|$x:ident| $fast:expr) => {
+                grad_run_with(
+                    xs,
+                    bits,
+                    g,
+                    out,
+                    #[inline(always)]
+                    |$x: f64| $fast,
+                    exact,
+                )
+            };
+        }
+        match self.p {
+            2.0 => grad_run(Square, xs, bits, g, out, false),
+            3.0 => with!(|x| short_derivative(3.0, x).unwrap_or(f64::NAN)),
+            -1.0 => with!(|x| short_derivative(-1.0, x).unwrap_or(f64::NAN)),
+            -2.0 => with!(|x| short_derivative(-2.0, x).unwrap_or(f64::NAN)),
+            0.5 => with!(|x| short_derivative(0.5, x).unwrap_or(f64::NAN)),
+            _ => with!(|x| self.power_fast(x)),
         }
     }
+
+    /// `p x^(p-1)` with the branch-free `e^((p-1) ln |x|)` ([`Math::powf_fast`]): NaN at
+    /// zeros, infinities and NaNs, which the gradient run recomputes; `2x` at `p = 2`.
+    #[inline(always)]
+    fn power_fast(&self, x: f64) -> f64 {
+        let p = self.p;
+        if p == 2.0 {
+            2.0 * x
+        } else if p == 0.0 || p == 1.0 {
+            p
+        } else if p.is_finite() {
+            p * x.powf_fast(p - 1.0, self.dneg)
+        } else {
+            f64::NAN // recomputed
+        }
+    }
+}
+
+/// The derivative of `x^p` at the exponents with a short form (3, -1, -2, 0.5): the
+/// same bits as [`Pow`]'s exact `powi` form at the integers; `0.5 / sqrt(x)` at 0.5
+/// (+inf at -0, as `powf`; NaN below 0, recomputed). `None` at other exponents.
+#[inline(always)]
+fn short_derivative(p: f64, x: f64) -> Option<f64> {
+    Some(match p {
+        3.0 => 3.0 * (x * x),
+        -1.0 => -(1.0 / (x * x)),
+        -2.0 => -2.0 * (1.0 / (x * (x * x))),
+        0.5 => 0.5 / (x.sqrt() + 0.0),
+        _ => return None,
+    })
 }
 
 impl Unary for Pow {
@@ -1055,7 +1141,11 @@ impl Unary for Pow {
                     move |x: T, valid: bool| {
                         let $c = x.calc();
                         let r = <T::Real as Float>::from_calc($f);
-                        if valid { r } else { <T::Real as Element>::ZERO }
+                        if valid {
+                            r
+                        } else {
+                            <T::Real as Element>::ZERO
+                        }
                     },
                 )
             };
@@ -1130,20 +1220,11 @@ impl Unary for Pow {
             p * x.powf(p - 1.0)
         }
     }
-    /// `p x^(p-1)` with the branch-free `e^((p-1) ln |x|)` ([`Math::powf_fast`]): NaN at
-    /// zeros, infinities and NaNs, which the gradient run recomputes; `2x` at `p = 2`.
+    /// The gradient runs' derivative: a short form ([`short_derivative`]) or
+    /// [`Pow::power_fast`].
     #[inline(always)]
     fn derivative_fast(&self, x: f64) -> f64 {
-        let p = self.p;
-        if p == 2.0 {
-            2.0 * x
-        } else if p == 0.0 || p == 1.0 {
-            p
-        } else if p.is_finite() {
-            p * x.powf_fast(p - 1.0, self.dneg)
-        } else {
-            f64::NAN // recomputed
-        }
+        short_derivative(self.p, x).unwrap_or_else(|| self.power_fast(x))
     }
     /// The exponent's case picked once per run: `2x` at 2, else the branch-free power
     /// and the NaN results recomputed exactly.
@@ -1278,7 +1359,7 @@ pub(crate) mod tests {
         ];
         // one of each variant above, and pow
         assert_eq!(fs.len() + 1, FloatFn::VARIANTS);
-        for p in [2.0, 0.5, 3.0, -1.5, f64::INFINITY] {
+        for p in [2.0, 0.5, 3.0, -1.0, -2.0, -1.5, f64::INFINITY] {
             fs.push(F::Pow(Pow::new(p).unwrap()));
         }
         fs
@@ -1445,7 +1526,18 @@ pub(crate) mod tests {
             words[k / 64] &= !(1u64 << (k % 64));
         }
         let bits = |v: T| Math::to_f64(v).to_bits();
-        for p in [1.5, -0.5, 3.0, -2.0, -1.0, 0.5, 2.0, 0.0, 1.0 / 3.0, f64::INFINITY] {
+        for p in [
+            1.5,
+            -0.5,
+            3.0,
+            -2.0,
+            -1.0,
+            0.5,
+            2.0,
+            0.0,
+            1.0 / 3.0,
+            f64::INFINITY,
+        ] {
             let pow = Pow::new(p).unwrap();
             let mut out = vec![T::NAN; xs.len()];
             pow.map_float(&xs, Some(Bits::new(&words, 0)), &mut out);
