@@ -419,6 +419,9 @@ fn strided_lanes<T: Element, G: LaneGrad>(
     out: &mut [T::Real],
 ) {
     let block = n * inner;
+    if per_lane == PerLane::Yes && uniform_rows(grad, xs, bits, (n, inner), g, out) {
+        return;
+    }
     const TILE: usize = 32;
     let tiles = inner.div_ceil(TILE);
     let total = (xs.len() / block) * tiles;
@@ -486,6 +489,80 @@ fn strided_lanes<T: Element, G: LaneGrad>(
             }
         }
     });
+}
+
+/// [`strided_lanes`] for a reduction whose gradient is one value a lane
+/// ([`LaneGrad::uniform`]: sum, mean): each lane's valid count from the forward count's
+/// column kernel (when there is a mask), its value, then every row of `out` written from
+/// the row of lane values under its mask, rows in parallel: two streaming passes rather
+/// than tiles of lanes (4096² over dim 0: see docs/benchmarks.md). False (nothing
+/// written) for any other gradient.
+fn uniform_rows<T: Element, G: LaneGrad>(
+    grad: &G,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    (n, inner): (usize, usize),
+    g: &[T::Real],
+    out: &mut [T::Real],
+) -> bool {
+    if grad.uniform(1, 0.0).is_none() {
+        return false;
+    }
+    let block = n * inner;
+    let mut counts = vec![n as i64; g.len()];
+    if let Some(b) = bits {
+        counts.fill(0);
+        // column ranges in parallel, each a column kernel over the block's rows
+        const COLS: usize = 1 << 10;
+        par::chunks_mut(&mut counts, COLS, |c, st| {
+            let (blk, i0) = ((c * COLS) / inner, (c * COLS) % inner);
+            let mut start = 0;
+            let mut at = blk * block + i0;
+            // a chunk may cross into the next block's lanes: a kernel call per block
+            while start < st.len() {
+                let w = (inner - (at % block)).min(st.len() - start);
+                let o = at;
+                masked_core::Fold::<T>::push_columns(
+                    &masked_core::fold::Count,
+                    &mut st[start..start + w],
+                    &xs[o..],
+                    inner,
+                    n,
+                    Some(b.offset(o)),
+                    0,
+                );
+                start += w;
+                at = (at / block + 1) * block;
+            }
+        });
+    }
+    let mut vals = Vec::with_capacity(g.len());
+    for (&c, &gv) in counts.iter().zip(g) {
+        match grad.uniform((c as usize).max(1), gv.to_f64()) {
+            Some(v) => vals.push(<T::Real as Float>::from_f64(v)),
+            None => return false,
+        }
+    }
+    let zero = <T::Real as Element>::ZERO;
+    // rows of about 2^14 elements a task
+    let rows = ((1 << 14) / inner).max(1);
+    par::chunks_mut(out, rows * inner, |c, o| {
+        for (j, row) in o.chunks_mut(inner).enumerate() {
+            let r = c * rows + j;
+            let v = &vals[(r / n) * inner..][..inner];
+            match bits {
+                Some(b) => masked_kernels::run::map_run(
+                    v,
+                    Some(b.offset(r * inner)),
+                    row,
+                    #[inline(always)]
+                    move |x, valid| if valid { x } else { zero },
+                ),
+                None => row.copy_from_slice(v),
+            }
+        }
+    });
+    true
 }
 
 #[cfg(test)]
