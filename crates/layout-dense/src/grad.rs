@@ -433,6 +433,9 @@ fn strided_lanes<T: Element, G: LaneGrad>(
         per_lane == PerLane::No && !g.is_empty(),
         per_lane == PerLane::No && !saved.is_empty(),
     );
+    // a map's gradient from its saved output alone (the softmax family): the values are
+    // not read, only the mask's words (`Scratch::contiguous` counts them)
+    let skip_x = has_y && grad.uses_output() && !grad.reads_input_with_output();
     par::for_each(total.div_ceil(per), |task| {
         let zero = <T::Real as Element>::ZERO;
         // row-major tiles (a contiguous copy a row, the forward's kernels), a lane at a
@@ -448,9 +451,19 @@ fn strided_lanes<T: Element, G: LaneGrad>(
             let (b, i0) = (t / tiles, (t % tiles) * TILE);
             let (w, base) = (TILE.min(inner - i0), b * block + i0);
             let at = |k: usize| base + k * inner;
-            tx.resize(n * w, T::ZERO);
             back.resize(n * w, zero);
-            gather_tile(xs, bits, w, at, &mut tx, &mut rows);
+            match (skip_x, bits) {
+                (true, Some(bm)) => {
+                    for (k, r) in rows.iter_mut().enumerate() {
+                        *r = bm.word_at(at(k));
+                    }
+                }
+                (true, None) => {}
+                (false, _) => {
+                    tx.resize(n * w, T::ZERO);
+                    gather_tile(xs, bits, w, at, &mut tx, &mut rows);
+                }
+            }
             for (has, v, tile) in [(has_g, g, &mut tg), (has_y, saved, &mut ty)] {
                 if has {
                     tile.resize(n * w, zero);
@@ -458,7 +471,9 @@ fn strided_lanes<T: Element, G: LaneGrad>(
                 }
             }
             for l in 0..w {
-                read_column(&tx, w, l, &mut vx);
+                if !skip_x {
+                    read_column(&tx, w, l, &mut vx);
+                }
                 let lb = bits.map(|_| {
                     column_bits(&rows, l, &mut words);
                     Bits::new(&words, 0)
