@@ -39,6 +39,7 @@ pub mod pack;
 pub mod par;
 pub mod run;
 pub mod select;
+pub mod transpose;
 pub mod widen;
 
 pub use bits::Bits;

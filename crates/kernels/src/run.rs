@@ -76,26 +76,6 @@ pub fn gather_tile<T: Copy>(
     }
 }
 
-/// Column `j` of a row-major tile `width` elements wide, into `out` (one element a row:
-/// `out[k] = tile[k * width + j]`, `out.len()` rows). Its own function so that the two
-/// slices are known apart: written inline over a tile and a run held in `Vec`s, the loop
-/// reloaded both vectors' pointers from the stack at every element.
-#[inline]
-pub fn read_column<T: Copy>(tile: &[T], width: usize, j: usize, out: &mut [T]) {
-    for k in 0..out.len() {
-        out[k] = tile[k * width + j];
-    }
-}
-
-/// The inverse of [`read_column`]: `col` written as column `j` of a row-major tile
-/// `width` elements wide (`tile[k * width + j] = col[k]`).
-#[inline]
-pub fn write_column<T: Copy>(col: &[T], width: usize, j: usize, tile: &mut [T]) {
-    for k in 0..col.len() {
-        tile[k * width + j] = col[k];
-    }
-}
-
 /// An elementwise monoid the vector kernel evaluates: `lift` each valid element,
 /// `comb`ine with the accumulator, `id` for masked-out ones. `comb` must be associative
 /// and commutative (the kernel keeps independent accumulators and combines them in a

@@ -9,7 +9,8 @@ use masked_core::{Bits, Element, Float, LaneGrad, ReducePlan, Upstream};
 use masked_kernels::bits::column_bits;
 use masked_kernels::pack::{compress_to, expand_to};
 use masked_kernels::par;
-use masked_kernels::run::{fill_run, gather_tile, read_column, write_column};
+use masked_kernels::run::{fill_run, gather_tile};
+use masked_kernels::transpose::{lane_stride, transpose};
 
 /// Where a lane's upstream gradient (or saved forward output) comes from, unpacked.
 #[derive(Clone, Copy)]
@@ -402,9 +403,10 @@ enum PerLane {
 /// positions `b * n * inner + i + k * inner`, `k < n`), every position of `out`
 /// written: tiles of `TILE` neighbouring lanes copied a row at a time (rows of a large
 /// block lie on different pages: a page walk per row serves the tile; 16 lanes were
-/// 1.15x slower, 64 no faster), each lane read out as a run, its gradient written back
-/// as a column, the tile copied back by rows; the tiles in parallel. The forward
-/// normalizations' kernels (`gather_tile`, `read_column`, `column_bits`). A lone
+/// 1.15x slower, 64 no faster), transposed into runs, one a lane (a column read out
+/// one value a row was a scalar store an element), the lanes' gradients transposed
+/// back and the tile copied back by rows; the tiles in parallel. The forward
+/// normalizations' kernels (`gather_tile`, `transpose`, `column_bits`). A lone
 /// 4096 x 4096 block was one serial task of strided gathers (40x the last dim's time),
 /// and a reduction over dim 0 grouped its positions by a sort (100x).
 #[allow(clippy::too_many_arguments)]
@@ -438,12 +440,14 @@ fn strided_lanes<T: Element, G: LaneGrad>(
     let skip_x = has_y && grad.uses_output() && !grad.reads_input_with_output();
     par::for_each(total.div_ceil(per), |task| {
         let zero = <T::Real as Element>::ZERO;
-        // row-major tiles (a contiguous copy a row, the forward's kernels), a lane at a
-        // time read out of them into runs, its gradient written back as a column
+        // row-major tiles (a contiguous copy a row, the forward's kernels) transposed
+        // into runs, one a lane; the lanes' gradients, runs too, transposed back
         let (mut tx, mut tg, mut ty, mut back) = (vec![], vec![], vec![], vec![]);
-        let run = |has: bool| vec![zero; if has { n } else { 0 }];
-        let (mut vx, mut vg, mut vy, mut vo) =
-            (vec![T::ZERO; n], run(has_g), run(has_y), run(true));
+        let (mut lx, mut lg, mut ly, mut lo) = (vec![], vec![], vec![], vec![]);
+        // the values' stand-in where they are not read
+        let vx = vec![T::ZERO; if skip_x { n } else { 0 }];
+        // the lanes' runs a cache line apart where `n` values are a multiple of 256 bytes
+        let (sx, sr) = (lane_stride::<T>(n), lane_stride::<T::Real>(n));
         let mut rows = vec![u64::MAX; if bits.is_some() { n } else { 0 }];
         let mut words = vec![0u64; n.div_ceil(64)];
         let s = &mut Scratch::default();
@@ -451,7 +455,6 @@ fn strided_lanes<T: Element, G: LaneGrad>(
             let (b, i0) = (t / tiles, (t % tiles) * TILE);
             let (w, base) = (TILE.min(inner - i0), b * block + i0);
             let at = |k: usize| base + k * inner;
-            back.resize(n * w, zero);
             match (skip_x, bits) {
                 (true, Some(bm)) => {
                     for (k, r) in rows.iter_mut().enumerate() {
@@ -461,42 +464,52 @@ fn strided_lanes<T: Element, G: LaneGrad>(
                 (true, None) => {}
                 (false, _) => {
                     tx.resize(n * w, T::ZERO);
+                    lx.resize(sx * w, T::ZERO);
                     gather_tile(xs, bits, w, at, &mut tx, &mut rows);
+                    transpose(&tx, (n, w, w), &mut lx, sx);
                 }
             }
-            for (has, v, tile) in [(has_g, g, &mut tg), (has_y, saved, &mut ty)] {
+            for (has, v, tile, lanes) in [
+                (has_g, g, &mut tg, &mut lg),
+                (has_y, saved, &mut ty, &mut ly),
+            ] {
                 if has {
                     tile.resize(n * w, zero);
+                    lanes.resize(sr * w, zero);
                     gather_tile(v, None, w, at, tile, &mut []);
+                    transpose(tile, (n, w, w), lanes, sr);
                 }
             }
+            lo.resize(sr * w, zero);
+            back.resize(n * w, zero);
             for l in 0..w {
-                if !skip_x {
-                    read_column(&tx, w, l, &mut vx);
-                }
+                let lane = l * sr..l * sr + n;
+                let xl = if skip_x {
+                    &vx[..]
+                } else {
+                    &lx[l * sx..l * sx + n]
+                };
                 let lb = bits.map(|_| {
                     column_bits(&rows, l, &mut words);
                     Bits::new(&words, 0)
                 });
                 let (gl, yl) = match per_lane {
                     PerLane::No => {
-                        let each = |has: bool, tile: &[T::Real], col: &mut Vec<T::Real>| {
-                            if has {
-                                read_column(tile, w, l, col);
-                            }
-                        };
-                        each(has_g, &tg, &mut vg);
-                        each(has_y, &ty, &mut vy);
-                        (each_or_absent(has_g, &vg), each_or_absent(has_y, &vy))
+                        // (empty where absent)
+                        let (gs, ys) = (lg.get(lane.clone()), ly.get(lane.clone()));
+                        (
+                            each_or_absent(has_g, gs.unwrap_or_default()),
+                            each_or_absent(has_y, ys.unwrap_or_default()),
+                        )
                     }
                     PerLane::Yes => {
                         let k = b * inner + i0 + l;
                         (Src::One(g[k]), one(saved, k))
                     }
                 };
-                s.contiguous(grad, &vx, lb, gl, yl, &mut vo);
-                write_column(&vo, w, l, &mut back);
+                s.contiguous(grad, xl, lb, gl, yl, &mut lo[lane]);
             }
+            transpose(&lo, (w, n, sr), &mut back, w);
             for k in 0..n {
                 // SAFETY: row part k of this tile: positions no other task writes
                 let part = unsafe { dst.part(at(k), at(k) + w) };

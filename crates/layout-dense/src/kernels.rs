@@ -19,6 +19,7 @@ use masked_core::binary::{keep_pair_run, KeepOperands};
 use masked_core::{Element, Fold, LaneMap, LaneStat, ReducePlan, RUN_BLOCK};
 use masked_kernels::pack::compress_into;
 use masked_kernels::par;
+use masked_kernels::transpose::{lane_stride, transpose};
 use masked_kernels::Bits;
 
 use masked_kernels::fresh_vec as output_vec;
@@ -448,22 +449,25 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
         let m = (8 * GRAIN / len.max(1)).clamp(1, 64);
         par::chunks_mut2(&mut out, m, &mut any, m, |c, oc, ac| {
             let (w, first) = (oc.len(), bases[c * m]);
-            let (tile, rows, col, words, vals, pos) = &mut (
+            let sx = lane_stride::<T>(len);
+            let (tile, rows, cols, words, vals, pos) = &mut (
                 vec![T::default(); len * w],
                 vec![u64::MAX; if bits.is_some() { len } else { 0 }],
-                vec![T::default(); len],
+                vec![T::default(); sx * w],
                 vec![0u64; len.div_ceil(64)],
                 Vec::with_capacity(len),
                 Vec::new(),
             );
             masked_kernels::run::gather_tile(xs, bits, w, |i| first + lane_off[i], tile, rows);
+            // the lanes as runs, one after another (a tile transpose)
+            transpose(tile, (len, w, w), cols, sx);
             for k in 0..w {
                 vals.clear();
                 pos.clear();
-                // the lane read out as a run and packed by its validity word by word (a
-                // branch per element on a random mask mispredicted half the time: 14x
-                // the time of dim 1)
-                masked_kernels::run::read_column(tile, w, k, col);
+                // the lane, a run, packed by its validity word by word (a branch per
+                // element on a random mask mispredicted half the time: 14x the time of
+                // dim 1)
+                let col = &cols[k * sx..k * sx + len];
                 let lane_bits = bits.map(|_| {
                     masked_kernels::bits::column_bits(rows, k, words);
                     Bits::new(words, 0)
@@ -593,12 +597,13 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
     let per_task = (GRAIN / (len * tile)).max(1);
     let dst = par::Scatter::new(out);
     par::for_each(ntiles.div_ceil(per_task), |t| {
-        let (tl, rows, vals, words, lane, back) = &mut (
+        let (sx, so) = (lane_stride::<T>(len), lane_stride::<M::Output>(len));
+        let (tl, rows, lanes, words, mapped, back) = &mut (
             vec![T::default(); len * tile],
             vec![u64::MAX; if bits.is_some() { len } else { 0 }],
-            vec![T::default(); len],
+            vec![T::default(); sx * tile],
             vec![0u64; len.div_ceil(64)],
-            vec![M::Output::default(); len],
+            vec![M::Output::default(); so * tile],
             vec![M::Output::default(); len * tile],
         );
         for i in t * per_task..ntiles.min((t + 1) * per_task) {
@@ -606,15 +611,18 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
             let w = tile.min(inner - j0);
             let (tl, back) = (&mut tl[..len * w], &mut back[..len * w]);
             masked_kernels::run::gather_tile(xs, bits, w, |k| base + k * inner + j0, tl, rows);
+            // the lanes as runs, one after another (a tile transpose), mapped into runs,
+            // transposed back
+            transpose(tl, (len, w, w), lanes, sx);
             for jj in 0..w {
-                masked_kernels::run::read_column(tl, w, jj, vals);
                 let lane_bits = bits.map(|_| {
                     masked_kernels::bits::column_bits(rows, jj, words);
                     Bits::new(words, 0)
                 });
-                map.map(vals, lane_bits, lane);
-                masked_kernels::run::write_column(lane, w, jj, back);
+                let x = &lanes[jj * sx..jj * sx + len];
+                map.map(x, lane_bits, &mut mapped[jj * so..jj * so + len]);
             }
+            transpose(mapped, (w, len, so), back, w);
             for k in 0..len {
                 let row = base + k * inner + j0;
                 // SAFETY: this tile's elements of row `k` (`w` of them from `row`) are

@@ -246,10 +246,11 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
             return;
         }
         let tr = COLUMN_TILE_ROWS.min(nrows);
+        let ld = masked_kernels::transpose::lane_stride::<T>(tr);
         let (tile, rows, run, words) = &mut (
             vec![T::default(); w.min(64) * tr],
             vec![0u64; tr],
-            vec![T::default(); tr],
+            vec![T::default(); w.min(64) * ld],
             vec![0u64; tr.div_ceil(64)],
         );
         for c0 in (0..w).step_by(64) {
@@ -260,13 +261,14 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
                 let (tile, rows) = (&mut tile[..rn * cw], &mut rows[..rn]);
                 masked_kernels::run::gather_tile(xs, bits, cw, |i| first + i * stride, tile, rows);
                 let words = &mut words[..rn.div_ceil(64)];
+                // the columns as runs, one after another (a tile transpose)
+                masked_kernels::transpose::transpose(tile, (rn, cw, cw), run, ld);
                 for (j, s) in states[c0..c0 + cw].iter_mut().enumerate() {
-                    masked_kernels::run::read_column(tile, cw, j, &mut run[..rn]);
                     let rb = bits.map(|_| {
                         masked_kernels::bits::column_bits(rows, j, words);
                         Bits::new(words, 0)
                     });
-                    self.push_run(s, &run[..rn], rb, idx0 + r0 as i64);
+                    self.push_run(s, &run[j * ld..j * ld + rn], rb, idx0 + r0 as i64);
                 }
             }
         }

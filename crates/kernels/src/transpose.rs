@@ -1,0 +1,265 @@
+//! Tile transposes: a row-major `rows x width` tile into its columns, one after another
+//! (`dst[j * rows + k] = src[k * width + j]`), so that the lanes of a reduction or a
+//! normalization along a leading dim, gathered a tile of rows at a time, are read as
+//! runs. Values are moved as bits (never through float arithmetic: NaN payloads and
+//! signed zeros stay), 4- and 8-byte values in 8 x 8 and 4 x 4 blocks of AVX shuffles
+//! where the CPU has AVX, everything else (the halves, the edges, other CPUs) a value at
+//! a time in cache-sized blocks. A column read one value a row (`read_column`) was one
+//! scalar store an element: 4096² softmax along dim 0 spent a third of its time there.
+
+/// The row stride to give the transpose of a tile with `rows` rows (its lanes' stride
+/// in [`transpose`]'s `dst`): `rows`, one cache line more where that is a multiple of
+/// 256 bytes. A power-of-two stride puts every lane's start in one cache set, and eight
+/// stores a block to eight lanes 4 KiB apart (1024 rows of `f32`) evicted each other: the
+/// transposes ran 2x slower than a column read a value at a time.
+pub fn lane_stride<T>(rows: usize) -> usize {
+    let size = std::mem::size_of::<T>().max(1);
+    if rows * size >= 256 && (rows * size) % 256 == 0 {
+        rows + 64 / size
+    } else {
+        rows
+    }
+}
+
+/// `dst[j * ld + k] = src[k * ls + j]` for `k < rows`, `j < width`: the tile `src`
+/// (`rows` rows `width` wide, rows `ls` apart) transposed into `dst` (`width` rows
+/// `rows` wide, rows `ld` apart; [`lane_stride`] gives a good `ld`).
+///
+/// # Panics
+/// If `ls < width`, `ld < rows`, or `src` or `dst` is too short for its rows.
+pub fn transpose<T: Copy>(
+    src: &[T],
+    (rows, width, ls): (usize, usize, usize),
+    dst: &mut [T],
+    ld: usize,
+) {
+    if rows == 0 || width == 0 {
+        return;
+    }
+    assert!(
+        ls >= width && ld >= rows,
+        "transpose: strides shorter than rows"
+    );
+    assert!(
+        src.len() >= (rows - 1) * ls + width && dst.len() >= (width - 1) * ld + rows,
+        "transpose: a tile too short"
+    );
+    let (mut r8, mut w8) = (0, 0);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        let size = std::mem::size_of::<T>();
+        if size == 4 || size == 8 {
+            let b = if size == 4 { 8 } else { 4 };
+            (r8, w8) = (rows / b * b, width / b * b);
+            let shape = (r8, w8, ls, ld);
+            // SAFETY: AVX is present; every block read lies in the rows of `src` and
+            // every block written in the rows of `dst` (whole blocks within `r8 x w8`,
+            // the lengths checked above); `T` is `Copy` and of the size of the lanes
+            // moved, which are moved as bits.
+            unsafe {
+                if size == 4 {
+                    x86::blocks8(src.as_ptr().cast(), shape, dst.as_mut_ptr().cast());
+                } else {
+                    x86::blocks4(src.as_ptr().cast(), shape, dst.as_mut_ptr().cast());
+                }
+            }
+        }
+    }
+    // the columns beyond the blocks, then the rows beyond them under the blocks' columns
+    plain(src, ls, dst, ld, 0..rows, w8..width);
+    plain(src, ls, dst, ld, r8..rows, 0..w8);
+}
+
+/// [`transpose`] over rows `ks` and columns `js`, a value at a time in blocks of 16 x 16.
+fn plain<T: Copy>(
+    src: &[T],
+    ls: usize,
+    dst: &mut [T],
+    ld: usize,
+    ks: std::ops::Range<usize>,
+    js: std::ops::Range<usize>,
+) {
+    const B: usize = 16;
+    for k0 in ks.clone().step_by(B) {
+        let k1 = (k0 + B).min(ks.end);
+        for j0 in js.clone().step_by(B) {
+            for j in j0..(j0 + B).min(js.end) {
+                for k in k0..k1 {
+                    dst[j * ld + k] = src[k * ls + j];
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// The 8 x 8 blocks of 32-bit values within `r8 x w8` (source rows `ls` apart,
+    /// destination rows `ld` apart).
+    ///
+    /// # Safety
+    /// AVX present; `src` valid for `r8` rows of `ls` (the last `w8` long), `dst` for
+    /// `w8` rows of `ld` (the last `r8` long); `r8` and `w8` multiples of 8.
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn blocks8(
+        src: *const f32,
+        (r8, w8, ls, ld): (usize, usize, usize, usize),
+        dst: *mut f32,
+    ) {
+        for k0 in (0..r8).step_by(8) {
+            for j0 in (0..w8).step_by(8) {
+                // SAFETY: rows k0..k0 + 8 and columns j0..j0 + 8 lie in the tile (the
+                // caller's bounds); the loads and stores are unaligned.
+                unsafe {
+                    // written out: a closure or an array `map` here is not inlined
+                    // into this AVX function, and each load becomes a call
+                    let p = src.add(k0 * ls + j0);
+                    let r = [
+                        _mm256_loadu_ps(p),
+                        _mm256_loadu_ps(p.add(ls)),
+                        _mm256_loadu_ps(p.add(2 * ls)),
+                        _mm256_loadu_ps(p.add(3 * ls)),
+                        _mm256_loadu_ps(p.add(4 * ls)),
+                        _mm256_loadu_ps(p.add(5 * ls)),
+                        _mm256_loadu_ps(p.add(6 * ls)),
+                        _mm256_loadu_ps(p.add(7 * ls)),
+                    ];
+                    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+                    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+                    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+                    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+                    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+                    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+                    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+                    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+                    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                    let c = [
+                        _mm256_permute2f128_ps::<0x20>(u0, u4),
+                        _mm256_permute2f128_ps::<0x20>(u1, u5),
+                        _mm256_permute2f128_ps::<0x20>(u2, u6),
+                        _mm256_permute2f128_ps::<0x20>(u3, u7),
+                        _mm256_permute2f128_ps::<0x31>(u0, u4),
+                        _mm256_permute2f128_ps::<0x31>(u1, u5),
+                        _mm256_permute2f128_ps::<0x31>(u2, u6),
+                        _mm256_permute2f128_ps::<0x31>(u3, u7),
+                    ];
+                    let q = dst.add(j0 * ld + k0);
+                    _mm256_storeu_ps(q, c[0]);
+                    _mm256_storeu_ps(q.add(ld), c[1]);
+                    _mm256_storeu_ps(q.add(2 * ld), c[2]);
+                    _mm256_storeu_ps(q.add(3 * ld), c[3]);
+                    _mm256_storeu_ps(q.add(4 * ld), c[4]);
+                    _mm256_storeu_ps(q.add(5 * ld), c[5]);
+                    _mm256_storeu_ps(q.add(6 * ld), c[6]);
+                    _mm256_storeu_ps(q.add(7 * ld), c[7]);
+                }
+            }
+        }
+    }
+
+    /// The 4 x 4 blocks of 64-bit values within `r4 x w4`.
+    ///
+    /// # Safety
+    /// As [`blocks8`], multiples of 4.
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn blocks4(
+        src: *const f64,
+        (r4, w4, ls, ld): (usize, usize, usize, usize),
+        dst: *mut f64,
+    ) {
+        for k0 in (0..r4).step_by(4) {
+            for j0 in (0..w4).step_by(4) {
+                // SAFETY: as in `blocks8`
+                unsafe {
+                    let p = src.add(k0 * ls + j0);
+                    let r = [
+                        _mm256_loadu_pd(p),
+                        _mm256_loadu_pd(p.add(ls)),
+                        _mm256_loadu_pd(p.add(2 * ls)),
+                        _mm256_loadu_pd(p.add(3 * ls)),
+                    ];
+                    let t0 = _mm256_unpacklo_pd(r[0], r[1]);
+                    let t1 = _mm256_unpackhi_pd(r[0], r[1]);
+                    let t2 = _mm256_unpacklo_pd(r[2], r[3]);
+                    let t3 = _mm256_unpackhi_pd(r[2], r[3]);
+                    let c = [
+                        _mm256_permute2f128_pd::<0x20>(t0, t2),
+                        _mm256_permute2f128_pd::<0x20>(t1, t3),
+                        _mm256_permute2f128_pd::<0x31>(t0, t2),
+                        _mm256_permute2f128_pd::<0x31>(t1, t3),
+                    ];
+                    let q = dst.add(j0 * ld + k0);
+                    _mm256_storeu_pd(q, c[0]);
+                    _mm256_storeu_pd(q.add(ld), c[1]);
+                    _mm256_storeu_pd(q.add(2 * ld), c[2]);
+                    _mm256_storeu_pd(q.add(3 * ld), c[3]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every value lands at its transposed place, bit for bit, for 2-, 4- and 8-byte
+    /// values, shapes with and without whole blocks, NaN payloads and -0 among them; the
+    /// transpose of the transpose is the tile.
+    #[test]
+    fn transposes_every_shape_and_size_bit_for_bit() {
+        fn check<T: Copy + PartialEq + std::fmt::Debug>(of: impl Fn(usize) -> T) {
+            let shapes = [
+                (1, 1),
+                (8, 8),
+                (16, 32),
+                (37, 20),
+                (64, 3),
+                (5, 70),
+                (100, 33),
+            ];
+            for (rows, width) in shapes {
+                // packed and strided sources, packed and padded destinations
+                for (ls, ld) in [(width, rows), (width + 3, lane_stride::<T>(rows) + 5)] {
+                    let src: Vec<T> = (0..rows * ls).map(&of).collect();
+                    let mut dst = vec![of(usize::MAX); width * ld];
+                    transpose(&src, (rows, width, ls), &mut dst, ld);
+                    for k in 0..rows {
+                        for j in 0..width {
+                            let (got, want) = (dst[j * ld + k], src[k * ls + j]);
+                            assert_eq!(got, want, "{rows}x{width} ({k}, {j})");
+                        }
+                    }
+                    let mut back = vec![of(usize::MAX); rows * ls];
+                    transpose(&dst, (width, rows, ld), &mut back, ls);
+                    for k in 0..rows {
+                        assert_eq!(back[k * ls..k * ls + width], src[k * ls..k * ls + width]);
+                    }
+                }
+            }
+        }
+        // values compared as bits: a NaN with a payload, -0.0
+        let f32_bits = |i: usize| match i % 7 {
+            0 => 0x7fc0_1234u32,
+            1 => 0x8000_0000,
+            _ => (i as u32).wrapping_mul(2_654_435_761),
+        };
+        check(|i| f32::from_bits(f32_bits(i)).to_bits());
+        check(|i| (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        check(|i| i as u16);
+        check(|i| [i as u8; 3]);
+        // a stride of 1024 f32 (4 KiB) gets a line more; odd ones stay
+        assert_eq!(lane_stride::<f32>(1024), 1040);
+        assert_eq!(lane_stride::<f32>(1000), 1000);
+        assert_eq!(lane_stride::<u16>(20), 20);
+    }
+}
