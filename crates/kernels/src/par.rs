@@ -347,6 +347,34 @@ impl<'a, T> Scatter<'a, T> {
         unsafe { &mut *self.ptr.add(i) }
     }
 
+    /// [`transpose`](crate::transpose::transpose) of `src` (`rows` rows `width` wide,
+    /// rows `ls` apart) into the slots `at + j * ld + k` (`j < width`, `k < rows`;
+    /// checked against the length): a tile of lanes written back as a tile of columns.
+    ///
+    /// # Safety
+    /// No other access to those slots happens during the call (in any task).
+    pub unsafe fn transposed(
+        &self,
+        src: &[T],
+        (rows, width, ls): (usize, usize, usize),
+        at: usize,
+        ld: usize,
+    ) where
+        T: Copy,
+    {
+        if rows == 0 || width == 0 {
+            return;
+        }
+        assert!(
+            ld >= rows && at + (width - 1) * ld + rows <= self.len,
+            "scatter transpose out of {}",
+            self.len
+        );
+        // SAFETY: every slot written is in bounds (checked) and this task's alone (the
+        // contract).
+        unsafe { crate::transpose::transpose_raw(src, (rows, width, ls), self.ptr.add(at), ld) }
+    }
+
     /// Slots `lo..hi` as a slice (checked against the length).
     ///
     /// # Safety

@@ -27,10 +27,32 @@ pub fn lane_stride<T>(rows: usize) -> usize {
 ///
 /// # Panics
 /// If `ls < width`, `ld < rows`, or `src` or `dst` is too short for its rows.
-pub fn transpose<T: Copy>(
+pub fn transpose<T: Copy>(src: &[T], shape: (usize, usize, usize), dst: &mut [T], ld: usize) {
+    let (rows, width, _) = shape;
+    if rows == 0 || width == 0 {
+        return;
+    }
+    assert!(
+        dst.len() >= (width - 1) * ld + rows,
+        "transpose: a tile too short"
+    );
+    // SAFETY: `dst` holds every position written (checked), borrowed mutably.
+    unsafe { transpose_raw(src, shape, dst.as_mut_ptr(), ld) }
+}
+
+/// [`transpose`] into rows of a buffer that other tasks write between them (a tile of
+/// columns of a larger array): `dst[j * ld + k]`, `j < width`, `k < rows`, from `dst`.
+///
+/// # Safety
+/// `dst` is valid for writes at every such position, and no other access to them
+/// happens during the call.
+///
+/// # Panics
+/// If `ls < width`, `ld < rows`, or `src` is too short for its rows.
+pub unsafe fn transpose_raw<T: Copy>(
     src: &[T],
     (rows, width, ls): (usize, usize, usize),
-    dst: &mut [T],
+    dst: *mut T,
     ld: usize,
 ) {
     if rows == 0 || width == 0 {
@@ -41,7 +63,7 @@ pub fn transpose<T: Copy>(
         "transpose: strides shorter than rows"
     );
     assert!(
-        src.len() >= (rows - 1) * ls + width && dst.len() >= (width - 1) * ld + rows,
+        src.len() >= (rows - 1) * ls + width,
         "transpose: a tile too short"
     );
     let (mut r8, mut w8) = (0, 0);
@@ -52,29 +74,36 @@ pub fn transpose<T: Copy>(
             let b = if size == 4 { 8 } else { 4 };
             (r8, w8) = (rows / b * b, width / b * b);
             let shape = (r8, w8, ls, ld);
-            // SAFETY: AVX is present; every block read lies in the rows of `src` and
-            // every block written in the rows of `dst` (whole blocks within `r8 x w8`,
-            // the lengths checked above); `T` is `Copy` and of the size of the lanes
-            // moved, which are moved as bits.
+            // SAFETY: AVX is present; every block read lies in the rows of `src` (the
+            // length checked above) and every block written at a position the caller
+            // gives (whole blocks within `r8 x w8`); `T` is `Copy` and of the size of
+            // the lanes moved, which are moved as bits.
             unsafe {
                 if size == 4 {
-                    x86::blocks8(src.as_ptr().cast(), shape, dst.as_mut_ptr().cast());
+                    x86::blocks8(src.as_ptr().cast(), shape, dst.cast());
                 } else {
-                    x86::blocks4(src.as_ptr().cast(), shape, dst.as_mut_ptr().cast());
+                    x86::blocks4(src.as_ptr().cast(), shape, dst.cast());
                 }
             }
         }
     }
     // the columns beyond the blocks, then the rows beyond them under the blocks' columns
-    plain(src, ls, dst, ld, 0..rows, w8..width);
-    plain(src, ls, dst, ld, r8..rows, 0..w8);
+    // SAFETY: positions the caller gives
+    unsafe {
+        plain(src, ls, dst, ld, 0..rows, w8..width);
+        plain(src, ls, dst, ld, r8..rows, 0..w8);
+    }
 }
 
-/// [`transpose`] over rows `ks` and columns `js`, a value at a time in blocks of 16 x 16.
-fn plain<T: Copy>(
+/// [`transpose_raw`] over rows `ks` and columns `js`, a value at a time in blocks of
+/// 16 x 16.
+///
+/// # Safety
+/// As [`transpose_raw`], for these rows and columns.
+unsafe fn plain<T: Copy>(
     src: &[T],
     ls: usize,
-    dst: &mut [T],
+    dst: *mut T,
     ld: usize,
     ks: std::ops::Range<usize>,
     js: std::ops::Range<usize>,
@@ -85,7 +114,8 @@ fn plain<T: Copy>(
         for j0 in js.clone().step_by(B) {
             for j in j0..(j0 + B).min(js.end) {
                 for k in k0..k1 {
-                    dst[j * ld + k] = src[k * ls + j];
+                    // SAFETY: a position the caller gives
+                    unsafe { dst.add(j * ld + k).write(src[k * ls + j]) };
                 }
             }
         }
@@ -257,6 +287,21 @@ mod tests {
         check(|i| (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         check(|i| i as u16);
         check(|i| [i as u8; 3]);
+        // into a tile of columns of a larger buffer: those slots written, no other
+        let (rows, width, ld) = (9, 5, 13);
+        let src: Vec<u32> = (0..(rows * width) as u32).collect();
+        let mut big = vec![u32::MAX; 3 + (width - 1) * ld + rows + 4];
+        let scatter = crate::par::Scatter::new(&mut big);
+        // SAFETY: one task; the slots are the buffer's
+        unsafe { scatter.transposed(&src, (rows, width, width), 3, ld) };
+        for (p, &v) in big.iter().enumerate() {
+            let (j, k) = ((p.wrapping_sub(3)) / ld, (p.wrapping_sub(3)) % ld);
+            if p >= 3 && j < width && k < rows {
+                assert_eq!(v, src[k * width + j], "slot {p}");
+            } else {
+                assert_eq!(v, u32::MAX, "slot {p} written");
+            }
+        }
         // a stride of 1024 f32 (4 KiB) gets a line more; odd ones stay
         assert_eq!(lane_stride::<f32>(1024), 1040);
         assert_eq!(lane_stride::<f32>(1000), 1000);
