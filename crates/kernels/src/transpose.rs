@@ -14,7 +14,7 @@
 /// transposes ran 2x slower than a column read a value at a time.
 pub fn lane_stride<T>(rows: usize) -> usize {
     let size = std::mem::size_of::<T>().max(1);
-    if rows * size >= 256 && (rows * size) % 256 == 0 {
+    if rows * size >= 256 && (rows * size).is_multiple_of(256) {
         rows + 64 / size
     } else {
         rows
