@@ -56,8 +56,9 @@ fn prefetch_chunk<T>(xs: &[T], at: usize) {
 /// (`tile[i * w..i * w + w]`, `tile.len() / w` rows) is `xs[row(i)..row(i) + w]`, and
 /// `rows[i]` its validity bits, bit `k` for column `k` (left as it is without `bits`).
 /// The reductions, normalizations and statistics along outer dims read their lanes out
-/// of it ([`read_column`], [`crate::bits::column_bits`]): one contiguous copy and one
-/// word a row, where a lane at a time read a cache line and tested a bit per element.
+/// of it ([`crate::transpose::transpose`], [`crate::bits::column_bits`]): one contiguous
+/// copy and one word a row, where a lane at a time read a cache line and tested a bit
+/// per element.
 #[inline]
 pub fn gather_tile<T: Copy>(
     xs: &[T],
