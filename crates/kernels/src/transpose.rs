@@ -126,114 +126,87 @@ unsafe fn plain<T: Copy>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// The 8 x 8 blocks of 32-bit values within `r8 x w8` (source rows `ls` apart,
-    /// destination rows `ld` apart).
+    /// Declares `$name`: the `$b x $b` blocks of `$t` values within `rb x wb` (source
+    /// rows `ls` apart, destination rows `ld` apart), each block's rows `$r` loaded,
+    /// turned into its columns by `$shuffle`, stored. The loads and stores are written
+    /// out by the macro: a closure or an array `map` is not inlined into an AVX
+    /// function, and each load became a call.
     ///
-    /// # Safety
-    /// AVX present; `src` valid for `r8` rows of `ls` (the last `w8` long), `dst` for
-    /// `w8` rows of `ld` (the last `r8` long); `r8` and `w8` multiples of 8.
-    #[target_feature(enable = "avx")]
-    pub(super) unsafe fn blocks8(
-        src: *const f32,
-        (r8, w8, ls, ld): (usize, usize, usize, usize),
-        dst: *mut f32,
-    ) {
-        for k0 in (0..r8).step_by(8) {
-            for j0 in (0..w8).step_by(8) {
-                // SAFETY: rows k0..k0 + 8 and columns j0..j0 + 8 lie in the tile (the
-                // caller's bounds); the loads and stores are unaligned.
-                unsafe {
-                    // written out: a closure or an array `map` here is not inlined
-                    // into this AVX function, and each load becomes a call
-                    let p = src.add(k0 * ls + j0);
-                    let r = [
-                        _mm256_loadu_ps(p),
-                        _mm256_loadu_ps(p.add(ls)),
-                        _mm256_loadu_ps(p.add(2 * ls)),
-                        _mm256_loadu_ps(p.add(3 * ls)),
-                        _mm256_loadu_ps(p.add(4 * ls)),
-                        _mm256_loadu_ps(p.add(5 * ls)),
-                        _mm256_loadu_ps(p.add(6 * ls)),
-                        _mm256_loadu_ps(p.add(7 * ls)),
-                    ];
-                    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-                    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-                    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-                    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-                    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-                    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-                    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-                    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-                    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-                    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-                    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-                    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-                    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-                    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-                    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-                    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-                    let c = [
-                        _mm256_permute2f128_ps::<0x20>(u0, u4),
-                        _mm256_permute2f128_ps::<0x20>(u1, u5),
-                        _mm256_permute2f128_ps::<0x20>(u2, u6),
-                        _mm256_permute2f128_ps::<0x20>(u3, u7),
-                        _mm256_permute2f128_ps::<0x31>(u0, u4),
-                        _mm256_permute2f128_ps::<0x31>(u1, u5),
-                        _mm256_permute2f128_ps::<0x31>(u2, u6),
-                        _mm256_permute2f128_ps::<0x31>(u3, u7),
-                    ];
-                    let q = dst.add(j0 * ld + k0);
-                    _mm256_storeu_ps(q, c[0]);
-                    _mm256_storeu_ps(q.add(ld), c[1]);
-                    _mm256_storeu_ps(q.add(2 * ld), c[2]);
-                    _mm256_storeu_ps(q.add(3 * ld), c[3]);
-                    _mm256_storeu_ps(q.add(4 * ld), c[4]);
-                    _mm256_storeu_ps(q.add(5 * ld), c[5]);
-                    _mm256_storeu_ps(q.add(6 * ld), c[6]);
-                    _mm256_storeu_ps(q.add(7 * ld), c[7]);
+    /// The functions' safety contract: AVX present; `src` valid for `rb` rows of `ls`
+    /// (the last `wb` long), `dst` for `wb` rows of `ld` (the last `rb` long); `rb` and
+    /// `wb` multiples of `$b`.
+    macro_rules! blocks {
+        ($(#[$doc:meta])* $name:ident: $t:ty, $b:literal, $load:ident, $store:ident,
+         [$($i:literal),*], |$r:ident| $shuffle:block) => {
+            $(#[$doc])*
+            #[target_feature(enable = "avx")]
+            pub(super) unsafe fn $name(
+                src: *const $t,
+                (rb, wb, ls, ld): (usize, usize, usize, usize),
+                dst: *mut $t,
+            ) {
+                for k0 in (0..rb).step_by($b) {
+                    for j0 in (0..wb).step_by($b) {
+                        // SAFETY: rows k0.. and columns j0.. of one block lie in the
+                        // tile (the caller's bounds); loads and stores are unaligned.
+                        unsafe {
+                            let p = src.add(k0 * ls + j0);
+                            let $r = [$($load(p.add($i * ls))),*];
+                            let c = $shuffle;
+                            let q = dst.add(j0 * ld + k0);
+                            $($store(q.add($i * ld), c[$i]);)*
+                        }
+                    }
                 }
             }
+        };
+    }
+
+    blocks! {
+        /// The 8 x 8 blocks of 32-bit values (the macro's contract).
+        blocks8: f32, 8, _mm256_loadu_ps, _mm256_storeu_ps, [0, 1, 2, 3, 4, 5, 6, 7], |r| {
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            [
+                _mm256_permute2f128_ps::<0x20>(u0, u4),
+                _mm256_permute2f128_ps::<0x20>(u1, u5),
+                _mm256_permute2f128_ps::<0x20>(u2, u6),
+                _mm256_permute2f128_ps::<0x20>(u3, u7),
+                _mm256_permute2f128_ps::<0x31>(u0, u4),
+                _mm256_permute2f128_ps::<0x31>(u1, u5),
+                _mm256_permute2f128_ps::<0x31>(u2, u6),
+                _mm256_permute2f128_ps::<0x31>(u3, u7),
+            ]
         }
     }
 
-    /// The 4 x 4 blocks of 64-bit values within `r4 x w4`.
-    ///
-    /// # Safety
-    /// As [`blocks8`], multiples of 4.
-    #[target_feature(enable = "avx")]
-    pub(super) unsafe fn blocks4(
-        src: *const f64,
-        (r4, w4, ls, ld): (usize, usize, usize, usize),
-        dst: *mut f64,
-    ) {
-        for k0 in (0..r4).step_by(4) {
-            for j0 in (0..w4).step_by(4) {
-                // SAFETY: as in `blocks8`
-                unsafe {
-                    let p = src.add(k0 * ls + j0);
-                    let r = [
-                        _mm256_loadu_pd(p),
-                        _mm256_loadu_pd(p.add(ls)),
-                        _mm256_loadu_pd(p.add(2 * ls)),
-                        _mm256_loadu_pd(p.add(3 * ls)),
-                    ];
-                    let t0 = _mm256_unpacklo_pd(r[0], r[1]);
-                    let t1 = _mm256_unpackhi_pd(r[0], r[1]);
-                    let t2 = _mm256_unpacklo_pd(r[2], r[3]);
-                    let t3 = _mm256_unpackhi_pd(r[2], r[3]);
-                    let c = [
-                        _mm256_permute2f128_pd::<0x20>(t0, t2),
-                        _mm256_permute2f128_pd::<0x20>(t1, t3),
-                        _mm256_permute2f128_pd::<0x31>(t0, t2),
-                        _mm256_permute2f128_pd::<0x31>(t1, t3),
-                    ];
-                    let q = dst.add(j0 * ld + k0);
-                    _mm256_storeu_pd(q, c[0]);
-                    _mm256_storeu_pd(q.add(ld), c[1]);
-                    _mm256_storeu_pd(q.add(2 * ld), c[2]);
-                    _mm256_storeu_pd(q.add(3 * ld), c[3]);
-                }
-            }
+    blocks! {
+        /// The 4 x 4 blocks of 64-bit values (the macro's contract).
+        blocks4: f64, 4, _mm256_loadu_pd, _mm256_storeu_pd, [0, 1, 2, 3], |r| {
+            let t0 = _mm256_unpacklo_pd(r[0], r[1]);
+            let t1 = _mm256_unpackhi_pd(r[0], r[1]);
+            let t2 = _mm256_unpacklo_pd(r[2], r[3]);
+            let t3 = _mm256_unpackhi_pd(r[2], r[3]);
+            [
+                _mm256_permute2f128_pd::<0x20>(t0, t2),
+                _mm256_permute2f128_pd::<0x20>(t1, t3),
+                _mm256_permute2f128_pd::<0x31>(t0, t2),
+                _mm256_permute2f128_pd::<0x31>(t1, t3),
+            ]
         }
     }
 }
