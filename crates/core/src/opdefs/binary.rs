@@ -402,7 +402,10 @@ impl KeepBin {
             KeepBin::Mul => a * b,
             KeepBin::FloorDivide => floor_div(a, b),
             KeepBin::Pow => {
-                if a == C::NEG_INFINITY && b > c(0.0) && b.trunc() != b {
+                if b == c(0.5) {
+                    // as the unary pow (and torch, numpy): -0 at -0, NaN at -inf
+                    a.sqrt()
+                } else if a == C::NEG_INFINITY && b > c(0.0) && b.trunc() != b {
                     C::NAN
                 } else {
                     a.powf(b)
@@ -689,10 +692,10 @@ impl<T: Element> ZipMap<T> for KeepZip {
             && let (Src::Slice(x), Src::Splat(p)) = (xs, ys)
             && let Ok(pow) = crate::unary::Pow::new(p.to_f64())
         {
-            // `x ** p`, one exponent: the unary pow's loop (`x * x` at 2, else the
-            // branch-free power with the exact form at zeros, infinities and NaNs), in
-            // the accuracy contract, instead of `powf` per element (4096² f32 `x ** 3`:
-            // see docs/benchmarks.md)
+            // `x ** p`, one exponent: the unary pow's loop (short forms at 2, 3, -1, -2
+            // and 0.5, else the branch-free power with the exact form at zeros,
+            // infinities and NaNs), in the accuracy contract, instead of `powf` per
+            // element (4096² f32 `x ** 3` 28 -> 4.4 ms: docs/benchmarks.md)
             let out = <T::Real as Erase>::unerase_owned(T::erase::<SliceMutOf<'_>>(out))
                 .expect("a float's real type is itself");
             crate::unary::float_run(crate::unary::FloatFn::Pow(pow), &x[..out.len()], bits, out);
@@ -1977,6 +1980,8 @@ mod tests {
         assert_eq!(keep(KeepBin::Fmax, f64::NAN, 1.0), 1.0);
         assert_eq!(keep(KeepBin::Fmin, 1.0, f64::NAN), 1.0);
         assert!(keep(KeepBin::Pow, f64::NEG_INFINITY, 0.5).is_nan());
+        // (-0) ** 0.5 = -0, as the unary pow, torch and numpy
+        assert!(keep(KeepBin::Pow, -0.0, 0.5).is_sign_negative());
         let inf = f64::INFINITY;
         assert_eq!(FloatBin::LogAddExp.float(inf, inf), inf);
         assert_eq!(FloatBin::LogAddExp.float(-inf, -inf), -inf);
