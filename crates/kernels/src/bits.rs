@@ -80,28 +80,60 @@ impl<'a> Bits<'a> {
     }
 }
 
-/// The validity bits of column `j` of a tile whose rows' bits are `rows` (bit `j` of
-/// `rows[k]`: row `k`'s element in column `j`): bit `k` of `out` is bit `j` of `rows[k]`,
-/// for the first `out.len() * 64` rows (bits past `rows.len()` are 0). Built a word at
-/// a time in a register; a tile of up to 64 columns read out one column at a time (the
-/// dense layout's reductions and normalizations along outer dims).
+/// The validity bits of the first `w` columns of a tile whose rows' bits are `rows`
+/// (bit `j` of `rows[k]`: row `k`'s element in column `j`), column after column: bit `k`
+/// of `out[j * nw..][..nw]` is bit `j` of `rows[k]`, with `nw = rows.len().div_ceil(64)`
+/// words a column (bits past `rows.len()` are 0). Each group of 64 rows is one 64 x 64
+/// bit-matrix transpose ([`transpose64`]: six rounds of masked swaps, about 0.1
+/// operation a bit), where building each column a bit a row was one shift, mask and
+/// or per element (a quarter of a masked variance along dim 0). The dense layout's
+/// reductions, normalizations and gradients along outer dims.
 ///
 /// ```
-/// use masked_kernels::bits::column_bits;
+/// use masked_kernels::bits::columns_bits;
 /// let rows = [0b01, 0b10, 0b11];
-/// let mut out = [0u64; 1];
-/// column_bits(&rows, 1, &mut out);
-/// assert_eq!(out, [0b110]);
+/// let mut out = [0u64; 2];
+/// columns_bits(&rows, 2, &mut out);
+/// assert_eq!(out, [0b101, 0b110]);
 /// ```
-#[inline]
-pub fn column_bits(rows: &[u64], j: usize, out: &mut [u64]) {
-    for (c, w) in out.iter_mut().enumerate() {
-        let part = &rows[(c * 64).min(rows.len())..rows.len().min(c * 64 + 64)];
-        let mut word = 0u64;
-        for (q, &r) in part.iter().enumerate() {
-            word |= ((r >> j) & 1) << q;
+///
+/// # Panics
+/// If `w > 64` or `out` holds fewer than `w * nw` words.
+pub fn columns_bits(rows: &[u64], w: usize, out: &mut [u64]) {
+    let nw = rows.len().div_ceil(64);
+    assert!(
+        w <= 64 && out.len() >= w * nw,
+        "columns_bits: w {w} of 64, out too short"
+    );
+    for (g, part) in rows.chunks(64).enumerate() {
+        let mut block = [0u64; 64];
+        block[..part.len()].copy_from_slice(part);
+        transpose64(&mut block);
+        for (j, &col) in block[..w].iter().enumerate() {
+            out[j * nw + g] = col;
         }
-        *w = word;
+    }
+}
+
+/// Transposes a 64 x 64 bit matrix in place: bit `j` of `a[i]` and bit `i` of `a[j]`
+/// swap (bit 0 the first column), by swapping off-diagonal blocks of 32, 16, ..., 1
+/// (Hacker's Delight, 7-3, in least-significant-first order).
+#[inline]
+pub fn transpose64(a: &mut [u64; 64]) {
+    let mut j = 32usize;
+    let mut m: u64 = 0x0000_0000_FFFF_FFFF;
+    while j != 0 {
+        let mut k = 0;
+        while k < 64 {
+            // the high `j` bits of each `2j` group of row `k` and the low ones of row
+            // `k + j` trade places
+            let t = ((a[k] >> j) ^ a[k + j]) & m;
+            a[k + j] ^= t;
+            a[k] ^= t << j;
+            k = (k + j + 1) & !j;
+        }
+        j >>= 1;
+        m ^= m << j;
     }
 }
 
@@ -263,6 +295,38 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every column's bits equal the rows' bit at that column, read one at a time, for
+    /// row counts below, at and past a word and widths up to 64.
+    #[test]
+    fn columns_bits_equal_each_bit_read_alone() {
+        for (n, w) in [
+            (1usize, 1usize),
+            (3, 2),
+            (64, 64),
+            (65, 7),
+            (130, 64),
+            (1000, 33),
+        ] {
+            let rows: Vec<u64> = (0..n as u64)
+                .map(|k| {
+                    0x9E37_79B9_7F4A_7C15u64
+                        .wrapping_mul(k + 1)
+                        .rotate_left(k as u32)
+                })
+                .collect();
+            let nw = n.div_ceil(64);
+            let mut out = vec![u64::MAX; w * nw];
+            columns_bits(&rows, w, &mut out);
+            for j in 0..w {
+                for k in 0..nw * 64 {
+                    let want = k < n && (rows[k] >> j) & 1 == 1;
+                    let got = (out[j * nw + k / 64] >> (k % 64)) & 1 == 1;
+                    assert_eq!(got, want, "{n} rows, column {j}, row {k}");
+                }
+            }
+        }
+    }
 
     fn one_bit_at_a_time(b: &[bool]) -> Vec<u64> {
         b.chunks(64)

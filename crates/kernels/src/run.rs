@@ -56,7 +56,7 @@ fn prefetch_chunk<T>(xs: &[T], at: usize) {
 /// (`tile[i * w..i * w + w]`, `tile.len() / w` rows) is `xs[row(i)..row(i) + w]`, and
 /// `rows[i]` its validity bits, bit `k` for column `k` (left as it is without `bits`).
 /// The reductions, normalizations and statistics along outer dims read their lanes out
-/// of it ([`crate::transpose::transpose`], [`crate::bits::column_bits`]): one contiguous
+/// of it ([`crate::transpose::transpose`], [`crate::bits::columns_bits`]): one contiguous
 /// copy and one word a row, where a lane at a time read a cache line and tested a bit
 /// per element.
 #[inline]

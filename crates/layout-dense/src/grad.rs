@@ -6,7 +6,7 @@
 
 use masked_core::grad::{GradScratch, LaneValues, Spread};
 use masked_core::{Bits, Element, Float, LaneGrad, ReducePlan, Upstream};
-use masked_kernels::bits::column_bits;
+use masked_kernels::bits::columns_bits;
 use masked_kernels::pack::{compress_to, expand_to};
 use masked_kernels::par;
 use masked_kernels::run::{fill_run, gather_tile};
@@ -406,7 +406,7 @@ enum PerLane {
 /// 1.15x slower, 64 no faster), transposed into runs, one a lane (a column read out
 /// one value a row was a scalar store an element), the lanes' gradients transposed
 /// back and the tile copied back by rows; the tiles in parallel. The forward
-/// normalizations' kernels (`gather_tile`, `transpose`, `column_bits`). A lone
+/// normalizations' kernels (`gather_tile`, `transpose`, `columns_bits`). A lone
 /// 4096 x 4096 block was one serial task of strided gathers (40x the last dim's time),
 /// and a reduction over dim 0 grouped its positions by a sort (100x).
 #[allow(clippy::too_many_arguments)]
@@ -449,7 +449,8 @@ fn strided_lanes<T: Element, G: LaneGrad>(
         // the lanes' runs a cache line apart where `n` values are a multiple of 256 bytes
         let (sx, sr) = (lane_stride::<T>(n), lane_stride::<T::Real>(n));
         let mut rows = vec![u64::MAX; if bits.is_some() { n } else { 0 }];
-        let mut words = vec![0u64; n.div_ceil(64)];
+        let nw = n.div_ceil(64);
+        let mut words = vec![0u64; TILE * nw];
         let s = &mut Scratch::default();
         for t in task * per..((task + 1) * per).min(total) {
             let (b, i0) = (t / tiles, (t % tiles) * TILE);
@@ -468,6 +469,9 @@ fn strided_lanes<T: Element, G: LaneGrad>(
                     gather_tile(xs, bits, w, at, &mut tx, &mut rows);
                     transpose(&tx, (n, w, w), &mut lx, sx);
                 }
+            }
+            if bits.is_some() {
+                columns_bits(&rows, w, &mut words);
             }
             for (has, v, tile, lanes) in [
                 (has_g, g, &mut tg, &mut lg),
@@ -489,10 +493,7 @@ fn strided_lanes<T: Element, G: LaneGrad>(
                 } else {
                     &lx[l * sx..l * sx + n]
                 };
-                let lb = bits.map(|_| {
-                    column_bits(&rows, l, &mut words);
-                    Bits::new(&words, 0)
-                });
+                let lb = bits.map(|_| Bits::new(&words[l * nw..l * nw + nw], 0));
                 let (gl, yl) = match per_lane {
                     PerLane::No => {
                         // (empty where absent)

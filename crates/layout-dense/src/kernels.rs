@@ -447,48 +447,58 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
         // read out of the cache-resident tile. One lane at a time, every element was a
         // load from another cache line and a bit test (16x the time of dim 1).
         let m = (8 * GRAIN / len.max(1)).clamp(1, 64);
-        par::chunks_mut2(&mut out, m, &mut any, m, |c, oc, ac| {
-            let (w, first) = (oc.len(), bases[c * m]);
+        // tasks of a few tiles each (its buffers allocated once: a task a tile allocated
+        // megabytes of fresh pages per tile at 4096², a page fault each)
+        let per = out.len().div_ceil(m).div_ceil(4 * par::threads()).max(1) * m;
+        par::chunks_mut2(&mut out, per, &mut any, per, |c, oc, ac| {
             let sx = lane_stride::<T>(len);
+            let nw = len.div_ceil(64);
+            let wm = m.min(oc.len());
             let (tile, rows, cols, words, vals, pos) = &mut (
-                vec![T::default(); len * w],
+                vec![T::default(); len * wm],
                 vec![u64::MAX; if bits.is_some() { len } else { 0 }],
-                vec![T::default(); sx * w],
-                vec![0u64; len.div_ceil(64)],
+                vec![T::default(); sx * wm],
+                vec![0u64; wm * nw],
                 Vec::with_capacity(len),
                 Vec::new(),
             );
-            masked_kernels::run::gather_tile(xs, bits, w, |i| first + lane_off[i], tile, rows);
-            // the lanes as runs, one after another (a tile transpose)
-            transpose(tile, (len, w, w), cols, sx);
-            for k in 0..w {
-                vals.clear();
-                pos.clear();
-                // the lane, a run, packed by its validity word by word (a branch per
-                // element on a random mask mispredicted half the time: 14x the time of
-                // dim 1)
-                let col = &cols[k * sx..k * sx + len];
-                let lane_bits = bits.map(|_| {
-                    masked_kernels::bits::column_bits(rows, k, words);
-                    Bits::new(words, 0)
-                });
-                compress_into(col, lane_bits, vals);
-                if want_pos {
-                    match lane_bits {
-                        None => pos.extend(0..len as i64),
-                        Some(_) => {
-                            for (c, &wd) in words.iter().enumerate() {
-                                let mut wd = wd;
-                                while wd != 0 {
-                                    pos.push((c * 64) as i64 + i64::from(wd.trailing_zeros()));
-                                    wd &= wd - 1;
+            for (sub, (oc, ac)) in oc.chunks_mut(m).zip(ac.chunks_mut(m)).enumerate() {
+                let (w, first) = (oc.len(), bases[c * per + sub * m]);
+                let tile = &mut tile[..len * w];
+                masked_kernels::run::gather_tile(xs, bits, w, |i| first + lane_off[i], tile, rows);
+                // the lanes as runs, one after another (a tile transpose), and their
+                // validity words (a bit transpose)
+                transpose(tile, (len, w, w), cols, sx);
+                if bits.is_some() {
+                    masked_kernels::bits::columns_bits(rows, w, words);
+                }
+                for k in 0..w {
+                    vals.clear();
+                    pos.clear();
+                    // the lane, a run, packed by its validity word by word (a branch per
+                    // element on a random mask mispredicted half the time: 14x the time
+                    // of dim 1)
+                    let col = &cols[k * sx..k * sx + len];
+                    let lw = &words[k * nw..k * nw + nw];
+                    let lane_bits = bits.map(|_| Bits::new(lw, 0));
+                    compress_into(col, lane_bits, vals);
+                    if want_pos {
+                        match lane_bits {
+                            None => pos.extend(0..len as i64),
+                            Some(_) => {
+                                for (c, &wd) in lw.iter().enumerate() {
+                                    let mut wd = wd;
+                                    while wd != 0 {
+                                        pos.push((c * 64) as i64 + i64::from(wd.trailing_zeros()));
+                                        wd &= wd - 1;
+                                    }
                                 }
                             }
                         }
                     }
+                    ac[k] = !vals.is_empty();
+                    oc[k] = stat.compute_at(vals, pos);
                 }
-                ac[k] = !vals.is_empty();
-                oc[k] = stat.compute_at(vals, pos);
             }
         });
         return (out, any);
@@ -594,7 +604,11 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
     let tile = ((1 << 18) / len).clamp(1, (4 * line).min(64)).min(inner);
     let tiles = inner.div_ceil(tile);
     let ntiles = n / (len * inner) * tiles;
-    let per_task = (GRAIN / (len * tile)).max(1);
+    // at least a few tiles a task (each task's buffers allocated once: a task a tile
+    // allocated megabytes of fresh pages per tile at 4096², a page fault each)
+    let per_task = (GRAIN / (len * tile))
+        .max(ntiles.div_ceil(4 * par::threads()))
+        .max(1);
     // the mapped lanes transposed straight into the output's rows when it is larger than
     // a cache (4096² f32 along dim 0: 29.5 -> 23.2 ms), else through a tile of rows
     // copied out a row at a time (1024²: 0.59 against 0.91 ms; 2048²: 3.2 against 4.4:
@@ -603,10 +617,11 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
     let dst = par::Scatter::new(out);
     par::for_each(ntiles.div_ceil(per_task), |t| {
         let (sx, so) = (lane_stride::<T>(len), lane_stride::<M::Output>(len));
+        let nw = len.div_ceil(64);
         let (rows, lanes, words, mapped, back) = &mut (
             vec![u64::MAX; if bits.is_some() { len } else { 0 }],
             vec![T::default(); sx * tile],
-            vec![0u64; len.div_ceil(64)],
+            vec![0u64; tile * nw],
             vec![M::Output::default(); so * tile],
             vec![M::Output::default(); if direct { 0 } else { len * tile }],
         );
@@ -621,12 +636,10 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
                 for (k, r) in rows.iter_mut().enumerate() {
                     *r = b.word_at(base + k * inner + j0);
                 }
+                masked_kernels::bits::columns_bits(rows, w, words);
             }
             for jj in 0..w {
-                let lane_bits = bits.map(|_| {
-                    masked_kernels::bits::column_bits(rows, jj, words);
-                    Bits::new(words, 0)
-                });
+                let lane_bits = bits.map(|_| Bits::new(&words[jj * nw..jj * nw + nw], 0));
                 let x = &lanes[jj * sx..jj * sx + len];
                 map.map(x, lane_bits, &mut mapped[jj * so..jj * so + len]);
             }

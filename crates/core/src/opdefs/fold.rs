@@ -251,7 +251,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
             vec![T::default(); w.min(64) * tr],
             vec![0u64; tr],
             vec![T::default(); w.min(64) * ld],
-            vec![0u64; tr.div_ceil(64)],
+            vec![0u64; 64 * tr.div_ceil(64)],
         );
         for c0 in (0..w).step_by(64) {
             let cw = 64.min(w - c0);
@@ -260,14 +260,15 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
                 let first = r0 * stride + c0;
                 let (tile, rows) = (&mut tile[..rn * cw], &mut rows[..rn]);
                 masked_kernels::run::gather_tile(xs, bits, cw, |i| first + i * stride, tile, rows);
-                let words = &mut words[..rn.div_ceil(64)];
-                // the columns as runs, one after another (a tile transpose)
+                // the columns as runs, one after another (a tile transpose), and their
+                // validity words (a bit transpose)
                 masked_kernels::transpose::transpose(tile, (rn, cw, cw), run, ld);
+                let nw = rn.div_ceil(64);
+                if bits.is_some() {
+                    masked_kernels::bits::columns_bits(rows, cw, &mut words[..cw * nw]);
+                }
                 for (j, s) in states[c0..c0 + cw].iter_mut().enumerate() {
-                    let rb = bits.map(|_| {
-                        masked_kernels::bits::column_bits(rows, j, words);
-                        Bits::new(words, 0)
-                    });
+                    let rb = bits.map(|_| Bits::new(&words[j * nw..j * nw + nw], 0));
                     self.push_run(s, &run[j * ld..j * ld + rn], rb, idx0 + r0 as i64);
                 }
             }
