@@ -1727,22 +1727,47 @@ fn saved_output(a: &MaskedArrayD<f64>, req: &OpRequest) -> MaskedArrayD<f64> {
     MaskedArray::unmasked(ArrayD::from_shape_vec(IxDyn(&o.shape), f64s(&o.values)).unwrap())
 }
 
-/// Asserts that `vjps(with_saved)`, a VJP on the input and the same on the input with
-/// its axes in the order `axes`, agree bit for bit (the first moved), without and with
-/// the saved output.
-fn assert_moved_vjps(
-    what: &str,
-    axes: &[usize],
-    vjps: impl Fn(bool) -> (MaskedArrayD<f64>, MaskedArrayD<f64>),
-) {
+/// One side of a moved-axes comparison: an input, its request, the forward output and
+/// the upstream gradient.
+type Side<'a> = (
+    &'a MaskedArrayD<f64>,
+    &'a OpRequest,
+    &'a MaskedArrayD<f64>,
+    &'a MaskedArrayD<f64>,
+);
+
+/// A VJP of one side: given its saved output (`with_saved`) or not.
+type Vjp = fn(Side<'_>, bool) -> masked::Result<MaskedArrayD<f64>>;
+
+/// Asserts that `vjp` on `a` and on `b` (the input with its axes in the order `axes`)
+/// agree bit for bit (the first moved), without and with the saved output.
+fn assert_moved_vjps(what: &str, axes: &[usize], (a, b): (Side<'_>, Side<'_>), vjp: Vjp) {
     for with_saved in [false, true] {
-        let (dx, dxt) = vjps(with_saved);
+        let (dx, dxt) = (vjp(a, with_saved).unwrap(), vjp(b, with_saved).unwrap());
         let got = moved(&dx.values().to_owned(), axes);
         let same = got
             .iter()
             .zip(dxt.values().iter())
             .all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same, "{what}, saved {with_saved}");
+    }
+}
+
+/// A map's VJP of one side, as [`Vjp`].
+fn map_vjp((x, req, y, g): Side<'_>, with_saved: bool) -> masked::Result<MaskedArrayD<f64>> {
+    if with_saved {
+        x.vjp_map_saved(req, y, g)
+    } else {
+        x.vjp_map(req, g)
+    }
+}
+
+/// A reduction's VJP of one side, as [`Vjp`].
+fn reduce_vjp((x, req, y, g): Side<'_>, with_saved: bool) -> masked::Result<MaskedArrayD<f64>> {
+    if with_saved {
+        x.vjp_reduce_saved(req, y, g)
+    } else {
+        x.vjp_reduce(req, g)
     }
 }
 
@@ -1770,19 +1795,8 @@ fn map_vjps_along_leading_dims_equal_the_last_dims_on_moved_axes() {
                 OpRequest::new(op).unwrap().dims(2),
             );
             let (y, yt) = (saved_output(&xa, &req), saved_output(&xt, &req_t));
-            assert_moved_vjps(&format!("{op} along dim {d}"), &axes, |with_saved| {
-                if with_saved {
-                    (
-                        xa.vjp_map_saved(&req, &y, &ga).unwrap(),
-                        xt.vjp_map_saved(&req_t, &yt, &gt).unwrap(),
-                    )
-                } else {
-                    (
-                        xa.vjp_map(&req, &ga).unwrap(),
-                        xt.vjp_map(&req_t, &gt).unwrap(),
-                    )
-                }
-            });
+            let sides = ((&xa, &req, &y, &ga), (&xt, &req_t, &yt, &gt));
+            assert_moved_vjps(&format!("{op} along dim {d}"), &axes, sides, map_vjp);
         }
     }
 }
@@ -1824,19 +1838,8 @@ fn reduce_vjps_over_leading_dims_equal_the_last_dims_on_moved_axes() {
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
             let g = MaskedArray::unmasked(ArrayD::from_shape_vec(IxDyn(y.shape()), g).unwrap());
-            assert_moved_vjps(&format!("{op} over {dims:?}"), &axes, |with_saved| {
-                if with_saved {
-                    (
-                        xa.vjp_reduce_saved(&req, &y, &g).unwrap(),
-                        xt.vjp_reduce_saved(&req_t, &y, &g).unwrap(),
-                    )
-                } else {
-                    (
-                        xa.vjp_reduce(&req, &g).unwrap(),
-                        xt.vjp_reduce(&req_t, &g).unwrap(),
-                    )
-                }
-            });
+            let sides = ((&xa, &req, &y, &g), (&xt, &req_t, &y, &g));
+            assert_moved_vjps(&format!("{op} over {dims:?}"), &axes, sides, reduce_vjp);
         }
     }
 }
