@@ -451,7 +451,9 @@ impl Store {
 
 /// A 1-D numpy array's values as a `DynVec` of `dtype` (one copy).
 fn dynvec_from(py: Python<'_>, a: &Bound<'_, PyAny>, dtype: DType) -> PyResult<DynVec> {
-    fn get<T: numpy::Element + Copy>(a: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
+    fn get<T: numpy::Element + masked_core::gather::ZeroBits + Sync>(
+        a: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<T>> {
         let r: PyReadonlyArrayDyn<'_, T> = a.extract()?;
         // one copy (a strided view gathered row by row)
         Ok(masked_core::gather::row_major_values(&r.as_array()).into_owned())
@@ -479,7 +481,7 @@ fn with_values<R>(
     (a, dtype): (&Py<PyAny>, DType),
     f: impl FnOnce(ByDType<SliceOf<'_>>) -> PyResult<R>,
 ) -> PyResult<R> {
-    fn on<T: numpy::Element + Copy, R>(
+    fn on<T: numpy::Element + masked_core::gather::ZeroBits + Sync, R>(
         a: &Bound<'_, PyAny>,
         f: impl FnOnce(&[T]) -> PyResult<R>,
     ) -> PyResult<R> {

@@ -1,20 +1,29 @@
 //! Row-major values of any strided view: what a kernel reads when the caller's buffer is
-//! a transpose, a broadcast or a step slice (numpy's `x.T`, `np.broadcast_to`, `x[:, ::2]`).
+//! a transpose, a broadcast or a step slice (numpy's `x.T`, `np.broadcast_to`, torch's
+//! `expand`, `x[:, ::2]`).
 //!
 //! ndarray's element iterator over a dynamic-rank view steps a heap-held index per
-//! element (about 20 ns); this copies whole lanes of the last axis instead, after merging
-//! the axes that are contiguous with each other, and walks a transposed pair of axes in
-//! tiles so that both sides stay in cache.
+//! element (about 20 ns); this merges the axes that are contiguous with each other, then
+//! writes the result in tasks of whole rows of the last two axes: a contiguous row is
+//! copied, a broadcast one filled, and a transposed pair of axes (the rows' stride the
+//! unit one) moved with the kernels' tile transposes, so that both sides stay in cache.
 
-use ndarray::{ArrayBase, ArrayView1, ArrayView2, ArrayViewD, Axis, Data, Dimension, Ix1, Ix2};
+use masked_kernels::par;
+/// The value types [`row_major_values`] gathers (numbers and `bool`: zeroed memory is a
+/// valid value of each, so the result starts from fresh, untouched pages).
+pub use masked_kernels::ZeroBits;
+use ndarray::{ArrayBase, ArrayView2, ArrayViewD, Axis, Data, Dimension, Ix2};
 use std::borrow::Cow;
 
-/// The side of the square tiles a transposed pair of axes is copied in.
-const TILE: usize = 16;
+/// Elements a parallel task should at least cover.
+const GRAIN: usize = 1 << 15;
+/// The most columns of a transposed block moved at once (its source rows then stay in
+/// the cache's sets and the TLB while the block's rows are read).
+const COLS: usize = 256;
 
 /// The elements of `a` in row-major (logical) order: borrowed when `a` is in standard
-/// layout, gathered otherwise.
-pub fn row_major_values<T: Copy, S: Data<Elem = T>, D: Dimension>(
+/// layout, gathered otherwise (in parallel, into a fresh buffer).
+pub fn row_major_values<T: ZeroBits + Send + Sync, S: Data<Elem = T>, D: Dimension>(
     a: &ArrayBase<S, D>,
 ) -> Cow<'_, [T]> {
     if let Some(s) = a.as_slice() {
@@ -35,68 +44,120 @@ pub fn row_major_values<T: Copy, S: Data<Elem = T>, D: Dimension>(
             i += 1;
         }
     }
-    let mut out = Vec::with_capacity(a.len());
-    gather_into(v, &mut out);
+    let mut out = masked_kernels::fresh_vec::<T>(a.len());
+    while v.ndim() < 2 {
+        // one lane (a step slice or a broadcast value) or one value: a plane of one row
+        v = v.insert_axis(Axis(0));
+    }
+    gather_into(&v, &mut out);
     Cow::Owned(out)
 }
 
-/// Appends `v`'s elements in row-major order to `out`.
-fn gather_into<T: Copy>(v: ArrayViewD<'_, T>, out: &mut Vec<T>) {
-    match v.ndim() {
-        0 => out.extend(v.iter().copied()),
-        1 => lane(v.into_dimensionality::<Ix1>().expect("rank 1"), out),
-        2 => plane(v.into_dimensionality::<Ix2>().expect("rank 2"), out),
-        _ => {
-            for sub in v.outer_iter() {
-                gather_into(sub, out);
+/// Writes `v`'s elements (rank 2 or more) in row-major order into `out`: tasks of whole
+/// planes of the last two axes, or of a few rows of one large plane.
+fn gather_into<T: Copy + Send + Sync>(v: &ArrayViewD<'_, T>, out: &mut [T]) {
+    let nd = v.ndim();
+    let (r, c) = (v.len_of(Axis(nd - 2)), v.len_of(Axis(nd - 1)));
+    let plane = r * c;
+    if plane == 0 {
+        return;
+    }
+    // the rows of a task: a multiple of 8 (the transposes' blocks) near the grain
+    let rows = (GRAIN / c).next_multiple_of(8).clamp(8, 64);
+    let planes = (GRAIN / plane).max(1);
+    par::chunks_mut(out, plane * planes, |t, po| {
+        for (k, dst) in po.chunks_mut(plane).enumerate() {
+            let p = plane_of(v, t * planes + k);
+            if plane < 2 * GRAIN {
+                rows_into(&p, 0, dst);
+            } else {
+                par::chunks_mut(dst, rows * c, |b, d| rows_into(&p, b * rows, d));
             }
         }
-    }
+    });
 }
 
-/// Appends a 1-D view's elements in order: one copy when contiguous.
-fn lane<T: Copy>(v: ArrayView1<'_, T>, out: &mut Vec<T>) {
-    match v.as_slice() {
-        Some(s) => out.extend_from_slice(s),
-        // SAFETY: every index is below the view's length
-        None => out.extend((0..v.len()).map(|i| unsafe { *v.uget(i) })),
+/// Plane `p` (in row-major order over the leading axes) of a view of rank 2 or more.
+fn plane_of<'a, T>(v: &ArrayViewD<'a, T>, mut p: usize) -> ArrayView2<'a, T> {
+    let mut w = v.clone();
+    while w.ndim() > 2 {
+        let inner: usize = w.shape()[1..w.ndim() - 2].iter().product();
+        w = w.index_axis_move(Axis(0), p / inner);
+        p %= inner;
     }
+    w.into_dimensionality::<Ix2>().expect("rank 2")
 }
 
-/// A 2-D block: row by row, or in tiles when the rows' stride is the shorter one (a
-/// transpose, not a broadcast), so that each tile's reads and writes stay in cache.
-fn plane<T: Copy>(v: ArrayView2<'_, T>, out: &mut Vec<T>) {
-    let (r, c) = v.dim();
-    let (sr, sc) = (v.strides()[0].unsigned_abs(), v.strides()[1].unsigned_abs());
-    if sr == 0 || sc <= sr || r < TILE || c < TILE {
-        for row in v.rows() {
-            lane(row, out);
+/// Rows `i0..` of the plane `v` into `dst` (whole rows of `v`'s width).
+fn rows_into<T: Copy>(v: &ArrayView2<'_, T>, i0: usize, dst: &mut [T]) {
+    let c = v.ncols();
+    let n = dst.len() / c;
+    let (sr, sc) = (v.strides()[0], v.strides()[1]);
+    if sc == 1 || sc == 0 {
+        for (k, d) in dst.chunks_mut(c).enumerate() {
+            let row = v.row(i0 + k);
+            match row.as_slice() {
+                Some(s) => d.copy_from_slice(s),
+                None => d.fill(row[0]), // a broadcast row: one value
+            }
         }
         return;
     }
-    let base = out.len();
-    out.resize(base + r * c, v[[0, 0]]);
-    let dst = &mut out[base..];
-    for i0 in (0..r).step_by(TILE) {
-        for j0 in (0..c).step_by(TILE) {
-            let j1 = (j0 + TILE).min(c);
-            for i in i0..(i0 + TILE).min(r) {
-                for (j, d) in (j0..j1).zip(&mut dst[i * c + j0..i * c + j1]) {
-                    // SAFETY: i < r and j < c, the view's dims
-                    *d = unsafe { *v.uget((i, j)) };
+    let size = std::mem::size_of::<T>();
+    if sr == 1 && sc > 0 && sc as usize >= n && (size == 4 || size == 8) && n >= 8 && c >= 8 {
+        // a transposed pair: the view's columns are memory rows `sc` apart, so row
+        // block `i0..i0 + n` is a tile of `c` memory rows, `n` wide
+        let base = v.row(i0).as_ptr();
+        for j0 in (0..c).step_by(COLS) {
+            let w = COLS.min(c - j0);
+            // SAFETY: the view's elements (i0 + k, j0 + j), k < n, j < w, are at
+            // `base + (j0 + j) sc + k`, all inside the one allocation the view borrows
+            // (strides positive): the slice spans them and what lies between them, the
+            // same buffer's values, of a 4- or 8-byte type that the engine's views hold
+            // (a number: every bit pattern a value), read-only while `v` is borrowed.
+            let src = unsafe {
+                std::slice::from_raw_parts(base.add(j0 * sc as usize), (w - 1) * sc as usize + n)
+            };
+            masked_kernels::transpose::transpose(src, (w, n, sc as usize), &mut dst[j0..], c);
+        }
+        return;
+    }
+    if sc.unsigned_abs() > sr.unsigned_abs() && n >= TILE && c >= TILE {
+        // another transposed pair: square tiles, a value at a time
+        for k0 in (0..n).step_by(TILE) {
+            for j0 in (0..c).step_by(TILE) {
+                let j1 = (j0 + TILE).min(c);
+                for k in k0..(k0 + TILE).min(n) {
+                    for (j, d) in (j0..j1).zip(&mut dst[k * c + j0..k * c + j1]) {
+                        // SAFETY: i0 + k < the view's rows and j < c
+                        *d = unsafe { *v.uget((i0 + k, j)) };
+                    }
                 }
             }
+        }
+        return;
+    }
+    for (k, d) in dst.chunks_mut(c).enumerate() {
+        let row = v.row(i0 + k);
+        for (j, d) in d.iter_mut().enumerate() {
+            // SAFETY: j < c, the row's length
+            *d = unsafe { *row.uget(j) };
         }
     }
 }
 
+/// The side of the square tiles a transposed pair of axes is copied in where the tile
+/// transposes do not apply.
+const TILE: usize = 16;
 #[cfg(test)]
 mod tests {
     use super::row_major_values;
     use ndarray::{s, Array, ArrayD, IxDyn};
 
-    fn check(v: ndarray::ArrayViewD<'_, i64>) {
-        let want: Vec<i64> = v.iter().copied().collect();
+    fn check<T: super::ZeroBits + Send + Sync + std::fmt::Debug + PartialEq>(
+        v: ndarray::ArrayViewD<'_, T>,
+    ) {
+        let want: Vec<T> = v.iter().copied().collect();
         assert_eq!(
             row_major_values(&v).as_ref(),
             want.as_slice(),
@@ -135,5 +196,46 @@ mod tests {
             .unwrap();
         check(t.t().into_dyn());
         check(t.slice(s![..;2, ..;3]).t().into_dyn());
+    }
+
+    #[test]
+    fn large_views_gather_in_parallel_tasks_and_tile_transposes() {
+        // planes past two grains (split into row tasks), transposed with the unit stride
+        // on the rows (the tile transposes, 4- and 8-byte values, edges that are not
+        // whole blocks, a column stride longer than the rows), and the other paths
+        let (r, c) = (333, 517);
+        let a32: Array<f32, _> = Array::from_iter((0..r * c).map(|i| i as f32))
+            .into_shape_with_order((r, c))
+            .unwrap();
+        let a64 = a32.mapv(|x| x as i64);
+        check(a32.t().into_dyn());
+        check(a64.t().into_dyn());
+        check(a32.slice(s![..300, 5..]).t().into_dyn());
+        check(a64.slice(s![1.., ..;3]).t().into_dyn());
+        check(a32.slice(s![..;-1, ..]).t().into_dyn());
+        check(a32.slice(s![.., ..;-2]).into_dyn());
+        // many small transposed planes, in tasks of several planes
+        let b: ArrayD<f32> = Array::from_iter((0..(900 * 9 * 11)).map(|i| i as f32))
+            .into_shape_with_order(IxDyn(&[900, 9, 11]))
+            .unwrap();
+        let mut p = b.view();
+        p.swap_axes(1, 2);
+        check(p);
+        let mut q = b.view();
+        q.swap_axes(0, 2);
+        check(q);
+        // broadcasts of a row, a column and one value over large planes (torch's
+        // `expand`, numpy's `broadcast_to`: rows filled)
+        let row = a32.slice(s![3, ..]).into_dyn();
+        check(row.broadcast(IxDyn(&[200, c])).unwrap());
+        let col = a32.slice(s![.., 7..8]).into_dyn();
+        check(col.broadcast(IxDyn(&[2, r, 300])).unwrap());
+        let one = a32.slice(s![0, 0..1]).into_dyn();
+        check(one.broadcast(IxDyn(&[400, 300])).unwrap());
+        // one long strided lane, and bools
+        check(a32.slice(s![.., 2]).into_dyn());
+        let bits = a64.mapv(|x| x % 3 == 0);
+        check(bits.t().into_dyn());
+        check(bits.slice(s![.., ..;2]).into_dyn());
     }
 }
