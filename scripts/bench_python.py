@@ -187,6 +187,14 @@ def main() -> None:
 
     t2 = best(two, R)
     rows.append(("two threads x softmax vs one: throughput", f"{2 * t1 / t2:.2f}x", "", "", ""))
+    # the same with each call on one thread (mk.set_num_threads(1), a server's setting):
+    # what the GIL's release gives where one call does not fill the machine
+    mk.set_num_threads(1)
+    try:
+        t1, t2 = best(one_run, R), best(two, R)
+    finally:
+        mk.set_num_threads(0)
+    rows.append(("two threads x softmax vs one, mk.set_num_threads(1): throughput", f"{2 * t1 / t2:.2f}x", "", "", ""))
 
     print("| what | masked | peer | peer | peer / masked |")
     print("|---|---|---|---|---|")

@@ -56,7 +56,9 @@ __all__ = [
     "coo",
     "csr",
     "from_numpy_ma",
+    "get_num_threads",
     "ops",
+    "set_num_threads",
     "shared",
     "torch",
     "vjp",
@@ -69,6 +71,20 @@ def ops() -> list[tuple[str, str, tuple[str, ...], bool, str]]:
     """The engine's registry: `(name, kind, options, differentiable, summary)` per op,
     kind one of reduce, reduce_one, normalize, unary, binary."""
     return [(n, k, tuple(o), d, s) for n, k, o, d, s in _masked.ops()]
+
+
+def set_num_threads(n: int) -> None:
+    """Sets how many threads each engine call runs on from now on, for the whole process
+    (as `torch.set_num_threads`): `1` puts every call on one core, so that `k` Python
+    threads (a server's, a data loader's) compute on `k` cores side by side; `0` restores
+    the default (`RAYON_NUM_THREADS` threads, else one per core). Calls already running
+    keep theirs. `ValueError` for a negative count."""
+    _masked.set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    """How many threads an engine call runs on (see `set_num_threads`)."""
+    return _masked.get_num_threads()
 
 
 def __getattr__(name: str) -> Any:

@@ -138,6 +138,34 @@ def test_two_threads_compute_at_once():
     np.testing.assert_array_equal(out[1], want)
 
 
+def test_set_num_threads_sizes_each_call():
+    x = np.random.default_rng(1).standard_normal((512, 512)).astype(np.float32)
+    want = mk.softmax(x, 1).data
+    default = mk.get_num_threads()
+    try:
+        mk.set_num_threads(1)
+        assert mk.get_num_threads() == 1
+        np.testing.assert_array_equal(mk.softmax(x, 1).data, want)
+        mk.set_num_threads(3)
+        assert mk.get_num_threads() == 3
+        out = [None, None]
+
+        def run(k):
+            out[k] = mk.softmax(x, 1).data
+
+        ts = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        np.testing.assert_array_equal(out[0], want)
+        np.testing.assert_array_equal(out[1], want)
+        with pytest.raises(ValueError, match="-2 threads"):
+            mk.set_num_threads(-2)
+        assert mk.get_num_threads() == 3
+    finally:
+        mk.set_num_threads(0)
+    assert mk.get_num_threads() == default
+
+
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_csr_without_copy_and_equal_to_scipy(index_dtype):
     A = sp.random(200, 150, density=0.05, format="csr", random_state=3, dtype=np.float64)

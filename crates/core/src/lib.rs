@@ -56,6 +56,9 @@ pub use mask::{check_lengths, BitMask, Bits, BoolArray, MaskLogic};
 /// Which CPU tiers the vector kernels were compiled for, and whether this CPU runs them
 /// (`MASKED_CPU=native` / `portable`, chosen when the kernels crate is built).
 pub use masked_kernels::cpu;
+/// How many threads the engine's parallel loops run on ([`set_threads`], as torch's
+/// `set_num_threads`: 0 restores the default, `RAYON_NUM_THREADS` else one per core).
+pub use masked_kernels::par::{set_threads, threads};
 pub use registry::{
     apply_to, binary_grad_op, check_grad, check_map_grad, visit_grad, Kind, MaskedBinaryOps,
     MaskedOps, Op, OpRequest, Options, Sink,

@@ -393,9 +393,56 @@ impl<'a, T> Scatter<'a, T> {
     }
 }
 
-/// The number of worker threads parallel loops run on (the current rayon pool's).
+/// The number of worker threads parallel loops run on: inside a pool its own count;
+/// outside, the count [`set_threads`] chose, else rayon's global pool's.
 pub fn threads() -> usize {
-    rayon::current_num_threads()
+    use std::sync::atomic::Ordering;
+    match THREADS.load(Ordering::Acquire) {
+        n if n > 0 && rayon::current_thread_index().is_none() => n,
+        _ => rayon::current_num_threads(),
+    }
+}
+
+/// The thread count of [`set_threads`] (0: the default, rayon's global pool).
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The shared pool of [`set_threads`]' count, used in place of rayon's global pool.
+static SHARED: std::sync::Mutex<Option<std::sync::Arc<rayon::ThreadPool>>> =
+    std::sync::Mutex::new(None);
+
+/// Sets how many threads each parallel loop of the engine runs on from now on, as
+/// torch's `set_num_threads` does (`n` = 1: every call on one core, so that calls from
+/// `k` threads of a server use `k` cores side by side); `0` restores the default
+/// (rayon's global pool: `RAYON_NUM_THREADS` threads, else one per core). Loops already
+/// running keep their pool.
+///
+/// # Errors
+/// The operating system refused the pool's threads.
+///
+/// ```
+/// use masked_kernels::par;
+///
+/// par::set_threads(1).unwrap();
+/// assert_eq!(par::threads(), 1);
+/// assert_eq!(par::map(4, |i| i * 2), [0, 2, 4, 6]);
+/// par::set_threads(0).unwrap();
+/// assert_eq!(par::threads(), rayon::current_num_threads());
+/// ```
+pub fn set_threads(n: usize) -> Result<(), rayon::ThreadPoolBuildError> {
+    use std::sync::atomic::Ordering;
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if n > 0 && shared.as_ref().map(|p| p.current_num_threads()) != Some(n) {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(|i| format!("masked-shared-{i}"))
+            .build()?;
+        *shared = Some(std::sync::Arc::new(pool));
+    }
+    if n == 0 {
+        *shared = None;
+    }
+    THREADS.store(n, Ordering::Release);
+    Ok(())
 }
 
 /// `(a(), b())`, run in parallel where a thread is free (rayon's `join`).
@@ -420,10 +467,11 @@ fn join_dyn(a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
 }
 
 thread_local! {
-    /// The calling thread's own pool ([`on_free_pool`]): made on its first use; `None`
-    /// when it could not be made (then the work runs on the global pool).
-    static OWN_POOL: std::cell::OnceCell<Option<rayon::ThreadPool>> =
-        const { std::cell::OnceCell::new() };
+    /// The calling thread's own pool ([`on_free_pool`]): made on its first use, again
+    /// when the thread count it should have changes; `None` when it could not be made
+    /// (then the work runs on the caller's thread).
+    static OWN_POOL: std::cell::RefCell<Option<rayon::ThreadPool>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Whether a parallel loop from outside any pool is running on rayon's global pool.
@@ -431,11 +479,12 @@ static GLOBAL_BUSY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 
 /// Runs the parallel loop `f` from outside any pool so that loops from different
 /// threads (Python threads with the GIL released, a server's threads) run side by side
-/// instead of queueing on one shared pool: on rayon's global pool when it is free (a
-/// single caller runs exactly as before), else on a pool of the calling thread's own,
-/// made on its first such loop with as many threads as the global pool (a user's
-/// `build_global`, else `RAYON_NUM_THREADS`, else the cores), as each thread's OpenMP team does in numpy's
-/// and torch's kernels; the pool lives as long as the thread. Every parallel loop of the
+/// instead of queueing on one shared pool: on rayon's global pool (or [`set_threads`]'
+/// shared pool) when it is free (a single caller runs exactly as before), else on a
+/// pool of the calling thread's own, made on its first such loop with as many threads
+/// as [`threads`] says (a user's `build_global`, else `RAYON_NUM_THREADS`, else the
+/// cores; or [`set_threads`]' count), as each thread's OpenMP team does in numpy's and
+/// torch's kernels; the pool lives as long as the thread. Every parallel loop of the
 /// engine goes through here; a call that runs none never leaves its thread. Inside a
 /// pool already (a task, or a caller's `ThreadPool::install`), `f` runs where it is.
 ///
@@ -447,6 +496,7 @@ pub fn on_free_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() {
         return f();
     }
+    let n = THREADS.load(Ordering::Acquire);
     if GLOBAL_BUSY
         .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
@@ -459,17 +509,29 @@ pub fn on_free_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
             }
         }
         let _free = Free;
-        return rayon::scope(|_| f());
+        let shared = (n > 0)
+            .then(|| SHARED.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .flatten();
+        return match shared {
+            Some(p) => p.install(f),
+            None => rayon::scope(|_| f()),
+        };
     }
+    let want = if n > 0 {
+        n
+    } else {
+        rayon::current_num_threads()
+    };
     OWN_POOL.with(|cell| {
-        let pool = cell.get_or_init(|| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(rayon::current_num_threads())
+        let mut pool = cell.borrow_mut();
+        if pool.as_ref().map(|p| p.current_num_threads()) != Some(want) {
+            *pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(want)
                 .thread_name(|i| format!("masked-{i}"))
                 .build()
-                .ok()
-        });
-        match pool {
+                .ok();
+        }
+        match pool.as_ref() {
             Some(p) => p.install(f),
             None => f(),
         }
@@ -479,6 +541,35 @@ pub fn on_free_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_threads_sizes_the_pools_of_later_loops() {
+        let count = || map(2, |_| rayon::current_num_threads());
+        let other = || std::thread::spawn(count).join().unwrap();
+        set_threads(3).unwrap();
+        assert_eq!((threads(), count(), other()), (3, vec![3, 3], vec![3, 3]));
+        set_threads(1).unwrap();
+        assert_eq!((threads(), count(), other()), (1, vec![1, 1], vec![1, 1]));
+        // the same thread's own pool made again at the new count: two callers at once
+        let (ta, ra) = std::sync::mpsc::channel();
+        let (tb, rb) = std::sync::mpsc::channel();
+        let meet = |tx: std::sync::mpsc::Sender<()>, rx: std::sync::mpsc::Receiver<()>| {
+            on_free_pool(move || {
+                tx.send(()).unwrap();
+                let met = rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok();
+                (met, rayon::current_num_threads())
+            })
+        };
+        let a = std::thread::spawn(move || meet(ta, rb));
+        let b = std::thread::spawn(move || meet(tb, ra));
+        assert_eq!(
+            (a.join().unwrap(), b.join().unwrap()),
+            ((true, 1), (true, 1))
+        );
+        set_threads(0).unwrap();
+        let all = rayon::current_num_threads();
+        assert_eq!((threads(), count()), (all, vec![all, all]));
+    }
 
     #[test]
     fn calls_from_two_threads_run_side_by_side() {

@@ -116,6 +116,11 @@ pub use masked_core as core;
 /// machine's tier only (`MASKED_CPU=native`), a dependent all of them (`portable`).
 #[doc(inline)]
 pub use masked_core::cpu;
+/// How many threads the engine's parallel loops run on: `set_threads(1)` puts every
+/// call on one core (a server's threads side by side), `set_threads(0)` restores the
+/// default (`RAYON_NUM_THREADS`, else one per core).
+#[doc(inline)]
+pub use masked_core::{set_threads, threads};
 
 pub use layout_coo::{dense_to_csr, CooGradients, CooMask, CooPattern, CooZipView, MaskedCoo};
 pub use layout_csr::{

@@ -1721,6 +1721,22 @@ fn options(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
 
 /// Runs a deliberately failing internal path (a panic inside an engine call), to test
 /// that it surfaces as `MaskedError("internal error: ...")`.
+/// Sets how many threads each engine call runs on (torch's `set_num_threads`); 0
+/// restores the default (`RAYON_NUM_THREADS`, else one per core).
+#[pyfunction]
+fn set_num_threads(n: i64) -> PyResult<()> {
+    let n = usize::try_from(n)
+        .map_err(|_| PyValueError::new_err(format!("set_num_threads: {n} threads (at least 0)")))?;
+    masked_core::set_threads(n)
+        .map_err(|e| PyRuntimeError::new_err(format!("set_num_threads: {e}")))
+}
+
+/// How many threads an engine call runs on.
+#[pyfunction]
+fn get_num_threads() -> usize {
+    masked_core::threads()
+}
+
 #[pyfunction]
 fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     engine(py, || -> Result<(), Error> {
@@ -1770,6 +1786,8 @@ fn _masked(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MaskedError", m.py().get_type::<MaskedError>())?;
     m.add_function(wrap_pyfunction!(ops, m)?)?;
     m.add_function(wrap_pyfunction!(options, m)?)?;
+    m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(_probe_wait, m)?)?;
     m.add_function(wrap_pyfunction!(_probe_release, m)?)?;
