@@ -59,6 +59,20 @@ pub fn fresh_vec<O: ZeroBits>(n: usize) -> Vec<O> {
     unsafe { Vec::from_raw_parts(ptr.cast::<O>(), n, n) }
 }
 
+/// An empty vector with room for `n` values, for a writer that fills all of them
+/// itself (through `spare_capacity_mut`, then `set_len`): nothing is zeroed first (an
+/// output the size of a few MiB comes back from the heap after the first call, where a
+/// zeroed one costs a pass of writes), and large ones get the huge-page advice of
+/// [`fresh_vec`].
+pub fn fresh_capacity<T>(n: usize) -> Vec<T> {
+    let out: Vec<T> = Vec::with_capacity(n);
+    advise_huge(
+        out.as_ptr().cast(),
+        n.saturating_mul(std::mem::size_of::<T>()),
+    );
+    out
+}
+
 /// Asks Linux for transparent huge pages over the whole 2 MiB pages inside
 /// `start..start + bytes` of a large allocation not yet touched (elsewhere: nothing).
 pub(crate) fn advise_huge(start: *const u8, bytes: usize) {

@@ -43,7 +43,7 @@ pub mod transpose;
 pub mod widen;
 
 pub use bits::Bits;
-pub use buffer::{fresh_vec, ZeroBits};
+pub use buffer::{fresh_capacity, fresh_vec, ZeroBits};
 
 /// Elements per vector block: a float sum moves each block's total into its f64 state
 /// (each of the kernel's accumulators adds at most `BLOCK / 32` values, so an f32 sum

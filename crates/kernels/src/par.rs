@@ -165,8 +165,7 @@ pub fn copy_vec<T: Copy + Send + Sync>(xs: &[T]) -> Vec<T> {
         return xs.to_vec();
     }
     let chunk = CHUNK_BYTES / std::mem::size_of::<T>();
-    let mut out: Vec<T> = Vec::with_capacity(xs.len());
-    crate::buffer::advise_huge(out.as_ptr().cast(), bytes);
+    let mut out: Vec<T> = crate::buffer::fresh_capacity(xs.len());
     let dst = SendPtr(out.as_mut_ptr());
     for_each(xs.len().div_ceil(chunk), |c| {
         let lo = c * chunk;

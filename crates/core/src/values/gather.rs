@@ -14,6 +14,7 @@ use masked_kernels::par;
 pub use masked_kernels::ZeroBits;
 use ndarray::{s, ArrayBase, ArrayView1, ArrayView2, ArrayViewD, Axis, Data, Dimension, Ix1, Ix2};
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 /// Elements a parallel task should at least cover.
 const GRAIN: usize = 1 << 15;
@@ -48,25 +49,32 @@ pub fn row_major_values<T: ZeroBits + Send + Sync, S: Data<Elem = T>, D: Dimensi
             i += 1;
         }
     }
-    let mut out = masked_kernels::fresh_vec::<T>(a.len());
+    // every slot is written below, none zeroed first
+    let mut out = masked_kernels::fresh_capacity::<T>(a.len());
+    let slots = &mut out.spare_capacity_mut()[..a.len()];
     match v.ndim() {
-        0 => out[0] = v[[]],
+        0 => {
+            slots[0].write(v[[]]);
+        }
         // one lane: a step slice (of a whole array too: its rows merge into one lane) or
         // a broadcast value, in tasks of a stretch each
         1 => {
             let v = v.into_dimensionality::<Ix1>().expect("rank 1");
-            par::chunks_mut(&mut out, 2 * GRAIN, |t, d| {
+            par::chunks_mut(slots, 2 * GRAIN, |t, d| {
                 strided_row(v.slice(s![t * 2 * GRAIN..]), d)
             });
         }
-        _ => gather_into(&v, &mut out),
+        _ => gather_into(&v, slots),
     }
+    // SAFETY: the writers above wrote each of the first `a.len()` slots (a panic in one
+    // leaves the length 0)
+    unsafe { out.set_len(a.len()) };
     Cow::Owned(out)
 }
 
 /// Writes `v`'s elements (rank 2 or more) in row-major order into `out`: tasks of whole
 /// planes of the last two axes, or of a few rows of one large plane.
-fn gather_into<T: Copy + Send + Sync>(v: &ArrayViewD<'_, T>, out: &mut [T]) {
+fn gather_into<T: Copy + Send + Sync>(v: &ArrayViewD<'_, T>, out: &mut [MaybeUninit<T>]) {
     let nd = v.ndim();
     let (r, c) = (v.len_of(Axis(nd - 2)), v.len_of(Axis(nd - 1)));
     let plane = r * c;
@@ -100,7 +108,7 @@ fn plane_of<'a, T>(v: &ArrayViewD<'a, T>, mut p: usize) -> ArrayView2<'a, T> {
 }
 
 /// Rows `i0..` of the plane `v` into `dst` (whole rows of `v`'s width).
-fn rows_into<T: Copy>(v: &ArrayView2<'_, T>, i0: usize, dst: &mut [T]) {
+fn rows_into<T: Copy>(v: &ArrayView2<'_, T>, i0: usize, dst: &mut [MaybeUninit<T>]) {
     let c = v.ncols();
     let n = dst.len() / c;
     let (sr, sc) = (v.strides()[0], v.strides()[1]);
@@ -133,8 +141,18 @@ fn rows_into<T: Copy>(v: &ArrayView2<'_, T>, i0: usize, dst: &mut [T]) {
                         (w - 1) * sc as usize + h,
                     )
                 };
-                let at = k0 * c + j0;
-                masked_kernels::transpose::transpose(src, (w, h, sc as usize), &mut dst[at..], c);
+                let at = &mut dst[k0 * c + j0..];
+                assert!(at.len() >= (h - 1) * c + w, "a tile inside the rows");
+                // SAFETY: the tile's slots `j * c + k`, j < h, k < w, lie in `at`
+                // (checked), borrowed mutably; moving bits initialises them
+                unsafe {
+                    masked_kernels::transpose::transpose_raw(
+                        src,
+                        (w, h, sc as usize),
+                        at.as_mut_ptr().cast::<T>(),
+                        c,
+                    )
+                };
             }
         }
         return;
@@ -146,7 +164,7 @@ fn rows_into<T: Copy>(v: &ArrayView2<'_, T>, i0: usize, dst: &mut [T]) {
             for k in k0..(k0 + BLOCK).min(n) {
                 for (j, d) in (j0..j1).zip(&mut dst[k * c + j0..k * c + j1]) {
                     // SAFETY: i0 + k < the view's rows and j < c
-                    *d = unsafe { *v.uget((i0 + k, j)) };
+                    d.write(unsafe { *v.uget((i0 + k, j)) });
                 }
             }
         }
@@ -155,18 +173,23 @@ fn rows_into<T: Copy>(v: &ArrayView2<'_, T>, i0: usize, dst: &mut [T]) {
 
 /// `dst[j] = row[j]` for the first `dst.len()` values of a row: copied when contiguous,
 /// filled when its stride is 0 (one value), else read at its stride.
-fn strided_row<T: Copy>(row: ArrayView1<'_, T>, dst: &mut [T]) {
+fn strided_row<T: Copy>(row: ArrayView1<'_, T>, dst: &mut [MaybeUninit<T>]) {
     if let Some(s) = row.as_slice() {
-        dst.copy_from_slice(&s[..dst.len()]);
+        let s = &s[..dst.len()];
+        // SAFETY: `dst` holds `s.len()` slots, borrowed mutably, apart from `s`
+        unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), dst.as_mut_ptr().cast(), s.len()) };
         return;
     }
     if row.strides()[0] == 0 {
-        dst.fill(row[0]);
+        let x = row[0];
+        for d in dst.iter_mut() {
+            d.write(x);
+        }
         return;
     }
     for (j, d) in dst.iter_mut().enumerate() {
         // SAFETY: j < dst's length, at most the row's
-        *d = unsafe { *row.uget(j) };
+        d.write(unsafe { *row.uget(j) });
     }
 }
 
