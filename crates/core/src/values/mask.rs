@@ -337,6 +337,12 @@ impl BitMask {
     pub fn from_array(mask: impl BoolArray) -> Result<Self> {
         let v = mask.bool_view();
         let shape = v.shape().to_vec();
+        if let (2, Some(m), None) = (v.ndim(), v.t().as_slice(), v.as_slice()) {
+            // F order (numpy's `x.T`, pandas' `isna()`): its memory packed as it lies,
+            // then the bits transposed 64 x 64 at a time
+            let words = masked_kernels::bits::pack_bools_transposed(m, shape[1], shape[0]);
+            return Self::from_words(&shape, words);
+        }
         // row-major memory packed 64 at a time (a strided or broadcast view gathered first)
         Self::from_words(
             &shape,
@@ -705,6 +711,26 @@ impl std::ops::Not for &BitMask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f_ordered_bools_pack_as_their_row_major_copy() {
+        for (r, c) in [(1, 70), (70, 1), (3, 5), (130, 67), (64, 128)] {
+            let b = ndarray::Array2::from_shape_fn((c, r), |(i, j)| (i * 7 + j * 3) % 5 < 2);
+            let f = b.t(); // r x c, F order
+            let copy = f.as_standard_layout().into_owned();
+            let want = BitMask::from_array(copy.view()).unwrap();
+            let got = BitMask::from_array(f).unwrap();
+            assert_eq!(
+                (got.shape(), got.words()),
+                (want.shape(), want.words()),
+                "{r} x {c}"
+            );
+            // a strided F view (not contiguous either way) takes the gathering path
+            let s = b.slice(ndarray::s![..;2, ..]);
+            let want = BitMask::from_array(s.t().as_standard_layout().view()).unwrap();
+            assert_eq!(BitMask::from_array(s.t()).unwrap().words(), want.words());
+        }
+    }
 
     #[test]
     fn clones_share_the_bits_until_one_is_written() {
