@@ -201,16 +201,53 @@ pub fn pack_bools_transposed(m: &[bool], rows: usize, cols: usize) -> Vec<u64> {
     for r in m.chunks(cols.max(1)) {
         pack_onto(r, &mut rb);
     }
-    let mut out = vec![0u64; m.len().div_ceil(64)];
-    for b in 0..wr {
+    transposed_blocks(rows, cols, |j, b| rb[j * wr + b])
+}
+
+/// The row-major bits of the transpose of a `rows x cols` bit matrix held row-major in
+/// `words` (bit `j * cols + i` its element (j, i)): bit `i * rows + j` of the result is
+/// bit `j * cols + i` of `words`; 64 x 64 blocks transposed at a time ([`transpose64`]).
+/// A reduction of an F-ordered array reads its memory as it lies with its mask in that
+/// order.
+///
+/// ```
+/// use masked_kernels::bits::{pack_bools, transpose_bits};
+/// let m = pack_bools(&[true, false, true, false, false, true]); // 2 x 3
+/// let t = pack_bools(&[true, false, false, false, true, true]); // 3 x 2
+/// assert_eq!(transpose_bits(&m, 2, 3), t);
+/// ```
+///
+/// # Panics
+/// If `words` holds fewer than `rows * cols` bits.
+pub fn transpose_bits(words: &[u64], rows: usize, cols: usize) -> Vec<u64> {
+    assert!(
+        words.len() * 64 >= rows * cols,
+        "transpose_bits: {rows} x {cols}"
+    );
+    let src = Bits::new(words, 0);
+    transposed_blocks(rows, cols, |j, b| {
+        let w = src.word_at(j * cols + 64 * b);
+        match cols - 64 * b {
+            n if n < 64 => w & ((1u64 << n) - 1),
+            _ => w,
+        }
+    })
+}
+
+/// The row-major bits of the transpose of a `rows x cols` bit matrix whose row `j`,
+/// bits `64 b ..`, `run(j, b)` gives (bits past the row 0): each 64 x 64 block
+/// transposed and its runs written at their place.
+fn transposed_blocks(rows: usize, cols: usize, run: impl Fn(usize, usize) -> u64) -> Vec<u64> {
+    let mut out = vec![0u64; (rows * cols).div_ceil(64)];
+    for b in 0..cols.div_ceil(64) {
         for j0 in (0..rows).step_by(64) {
             let h = 64.min(rows - j0);
             let mut block = [0u64; 64];
             for (t, x) in block[..h].iter_mut().enumerate() {
-                *x = rb[(j0 + t) * wr + b];
+                *x = run(j0 + t, b);
             }
             transpose64(&mut block);
-            // `block[k]`: bit `t` is `m[(j0 + t) * cols + 64 b + k]`, the transpose's
+            // `block[k]`: bit `t` is the matrix's (j0 + t, 64 b + k), the transpose's
             // row `64 b + k` at columns `j0 + t` (bits from `h` on are 0)
             for (k, &w) in block[..64.min(cols - 64 * b)].iter().enumerate() {
                 let at = (64 * b + k) * rows + j0;
@@ -385,6 +422,8 @@ mod tests {
                 pack_bools(&t),
                 "{rows} x {cols}"
             );
+            // and from the packed matrix (its rows not word-aligned)
+            assert_eq!(transpose_bits(&pack_bools(&m), rows, cols), pack_bools(&t));
         }
     }
 

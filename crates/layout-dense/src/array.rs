@@ -439,9 +439,17 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
         keepdim: bool,
     ) -> Result<MaskedArrayD<St::Output>> {
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
-        let xs = self.row_major();
-        let bits = self.mask.as_ref().map(BitMask::bits);
-        let (values, any) = compiled::stat_all(stat, &xs, bits, &plan);
+        let (values, any) = match self.as_laid(&plan, keepdim)? {
+            Some((xs, words, laid)) => {
+                let bits = words.as_deref().map(|w| Bits::new(w, 0));
+                compiled::stat_all(stat, xs, bits, &laid)
+            }
+            None => {
+                let xs = self.row_major();
+                let bits = self.mask.as_ref().map(BitMask::bits);
+                compiled::stat_all(stat, &xs, bits, &plan)
+            }
+        };
         let mask = BitMask::from_bools(&plan.out_shape, any)?;
         Self::build(&plan.out_shape, values, mask)
     }
@@ -541,10 +549,51 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         keepdim: bool,
     ) -> Result<(ReducePlan, Vec<F::State>, Vec<bool>)> {
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
-        let xs = self.row_major();
-        let bits = self.mask.as_ref().map(BitMask::bits);
-        let (states, any) = compiled::fold_all(op, &xs, bits, &plan, 0);
+        let (states, any) = match self.as_laid(&plan, keepdim)? {
+            Some((xs, words, laid)) => {
+                let bits = words.as_deref().map(|w| Bits::new(w, 0));
+                compiled::fold_all(op, xs, bits, &laid, 0)
+            }
+            None => {
+                let xs = self.row_major();
+                let bits = self.mask.as_ref().map(BitMask::bits);
+                compiled::fold_all(op, &xs, bits, &plan, 0)
+            }
+        };
         Ok((plan, states, any))
+    }
+
+    /// A reduction of a 2-D array in F order (its transpose in standard layout: numpy's
+    /// `x.T`, a pandas frame's values) over its memory as it lies: the values borrowed,
+    /// the mask's bits transposed to match (an eighth of the values' bytes for `f32`,
+    /// moved 64 x 64 bits at a time) and the reduction planned over the transpose's
+    /// dims. Its lanes hold the same values in the same order, and with one dim kept or
+    /// none the results come in the same order too. `None` for any other array (read
+    /// in row-major order), or when no dim is reduced.
+    #[allow(clippy::type_complexity)]
+    fn as_laid(
+        &self,
+        plan: &ReducePlan,
+        keepdim: bool,
+    ) -> Result<Option<(&[T], Option<Vec<u64>>, ReducePlan)>> {
+        let shape = self.data.shape();
+        if shape.len() != 2
+            || self.data.as_slice().is_some()
+            || !plan.reduced.contains(&true)
+            || self.mask.as_ref().is_some_and(|m| m.shape() != shape)
+        {
+            return Ok(None);
+        }
+        let Some(xs) = self.data.view().into_dyn().reversed_axes().to_slice() else {
+            return Ok(None);
+        };
+        let dims: Vec<usize> = (0..2).filter(|&k| plan.reduced[1 - k]).collect();
+        let laid = ReducePlan::new(&[shape[1], shape[0]], &Dims::from(dims), keepdim)?;
+        let words = self
+            .mask
+            .as_ref()
+            .map(|m| masked_kernels::bits::transpose_bits(m.words(), shape[0], shape[1]));
+        Ok(Some((xs, words, laid)))
     }
 }
 

@@ -282,11 +282,23 @@ proptest! {
             Some(m) => (MaskedArray::new(x.view(), m.clone()).unwrap(), MaskedArray::new(back, m).unwrap()),
             None => (MaskedArray::unmasked(x.view()), MaskedArray::unmasked(back)),
         };
-        let d = c.dims();
-        let (ra, rb) = (a.mean(d.clone(), c.keepdim).unwrap(), b.mean(d, c.keepdim).unwrap());
-        prop_assert_eq!(ra.mask_vec(), rb.mask_vec());
-        for (p, q) in ra.values().iter().zip(rb.values()) {
-            prop_assert!(same(*p, *q));
+        let (d, k) = (c.dims(), c.keepdim);
+        // folds and lane statistics, bit for bit (a 2-D view is F-ordered: reduced over
+        // its memory as it lies, with its mask's bits transposed)
+        let pairs = [
+            (a.mean(d.clone(), k).unwrap(), b.mean(d.clone(), k).unwrap()),
+            (a.sum(d.clone(), k).unwrap(), b.sum(d.clone(), k).unwrap()),
+            (a.amax(d.clone(), k).unwrap(), b.amax(d.clone(), k).unwrap()),
+            (a.var(d.clone(), k, 1.0).unwrap(), b.var(d.clone(), k, 1.0).unwrap()),
+            (a.median(d.clone(), k, masked::MedianMode::Avg).unwrap(), b.median(d.clone(), k, masked::MedianMode::Avg).unwrap()),
+            (a.logsumexp(d.clone(), k).unwrap(), b.logsumexp(d, k).unwrap()),
+        ];
+        for (i, (ra, rb)) in pairs.iter().enumerate() {
+            prop_assert_eq!(ra.shape(), rb.shape(), "op {}", i);
+            prop_assert_eq!(ra.mask_vec(), rb.mask_vec(), "op {}", i);
+            for (p, q) in ra.values().iter().zip(rb.values()) {
+                prop_assert!(same(*p, *q), "op {}: {} vs {}", i, p, q);
+            }
         }
     }
 
