@@ -53,7 +53,17 @@ def test_strided_inputs_compute_as_their_contiguous_copies():
         m = np.ascontiguousarray(bools[: v.shape[0], : v.shape[1]])
         for valid in (m, m.T.copy().T, np.broadcast_to(m[0], m.shape)):
             a, b = mk.MaskedArray(v, valid=valid), mk.MaskedArray(c, valid=np.ascontiguousarray(valid))
-            for f in (lambda x: mk.softmax(x, 1), lambda x: mk.sum(x, 0), mk.exp, lambda x: x + x):
+            ops = (
+                lambda x: mk.softmax(x, 1),
+                lambda x: mk.sum(x, 0),
+                lambda x: mk.var(x, 1),
+                # lane statistics of an F-ordered view read its memory as it lies
+                lambda x: mk.median(x, 0, mode="lower"),
+                lambda x: mk.quantile(x, 0.3, 1),
+                mk.exp,
+                lambda x: x + x,
+            )
+            for f in ops:
                 r, w = f(a), f(b)
                 assert np.array_equal(r.valid, w.valid), name
                 assert np.array_equal(r.data[r.valid], w.data[w.valid]), name

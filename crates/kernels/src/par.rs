@@ -468,7 +468,7 @@ fn join_dyn(a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
 thread_local! {
     /// The calling thread's own pool ([`on_free_pool`]): made on its first use, again
     /// when the thread count it should have changes; `None` when it could not be made
-    /// (then the work runs on the caller's thread).
+    /// (then the loop runs on the global pool, queueing behind the other caller).
     static OWN_POOL: std::cell::RefCell<Option<rayon::ThreadPool>> =
         const { std::cell::RefCell::new(None) };
 }

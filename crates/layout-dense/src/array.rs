@@ -549,27 +549,23 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         keepdim: bool,
     ) -> Result<(ReducePlan, Vec<F::State>, Vec<bool>)> {
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
-        let (states, any) = match self.as_laid(&plan, keepdim)? {
-            Some((xs, words, laid)) => {
-                let bits = words.as_deref().map(|w| Bits::new(w, 0));
-                compiled::fold_all(op, xs, bits, &laid, 0)
-            }
-            None => {
-                let xs = self.row_major();
-                let bits = self.mask.as_ref().map(BitMask::bits);
-                compiled::fold_all(op, &xs, bits, &plan, 0)
-            }
-        };
+        // not over an F-ordered array's memory as it lies ([`Self::as_laid`]): a lane
+        // folded as a row and as a column adds in different orders, and a view's sum
+        // would differ in its last bits from its row-major copy's
+        let xs = self.row_major();
+        let bits = self.mask.as_ref().map(BitMask::bits);
+        let (states, any) = compiled::fold_all(op, &xs, bits, &plan, 0);
         Ok((plan, states, any))
     }
 
-    /// A reduction of a 2-D array in F order (its transpose in standard layout: numpy's
-    /// `x.T`, a pandas frame's values) over its memory as it lies: the values borrowed,
-    /// the mask's bits transposed to match (an eighth of the values' bytes for `f32`,
-    /// moved 64 x 64 bits at a time) and the reduction planned over the transpose's
-    /// dims. Its lanes hold the same values in the same order, and with one dim kept or
-    /// none the results come in the same order too. `None` for any other array (read
-    /// in row-major order), or when no dim is reduced.
+    /// A lane statistic of a 2-D array in F order (its transpose in standard layout:
+    /// numpy's `x.T`, a pandas frame's values) over its memory as it lies: the values
+    /// borrowed, the mask's bits transposed to match (an eighth of the values' bytes for
+    /// `f32`, moved 64 x 64 bits at a time) and the reduction planned over the
+    /// transpose's dims. Its lanes hold the same values in the same order, which a
+    /// statistic (a selection) reads whole, so the results are the same bits; with one
+    /// dim kept or none they come in the same order too. `None` for any other array
+    /// (read in row-major order), or when no dim is reduced.
     #[allow(clippy::type_complexity)]
     fn as_laid(
         &self,

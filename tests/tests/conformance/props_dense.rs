@@ -283,8 +283,8 @@ proptest! {
             None => (MaskedArray::unmasked(x.view()), MaskedArray::unmasked(back)),
         };
         let (d, k) = (c.dims(), c.keepdim);
-        // folds and lane statistics, bit for bit (a 2-D view is F-ordered: reduced over
-        // its memory as it lies, with its mask's bits transposed)
+        // folds and lane statistics, bit for bit (a 2-D view is F-ordered: its lane
+        // statistics read its memory as it lies, with its mask's bits transposed)
         let pairs = [
             (a.mean(d.clone(), k).unwrap(), b.mean(d.clone(), k).unwrap()),
             (a.sum(d.clone(), k).unwrap(), b.sum(d.clone(), k).unwrap()),
