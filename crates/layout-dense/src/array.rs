@@ -562,10 +562,11 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// numpy's `x.T`, a pandas frame's values) over its memory as it lies: the values
     /// borrowed, the mask's bits transposed to match (an eighth of the values' bytes for
     /// `f32`, moved 64 x 64 bits at a time) and the reduction planned over the
-    /// transpose's dims. Its lanes hold the same values in the same order, which a
-    /// statistic (a selection) reads whole, so the results are the same bits; with one
-    /// dim kept or none they come in the same order too. `None` for any other array
-    /// (read in row-major order), or when no dim is reduced.
+    /// transpose's dims. With one of the two dims reduced its lanes hold the same
+    /// values in the same order (a lane over both would hold them in column order:
+    /// another median index), which a statistic (a selection) reads whole, so the
+    /// results are the same bits, in the same order. `None` for any other array (read
+    /// in row-major order) or reduction.
     #[allow(clippy::type_complexity)]
     fn as_laid(
         &self,
@@ -575,7 +576,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
         let shape = self.data.shape();
         if shape.len() != 2
             || self.data.as_slice().is_some()
-            || !plan.reduced.contains(&true)
+            || plan.reduced.iter().filter(|&&r| r).count() != 1
             || self.mask.as_ref().is_some_and(|m| m.shape() != shape)
         {
             return Ok(None);

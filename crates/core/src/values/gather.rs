@@ -9,8 +9,9 @@
 //! unit one) moved with the kernels' tile transposes, so that both sides stay in cache.
 
 use masked_kernels::par;
-/// The value types [`row_major_values`] gathers (numbers and `bool`: zeroed memory is a
-/// valid value of each, so the result starts from fresh, untouched pages).
+/// The value types [`row_major_values`] gathers: numbers and `bool` (a transposed pair
+/// of 4- or 8-byte numbers is moved in tiles whose source spans the values between its
+/// rows, every bit pattern of which is a number).
 pub use masked_kernels::ZeroBits;
 use ndarray::{s, ArrayBase, ArrayView1, ArrayView2, ArrayViewD, Axis, Data, Dimension, Ix1, Ix2};
 use std::borrow::Cow;
