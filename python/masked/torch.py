@@ -72,16 +72,37 @@ class _EngineOp(torch.autograd.Function):
         return _to_tensor(dx), None, None, None, None
 
 
+def _with_signature(name: str, sig: inspect.Signature, call: Callable[[dict], Any]) -> Callable[..., Any]:
+    """A function `name` with the parameters of `sig` (their defaults included) whose
+    body hands them to `call` as one dict: Python binds the arguments itself, with its
+    own errors, where `sig.bind` took half of a small tensor's call (11 of 22 us)."""
+    parts: list[str] = []
+    for p in sig.parameters.values():
+        if not p.name.isidentifier() or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            raise TypeError(f"{name}: parameter {p.name!r} ({p.kind}) cannot be generated")
+        if p.kind is p.KEYWORD_ONLY and "*" not in parts:
+            parts.append("*")
+        parts.append(p.name if p.default is p.empty else f"{p.name}=_defaults[{p.name!r}]")
+    if not name.isidentifier():
+        raise TypeError(f"{name!r} is not a function name")
+    names = ", ".join(f"{n!r}: {n}" for n in sig.parameters)
+    src = f"def {name}({', '.join(parts)}):\n    return _call({{{names}}})\n"
+    scope = {
+        "__name__": __name__,
+        "_defaults": {n: p.default for n, p in sig.parameters.items()},
+        "_call": call,
+    }
+    exec(src, scope)  # noqa: S102 (identifiers only, checked above)
+    return scope[name]
+
+
 def _make(name: str, kind: str, options: tuple[str, ...], differentiable: bool) -> Callable[..., torch.Tensor]:
     base = getattr(_ops, name)
     sig = inspect.signature(base)
     params = [p for p in sig.parameters.values() if p.name != "out"]
     sig = sig.replace(parameters=params)
 
-    def fn(*args: Any, **kwargs: Any) -> torch.Tensor:
-        b = sig.bind(*args, **kwargs)
-        b.apply_defaults()
-        kw = dict(b.arguments)
+    def call(kw: dict) -> torch.Tensor:
         x = kw.pop("input")
         mask = kw.pop("mask")
         dtype = kw.pop("dtype", None)
@@ -111,7 +132,7 @@ def _make(name: str, kind: str, options: tuple[str, ...], differentiable: bool) 
             y = y.to(x.dtype)
         return y
 
-    fn.__name__ = name
+    fn = _with_signature(name, sig, call)
     fn.__qualname__ = name
     fn.__signature__ = sig  # type: ignore[attr-defined]
     fn.__doc__ = (

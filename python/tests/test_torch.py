@@ -1,5 +1,7 @@
 """mk.torch against torch.masked and torch autograd; torch tensors in without a copy."""
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -139,3 +141,22 @@ def test_the_training_example():
     assert ours[-1] == 1.0
     assert ours[0] == pytest.approx(theirs[0], rel=1e-12)  # the same forward loss
     assert all(b < a for a, b in zip(ours[:-2], ours[1:-1]))  # and it trains
+
+
+def test_functions_bind_arguments_as_their_signature_says():
+    x, valid = batch()
+    f = mk.torch.softmax
+    assert f.__name__ == "softmax" and f.__module__ == "masked.torch"
+    assert list(inspect.signature(f).parameters) == list(inspect.signature(torch.masked.softmax).parameters)
+    want = f(x, 1, mask=valid)
+    # positional, keyword and defaulted arguments bind alike
+    torch.testing.assert_close(f(input=x, dim=1, mask=valid), want, equal_nan=True)
+    torch.testing.assert_close(f(x, mask=valid, dim=1), want, equal_nan=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'axis'"):
+        f(x, axis=1)
+    with pytest.raises(TypeError, match="multiple values for argument 'dim'"):
+        f(x, 1, dim=1)
+    with pytest.raises(TypeError, match="missing 2 required positional arguments: 'input' and 'dim'"):
+        f()
+    with pytest.raises(TypeError, match="positional argument"):
+        f(x, 1, torch.float32, valid, 5)
