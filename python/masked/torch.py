@@ -13,6 +13,11 @@ owns the engine's buffer. Forward values equal torch.masked's wherever an output
 valid input; elsewhere they are the engine's fill values (docs/semantics.md). Gradients
 equal torch's autograd wherever torch's are finite and are never NaN from masked-out
 positions or fully masked lanes.
+
+Beside torch's own ops, its OpenMP workers keep spinning for a while after each of them
+(libgomp's default wait policy) on the cores the engine's next call needs: a third of a
+1024² softmax training step on two cores. `OMP_WAIT_POLICY=passive` in the environment
+(read when torch is imported) puts them to sleep instead; docs/python.md, "Threads".
 """
 
 from __future__ import annotations
