@@ -68,12 +68,25 @@ pub fn gather_tile<T: Copy>(
     tile: &mut [T],
     rows: &mut [u64],
 ) {
+    // the word read beside its row's copy ([`tile_words`] in a second pass over the
+    // rows measured 5-7% slower on a 4096² median and variance along dim 0)
     for i in 0..tile.len() / w {
         let at = row(i);
         tile[i * w..i * w + w].copy_from_slice(&xs[at..at + w]);
         if let Some(b) = bits {
             rows[i] = b.word_at(at);
         }
+    }
+}
+
+/// The validity word of each row of a tile read in place (no copy of its values, as
+/// [`gather_tile`] makes): `rows[i]` holds the 64 bits of `bits` from `row(i)` (bit `k`
+/// for the tile's column `k`), what [`crate::bits::columns_bits`] turns into each
+/// column's bits.
+#[inline]
+pub fn tile_words(bits: Bits<'_>, row: impl Fn(usize) -> usize, rows: &mut [u64]) {
+    for (i, r) in rows.iter_mut().enumerate() {
+        *r = bits.word_at(row(i));
     }
 }
 

@@ -9,7 +9,7 @@ use masked_core::{Bits, Element, Float, LaneGrad, ReducePlan, Upstream};
 use masked_kernels::bits::columns_bits;
 use masked_kernels::pack::{compress_to, expand_to};
 use masked_kernels::par;
-use masked_kernels::run::{fill_run, gather_tile};
+use masked_kernels::run::{fill_run, gather_tile, tile_words};
 use masked_kernels::transpose::{lane_stride, transpose};
 
 /// Where a lane's upstream gradient (or saved forward output) comes from, unpacked.
@@ -457,11 +457,7 @@ fn strided_lanes<T: Element, G: LaneGrad>(
             let (w, base) = (TILE.min(inner - i0), b * block + i0);
             let at = |k: usize| base + k * inner;
             match (skip_x, bits) {
-                (true, Some(bm)) => {
-                    for (k, r) in rows.iter_mut().enumerate() {
-                        *r = bm.word_at(at(k));
-                    }
-                }
+                (true, Some(bm)) => tile_words(bm, at, &mut rows),
                 (true, None) => {}
                 (false, _) => {
                     tx.resize(n * w, T::ZERO);

@@ -633,9 +633,7 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
             // back into rows, the rows copied out
             transpose(&xs[base + j0..], (len, w, inner), lanes, sx);
             if let Some(b) = bits {
-                for (k, r) in rows.iter_mut().enumerate() {
-                    *r = b.word_at(base + k * inner + j0);
-                }
+                masked_kernels::run::tile_words(b, |k| base + k * inner + j0, rows);
                 masked_kernels::bits::columns_bits(rows, w, words);
             }
             for jj in 0..w {

@@ -1719,8 +1719,6 @@ fn options(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     )
 }
 
-/// Runs a deliberately failing internal path (a panic inside an engine call), to test
-/// that it surfaces as `MaskedError("internal error: ...")`.
 /// Sets how many threads each engine call runs on (torch's `set_num_threads`); 0
 /// restores the default (`RAYON_NUM_THREADS`, else one per core).
 #[pyfunction]
@@ -1737,6 +1735,8 @@ fn get_num_threads() -> usize {
     masked_core::threads()
 }
 
+/// Runs a deliberately failing internal path (a panic inside an engine call), to test
+/// that it surfaces as `MaskedError("internal error: ...")`.
 #[pyfunction]
 fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
     engine(py, || -> Result<(), Error> {
