@@ -63,9 +63,21 @@ impl<'a> Bits<'a> {
         i < len && self.word_at(i) & ((1u64 << (len - i)) - 1) != 0
     }
 
-    /// Number of set bits among the first `len` bits of the run.
+    /// Number of set bits among the first `len` bits of the run. A long run counts in
+    /// a kernel compiled with the CPU's `popcnt` ([`count_run`]): a caller compiled for
+    /// the baseline (the lane loops outside the vector kernels) otherwise counts each
+    /// word with a dozen shifts and masks, a tenth of a 1024-wide masked softmax.
     #[inline]
     pub fn count_ones(&self, len: usize) -> usize {
+        if len >= 512 {
+            return count_run(*self, len);
+        }
+        self.count_ones_here(len)
+    }
+
+    /// [`Bits::count_ones`] in the caller's own code.
+    #[inline(always)]
+    fn count_ones_here(&self, len: usize) -> usize {
         let mut n = 0usize;
         let mut i = 0;
         while i + 64 <= len {
@@ -78,6 +90,16 @@ impl<'a> Bits<'a> {
         }
         n
     }
+}
+
+crate::multiversion! {
+/// [`Bits::count_ones`] of a run, in the fastest kernel this CPU supports.
+    pub fn count_run[](bits: Bits<'_>, len: usize) -> usize = count_kernel;
+}
+
+#[inline(always)]
+fn count_kernel(bits: Bits<'_>, len: usize) -> usize {
+    bits.count_ones_here(len)
 }
 
 /// The validity bits of the first `w` columns of a tile whose rows' bits are `rows`

@@ -102,6 +102,13 @@ pub trait Lanes<T> {
     /// or, without AVX-512, lifts 64 elements in a plain loop (which the loop vectoriser
     /// handles) before combining. A HEAVY `lift` must not depend on the position.
     const HEAVY: bool = false;
+    /// Whether `comb` gives the same value in any order and grouping (a maximum, a
+    /// minimum: up to the sign of a zero that ties with its negation and the payload of
+    /// a NaN; not a float sum, whose rounding depends on the order). The
+    /// kernel then keeps twice the accumulators, two chunks' worth, so that the
+    /// compare-and-select chains overlap (a masked maximum is a compare, an OR and a
+    /// blend deep: with one chunk's accumulators the chain, not the loads, set the pace).
+    const ORDER_FREE: bool = false;
     /// Identity of `comb`.
     fn id(&self) -> Self::A;
     /// A valid element at lane position `idx`.
@@ -845,13 +852,23 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(
             // in registers: `acc` itself is indexed by `k % W` in `tail`, which keeps it
             // in memory, and the loop then stored it to the stack at every chunk
             let mut a = acc;
-            for c in 0..chunks {
-                prefetch_chunk(within, c * 64);
-                let ch = &within[c * 64..c * 64 + 64];
-                let past = (c * 64 + 64).saturating_sub(n) as u32;
-                let w = b.word_at(c * 64) & (u64::MAX >> past);
-                if w != 0 {
-                    chunk64(l, &mut a, w, idx0 + (c * 64) as i64, |k| ch[k]);
+            // no closures here: they would be compiled without this kernel's features
+            if L::ORDER_FREE {
+                // even chunks into `a`, odd ones into `a2`: two independent chains
+                let mut a2 = acc;
+                for c in 0..chunks / 2 {
+                    masked_chunk(l, &mut a, within, n, b, idx0, 2 * c);
+                    masked_chunk(l, &mut a2, within, n, b, idx0, 2 * c + 1);
+                }
+                if chunks % 2 == 1 {
+                    masked_chunk(l, &mut a, within, n, b, idx0, chunks - 1);
+                }
+                for j in 0..W {
+                    a[j] = l.comb(a[j], a2[j]);
+                }
+            } else {
+                for c in 0..chunks {
+                    masked_chunk(l, &mut a, within, n, b, idx0, c);
                 }
             }
             acc = a;
@@ -862,6 +879,27 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(
         }
     }
     tree(l, acc)
+}
+
+/// Chunk `c` (elements `64c..64c + 64` of `within`, those at or past `n` masked out) of
+/// [`wide_kernel`]'s masked loop into the accumulators.
+#[inline(always)]
+fn masked_chunk<T: Copy, L: Lanes<T>>(
+    l: &L,
+    a: &mut [L::A; W],
+    within: &[T],
+    n: usize,
+    b: Bits<'_>,
+    idx0: i64,
+    c: usize,
+) {
+    prefetch_chunk(within, c * 64);
+    let ch = &within[c * 64..c * 64 + 64];
+    let past = (c * 64 + 64).saturating_sub(n) as u32;
+    let w = b.word_at(c * 64) & (u64::MAX >> past);
+    if w != 0 {
+        chunk64(l, a, w, idx0 + (c * 64) as i64, |k| ch[k]);
+    }
 }
 
 /// One 64-element chunk under its mask word `w`, element `k` being `load(k)` at lane
@@ -988,9 +1026,27 @@ fn push_within<T: Copy, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], xs: &[T], n: us
     // tail read them back in pieces (a CSR row sum over rows of 100 entries 2x slower)
     let mut a = *acc;
     let full = n - n % W;
-    for c in 0..full / W {
-        let ch = &xs[c * W..c * W + W];
-        step(l, &mut a, idx0 + (c * W) as i64, |j| ch[j]);
+    if L::ORDER_FREE {
+        // two independent chains, as in `wide_kernel`'s masked branch
+        let mut a2 = [l.id(); W];
+        for c in 0..full / W / 2 {
+            let ch = &xs[2 * c * W..2 * c * W + 2 * W];
+            step(l, &mut a, idx0 + (2 * c * W) as i64, |j| ch[j]);
+            step(l, &mut a2, idx0 + ((2 * c + 1) * W) as i64, |j| ch[W + j]);
+        }
+        if (full / W) % 2 == 1 {
+            let c = full / W - 1;
+            let ch = &xs[c * W..c * W + W];
+            step(l, &mut a, idx0 + (c * W) as i64, |j| ch[j]);
+        }
+        for j in 0..W {
+            a[j] = l.comb(a[j], a2[j]);
+        }
+    } else {
+        for c in 0..full / W {
+            let ch = &xs[c * W..c * W + W];
+            step(l, &mut a, idx0 + (c * W) as i64, |j| ch[j]);
+        }
     }
     *acc = a;
     if full < n {

@@ -361,7 +361,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
             shape: &'a [usize],
             xs: &'a [T],
             bits: Option<Bits<'a>>,
-            g: &'a [T::Real],
+            g: &'a crate::grad::Periodic<'a, T::Real>,
             g_shape: &'a [usize],
             saved: Option<&'a MaskedArray<S3, E3>>,
             out: &'a mut [T::Real],
@@ -383,7 +383,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
                     let plan = ReducePlan::new(shape, &req.dims, req.keepdim)?;
                     check_upstream(grad, Upstream::PerLane, g_shape, &plan.out_shape)?;
                     let yv = saved_values(grad, saved, &plan.out_shape)?;
-                    crate::grad::grad_reduce(grad, xs, bits, &plan, g, &yv, out, false);
+                    let g = g.whole();
+                    crate::grad::grad_reduce(grad, xs, bits, &plan, &g, &yv, out, false);
                 } else {
                     let d = if req.op.kind() == masked_core::Kind::Unary {
                         shape.len().saturating_sub(1)
@@ -403,7 +404,15 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
             }
         }
         let xs = self.row_major();
-        let gv = g.row_major();
+        // an upstream broadcast over leading dims (torch's expanded upstream of `.sum()`)
+        // is read as its period, not copied out to the input's size
+        let gv = match masked_core::gather::repeated_values(&g.data) {
+            Some((period, times)) => crate::grad::Periodic {
+                len: period.len() * times,
+                period,
+            },
+            None => crate::grad::Periodic::once(g.row_major()),
+        };
         visit_grad(
             req,
             V {
@@ -505,6 +514,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
         } else {
             (shape, wrap_dim(dim, shape.len())?)
         };
+        let gv = crate::grad::Periodic::once(gv);
         self.grad_with(|xs, bits, out| {
             crate::grad::grad_map(grad, xs, bits, shape, d, &gv, &yv, out)
         })

@@ -11,6 +11,7 @@ use masked_kernels::pack::{compress_to, expand_to};
 use masked_kernels::par;
 use masked_kernels::run::{fill_run, gather_tile, tile_words};
 use masked_kernels::transpose::{lane_stride, transpose};
+use std::borrow::Cow;
 
 /// Where a lane's upstream gradient (or saved forward output) comes from, unpacked.
 #[derive(Clone, Copy)]
@@ -356,24 +357,18 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
     bits: Option<Bits<'_>>,
     shape: &[usize],
     d: usize,
-    g: &[T::Real],
+    g: &Periodic<'_, T::Real>,
     saved: &[T::Real],
     out: &mut [T::Real],
 ) {
     debug_assert_eq!(grad.upstream(), Upstream::PerElement);
-    // each element's gradient from its own value and upstream (a unary op's): the whole
-    // array as one run, every position written
-    if masked_core::grad::each_into(grad, xs, bits, g, out) {
-        return;
-    }
     let n = shape[d];
     let inner: usize = shape[d + 1..].iter().product();
-    let block = n * inner;
-    if block == 0 || xs.is_empty() {
-        return;
-    }
-    if inner == 1 {
-        // lanes are runs: blocks of whole lanes of about 2^14 elements
+    let period = &g.period[..];
+    if !grad.elementwise() && inner == 1 && n > 0 && period.len() % n == 0 {
+        // lanes are runs, their upstream read out of the period (a whole upstream, or
+        // the rows that an upstream broadcast over leading dims repeats: never copied
+        // out to the input's size): blocks of whole lanes of about 2^14 elements
         let per = ((1 << 14) / n).max(1);
         par::chunks_mut(out, n * per, |c, ob| {
             let s = &mut Scratch::default();
@@ -381,13 +376,56 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
             for (i, (o, x)) in ob.chunks_mut(n).zip(xb.chunks(n)).enumerate() {
                 let start = (c * per + i) * n;
                 let r = start..start + n;
+                let at = start % period.len();
                 let b = bits.map(|b| b.offset(start));
-                s.contiguous(grad, x, b, each(g, r.clone()), each(saved, r), o);
+                s.contiguous(grad, x, b, each(period, at..at + n), each(saved, r), o);
             }
         });
         return;
     }
-    strided_lanes(grad, xs, bits, (n, inner), PerLane::No, g, saved, out);
+    let g = g.whole();
+    // each element's gradient from its own value and upstream (a unary op's): the whole
+    // array as one run, every position written
+    if masked_core::grad::each_into(grad, xs, bits, &g, out) {
+        return;
+    }
+    if n * inner == 0 || xs.is_empty() {
+        return;
+    }
+    strided_lanes(grad, xs, bits, (n, inner), PerLane::No, &g, saved, out);
+}
+
+/// A map's upstream gradient in row-major order: `period` repeated to `len` values (all
+/// of it once, or the period of an upstream broadcast over its leading dims:
+/// the core's `gather::repeated_values`).
+pub(crate) struct Periodic<'a, R: Clone> {
+    /// The values of one period.
+    pub(crate) period: Cow<'a, [R]>,
+    /// The upstream's element count, a multiple of the period's.
+    pub(crate) len: usize,
+}
+
+impl<'a, R: Clone> Periodic<'a, R> {
+    /// The upstream held whole.
+    pub(crate) fn once(values: Cow<'a, [R]>) -> Self {
+        let len = values.len();
+        Periodic {
+            period: values,
+            len,
+        }
+    }
+
+    /// All `len` values (the period repeated where it is shorter).
+    pub(crate) fn whole(&self) -> Cow<'_, [R]> {
+        if self.period.len() == self.len {
+            return Cow::Borrowed(&self.period);
+        }
+        let mut v = Vec::with_capacity(self.len);
+        while v.len() < self.len {
+            v.extend_from_slice(&self.period);
+        }
+        Cow::Owned(v)
+    }
 }
 
 /// Where the upstream gradient and the saved output of [`strided_lanes`] are held.

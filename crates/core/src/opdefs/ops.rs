@@ -391,6 +391,7 @@ pub(crate) fn min_nan<T: Element>(a: T, b: T) -> T {
 struct InCalc<L>(L);
 impl<T: Element, L: Lanes<CalcOf<T>, A = CalcOf<T>>> Lanes<T> for InCalc<L> {
     type A = CalcOf<T>;
+    const ORDER_FREE: bool = L::ORDER_FREE;
     #[inline(always)]
     fn id(&self) -> CalcOf<T> {
         self.0.id()
@@ -445,6 +446,9 @@ macro_rules! extreme_op {
         pub struct $lanes;
         impl<T: Element> Lanes<T> for $lanes {
             type A = T;
+            // a NaN wins from anywhere, else the extreme value (the sign of a zero
+            // tying with its negation, a NaN's payload: whichever the order meets)
+            const ORDER_FREE: bool = true;
             #[inline(always)]
             fn id(&self) -> T {
                 T::$id

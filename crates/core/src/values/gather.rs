@@ -73,6 +73,34 @@ pub fn row_major_values<T: ZeroBits + Send + Sync, S: Data<Elem = T>, D: Dimensi
     Cow::Owned(out)
 }
 
+/// A view broadcast along its leading axes (stride 0, as torch's `expand` of an upstream
+/// gradient, numpy's `broadcast_to`) as one period of its row-major values and the
+/// number of times the period repeats: the values over the axes after the broadcast
+/// ones (borrowed where they lie contiguous, else gathered; never the last axis, so a
+/// period holds at least one whole row). `None` where the first axis longer than 1 is
+/// not broadcast (or the view is contiguous): there is nothing to save.
+pub fn repeated_values<'a, T: ZeroBits + Send + Sync, S: Data<Elem = T>, D: Dimension>(
+    a: &'a ArrayBase<S, D>,
+) -> Option<(Cow<'a, [T]>, usize)> {
+    if a.is_standard_layout() || a.ndim() < 2 {
+        return None;
+    }
+    let mut v = a.view().into_dyn();
+    let mut times = 1usize;
+    while v.ndim() > 1 && (v.len_of(Axis(0)) == 1 || v.strides()[0] == 0) {
+        times *= v.len_of(Axis(0));
+        v = v.index_axis_move(Axis(0), 0);
+    }
+    if times < 2 {
+        return None;
+    }
+    let period = match v.to_slice() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(row_major_values(&v).into_owned()),
+    };
+    Some((period, times))
+}
+
 /// Writes `v`'s elements (rank 2 or more) in row-major order into `out`: tasks of whole
 /// planes of the last two axes, or of a few rows of one large plane.
 fn gather_into<T: Copy + Send + Sync>(v: &ArrayViewD<'_, T>, out: &mut [MaybeUninit<T>]) {
@@ -196,8 +224,38 @@ fn strided_row<T: Copy>(row: ArrayView1<'_, T>, dst: &mut [MaybeUninit<T>]) {
 
 #[cfg(test)]
 mod tests {
-    use super::row_major_values;
-    use ndarray::{s, Array, ArrayD, IxDyn};
+    use super::{repeated_values, row_major_values};
+    use ndarray::{s, Array, Array2, ArrayD, IxDyn};
+
+    /// The period of broadcasts over leading axes: a row, a plane, a broadcast value
+    /// (its period one row of the last axis); none for contiguous or transposed views,
+    /// or a broadcast that starts after the first axis.
+    #[test]
+    fn repeated_values_are_one_period() {
+        let row = Array::from_vec(vec![1.0f32, 2.0, 3.0]);
+        let b = row.broadcast((4, 3)).unwrap();
+        let (p, t) = repeated_values(&b).unwrap();
+        assert_eq!((&p[..], t), (&[1.0, 2.0, 3.0][..], 4));
+        assert!(matches!(p, std::borrow::Cow::Borrowed(_)));
+        let plane = Array::from_shape_fn((2, 3), |(i, j)| (i * 3 + j) as f32);
+        let b = plane.broadcast((5, 2, 3)).unwrap();
+        let (p, t) = repeated_values(&b).unwrap();
+        assert_eq!((&p[..], t), (&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0][..], 5));
+        let one = ArrayD::from_elem(IxDyn(&[]), 7.0f32);
+        let b = one.broadcast(IxDyn(&[3, 1, 4])).unwrap();
+        let (p, t) = repeated_values(&b).unwrap();
+        assert_eq!((&p[..], t), (&[7.0; 4][..], 3));
+        // the columns of a transposed plane, broadcast: its period gathered
+        let pt = plane.t();
+        let b = pt.broadcast((2, 3, 2)).unwrap();
+        let (p, t) = repeated_values(&b).unwrap();
+        assert_eq!((&p[..], t), (&[0.0, 3.0, 1.0, 4.0, 2.0, 5.0][..], 2));
+        assert!(repeated_values(&Array2::<f32>::zeros((4, 3))).is_none());
+        assert!(repeated_values(&plane.t()).is_none());
+        let col = Array::from_shape_vec((3, 1), vec![1.0f32, 2.0, 3.0]).unwrap();
+        let b = col.broadcast((3, 4)).unwrap();
+        assert!(repeated_values(&b).is_none());
+    }
 
     fn check<T: super::ZeroBits + Send + Sync + std::fmt::Debug + PartialEq>(
         v: ndarray::ArrayViewD<'_, T>,
