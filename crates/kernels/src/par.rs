@@ -38,11 +38,90 @@ impl<T> SendPtr<T> {
 
 /// Runs `f(i)` for every `i` in `0..n` on the thread pool (in any order, in parallel):
 /// the one place this crate's users instantiate rayon.
+///
+/// From outside any pool, the calling thread takes part: it runs tasks itself, beside
+/// `threads() - 1` helpers on the pool, each taking the next task from a shared counter
+/// ([`lead`]); inside a pool the loop is rayon's.
 pub fn for_each_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
     match n {
         0 => {}
         1 => f(0),
-        _ => on_free_pool(|| (0..n).into_par_iter().for_each(f)),
+        // a task of a loop this thread leads: its own loops run here, one after another
+        _ if LEADING.get() => (0..n).for_each(f),
+        _ if rayon::current_thread_index().is_none() => lead(n, f),
+        _ => (0..n).into_par_iter().for_each(f),
+    }
+}
+
+thread_local! {
+    /// Whether this thread is running a task of a loop it leads ([`lead`]).
+    static LEADING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A parallel loop from outside any pool, led by the calling thread: on the pool
+/// [`on_free_pool`] would take (rayon's global one or [`set_threads`]' shared one when
+/// free, else the thread's own), `threads() - 1` helper jobs are spawned and the caller
+/// runs tasks too, every thread taking the next task from one counter until none is
+/// left; then the caller waits for the helpers' last tasks. Handing the whole loop to
+/// the pool instead (the caller asleep until it ends) cost a wake-up of every worker
+/// and one of the caller per loop, and beside torch, whose OpenMP workers spin on the
+/// other core after each of its ops, the caller's own core idled. With one thread the
+/// caller runs the loop alone. Nested loops and joins of the caller's tasks run on the
+/// caller, one after another (the pool's helpers run theirs in the pool).
+fn lead(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            break;
+        }
+        f(i);
+    };
+    let work: &(dyn Fn() + Sync) = &work;
+    outside_pool(|pool| {
+        let count = pool.map_or_else(rayon::current_num_threads, |p| p.current_num_threads());
+        let helpers = count.saturating_sub(1).min(n - 1);
+        if helpers == 0 {
+            let _lead = Leading::enter();
+            return work();
+        }
+        match pool {
+            Some(p) => p.in_place_scope(|s| helped(s, helpers, work)),
+            None => rayon::in_place_scope(|s| helped(s, helpers, work)),
+        }
+    })
+}
+
+/// [`lead`]'s scope: `helpers` jobs on the pool and the caller run `work`.
+fn helped<'s>(s: &rayon::Scope<'s>, helpers: usize, work: &'s (dyn Fn() + Sync)) {
+    for _ in 0..helpers {
+        s.spawn(move |_| work());
+    }
+    let _lead = Leading::enter();
+    work();
+}
+
+/// Marks this thread as running tasks of a loop it leads, until dropped (on return or
+/// unwind).
+struct Leading;
+impl Leading {
+    fn enter() -> Self {
+        LEADING.set(true);
+        Leading
+    }
+}
+impl Drop for Leading {
+    fn drop(&mut self) {
+        LEADING.set(false);
+    }
+}
+
+/// Frees the global pool for the next caller, on return or unwind.
+struct FreeGlobal;
+impl Drop for FreeGlobal {
+    fn drop(&mut self) {
+        GLOBAL_BUSY.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -462,6 +541,12 @@ pub fn join<RA: Send, RB: Send>(
 }
 
 fn join_dyn(a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
+    if LEADING.get() {
+        // a task of a loop this thread leads: one after the other
+        a();
+        b();
+        return;
+    }
     on_free_pool(|| rayon::join(a, b));
 }
 
@@ -484,37 +569,42 @@ static GLOBAL_BUSY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// as [`threads`] says (a user's `build_global`, else `RAYON_NUM_THREADS`, else the
 /// cores; or [`set_threads`]' count), as each thread's OpenMP team does in numpy's and
 /// torch's kernels; the pool lives as long as the thread. Every parallel loop of the
-/// engine goes through here; a call that runs none never leaves its thread. Inside a
-/// pool already (a task, or a caller's `ThreadPool::install`), `f` runs where it is.
+/// engine takes one of these pools ([`for_each_dyn`] with the caller taking part); a
+/// call that runs none never leaves its thread. Inside a pool already (a task, or a
+/// caller's `ThreadPool::install`), or in a task of a loop this thread leads, `f` runs
+/// where it is.
 ///
 /// (A pool of its own for every caller, the single one too, measured 45 against 26 ms
 /// for a 4096² softmax beside torch in one process, in one A/B on a noisy machine that
 /// did not settle it: so a single caller keeps the global pool, as before.)
 pub fn on_free_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    use std::sync::atomic::Ordering;
-    if rayon::current_thread_index().is_some() {
+    // inside a pool, or in a task of a loop this thread leads (whose pool is taken):
+    // where it is
+    if rayon::current_thread_index().is_some() || LEADING.get() {
         return f();
     }
+    outside_pool(|pool| match pool {
+        Some(p) => p.install(f),
+        None => rayon::scope(|_| f()),
+    })
+}
+
+/// Calls `g` with the pool a loop from outside any pool runs on: rayon's global pool
+/// (`None`) or [`set_threads`]' shared one when free (held busy until `g` returns), else
+/// the calling thread's own pool, made on its first use with [`threads`]' count (`None`
+/// too, the global pool, when it could not be made).
+fn outside_pool<R>(g: impl FnOnce(Option<&rayon::ThreadPool>) -> R) -> R {
+    use std::sync::atomic::Ordering;
     let n = THREADS.load(Ordering::Acquire);
     if GLOBAL_BUSY
         .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
     {
-        /// Frees the global pool for the next caller, on return or unwind.
-        struct Free;
-        impl Drop for Free {
-            fn drop(&mut self) {
-                GLOBAL_BUSY.store(false, Ordering::Release);
-            }
-        }
-        let _free = Free;
+        let _free = FreeGlobal;
         let shared = (n > 0)
             .then(|| SHARED.lock().unwrap_or_else(|e| e.into_inner()).clone())
             .flatten();
-        return match shared {
-            Some(p) => p.install(f),
-            None => rayon::scope(|_| f()),
-        };
+        return g(shared.as_deref());
     }
     let want = if n > 0 {
         n
@@ -530,10 +620,7 @@ pub fn on_free_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
                 .build()
                 .ok();
         }
-        match pool.as_ref() {
-            Some(p) => p.install(f),
-            None => f(),
-        }
+        g(pool.as_ref())
     })
 }
 
@@ -543,7 +630,8 @@ mod tests {
 
     #[test]
     fn set_threads_sizes_the_pools_of_later_loops() {
-        let count = || map(2, |_| rayon::current_num_threads());
+        // each task's count: a helper's pool's, or on the leading caller `threads()`
+        let count = || map(2, |_| threads());
         let other = || std::thread::spawn(count).join().unwrap();
         set_threads(3).unwrap();
         assert_eq!((threads(), count(), other()), (3, vec![3, 3], vec![3, 3]));
@@ -565,6 +653,45 @@ mod tests {
             (a.join().unwrap(), b.join().unwrap()),
             ((true, 1), (true, 1))
         );
+        // with one thread a loop from outside any pool runs on its caller alone, its
+        // nested loops and joins too
+        let me = std::thread::current().id();
+        let on_caller = map(8, |_| {
+            let inner = map(3, |_| std::thread::current().id() == me);
+            let (a, b) = join(
+                || std::thread::current().id() == me,
+                || std::thread::current().id() == me,
+            );
+            std::thread::current().id() == me && a && b && inner.iter().all(|&x| x)
+        });
+        assert_eq!(on_caller, [true; 8]);
+        // with two, the caller and a helper on the pool both run tasks: each task
+        // waits (30 s at most, all of them) until one task has run on each side
+        set_threads(2).unwrap();
+        let (mine, theirs, gave_up) = (
+            std::sync::atomic::AtomicBool::new(false),
+            std::sync::atomic::AtomicBool::new(false),
+            std::sync::atomic::AtomicBool::new(false),
+        );
+        let met = map(16, |_| {
+            use std::sync::atomic::Ordering::SeqCst;
+            let here = std::thread::current().id() == me;
+            assert!(
+                here || rayon::current_thread_index().is_some(),
+                "a task off the pools"
+            );
+            if here { &mine } else { &theirs }.store(true, SeqCst);
+            let t0 = std::time::Instant::now();
+            while !(mine.load(SeqCst) && theirs.load(SeqCst)) {
+                if gave_up.load(SeqCst) || t0.elapsed() > std::time::Duration::from_secs(30) {
+                    gave_up.store(true, SeqCst);
+                    return false;
+                }
+                std::thread::yield_now();
+            }
+            true
+        });
+        assert!(met.iter().all(|&m| m));
         set_threads(0).unwrap();
         let all = rayon::current_num_threads();
         assert_eq!((threads(), count()), (all, vec![all, all]));
@@ -589,8 +716,13 @@ mod tests {
         assert!(a.join().unwrap() && b.join().unwrap());
         // nested: inside a pool the work runs where it is
         assert_eq!(on_free_pool(|| on_free_pool(|| map(3, |i| i))), [0, 1, 2]);
-        // every parallel loop runs its tasks on a pool (the global one or the caller's)
-        for_each(4, |_| assert!(rayon::current_thread_index().is_some()));
+        // every parallel loop runs its tasks on a pool (the global one or the caller's
+        // own) or on the caller leading it; a join runs on a pool
+        let me = std::thread::current().id();
+        for_each(4, |_| {
+            let here = std::thread::current().id() == me;
+            assert!(here || rayon::current_thread_index().is_some());
+        });
         join(
             || assert!(rayon::current_thread_index().is_some()),
             || assert!(rayon::current_thread_index().is_some()),
