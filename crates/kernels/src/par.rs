@@ -41,7 +41,7 @@ impl<T> SendPtr<T> {
 ///
 /// From outside any pool, the calling thread takes part: it runs tasks itself, beside
 /// `threads() - 1` helpers on the pool, each taking the next task from a shared counter
-/// ([`lead`]); inside a pool the loop is rayon's.
+/// (`lead`); inside a pool the loop is rayon's.
 pub fn for_each_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
     match n {
         0 => {}

@@ -104,10 +104,10 @@ pub trait Lanes<T> {
     const HEAVY: bool = false;
     /// Whether `comb` gives the same value in any order and grouping (a maximum, a
     /// minimum: up to the sign of a zero that ties with its negation and the payload of
-    /// a NaN; not a float sum, whose rounding depends on the order). The
-    /// kernel then keeps twice the accumulators, two chunks' worth, so that the
-    /// compare-and-select chains overlap (a masked maximum is a compare, an OR and a
-    /// blend deep: with one chunk's accumulators the chain, not the loads, set the pace).
+    /// a NaN; not a float sum, whose rounding depends on the order). The kernel then
+    /// keeps twice the accumulators, two chunks' worth, so that the compare-and-select
+    /// chains overlap (a masked maximum is a compare, an OR and a blend deep: with one
+    /// chunk's accumulators the chain, not the loads, set the pace).
     const ORDER_FREE: bool = false;
     /// Identity of `comb`.
     fn id(&self) -> Self::A;
@@ -375,7 +375,7 @@ fn pred_kernel<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred
 
 #[inline(always)]
 fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Option<Bits<'_>>, f: F) {
-    let Some(bits) = bits else {
+    if bits.is_none() {
         // a loop of its own: through the masked one below, with its all-ones word, the
         // vectoriser made gathers and scatters of a scale in place (a 4096-wide softmax
         // lane 1.6x slower)
@@ -383,8 +383,7 @@ fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Optio
             *o = f(*o, true);
         }
         return;
-    };
-    let bits = Some(bits);
+    }
     let n = out.len();
     let full = n - n % 64;
     for c in 0..full / 64 {
