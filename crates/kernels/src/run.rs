@@ -375,22 +375,20 @@ fn pred_kernel<T: Copy, P: Fn(T) -> bool + Copy>(xs: &[T], out: &mut [u64], pred
 
 #[inline(always)]
 fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Option<Bits<'_>>, f: F) {
-    if bits.is_none() {
-        // a loop of its own: through the masked one below, with its all-ones word, the
+    let Some(b) = bits else {
+        // a loop of its own: through the masked one below, with an all-ones word, the
         // vectoriser made gathers and scatters of a scale in place (a 4096-wide softmax
         // lane 1.6x slower)
         for o in out.iter_mut() {
             *o = f(*o, true);
         }
         return;
-    }
+    };
     let n = out.len();
     let full = n - n % 64;
     for c in 0..full / 64 {
-        if bits.is_some() {
-            prefetch_chunk(out, c * 64);
-        }
-        let w = bits.map_or(u64::MAX, |b| b.word_at(c * 64));
+        prefetch_chunk(out, c * 64);
+        let w = b.word_at(c * 64);
         let oc = &mut out[c * 64..c * 64 + 64];
         for h in 0..2 {
             // 32-bit half words, as in `map_kernel`
@@ -401,7 +399,7 @@ fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Optio
         }
     }
     if full < n {
-        let w = bits.map_or(u64::MAX, |b| b.word_at(full));
+        let w = b.word_at(full);
         for k in full..n {
             out[k] = f(out[k], (w >> (k - full)) & 1 == 1);
         }

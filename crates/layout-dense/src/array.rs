@@ -404,15 +404,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
             }
         }
         let xs = self.row_major();
-        // an upstream broadcast over leading dims (torch's expanded upstream of `.sum()`)
-        // is read as its period, not copied out to the input's size
-        let gv = match masked_core::gather::repeated_values(&g.data) {
-            Some((period, times)) => crate::grad::Periodic {
-                len: period.len() * times,
-                period,
-            },
-            None => crate::grad::Periodic::once(g.row_major()),
-        };
+        let gv = crate::grad::Periodic::of(&g.data);
         visit_grad(
             req,
             V {

@@ -400,12 +400,12 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
 /// the core's `gather::repeated_values`).
 pub(crate) struct Periodic<'a, R: Clone> {
     /// The values of one period.
-    pub(crate) period: Cow<'a, [R]>,
+    period: Cow<'a, [R]>,
     /// The upstream's element count, a multiple of the period's.
-    pub(crate) len: usize,
+    len: usize,
 }
 
-impl<'a, R: Clone> Periodic<'a, R> {
+impl<'a, R: Element> Periodic<'a, R> {
     /// The upstream held whole.
     pub(crate) fn once(values: Cow<'a, [R]>) -> Self {
         let len = values.len();
@@ -415,15 +415,35 @@ impl<'a, R: Clone> Periodic<'a, R> {
         }
     }
 
-    /// All `len` values (the period repeated where it is shorter).
+    /// The upstream `g` as a period where it is broadcast over its leading dims (torch's
+    /// expanded upstream of `.sum()`), never copied out to its size; else its row-major
+    /// values.
+    pub(crate) fn of<S: ndarray::Data<Elem = R>, D: ndarray::Dimension>(
+        g: &'a ndarray::ArrayBase<S, D>,
+    ) -> Self {
+        match masked_core::gather::repeated_values(g) {
+            Some((period, times)) => Periodic {
+                len: period.len() * times,
+                period,
+            },
+            None => Periodic::once(masked_core::gather::row_major_values(g)),
+        }
+    }
+
+    /// All `len` values: the period copied out in parallel where it is shorter (for the
+    /// paths that read the upstream whole).
     pub(crate) fn whole(&self) -> Cow<'_, [R]> {
-        if self.period.len() == self.len {
+        let p = self.period.len();
+        if p == self.len {
             return Cow::Borrowed(&self.period);
         }
-        let mut v = Vec::with_capacity(self.len);
-        while v.len() < self.len {
-            v.extend_from_slice(&self.period);
-        }
+        let mut v = masked_kernels::fresh_vec::<R>(self.len);
+        // tasks of whole periods, of 2^15 values or more
+        par::chunks_mut(&mut v, (1usize << 15).div_ceil(p) * p, |_, c| {
+            for dst in c.chunks_mut(p) {
+                dst.copy_from_slice(&self.period);
+            }
+        });
         Cow::Owned(v)
     }
 }
