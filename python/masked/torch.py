@@ -14,15 +14,21 @@ valid input; elsewhere they are the engine's fill values (docs/semantics.md). Gr
 equal torch's autograd wherever torch's are finite and are never NaN from masked-out
 positions or fully masked lanes.
 
-Beside torch's own ops, its OpenMP workers keep spinning for a while after each of them
-(libgomp's default wait policy) on the cores the engine's next call needs: a third of a
-1024² softmax training step on two cores. `OMP_WAIT_POLICY=passive` in the environment
-(read when torch is imported) puts them to sleep instead; docs/python.md, "Threads".
+Threads: these functions run the engine's parallel loops on torch's own intra-op
+threads (its OpenMP team, `torch.get_num_threads()` of them), as torch's ops do, where
+torch's parallel backend is OpenMP (Linux builds): after each of its ops torch's OpenMP
+workers keep spinning for a while on the other cores, where loops on the engine's own
+pool found those cores taken. `use_torch_threads(False)` puts them back on the engine's
+pool (`mk.set_num_threads`); docs/python.md, "Threads".
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import inspect
+import os
+import sys
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -32,7 +38,75 @@ from . import _masked, _ops
 from ._api import vjp
 from ._array import MaskedArray
 
-__all__: list[str] = []
+__all__: list[str] = ["use_torch_threads"]
+
+
+def _openmp_entry() -> tuple[int, int]:
+    """The addresses of `GOMP_parallel` and `omp_get_max_threads` of the OpenMP runtime
+    torch's kernels run on, or `(0, 0)`: torch's parallel backend is not OpenMP, the
+    platform has no `/proc/self/maps`, or which loaded runtime is torch's is not clear."""
+    if not sys.platform.startswith("linux") or "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return 0, 0
+    found: set[str] = set()
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(None, 5)[-1].strip() if line.count(" ") >= 5 else ""
+                base = os.path.basename(path)
+                if base.startswith(("libgomp", "libiomp5", "libomp")) and ".so" in base:
+                    found.add(path)
+    except OSError:
+        return 0, 0
+    if len(found) > 1:  # several runtimes: the one shipped with torch
+        here = os.path.dirname(os.path.abspath(torch.__file__))
+        found = {p for p in found if p.startswith(here + os.sep)}
+    if len(found) != 1:
+        return 0, 0
+    try:
+        lib = ctypes.CDLL(found.pop(), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        run = ctypes.cast(lib.GOMP_parallel, ctypes.c_void_p).value
+        size = ctypes.cast(lib.omp_get_max_threads, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return 0, 0
+    return (run, size) if run and size else (0, 0)
+
+
+# registered once per process (the runtime stays loaded as long as torch is)
+_ON_TORCH_THREADS = _masked._set_openmp(*_openmp_entry())
+
+
+def use_torch_threads(on: bool) -> bool:
+    """Whether `mk.torch`'s functions run the engine's parallel loops on torch's intra-op
+    OpenMP threads (`True`, the default where torch's backend is OpenMP: they follow
+    `torch.set_num_threads`) or on the engine's own pool (`False`: `mk.set_num_threads`).
+    Returns whether they did before; where torch's runtime was not found, stays False."""
+    global _ON_TORCH_THREADS
+    before = _ON_TORCH_THREADS
+    # (0, 0) registers nothing: the answer is whether the import registered torch's
+    _ON_TORCH_THREADS = bool(on) and _masked._set_openmp(0, 0)
+    return before
+
+
+def _on_team(f: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """`f(*args, **kw)` with this thread's engine calls on torch's threads (if chosen)."""
+    if not _ON_TORCH_THREADS:
+        return f(*args, **kw)
+    before = _masked._on_openmp(True)
+    try:
+        return f(*args, **kw)
+    finally:
+        _masked._on_openmp(before)
+
+
+def _teamed(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`f` with its engine calls on torch's threads (`_on_team`): an autograd
+    Function's `forward` and `backward`."""
+
+    @functools.wraps(f)
+    def run(*args: Any, **kw: Any) -> Any:
+        return _on_team(f, *args, **kw)
+
+    return run
 
 
 def _to_tensor(a: MaskedArray) -> torch.Tensor:
@@ -57,6 +131,7 @@ class _EngineOp(torch.autograd.Function):
     """One engine op with the engine's VJP as its backward."""
 
     @staticmethod
+    @_teamed
     def forward(ctx: Any, x: torch.Tensor, name: str, call: dict, grad: dict, mask: Any) -> torch.Tensor:  # type: ignore[override]
         a = _wrap_input(x, mask)
         out = getattr(_ops, name)(a, **call)
@@ -68,6 +143,7 @@ class _EngineOp(torch.autograd.Function):
         return _to_tensor(out)
 
     @staticmethod
+    @_teamed
     def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
         a, name, grad, dtype, out = ctx.saved
         # torch hands a reduction's upstream as an expanded (stride 0) view: the engine
@@ -131,7 +207,7 @@ def _make(name: str, kind: str, options: tuple[str, ...], differentiable: bool) 
         if differentiable and x.is_floating_point() and torch.is_grad_enabled() and x.requires_grad:
             y = _EngineOp.apply(x, name, kw, grad, mask)
         else:
-            y = _to_tensor(getattr(_ops, name)(_wrap_input(x, mask), **kw))
+            y = _to_tensor(_on_team(getattr(_ops, name), _wrap_input(x, mask), **kw))
         # torch.masked returns the input's dtype (or dtype=) for float outputs
         if y.is_floating_point() and x.is_floating_point() and y.dtype != x.dtype:
             y = y.to(x.dtype)
@@ -159,6 +235,7 @@ class _Attention(torch.autograd.Function):
     saved: the backward computes each row's probabilities again)."""
 
     @staticmethod
+    @_teamed
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Any, pattern: Any, scale: Any) -> torch.Tensor:  # type: ignore[override]
         ins = [_np_of(x) for x in (q, k, v)]
         b = None if bias is None else _np_of(bias).reshape(-1)
@@ -168,6 +245,7 @@ class _Attention(torch.autograd.Function):
         return _tensor_of(out, q.dtype)
 
     @staticmethod
+    @_teamed
     def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
         ins, b, pattern, scale, bf, dtype, has_bias = ctx.saved
         gn = _np_of(g.to(dtype).contiguous())
@@ -216,6 +294,7 @@ __all__.append("attention")
 
 class _Spmm(torch.autograd.Function):
     @staticmethod
+    @_teamed
     def forward(ctx: Any, values: torch.Tensor, x: torch.Tensor, pattern: Any) -> torch.Tensor:  # type: ignore[override]
         w, xn = _np_of(values), _np_of(x)
         bf = x.dtype == torch.bfloat16
@@ -223,6 +302,7 @@ class _Spmm(torch.autograd.Function):
         return _tensor_of(_masked.spmm(w, pattern._plan, xn, bf), x.dtype)
 
     @staticmethod
+    @_teamed
     def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
         w, xn, pattern, bf, dtype = ctx.saved
         dw, dx = _masked.spmm_vjp(w, pattern._plan, xn, _np_of(g.to(dtype).contiguous()), bf)
@@ -231,6 +311,7 @@ class _Spmm(torch.autograd.Function):
 
 class _Sddmm(torch.autograd.Function):
     @staticmethod
+    @_teamed
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, pattern: Any, scale: float) -> torch.Tensor:  # type: ignore[override]
         an, bn = _np_of(a), _np_of(b)
         bf = a.dtype == torch.bfloat16
@@ -238,6 +319,7 @@ class _Sddmm(torch.autograd.Function):
         return _tensor_of(_masked.sddmm(an, bn, pattern._plan, scale, bf), a.dtype)
 
     @staticmethod
+    @_teamed
     def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
         an, bn, pattern, scale, bf, dtype = ctx.saved
         da, db = _masked.sddmm_vjp(an, bn, pattern._plan, scale, _np_of(g.to(dtype).contiguous()), bf)
@@ -264,6 +346,7 @@ class _Segment(torch.autograd.Function):
     """A CSR row reduction or softmax of per-pair values, with the engine's VJP."""
 
     @staticmethod
+    @_teamed
     def forward(ctx: Any, values: torch.Tensor, pattern: Any, op: str) -> torch.Tensor:  # type: ignore[override]
         if values.dtype not in _SEG_DT:
             raise TypeError(f"segment values must be float32, float64 or float16, got {values.dtype}")
@@ -281,6 +364,7 @@ class _Segment(torch.autograd.Function):
         return torch.from_numpy(out.reshape(v.shape[:-1] + out.shape[1:]))
 
     @staticmethod
+    @_teamed
     def backward(ctx: Any, g: torch.Tensor) -> Any:  # type: ignore[override]
         hs, pattern, op, shape, dtype = ctx.saved
         gn = _np_of(g.to(dtype).contiguous())

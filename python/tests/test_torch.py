@@ -160,3 +160,46 @@ def test_functions_bind_arguments_as_their_signature_says():
         f()
     with pytest.raises(TypeError, match="positional argument"):
         f(x, 1, torch.float32, valid, 5)
+
+
+def _openmp_backend() -> bool:
+    return "parallel backend: OpenMP" in torch.__config__.parallel_info()
+
+
+@pytest.mark.skipif(not _openmp_backend(), reason="torch's parallel backend is not OpenMP here")
+def test_calls_run_on_torchs_own_threads():
+    import masked.torch as mt
+
+    assert mt._ON_TORCH_THREADS, "torch's OpenMP runtime was not found"
+    k = torch.get_num_threads()
+    # each task waits until k threads have run one: all of torch's team takes part, and
+    # none of them is one of the engine's pool threads
+    assert mt._on_team(mk._masked._probe_team, k, 30.0) == (k, False)
+    # the team follows torch.set_num_threads
+    torch.set_num_threads(1)
+    try:
+        assert mt._on_team(mk._masked._probe_team, 4, 0.2) == (1, False)
+    finally:
+        torch.set_num_threads(k)
+    # outside mk.torch the engine's own pool (when it has helpers)
+    if mk.get_num_threads() > 1:
+        assert mk._masked._probe_team(2, 30.0) == (2, True)
+    # switched off: mk.torch's calls on the engine's pool, with the same values
+    x = torch.randn(64, 300, dtype=torch.float64)
+    valid = torch.rand(64, 300) < 0.6
+
+    def step():
+        y = x.clone().requires_grad_(True)
+        out = mk.torch.softmax(y, 1, mask=valid)
+        (out * torch.arange(300.0, dtype=torch.float64)).sum().backward()
+        return out.detach(), y.grad
+
+    on = step()
+    assert mt.use_torch_threads(False) is True
+    try:
+        if mk.get_num_threads() > 1:
+            assert mt._on_team(mk._masked._probe_team, 2, 30.0) == (2, True)
+        off = step()
+    finally:
+        assert mt.use_torch_threads(True) is False
+    assert torch.equal(on[0], off[0]) and torch.equal(on[1], off[1])

@@ -59,6 +59,9 @@ pub use masked_kernels::cpu;
 /// How many threads the engine's parallel loops run on ([`set_threads`], as torch's
 /// `set_num_threads`: 0 restores the default, `RAYON_NUM_THREADS` else one per core).
 pub use masked_kernels::par::{set_threads, threads};
+/// Running the engine's parallel loops on another library's OpenMP threads (torch's), as
+/// its own ops do.
+pub use masked_kernels::par::{with_team, OpenMpMaxThreads, OpenMpParallel, OpenMpTeam};
 pub use registry::{
     apply_to, binary_grad_op, check_grad, check_map_grad, visit_grad, Kind, MaskedBinaryOps,
     MaskedOps, Op, OpRequest, Options, Sink,

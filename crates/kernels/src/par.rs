@@ -48,7 +48,10 @@ pub fn for_each_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
         1 => f(0),
         // a task of a loop this thread leads: its own loops run here, one after another
         _ if LEADING.get() => (0..n).for_each(f),
-        _ if rayon::current_thread_index().is_none() => lead(n, f),
+        _ if rayon::current_thread_index().is_none() => match TEAM.get() {
+            Some(team) => team.lead(n, f),
+            None => lead(n, f),
+        },
         _ => (0..n).into_par_iter().for_each(f),
     }
 }
@@ -56,6 +59,120 @@ pub fn for_each_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
 thread_local! {
     /// Whether this thread is running a task of a loop it leads ([`lead`]).
     static LEADING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The OpenMP team this thread's loops run on ([`with_team`]), if any.
+    static TEAM: std::cell::Cell<Option<OpenMpTeam>> = const { std::cell::Cell::new(None) };
+}
+
+/// An OpenMP runtime's entry for a parallel region, `GOMP_parallel` (libgomp's; LLVM's
+/// and Intel's runtimes export it too): runs `body(data)` on every thread of the calling
+/// thread's team, `threads` of them (0: the team's size), the caller among them, and
+/// returns when every one has.
+pub type OpenMpParallel = unsafe extern "C" fn(
+    body: unsafe extern "C" fn(*mut std::ffi::c_void),
+    data: *mut std::ffi::c_void,
+    threads: std::ffi::c_uint,
+    flags: std::ffi::c_uint,
+);
+
+/// An OpenMP runtime's `omp_get_max_threads`: the size of the calling thread's next team.
+pub type OpenMpMaxThreads = unsafe extern "C" fn() -> std::ffi::c_int;
+
+/// The OpenMP runtime another library's kernels run on (torch's intra-op threads), to
+/// run the engine's parallel loops on the same threads ([`with_team`]): beside torch,
+/// whose OpenMP workers keep spinning on the other cores after each of its ops, loops on
+/// the engine's own pool found those cores taken, and the calling thread ran most of
+/// the work alone.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenMpTeam {
+    parallel: OpenMpParallel,
+    max_threads: OpenMpMaxThreads,
+}
+
+impl OpenMpTeam {
+    /// The runtime of these two entry points.
+    ///
+    /// # Safety
+    /// `parallel` and `max_threads` are one loaded OpenMP runtime's `GOMP_parallel` and
+    /// `omp_get_max_threads` (or functions that keep their contracts), and the runtime
+    /// stays loaded while loops run on it.
+    pub unsafe fn new(parallel: OpenMpParallel, max_threads: OpenMpMaxThreads) -> Self {
+        OpenMpTeam {
+            parallel,
+            max_threads,
+        }
+    }
+
+    /// The size of the calling thread's team (at least 1).
+    pub fn threads(&self) -> usize {
+        // SAFETY: `new`'s contract: the runtime's own `omp_get_max_threads`
+        let n = unsafe { (self.max_threads)() };
+        usize::try_from(n).unwrap_or(1).max(1)
+    }
+
+    /// [`lead`] on the team: every thread of it (the caller too) takes the next task
+    /// from one counter; nested loops and joins of a task run on its thread. A panic in
+    /// a task stops the others' next tasks and is raised again on the caller.
+    fn lead(self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Region<'a> {
+            next: AtomicUsize,
+            n: usize,
+            f: &'a (dyn Fn(usize) + Sync),
+            panic: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
+        }
+        unsafe extern "C" fn body(data: *mut std::ffi::c_void) {
+            // SAFETY: `data` is the `Region` below, alive until the region returns
+            let r = unsafe { &*(data as *const Region<'_>) };
+            let _lead = Leading::enter();
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
+                let i = r.next.fetch_add(1, Ordering::Relaxed);
+                if i >= r.n {
+                    break;
+                }
+                (r.f)(i);
+            }));
+            if let Err(p) = run {
+                r.next.store(r.n, Ordering::Relaxed);
+                r.panic
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(p);
+            }
+        }
+        let region = Region {
+            next: AtomicUsize::new(0),
+            n,
+            f,
+            panic: std::sync::Mutex::new(None),
+        };
+        let threads = self.threads().min(n);
+        let data = &region as *const Region<'_> as *mut std::ffi::c_void;
+        // SAFETY: `new`'s contract; `body` catches every panic (none unwinds into the
+        // runtime) and reads `region` only until the region returns
+        unsafe { (self.parallel)(body, data, threads as std::ffi::c_uint, 0) };
+        if let Some(p) = region.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            std::panic::resume_unwind(p);
+        }
+    }
+}
+
+/// Whether the calling thread is a worker of one of the engine's thread pools (rayon's).
+pub fn on_pool() -> bool {
+    rayon::current_thread_index().is_some()
+}
+
+/// Runs `f` with the calling thread's parallel loops on `team` (`None`: on the engine's
+/// pools), as torch's own ops run on it: [`threads`] is the team's size, and
+/// [`set_threads`] does not apply inside. Loops on other threads are not affected.
+pub fn with_team<R>(team: Option<OpenMpTeam>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<OpenMpTeam>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TEAM.set(self.0);
+        }
+    }
+    let _restore = Restore(TEAM.replace(team));
+    f()
 }
 
 /// A parallel loop from outside any pool, led by the calling thread: on the pool
@@ -472,9 +589,15 @@ impl<'a, T> Scatter<'a, T> {
 }
 
 /// The number of worker threads parallel loops run on: inside a pool its own count;
-/// outside, the count [`set_threads`] chose, else rayon's global pool's.
+/// in a [`with_team`] call its team's size; else the count [`set_threads`] chose, else
+/// rayon's global pool's.
 pub fn threads() -> usize {
     use std::sync::atomic::Ordering;
+    if let Some(team) = TEAM.get()
+        && rayon::current_thread_index().is_none()
+    {
+        return team.threads();
+    }
     match THREADS.load(Ordering::Acquire) {
         n if n > 0 && rayon::current_thread_index().is_none() => n,
         _ => rayon::current_num_threads(),
@@ -695,6 +818,93 @@ mod tests {
         set_threads(0).unwrap();
         let all = rayon::current_num_threads();
         assert_eq!((threads(), count()), (all, vec![all, all]));
+    }
+
+    /// A stand-in OpenMP runtime: a team of `FAKE_TEAM` threads, the caller and scoped
+    /// threads, each running `body` once.
+    const FAKE_TEAM: usize = 3;
+    unsafe extern "C" fn fake_parallel(
+        body: unsafe extern "C" fn(*mut std::ffi::c_void),
+        data: *mut std::ffi::c_void,
+        threads: std::ffi::c_uint,
+        _flags: std::ffi::c_uint,
+    ) {
+        let n = if threads == 0 {
+            FAKE_TEAM
+        } else {
+            threads as usize
+        };
+        let data = data as usize;
+        // SAFETY (both calls): the runtime's contract, `data` alive until we return
+        std::thread::scope(|s| {
+            for _ in 1..n {
+                s.spawn(move || unsafe { body(data as *mut std::ffi::c_void) });
+            }
+            unsafe { body(data as *mut std::ffi::c_void) };
+        });
+    }
+    unsafe extern "C" fn fake_max_threads() -> std::ffi::c_int {
+        FAKE_TEAM as std::ffi::c_int
+    }
+
+    #[test]
+    fn loops_in_a_team_run_on_its_threads() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        // SAFETY: the stand-in keeps the two entry points' contracts
+        let team = unsafe { OpenMpTeam::new(fake_parallel, fake_max_threads) };
+        let me = std::thread::current().id();
+        let ids = std::sync::Mutex::new(Vec::new());
+        let started = AtomicUsize::new(0);
+        let gave_up = std::sync::atomic::AtomicBool::new(false);
+        let (n, hits) = with_team(Some(team), || {
+            let hits: Vec<AtomicUsize> = (0..12).map(|_| AtomicUsize::new(0)).collect();
+            for_each(12, |i| {
+                hits[i].fetch_add(1, SeqCst);
+                let t = std::thread::current().id();
+                assert!(rayon::current_thread_index().is_none(), "a task on a pool");
+                // nested loops run on the task's thread
+                assert!(map(3, |_| std::thread::current().id() == t)
+                    .iter()
+                    .all(|&x| x));
+                let mut seen = ids.lock().unwrap();
+                if !seen.contains(&t) {
+                    seen.push(t);
+                    started.fetch_add(1, SeqCst);
+                }
+                drop(seen);
+                // each task waits (30 s at most, all of them) until every thread of
+                // the team has run one: all three take part
+                let t0 = std::time::Instant::now();
+                while started.load(SeqCst) < FAKE_TEAM && !gave_up.load(SeqCst) {
+                    if t0.elapsed() > std::time::Duration::from_secs(30) {
+                        gave_up.store(true, SeqCst);
+                    }
+                    std::thread::yield_now();
+                }
+            });
+            (threads(), hits)
+        });
+        assert_eq!(n, FAKE_TEAM);
+        assert!(hits.iter().all(|h| h.load(SeqCst) == 1));
+        let ids = ids.into_inner().unwrap();
+        assert_eq!(ids.len(), FAKE_TEAM);
+        assert!(ids.contains(&me));
+        // a panic in a task surfaces on the caller, and the team is left as it was
+        let caught = std::panic::catch_unwind(|| {
+            with_team(Some(team), || {
+                for_each(8, |i| assert!(i != 5, "task five fails"));
+            })
+        });
+        let payload = caught.unwrap_err();
+        let text = (payload.downcast_ref::<String>().map(String::as_str))
+            .or_else(|| payload.downcast_ref::<&str>().copied());
+        assert_eq!(text, Some("task five fails"));
+        assert!(TEAM.get().is_none());
+        assert_ne!(
+            with_team(None, || map(4, |_| rayon::current_thread_index().is_some()
+                || std::thread::current().id() == me)),
+            [false; 4]
+        );
     }
 
     #[test]

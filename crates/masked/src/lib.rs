@@ -121,6 +121,11 @@ pub use masked_core::cpu;
 /// default (`RAYON_NUM_THREADS`, else one per core).
 #[doc(inline)]
 pub use masked_core::{set_threads, threads};
+/// Running the engine's parallel loops on another library's OpenMP threads (torch's
+/// intra-op threads, whose workers spin on the cores after each of its ops): `with_team`
+/// around the calls made beside it.
+#[doc(inline)]
+pub use masked_core::{with_team, OpenMpMaxThreads, OpenMpParallel, OpenMpTeam};
 
 pub use layout_coo::{dense_to_csr, CooGradients, CooMask, CooPattern, CooZipView, MaskedCoo};
 pub use layout_csr::{

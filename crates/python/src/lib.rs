@@ -69,7 +69,8 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 /// `masked_kernels::par::on_free_pool`); a panic inside becomes `MaskedError("internal
 /// error: ...")`, never an abort.
 fn engine<R: Send>(py: Python<'_>, f: impl FnOnce() -> Result<R, Error> + Send) -> PyResult<R> {
-    py.detach(|| catch_unwind(AssertUnwindSafe(f)))
+    let team = ON_TEAM.get().then(|| *TORCH_TEAM.get()?).flatten();
+    py.detach(|| catch_unwind(AssertUnwindSafe(|| masked_core::with_team(team, f))))
         .map_err(|p| MaskedError::new_err(format!("internal error: {}", panic_text(&*p))))?
         .map_err(py_err)
 }
@@ -1732,7 +1733,84 @@ fn set_num_threads(n: i64) -> PyResult<()> {
 /// How many threads an engine call runs on.
 #[pyfunction]
 fn get_num_threads() -> usize {
-    masked_core::threads()
+    masked_core::with_team(
+        ON_TEAM.get().then(|| *TORCH_TEAM.get()?).flatten(),
+        masked_core::threads,
+    )
+}
+
+/// torch's OpenMP runtime ([`_set_openmp`]), once found.
+static TORCH_TEAM: std::sync::OnceLock<Option<masked_core::OpenMpTeam>> =
+    std::sync::OnceLock::new();
+
+thread_local! {
+    /// Whether this thread's engine calls run on [`TORCH_TEAM`] ([`_on_openmp`]).
+    static ON_TEAM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Registers the OpenMP runtime torch's kernels run on, by the addresses of its
+/// `GOMP_parallel` and `omp_get_max_threads` (`masked.torch` finds them at import);
+/// `0, 0` registers none. The first registration holds for the process; whether one is
+/// registered is returned.
+///
+/// # Safety (of the caller, `masked.torch`)
+/// The addresses are those two functions of the OpenMP runtime loaded in this process
+/// (which stays loaded as torch does).
+#[pyfunction]
+fn _set_openmp(parallel: usize, max_threads: usize) -> bool {
+    TORCH_TEAM
+        .get_or_init(|| {
+            if parallel == 0 || max_threads == 0 {
+                return None;
+            }
+            // SAFETY: the caller's contract above: the runtime's own functions, with the
+            // signatures `GOMP_parallel(void (*)(void *), void *, unsigned, unsigned)`
+            // and `int omp_get_max_threads(void)`
+            unsafe {
+                let parallel: masked_core::OpenMpParallel = std::mem::transmute(parallel);
+                let max_threads: masked_core::OpenMpMaxThreads = std::mem::transmute(max_threads);
+                Some(masked_core::OpenMpTeam::new(parallel, max_threads))
+            }
+        })
+        .is_some()
+}
+
+/// Sets whether this thread's engine calls run their parallel loops on torch's OpenMP
+/// threads (registered by [`_set_openmp`]; without one, nothing changes); returns the
+/// previous setting.
+#[pyfunction]
+fn _on_openmp(on: bool) -> bool {
+    ON_TEAM.replace(on)
+}
+
+/// For the test suite: runs a parallel loop of `n` tasks in which each task waits (up to
+/// `seconds`) until `n` threads have each run a task, and returns how many distinct
+/// threads ran tasks and whether any of them was one of the engine's own pool threads.
+#[pyfunction]
+fn _probe_team(py: Python<'_>, n: usize, seconds: f64) -> PyResult<(usize, bool)> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    engine(py, || {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let (started, pooled) = (AtomicUsize::new(0), AtomicBool::new(false));
+        let limit = std::time::Duration::from_secs_f64(seconds.clamp(0.0, 60.0));
+        masked_kernels::par::for_each_dyn(n, &|_| {
+            let me = std::thread::current().id();
+            pooled.fetch_or(masked_kernels::par::on_pool(), SeqCst);
+            {
+                let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                if !s.contains(&me) {
+                    s.push(me);
+                    started.fetch_add(1, SeqCst);
+                }
+            }
+            let t0 = std::time::Instant::now();
+            while started.load(SeqCst) < n && t0.elapsed() < limit {
+                std::thread::yield_now();
+            }
+        });
+        let distinct = seen.into_inner().unwrap_or_else(|e| e.into_inner()).len();
+        Ok((distinct, pooled.load(SeqCst)))
+    })
 }
 
 /// Runs a deliberately failing internal path (a panic inside an engine call), to test
@@ -1788,6 +1866,9 @@ fn _masked(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(options, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_openmp, m)?)?;
+    m.add_function(wrap_pyfunction!(_on_openmp, m)?)?;
+    m.add_function(wrap_pyfunction!(_probe_team, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(_probe_wait, m)?)?;
     m.add_function(wrap_pyfunction!(_probe_release, m)?)?;
