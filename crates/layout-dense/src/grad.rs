@@ -10,7 +10,7 @@ use masked_kernels::bits::columns_bits;
 use masked_kernels::pack::{compress_to, expand_to};
 use masked_kernels::par;
 use masked_kernels::run::{fill_run, gather_tile, tile_words};
-use masked_kernels::transpose::{lane_stride, transpose};
+use masked_kernels::transpose::{copy_short, lane_stride, transpose};
 use std::borrow::Cow;
 
 /// Where a lane's upstream gradient (or saved forward output) comes from, unpacked.
@@ -383,16 +383,23 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
         });
         return;
     }
-    let g = g.whole();
     // each element's gradient from its own value and upstream (a unary op's): the whole
     // array as one run, every position written
-    if masked_core::grad::each_into(grad, xs, bits, &g, out) {
+    if grad.elementwise() && masked_core::grad::each_into(grad, xs, bits, &g.whole(), out) {
         return;
     }
     if n * inner == 0 || xs.is_empty() {
         return;
     }
-    strided_lanes(grad, xs, bits, (n, inner), PerLane::No, &g, saved, out);
+    // lanes at a stride read the period in place where it is whole blocks, or divides a
+    // row (each lane's upstream is then one value, repeated)
+    let block = n * inner;
+    if period.len() % block == 0 || inner % period.len() == 0 {
+        strided_lanes(grad, xs, bits, (n, inner), PerLane::No, period, saved, out);
+    } else {
+        let g = g.whole();
+        strided_lanes(grad, xs, bits, (n, inner), PerLane::No, &g, saved, out);
+    }
 }
 
 /// A map's upstream gradient in row-major order: `period` repeated to `len` values (all
@@ -467,6 +474,12 @@ enum PerLane {
 /// normalizations' kernels (`gather_tile`, `transpose`, `columns_bits`). A lone
 /// 4096 x 4096 block was one serial task of strided gathers (40x the last dim's time),
 /// and a reduction over dim 0 grouped its positions by a sort (100x).
+///
+/// A map's upstream `g` (`PerLane::No`) is a period of the row-major upstream: whole
+/// blocks (`n * inner` values, or a multiple: the whole upstream among them) whose
+/// tiles are transposed straight out of it, like the saved output's, or a divisor of a
+/// row, each lane's upstream one value. A reduction's (`PerLane::Yes`) has a value a
+/// lane.
 #[allow(clippy::too_many_arguments)]
 fn strided_lanes<T: Element, G: LaneGrad>(
     grad: &G,
@@ -500,7 +513,7 @@ fn strided_lanes<T: Element, G: LaneGrad>(
         let zero = <T::Real as Element>::ZERO;
         // row-major tiles (a contiguous copy a row, the forward's kernels) transposed
         // into runs, one a lane; the lanes' gradients, runs too, transposed back
-        let (mut tx, mut tg, mut ty, mut back) = (vec![], vec![], vec![], vec![]);
+        let (mut tx, mut back) = (vec![], vec![]);
         let (mut lx, mut lg, mut ly, mut lo) = (vec![], vec![], vec![], vec![]);
         // the values' stand-in where they are not read
         let vx = vec![T::ZERO; if skip_x { n } else { 0 }];
@@ -527,16 +540,22 @@ fn strided_lanes<T: Element, G: LaneGrad>(
             if bits.is_some() {
                 columns_bits(&rows, w, &mut words);
             }
-            for (has, v, tile, lanes) in [
-                (has_g, g, &mut tg, &mut lg),
-                (has_y, saved, &mut ty, &mut ly),
-            ] {
-                if has {
-                    tile.resize(n * w, zero);
-                    lanes.resize(sr * w, zero);
-                    gather_tile(v, None, w, at, tile, &mut []);
-                    transpose(tile, (n, w, w), lanes, sr);
+            // the upstream's and saved output's lanes, transposed straight out of their
+            // rows (no mask to read beside them: no row copies first)
+            if has_g {
+                lg.resize(sr * w, zero);
+                let p = g.len();
+                if p % block == 0 {
+                    transpose(&g[base % p..], (n, w, inner), &mut lg, sr);
+                } else {
+                    for (l, lane) in lg.chunks_mut(sr).take(w).enumerate() {
+                        lane[..n].fill(g[(i0 + l) % p]);
+                    }
                 }
+            }
+            if has_y {
+                ly.resize(sr * w, zero);
+                transpose(&saved[base..], (n, w, inner), &mut ly, sr);
             }
             lo.resize(sr * w, zero);
             back.resize(n * w, zero);
@@ -568,7 +587,7 @@ fn strided_lanes<T: Element, G: LaneGrad>(
             for k in 0..n {
                 // SAFETY: row part k of this tile: positions no other task writes
                 let part = unsafe { dst.part(at(k), at(k) + w) };
-                part.copy_from_slice(&back[k * w..k * w + w]);
+                copy_short(part, &back[k * w..k * w + w]);
             }
         }
     });
