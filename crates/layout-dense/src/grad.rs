@@ -394,7 +394,7 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
     // lanes at a stride read the period in place where it is whole blocks, or divides a
     // row (each lane's upstream is then one value, repeated)
     let block = n * inner;
-    if period.len() % block == 0 || inner % period.len() == 0 {
+    if period.len().is_multiple_of(block) || inner.is_multiple_of(period.len()) {
         strided_lanes(grad, xs, bits, (n, inner), PerLane::No, period, saved, out);
     } else {
         let g = g.whole();
@@ -545,7 +545,7 @@ fn strided_lanes<T: Element, G: LaneGrad>(
             if has_g {
                 lg.resize(sr * w, zero);
                 let p = g.len();
-                if p % block == 0 {
+                if p.is_multiple_of(block) {
                     transpose(&g[base % p..], (n, w, inner), &mut lg, sr);
                 } else {
                     for (l, lane) in lg.chunks_mut(sr).take(w).enumerate() {
