@@ -21,27 +21,6 @@ pub fn lane_stride<T>(rows: usize) -> usize {
     }
 }
 
-/// `dst.copy_from_slice(src)` for a tile's short rows (a tile of 16, 32 or 64 values
-/// wide): a fixed-size copy of the whole row where it is that wide, inlined, not a call
-/// into `memcpy` for each 128- or 256-byte row (its size dispatch was a third of a
-/// 1024² softmax VJP along dim 0, one call a row).
-///
-/// # Panics
-/// If the lengths differ.
-#[inline]
-pub fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
-    macro_rules! fixed {
-        ($($n:literal),*) => {$(
-            if let (Ok(d), Ok(s)) = (<&mut [T; $n]>::try_from(&mut *dst), <&[T; $n]>::try_from(src)) {
-                *d = *s;
-                return;
-            }
-        )*};
-    }
-    fixed!(64, 32, 16);
-    dst.copy_from_slice(src);
-}
-
 /// `dst[j * ld + k] = src[k * ls + j]` for `k < rows`, `j < width`: the tile `src`
 /// (`rows` rows `width` wide, rows `ls` apart) transposed into `dst` (`width` rows
 /// `rows` wide, rows `ld` apart; [`lane_stride`] gives a good `ld`).

@@ -10,7 +10,7 @@ use masked_kernels::bits::columns_bits;
 use masked_kernels::pack::{compress_to, expand_to};
 use masked_kernels::par;
 use masked_kernels::run::{fill_run, gather_tile, tile_words};
-use masked_kernels::transpose::{copy_short, lane_stride, transpose};
+use masked_kernels::transpose::{lane_stride, transpose};
 use std::borrow::Cow;
 
 /// Where a lane's upstream gradient (or saved forward output) comes from, unpacked.
@@ -587,7 +587,7 @@ fn strided_lanes<T: Element, G: LaneGrad>(
             for k in 0..n {
                 // SAFETY: row part k of this tile: positions no other task writes
                 let part = unsafe { dst.part(at(k), at(k) + w) };
-                copy_short(part, &back[k * w..k * w + w]);
+                part.copy_from_slice(&back[k * w..k * w + w]);
             }
         }
     });

@@ -655,7 +655,7 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
                 // SAFETY: this tile's elements of row `k` (`w` of them from `row`) are
                 // written by this task alone: tiles partition every block's positions
                 let o = unsafe { dst.part(row, row + w) };
-                masked_kernels::transpose::copy_short(o, &back[k * w..k * w + w]);
+                o.copy_from_slice(&back[k * w..k * w + w]);
             }
         }
     });
