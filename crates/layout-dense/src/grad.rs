@@ -395,6 +395,11 @@ pub(crate) fn grad_map<T: Element, G: LaneGrad>(
     // row (each lane's upstream is then one value, repeated)
     let block = n * inner;
     if period.len().is_multiple_of(block) || inner.is_multiple_of(period.len()) {
+        if let Some(b) = bits
+            && statistic_rows::<T, G>(grad, b, (n, inner), period, saved, out)
+        {
+            return;
+        }
         strided_lanes(grad, xs, bits, (n, inner), PerLane::No, period, saved, out);
     } else {
         let g = g.whole();
@@ -453,6 +458,100 @@ impl<'a, R: Element> Periodic<'a, R> {
         });
         Cow::Owned(v)
     }
+}
+
+/// [`strided_lanes`] for a gradient of one statistic a lane and a step a position
+/// (`LaneGrad::typed_lane_statistic`: softmax, softmin) given the saved output, with a
+/// mask, over rows of 64 positions or more: the statistics in tiles of lanes (the saved
+/// output's and the upstream's lanes transposed out of their rows and packed under the
+/// mask, as [`strided_lanes`] reads them), then every row of `out` written from its
+/// rows of the saved output, the upstream, the mask and the statistics, rows in
+/// parallel: no gradient lanes transposed back into rows and copied out (1024² softmax
+/// along dim 0: 0.57 -> 0.4 ms). The same values bit for bit. `g` is the upstream's
+/// period, as [`strided_lanes`] takes it. False (nothing written) where it does not
+/// apply.
+fn statistic_rows<T: Element, G: LaneGrad>(
+    grad: &G,
+    bits: Bits<'_>,
+    (n, inner): (usize, usize),
+    g: &[T::Real],
+    saved: &[T::Real],
+    out: &mut [T::Real],
+) -> bool {
+    const TILE: usize = 32;
+    let block = n * inner;
+    if inner < 64
+        || block == 0
+        || saved.len() != out.len()
+        || !grad.uses_output()
+        || grad.typed_lane_statistic::<T::Real>(&[], &[]).is_none()
+    {
+        return false;
+    }
+    let (blocks, p, tiles) = (out.len() / block, g.len(), inner.div_ceil(TILE));
+    let whole = p.is_multiple_of(block);
+    let total = blocks * tiles;
+    let mut stats = vec![0.0f64; blocks * inner];
+    let per = total.div_ceil(4 * par::threads()).max(1);
+    let st = par::Scatter::new(&mut stats);
+    par::for_each(total.div_ceil(per), |task| {
+        let zero = <T::Real as Element>::ZERO;
+        let (sr, nw) = (lane_stride::<T::Real>(n), n.div_ceil(64));
+        let (mut ly, mut lg) = (vec![zero; sr * TILE], vec![zero; sr * TILE]);
+        let (mut py, mut pg) = (vec![zero; n], vec![zero; n]);
+        let (mut rows, mut words) = (vec![0u64; n], vec![0u64; TILE * nw]);
+        for t in task * per..((task + 1) * per).min(total) {
+            let (b, i0) = (t / tiles, (t % tiles) * TILE);
+            let (w, base) = (TILE.min(inner - i0), b * block + i0);
+            tile_words(bits, |k| base + k * inner, &mut rows);
+            columns_bits(&rows, w, &mut words);
+            transpose(&saved[base..], (n, w, inner), &mut ly, sr);
+            if whole {
+                transpose(&g[base % p..], (n, w, inner), &mut lg, sr);
+            } else {
+                for (l, lane) in lg.chunks_mut(sr).take(w).enumerate() {
+                    lane[..n].fill(g[(i0 + l) % p]);
+                }
+            }
+            // SAFETY: the statistics of this tile's lanes: no other task writes them
+            let s = unsafe { st.part(b * inner + i0, b * inner + i0 + w) };
+            for (l, sl) in s.iter_mut().enumerate() {
+                let lb = Bits::new(&words[l * nw..l * nw + nw], 0);
+                let m = compress_to(&ly[l * sr..l * sr + n], lb, &mut py);
+                compress_to(&lg[l * sr..l * sr + n], lb, &mut pg);
+                // (Some: the gradient gave one for the empty lane above)
+                *sl = grad
+                    .typed_lane_statistic(&py[..m], &pg[..m])
+                    .unwrap_or(f64::NAN);
+            }
+        }
+    });
+    // the rows, in tasks of about 2^15 positions; an upstream that divides a row
+    // repeats one row, whose first half of the step serves a whole block's rows
+    let per = ((1usize << 15) / inner).max(1);
+    let stats = &stats[..];
+    par::chunks_mut(out, inner * per, |c, oc| {
+        let (mut d, mut held) = (Vec::with_capacity(inner), None);
+        let repeated: Vec<T::Real> = if whole {
+            vec![]
+        } else {
+            (0..inner).map(|j| g[j % p]).collect()
+        };
+        for (k, o) in oc.chunks_mut(inner).enumerate() {
+            let start = (c * per + k) * inner;
+            let b = start / block;
+            let s = &stats[b * inner..b * inner + inner];
+            if whole {
+                grad.typed_row_upstream(s, &g[start % p..start % p + inner], &mut d);
+            } else if held != Some(b) {
+                grad.typed_row_upstream(s, &repeated, &mut d);
+                held = Some(b);
+            }
+            let done = grad.typed_row_step(&d, &saved[start..start + inner], bits.offset(start), o);
+            debug_assert!(done, "a gradient with lane statistics steps its rows");
+        }
+    });
+    true
 }
 
 /// Where the upstream gradient and the saved output of [`strided_lanes`] are held.

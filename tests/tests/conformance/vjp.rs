@@ -712,6 +712,89 @@ fn broadcast_upstreams_give_the_gradients_of_their_copies() {
     );
 }
 
+/// Every normalization's VJP along a leading dim (lanes at a stride: tiles of lanes
+/// transposed, or the softmax family's lane statistics and then a pass over the rows)
+/// equals, bit for bit, the VJP along the last dim of the array with that dim moved
+/// last (contiguous lanes), with and without the saved output, for a random upstream
+/// and one broadcast over the leading dims (read as its period), on rows of 64
+/// positions or more and fewer, with fully masked lanes.
+#[test]
+fn strided_map_gradients_equal_those_of_the_lanes_moved_last() {
+    let mut rng = Rng(43);
+    let mut checked = 0;
+    for (shape, dim) in [
+        (vec![70, 90], 0usize),
+        (vec![2, 65, 70], 0),
+        (vec![2, 65, 70], 1),
+        (vec![9, 5, 6], 1),
+    ] {
+        let rank = shape.len();
+        let mut perm: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
+        perm.push(dim);
+        let moved = |a: &ArrayD<f64>| {
+            let p = a.view().permuted_axes(IxDyn(&perm));
+            ArrayD::from_shape_vec(p.raw_dim(), p.iter().copied().collect()).unwrap()
+        };
+        let (mut x, mut m) = random_input(&mut rng, &shape);
+        // a fully masked lane along `dim`
+        for k in 0..shape[dim] {
+            let mut at = vec![0usize; rank];
+            at[dim] = k;
+            let flat: usize = (0..rank)
+                .map(|d| at[d] * shape[d + 1..].iter().product::<usize>())
+                .sum();
+            m[flat + 1] = false;
+        }
+        x[IxDyn(&vec![0; rank])] = 0.5;
+        let mb = ArrayD::from_shape_vec(IxDyn(&shape), m.iter().map(|&b| b as u8 as f64).collect())
+            .unwrap();
+        let (xt, mt) = (moved(&x), moved(&mb));
+        let mt: Vec<bool> = mt.iter().map(|&v| v == 1.0).collect();
+        let (a, at) = (masked(&x, &m), masked(&xt, &mt));
+        let last = *shape.last().unwrap();
+        let row: ndarray::Array1<f64> = (0..last).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let full = ArrayD::from_shape_fn(IxDyn(&shape), |_| rng.random_range(-1.0..1.0));
+        for &op in Op::ALL {
+            if !op.differentiable() || op.kind() != Kind::Normalize {
+                continue;
+            }
+            for req in requests(op, rank) {
+                if req.one_dim().ok() != Some(dim as isize) {
+                    continue;
+                }
+                let mut req_t = req.clone();
+                req_t = req_t.dims(rank as isize - 1);
+                let y = ArrayD::from_shape_vec(IxDyn(&shape), forward(&x, &m, &req).0).unwrap();
+                let yt = moved(&y);
+                let (y, yt) = (MaskedArray::unmasked(y), MaskedArray::unmasked(yt));
+                for g in [
+                    full.clone(),
+                    row.broadcast(IxDyn(&shape)).unwrap().to_owned(),
+                ] {
+                    let gt = MaskedArray::unmasked(moved(&g));
+                    let g = MaskedArray::unmasked(g);
+                    for saved in [false, true] {
+                        let mut got = vec![f64::NAN; x.len()];
+                        let mut want = vec![f64::NAN; x.len()];
+                        a.vjp_saved_into(&req, saved.then_some(&y), &g, &mut got)
+                            .unwrap();
+                        at.vjp_saved_into(&req_t, saved.then_some(&yt), &gt, &mut want)
+                            .unwrap();
+                        let got = moved(&ArrayD::from_shape_vec(IxDyn(&shape), got).unwrap());
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()));
+                        assert!(same, "{op} dim {dim} {shape:?} saved {saved}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 60, "{checked}");
+}
+
 #[test]
 fn one_and_two_threads_give_identical_gradients() {
     let mut rng = Rng(7);

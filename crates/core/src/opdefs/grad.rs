@@ -101,6 +101,47 @@ pub trait LaneGrad: Send + Sync + 'static {
         let _ = (ys, g, spread, out);
         false
     }
+    /// For a map's gradient that is one statistic of the lane, from its packed saved
+    /// output `ys` and upstream `g`, and then a step at each position from its own
+    /// values and that statistic (softmax and softmin: `Σ g y`, then `±y (g - Σ g y)`):
+    /// the statistic, bit for bit the one [`LaneGrad::typed_spread_from_output`] finds.
+    /// A layout whose lanes lie across its rows computes the statistics a lane at a
+    /// time, then the step a row at a time ([`LaneGrad::typed_row_upstream`],
+    /// [`LaneGrad::typed_row_step`]).
+    /// `None` (the default) where the gradient is not of that form.
+    fn typed_lane_statistic<R: crate::element::Float>(&self, ys: &[R], g: &[R]) -> Option<f64> {
+        let _ = (ys, g);
+        None
+    }
+    /// The first half of the step of [`LaneGrad::typed_lane_statistic`] over a run of
+    /// positions each in a lane of its own: `d[j]` from the upstream `g[j]` and its
+    /// lane's statistic `s[j]` (softmax: `g - Σ g y`), what the second half
+    /// ([`LaneGrad::typed_row_step`]) reads beside the saved output. A layout whose rows
+    /// repeat one upstream row computes it once for all the rows of a block. False
+    /// (nothing written) where it does not apply.
+    fn typed_row_upstream<R: crate::element::Float>(
+        &self,
+        s: &[f64],
+        g: &[R],
+        d: &mut Vec<f64>,
+    ) -> bool {
+        let _ = (s, g, d);
+        false
+    }
+    /// The second half of the step: `out[j]` from the saved output `ys[j]` and `d[j]`
+    /// ([`LaneGrad::typed_row_upstream`]) where bit `j` of `bits` is set, 0 elsewhere;
+    /// with the first half, the values of [`LaneGrad::typed_spread_from_output`] bit
+    /// for bit. False (nothing written) where it does not apply.
+    fn typed_row_step<R: crate::element::Float>(
+        &self,
+        d: &[f64],
+        ys: &[R],
+        bits: masked_kernels::Bits<'_>,
+        out: &mut [R],
+    ) -> bool {
+        let _ = (d, ys, bits, out);
+        false
+    }
     /// A shortcut of [`LaneGrad::grad`] (of [`LaneGrad::grad_from_output`] when `saved`
     /// is given) for a reduction's lane as the layout holds it: its valid values `xs`
     /// packed in their own type, `g` one value, the gradient straight into the packed
@@ -1181,9 +1222,79 @@ impl LaneGrad for SoftmaxGrad {
         self.softmax_run(ys, g, spread.ys, spread.g, Some(spread.bits), out);
         true
     }
+    fn typed_lane_statistic<R: crate::element::Float>(&self, ys: &[R], g: &[R]) -> Option<f64> {
+        use crate::lane::SoftmaxKind::*;
+        match self.kind {
+            Softmax | Softmin => Some(Self::dot(ys, g)),
+            LogSoftmax => None,
+        }
+    }
+    fn typed_row_upstream<R: crate::element::Float>(
+        &self,
+        s: &[f64],
+        g: &[R],
+        d: &mut Vec<f64>,
+    ) -> bool {
+        if self.kind == crate::lane::SoftmaxKind::LogSoftmax {
+            return false;
+        }
+        // `g - Σ g y` a position: the subtraction `softmax_run` makes
+        d.resize(g.len(), 0.0);
+        masked_kernels::run::zip_run(
+            g,
+            &s[..g.len()],
+            None,
+            &mut d[..],
+            #[inline(always)]
+            |gi: R, si: f64, _| gi.to_f64() - si,
+        );
+        true
+    }
+    fn typed_row_step<R: crate::element::Float>(
+        &self,
+        d: &[f64],
+        ys: &[R],
+        bits: masked_kernels::Bits<'_>,
+        out: &mut [R],
+    ) -> bool {
+        use crate::element::Float;
+        use crate::lane::SoftmaxKind::*;
+        let sign = match self.kind {
+            Softmax => 1.0,
+            Softmin => -1.0,
+            LogSoftmax => return false,
+        };
+        let (to, zero) = (<R as Float>::from_f64, R::ZERO);
+        // `±y · d`: the product `softmax_run` makes, in the same order
+        masked_kernels::run::zip_run(
+            &ys[..out.len()],
+            &d[..out.len()],
+            Some(bits),
+            out,
+            #[inline(always)]
+            move |y: R, d: f64, ok| {
+                if ok {
+                    to(sign * y.to_f64() * d)
+                } else {
+                    zero
+                }
+            },
+        );
+        true
+    }
 }
 
 impl SoftmaxGrad {
+    /// `Σ y g` over the packed lane, in `f64` over eight accumulators ([`sum8`]).
+    fn dot<R: crate::element::Float>(ys: &[R], g: &[R]) -> f64 {
+        sum8(
+            ys,
+            g,
+            #[inline(always)]
+            |y: R, g: R| y.to_f64() * g.to_f64(),
+        )
+    }
+
     /// The lane's constant from the packed `ys` and `g` (the dot product, or the sum of
     /// `g`) in `f64` over eight accumulators, then one vectorised pass over `at_ys`,
     /// `at_g` (the same values, packed or unpacked with `bits`; 0 written where a bit
@@ -1206,12 +1317,7 @@ impl SoftmaxGrad {
         let zero = R::ZERO;
         match self.kind {
             Softmax | Softmin => {
-                let dot = sum8(
-                    ys,
-                    g,
-                    #[inline(always)]
-                    |y: R, g: R| y.to_f64() * g.to_f64(),
-                );
+                let dot = Self::dot(ys, g);
                 let sign = if self.kind == Softmin { -1.0 } else { 1.0 };
                 zip_run(
                     at_ys,
