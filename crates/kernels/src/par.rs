@@ -139,13 +139,19 @@ impl OpenMpTeam {
                     .get_or_insert(p);
             }
         }
+        let threads = self.threads().min(n);
+        if threads <= 1 {
+            // a team of one (`torch.set_num_threads(1)`, as in a forked worker): no
+            // region, as torch's own loops open none
+            let _lead = Leading::enter();
+            return (0..n).for_each(f);
+        }
         let region = Region {
             next: AtomicUsize::new(0),
             n,
             f,
             panic: std::sync::Mutex::new(None),
         };
-        let threads = self.threads().min(n);
         let data = &region as *const Region<'_> as *mut std::ffi::c_void;
         // SAFETY: `new`'s contract; `body` catches every panic (none unwinds into the
         // runtime) and reads `region` only until the region returns
@@ -846,6 +852,21 @@ mod tests {
     unsafe extern "C" fn fake_max_threads() -> std::ffi::c_int {
         FAKE_TEAM as std::ffi::c_int
     }
+    /// Whether [`lone_parallel`] was called: a team of one opens no region.
+    static LONE_CALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    unsafe extern "C" fn lone_parallel(
+        body: unsafe extern "C" fn(*mut std::ffi::c_void),
+        data: *mut std::ffi::c_void,
+        _threads: std::ffi::c_uint,
+        _flags: std::ffi::c_uint,
+    ) {
+        LONE_CALLED.store(true, std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: the runtime's contract
+        unsafe { body(data) };
+    }
+    unsafe extern "C" fn lone_max_threads() -> std::ffi::c_int {
+        1
+    }
 
     #[test]
     fn loops_in_a_team_run_on_its_threads() {
@@ -900,6 +921,17 @@ mod tests {
             .or_else(|| payload.downcast_ref::<&str>().copied());
         assert_eq!(text, Some("task five fails"));
         assert!(TEAM.get().is_none());
+        // a team of one: every task on the caller, no region opened
+        // SAFETY: the stand-in keeps the two entry points' contracts
+        let lone = unsafe { OpenMpTeam::new(lone_parallel, lone_max_threads) };
+        let here = with_team(Some(lone), || {
+            map(5, |_| {
+                std::thread::current().id() == me
+                    && map(2, |_| std::thread::current().id() == me) == [true; 2]
+            })
+        });
+        assert_eq!(here, [true; 5]);
+        assert!(!LONE_CALLED.load(SeqCst));
         assert_ne!(
             with_team(None, || map(4, |_| rayon::current_thread_index().is_some()
                 || std::thread::current().id() == me)),
