@@ -497,7 +497,8 @@ fn statistic_rows<T: Element, G: LaneGrad>(
     par::for_each(total.div_ceil(per), |task| {
         let zero = <T::Real as Element>::ZERO;
         let (sr, nw) = (lane_stride::<T::Real>(n), n.div_ceil(64));
-        let (mut ly, mut lg) = (vec![zero; sr * TILE], vec![zero; sr * TILE]);
+        let mut ly = vec![zero; sr * TILE];
+        let mut lg = vec![zero; if whole { sr * TILE } else { 0 }];
         let (mut py, mut pg) = (vec![zero; n], vec![zero; n]);
         let (mut rows, mut words) = (vec![0u64; n], vec![0u64; TILE * nw]);
         for t in task * per..((task + 1) * per).min(total) {
@@ -508,17 +509,18 @@ fn statistic_rows<T: Element, G: LaneGrad>(
             transpose(&saved[base..], (n, w, inner), &mut ly, sr);
             if whole {
                 transpose(&g[base % p..], (n, w, inner), &mut lg, sr);
-            } else {
-                for (l, lane) in lg.chunks_mut(sr).take(w).enumerate() {
-                    lane[..n].fill(g[(i0 + l) % p]);
-                }
             }
             // SAFETY: the statistics of this tile's lanes: no other task writes them
             let s = unsafe { st.part(b * inner + i0, b * inner + i0 + w) };
             for (l, sl) in s.iter_mut().enumerate() {
                 let lb = Bits::new(&words[l * nw..l * nw + nw], 0);
                 let m = compress_to(&ly[l * sr..l * sr + n], lb, &mut py);
-                compress_to(&lg[l * sr..l * sr + n], lb, &mut pg);
+                if whole {
+                    compress_to(&lg[l * sr..l * sr + n], lb, &mut pg);
+                } else {
+                    // an upstream dividing a row: one value a lane
+                    pg[..m].fill(g[(i0 + l) % p]);
+                }
                 // (Some: the gradient gave one for the empty lane above)
                 *sl = grad
                     .typed_lane_statistic(&py[..m], &pg[..m])

@@ -767,11 +767,9 @@ fn strided_map_gradients_equal_those_of_the_lanes_moved_last() {
                 let y = ArrayD::from_shape_vec(IxDyn(&shape), forward(&x, &m, &req).0).unwrap();
                 let yt = moved(&y);
                 let (y, yt) = (MaskedArray::unmasked(y), MaskedArray::unmasked(yt));
-                for g in [
-                    full.clone(),
-                    row.broadcast(IxDyn(&shape)).unwrap().to_owned(),
-                ] {
-                    let gt = MaskedArray::unmasked(moved(&g));
+                // (the broadcast row as a view: read as its period)
+                for g in [full.view(), row.broadcast(IxDyn(&shape)).unwrap()] {
+                    let gt = MaskedArray::unmasked(moved(&g.to_owned()));
                     let g = MaskedArray::unmasked(g);
                     for saved in [false, true] {
                         let mut got = vec![f64::NAN; x.len()];
