@@ -357,15 +357,7 @@ fn converted<T: Element, L: ByName<T>>(a: &L, req: &OpRequest) -> Result<L::Out,
 impl<T: Element> ByName<T> for MaskedView<'_, T, IxDyn> {
     type Out = Outcome;
     fn reduced<O: Element>(r: MaskedArrayD<O>) -> Outcome {
-        let shape = r.shape().to_vec();
-        let (vals, mask) = r.into_parts();
-        let mask = mask.unwrap_or_else(|| all_valid(&shape));
-        let (v, _) = vals.into_raw_vec_and_offset();
-        Outcome {
-            shape,
-            values: O::into_dyn(v),
-            mask,
-        }
+        dense_outcome(r, O::into_dyn)
     }
     fn mapped<O: Element>(m: MaskedArrayD<O>) -> Outcome {
         Self::reduced(m)
@@ -381,6 +373,20 @@ type Parts<O> = (Vec<usize>, Vec<usize>, Vec<O>);
 
 /// A sparse result of parts, its values erased by `erase` (`Element::into_dyn`, or
 /// `Value::into_values` for a binary op's).
+/// A dense result as an outcome: its shape, its values (row-major) erased by `erase`,
+/// and its mask (all valid where it has none).
+fn dense_outcome<O: Value, V>(r: MaskedArrayD<O>, erase: impl FnOnce(Vec<O>) -> V) -> Outcome<V> {
+    let shape = r.shape().to_vec();
+    let (vals, mask) = r.into_parts();
+    let mask = mask.unwrap_or_else(|| all_valid(&shape));
+    let (v, _) = vals.into_raw_vec_and_offset();
+    Outcome {
+        shape,
+        values: erase(v),
+        mask,
+    }
+}
+
 fn sparse_outcome<O, V>(
     (shape, indices, values): Parts<O>,
     erase: impl FnOnce(Vec<O>) -> V,
@@ -525,15 +531,7 @@ fn all_valid(shape: &[usize]) -> BitMask {
 }
 
 fn dense_zipped<O: Value>(r: MaskedArrayD<O>) -> ZipOutcome {
-    let shape = r.shape().to_vec();
-    let (vals, mask) = r.into_parts();
-    let mask = mask.unwrap_or_else(|| all_valid(&shape));
-    let (v, _) = vals.into_raw_vec_and_offset();
-    ZipOutcome {
-        shape,
-        values: O::into_values(v),
-        mask,
-    }
+    dense_outcome(r, O::into_values)
 }
 
 fn sparse_zipped<O: Value>(r: SparseArray<O>) -> SparseZipOutcome {
