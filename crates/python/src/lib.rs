@@ -341,28 +341,43 @@ fn csr_over<T: masked_core::Element, R>(
     // SAFETY (both): the indices were checked non-negative and in range when the handle
     // was made (`Handle::csr`), the structure validated there too; no scan per call
     if *wide {
-        let mask = match mask {
-            CsrMaskSpec::Stored => CsrMask::Stored,
-            CsrMaskSpec::All => CsrMask::All,
-            CsrMaskSpec::Pattern(p) => CsrMask::Pattern(p.clone()),
-            CsrMaskSpec::Pattern32(_) => unreachable!("a u32 pattern on usize indices"),
-        };
+        let mask = mask.of_width(|m| match m {
+            CsrMaskSpec::Pattern(p) => Some(p),
+            _ => None,
+        });
         unsafe {
             csr_view::<T, i64, usize, R>(py, *shape, indptr, indices, vals, mask, |m| {
                 f(ArrayRef::from_csr(m))
             })
         }
     } else {
-        let mask = match mask {
-            CsrMaskSpec::Stored => CsrMask::Stored,
-            CsrMaskSpec::All => CsrMask::All,
-            CsrMaskSpec::Pattern32(p) => CsrMask::Pattern(p.clone()),
-            CsrMaskSpec::Pattern(_) => unreachable!("a usize pattern on u32 indices"),
-        };
+        let mask = mask.of_width(|m| match m {
+            CsrMaskSpec::Pattern32(p) => Some(p),
+            _ => None,
+        });
         unsafe {
             csr_view::<T, i32, u32, R>(py, *shape, indptr, indices, vals, mask, |m| {
                 f(ArrayRef::from_csr32(m))
             })
+        }
+    }
+}
+
+impl CsrMaskSpec {
+    /// The mask for indices of type `I`: `pattern` picks this spec's pattern of that
+    /// width (a handle's pattern always has its indices' width).
+    fn of_width<I: sprs::SpIndex>(
+        &self,
+        pattern: impl Fn(&Self) -> Option<&PatternI<I>>,
+    ) -> CsrMask<I> {
+        match self {
+            CsrMaskSpec::Stored => CsrMask::Stored,
+            CsrMaskSpec::All => CsrMask::All,
+            other => CsrMask::Pattern(
+                pattern(other)
+                    .expect("a handle's pattern has its indices' width")
+                    .clone(),
+            ),
         }
     }
 }
