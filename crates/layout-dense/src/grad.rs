@@ -461,7 +461,7 @@ impl<'a, R: Element> Periodic<'a, R> {
 }
 
 /// [`strided_lanes`] for a gradient of one statistic a lane and a step a position
-/// (`LaneGrad::typed_lane_statistic`: softmax, softmin) given the saved output, with a
+/// (`LaneGrad::row_statistic`: softmax, softmin) given the saved output, with a
 /// mask, over rows of 64 positions or more: the statistics in tiles of lanes (the saved
 /// output's and the upstream's lanes transposed out of their rows and packed under the
 /// mask, as [`strided_lanes`] reads them), then every row of `out` written from its
@@ -480,12 +480,10 @@ fn statistic_rows<T: Element, G: LaneGrad>(
 ) -> bool {
     const TILE: usize = 32;
     let block = n * inner;
-    if inner < 64
-        || block == 0
-        || saved.len() != out.len()
-        || !grad.uses_output()
-        || grad.typed_lane_statistic::<T::Real>(&[], &[]).is_none()
-    {
+    let Some(rs) = grad.row_statistic() else {
+        return false;
+    };
+    if inner < 64 || block == 0 || saved.len() != out.len() || !grad.uses_output() {
         return false;
     }
     let (blocks, p, tiles) = (out.len() / block, g.len(), inner.div_ceil(TILE));
@@ -521,10 +519,7 @@ fn statistic_rows<T: Element, G: LaneGrad>(
                     // an upstream dividing a row: one value a lane
                     pg[..m].fill(g[(i0 + l) % p]);
                 }
-                // (Some: the gradient gave one for the empty lane above)
-                *sl = grad
-                    .typed_lane_statistic(&py[..m], &pg[..m])
-                    .unwrap_or(f64::NAN);
+                *sl = rs.lane(&py[..m], &pg[..m]);
             }
         }
     });
@@ -544,13 +539,12 @@ fn statistic_rows<T: Element, G: LaneGrad>(
             let b = start / block;
             let s = &stats[b * inner..b * inner + inner];
             if whole {
-                grad.typed_row_upstream(s, &g[start % p..start % p + inner], &mut d);
+                rs.upstream(s, &g[start % p..start % p + inner], &mut d);
             } else if held != Some(b) {
-                grad.typed_row_upstream(s, &repeated, &mut d);
+                rs.upstream(s, &repeated, &mut d);
                 held = Some(b);
             }
-            let done = grad.typed_row_step(&d, &saved[start..start + inner], bits.offset(start), o);
-            debug_assert!(done, "a gradient with lane statistics steps its rows");
+            rs.step(&d, &saved[start..start + inner], bits.offset(start), o);
         }
     });
     true

@@ -101,46 +101,13 @@ pub trait LaneGrad: Send + Sync + 'static {
         let _ = (ys, g, spread, out);
         false
     }
-    /// For a map's gradient that is one statistic of the lane, from its packed saved
-    /// output `ys` and upstream `g`, and then a step at each position from its own
-    /// values and that statistic (softmax and softmin: `Σ g y`, then `±y (g - Σ g y)`):
-    /// the statistic, bit for bit the one [`LaneGrad::typed_spread_from_output`] finds.
-    /// A layout whose lanes lie across its rows computes the statistics a lane at a
-    /// time, then the step a row at a time ([`LaneGrad::typed_row_upstream`],
-    /// [`LaneGrad::typed_row_step`]).
-    /// `None` (the default) where the gradient is not of that form.
-    fn typed_lane_statistic<R: crate::element::Float>(&self, ys: &[R], g: &[R]) -> Option<f64> {
-        let _ = (ys, g);
+    /// For a map's gradient that is one statistic of each lane and then a step at each
+    /// position from its own values and that statistic (softmax and softmin), the two
+    /// halves ([`RowStatistic`]): a layout whose lanes lie across its rows then computes
+    /// the statistics a lane at a time and the steps a row at a time. `None` (the
+    /// default) where the gradient is not of that form.
+    fn row_statistic(&self) -> Option<RowStatistic> {
         None
-    }
-    /// The first half of the step of [`LaneGrad::typed_lane_statistic`] over a run of
-    /// positions each in a lane of its own: `d[j]` from the upstream `g[j]` and its
-    /// lane's statistic `s[j]` (softmax: `g - Σ g y`), what the second half
-    /// ([`LaneGrad::typed_row_step`]) reads beside the saved output. A layout whose rows
-    /// repeat one upstream row computes it once for all the rows of a block. False
-    /// (nothing written) where it does not apply.
-    fn typed_row_upstream<R: crate::element::Float>(
-        &self,
-        s: &[f64],
-        g: &[R],
-        d: &mut Vec<f64>,
-    ) -> bool {
-        let _ = (s, g, d);
-        false
-    }
-    /// The second half of the step: `out[j]` from the saved output `ys[j]` and `d[j]`
-    /// ([`LaneGrad::typed_row_upstream`]) where bit `j` of `bits` is set, 0 elsewhere;
-    /// with the first half, the values of [`LaneGrad::typed_spread_from_output`] bit
-    /// for bit. False (nothing written) where it does not apply.
-    fn typed_row_step<R: crate::element::Float>(
-        &self,
-        d: &[f64],
-        ys: &[R],
-        bits: masked_kernels::Bits<'_>,
-        out: &mut [R],
-    ) -> bool {
-        let _ = (d, ys, bits, out);
-        false
     }
     /// A shortcut of [`LaneGrad::grad`] (of [`LaneGrad::grad_from_output`] when `saved`
     /// is given) for a reduction's lane as the layout holds it: its valid values `xs`
@@ -1222,23 +1189,37 @@ impl LaneGrad for SoftmaxGrad {
         self.softmax_run(ys, g, spread.ys, spread.g, Some(spread.bits), out);
         true
     }
-    fn typed_lane_statistic<R: crate::element::Float>(&self, ys: &[R], g: &[R]) -> Option<f64> {
+    fn row_statistic(&self) -> Option<RowStatistic> {
         use crate::lane::SoftmaxKind::*;
         match self.kind {
-            Softmax | Softmin => Some(Self::dot(ys, g)),
+            Softmax => Some(RowStatistic { sign: 1.0 }),
+            Softmin => Some(RowStatistic { sign: -1.0 }),
             LogSoftmax => None,
         }
     }
-    fn typed_row_upstream<R: crate::element::Float>(
-        &self,
-        s: &[f64],
-        g: &[R],
-        d: &mut Vec<f64>,
-    ) -> bool {
-        if self.kind == crate::lane::SoftmaxKind::LogSoftmax {
-            return false;
-        }
-        // `g - Σ g y` a position: the subtraction `softmax_run` makes
+}
+
+/// The softmax and softmin gradients `±y (g - Σ g y)` in two halves
+/// ([`LaneGrad::row_statistic`]): each lane's statistic `Σ g y` from its packed saved
+/// output and upstream ([`RowStatistic::lane`]), then over a run of positions each in a
+/// lane of its own, `d = g - s` ([`RowStatistic::upstream`], once for rows that repeat
+/// one upstream row) and the gradient `±y · d` under the mask ([`RowStatistic::step`]):
+/// the values of [`LaneGrad::typed_spread_from_output`], bit for bit (the same
+/// operations in the same order).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowStatistic {
+    /// 1 for softmax, -1 for softmin.
+    sign: f64,
+}
+
+impl RowStatistic {
+    /// The lane's statistic from its packed saved output `ys` and upstream `g`.
+    pub fn lane<R: crate::element::Float>(&self, ys: &[R], g: &[R]) -> f64 {
+        SoftmaxGrad::dot(ys, g)
+    }
+
+    /// `d[j] = g[j] - s[j]`, `s[j]` the statistic of position `j`'s lane.
+    pub fn upstream<R: crate::element::Float>(&self, s: &[f64], g: &[R], d: &mut Vec<f64>) {
         d.resize(g.len(), 0.0);
         masked_kernels::run::zip_run(
             g,
@@ -1248,24 +1229,18 @@ impl LaneGrad for SoftmaxGrad {
             #[inline(always)]
             |gi: R, si: f64, _| gi.to_f64() - si,
         );
-        true
     }
-    fn typed_row_step<R: crate::element::Float>(
+
+    /// `out[j] = ±ys[j] · d[j]` where bit `j` of `bits` is set, 0 elsewhere.
+    pub fn step<R: crate::element::Float>(
         &self,
         d: &[f64],
         ys: &[R],
         bits: masked_kernels::Bits<'_>,
         out: &mut [R],
-    ) -> bool {
+    ) {
         use crate::element::Float;
-        use crate::lane::SoftmaxKind::*;
-        let sign = match self.kind {
-            Softmax => 1.0,
-            Softmin => -1.0,
-            LogSoftmax => return false,
-        };
-        let (to, zero) = (<R as Float>::from_f64, R::ZERO);
-        // `±y · d`: the product `softmax_run` makes, in the same order
+        let (sign, to, zero) = (self.sign, <R as Float>::from_f64, R::ZERO);
         masked_kernels::run::zip_run(
             &ys[..out.len()],
             &d[..out.len()],
@@ -1280,7 +1255,6 @@ impl LaneGrad for SoftmaxGrad {
                 }
             },
         );
-        true
     }
 }
 
