@@ -207,7 +207,8 @@ def _make(name: str, kind: str, options: tuple[str, ...], differentiable: bool) 
         if differentiable and x.is_floating_point() and torch.is_grad_enabled() and x.requires_grad:
             y = _EngineOp.apply(x, name, kw, grad, mask)
         else:
-            y = _to_tensor(_on_team(getattr(_ops, name), _wrap_input(x, mask), **kw))
+            # (the mask packed on torch's threads too)
+            y = _to_tensor(_on_team(lambda: getattr(_ops, name)(_wrap_input(x, mask), **kw)))
         # torch.masked returns the input's dtype (or dtype=) for float outputs
         if y.is_floating_point() and x.is_floating_point() and y.dtype != x.dtype:
             y = y.to(x.dtype)

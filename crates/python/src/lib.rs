@@ -69,7 +69,7 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 /// `masked_kernels::par::on_free_pool`); a panic inside becomes `MaskedError("internal
 /// error: ...")`, never an abort.
 fn engine<R: Send>(py: Python<'_>, f: impl FnOnce() -> Result<R, Error> + Send) -> PyResult<R> {
-    let team = ON_TEAM.get().then(|| *TORCH_TEAM.get()?).flatten();
+    let team = torch_team();
     py.detach(|| catch_unwind(AssertUnwindSafe(|| masked_core::with_team(team, f))))
         .map_err(|p| MaskedError::new_err(format!("internal error: {}", panic_text(&*p))))?
         .map_err(py_err)
@@ -1748,10 +1748,13 @@ fn set_num_threads(n: i64) -> PyResult<()> {
 /// How many threads an engine call runs on.
 #[pyfunction]
 fn get_num_threads() -> usize {
-    masked_core::with_team(
-        ON_TEAM.get().then(|| *TORCH_TEAM.get()?).flatten(),
-        masked_core::threads,
-    )
+    masked_core::with_team(torch_team(), masked_core::threads)
+}
+
+/// The team this thread's engine calls run on: torch's, inside `masked.torch`'s calls
+/// ([`_on_openmp`]) when its runtime was registered ([`_set_openmp`]).
+fn torch_team() -> Option<masked_core::OpenMpTeam> {
+    ON_TEAM.get().then(|| *TORCH_TEAM.get()?).flatten()
 }
 
 /// torch's OpenMP runtime ([`_set_openmp`]), once found.
