@@ -149,6 +149,8 @@ def test_operators_and_rules():
     r = mk.add(a, b, rule="and")
     assert r.valid.tolist() == [True, False, False]
     assert r.compressed().tolist() == [11.0]
+    with pytest.raises(ValueError, match="expected strict or and"):
+        mk.add(a, b, rule="or")
     cmp = a > 1.5
     assert cmp.dtype == "bool"
     assert cmp.compressed().tolist() == [False, True]

@@ -757,14 +757,10 @@ fn request(
     Ok(req)
 }
 
+/// A mask rule's name (`strict`, `and`) as the rule (`MaskedError`, a `ValueError`, for
+/// any other).
 fn mask_rule(rule: &str) -> PyResult<MaskRule> {
-    match rule {
-        "strict" => Ok(MaskRule::Strict),
-        "and" => Ok(MaskRule::And),
-        r => Err(PyValueError::new_err(format!(
-            "unknown mask rule {r:?}: strict or and"
-        ))),
-    }
+    rule.parse().map_err(py_err)
 }
 
 /// A Python scalar (bool, int or float) as the engine's scalar.
@@ -1394,15 +1390,7 @@ impl Handle {
             .map_err(py_err)?
             .binary()
             .ok_or_else(|| MaskedError::new_err(format!("{op} is not a binary op")))?;
-        let rule = match rule {
-            "strict" => MaskRule::Strict,
-            "and" => MaskRule::And,
-            r => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown mask rule {r:?}: strict or and"
-                )))
-            }
-        };
+        let rule = mask_rule(rule)?;
         let csr = matches!(self.store, Store::Csr { .. });
         let mine = dtype_of(self.store.dtype_name())?;
         if let Ok(h) = other.cast::<Handle>() {

@@ -63,6 +63,18 @@ struct Line {
     dashed: bool,
 }
 
+impl Line {
+    /// A solid line of the engine's timings; `None` where nothing was measured.
+    fn solid(label: String, points: Vec<(f64, f64)>, color: RGBColor) -> Option<Line> {
+        (!points.is_empty()).then_some(Line {
+            label,
+            points,
+            color,
+            dashed: false,
+        })
+    }
+}
+
 /// The x axis's words for a series.
 fn x_desc(vary: Vary) -> &'static str {
     match vary {
@@ -206,18 +218,12 @@ pub fn write_plots(
             continue;
         };
         for op in &meta.ops {
-            let mut lines = Vec::new();
-            for layout in &meta.layouts {
-                let pts = millis(rs, series, op, layout, threads);
-                if !pts.is_empty() {
-                    lines.push(Line {
-                        label: format!("masked {layout}"),
-                        points: pts,
-                        color: color(layout),
-                        dashed: false,
-                    });
-                }
-            }
+            let mut lines: Vec<Line> = (meta.layouts.iter())
+                .filter_map(|layout| {
+                    let pts = millis(rs, series, op, layout, threads);
+                    Line::solid(format!("masked {layout}"), pts, color(layout))
+                })
+                .collect();
             let mut labels: Vec<String> = peers
                 .iter()
                 .filter(|p| &p.series == series && &p.op == op)
@@ -270,18 +276,12 @@ pub fn write_plots(
             out.push((series.clone(), file, title));
         }
         // the conversions
-        let mut lines = Vec::new();
-        for (k, (from, to)) in CONVERSIONS.iter().enumerate() {
-            let pts = millis(rs, series, "convert", &format!("{from}->{to}"), threads);
-            if !pts.is_empty() {
-                lines.push(Line {
-                    label: format!("{from} → {to}"),
-                    points: pts,
-                    color: palette(k),
-                    dashed: false,
-                });
-            }
-        }
+        let lines: Vec<Line> = (CONVERSIONS.iter().enumerate())
+            .filter_map(|(k, (from, to))| {
+                let pts = millis(rs, series, "convert", &format!("{from}->{to}"), threads);
+                Line::solid(format!("{from} → {to}"), pts, palette(k))
+            })
+            .collect();
         if !lines.is_empty() {
             let file = format!("convert-{series}.svg");
             let title = format!(

@@ -102,17 +102,17 @@ impl OptionValue for Option<f64> {
     }
 }
 
-impl OptionValue for Interpolation {
-    fn parse_option(_: &'static str, text: &str) -> Result<Self> {
-        text.trim().parse()
-    }
+/// The options chosen by name: their own `FromStr`, around surrounding blanks.
+macro_rules! named_options {
+    ($($ty:ty),*) => {$(
+        impl OptionValue for $ty {
+            fn parse_option(_: &'static str, text: &str) -> Result<Self> {
+                text.trim().parse()
+            }
+        }
+    )*};
 }
-
-impl OptionValue for MedianMode {
-    fn parse_option(_: &'static str, text: &str) -> Result<Self> {
-        text.trim().parse()
-    }
-}
+named_options!(Interpolation, MedianMode);
 
 /// One option of the registry: its name (the CLI flag is `--NAME`) and help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -231,6 +231,18 @@ macro_rules! dtypes {
             };
         }
 
+        /// Runs one generic expression once for every dtype of the table, with the type
+        /// parameter `$T` bound to each [`Element`] type in turn (tests that cover
+        /// every dtype, so a new one is covered without a list to extend).
+        #[cfg(test)]
+        macro_rules! each_dtype {
+            ($d T:ident => $d body:expr) => {
+                $( { type $d T = $crate::element::types::$var; $d body; } )*
+            };
+        }
+        #[cfg(test)]
+        pub(crate) use each_dtype;
+
         /// Runs one generic expression with the type parameter `$T` bound to the
         /// [`Element`] type of a [`DType`] (a dtype chosen at run time, e.g. by a flag).
         ///

@@ -45,30 +45,7 @@ pub enum MaskRule {
     And,
 }
 
-impl MaskRule {
-    /// The rule's name (`strict`, `and`).
-    pub fn name(self) -> &'static str {
-        match self {
-            MaskRule::Strict => "strict",
-            MaskRule::And => "and",
-        }
-    }
-}
-
-impl std::str::FromStr for MaskRule {
-    type Err = MaskedError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "strict" => Ok(MaskRule::Strict),
-            "and" => Ok(MaskRule::And),
-            _ => Err(MaskedError::InvalidArgument {
-                name: "masks",
-                value: s.to_string(),
-                reason: "expected strict or and",
-            }),
-        }
-    }
-}
+crate::error::named_choices!(MaskRule, "masks": "strict" => Strict, "and" => And);
 
 /// Output values of an elementwise op, tagged at run time: numbers of any dtype, or
 /// `bool` (comparisons, predicates).
@@ -1930,19 +1907,10 @@ mod tests {
 
     #[test]
     fn binary_runs_equal_their_value_by_value_form_on_every_dtype() {
-        assert_eq!(DType::ALL.len(), 6, "a dtype added: list it here");
-        every_zip_on::<f32>();
-        every_zip_on::<f64>();
-        every_zip_on::<f16>();
-        every_zip_on::<bf16>();
-        every_zip_on::<i32>();
-        every_zip_on::<i64>();
-        every_cmp_on::<f32>();
-        every_cmp_on::<f64>();
-        every_cmp_on::<f16>();
-        every_cmp_on::<bf16>();
-        every_cmp_on::<i32>();
-        every_cmp_on::<i64>();
+        crate::element::each_dtype!(T => {
+            every_zip_on::<T>();
+            every_cmp_on::<T>();
+        });
         grad_run_equals_each_value::<f32, f32>();
         grad_run_equals_each_value::<f32, f64>();
         grad_run_equals_each_value::<f64, f64>();

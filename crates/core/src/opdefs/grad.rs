@@ -19,6 +19,7 @@ use crate::element::Element;
 use crate::error::{MaskedError, Result};
 use crate::lane::{Interpolation, MedianMode};
 use crate::stats::check_correction;
+use crate::unary::sgn;
 
 /// What the upstream gradient of a lane is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -549,13 +550,7 @@ impl NormGrad {
     /// # Errors
     /// A NaN `ord`.
     pub fn new(ord: f64) -> Result<Self> {
-        if ord.is_nan() {
-            return Err(MaskedError::InvalidArgument {
-                name: "ord",
-                value: ord.to_string(),
-                reason: "must be a number or +-inf",
-            });
-        }
+        let ord = MaskedError::not_nan("ord", ord, crate::stats::ORD_REASON)?;
         Ok(NormGrad { ord })
     }
     /// The norm of `xs` (f64), as the forward op computes it (its sums over eight
@@ -672,7 +667,7 @@ impl LaneGrad for NormGrad {
                 spread,
                 out,
                 #[inline(always)]
-                move |x| (if x.abs() == n { share } else { 0.0 }) * sign(x),
+                move |x| (if x.abs() == n { share } else { 0.0 }) * sgn(x),
             );
         } else if n == 0.0 || !n.is_finite() {
             typed_map(xs, spread, out, |_| 0.0);
@@ -682,7 +677,7 @@ impl LaneGrad for NormGrad {
                 spread,
                 out,
                 #[inline(always)]
-                move |x| gv * sign(x),
+                move |x| gv * sgn(x),
             );
         } else {
             typed_map(
@@ -714,7 +709,7 @@ impl NormGrad {
             // `sign(x) * (|x| == norm) / count`)
             split_evenly(xs, |x| x.abs() == n, g[0], out);
             for (o, &x) in out.iter_mut().zip(xs) {
-                *o *= sign(x);
+                *o *= sgn(x);
             }
             return;
         }
@@ -724,25 +719,14 @@ impl NormGrad {
         }
         for (o, &x) in out.iter_mut().zip(xs) {
             let d = if p == 1.0 {
-                sign(x)
+                sgn(x)
             } else if p == 2.0 {
                 x / n
             } else {
-                sign(x) * (x.abs() / n).powf(p - 1.0)
+                sgn(x) * (x.abs() / n).powf(p - 1.0)
             };
             *o = g[0] * d;
         }
-    }
-}
-
-/// -1, 0 or 1 (0 at 0: the derivative of |x| there, as torch).
-fn sign(x: f64) -> f64 {
-    if x > 0.0 {
-        1.0
-    } else if x < 0.0 {
-        -1.0
-    } else {
-        0.0
     }
 }
 
@@ -1479,7 +1463,7 @@ impl LaneGrad for NormalizeGrad {
                 None,
                 out,
                 #[inline(always)]
-                move |x: T, gi: T::Real, _| to(gi.to_f64() / n - c * sign(x.to_f64())),
+                move |x: T, gi: T::Real, _| to(gi.to_f64() / n - c * sgn(x.to_f64())),
             );
         } else {
             zip_run(

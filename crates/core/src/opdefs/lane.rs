@@ -185,25 +185,13 @@ pub enum Interpolation {
     Nearest,
 }
 
-impl std::str::FromStr for Interpolation {
-    type Err = MaskedError;
-    fn from_str(s: &str) -> Result<Self> {
-        Ok(match s {
-            "linear" => Interpolation::Linear,
-            "lower" => Interpolation::Lower,
-            "higher" => Interpolation::Higher,
-            "midpoint" => Interpolation::Midpoint,
-            "nearest" => Interpolation::Nearest,
-            other => {
-                return Err(MaskedError::InvalidArgument {
-                    name: "interpolation",
-                    value: other.to_string(),
-                    reason: "expected linear, lower, higher, midpoint or nearest",
-                })
-            }
-        })
-    }
-}
+crate::error::named_choices!(Interpolation, "interpolation":
+    "linear" => Linear,
+    "lower" => Lower,
+    "higher" => Higher,
+    "midpoint" => Midpoint,
+    "nearest" => Nearest,
+);
 
 /// Median of an even count: the mean of the two middle values, or the lower one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -215,20 +203,7 @@ pub enum MedianMode {
     Lower,
 }
 
-impl std::str::FromStr for MedianMode {
-    type Err = MaskedError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "avg" => Ok(MedianMode::Avg),
-            "lower" => Ok(MedianMode::Lower),
-            other => Err(MaskedError::InvalidArgument {
-                name: "mode",
-                value: other.to_string(),
-                reason: "expected avg or lower",
-            }),
-        }
-    }
-}
+crate::error::named_choices!(MedianMode, "mode": "avg" => Avg, "lower" => Lower);
 
 /// The `q`-quantile of the valid values of a lane (q in [0, 1]), by selection: O(n)
 /// expected, no full sort. A valid NaN gives NaN; a fully masked lane gives NaN.

@@ -291,30 +291,17 @@ fn norm_id<const K: u8>() -> f64 {
     }
 }
 
-/// Runs `$body` with `K` bound to the const kind code of `$norm`.
+/// Runs `$body` with `K` bound to the const kind code of `$norm` (one arm a kind).
 macro_rules! with_kind {
     ($norm:expr, $k:ident => $body:expr) => {
+        with_kind!(@arms $norm, $k, $body; ZERO ONE TWO INF NEG_INF)
+    };
+    (@arms $norm:expr, $k:ident, $body:expr; $($kind:ident)*) => {
         match $norm.kind {
-            kind::ZERO => {
-                const $k: u8 = kind::ZERO;
+            $(kind::$kind => {
+                const $k: u8 = kind::$kind;
                 $body
-            }
-            kind::ONE => {
-                const $k: u8 = kind::ONE;
-                $body
-            }
-            kind::TWO => {
-                const $k: u8 = kind::TWO;
-                $body
-            }
-            kind::INF => {
-                const $k: u8 = kind::INF;
-                $body
-            }
-            kind::NEG_INF => {
-                const $k: u8 = kind::NEG_INF;
-                $body
-            }
+            })*
             _ => {
                 const $k: u8 = kind::P;
                 $body
@@ -323,19 +310,17 @@ macro_rules! with_kind {
     };
 }
 
+/// Why a NaN order is no norm's.
+pub(crate) const ORD_REASON: &str = "must be a number or +-inf";
+
 impl Norm {
     /// The norm of order `ord`.
     ///
     /// # Errors
     /// [`MaskedError::InvalidArgument`] for a NaN `ord`.
     pub fn new(ord: f64) -> Result<Self> {
-        let kind = if ord.is_nan() {
-            return Err(MaskedError::InvalidArgument {
-                name: "ord",
-                value: ord.to_string(),
-                reason: "must be a number or +-inf",
-            });
-        } else if ord == 0.0 {
+        let ord = MaskedError::not_nan("ord", ord, ORD_REASON)?;
+        let kind = if ord == 0.0 {
             kind::ZERO
         } else if ord == 1.0 {
             kind::ONE

@@ -586,7 +586,7 @@ fn beyond_fast<T: Element>(
 
 /// The derivative of `|x|`: the sign, 0 at 0 (torch's kink rule), NaN at NaN.
 #[inline(always)]
-fn sgn(x: f64) -> f64 {
+pub(crate) fn sgn(x: f64) -> f64 {
     if x > 0.0 {
         1.0
     } else if x < 0.0 {
@@ -1015,13 +1015,7 @@ impl Pow {
     /// # Errors
     /// [`MaskedError::InvalidArgument`] for a NaN exponent.
     pub fn new(p: f64) -> Result<Self> {
-        if p.is_nan() {
-            return Err(MaskedError::InvalidArgument {
-                name: "exponent",
-                value: "NaN".into(),
-                reason: "pow needs a numeric exponent (--exponent)",
-            });
-        }
+        let p = MaskedError::not_nan("exponent", p, "pow needs a numeric exponent (--exponent)")?;
         Ok(Pow {
             p,
             neg: crate::math::pow_sign_of_negative(p),
@@ -1486,14 +1480,7 @@ pub(crate) mod tests {
 
     #[test]
     fn type_keeping_ops_run_alike_on_every_dtype() {
-        // every dtype of the table (a new one: add it here)
-        assert_eq!(crate::DType::ALL.len(), 6);
-        keep_run_equals_the_typed_loop::<f32>();
-        keep_run_equals_the_typed_loop::<f64>();
-        keep_run_equals_the_typed_loop::<f16>();
-        keep_run_equals_the_typed_loop::<bf16>();
-        keep_run_equals_the_typed_loop::<i32>();
-        keep_run_equals_the_typed_loop::<i64>();
+        crate::element::each_dtype!(T => keep_run_equals_the_typed_loop::<T>());
     }
 
     #[test]

@@ -295,3 +295,93 @@ impl MaskedError {
         }
     }
 }
+
+impl MaskedError {
+    /// `x` itself where it is a number (an infinity included); for NaN, an
+    /// [`MaskedError::InvalidArgument`] naming the option `name` and saying `reason`.
+    pub(crate) fn not_nan(name: &'static str, x: f64, reason: &'static str) -> Result<f64> {
+        if x.is_nan() {
+            return Err(MaskedError::InvalidArgument {
+                name,
+                value: x.to_string(),
+                reason,
+            });
+        }
+        Ok(x)
+    }
+}
+
+/// `"a, b or c"` out of the literals `"a", "b", "c"`, at compile time.
+macro_rules! one_of {
+    ($a:literal) => { $a };
+    ($a:literal, $b:literal) => { concat!($a, " or ", $b) };
+    ($a:literal, $($rest:literal),+) => { concat!($a, ", ", $crate::error::one_of!($($rest),+)) };
+}
+pub(crate) use one_of;
+
+/// A fieldless enum chosen by name (an option's or a flag's value), from one table of
+/// `"name" => Variant`: `name()` and `FromStr`, whose error
+/// ([`MaskedError::InvalidArgument`] naming the option `$option`) lists the names.
+macro_rules! named_choices {
+    ($ty:ident, $option:literal: $($name:literal => $var:ident),+ $(,)?) => {
+        impl $ty {
+            /// This value's name, as `FromStr` reads it.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($ty::$var => $name,)+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = $crate::MaskedError;
+            fn from_str(s: &str) -> $crate::Result<Self> {
+                match s {
+                    $($name => Ok($ty::$var),)+
+                    _ => Err($crate::MaskedError::InvalidArgument {
+                        name: $option,
+                        value: s.to_string(),
+                        reason: concat!("expected ", $crate::error::one_of!($($name),+)),
+                    }),
+                }
+            }
+        }
+    };
+}
+pub(crate) use named_choices;
+
+#[cfg(test)]
+mod tests {
+    use crate::{Interpolation, MaskRule, MedianMode};
+
+    #[test]
+    fn named_choices_read_their_names_and_list_them_when_wrong() {
+        for r in [MaskRule::Strict, MaskRule::And] {
+            assert_eq!(r.name().parse::<MaskRule>().unwrap(), r);
+        }
+        assert_eq!("lower".parse::<MedianMode>().unwrap(), MedianMode::Lower);
+        assert_eq!(Interpolation::Midpoint.name(), "midpoint");
+        assert_eq!(
+            "or".parse::<MaskRule>().unwrap_err().to_string(),
+            "invalid value for masks: or (expected strict or and)"
+        );
+        assert_eq!(
+            "mid".parse::<Interpolation>().unwrap_err().to_string(),
+            "invalid value for interpolation: mid (expected linear, lower, higher, midpoint \
+             or nearest)"
+        );
+    }
+
+    #[test]
+    fn not_nan_passes_numbers_and_infinities_and_names_a_nan() {
+        assert_eq!(
+            super::MaskedError::not_nan("ord", f64::INFINITY, "r").unwrap(),
+            f64::INFINITY
+        );
+        let e = super::MaskedError::not_nan("ord", f64::NAN, "must be a number").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid value for ord: NaN (must be a number)"
+        );
+    }
+}
