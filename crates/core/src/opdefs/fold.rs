@@ -41,28 +41,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     type State: Clone + Send + Sync + Debug + Serialize + DeserializeOwned;
     /// The finished value of a lane.
     type Output: Element;
-    /// Whether this kernel value type is listed (the core's `compiled` module: the
-    /// engine's own ops are; a new op type starts unlisted): for a dtype with
-    /// [`Element::PREBUILT`](crate::Element::PREBUILT), the layouts' dispatchers then call
-    /// the kernel compiled in their own crate and the generic one is not instantiated in
-    /// the calling crate at all. Set with [`Fold::listed`] and [`Fold::take`] by the
-    /// list's items (`listed!(fold T, Variant)`).
-    #[doc(hidden)]
-    const PREBUILT: bool = false;
-    /// This value as its variant of the list (`None`: not listed).
-    #[doc(hidden)]
-    fn listed(&self) -> Option<FoldRef<'_>> {
-        None
-    }
-    /// A compiled entry's result for this listed type, out of its variant.
-    #[doc(hidden)]
-    fn take<'a, E: FoldEntry<'a>>(out: FoldOutput<'a, T, E>) -> E::Out<T, Self>
-    where
-        Self: Sized,
-    {
-        drop(out);
-        unreachable!("take on an unlisted kernel type")
-    }
+    crate::fold::listed!(defaults Fold<T>, fold, FoldRef, FoldOutput, FoldEntry);
 
     /// Name of the op, for messages.
     fn name(&self) -> &'static str;
@@ -449,8 +428,37 @@ pub(crate) use kernel_enums;
 
 /// The items of a listed kernel type's impl: `listed!(fold T, Variant)` (or `stat`, `map`)
 /// in `impl<T: Element> Fold<T> for Type` sets `PREBUILT` and names the variant of the
-/// family's value and output enums that holds the type.
+/// family's value and output enums that holds the type. In a kernel trait's definition,
+/// `listed!(defaults Trait<T>, family, Ref, Output, Entry)` declares those items with
+/// their defaults (an unlisted type).
 macro_rules! listed {
+    (defaults $Tr:ident<$T:ident>, $family:ident, $Ref:ident, $Output:ident, $Entry:ident) => {
+        /// Whether this kernel value type is listed (the core's `compiled` module: the
+        /// engine's own ops are; a new op type starts unlisted): for a dtype with
+        /// [`Element::PREBUILT`](crate::Element::PREBUILT), the layouts' dispatchers then
+        /// call the kernel compiled in their own crate and the generic one is not
+        /// instantiated in the calling crate at all.
+        #[doc = concat!(
+            "Set with [`", stringify!($Tr), "::listed`] and [`", stringify!($Tr),
+            "::take`] by the list's items (`listed!(", stringify!($family), " T, Variant)`)."
+        )]
+        #[doc(hidden)]
+        const PREBUILT: bool = false;
+        /// This value as its variant of the list (`None`: not listed).
+        #[doc(hidden)]
+        fn listed(&self) -> Option<$Ref<'_>> {
+            None
+        }
+        /// A compiled entry's result for this listed type, out of its variant.
+        #[doc(hidden)]
+        fn take<'a, E: $Entry<'a>>(out: $Output<'a, $T, E>) -> E::Out<$T, Self>
+        where
+            Self: Sized,
+        {
+            drop(out);
+            unreachable!("take on an unlisted kernel type")
+        }
+    };
     (fold $T:ident, $v:ident) => {
         $crate::fold::listed!(@items $T, $v, fold, FoldRef, FoldOutput, FoldEntry);
     };

@@ -28,28 +28,7 @@ use masked_kernels::BLOCK;
 pub trait LaneStat<T: Element>: Send + Sync + 'static {
     /// The statistic's type.
     type Output: Element;
-    /// Whether this kernel value type is listed (the core's `compiled` module: the
-    /// engine's own ops are; a new op type starts unlisted): for a dtype with
-    /// [`Element::PREBUILT`](crate::Element::PREBUILT), the layouts' dispatchers then call
-    /// the kernel compiled in their own crate and the generic one is not instantiated in
-    /// the calling crate at all. Set with [`LaneStat::listed`] and [`LaneStat::take`] by the
-    /// list's items (`listed!(stat T, Variant)`).
-    #[doc(hidden)]
-    const PREBUILT: bool = false;
-    /// This value as its variant of the list (`None`: not listed).
-    #[doc(hidden)]
-    fn listed(&self) -> Option<StatRef<'_>> {
-        None
-    }
-    /// A compiled entry's result for this listed type, out of its variant.
-    #[doc(hidden)]
-    fn take<'a, E: StatEntry<'a>>(out: StatOutput<'a, T, E>) -> E::Out<T, Self>
-    where
-        Self: Sized,
-    {
-        drop(out);
-        unreachable!("take on an unlisted kernel type")
-    }
+    crate::fold::listed!(defaults LaneStat<T>, stat, StatRef, StatOutput, StatEntry);
     /// Name of the op, for messages.
     fn name(&self) -> &'static str;
     /// Whether the statistic needs the lane position of each valid value.
@@ -121,28 +100,7 @@ impl<T: Element> LaneStat<T> for MedianIndex {
 pub trait LaneMap<T: Element>: Send + Sync + 'static {
     /// Output element type.
     type Output: Element;
-    /// Whether this kernel value type is listed (the core's `compiled` module: the
-    /// engine's own ops are; a new op type starts unlisted): for a dtype with
-    /// [`Element::PREBUILT`](crate::Element::PREBUILT), the layouts' dispatchers then call
-    /// the kernel compiled in their own crate and the generic one is not instantiated in
-    /// the calling crate at all. Set with [`LaneMap::listed`] and [`LaneMap::take`] by the
-    /// list's items (`listed!(map T, Variant)`).
-    #[doc(hidden)]
-    const PREBUILT: bool = false;
-    /// This value as its variant of the list (`None`: not listed).
-    #[doc(hidden)]
-    fn listed(&self) -> Option<MapRef<'_>> {
-        None
-    }
-    /// A compiled entry's result for this listed type, out of its variant.
-    #[doc(hidden)]
-    fn take<'a, E: MapEntry<'a>>(out: MapOutput<'a, T, E>) -> E::Out<T, Self>
-    where
-        Self: Sized,
-    {
-        drop(out);
-        unreachable!("take on an unlisted kernel type")
-    }
+    crate::fold::listed!(defaults LaneMap<T>, map, MapRef, MapOutput, MapEntry);
     /// Name of the op, for messages.
     fn name(&self) -> &'static str;
     /// Maps the lane `xs` (valid where `bits` is set; all valid for `None`) into `out`
