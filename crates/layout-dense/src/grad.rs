@@ -9,7 +9,7 @@ use masked_core::{Bits, Element, Float, LaneGrad, ReducePlan, Upstream};
 use masked_kernels::bits::columns_bits;
 use masked_kernels::pack::{compress_to, expand_to};
 use masked_kernels::par;
-use masked_kernels::run::{fill_run, gather_tile, tile_words};
+use masked_kernels::run::{fill_run, tile_words};
 use masked_kernels::transpose::{lane_stride, transpose};
 use std::borrow::Cow;
 
@@ -561,12 +561,12 @@ enum PerLane {
 
 /// The VJP over lanes of `n` elements at stride `inner` (lane `b * inner + i` holds the
 /// positions `b * n * inner + i + k * inner`, `k < n`), every position of `out`
-/// written: tiles of `TILE` neighbouring lanes copied a row at a time (rows of a large
-/// block lie on different pages: a page walk per row serves the tile; 16 lanes were
-/// 1.15x slower, 64 no faster), transposed into runs, one a lane (a column read out
+/// written: tiles of `TILE` neighbouring lanes (rows of a large block lie on different
+/// pages: a page walk per row serves the tile; 16 lanes were 1.15x slower, 64 no
+/// faster) transposed straight from the rows into runs, one a lane (a column read out
 /// one value a row was a scalar store an element), the lanes' gradients transposed
 /// back and the tile copied back by rows; the tiles in parallel. The forward
-/// normalizations' kernels (`gather_tile`, `transpose`, `columns_bits`). A lone
+/// normalizations' kernels (`transpose`, `tile_words`, `columns_bits`). A lone
 /// 4096 x 4096 block was one serial task of strided gathers (40x the last dim's time),
 /// and a reduction over dim 0 grouped its positions by a sort (100x).
 ///
@@ -608,7 +608,7 @@ fn strided_lanes<T: Element, G: LaneGrad>(
         let zero = <T::Real as Element>::ZERO;
         // row-major tiles (a contiguous copy a row, the forward's kernels) transposed
         // into runs, one a lane; the lanes' gradients, runs too, transposed back
-        let (mut tx, mut back) = (vec![], vec![]);
+        let mut back = vec![];
         let (mut lx, mut lg, mut ly, mut lo) = (vec![], vec![], vec![], vec![]);
         // the values' stand-in where they are not read
         let vx = vec![T::ZERO; if skip_x { n } else { 0 }];
@@ -626,10 +626,13 @@ fn strided_lanes<T: Element, G: LaneGrad>(
                 (true, Some(bm)) => tile_words(bm, at, &mut rows),
                 (true, None) => {}
                 (false, _) => {
-                    tx.resize(n * w, T::ZERO);
+                    // straight from the rows (a copy of each row's part first cost
+                    // a memcpy call a row)
                     lx.resize(sx * w, T::ZERO);
-                    gather_tile(xs, bits, w, at, &mut tx, &mut rows);
-                    transpose(&tx, (n, w, w), &mut lx, sx);
+                    transpose(&xs[base..], (n, w, inner), &mut lx, sx);
+                    if let Some(bm) = bits {
+                        tile_words(bm, at, &mut rows);
+                    }
                 }
             }
             if bits.is_some() {

@@ -447,6 +447,12 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
         // read out of the cache-resident tile. One lane at a time, every element was a
         // load from another cache line and a bit test (16x the time of dim 1).
         let m = (8 * GRAIN / len.max(1)).clamp(1, 64);
+        // a lane's elements a constant stride apart (one reduced dim, or several whose
+        // elements are)
+        let step = match lane_off.as_slice() {
+            [a, b, ..] if lane_off.windows(2).all(|w| w[1] - w[0] == b - a) => Some(b - a),
+            _ => None,
+        };
         // tasks of a few tiles each (its buffers allocated once: a task a tile allocated
         // megabytes of fresh pages per tile at 4096², a page fault each)
         let per = out.len().div_ceil(m).div_ceil(4 * par::threads()).max(1) * m;
@@ -455,7 +461,7 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
             let nw = len.div_ceil(64);
             let wm = m.min(oc.len());
             let (tile, rows, cols, words, vals, pos) = &mut (
-                vec![T::default(); len * wm],
+                vec![T::default(); if step.is_some() { 0 } else { len * wm }],
                 vec![u64::MAX; if bits.is_some() { len } else { 0 }],
                 vec![T::default(); sx * wm],
                 vec![0u64; wm * nw],
@@ -464,11 +470,26 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
             );
             for (sub, (oc, ac)) in oc.chunks_mut(m).zip(ac.chunks_mut(m)).enumerate() {
                 let (w, first) = (oc.len(), bases[c * per + sub * m]);
-                let tile = &mut tile[..len * w];
-                masked_kernels::run::gather_tile(xs, bits, w, |i| first + lane_off[i], tile, rows);
-                // the lanes as runs, one after another (a tile transpose), and their
-                // validity words (a bit transpose)
-                transpose(tile, (len, w, w), cols, sx);
+                // the lanes as runs, one after another (a tile transpose: straight from
+                // the rows where they lie a stride apart, else from a copy of each row's
+                // part), and their validity words (a bit transpose)
+                if let Some(step) = step {
+                    transpose(&xs[first..], (len, w, step), cols, sx);
+                    if let Some(b) = bits {
+                        masked_kernels::run::tile_words(b, |i| first + i * step, rows);
+                    }
+                } else {
+                    let tile = &mut tile[..len * w];
+                    masked_kernels::run::gather_tile(
+                        xs,
+                        bits,
+                        w,
+                        |i| first + lane_off[i],
+                        tile,
+                        rows,
+                    );
+                    transpose(tile, (len, w, w), cols, sx);
+                }
                 if bits.is_some() {
                     masked_kernels::bits::columns_bits(rows, w, words);
                 }

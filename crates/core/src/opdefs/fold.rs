@@ -196,9 +196,9 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// into `states[k]` at lane position `idx0 + r`. Ops whose lanes combine in a vector
     /// register override this with a [`fold_columns`](masked_kernels::run::fold_columns)
     /// call. The default, for the rest (var, std, norm, logsumexp: a state too wide for
-    /// a register, or a run kernel of two passes), reads tiles of up to 64 columns by
-    /// [`COLUMN_TILE_ROWS`] rows (each row's part one contiguous copy with its validity
-    /// as one word), and pushes each column of the tile as one run with
+    /// a register, or a run kernel of two passes), transposes tiles of up to 64 columns
+    /// by [`COLUMN_TILE_ROWS`] rows straight from the rows (with each row's validity as
+    /// one word), and pushes each column of the tile as one run with
     /// [`Fold::push_run`]: the run kernel the contiguous lanes use, where an element at
     /// a time (Welford's update, an `exp` and a merge an element) was 20-35x slower than
     /// the same op along the last dim. A few rows (under 16) are still pushed row by row.
@@ -226,8 +226,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
         }
         let tr = COLUMN_TILE_ROWS.min(nrows);
         let ld = masked_kernels::transpose::lane_stride::<T>(tr);
-        let (tile, rows, run, words) = &mut (
-            vec![T::default(); w.min(64) * tr],
+        let (rows, run, words) = &mut (
             vec![0u64; tr],
             vec![T::default(); w.min(64) * ld],
             vec![0u64; 64 * tr.div_ceil(64)],
@@ -237,13 +236,14 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
             for r0 in (0..nrows).step_by(tr) {
                 let rn = tr.min(nrows - r0);
                 let first = r0 * stride + c0;
-                let (tile, rows) = (&mut tile[..rn * cw], &mut rows[..rn]);
-                masked_kernels::run::gather_tile(xs, bits, cw, |i| first + i * stride, tile, rows);
-                // the columns as runs, one after another (a tile transpose), and their
-                // validity words (a bit transpose)
-                masked_kernels::transpose::transpose(tile, (rn, cw, cw), run, ld);
+                // the columns as runs, one after another (a transpose straight from the
+                // rows), and their validity words (each row's word, then a bit
+                // transpose)
+                masked_kernels::transpose::transpose(&xs[first..], (rn, cw, stride), run, ld);
                 let nw = rn.div_ceil(64);
-                if bits.is_some() {
+                if let Some(b) = bits {
+                    let rows = &mut rows[..rn];
+                    masked_kernels::run::tile_words(b, |i| first + i * stride, rows);
                     masked_kernels::bits::columns_bits(rows, cw, &mut words[..cw * nw]);
                 }
                 for (j, s) in states[c0..c0 + cw].iter_mut().enumerate() {
