@@ -601,6 +601,77 @@ multiversion! {
     ) = columns_kernel;
 }
 
+/// The column sweep of an argmax / argmin over scratch rows: for each row `r < nrows`,
+/// element `k` (`xs[r * stride + k]`, valid where bit `r * stride + k` of `bits` is set)
+/// replaces `best[k]` and `row[k] = r0 + r` where the column has nothing yet
+/// (`row[k] == u32::MAX`), or where it is a NaN and `best[k]` is not, or where neither is
+/// a NaN and `better(x, best[k])`: a later row never wins a tie, a first NaN stays.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn arg_columns_kernel<T: Copy, B: Fn(T, T) -> bool + Copy, N: Fn(T) -> bool + Copy>(
+    better: B,
+    nan: N,
+    best: &mut [T],
+    row: &mut [u32],
+    xs: &[T],
+    (stride, nrows): (usize, usize),
+    bits: Option<Bits<'_>>,
+    r0: u32,
+) {
+    let w = best.len().min(row.len());
+    #[inline(always)]
+    fn step<T: Copy>(
+        (better, nan): (impl Fn(T, T) -> bool, impl Fn(T) -> bool),
+        valid: bool,
+        (x, b, i): (T, &mut T, &mut u32),
+        r: u32,
+    ) {
+        let (an, bn) = (nan(*b), nan(x));
+        let take = valid & ((*i == u32::MAX) | (!an & bn) | (!an & !bn & better(x, *b)));
+        *b = if take { x } else { *b };
+        *i = if take { r } else { *i };
+    }
+    let f = (better, nan);
+    for r in 0..nrows {
+        let at = r * stride;
+        let xr = &xs[at..at + w];
+        let rr = r0 + r as u32;
+        for lo in (0..w).step_by(64) {
+            let word = bits.map_or(u64::MAX, |b| b.word_at(at + lo));
+            if w - lo >= 64 {
+                // a constant trip count: the loop vectorises
+                let (xc, bc, ic) = (
+                    &xr[lo..lo + 64],
+                    &mut best[lo..lo + 64],
+                    &mut row[lo..lo + 64],
+                );
+                for k in 0..64 {
+                    step(f, (word >> k) & 1 == 1, (xc[k], &mut bc[k], &mut ic[k]), rr);
+                }
+            } else {
+                for k in lo..w {
+                    let v = (word >> (k - lo)) & 1 == 1;
+                    step(f, v, (xr[k], &mut best[k], &mut row[k]), rr);
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
+/// [`arg_columns_kernel`] through the CPU tiers.
+    pub fn arg_columns[T: Copy, B: Fn(T, T) -> bool + Copy, N: Fn(T) -> bool + Copy](
+        better: B,
+        nan: N,
+        best: &mut [T],
+        row: &mut [u32],
+        xs: &[T],
+        shape: (usize, usize),
+        bits: Option<Bits<'_>>,
+        r0: u32,
+    ) = arg_columns_kernel;
+}
+
 multiversion! {
 /// Writes `out[k] = f(xs[k], valid_k)` for a run (valid where bit `k` of `bits` is set;
 /// all valid for `None`), 64 elements per mask word, in the fastest kernel this CPU
