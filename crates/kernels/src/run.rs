@@ -601,16 +601,10 @@ multiversion! {
     ) = columns_kernel;
 }
 
-/// The column sweep of an argmax / argmin over scratch rows: for each row `r < nrows`,
-/// element `k` (`xs[r * stride + k]`, valid where bit `r * stride + k` of `bits` is set)
-/// replaces `best[k]` and `row[k] = r0 + r` where the column has nothing yet
-/// (`row[k] == u32::MAX`), or where it is a NaN and `best[k]` is not, or where neither is
-/// a NaN and `better(x, best[k])`: a later row never wins a tie, a first NaN stays.
+/// The kernel of [`arg_columns`].
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn arg_columns_kernel<T: Copy, B: Fn(T, T) -> bool + Copy, N: Fn(T) -> bool + Copy>(
-    better: B,
-    nan: N,
+    (better, nan): (B, N),
     best: &mut [T],
     row: &mut [u32],
     xs: &[T],
@@ -659,10 +653,15 @@ fn arg_columns_kernel<T: Copy, B: Fn(T, T) -> bool + Copy, N: Fn(T) -> bool + Co
 }
 
 multiversion! {
-/// [`arg_columns_kernel`] through the CPU tiers.
+/// The column sweep of an argmax / argmin over scratch rows, in the fastest kernel this
+/// CPU supports (`cmp`: `better` and the NaN test; `shape`: the rows' stride and count):
+/// for each row `r`, element `k` (`xs[r * stride + k]`, valid where bit `r * stride + k`
+/// of `bits` is set) replaces `best[k]` and `row[k] = r0 + r` where the column has
+/// nothing yet (`row[k] == u32::MAX`), or where it is a NaN and `best[k]` is not, or
+/// where neither is a NaN and `better(x, best[k])`: a later row never wins a tie, a first
+/// NaN stays.
     pub fn arg_columns[T: Copy, B: Fn(T, T) -> bool + Copy, N: Fn(T) -> bool + Copy](
-        better: B,
-        nan: N,
+        cmp: (B, N),
         best: &mut [T],
         row: &mut [u32],
         xs: &[T],

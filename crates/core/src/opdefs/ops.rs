@@ -676,9 +676,11 @@ fn arg_columns<T: Element>(
         let n = (nrows - r0).min(1 << 31);
         let at = r0 * stride;
         masked_kernels::run::arg_columns(
-            better,
-            #[inline(always)]
-            |x: T| x.is_nan(),
+            (
+                better,
+                #[inline(always)]
+                |x: T| x.is_nan(),
+            ),
             &mut best,
             &mut row,
             &xs[at..],
@@ -767,7 +769,7 @@ macro_rules! arg_op {
                 true
             }
             /// One sweep over the rows, each row's candidates against the columns'
-            /// best so far ([`arg_columns`]).
+            /// best so far (the kernels' `arg_columns`).
             fn push_columns(
                 &self,
                 states: &mut [(Num<T>, i64)],
