@@ -654,9 +654,9 @@ where
 /// column's best so far (a NaN beats any number and stays; otherwise the value `better`
 /// prefers; a later row never wins a tie), the best values and their rows in two scratch
 /// rows, then merged into the states. Branch-free over whole chunks of 64 columns (one
-/// validity word each), so the compares and selects vectorise: the extremes first, then
-/// a search for each column's first row holding its extreme, took 9x the time along
-/// dim 1 (a bit built a compare at a time).
+/// validity word each), so the compares and selects vectorise (the extremes first, then
+/// a search for each column's first row holding its extreme, a bit built a compare at a
+/// time, took 9x the op's time along dim 1).
 #[inline(always)]
 fn arg_columns<T: Element>(
     states: &mut [(Num<T>, i64)],
