@@ -601,6 +601,54 @@ multiversion! {
     ) = columns_kernel;
 }
 
+#[inline(always)]
+fn columns_by_kernel<T: Copy, C: Copy, A: Copy, F: Fn(A, T, C) -> A + Copy>(
+    f: F,
+    acc: &mut [A],
+    cs: &[C],
+    xs: &[T],
+    (stride, nrows): (usize, usize),
+    bits: Option<Bits<'_>>,
+) {
+    let w = acc.len().min(cs.len());
+    for r in 0..nrows {
+        let at = r * stride;
+        let xr = &xs[at..at + w];
+        for lo in (0..w).step_by(64) {
+            let word = bits.map_or(u64::MAX, |b| b.word_at(at + lo));
+            if w - lo >= 64 {
+                // a constant trip count: the loop vectorises
+                let (xc, ac, cc) = (&xr[lo..lo + 64], &mut acc[lo..lo + 64], &cs[lo..lo + 64]);
+                for k in 0..64 {
+                    let v = f(ac[k], xc[k], cc[k]);
+                    ac[k] = if (word >> k) & 1 == 1 { v } else { ac[k] };
+                }
+            } else {
+                for k in lo..w {
+                    if (word >> (k - lo)) & 1 == 1 {
+                        acc[k] = f(acc[k], xr[k], cs[k]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
+/// The column kernel with a value of each column's own: for each row `r` (`shape`: the
+/// rows' stride and count), `acc[k] = f(acc[k], xs[r * stride + k], cs[k])` where bit
+/// `r * stride + k` of `bits` is set, in row order, in the fastest kernel this CPU
+/// supports (the squared deviations of a variance from each column's mean).
+    pub fn fold_columns_by[T: Copy, C: Copy, A: Copy, F: Fn(A, T, C) -> A + Copy](
+        f: F,
+        acc: &mut [A],
+        cs: &[C],
+        xs: &[T],
+        shape: (usize, usize),
+        bits: Option<Bits<'_>>,
+    ) = columns_by_kernel;
+}
+
 /// The kernel of [`arg_columns`].
 #[inline(always)]
 fn arg_columns_kernel<T: Copy, B: Fn(T, T) -> bool + Copy, N: Fn(T) -> bool + Copy>(

@@ -17,6 +17,32 @@ use std::fmt::Debug;
 /// 256 KiB, cache-resident): each column of a tile is pushed as one run this long.
 pub const COLUMN_TILE_ROWS: usize = 1024;
 
+/// Under this many rows, [`Fold::push_columns`]'s default pushes the rows one at a time
+/// ([`Fold::push_each`]), and ops that override it do the same.
+pub(crate) const FEW_ROWS: usize = 16;
+
+/// Each of `nrows` rows (`stride` apart) pushed with [`Fold::push_each`]: the column
+/// sweep over a few rows.
+pub(crate) fn push_rows_each<T: Element, F: Fold<T> + ?Sized>(
+    op: &F,
+    states: &mut [F::State],
+    xs: &[T],
+    (stride, nrows): (usize, usize),
+    bits: Option<Bits<'_>>,
+    idx0: i64,
+) {
+    let w = states.len();
+    for r in 0..nrows {
+        let row = &xs[r * stride..r * stride + w];
+        op.push_each(
+            states,
+            row,
+            bits.map(|b| b.offset(r * stride)),
+            idx0 + r as i64,
+        );
+    }
+}
+
 /// The block length of the Fold law of pieces (see [`Fold`]): the engine's ops fold a run
 /// block by block, so a run may be handed over in pieces of a multiple of this length
 /// with the same result, bit for bit.
@@ -195,8 +221,9 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// (at `xs[r * stride + k]`, valid where bit `r * stride + k` of `bits` is set) goes
     /// into `states[k]` at lane position `idx0 + r`. Ops whose lanes combine in a vector
     /// register override this with a [`fold_columns`](masked_kernels::run::fold_columns)
-    /// call. The default, for the rest (var, std, norm, logsumexp: a state too wide for
-    /// a register, or a run kernel of two passes), transposes tiles of up to 64 columns
+    /// call (var and std: two column passes a block of rows). The default, for the rest
+    /// (norm, logsumexp: a state too wide for a register, or a run kernel of two
+    /// passes), transposes tiles of up to 64 columns
     /// by [`COLUMN_TILE_ROWS`] rows straight from the rows (with each row's validity as
     /// one word), and pushes each column of the tile as one run with
     /// [`Fold::push_run`]: the run kernel the contiguous lanes use, where an element at
@@ -212,16 +239,8 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
         idx0: i64,
     ) {
         let w = states.len();
-        if nrows < 16 {
-            for r in 0..nrows {
-                let row = &xs[r * stride..r * stride + w];
-                self.push_each(
-                    states,
-                    row,
-                    bits.map(|b| b.offset(r * stride)),
-                    idx0 + r as i64,
-                );
-            }
+        if nrows < FEW_ROWS {
+            push_rows_each(self, states, xs, (stride, nrows), bits, idx0);
             return;
         }
         let tr = COLUMN_TILE_ROWS.min(nrows);

@@ -3,15 +3,16 @@
 
 use crate::element::{CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
-use crate::fold::Fold;
+use crate::fold::{push_rows_each, Fold, FEW_ROWS};
 pub use crate::fold::{LogMeanExp, LogSumExp, Norm, Std, Var};
 use crate::ops::{
-    blocks, extremum, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, MeanLanes,
+    blocks, extremum, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, CountLanes,
+    MeanLanes, COL_ROWS,
 };
 use crate::wire::Num;
 use crate::Acc;
 use masked_kernels::cpu::fused_exp;
-use masked_kernels::run::{fold_run, fold_run_within, Lanes};
+use masked_kernels::run::{fold_columns, fold_columns_by, fold_run, fold_run_within, Lanes};
 use masked_kernels::{Bits, BLOCK};
 use serde::{Deserialize, Serialize};
 
@@ -169,6 +170,79 @@ fn moments_run<T: Element>(m: &mut Moments, xs: &[T], n: usize, bits: Option<Bit
     }
 }
 
+/// The column sweep of var and std ([`Fold::push_columns`]): per block of [`COL_ROWS`]
+/// rows, each column's count and sum (the mean lanes), its mean, then the squared
+/// deviations from that mean rounded to the lane type (a second pass over the
+/// cache-resident block), merged into each column's moments as [`moments_run`] merges a
+/// block. Reading rows, not transposed tiles of columns (3.8-4.5x the time along dim 1
+/// at 1024², half of it in the transpose). Under [`FEW_ROWS`] rows, a row at a time.
+fn moments_columns<T: Element, F: Fold<T, State = Moments>>(
+    op: &F,
+    states: &mut [Moments],
+    xs: &[T],
+    (stride, nrows): (usize, usize),
+    bits: Option<Bits<'_>>,
+) {
+    if nrows < FEW_ROWS {
+        push_rows_each(op, states, xs, (stride, nrows), bits, 0);
+        return;
+    }
+    let w = states.len();
+    let zero = <CalcOf<T> as Element>::ZERO;
+    let (mut sums, mut counts, mut centres, mut sq) = (
+        vec![<T::MeanLane as Acc>::ZERO; w],
+        vec![0i64; w],
+        vec![zero; w],
+        vec![zero; w],
+    );
+    for r0 in (0..nrows).step_by(COL_ROWS) {
+        let n = COL_ROWS.min(nrows - r0);
+        let (at, b) = (r0 * stride, bits.map(|b| b.offset(r0 * stride)));
+        sums.fill(<T::MeanLane as Acc>::ZERO);
+        counts.fill(0);
+        fold_columns(&MeanLanes, &mut sums, &xs[at..], stride, n, b, 0);
+        if b.is_some() {
+            fold_columns(&CountLanes, &mut counts, &xs[at..], stride, n, b, 0);
+        } else {
+            counts.fill(n as i64);
+        }
+        let means: Vec<f64> = (sums.iter().zip(&counts))
+            .map(|(&s, &c)| T::mean_lane_to_total(s).as_f64() / c as f64)
+            .collect();
+        for (c, &m) in centres.iter_mut().zip(&means) {
+            *c = <CalcOf<T> as Float>::from_f64(m);
+        }
+        sq.fill(zero);
+        fold_columns_by(
+            #[inline(always)]
+            |a: CalcOf<T>, x: T, c: CalcOf<T>| {
+                let d = x.calc() - c;
+                a + d * d
+            },
+            &mut sq,
+            &centres,
+            &xs[at..],
+            (stride, n),
+            b,
+        );
+        for k in 0..w {
+            let n = counts[k];
+            if n == 0 {
+                continue;
+            }
+            let (mean, s) = (means[k], sq[k].to_f64());
+            // exactly sum((x - mean)^2) = sum((x - c)^2) - n (mean - c)^2, as a run's block
+            let off = mean - centres[k].to_f64();
+            let m2 = if s.is_nan() {
+                f64::NAN
+            } else {
+                (s - n as f64 * off * off).max(0.0)
+            };
+            states[k].merge(Moments { n, mean, m2 });
+        }
+    }
+}
+
 /// Checks a var/std correction: finite or not, but not negative and not NaN.
 ///
 /// # Errors
@@ -222,6 +296,17 @@ macro_rules! moment_op {
             #[inline]
             fn push_run(&self, s: &mut Moments, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
                 moments_run(s, xs, xs.len(), bits, idx0);
+            }
+            fn push_columns(
+                &self,
+                states: &mut [Moments],
+                xs: &[T],
+                stride: usize,
+                nrows: usize,
+                bits: Option<Bits<'_>>,
+                _: i64,
+            ) {
+                moments_columns(self, states, xs, (stride, nrows), bits);
             }
             #[inline]
             fn push_run_within(
