@@ -797,10 +797,10 @@ mod tests {
     /// column's mean rounded to f32) within 1e-5 relative of the variance in f64 of the
     /// same values, with and without a mask, over more rows than a block: on values
     /// around 100 with a spread of about 1, where the textbook `E[x²] - E[x]²` in f32
-    /// would lose three digits.
+    /// would lose three digits. The same for logsumexp's (within 1e-6).
     #[test]
     fn f32_variance_over_dim0_is_within_1e_5_of_f64() {
-        use masked_core::fold::Var;
+        use masked_core::fold::{LogSumExp, Var};
         use masked_core::{Dims, Fold};
         let (rows, cols) = (700usize, 70usize);
         let mut r = 0x2545_F491_4F6C_DD1Du64;
@@ -829,6 +829,21 @@ mod tests {
                     v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (v.len() - 1) as f64;
                 let g = Fold::<f32>::finish(&op, s) as f64;
                 assert!((g / want - 1.0).abs() < 1e-5, "column {c}: {g} vs {want}");
+            }
+            // and logsumexp's column sweep (the max, then the exps from it)
+            let (got, _) = fold_all(&LogSumExp, &xs, bits, &plan, 0);
+            for (c, s) in got.iter().enumerate() {
+                let v: Vec<f64> = (0..rows)
+                    .filter(|&i| bits.is_none_or(|b| b.get(i * cols + c)))
+                    .map(|i| xs[i * cols + c] as f64)
+                    .collect();
+                let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let want = m + v.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+                let g = Fold::<f32>::finish(&LogSumExp, s) as f64;
+                assert!(
+                    (g / want - 1.0).abs() < 1e-6,
+                    "logsumexp column {c}: {g} vs {want}"
+                );
             }
         }
     }

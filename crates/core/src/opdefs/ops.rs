@@ -388,7 +388,7 @@ pub(crate) fn min_nan<T: Element>(a: T, b: T) -> T {
 /// An extremum's lanes ([`AMaxLanes`], [`AMinLanes`]) on values compared in their
 /// compute type ([`CalcOf`]: `f32` for the halves), widened inside the kernel by the
 /// branch-free conversion, which vectorises.
-struct InCalc<L>(L);
+pub(crate) struct InCalc<L>(pub(crate) L);
 impl<T: Element, L: Lanes<CalcOf<T>, A = CalcOf<T>>> Lanes<T> for InCalc<L> {
     type A = CalcOf<T>;
     const ORDER_FREE: bool = L::ORDER_FREE;

@@ -6,7 +6,7 @@ use crate::error::{MaskedError, Result};
 use crate::fold::{push_rows_each, Fold, FEW_ROWS};
 pub use crate::fold::{LogMeanExp, LogSumExp, Norm, Std, Var};
 use crate::ops::{
-    blocks, extremum, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, CountLanes,
+    blocks, extremum, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, CountLanes, InCalc,
     MeanLanes, COL_ROWS,
 };
 use crate::wire::Num;
@@ -521,6 +521,47 @@ fn lse_merge_f64(a: &mut (f64, f64), b: (f64, f64)) {
     }
 }
 
+/// The column sweep of logsumexp ([`Fold::push_columns`], `FUSED` as [`exp_of`]): per
+/// block of [`COL_ROWS`] rows, each column's max (a column pass, compared in the compute
+/// type), then its sum of `exp(x - max)` (a second pass over the cache-resident block),
+/// merged as a run's block is (a NaN or infinite max as it is). Reading rows, not
+/// transposed tiles of columns pushed as runs (3-4x the time along dim 1 at 1024²).
+fn lse_columns<T: Element, const FUSED: bool>(
+    states: &mut [LseState],
+    xs: &[T],
+    (stride, nrows): (usize, usize),
+    bits: Option<Bits<'_>>,
+) {
+    let w = states.len();
+    let zero = <CalcOf<T> as Element>::ZERO;
+    let (mut maxes, mut sums) = (vec![zero; w], vec![zero; w]);
+    for r0 in (0..nrows).step_by(COL_ROWS) {
+        let n = COL_ROWS.min(nrows - r0);
+        let (at, b) = (r0 * stride, bits.map(|b| b.offset(r0 * stride)));
+        maxes.fill(<CalcOf<T> as Float>::NEG_INFINITY);
+        fold_columns(&InCalc(AMaxLanes), &mut maxes, &xs[at..], stride, n, b, 0);
+        sums.fill(zero);
+        // the columns whose max is NaN or infinite compute garbage here, never read
+        fold_columns_by(
+            #[inline(always)]
+            |a: CalcOf<T>, x: T, m: CalcOf<T>| a + exp_of::<_, FUSED>(x.calc() - m),
+            &mut sums,
+            &maxes,
+            &xs[at..],
+            (stride, n),
+            b,
+        );
+        for ((s, &m), &e) in states.iter_mut().zip(&maxes).zip(&sums) {
+            let mf = m.to_f64();
+            if mf.is_nan() || mf.is_infinite() {
+                lse_merge(s, (mf, if mf == f64::INFINITY { 1.0 } else { 0.0 }));
+            } else {
+                lse_merge(s, (mf, e.to_f64()));
+            }
+        }
+    }
+}
+
 /// The logsumexp of a state, in `f64`.
 fn lse_value(s: &LseState) -> f64 {
     let (m, sum) = (s.0 .0, s.1 .0);
@@ -556,6 +597,23 @@ impl<T: Element> Fold<T> for LogSumExp {
     #[inline]
     fn finish(&self, s: &LseState) -> T::Real {
         <T::Real as Float>::from_f64(lse_value(s))
+    }
+    fn push_columns(
+        &self,
+        states: &mut [LseState],
+        xs: &[T],
+        stride: usize,
+        nrows: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
+        if nrows < FEW_ROWS {
+            push_rows_each(self, states, xs, (stride, nrows), bits, idx0);
+        } else if fused_exp() {
+            lse_columns::<T, true>(states, xs, (stride, nrows), bits);
+        } else {
+            lse_columns::<T, false>(states, xs, (stride, nrows), bits);
+        }
     }
     #[inline]
     fn push_run(&self, s: &mut LseState, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
