@@ -818,12 +818,16 @@ mod tests {
         let plan = ReducePlan::new(&[rows, cols], &Dims::from(0), false).unwrap();
         let op = Var { correction: 1.0 };
         for bits in [None, Some(Bits::new(&words, 0))] {
-            let (got, _) = fold_all(&op, &xs, bits, &plan, 0);
-            for (c, s) in got.iter().enumerate() {
-                let v: Vec<f64> = (0..rows)
+            // column `c`'s valid values in f64
+            let column = |c: usize| -> Vec<f64> {
+                (0..rows)
                     .filter(|&i| bits.is_none_or(|b| b.get(i * cols + c)))
                     .map(|i| xs[i * cols + c] as f64)
-                    .collect();
+                    .collect()
+            };
+            let (got, _) = fold_all(&op, &xs, bits, &plan, 0);
+            for (c, s) in got.iter().enumerate() {
+                let v = column(c);
                 let mean = v.iter().sum::<f64>() / v.len() as f64;
                 let want =
                     v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (v.len() - 1) as f64;
@@ -833,10 +837,7 @@ mod tests {
             // and logsumexp's column sweep (the max, then the exps from it)
             let (got, _) = fold_all(&LogSumExp, &xs, bits, &plan, 0);
             for (c, s) in got.iter().enumerate() {
-                let v: Vec<f64> = (0..rows)
-                    .filter(|&i| bits.is_none_or(|b| b.get(i * cols + c)))
-                    .map(|i| xs[i * cols + c] as f64)
-                    .collect();
+                let v = column(c);
                 let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let want = m + v.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
                 let g = Fold::<f32>::finish(&LogSumExp, s) as f64;

@@ -221,9 +221,9 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// (at `xs[r * stride + k]`, valid where bit `r * stride + k` of `bits` is set) goes
     /// into `states[k]` at lane position `idx0 + r`. Ops whose lanes combine in a vector
     /// register override this with a [`fold_columns`](masked_kernels::run::fold_columns)
-    /// call (var and std: two column passes a block of rows). The default, for the rest
-    /// (norm, logsumexp: a state too wide for a register, or a run kernel of two
-    /// passes), transposes tiles of up to 64 columns
+    /// call (norm; var, std and logsumexp: two column passes a block of rows). The
+    /// default, for the rest (a state too wide for a register, or a run kernel of two
+    /// passes: log-mean-exp), transposes tiles of up to 64 columns
     /// by [`COLUMN_TILE_ROWS`] rows straight from the rows (with each row's validity as
     /// one word), and pushes each column of the tile as one run with
     /// [`Fold::push_run`]: the run kernel the contiguous lanes use, where an element at

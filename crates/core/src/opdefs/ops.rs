@@ -139,7 +139,7 @@ pub const COL_ROWS: usize = 256;
 /// a scratch row of `L` accumulators, which `into` then merges into the states.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-fn columns_via<T: Copy, L: Lanes<T>, S>(
+pub(crate) fn columns_via<T: Copy, L: Lanes<T>, S>(
     l: &L,
     states: &mut [S],
     xs: &[T],

@@ -6,8 +6,8 @@ use crate::error::{MaskedError, Result};
 use crate::fold::{push_rows_each, Fold, FEW_ROWS};
 pub use crate::fold::{LogMeanExp, LogSumExp, Norm, Std, Var};
 use crate::ops::{
-    blocks, extremum, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, CountLanes, InCalc,
-    MeanLanes, COL_ROWS,
+    blocks, columns_via, extremum, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes,
+    CountLanes, InCalc, MeanLanes, COL_ROWS,
 };
 use crate::wire::Num;
 use crate::Acc;
@@ -480,6 +480,28 @@ impl<T: Element> Fold<T> for Norm {
     #[inline]
     fn finish(&self, s: &Num<f64>) -> T::Real {
         <T::Real as Float>::from_f64(self.finish_f64(s.0))
+    }
+    /// The vector column kernel over the norm's lanes (f64 accumulators, one pass), a
+    /// block of rows at a time; under [`FEW_ROWS`] rows, a row at a time.
+    fn push_columns(
+        &self,
+        states: &mut [Num<f64>],
+        xs: &[T],
+        stride: usize,
+        nrows: usize,
+        bits: Option<Bits<'_>>,
+        idx0: i64,
+    ) {
+        if nrows < FEW_ROWS {
+            push_rows_each(self, states, xs, (stride, nrows), bits, idx0);
+            return;
+        }
+        with_kind!(self, K => {
+            let lanes = NormLanes::<K> { p: self.ord };
+            columns_via(&lanes, states, xs, stride, nrows, bits, idx0, |s, a| {
+                s.0 = norm_comb::<K>(s.0, a)
+            })
+        });
     }
     #[inline]
     fn push_run(&self, s: &mut Num<f64>, xs: &[T], bits: Option<Bits<'_>>, idx0: i64) {
