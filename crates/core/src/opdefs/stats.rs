@@ -482,7 +482,7 @@ impl<T: Element> Fold<T> for Norm {
         <T::Real as Float>::from_f64(self.finish_f64(s.0))
     }
     /// The vector column kernel over the norm's lanes (f64 accumulators, one pass), a
-    /// block of rows at a time; under [`FEW_ROWS`] rows, a row at a time.
+    /// block of rows at a time; under 16 rows, a row at a time.
     fn push_columns(
         &self,
         states: &mut [Num<f64>],
