@@ -17,20 +17,24 @@ use std::fmt::Debug;
 /// 256 KiB, cache-resident): each column of a tile is pushed as one run this long.
 pub const COLUMN_TILE_ROWS: usize = 1024;
 
-/// Under this many rows, [`Fold::push_columns`]'s default pushes the rows one at a time
-/// ([`Fold::push_each`]), and ops that override it do the same.
-pub(crate) const FEW_ROWS: usize = 16;
+/// Under this many rows, [`Fold::push_columns`] (its default and the ops that override
+/// it with column passes) pushes the rows one at a time ([`Fold::push_each`]).
+const FEW_ROWS: usize = 16;
 
-/// Each of `nrows` rows (`stride` apart) pushed with [`Fold::push_each`]: the column
-/// sweep over a few rows.
-pub(crate) fn push_rows_each<T: Element, F: Fold<T> + ?Sized>(
+/// The column sweep over a few rows: under [`FEW_ROWS`] rows (`stride` apart), each row
+/// pushed with [`Fold::push_each`], and `true`; more rows are left to the caller
+/// (`false`).
+pub(crate) fn push_few_rows<T: Element, F: Fold<T> + ?Sized>(
     op: &F,
     states: &mut [F::State],
     xs: &[T],
     (stride, nrows): (usize, usize),
     bits: Option<Bits<'_>>,
     idx0: i64,
-) {
+) -> bool {
+    if nrows >= FEW_ROWS {
+        return false;
+    }
     let w = states.len();
     for r in 0..nrows {
         let row = &xs[r * stride..r * stride + w];
@@ -41,6 +45,7 @@ pub(crate) fn push_rows_each<T: Element, F: Fold<T> + ?Sized>(
             idx0 + r as i64,
         );
     }
+    true
 }
 
 /// The block length of the Fold law of pieces (see [`Fold`]): the engine's ops fold a run
@@ -239,8 +244,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
         idx0: i64,
     ) {
         let w = states.len();
-        if nrows < FEW_ROWS {
-            push_rows_each(self, states, xs, (stride, nrows), bits, idx0);
+        if push_few_rows(self, states, xs, (stride, nrows), bits, idx0) {
             return;
         }
         let tr = COLUMN_TILE_ROWS.min(nrows);

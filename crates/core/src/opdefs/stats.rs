@@ -3,7 +3,7 @@
 
 use crate::element::{CalcOf, Element, Float};
 use crate::error::{MaskedError, Result};
-use crate::fold::{push_rows_each, Fold, FEW_ROWS};
+use crate::fold::{push_few_rows, Fold};
 pub use crate::fold::{LogMeanExp, LogSumExp, Norm, Std, Var};
 use crate::ops::{
     blocks, columns_via, extremum, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes,
@@ -175,7 +175,7 @@ fn moments_run<T: Element>(m: &mut Moments, xs: &[T], n: usize, bits: Option<Bit
 /// deviations from that mean rounded to the lane type (a second pass over the
 /// cache-resident block), merged into each column's moments as [`moments_run`] merges a
 /// block. Reading rows, not transposed tiles of columns (3.8-4.5x the time along dim 1
-/// at 1024², half of it in the transpose). Under [`FEW_ROWS`] rows, a row at a time.
+/// at 1024², half of it in the transpose). Over a few rows, a row at a time.
 fn moments_columns<T: Element, F: Fold<T, State = Moments>>(
     op: &F,
     states: &mut [Moments],
@@ -183,15 +183,15 @@ fn moments_columns<T: Element, F: Fold<T, State = Moments>>(
     (stride, nrows): (usize, usize),
     bits: Option<Bits<'_>>,
 ) {
-    if nrows < FEW_ROWS {
-        push_rows_each(op, states, xs, (stride, nrows), bits, 0);
+    if push_few_rows(op, states, xs, (stride, nrows), bits, 0) {
         return;
     }
     let w = states.len();
     let zero = <CalcOf<T> as Element>::ZERO;
-    let (mut sums, mut counts, mut centres, mut sq) = (
+    let (mut sums, mut counts, mut means, mut centres, mut sq) = (
         vec![<T::MeanLane as Acc>::ZERO; w],
         vec![0i64; w],
+        vec![0.0f64; w],
         vec![zero; w],
         vec![zero; w],
     );
@@ -206,11 +206,9 @@ fn moments_columns<T: Element, F: Fold<T, State = Moments>>(
         } else {
             counts.fill(n as i64);
         }
-        let means: Vec<f64> = (sums.iter().zip(&counts))
-            .map(|(&s, &c)| T::mean_lane_to_total(s).as_f64() / c as f64)
-            .collect();
-        for (c, &m) in centres.iter_mut().zip(&means) {
-            *c = <CalcOf<T> as Float>::from_f64(m);
+        for (((m, c), &s), &n) in means.iter_mut().zip(&mut centres).zip(&sums).zip(&counts) {
+            *m = T::mean_lane_to_total(s).as_f64() / n as f64;
+            *c = <CalcOf<T> as Float>::from_f64(*m);
         }
         sq.fill(zero);
         fold_columns_by(
@@ -492,8 +490,7 @@ impl<T: Element> Fold<T> for Norm {
         bits: Option<Bits<'_>>,
         idx0: i64,
     ) {
-        if nrows < FEW_ROWS {
-            push_rows_each(self, states, xs, (stride, nrows), bits, idx0);
+        if push_few_rows(self, states, xs, (stride, nrows), bits, idx0) {
             return;
         }
         with_kind!(self, K => {
@@ -629,9 +626,10 @@ impl<T: Element> Fold<T> for LogSumExp {
         bits: Option<Bits<'_>>,
         idx0: i64,
     ) {
-        if nrows < FEW_ROWS {
-            push_rows_each(self, states, xs, (stride, nrows), bits, idx0);
-        } else if fused_exp() {
+        if push_few_rows(self, states, xs, (stride, nrows), bits, idx0) {
+            return;
+        }
+        if fused_exp() {
             lse_columns::<T, true>(states, xs, (stride, nrows), bits);
         } else {
             lse_columns::<T, false>(states, xs, (stride, nrows), bits);
