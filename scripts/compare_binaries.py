@@ -19,6 +19,12 @@ JOBS = [
     # along a leading dim: strided lanes (forward tiles, the VJPs' tiled lanes)
     ("dense-dim0", ["--layout", "dense", "--dim", "0", "--op",
                     "softmax,median,vjp-softmax,vjp-sum,vjp-var,vjp-median", "--repeat", "5"]),
+    # column statistics: a square matrix and a tall feature matrix over dim 0 (the
+    # column sweep, cut into blocks of rows)
+    ("dense-cols", ["--layout", "dense", "--dim", "0", "--shape", "1024,1024", "--op",
+                    "sum,mean,count,var,argmax,logsumexp,norm", "--repeat", "20"]),
+    ("dense-features", ["--layout", "dense", "--dim", "0", "--shape", "100000,256", "--op",
+                        "sum,mean,var,argmax", "--repeat", "7"]),
     # short masked rows (100 elements): each row's last partial step
     ("dense-rows", ["--layout", "dense", "--shape", "100000,100", "--op", "sum,mean,amax",
                     "--repeat", "7"]),

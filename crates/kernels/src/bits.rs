@@ -50,6 +50,28 @@ impl<'a> Bits<'a> {
         }
     }
 
+    /// Words `i .. i + 64 out.len()` of the run into `out` (`out[k]` is
+    /// `self.word_at(i + 64 k)`), two shifts and an OR a word where the words are all
+    /// in range (a loop that vectorises), [`Bits::word_at`] a word elsewhere.
+    #[inline(always)]
+    pub fn words_into(&self, i: usize, out: &mut [u64]) {
+        let p = self.start + i;
+        let (w, s) = (p / 64, p % 64);
+        match self.words.get(w..w + out.len() + 1) {
+            Some(ws) => {
+                for k in 0..out.len() {
+                    // `<< 1 << (63 - s)`: 0 where s is 0, as `<< (64 - s)` is not
+                    out[k] = (ws[k] >> s) | ((ws[k + 1] << 1) << (63 - s));
+                }
+            }
+            None => {
+                for (k, o) in out.iter_mut().enumerate() {
+                    *o = self.word_at(i + 64 * k);
+                }
+            }
+        }
+    }
+
     /// Whether any of the first `len` bits of the run is set.
     #[inline]
     pub fn any(&self, len: usize) -> bool {
@@ -100,6 +122,93 @@ crate::multiversion! {
 #[inline(always)]
 fn count_kernel(bits: Bits<'_>, len: usize) -> usize {
     bits.count_ones_here(len)
+}
+
+/// Rows counted into the bit-sliced counters of [`count_columns`] before they are read
+/// out: eight planes hold counts up to 255.
+const COUNT_ROWS: usize = 255;
+/// The planes of [`count_columns`]'s counters (`2^COUNT_PLANES > COUNT_ROWS`).
+const COUNT_PLANES: usize = 8;
+
+/// Adds to `counts[k]` the number of rows `r < nrows` (`shape`: the rows' stride and
+/// count) whose bit `r * stride + k` is set: the valid elements of each column of a
+/// row-major block, as a mean or variance along a leading dim needs them.
+///
+/// The counters are bit-sliced (plane `p` of a word holds bit `p` of 64 columns'
+/// counts): a row adds its words with a ripple of ANDs and XORs through eight planes,
+/// 64 columns an operation (a vector of words: 512), and the planes are read out into
+/// `counts` every 255 rows. Counting into an `i64` lane a column was two
+/// operations an element (half of a masked mean along dim 0).
+///
+/// ```
+/// use masked_kernels::bits::{count_columns, Bits};
+/// let rows = [0b011u64, 0b110, 0b010]; // 3 rows of 3 columns, stride 64
+/// let mut counts = [0i64; 3];
+/// count_columns(Bits::new(&rows, 0), (64, 3), &mut counts);
+/// assert_eq!(counts, [1, 3, 1]);
+/// ```
+pub fn count_columns(bits: Bits<'_>, shape: (usize, usize), counts: &mut [i64]) {
+    let groups = counts.len().div_ceil(64 * GROUP);
+    let mut planes = vec![[[0u64; GROUP]; COUNT_PLANES]; groups];
+    count_columns_in(bits, shape, counts, &mut planes);
+}
+
+/// Words of [`count_columns`]'s counters added as one vector (of 512 bits).
+const GROUP: usize = 8;
+
+crate::multiversion! {
+/// [`count_columns`] in the fastest kernel this CPU supports, with its counters.
+    fn count_columns_in[](
+        bits: Bits<'_>,
+        shape: (usize, usize),
+        counts: &mut [i64],
+        planes: &mut [[[u64; GROUP]; COUNT_PLANES]],
+    ) = count_columns_kernel;
+}
+
+#[inline(always)]
+fn count_columns_kernel(
+    bits: Bits<'_>,
+    (stride, nrows): (usize, usize),
+    counts: &mut [i64],
+    planes: &mut [[[u64; GROUP]; COUNT_PLANES]],
+) {
+    let nw = counts.len().div_ceil(64);
+    for r0 in (0..nrows).step_by(COUNT_ROWS) {
+        planes.fill([[0; GROUP]; COUNT_PLANES]);
+        for r in r0..nrows.min(r0 + COUNT_ROWS) {
+            for (g, group) in planes.iter_mut().enumerate() {
+                let j0 = g * GROUP;
+                let mut c = [0u64; GROUP];
+                let n = (nw - j0).min(GROUP);
+                // (the bits past the last column count into counters never read out)
+                bits.words_into(r * stride + 64 * j0, &mut c[..n]);
+                // a ripple-carry add of one bit a column: the carry out of plane p goes
+                // into plane p + 1, eight words a vector held in registers
+                // (index loops: a `zip` here stays an out-of-line call in this kernel)
+                for plane in group.iter_mut() {
+                    for k in 0..GROUP {
+                        let carry = plane[k] & c[k];
+                        plane[k] ^= c[k];
+                        c[k] = carry;
+                    }
+                }
+            }
+        }
+        // read out 64 columns at a time, plane by plane (the loop over bits vectorises)
+        for (j, out) in counts.chunks_mut(64).enumerate() {
+            let mut c = [0i64; 64];
+            for (p, plane) in planes[j / GROUP].iter().enumerate() {
+                let word = plane[j % GROUP];
+                for (b, c) in c.iter_mut().enumerate() {
+                    *c |= (((word >> b) & 1) as i64) << p;
+                }
+            }
+            for k in 0..out.len() {
+                out[k] += c[k];
+            }
+        }
+    }
 }
 
 /// The validity bits of the first `w` columns of a tile whose rows' bits are `rows`
@@ -412,6 +521,48 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bit-sliced column counts equal counting each column's bits one by one: widths
+    /// below, at and past a word, strides past the width, runs not starting on a word,
+    /// more rows than one read-out of the counters holds (255), all-set rows (every
+    /// plane carries), and counts added to what the slice held.
+    #[test]
+    fn count_columns_equals_counting_each_column() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for (w, stride, nrows, start, dense) in [
+            (1usize, 1usize, 5usize, 0usize, false),
+            (3, 7, 300, 5, false),
+            (64, 64, 256, 0, true),
+            (65, 70, 511, 63, false),
+            (200, 203, 600, 1, true),
+            (1024, 1024, 260, 0, false),
+            (0, 3, 4, 0, false),
+        ] {
+            let nbits = stride * nrows + start + 64;
+            let words: Vec<u64> = (0..nbits.div_ceil(64))
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    if dense {
+                        u64::MAX
+                    } else {
+                        seed
+                    }
+                })
+                .collect();
+            let bits = Bits::new(&words, start);
+            let mut want = vec![7i64; w];
+            for r in 0..nrows {
+                for (k, n) in want.iter_mut().enumerate() {
+                    *n += bits.get(r * stride + k) as i64;
+                }
+            }
+            let mut got = vec![7i64; w];
+            count_columns(bits, (stride, nrows), &mut got);
+            assert_eq!(got, want, "{w} columns, stride {stride}, {nrows} rows");
+        }
+    }
 
     /// The transposed packing equals packing the transpose's bools, over shapes below,
     /// at and past a word on either side (runs that cross a word or not).

@@ -14,6 +14,7 @@ use crate::element::{Acc, CalcOf, Element, Float};
 use crate::fold::Fold;
 pub use crate::fold::{AMax, AMin, ArgMax, ArgMin, Count, Mean, Prod, Ptp, Sum};
 use crate::wire::Num;
+use masked_kernels::bits::count_columns;
 use masked_kernels::pack::{packed_blocks, packs_fast};
 use masked_kernels::run::{
     first_match, fold_columns, fold_pair_run, fold_run, fold_run_within, Lanes,
@@ -168,6 +169,25 @@ pub(crate) fn columns_via<T: Copy, L: Lanes<T>, S>(
             into(s, a);
         }
         r0 += n;
+    }
+}
+
+/// Adds each column's number of valid elements over `nrows` rows (`shape`: the rows'
+/// stride and count) to its state: the bit-sliced [`count_columns`], or `nrows` each
+/// without a mask.
+pub(crate) fn column_counts<S>(
+    states: &mut [S],
+    shape: (usize, usize),
+    bits: Option<Bits<'_>>,
+    into: impl Fn(&mut S, i64),
+) {
+    let Some(b) = bits else {
+        return states.iter_mut().for_each(|s| into(s, shape.1 as i64));
+    };
+    let mut counts = vec![0i64; states.len()];
+    count_columns(b, shape, &mut counts);
+    for (s, &n) in states.iter_mut().zip(&counts) {
+        into(s, n);
     }
 }
 
@@ -906,16 +926,7 @@ impl<T: Element> Fold<T> for Mean {
         columns_via(&MeanLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
             s.0 .0 = s.0 .0.add(T::mean_lane_to_total(a))
         });
-        columns_via(
-            &CountLanes,
-            states,
-            xs,
-            stride,
-            nrows,
-            bits,
-            idx0,
-            |s, a| s.1 += a,
-        );
+        column_counts(states, (stride, nrows), bits, |s, n| s.1 += n);
     }
 }
 
@@ -955,22 +966,13 @@ impl<T: Element> Fold<T> for Count {
     fn push_columns(
         &self,
         states: &mut [i64],
-        xs: &[T],
+        _: &[T],
         stride: usize,
         nrows: usize,
         bits: Option<Bits<'_>>,
-        idx0: i64,
+        _: i64,
     ) {
-        columns_via(
-            &CountLanes,
-            states,
-            xs,
-            stride,
-            nrows,
-            bits,
-            idx0,
-            |s, a| *s += a,
-        );
+        column_counts(states, (stride, nrows), bits, |s, n| *s += n);
     }
 }
 

@@ -6,11 +6,12 @@ use crate::error::{MaskedError, Result};
 use crate::fold::{push_few_rows, Fold};
 pub use crate::fold::{LogMeanExp, LogSumExp, Norm, Std, Var};
 use crate::ops::{
-    blocks, columns_via, extremum, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes,
-    CountLanes, InCalc, MeanLanes, COL_ROWS,
+    blocks, columns_via, extremum, max_nan, min_nan, valid_blocks, valid_count, AMaxLanes, InCalc,
+    MeanLanes, COL_ROWS,
 };
 use crate::wire::Num;
 use crate::Acc;
+use masked_kernels::bits::count_columns;
 use masked_kernels::cpu::fused_exp;
 use masked_kernels::run::{fold_columns, fold_columns_by, fold_run, fold_run_within, Lanes};
 use masked_kernels::{Bits, BLOCK};
@@ -201,10 +202,9 @@ fn moments_columns<T: Element, F: Fold<T, State = Moments>>(
         sums.fill(<T::MeanLane as Acc>::ZERO);
         counts.fill(0);
         fold_columns(&MeanLanes, &mut sums, &xs[at..], stride, n, b, 0);
-        if b.is_some() {
-            fold_columns(&CountLanes, &mut counts, &xs[at..], stride, n, b, 0);
-        } else {
-            counts.fill(n as i64);
+        match b {
+            Some(b) => count_columns(b, (stride, n), &mut counts),
+            None => counts.fill(n as i64),
         }
         for (((m, c), &s), &n) in means.iter_mut().zip(&mut centres).zip(&sums).zip(&counts) {
             *m = T::mean_lane_to_total(s).as_f64() / n as f64;
