@@ -668,6 +668,11 @@ pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
     }
     let len = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
+    // rows a word wide at least: down the columns where the op has a column form
+    let cols = masked_core::columns::Columns::new(xs, bits, (n / (len * inner), len, inner));
+    if inner >= 64 && map.map_columns(cols, out) {
+        return;
+    }
     if inner == 1 {
         let g = (GRAIN / len).max(1);
         par::chunks_mut(out, len * g, |c, oc| {
@@ -972,26 +977,8 @@ mod tests {
         shape: &[usize],
         dim: usize,
     ) {
-        let (map, n) = (Cumulative { prod: false }, xs.len());
-        let got = map_all(&map, xs, bits, shape, dim);
-        let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());
-        let mut want = vec![T::ZERO; n];
-        for o in 0..n / (len * inner) {
-            for j in 0..inner {
-                let at: Vec<usize> = (0..len).map(|k| o * len * inner + k * inner + j).collect();
-                let lane: Vec<T> = at.iter().map(|&p| xs[p]).collect();
-                let w = bits.map(|b| {
-                    masked_kernels::bits::pack_bools(
-                        &at.iter().map(|&p| b.get(p)).collect::<Vec<_>>(),
-                    )
-                });
-                let mut out = vec![T::ZERO; len];
-                map.map(&lane, w.as_deref().map(|w| Bits::new(w, 0)), &mut out);
-                for (k, &p) in at.iter().enumerate() {
-                    want[p] = out[k];
-                }
-            }
-        }
+        let (got, want) =
+            mapped_and_each_lane_alone(&Cumulative { prod: false }, xs, bits, shape, dim);
         let same = got
             .iter()
             .zip(&want)
@@ -1002,6 +989,116 @@ mod tests {
             T::DTYPE,
             bits.is_some()
         );
+    }
+
+    /// [`map_all`] of `map` along `dim`, and the map run on each lane gathered alone.
+    fn mapped_and_each_lane_alone<T: Element, M: LaneMap<T>>(
+        map: &M,
+        xs: &[T],
+        bits: Option<Bits<'_>>,
+        shape: &[usize],
+        dim: usize,
+    ) -> (Vec<M::Output>, Vec<M::Output>) {
+        let n = xs.len();
+        let got = map_all(map, xs, bits, shape, dim);
+        let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());
+        let mut want = vec![M::Output::default(); n];
+        for o in 0..n / (len * inner) {
+            for j in 0..inner {
+                let at: Vec<usize> = (0..len).map(|k| o * len * inner + k * inner + j).collect();
+                let lane: Vec<T> = at.iter().map(|&p| xs[p]).collect();
+                let w = bits.map(|b| {
+                    masked_kernels::bits::pack_bools(
+                        &at.iter().map(|&p| b.get(p)).collect::<Vec<_>>(),
+                    )
+                });
+                let mut out = vec![M::Output::default(); len];
+                map.map(&lane, w.as_deref().map(|w| Bits::new(w, 0)), &mut out);
+                for (k, &p) in at.iter().enumerate() {
+                    want[p] = out[k];
+                }
+            }
+        }
+        (got, want)
+    }
+
+    /// The column forms of the softmax family and normalize (lanes down the columns of
+    /// a block a word wide or more: statistics as column folds over tasks of rows, then
+    /// each row mapped) equal the map run on each lane alone: within `tol` relative
+    /// (their sums run in another order; f16 also within its smallest subnormal), the
+    /// same where either is NaN or infinite.
+    /// On values with ties, lanes holding a NaN, a +inf or a -inf, lanes with no valid
+    /// element, along dim 0 and a middle dim, lanes long enough to be cut into tasks; f64,
+    /// f32 and f16 (computed in f32, rounded a row at a time).
+    #[test]
+    fn column_maps_equal_each_lane_alone() {
+        use masked_core::lane::{Normalize, Softmax, SoftmaxKind};
+        fn check<T: Element, M: LaneMap<T>>(
+            map: &M,
+            of: impl Fn(f64) -> T,
+            (tol, abs): (f64, f64),
+        ) {
+            for (shape, dim) in [
+                (vec![300, 70], 0),
+                (vec![3, 50, 130], 1),
+                (vec![5000, 64], 0),
+            ] {
+                let n: usize = shape.iter().product();
+                let inner = shape[dim + 1..].iter().product::<usize>();
+                // a NaN in lane 1, +inf in lane 2, -inf in lane 4 (of the first block),
+                // lane 5 all 0 (a norm below normalize's eps)
+                let xs: Vec<T> = (0..n)
+                    .map(|i| match (i / inner, i % inner) {
+                        (7, 1) => of(f64::NAN),
+                        (9, 2) => of(f64::INFINITY),
+                        (11, 4) => of(f64::NEG_INFINITY),
+                        (_, 5) => of(0.0),
+                        _ => of(((i * 7919) % 101) as f64 / 9.0 - 5.0),
+                    })
+                    .collect();
+                // random, and column 3 of every 7 masked out in full
+                let valid: Vec<bool> = (0..n)
+                    .map(|i| {
+                        (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 62 != 0
+                            && i % inner % 7 != 3
+                    })
+                    .collect();
+                let words = masked_kernels::bits::pack_bools(&valid);
+                for bits in [None, Some(Bits::new(&words, 0))] {
+                    let (got, want) = mapped_and_each_lane_alone(map, &xs, bits, &shape, dim);
+                    for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let (g, w) = (g.to_f64(), w.to_f64());
+                        let close = g == w
+                            || (g.is_nan() && w.is_nan())
+                            || (w.is_finite() && (g - w).abs() <= tol * w.abs() + abs);
+                        assert!(
+                            close,
+                            "{} {} {shape:?} dim {dim} mask {} at {p}: {g} vs {w}",
+                            map.name(),
+                            T::DTYPE,
+                            bits.is_some()
+                        );
+                    }
+                }
+            }
+        }
+        for kind in [
+            SoftmaxKind::Softmax,
+            SoftmaxKind::LogSoftmax,
+            SoftmaxKind::Softmin,
+        ] {
+            let m = Softmax { kind };
+            check::<f64, _>(&m, |v| v, (1e-13, 0.0));
+            check::<f32, _>(&m, |v| v as f32, (1e-5, 0.0));
+            check::<masked_core::half::f16, _>(
+                &m,
+                masked_core::half::f16::from_f64,
+                (1e-3, 2f64.powi(-24)),
+            );
+        }
+        let m = Normalize::new(2.0, 1e-12).unwrap();
+        check::<f64, _>(&m, |v| v, (1e-13, 0.0));
+        check::<f32, _>(&m, |v| v as f32, (1e-5, 0.0));
     }
 
     /// Values and a mask for `n` elements.

@@ -4,17 +4,21 @@
 //! lane with its mask bits and an output lane to fill ([`LaneMap`]).
 
 use crate::cast::Cast;
+use crate::columns::Columns;
 use crate::element::keys_in_place;
 use crate::element::{with_calc_out, Acc, CalcOf, Element, Float};
 use crate::element::{ByDType, Family};
 use crate::error::{MaskedError, Result};
 use crate::fold::{kernel_enums, Fold};
-use crate::ops::{extremum, AMaxLanes, AMinLanes};
+use crate::ops::{extremum, max_nan, min_nan, AMaxLanes, AMinLanes, InCalc};
 use crate::stats::{exp_of, exp_sum, Norm};
 use crate::unary::{FloatMap, KeepMap, Unary, UnaryFamily};
 use masked_kernels::cpu::fused_exp;
 use masked_kernels::pack::{expand_in_place, packed_blocks, packs_fast};
-use masked_kernels::run::{fold_run, map_run, short_kernel, update_run, Lanes, SHORT};
+use masked_kernels::run::{
+    fold_columns, fold_columns_by, fold_run, map_run, short_kernel, update_run, zip_run, Lanes,
+    SHORT,
+};
 use masked_kernels::select::select_pair_with_zeros;
 use masked_kernels::Bits;
 use masked_kernels::BLOCK;
@@ -106,6 +110,15 @@ pub trait LaneMap<T: Element>: Send + Sync + 'static {
     /// Maps the lane `xs` (valid where `bits` is set; all valid for `None`) into `out`
     /// (same length), writing every position, masked-out ones included.
     fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [Self::Output]);
+    /// Maps the lanes that run down the columns of a row-major block (a dim outer to
+    /// the innermost) into `out`, shaped as the block, every position written as
+    /// [`map`](LaneMap::map) writes it; false (nothing written) for an op without a
+    /// column form, whose lanes the layout then maps one at a time. The softmax family
+    /// and normalize take their statistics as column folds, then map each row.
+    fn map_columns(&self, cols: Columns<'_, T>, out: &mut [Self::Output]) -> bool {
+        let _ = (cols, out);
+        false
+    }
     /// Maps many short lanes at once, every element valid: lane `g` is the elements `i`
     /// with `gid[i] == g`, which are consecutive (`gid` rises by at most 1 from one
     /// element to the next, from 0), each lane holding at most [`SHORT`] elements (the
@@ -316,6 +329,102 @@ impl<T: Element> LaneMap<T> for Softmax {
     fn map_short_lanes(&self, xs: &[T], gid: &[u32], out: &mut [T::Real]) {
         with_calc_out(out, |out| softmax_short_lanes::<T>(self.kind, xs, gid, out));
     }
+    fn map_columns(&self, cols: Columns<'_, T>, out: &mut [T::Real]) -> bool {
+        if fused_exp() {
+            softmax_columns::<T, true>(self.kind, cols, out);
+        } else {
+            softmax_columns::<T, false>(self.kind, cols, out);
+        }
+        true
+    }
+}
+
+/// [`Softmax`] down columns ([`LaneMap::map_columns`]), the arithmetic of
+/// [`softmax_lane`]'s vector path: each lane's shift (its valid max, the min for
+/// softmin, NaN-propagating) and sum of `exp(±(x - shift))`, each a column fold over
+/// blocks of rows, then every row mapped (the exps taken again rather than stored and
+/// read back).
+fn softmax_columns<T: Element, const FUSED: bool>(
+    kind: SoftmaxKind,
+    cols: Columns<'_, T>,
+    out: &mut [T::Real],
+) {
+    let (log, neg) = (
+        kind == SoftmaxKind::LogSoftmax,
+        kind == SoftmaxKind::Softmin,
+    );
+    let zero = <CalcOf<T> as Element>::ZERO;
+    let shift = if neg {
+        cols.fold(
+            <CalcOf<T> as Float>::INFINITY,
+            |_, acc, xs, b, n| fold_columns(&InCalc(AMinLanes), acc, xs, acc.len(), n, b, 0),
+            |s, x| *s = min_nan(*s, x),
+        )
+    } else {
+        cols.fold(
+            <CalcOf<T> as Float>::NEG_INFINITY,
+            |_, acc, xs, b, n| fold_columns(&InCalc(AMaxLanes), acc, xs, acc.len(), n, b, 0),
+            |s, x| *s = max_nan(*s, x),
+        )
+    };
+    // exp of a valid `x - shift` (`shift - x` for softmin), <= 0 or NaN; capped at 0 for
+    // a masked-out one, as the lane kernel
+    let e = move |x: T, s: CalcOf<T>| {
+        let d = if neg { s - x.calc() } else { x.calc() - s };
+        exp_of::<_, FUSED>(if d > zero { zero } else { d })
+    };
+    let sums = cols.fold(
+        zero,
+        |o, acc, xs, b, n| {
+            let w = acc.len();
+            let at = |a: CalcOf<T>, x: T, s: CalcOf<T>| a + e(x, s);
+            fold_columns_by(at, acc, &shift[o * w..][..w], xs, (w, n), b);
+        },
+        |s, x| *s = *s + x,
+    );
+    // each lane's shift with the log of its sum (log_softmax) or the inverse
+    let cs: Vec<(CalcOf<T>, CalcOf<T>)> = shift
+        .iter()
+        .zip(&sums)
+        .map(|(&m, &s)| {
+            (
+                m,
+                if log {
+                    s.ln()
+                } else {
+                    <CalcOf<T> as Float>::ONE / s
+                },
+            )
+        })
+        .collect();
+    let fill = if log {
+        <CalcOf<T> as Float>::NEG_INFINITY
+    } else {
+        zero
+    };
+    cols.map_rows(&cs, out, |xs, bits, out, cs| {
+        with_calc_out(out, |out| {
+            if log {
+                let f = move |x: T, (m, l): (CalcOf<T>, CalcOf<T>), ok| {
+                    if ok {
+                        x.calc() - m - l
+                    } else {
+                        fill
+                    }
+                };
+                zip_run(xs, cs, bits, out, f);
+            } else {
+                let f = move |x: T, (m, inv): (CalcOf<T>, CalcOf<T>), ok| {
+                    if ok {
+                        e(x, m) * inv
+                    } else {
+                        zero
+                    }
+                };
+                zip_run(xs, cs, bits, out, f);
+            }
+        })
+    });
 }
 
 /// [`Softmax`] over many short lanes (as [`LaneMap::map_short_lanes`] lays them out):
@@ -618,6 +727,31 @@ impl<T: Element> LaneMap<T> for Normalize {
                 move |x: T, ok| if ok { x.calc() / denom } else { zero },
             )
         });
+    }
+    /// Each lane's norm a column fold ([`Fold::push_columns`] of the norm), then every
+    /// row divided by its columns' denominators.
+    fn map_columns(&self, cols: Columns<'_, T>, out: &mut [T::Real]) -> bool {
+        let norm = &self.norm;
+        let states = cols.fold(
+            Fold::<T>::identity(norm),
+            |_, acc, xs, b, n| Fold::<T>::push_columns(norm, acc, xs, acc.len(), n, b, 0),
+            |s, x| Fold::<T>::merge(norm, s, x),
+        );
+        let denoms: Vec<CalcOf<T>> = states
+            .iter()
+            .map(|s| {
+                let d = norm.finish_f64(s.0);
+                <CalcOf<T> as Float>::from_f64(if d.is_nan() { d } else { d.max(self.eps) })
+            })
+            .collect();
+        let zero = <CalcOf<T> as Element>::ZERO;
+        cols.map_rows(&denoms, out, |xs, bits, out, ds| {
+            with_calc_out(out, |out| {
+                let f = move |x: T, d: CalcOf<T>, ok| if ok { x.calc() / d } else { zero };
+                zip_run(xs, ds, bits, out, f);
+            })
+        });
+        true
     }
 }
 

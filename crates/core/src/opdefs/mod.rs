@@ -1,10 +1,12 @@
 //! The op definitions, by family: the `Fold` contract and the monoid folds (`ops`), the
-//! statistics folds (`stats`), lane statistics and maps (`lane`), elementwise unary and
+//! statistics folds (`stats`), lane statistics and maps (`lane`) and their column forms
+//! (`columns`), elementwise unary and
 //! binary ops (`unary`, `binary`), casts (`cast`) and the gradient of each (`grad`).
 //! Each op is a value; the layouts run them, the registry names them.
 
 pub mod binary;
 pub mod cast;
+pub mod columns;
 pub mod fold;
 pub mod grad;
 pub mod lane;

@@ -1,0 +1,106 @@
+//! The lanes of a dim outer to the innermost, taken down the columns of a row-major
+//! block: a lane map's per-lane statistics as column folds over blocks of rows (each
+//! row a contiguous run, vectorised across the columns), then every row mapped with its
+//! columns' statistics. Two or three streaming passes over the rows instead of tiles of
+//! lanes transposed out and back ([`LaneMap::map_columns`]).
+//!
+//! [`LaneMap::map_columns`]: crate::lane::LaneMap::map_columns
+
+use masked_kernels::{par, Bits};
+
+/// Elements of one task of a column pass, about.
+const TASK: usize = 1 << 16;
+/// Rows of one task at the least.
+const MIN_ROWS: usize = 16;
+
+/// The lanes along the middle dim of a row-major block of shape `(outer, len, inner)`:
+/// lane `(o, k)` is the elements `(o, r, k)` for `r < len`, valid where `bits` is set.
+#[derive(Debug, Clone, Copy)]
+pub struct Columns<'a, T> {
+    xs: &'a [T],
+    bits: Option<Bits<'a>>,
+    outer: usize,
+    len: usize,
+    inner: usize,
+}
+
+impl<'a, T: Sync> Columns<'a, T> {
+    /// The lanes of `xs` (`outer * len * inner` elements) along its middle dim.
+    pub fn new(
+        xs: &'a [T],
+        bits: Option<Bits<'a>>,
+        (outer, len, inner): (usize, usize, usize),
+    ) -> Self {
+        debug_assert!(xs.len() >= outer * len * inner);
+        Columns {
+            xs,
+            bits,
+            outer,
+            len,
+            inner,
+        }
+    }
+
+    /// Rows a task takes: about [`TASK`] elements, at least [`MIN_ROWS`] rows. The cut
+    /// depends on the shape only, so results do not depend on the thread count.
+    fn rows(&self) -> usize {
+        (TASK / self.inner.max(1)).max(MIN_ROWS)
+    }
+
+    /// One value a lane (`outer * inner` of them, lane `(o, k)` at `o * inner + k`):
+    /// blocks of rows in parallel, each folded from `id` by `fold(o, acc, xs, bits, n)`
+    /// (the `n` rows from `xs[0]`, `inner` apart, of outer block `o` into `acc`, one
+    /// value a column), the blocks' values merged in row order by `merge`.
+    pub fn fold<A: Clone + Send + Sync>(
+        &self,
+        id: A,
+        fold: impl Fn(usize, &mut [A], &[T], Option<Bits<'_>>, usize) + Sync,
+        merge: impl Fn(&mut A, A),
+    ) -> Vec<A> {
+        let (rows, inner) = (self.rows(), self.inner);
+        let nb = self.len.div_ceil(rows);
+        let parts = par::map(self.outer * nb, |t| {
+            let (o, r0) = (t / nb, t % nb * rows);
+            let at = (o * self.len + r0) * inner;
+            let mut acc = vec![id.clone(); inner];
+            let bits = self.bits.map(|b| b.offset(at));
+            fold(o, &mut acc, &self.xs[at..], bits, rows.min(self.len - r0));
+            acc
+        });
+        let mut out = vec![id; self.outer * inner];
+        for (t, acc) in parts.into_iter().enumerate() {
+            let lanes = &mut out[t / nb * inner..][..inner];
+            for (s, a) in lanes.iter_mut().zip(acc) {
+                merge(s, a);
+            }
+        }
+        out
+    }
+
+    /// Writes every row of `out` (shaped as the block): `f(xs, bits, out, cs)` maps one
+    /// row (`inner` elements) with its outer block's values `cs` (one a column, as
+    /// [`Columns::fold`] returns them), rows in parallel tasks.
+    pub fn map_rows<C: Sync, O: Send>(
+        &self,
+        cs: &[C],
+        out: &mut [O],
+        f: impl Fn(&[T], Option<Bits<'_>>, &mut [O], &[C]) + Sync,
+    ) {
+        let (rows, inner, block) = (self.rows(), self.inner, self.len * self.inner);
+        if inner == 0 {
+            return;
+        }
+        par::chunks_mut(out, rows * inner, |c, o| {
+            for (k, row) in o.chunks_mut(inner).enumerate() {
+                let at = (c * rows + k) * inner;
+                let bits = self.bits.map(|b| b.offset(at));
+                f(
+                    &self.xs[at..at + inner],
+                    bits,
+                    row,
+                    &cs[at / block * inner..][..inner],
+                );
+            }
+        });
+    }
+}
