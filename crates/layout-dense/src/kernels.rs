@@ -969,26 +969,29 @@ mod tests {
         }
     }
 
-    /// [`map_all`] of a cumulative sum along `dim` equals the map run on each lane
-    /// gathered alone, bit for bit.
+    /// [`map_all`] of a cumulative sum and product along `dim` equals the map run on
+    /// each lane gathered alone, bit for bit (lanes down columns a word wide or more
+    /// take the column scan).
     fn assert_map_equals_each_lane_alone<T: Element>(
         xs: &[T],
         bits: Option<Bits<'_>>,
         shape: &[usize],
         dim: usize,
     ) {
-        let (got, want) =
-            mapped_and_each_lane_alone(&Cumulative { prod: false }, xs, bits, shape, dim);
-        let same = got
-            .iter()
-            .zip(&want)
-            .all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits());
-        assert!(
-            same,
-            "{} {shape:?} dim {dim} mask {}",
-            T::DTYPE,
-            bits.is_some()
-        );
+        for prod in [false, true] {
+            let (got, want) =
+                mapped_and_each_lane_alone(&Cumulative { prod }, xs, bits, shape, dim);
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits());
+            assert!(
+                same,
+                "prod {prod} {} {shape:?} dim {dim} mask {}",
+                T::DTYPE,
+                bits.is_some()
+            );
+        }
     }
 
     /// [`map_all`] of `map` along `dim`, and the map run on each lane gathered alone.
@@ -1135,6 +1138,7 @@ mod tests {
         }
         check::<f64>(|v| v);
         check::<f32>(|v| v as f32);
+        check::<i32>(|v| v as i32);
     }
 
     /// An output past the size that writes the mapped lanes straight into its rows (32

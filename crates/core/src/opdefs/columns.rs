@@ -103,4 +103,44 @@ impl<'a, T: Sync> Columns<'a, T> {
             }
         });
     }
+
+    /// Walks the rows in order, one task an outer block and chunk of columns (a chunk
+    /// a thread, in words): `f(state, xs, bits, out)` for each row, `xs`, `bits` and
+    /// `out` that row's part of the chunk, `state` the task's, from `init(w)` for a
+    /// chunk `w` columns wide. Each column's elements come in row order, whatever the
+    /// cut: a scan (cumsum) computes each lane as the lane alone does.
+    pub fn scan_rows<S, O: Send>(
+        &self,
+        out: &mut [O],
+        init: impl Fn(usize) -> S + Sync,
+        f: impl Fn(&mut S, &[T], Option<Bits<'_>>, &mut [O]) + Sync,
+    ) {
+        let (len, inner) = (self.len, self.inner);
+        if inner == 0 {
+            return;
+        }
+        let chunk = inner
+            .div_ceil(par::threads())
+            .next_multiple_of(64)
+            .min(1 << 12);
+        let nc = inner.div_ceil(chunk);
+        let dst = par::Scatter::new(out);
+        par::for_each(self.outer * nc, |t| {
+            let (o, j0) = (t / nc, t % nc * chunk);
+            let w = chunk.min(inner - j0);
+            let mut state = init(w);
+            for r in 0..len {
+                let at = (o * len + r) * inner + j0;
+                // SAFETY: columns `j0..j0 + w` of each row of block `o` are this task's
+                // alone: the tasks cut every block's columns into disjoint chunks
+                let row = unsafe { dst.part(at, at + w) };
+                f(
+                    &mut state,
+                    &self.xs[at..at + w],
+                    self.bits.map(|b| b.offset(at)),
+                    row,
+                );
+            }
+        });
+    }
 }

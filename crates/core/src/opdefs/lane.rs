@@ -829,6 +829,33 @@ impl<T: Element> LaneMap<T> for Cumulative {
             );
         }
     }
+    /// A row at a time, each column's running total carried to the next row: the
+    /// row's terms (the identity where masked out), the totals chained, converted to
+    /// `T`, each a loop across the columns; each lane's chain is the lane's own, in
+    /// order, so the result is [`map`](LaneMap::map)'s to the bit.
+    fn map_columns(&self, cols: Columns<'_, T>, out: &mut [T]) -> bool {
+        let (prod, id) = if self.prod {
+            (true, <T::Total as Acc>::ONE)
+        } else {
+            (false, <T::Total as Acc>::ZERO)
+        };
+        let init = |w| (vec![id; w], vec![id; w]);
+        cols.scan_rows(out, init, |(acc, terms), xs, bits, out| {
+            let term = move |x: T, ok| if ok { x.to_total() } else { id };
+            map_run(xs, bits, terms, term);
+            if prod {
+                acc.iter_mut()
+                    .zip(terms.iter())
+                    .for_each(|(a, &t)| *a = a.mul(t));
+            } else {
+                acc.iter_mut()
+                    .zip(terms.iter())
+                    .for_each(|(a, &t)| *a = a.add(t));
+            }
+            map_run(acc, None, out, |t: T::Total, _| T::from_total(t));
+        });
+        true
+    }
 }
 
 // ---------------------------------------------------------------- the listed maps
