@@ -114,7 +114,8 @@ pub trait LaneMap<T: Element>: Send + Sync + 'static {
     /// the innermost) into `out`, shaped as the block, every position written as
     /// [`map`](LaneMap::map) writes it; false (nothing written) for an op without a
     /// column form, whose lanes the layout then maps one at a time. The softmax family
-    /// and normalize take their statistics as column folds, then map each row.
+    /// and normalize take their statistics as column folds, then map each row; cumsum
+    /// and cumprod scan the rows ([`Columns`]).
     fn map_columns(&self, cols: Columns<'_, T>, out: &mut [Self::Output]) -> bool {
         let _ = (cols, out);
         false
