@@ -1008,8 +1008,9 @@ mod tests {
     /// (their sums run in another order; f16 also within its smallest subnormal), the
     /// same where either is NaN or infinite.
     /// On values with ties, lanes holding a NaN, a +inf or a -inf, lanes with no valid
-    /// element, along dim 0 and a middle dim, lanes long enough to be cut into tasks; f64,
-    /// f32 and f16 (computed in f32, rounded a row at a time).
+    /// element, along dim 0 and a middle dim, lanes long enough to be cut into tasks,
+    /// rows wider than a task's chunk of columns; f64, f32 and f16 (computed in f32,
+    /// rounded a row at a time).
     #[test]
     fn column_maps_equal_each_lane_alone() {
         use masked_core::lane::{Normalize, Softmax, SoftmaxKind};
@@ -1018,10 +1019,12 @@ mod tests {
             of: impl Fn(f64) -> T,
             (tol, abs): (f64, f64),
         ) {
+            // rows past a chunk of columns (4096: two chunks, three tasks of rows each)
             for (shape, dim) in [
                 (vec![300, 70], 0),
                 (vec![3, 50, 130], 1),
                 (vec![5000, 64], 0),
+                (vec![40, 5000], 0),
             ] {
                 let n: usize = shape.iter().product();
                 let inner = shape[dim + 1..].iter().product::<usize>();

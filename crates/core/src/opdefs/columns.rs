@@ -12,6 +12,8 @@ use masked_kernels::{par, Bits};
 const TASK: usize = 1 << 16;
 /// Rows of one task at the least.
 const MIN_ROWS: usize = 16;
+/// Columns of one task at the most (a row of accumulators in L1 or L2).
+const CHUNK: usize = 1 << 12;
 
 /// The lanes along the middle dim of a row-major block of shape `(outer, len, inner)`:
 /// lane `(o, k)` is the elements `(o, r, k)` for `r < len`, valid where `bits` is set.
@@ -41,36 +43,59 @@ impl<'a, T: Sync> Columns<'a, T> {
         }
     }
 
-    /// Rows a task takes: about [`TASK`] elements, at least [`MIN_ROWS`] rows. The cut
-    /// depends on the shape only, so results do not depend on the thread count.
+    /// The distance between two rows (a lane's neighbouring elements): `inner`.
+    pub fn stride(&self) -> usize {
+        self.inner
+    }
+
+    /// Rows a task takes: about [`TASK`] elements of a chunk of at most [`CHUNK`]
+    /// columns, at least [`MIN_ROWS`] rows. The cut depends on the shape only, so
+    /// results do not depend on the thread count.
     fn rows(&self) -> usize {
-        (TASK / self.inner.max(1)).max(MIN_ROWS)
+        (TASK / self.inner.clamp(1, CHUNK)).max(MIN_ROWS)
+    }
+
+    /// The tasks of a pass: `(outer block, first column, first row)` of task `t`, over
+    /// chunks of [`CHUNK`] columns and blocks of [`Columns::rows`] rows (outer block
+    /// first, then column chunk, then row block: a lane's blocks in row order).
+    fn tasks(&self) -> (usize, impl Fn(usize) -> (usize, usize, usize) + Sync) {
+        let (nc, rows) = (self.inner.div_ceil(CHUNK), self.rows());
+        let nb = self.len.div_ceil(rows);
+        let cut = move |t: usize| (t / (nc * nb), (t / nb) % nc * CHUNK, t % nb * rows);
+        (self.outer * nc * nb, cut)
     }
 
     /// One value a lane (`outer * inner` of them, lane `(o, k)` at `o * inner + k`):
-    /// blocks of rows in parallel, each folded from `id` by `fold(o, acc, xs, bits, n)`
-    /// (the `n` rows from `xs[0]`, `inner` apart, of outer block `o` into `acc`, one
-    /// value a column), the blocks' values merged in row order by `merge`.
+    /// tasks of rows and columns in parallel, each folded from `id` by
+    /// `fold(lane, acc, xs, bits, n)` (the `n` rows from `xs[0]`, `inner` apart, into
+    /// `acc`, one value a column, `lane` the index of its first column's lane), the
+    /// blocks' values merged in row order by `merge`.
     pub fn fold<A: Clone + Send + Sync>(
         &self,
         id: A,
         fold: impl Fn(usize, &mut [A], &[T], Option<Bits<'_>>, usize) + Sync,
         merge: impl Fn(&mut A, A),
     ) -> Vec<A> {
-        let (rows, inner) = (self.rows(), self.inner);
-        let nb = self.len.div_ceil(rows);
-        let parts = par::map(self.outer * nb, |t| {
-            let (o, r0) = (t / nb, t % nb * rows);
-            let at = (o * self.len + r0) * inner;
-            let mut acc = vec![id.clone(); inner];
+        let (len, inner, rows) = (self.len, self.inner, self.rows());
+        let (n, cut) = self.tasks();
+        let parts = par::map(n, |t| {
+            let (o, j0, r0) = cut(t);
+            let at = (o * len + r0) * inner + j0;
+            let mut acc = vec![id.clone(); CHUNK.min(inner - j0)];
             let bits = self.bits.map(|b| b.offset(at));
-            fold(o, &mut acc, &self.xs[at..], bits, rows.min(self.len - r0));
+            fold(
+                o * inner + j0,
+                &mut acc,
+                &self.xs[at..],
+                bits,
+                rows.min(len - r0),
+            );
             acc
         });
         let mut out = vec![id; self.outer * inner];
         for (t, acc) in parts.into_iter().enumerate() {
-            let lanes = &mut out[t / nb * inner..][..inner];
-            for (s, a) in lanes.iter_mut().zip(acc) {
+            let (o, j0, _) = cut(t);
+            for (s, a) in out[o * inner + j0..].iter_mut().zip(acc) {
                 merge(s, a);
             }
         }
@@ -78,27 +103,31 @@ impl<'a, T: Sync> Columns<'a, T> {
     }
 
     /// Writes every row of `out` (shaped as the block): `f(xs, bits, out, cs)` maps one
-    /// row (`inner` elements) with its outer block's values `cs` (one a column, as
-    /// [`Columns::fold`] returns them), rows in parallel tasks.
+    /// row's part of a chunk of columns with those columns' values `cs` (one a lane, as
+    /// [`Columns::fold`] returns them), tasks of rows and columns in parallel.
     pub fn map_rows<C: Sync, O: Send>(
         &self,
         cs: &[C],
         out: &mut [O],
         f: impl Fn(&[T], Option<Bits<'_>>, &mut [O], &[C]) + Sync,
     ) {
-        let (rows, inner, block) = (self.rows(), self.inner, self.len * self.inner);
-        if inner == 0 {
-            return;
-        }
-        par::chunks_mut(out, rows * inner, |c, o| {
-            for (k, row) in o.chunks_mut(inner).enumerate() {
-                let at = (c * rows + k) * inner;
-                let bits = self.bits.map(|b| b.offset(at));
+        let (len, inner, rows) = (self.len, self.inner, self.rows());
+        let (n, cut) = self.tasks();
+        let dst = par::Scatter::new(out);
+        par::for_each(n, |t| {
+            let (o, j0, r0) = cut(t);
+            let w = CHUNK.min(inner - j0);
+            let lanes = &cs[o * inner + j0..][..w];
+            for r in r0..len.min(r0 + rows) {
+                let at = (o * len + r) * inner + j0;
+                // SAFETY: this task's rows `r0..` and columns `j0..j0 + w` of block `o`
+                // are its alone: the tasks cut every block into disjoint rectangles
+                let row = unsafe { dst.part(at, at + w) };
                 f(
-                    &self.xs[at..at + inner],
-                    bits,
+                    &self.xs[at..at + w],
+                    self.bits.map(|b| b.offset(at)),
                     row,
-                    &cs[at / block * inner..][..inner],
+                    lanes,
                 );
             }
         });

@@ -358,13 +358,13 @@ fn softmax_columns<T: Element, const FUSED: bool>(
     let shift = if neg {
         cols.fold(
             <CalcOf<T> as Float>::INFINITY,
-            |_, acc, xs, b, n| fold_columns(&InCalc(AMinLanes), acc, xs, acc.len(), n, b, 0),
+            |_, acc, xs, b, n| fold_columns(&InCalc(AMinLanes), acc, xs, cols.stride(), n, b, 0),
             |s, x| *s = min_nan(*s, x),
         )
     } else {
         cols.fold(
             <CalcOf<T> as Float>::NEG_INFINITY,
-            |_, acc, xs, b, n| fold_columns(&InCalc(AMaxLanes), acc, xs, acc.len(), n, b, 0),
+            |_, acc, xs, b, n| fold_columns(&InCalc(AMaxLanes), acc, xs, cols.stride(), n, b, 0),
             |s, x| *s = max_nan(*s, x),
         )
     };
@@ -376,10 +376,10 @@ fn softmax_columns<T: Element, const FUSED: bool>(
     };
     let sums = cols.fold(
         zero,
-        |o, acc, xs, b, n| {
+        |lane, acc, xs, b, n| {
             let w = acc.len();
             let at = |a: CalcOf<T>, x: T, s: CalcOf<T>| a + e(x, s);
-            fold_columns_by(at, acc, &shift[o * w..][..w], xs, (w, n), b);
+            fold_columns_by(at, acc, &shift[lane..][..w], xs, (cols.stride(), n), b);
         },
         |s, x| *s = *s + x,
     );
@@ -735,7 +735,7 @@ impl<T: Element> LaneMap<T> for Normalize {
         let norm = &self.norm;
         let states = cols.fold(
             Fold::<T>::identity(norm),
-            |_, acc, xs, b, n| Fold::<T>::push_columns(norm, acc, xs, acc.len(), n, b, 0),
+            |_, acc, xs, b, n| Fold::<T>::push_columns(norm, acc, xs, cols.stride(), n, b, 0),
             |s, x| Fold::<T>::merge(norm, s, x),
         );
         let denoms: Vec<CalcOf<T>> = states
