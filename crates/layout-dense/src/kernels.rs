@@ -329,6 +329,24 @@ fn columns<T: Element, F: Fold<T>>(
         _ => red.max(1),
     };
     let nb = red.div_ceil(rows);
+    if nb <= 1 {
+        // a task a chunk of columns, folded into its states in place (no states of its
+        // own to merge: with many outer blocks, 1.3-1.9x faster)
+        par::chunks_mut2(states, inner, any, inner, |o, srow, arow| {
+            par::chunks_mut2(srow, COL_CHUNK, arow, COL_CHUNK, |c, s, a| {
+                let base = o * red * inner + c * COL_CHUNK;
+                let b = bits.map(|b| b.offset(base));
+                op.push_columns(s, &xs[base..], inner, red, b, pos0);
+                let valid = valid_columns(b, (inner, red), s.len());
+                for (k, ak) in a.iter_mut().enumerate() {
+                    *ak = valid
+                        .as_ref()
+                        .map_or(red > 0, |v| (v[k / 64] >> (k % 64)) & 1 == 1);
+                }
+            });
+        });
+        return;
+    }
     let cut = |t: usize| (t / (nc * nb), (t / nb) % nc * COL_CHUNK, t % nb * rows);
     let parts = par::map(outer * nc * nb, |t| {
         let (o, j0, r0) = cut(t);
