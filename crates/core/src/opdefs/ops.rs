@@ -191,25 +191,6 @@ pub(crate) fn column_counts<S>(
     }
 }
 
-/// Lane monoid counting valid elements.
-#[derive(Debug)]
-pub struct CountLanes;
-impl<T> Lanes<T> for CountLanes {
-    type A = i64;
-    #[inline(always)]
-    fn id(&self) -> i64 {
-        0
-    }
-    #[inline(always)]
-    fn lift(&self, _: T, _: i64) -> i64 {
-        1
-    }
-    #[inline(always)]
-    fn comb(&self, a: i64, b: i64) -> i64 {
-        a + b
-    }
-}
-
 /// Number of valid elements in a run.
 #[inline]
 pub(crate) fn valid_count(len: usize, bits: Option<Bits<'_>>) -> i64 {
