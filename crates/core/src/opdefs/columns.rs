@@ -69,12 +69,13 @@ impl<'a, T: Sync> Columns<'a, T> {
     /// tasks of rows and columns in parallel, each folded from `id` by
     /// `fold(lane, acc, xs, bits, n)` (the `n` rows from `xs[0]`, `inner` apart, into
     /// `acc`, one value a column, `lane` the index of its first column's lane), the
-    /// blocks' values merged in row order by `merge`.
+    /// blocks' values merged in row order by `merge` (each chunk of columns in
+    /// parallel).
     pub fn fold<A: Clone + Send + Sync>(
         &self,
         id: A,
         fold: impl Fn(usize, &mut [A], &[T], Option<Bits<'_>>, usize) + Sync,
-        merge: impl Fn(&mut A, A),
+        merge: impl Fn(&mut A, A) + Sync,
     ) -> Vec<A> {
         let (len, inner, rows) = (self.len, self.inner, self.rows());
         let (n, cut) = self.tasks();
@@ -92,14 +93,22 @@ impl<'a, T: Sync> Columns<'a, T> {
             );
             acc
         });
-        let mut out = vec![id; self.outer * inner];
-        for (t, acc) in parts.into_iter().enumerate() {
-            let (o, j0, _) = cut(t);
-            for (s, a) in out[o * inner + j0..].iter_mut().zip(acc) {
-                merge(s, a);
-            }
+        // the tasks of one outer block and chunk of columns are consecutive, in row
+        // order: each chunk's merged from the identity, the chunks in lane order
+        let nb = self.len.div_ceil(rows);
+        if nb == 0 {
+            return vec![id; self.outer * inner];
         }
-        out
+        let chunks = par::map(n / nb, |c| {
+            let mut out = vec![id.clone(); parts[c * nb].len()];
+            for p in &parts[c * nb..(c + 1) * nb] {
+                for (s, a) in out.iter_mut().zip(p) {
+                    merge(s, a.clone());
+                }
+            }
+            out
+        });
+        chunks.concat()
     }
 
     /// Writes every row of `out` (shaped as the block): `f(xs, bits, out, cs)` maps one
