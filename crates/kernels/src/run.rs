@@ -409,6 +409,42 @@ fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Optio
 }
 
 #[inline(always)]
+fn update_zip_kernel<O: Copy, B: Copy, F: Fn(O, B, bool) -> O + Copy>(
+    out: &mut [O],
+    ys: &[B],
+    bits: Option<Bits<'_>>,
+    f: F,
+) {
+    let n = out.len().min(ys.len());
+    let (out, ys) = (&mut out[..n], &ys[..n]);
+    let Some(b) = bits else {
+        for k in 0..n {
+            out[k] = f(out[k], ys[k], true);
+        }
+        return;
+    };
+    let full = n - n % 64;
+    for c in 0..full / 64 {
+        prefetch_chunk(out, c * 64);
+        let w = b.word_at(c * 64);
+        let (oc, yc) = (&mut out[c * 64..c * 64 + 64], &ys[c * 64..c * 64 + 64]);
+        for h in 0..2 {
+            // 32-bit half words, as in `map_kernel`
+            let hw = (w >> (32 * h)) as u32;
+            for j in 0..32 {
+                oc[32 * h + j] = f(oc[32 * h + j], yc[32 * h + j], (hw >> j) & 1 == 1);
+            }
+        }
+    }
+    if full < n {
+        let w = b.word_at(full);
+        for k in full..n {
+            out[k] = f(out[k], ys[k], (w >> (k - full)) & 1 == 1);
+        }
+    }
+}
+
+#[inline(always)]
 fn sum8_kernel<A: Copy, B: Copy, F: Fn(A, B) -> f64 + Copy>(xs: &[A], ys: &[B], f: F) -> [f64; 8] {
     // accumulator `k % 8` takes term `k`, in order: eight independent sums that fill one
     // 512-bit (two 256-bit) registers, and the same sums as a scalar loop would give
@@ -754,6 +790,13 @@ multiversion! {
 multiversion! {
 /// In place: `out[k] = f(out[k], valid_k)`, in the fastest kernel this CPU supports.
     pub fn update_run[O: Copy, F: Fn(O, bool) -> O + Copy](out: &mut [O], bits: Option<Bits<'_>>, f: F) = update_kernel;
+}
+
+multiversion! {
+/// In place with a second run: `out[k] = f(out[k], ys[k], valid_k)` over the common
+/// length (a scale per column of values already written). As for [`map_run`], pass a
+/// `move` closure.
+    pub fn update_zip_run[O: Copy, B: Copy, F: Fn(O, B, bool) -> O + Copy](out: &mut [O], ys: &[B], bits: Option<Bits<'_>>, f: F) = update_zip_kernel;
 }
 
 multiversion! {
@@ -1605,6 +1648,29 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn update_zip_run_matches_scalar_at_every_length_and_offset() {
+        let ys: Vec<i32> = (0..300).map(|i| (i * 31) % 17 - 8).collect();
+        let start: Vec<i64> = (0..300).map(|i| (i * 7919) % 113 - 50).collect();
+        let words = words8();
+        let f = |o: i64, y: i32, v: bool| if v { o * 3 + y as i64 } else { -o };
+        for len in [0, 1, 31, 63, 64, 65, 128, 200, 300] {
+            for off in [0, 1, 13, 64, 70] {
+                let b = Bits::new(&words, off);
+                for bits in [Some(b), None] {
+                    let mut out = start[..len].to_vec();
+                    // a longer `ys`: the common length is the output's
+                    update_zip_run(&mut out, &ys, bits, f);
+                    for k in 0..len {
+                        let want = f(start[k], ys[k], bits.is_none_or(|b| b.get(k)));
+                        assert_eq!(out[k], want, "len {len} off {off} k {k}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn around_counts_and_neighbours() {
         let xs: Vec<f32> = (0..1000)

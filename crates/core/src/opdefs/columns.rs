@@ -77,29 +77,57 @@ impl<'a, T: Sync> Columns<'a, T> {
         fold: impl Fn(usize, &mut [A], &[T], Option<Bits<'_>>, usize) + Sync,
         merge: impl Fn(&mut A, A) + Sync,
     ) -> Vec<A> {
-        let (len, inner, rows) = (self.len, self.inner, self.rows());
         let (n, cut) = self.tasks();
         let parts = par::map(n, |t| {
             let (o, j0, r0) = cut(t);
-            let at = (o * len + r0) * inner + j0;
-            let mut acc = vec![id.clone(); CHUNK.min(inner - j0)];
+            let (w, rows) = self.rect(j0, r0);
+            let at = (o * self.len + r0) * self.inner + j0;
+            let mut acc = vec![id.clone(); w];
             let bits = self.bits.map(|b| b.offset(at));
-            fold(
-                o * inner + j0,
-                &mut acc,
-                &self.xs[at..],
-                bits,
-                rows.min(len - r0),
-            );
+            fold(o * self.inner + j0, &mut acc, &self.xs[at..], bits, rows);
             acc
         });
-        // the tasks of one outer block and chunk of columns are consecutive, in row
-        // order: each chunk's merged from the identity, the chunks in lane order
-        let nb = self.len.div_ceil(rows);
+        self.merge_tasks(parts, id, merge)
+    }
+
+    /// As [`Columns::fold`], a row at a time, each row written too: `row(lane, acc, xs,
+    /// bits, out)` folds one row's part of a chunk of columns (`xs`, `bits`) into `acc`
+    /// and writes that part of `out` (shaped as the block). A pass that writes what its
+    /// fold computes (softmax's exps) rather than computing it again.
+    pub fn fold_rows_into<A: Clone + Send + Sync, O: Send>(
+        &self,
+        id: A,
+        out: &mut [O],
+        row: impl Fn(usize, &mut [A], &[T], Option<Bits<'_>>, &mut [O]) + Sync,
+        merge: impl Fn(&mut A, A) + Sync,
+    ) -> Vec<A> {
+        let (n, cut) = self.tasks();
+        let dst = par::Scatter::new(out);
+        let parts = par::map(n, |t| {
+            let (o, j0, _) = cut(t);
+            let mut acc = vec![id.clone(); self.rect(j0, 0).0];
+            self.task_rows(t, &cut, &dst, |at, xs, out| {
+                row(o * self.inner + j0, &mut acc, xs, self.bits_at(at), out);
+            });
+            acc
+        });
+        self.merge_tasks(parts, id, merge)
+    }
+
+    /// The tasks' values merged in row order: the tasks of one outer block and chunk of
+    /// columns are consecutive, so each chunk is merged from the identity, in
+    /// parallel, and the chunks come in lane order.
+    fn merge_tasks<A: Clone + Send + Sync>(
+        &self,
+        parts: Vec<Vec<A>>,
+        id: A,
+        merge: impl Fn(&mut A, A) + Sync,
+    ) -> Vec<A> {
+        let nb = self.len.div_ceil(self.rows());
         if nb == 0 {
-            return vec![id; self.outer * inner];
+            return vec![id; self.outer * self.inner];
         }
-        let chunks = par::map(n / nb, |c| {
+        let chunks = par::map(parts.len() / nb, |c| {
             let mut out = vec![id.clone(); parts[c * nb].len()];
             for p in &parts[c * nb..(c + 1) * nb] {
                 for (s, a) in out.iter_mut().zip(p) {
@@ -111,6 +139,40 @@ impl<'a, T: Sync> Columns<'a, T> {
         chunks.concat()
     }
 
+    /// The width of the chunk of columns from `j0` and the rows of the block from `r0`.
+    fn rect(&self, j0: usize, r0: usize) -> (usize, usize) {
+        (
+            CHUNK.min(self.inner - j0),
+            self.rows().min(self.len.saturating_sub(r0)),
+        )
+    }
+
+    /// The validity bits from element `at`.
+    fn bits_at(&self, at: usize) -> Option<Bits<'a>> {
+        self.bits.map(|b| b.offset(at))
+    }
+
+    /// `f(at, xs, out)` for each row of task `t` (`cut` as [`Columns::tasks`] gives it),
+    /// in order: `at` the row's first element in the block, `xs` and `out` its part of
+    /// the task's chunk of columns.
+    fn task_rows<O>(
+        &self,
+        t: usize,
+        cut: impl Fn(usize) -> (usize, usize, usize),
+        dst: &par::Scatter<'_, O>,
+        mut f: impl FnMut(usize, &[T], &mut [O]),
+    ) {
+        let (o, j0, r0) = cut(t);
+        let (w, rows) = self.rect(j0, r0);
+        for r in r0..r0 + rows {
+            let at = (o * self.len + r) * self.inner + j0;
+            // SAFETY: this task's rows `r0..` and columns `j0..j0 + w` of block `o` are
+            // its alone: the tasks cut every block into disjoint rectangles
+            let row = unsafe { dst.part(at, at + w) };
+            f(at, &self.xs[at..at + w], row);
+        }
+    }
+
     /// Writes every row of `out` (shaped as the block): `f(xs, bits, out, cs)` maps one
     /// row's part of a chunk of columns with those columns' values `cs` (one a lane, as
     /// [`Columns::fold`] returns them), tasks of rows and columns in parallel.
@@ -120,25 +182,14 @@ impl<'a, T: Sync> Columns<'a, T> {
         out: &mut [O],
         f: impl Fn(&[T], Option<Bits<'_>>, &mut [O], &[C]) + Sync,
     ) {
-        let (len, inner, rows) = (self.len, self.inner, self.rows());
         let (n, cut) = self.tasks();
         let dst = par::Scatter::new(out);
         par::for_each(n, |t| {
-            let (o, j0, r0) = cut(t);
-            let w = CHUNK.min(inner - j0);
-            let lanes = &cs[o * inner + j0..][..w];
-            for r in r0..len.min(r0 + rows) {
-                let at = (o * len + r) * inner + j0;
-                // SAFETY: this task's rows `r0..` and columns `j0..j0 + w` of block `o`
-                // are its alone: the tasks cut every block into disjoint rectangles
-                let row = unsafe { dst.part(at, at + w) };
-                f(
-                    &self.xs[at..at + w],
-                    self.bits.map(|b| b.offset(at)),
-                    row,
-                    lanes,
-                );
-            }
+            let (o, j0, _) = cut(t);
+            let lanes = &cs[o * self.inner + j0..][..self.rect(j0, 0).0];
+            self.task_rows(t, &cut, &dst, |at, xs, out| {
+                f(xs, self.bits_at(at), out, lanes);
+            });
         });
     }
 

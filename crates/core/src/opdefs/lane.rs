@@ -16,8 +16,8 @@ use crate::unary::{FloatMap, KeepMap, Unary, UnaryFamily};
 use masked_kernels::cpu::fused_exp;
 use masked_kernels::pack::{expand_in_place, packed_blocks, packs_fast};
 use masked_kernels::run::{
-    fold_columns, fold_columns_by, fold_run, map_run, short_kernel, update_run, zip_run, Lanes,
-    SHORT,
+    fold_columns, fold_columns_by, fold_run, map_run, short_kernel, update_run, update_zip_run,
+    zip_run, Lanes, SHORT,
 };
 use masked_kernels::select::select_pair_with_zeros;
 use masked_kernels::Bits;
@@ -374,6 +374,37 @@ fn softmax_columns<T: Element, const FUSED: bool>(
         let d = if neg { s - x.calc() } else { x.calc() - s };
         exp_of::<_, FUSED>(if d > zero { zero } else { d })
     };
+    if !log && <T::Real as Element>::DTYPE == <CalcOf<T> as Element>::DTYPE {
+        // f32, f64: each exp written as it is summed, then scaled in place (one exp an
+        // element, as along the last dim); the same sums in the same order, so the same
+        // values as the form below
+        let sums = cols.fold_rows_into(
+            zero,
+            out,
+            |lane, acc, xs, b, out| {
+                let m = &shift[lane..][..acc.len()];
+                with_calc_out(out, |o| {
+                    let f = move |x: T, m, ok| if ok { e(x, m) } else { zero };
+                    zip_run(xs, m, b, o, f);
+                    for (a, &o) in acc.iter_mut().zip(o.iter()) {
+                        *a = *a + o;
+                    }
+                });
+            },
+            |s, x| *s = *s + x,
+        );
+        let inv: Vec<CalcOf<T>> = sums
+            .iter()
+            .map(|&s| <CalcOf<T> as Float>::ONE / s)
+            .collect();
+        cols.map_rows(&inv, out, |_, bits, out, inv| {
+            with_calc_out(out, |o| {
+                let f = move |e, inv, ok| if ok { e * inv } else { zero };
+                update_zip_run(o, inv, bits, f);
+            })
+        });
+        return;
+    }
     let sums = cols.fold(
         zero,
         |lane, acc, xs, b, n| {
