@@ -23,6 +23,12 @@ JOBS = [
     # column sweep, cut into blocks of rows)
     ("dense-cols", ["--layout", "dense", "--dim", "0", "--shape", "1024,1024", "--op",
                     "sum,mean,count,var,argmax,logsumexp,norm", "--repeat", "20"]),
+    # lane maps down columns (softmax family, normalize, cumsum), and a padded batch
+    # [B, T, D] over its sequence dim (a middle dim)
+    ("dense-maps-cols", ["--layout", "dense", "--dim", "0", "--shape", "1024,1024", "--op",
+                         "softmax,softmin,log_softmax,normalize,cumsum", "--repeat", "20"]),
+    ("dense-batch", ["--layout", "dense", "--dim", "1", "--shape", "32,512,768", "--op",
+                     "sum,mean,var,softmax,log_softmax", "--repeat", "7"]),
     ("dense-features", ["--layout", "dense", "--dim", "0", "--shape", "100000,256", "--op",
                         "sum,mean,var,argmax", "--repeat", "7"]),
     # short masked rows (100 elements): each row's last partial step

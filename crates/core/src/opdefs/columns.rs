@@ -83,8 +83,8 @@ impl<'a, T: Sync> Columns<'a, T> {
             let (w, rows) = self.rect(j0, r0);
             let at = (o * self.len + r0) * self.inner + j0;
             let mut acc = vec![id.clone(); w];
-            let bits = self.bits.map(|b| b.offset(at));
-            fold(o * self.inner + j0, &mut acc, &self.xs[at..], bits, rows);
+            let xs = &self.xs[at..];
+            fold(o * self.inner + j0, &mut acc, xs, self.bits_at(at), rows);
             acc
         });
         self.merge_tasks(parts, id, merge)
