@@ -886,6 +886,68 @@ mod tests {
         assert!(checked > 40, "checked only {checked}");
     }
 
+    /// Lane maps with a fresh output over lanes with validity bits (the output stores the
+    /// valid entries in row order): along the columns (gathered in column order, mapped,
+    /// scattered back) and the rows, each valid entry's value is the dense layout's at
+    /// its position.
+    #[test]
+    fn fresh_maps_with_validity_bits_equal_the_dense_layout() {
+        use masked::MaskedArray;
+        use masked_core::MaskedOps;
+        let (nrows, ncols) = (9, 7);
+        let (mut indptr, mut cols, mut vals) = (vec![0usize], Vec::new(), Vec::new());
+        for r in 0..nrows {
+            for c in (0..ncols).filter(|c| (r * 3 + c * 5) % 4 != 2) {
+                cols.push(c as u32);
+                vals.push(((r * ncols + c) as f64 * 0.37).cos() * 3.0);
+            }
+            indptr.push(cols.len());
+        }
+        // column 0 and row 2 keep no valid entry
+        let (full_row, row_of) = (2, |k: usize| indptr.partition_point(|&p| p <= k) - 1);
+        let valid_at = |k: usize| k % 4 != 1 && cols[k] != 0 && row_of(k) != full_row;
+        let valid = valid_words(cols.len(), valid_at);
+        let lanes = masked_lanes((nrows, ncols), &indptr, &cols, &vals, &valid);
+        let (mut full, mut mask) = (vec![0.0; nrows * ncols], vec![false; nrows * ncols]);
+        for k in 0..cols.len() {
+            let p = row_of(k) * ncols + cols[k] as usize;
+            (full[p], mask[p]) = (vals[k], valid_at(k));
+        }
+        let dense = MaskedArray::from_bool_mask(
+            ndarray::Array2::from_shape_vec((nrows, ncols), full).unwrap(),
+            ndarray::Array2::from_shape_vec((nrows, ncols), mask).unwrap(),
+        )
+        .unwrap();
+        type Map<'a> = fn(&CsrLanes<'a, f64>, isize) -> Result<LanesMapped<'a, f64>>;
+        type Dense = MaskedArray<ndarray::OwnedRepr<f64>, ndarray::Ix2>;
+        type DenseMap = fn(&Dense, isize) -> Result<Dense>;
+        let ops: [(&str, Map<'_>, DenseMap); 5] = [
+            ("softmax", |l, d| l.softmax(d), |a, d| a.softmax(d)),
+            (
+                "log_softmax",
+                |l, d| l.log_softmax(d),
+                |a, d| a.log_softmax(d),
+            ),
+            ("softmin", |l, d| l.softmin(d), |a, d| a.softmin(d)),
+            ("cumsum", |l, d| l.cumsum(d), |a, d| a.cumsum(d)),
+            ("cumprod", |l, d| l.cumprod(d), |a, d| a.cumprod(d)),
+        ];
+        let kept: Vec<usize> = (0..cols.len()).filter(|&k| valid_at(k)).collect();
+        for (name, sparse, dense_op) in ops {
+            for dim in [0, 1] {
+                let got = sparse(&lanes, dim).unwrap();
+                let want = dense_op(&dense, dim).unwrap();
+                assert_eq!(got.values.len(), kept.len(), "{name} dim {dim}");
+                for (j, &k) in kept.iter().enumerate() {
+                    let w = want.values()[[row_of(k), cols[k] as usize]];
+                    let g = got.values[j];
+                    let close = g.to_bits() == w.to_bits() || (g - w).abs() <= 1e-13 * w.abs();
+                    assert!(close, "{name} dim {dim} entry {k}: {g} vs {w}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn large_row_reductions_keep_every_valid_lane_in_place() {
         // 70000 rows (the parallel collection), row r holding r % 5 entries (so every

@@ -125,7 +125,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         // columns: every entry gathered in column order (with its validity bit), each
         // column mapped, the values scattered back to their entries' slots
         let (entry, colptr) = self.by_column();
-        let gathered: Vec<T> = entry.iter().map(|&k| self.values[k]).collect();
+        let gathered = par::gather(self.values, &entry);
         let words = self.valid.as_deref().map(|_| {
             let mut w = vec![0u64; entry.len().div_ceil(64)];
             for (s, &k) in entry.iter().enumerate() {
@@ -138,9 +138,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             let bits = words.as_deref().map(|w| Bits::new(w, colptr[c]));
             map.map(&gathered[colptr[c]..colptr[c + 1]], bits, o);
         });
-        for (s, &k) in entry.iter().enumerate() {
-            out[k] = mapped[s];
-        }
+        scatter_back(&entry, &mapped, out);
     }
 
     /// Maps every column (gathered by an O(nnz) counting sort); the output stores the
@@ -164,7 +162,6 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             let sub = self.indices.kept(self.valid.as_deref());
             (out_ptr, Some(keep), sub)
         };
-        let src = |k: usize| keep.as_ref().map_or(k, |v| v[k]);
         let (entry, colptr) = CsrLanes {
             shape: self.shape,
             indptr: &out_ptr,
@@ -174,17 +171,35 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             fill: false,
         }
         .by_column();
-        let gathered: Vec<T> = entry.iter().map(|&k| self.values[src(k)]).collect();
+        let gathered = match &keep {
+            None => par::gather(self.values, &entry),
+            Some(keep) => par::gather(self.values, &par::gather(keep, &entry)),
+        };
         let mut mapped = vec![M::Output::default(); gathered.len()];
         par::parts_mut(&mut mapped, &colptr, |c, out| {
             map.map(&gathered[colptr[c]..colptr[c + 1]], None, out);
         });
         let mut values = fresh_vec::<M::Output>(out_ptr[nrows]);
-        for (s, &k) in entry.iter().enumerate() {
-            values[k] = mapped[s];
-        }
+        scatter_back(&entry, &mapped, &mut values);
         (out_ptr, indices, values)
     }
+}
+
+/// `out[entry[s]] = mapped[s]` for every column-major slot `s` (values mapped in column
+/// order back to their entries), in parallel chunks of slots.
+fn scatter_back<O: Copy + Send + Sync>(entry: &[usize], mapped: &[O], out: &mut [O]) {
+    const CHUNK: usize = 1 << 14;
+    debug_assert_eq!(entry.len(), mapped.len());
+    let dst = par::Scatter::new(out);
+    par::for_each(entry.len().div_ceil(CHUNK), |c| {
+        let r = c * CHUNK..((c + 1) * CHUNK).min(entry.len());
+        for (&k, &v) in entry[r.clone()].iter().zip(&mapped[r]) {
+            // SAFETY: `entry` comes from `CsrLanes::by_column`, a permutation of the
+            // entries (each written to one slot of the counting sort): no slot of `out`
+            // is written twice
+            unsafe { dst.write(k, v) };
+        }
+    });
 }
 
 /// The output of a row map over the entries of `indptr` with validity `valid` (`None`:

@@ -52,35 +52,30 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         parts
     }
 
-    /// Every entry's slot in column-major order (a counting sort by column: O(nnz)),
-    /// and the column pointer.
-    pub(super) fn column_order(&self) -> (Vec<usize>, Vec<usize>) {
+    /// The entries of each column in row order: (entry index by column-major slot,
+    /// column pointer), by a counting sort of the columns (O(nnz)), each entry written
+    /// straight to its slot (a slot a entry, then inverted, took two more passes over
+    /// memory).
+    pub(super) fn by_column(&self) -> (Vec<usize>, Vec<usize>) {
         let ncols = self.shape.1;
         let mut colptr = vec![0usize; ncols + 1];
-        for k in 0..self.nnz() {
-            colptr[self.col(k) + 1] += 1;
-        }
+        crate::cols::with_cols!(self.indices, cols => {
+            for &c in cols.iter() {
+                colptr[c as usize + 1] += 1;
+            }
+        });
         for c in 0..ncols {
             colptr[c + 1] += colptr[c];
         }
-        let mut next = colptr.clone();
-        let mut slot = vec![0usize; self.nnz()];
-        for (k, s) in slot.iter_mut().enumerate() {
-            let c = self.col(k);
-            *s = next[c];
-            next[c] += 1;
-        }
-        (slot, colptr)
-    }
-
-    /// The entries of each column in row order: (entry index by column-major slot,
-    /// column pointer).
-    pub(super) fn by_column(&self) -> (Vec<usize>, Vec<usize>) {
-        let (slot, colptr) = self.column_order();
+        let mut next = colptr[..ncols].to_vec();
         let mut entry = vec![0usize; self.nnz()];
-        for (k, &s) in slot.iter().enumerate() {
-            entry[s] = k;
-        }
+        crate::cols::with_cols!(self.indices, cols => {
+            for (k, &c) in cols.iter().enumerate() {
+                let s = &mut next[c as usize];
+                entry[*s] = k;
+                *s += 1;
+            }
+        });
         (entry, colptr)
     }
 
