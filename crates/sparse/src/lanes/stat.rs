@@ -54,14 +54,14 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 
     /// The entries of each column in row order: (entry index by column-major slot,
     /// column pointer), by a counting sort of the columns (O(nnz)), each entry written
-    /// straight to its slot (a slot a entry, then inverted, took two more passes over
+    /// straight to its slot (a slot an entry, then inverted, took two more passes over
     /// memory).
     pub(super) fn by_column(&self) -> (Vec<usize>, Vec<usize>) {
         let ncols = self.shape.1;
         let mut colptr = vec![0usize; ncols + 1];
         crate::cols::with_cols!(self.indices, cols => {
-            for &c in cols.iter() {
-                colptr[c as usize + 1] += 1;
+            for &c in cols {
+                colptr[sprs::SpIndex::index(c) + 1] += 1;
             }
         });
         for c in 0..ncols {
@@ -71,7 +71,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         let mut entry = vec![0usize; self.nnz()];
         crate::cols::with_cols!(self.indices, cols => {
             for (k, &c) in cols.iter().enumerate() {
-                let s = &mut next[c as usize];
+                let s = &mut next[sprs::SpIndex::index(c)];
                 entry[*s] = k;
                 *s += 1;
             }
