@@ -948,6 +948,38 @@ mod tests {
         }
     }
 
+    /// The column order of the entries (the lanes of every op along dim 0) equals a
+    /// stable sort of the entries by column, over enough entries to be cut into parts
+    /// counted and written in parallel, for either index width.
+    #[test]
+    fn column_order_is_a_stable_sort_by_column_in_parts() {
+        let (nrows, ncols) = (3000, 257);
+        let (mut indptr, mut cols) = (vec![0usize], Vec::new());
+        for r in 0..nrows {
+            cols.extend((0..ncols as u32).filter(|c| (r as u32 * 7 + c * 3) % 5 != 0));
+            indptr.push(cols.len());
+        }
+        let nnz = cols.len();
+        assert!(nnz > 2 << 18, "{nnz} entries: a single part");
+        let mut want: Vec<usize> = (0..nnz).collect();
+        want.sort_by_key(|&k| cols[k]);
+        let mut colptr = vec![0usize; ncols + 1];
+        for &c in &cols {
+            colptr[c as usize + 1] += 1;
+        }
+        for c in 0..ncols {
+            colptr[c + 1] += colptr[c];
+        }
+        let wide: Vec<usize> = cols.iter().map(|&c| c as usize).collect();
+        let vals = vec![0.0f64; nnz];
+        for ix in [Cols::U32(&cols), Cols::Usize(&wide)] {
+            let lanes = CsrLanes::try_new((nrows, ncols), &indptr, ix, &vals, None, false).unwrap();
+            let (entry, ptr) = lanes.by_column();
+            assert_eq!(ptr, colptr);
+            assert!(entry == want, "entries out of column order");
+        }
+    }
+
     #[test]
     fn large_row_reductions_keep_every_valid_lane_in_place() {
         // 70000 rows (the parallel collection), row r holding r % 5 entries (so every

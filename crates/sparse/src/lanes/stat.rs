@@ -55,26 +55,50 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// The entries of each column in row order: (entry index by column-major slot,
     /// column pointer), by a counting sort of the columns (O(nnz)), each entry written
     /// straight to its slot (a slot an entry, then inverted, took two more passes over
-    /// memory).
+    /// memory). Many entries a column: the entries cut into consecutive parts, each
+    /// counted and written in parallel from its own offset in every column (the same
+    /// order: a column's entries part by part, each part's in order).
     pub(super) fn by_column(&self) -> (Vec<usize>, Vec<usize>) {
-        let ncols = self.shape.1;
-        let mut colptr = vec![0usize; ncols + 1];
-        crate::cols::with_cols!(self.indices, cols => {
-            for &c in cols {
-                colptr[sprs::SpIndex::index(c) + 1] += 1;
-            }
+        /// Entries a part at the least.
+        const PART: usize = 1 << 18;
+        let (ncols, nnz) = (self.shape.1, self.nnz());
+        // a count per column and part: at most a quarter of the entries in all
+        let parts = (nnz / PART).min(nnz / (4 * ncols.max(1))).clamp(1, 16);
+        let cut = |p: usize| p * nnz / parts..(p + 1) * nnz / parts;
+        let mut counts = par::map(parts, |p| {
+            let mut n = vec![0usize; ncols];
+            crate::cols::with_cols!(self.indices, cols => {
+                for &c in &cols[cut(p)] {
+                    n[sprs::SpIndex::index(c)] += 1;
+                }
+            });
+            n
         });
+        // each part's first slot in every column: the column's start, then the counts
+        // of the parts before it (`counts` turned into those offsets in place)
+        let mut colptr = vec![0usize; ncols + 1];
         for c in 0..ncols {
-            colptr[c + 1] += colptr[c];
-        }
-        let mut next = colptr[..ncols].to_vec();
-        let mut entry = vec![0usize; self.nnz()];
-        crate::cols::with_cols!(self.indices, cols => {
-            for (k, &c) in cols.iter().enumerate() {
-                let s = &mut next[sprs::SpIndex::index(c)];
-                entry[*s] = k;
-                *s += 1;
+            let mut at = colptr[c];
+            for n in counts.iter_mut() {
+                (n[c], at) = (at, at + n[c]);
             }
+            colptr[c + 1] = at;
+        }
+        let mut entry = fresh_vec::<usize>(nnz);
+        let dst = par::Scatter::new(&mut entry);
+        let offsets: Vec<(usize, Vec<usize>)> = counts.into_iter().enumerate().collect();
+        par::map_vec(offsets, |(p, mut next)| {
+            crate::cols::with_cols!(self.indices, cols => {
+                let r = cut(p);
+                for (k, &c) in r.clone().zip(&cols[r]) {
+                    let s = &mut next[sprs::SpIndex::index(c)];
+                    // SAFETY: slot `*s` lies in column `c`'s range for this part (its
+                    // offset there plus fewer than its count): every slot is written
+                    // once, by one part
+                    unsafe { dst.write(*s, k) };
+                    *s += 1;
+                }
+            });
         });
         (entry, colptr)
     }
