@@ -956,7 +956,7 @@ mod tests {
         let (nrows, ncols) = (3000, 257);
         let (mut indptr, mut cols) = (vec![0usize], Vec::new());
         for r in 0..nrows {
-            cols.extend((0..ncols as u32).filter(|c| (r as u32 * 7 + c * 3) % 5 != 0));
+            cols.extend((0..ncols as u32).filter(|c| !(r as u32 * 7 + c * 3).is_multiple_of(5)));
             indptr.push(cols.len());
         }
         let nnz = cols.len();
