@@ -63,7 +63,9 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         const PART: usize = 1 << 18;
         let (ncols, nnz) = (self.shape.1, self.nnz());
         // a count per column and part: at most a quarter of the entries in all
-        let parts = (nnz / PART).min(nnz / (4 * ncols.max(1))).clamp(1, 16);
+        let parts = (nnz / PART)
+            .min(nnz / ncols.max(1).saturating_mul(4))
+            .clamp(1, 16);
         let cut = |p: usize| p * nnz / parts..(p + 1) * nnz / parts;
         let mut counts = par::map(parts, |p| {
             let mut n = vec![0usize; ncols];
