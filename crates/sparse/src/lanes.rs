@@ -808,32 +808,34 @@ mod tests {
         w
     }
 
-    /// Maps into one slot per stored entry with validity bits (some entries masked
-    /// out): each slot holds what the dense layout writes at that entry's position (a
-    /// masked-out entry's the op's value for masked-out elements: a cumsum's running
-    /// value, log_softmax's -inf, ...), along rows, columns and elementwise, and the
-    /// slots' validity is the input's.
-    #[test]
-    fn maps_into_slots_with_validity_bits_equal_the_dense_layout() {
-        use masked::dense::{OutMask, WriteInto};
-        use masked::MaskedArray;
-        use masked_core::registry::{apply_to, OpRequest};
-        use masked_core::{ByDType, EntriesInto, Kind, Op, SlotMask};
-        use std::cell::RefCell;
-        let (nrows, ncols) = (5, 6);
+    /// A `nrows x ncols` structure storing `(r, c)` where `stored(r, c)`, each entry's
+    /// value `value(p)` of its flat position `p`: (row pointer, columns, values).
+    fn structure(
+        (nrows, ncols): (usize, usize),
+        stored: impl Fn(usize, usize) -> bool,
+        value: impl Fn(usize) -> f64,
+    ) -> (Vec<usize>, Vec<u32>, Vec<f64>) {
         let (mut indptr, mut cols, mut vals) = (vec![0usize], Vec::new(), Vec::new());
         for r in 0..nrows {
-            for c in (0..ncols).filter(|c| (r * 5 + c * 3) % 4 != 1) {
+            for c in (0..ncols).filter(|&c| stored(r, c)) {
                 cols.push(c as u32);
-                vals.push(((r * ncols + c) as f64 * 0.61).sin() * 2.0);
+                vals.push(value(r * ncols + c));
             }
             indptr.push(cols.len());
         }
-        let nnz = cols.len();
-        let valid_at = |k: usize| k % 3 != 2;
-        let valid = valid_words(nnz, valid_at);
-        let lanes = masked_lanes((nrows, ncols), &indptr, &cols, &vals, &valid);
-        // the same matrix dense: unstored and masked-out positions masked out
+        (indptr, cols, vals)
+    }
+
+    /// The same matrix dense (unstored and masked-out positions masked out), and each
+    /// entry's flat position.
+    fn dense_twin(
+        (nrows, ncols): (usize, usize),
+        (indptr, cols, vals): (&[usize], &[u32], &[f64]),
+        valid_at: impl Fn(usize) -> bool,
+    ) -> (
+        masked::MaskedArray<ndarray::OwnedRepr<f64>, ndarray::Ix2>,
+        Vec<usize>,
+    ) {
         let (mut full, mut mask) = (vec![0.0; nrows * ncols], vec![false; nrows * ncols]);
         let mut pos = Vec::new();
         for r in 0..nrows {
@@ -843,11 +845,34 @@ mod tests {
                 pos.push(p);
             }
         }
-        let dense = MaskedArray::from_bool_mask(
+        let dense = masked::MaskedArray::from_bool_mask(
             ndarray::Array2::from_shape_vec((nrows, ncols), full).unwrap(),
             ndarray::Array2::from_shape_vec((nrows, ncols), mask).unwrap(),
         )
         .unwrap();
+        (dense, pos)
+    }
+
+    /// Maps into one slot per stored entry with validity bits (some entries masked
+    /// out): each slot holds what the dense layout writes at that entry's position (a
+    /// masked-out entry's the op's value for masked-out elements: a cumsum's running
+    /// value, log_softmax's -inf, ...), along rows, columns and elementwise, and the
+    /// slots' validity is the input's.
+    #[test]
+    fn maps_into_slots_with_validity_bits_equal_the_dense_layout() {
+        use masked::dense::{OutMask, WriteInto};
+        use masked_core::registry::{apply_to, OpRequest};
+        use masked_core::{ByDType, EntriesInto, Kind, Op, SlotMask};
+        use std::cell::RefCell;
+        let (nrows, ncols) = (5, 6);
+        let stored = |r: usize, c: usize| (r * 5 + c * 3) % 4 != 1;
+        let value = |p: usize| (p as f64 * 0.61).sin() * 2.0;
+        let (indptr, cols, vals) = structure((nrows, ncols), stored, value);
+        let nnz = cols.len();
+        let valid_at = |k: usize| k % 3 != 2;
+        let valid = valid_words(nnz, valid_at);
+        let lanes = masked_lanes((nrows, ncols), &indptr, &cols, &vals, &valid);
+        let (dense, pos) = dense_twin((nrows, ncols), (&indptr, &cols, &vals), valid_at);
         let mut checked = 0;
         for &op in Op::ALL {
             let reqs = match op.kind() {
@@ -892,34 +917,19 @@ mod tests {
     /// its position.
     #[test]
     fn fresh_maps_with_validity_bits_equal_the_dense_layout() {
-        use masked::MaskedArray;
         use masked_core::MaskedOps;
         let (nrows, ncols) = (9, 7);
-        let (mut indptr, mut cols, mut vals) = (vec![0usize], Vec::new(), Vec::new());
-        for r in 0..nrows {
-            for c in (0..ncols).filter(|c| (r * 3 + c * 5) % 4 != 2) {
-                cols.push(c as u32);
-                vals.push(((r * ncols + c) as f64 * 0.37).cos() * 3.0);
-            }
-            indptr.push(cols.len());
-        }
+        let stored = |r: usize, c: usize| (r * 3 + c * 5) % 4 != 2;
+        let value = |p: usize| (p as f64 * 0.37).cos() * 3.0;
+        let (indptr, cols, vals) = structure((nrows, ncols), stored, value);
         // column 0 and row 2 keep no valid entry
         let (full_row, row_of) = (2, |k: usize| indptr.partition_point(|&p| p <= k) - 1);
         let valid_at = |k: usize| k % 4 != 1 && cols[k] != 0 && row_of(k) != full_row;
         let valid = valid_words(cols.len(), valid_at);
         let lanes = masked_lanes((nrows, ncols), &indptr, &cols, &vals, &valid);
-        let (mut full, mut mask) = (vec![0.0; nrows * ncols], vec![false; nrows * ncols]);
-        for k in 0..cols.len() {
-            let p = row_of(k) * ncols + cols[k] as usize;
-            (full[p], mask[p]) = (vals[k], valid_at(k));
-        }
-        let dense = MaskedArray::from_bool_mask(
-            ndarray::Array2::from_shape_vec((nrows, ncols), full).unwrap(),
-            ndarray::Array2::from_shape_vec((nrows, ncols), mask).unwrap(),
-        )
-        .unwrap();
+        let (dense, pos) = dense_twin((nrows, ncols), (&indptr, &cols, &vals), valid_at);
         type Map<'a> = fn(&CsrLanes<'a, f64>, isize) -> Result<LanesMapped<'a, f64>>;
-        type Dense = MaskedArray<ndarray::OwnedRepr<f64>, ndarray::Ix2>;
+        type Dense = masked::MaskedArray<ndarray::OwnedRepr<f64>, ndarray::Ix2>;
         type DenseMap = fn(&Dense, isize) -> Result<Dense>;
         let ops: [(&str, Map<'_>, DenseMap); 5] = [
             ("softmax", |l, d| l.softmax(d), |a, d| a.softmax(d)),
@@ -939,7 +949,7 @@ mod tests {
                 let want = dense_op(&dense, dim).unwrap();
                 assert_eq!(got.values.len(), kept.len(), "{name} dim {dim}");
                 for (j, &k) in kept.iter().enumerate() {
-                    let w = want.values()[[row_of(k), cols[k] as usize]];
+                    let w = want.values().as_slice().unwrap()[pos[k]];
                     let g = got.values[j];
                     let close = g.to_bits() == w.to_bits() || (g - w).abs() <= 1e-13 * w.abs();
                     assert!(close, "{name} dim {dim} entry {k}: {g} vs {w}");
