@@ -289,6 +289,17 @@ pub fn gather<T: Copy + Send + Sync>(src: &[T], idx: &[usize]) -> Vec<T> {
     }))
 }
 
+/// `[f(0), f(1), .., f(n - 1)]`, computed in parallel chunks of thousands of calls (a
+/// gather through an index map of any form, a value per slot).
+pub fn collect<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    const CHUNK: usize = 1 << 14;
+    concat(map(n.div_ceil(CHUNK), |c| {
+        (c * CHUNK..((c + 1) * CHUNK).min(n))
+            .map(&f)
+            .collect::<Vec<T>>()
+    }))
+}
+
 /// The sum of `f(range)` over the chunks of `0..len` cut into `chunk`-long ranges, each
 /// chunk in parallel, the chunks' sums added in order (deterministic).
 pub fn sum_chunks(len: usize, chunk: usize, f: impl Fn(Range<usize>) -> f64 + Sync) -> f64 {

@@ -343,8 +343,9 @@ impl<T: Element> LaneMap<T> for Softmax {
 /// [`Softmax`] down columns ([`LaneMap::map_columns`]), the arithmetic of
 /// [`softmax_lane`]'s vector path: each lane's shift (its valid max, the min for
 /// softmin, NaN-propagating) and sum of `exp(±(x - shift))`, each a column fold over
-/// blocks of rows, then every row mapped (the exps taken again rather than stored and
-/// read back).
+/// blocks of rows, then every row mapped. For f32 and f64 the sum pass writes each exp
+/// and the last pass scales it in place; the halves take each exp again in the last
+/// pass (stored, it would be rounded to the half type before its scale).
 fn softmax_columns<T: Element, const FUSED: bool>(
     kind: SoftmaxKind,
     cols: Columns<'_, T>,

@@ -127,11 +127,14 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         let (entry, colptr) = self.by_column();
         let gathered = par::gather(self.values, &entry);
         let words = self.valid.as_deref().map(|_| {
-            let mut w = vec![0u64; entry.len().div_ceil(64)];
-            for (s, &k) in entry.iter().enumerate() {
-                w[s / 64] |= u64::from(self.is_valid(k)) << (s % 64);
-            }
-            w
+            par::collect(entry.len().div_ceil(64), |w| {
+                let slots = w * 64..(w * 64 + 64).min(entry.len());
+                (slots.clone())
+                    .zip(&entry[slots])
+                    .fold(0u64, |word, (s, &k)| {
+                        word | u64::from(self.is_valid(k)) << (s % 64)
+                    })
+            })
         });
         let mut mapped = vec![M::Output::default(); gathered.len()];
         par::parts_mut(&mut mapped, &colptr, |c, o| {
@@ -173,7 +176,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         .by_column();
         let gathered = match &keep {
             None => par::gather(self.values, &entry),
-            Some(keep) => par::gather(self.values, &par::gather(keep, &entry)),
+            Some(keep) => par::collect(entry.len(), |s| self.values[keep[entry[s]]]),
         };
         let mut mapped = vec![M::Output::default(); gathered.len()];
         par::parts_mut(&mut mapped, &colptr, |c, out| {
