@@ -1,7 +1,7 @@
 //! The op definitions, by family: the `Fold` contract and the monoid folds (`ops`), the
 //! statistics folds (`stats`), lane statistics and maps (`lane`) and their column forms
-//! (`columns`), elementwise unary and
-//! binary ops (`unary`, `binary`), casts (`cast`) and the gradient of each (`grad`).
+//! (`columns`), elementwise unary and binary ops (`unary`, `binary`), casts (`cast`) and
+//! the gradient of each (`grad`).
 //! Each op is a value; the layouts run them, the registry names them.
 
 pub mod binary;
