@@ -33,7 +33,7 @@ mod values;
 
 pub use contract::{compiled, into, layout, registry};
 pub use dtype::{element, math, wire};
-pub use opdefs::{binary, cast, columns, fold, grad, lane, ops, stats, unary};
+pub use opdefs::{binary, cast, columns, fold, grad, lane, ops, scattered, stats, unary};
 pub use values::{dims, error, gather, mask, sparse};
 
 pub use binary::{MaskRule, Splat, Value, Values, ZipMap};

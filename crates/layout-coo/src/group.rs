@@ -97,7 +97,7 @@ pub(crate) fn sub_strides(shape: &[usize], dims: &[usize]) -> Vec<usize> {
 /// The linear index over `dims` of each of `nnz` entries: one dim's coordinates are
 /// that index already and are borrowed (a 2-D array's rows and columns, an n-D array
 /// reduced over one dim); several dims are combined by [`flat_of`] into a new array.
-fn index_over<'c>(
+pub(crate) fn index_over<'c>(
     shape: &[usize],
     coords: &[&'c [usize]],
     dims: &[usize],

@@ -9,6 +9,7 @@ use crate::{compiled, pattern, CooPattern, MaskedCoo, Resolved};
 use masked_core::grad::{
     each_values, sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream,
 };
+use masked_core::scattered::{LaneIds, Scattered};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
@@ -326,6 +327,9 @@ impl<'a, T: Element> CooLanes<'a, T> {
             });
             return Ok(());
         }
+        if self.map_scattered(map, d, out) {
+            return Ok(());
+        }
         // along the last dim the rows come from a scan of the other coordinates
         let g = self.grouped(&[d], false)?;
         let ind = &g.rows.indptr;
@@ -355,6 +359,42 @@ impl<'a, T: Element> CooLanes<'a, T> {
             }
         }
         Ok(())
+    }
+
+    /// A map along `d` by the op's form over the entries in storage order
+    /// ([`LaneMap::map_scattered`]; a lane the entries of one position of the other
+    /// dims, named by its linear index): every stored entry's slot written, as a
+    /// dense result's position is. False (nothing written) where the op has no such
+    /// form or the lanes far outnumber the entries.
+    fn map_scattered<M: LaneMap<T>>(&self, map: &M, d: usize, out: &mut [M::Output]) -> bool {
+        let (shape, nnz) = (self.shape(), self.values.len());
+        let others: Vec<usize> = (0..shape.len()).filter(|&k| k != d).collect();
+        let nlanes = others
+            .iter()
+            .try_fold(1usize, |n, &k| n.checked_mul(shape[k]));
+        if nlanes.is_none_or(|n| n > 4 * nnz + 4096) {
+            return false;
+        }
+        let coords: Vec<&[usize]> = (0..shape.len()).map(|k| self.pattern.coords(k)).collect();
+        let ids = group::index_over(shape, &coords, &others, nnz);
+        let bits = self.valid.as_deref().map(|w| Bits::new(w, 0));
+        Scattered::new(self.values, bits, LaneIds::Usize(&ids), nlanes.unwrap_or(0))
+            .is_some_and(|s| map.map_scattered(s, out))
+    }
+
+    /// A result with a slot for every stored entry as a `MaskedCoo`: on this pattern
+    /// itself where every entry is valid, else the valid entries' slots on their
+    /// positions.
+    fn keep_valid<O: Element>(&self, out: Vec<O>) -> Result<MaskedCoo<O>> {
+        let Some(w) = self.valid.as_deref() else {
+            return Ok(self.stored_like(out));
+        };
+        let flat = self.pattern.flat_slice();
+        let bits = Bits::new(w, 0);
+        let keep = |k: &usize| bits.get(*k);
+        let f = (0..flat.len()).filter(keep).map(|k| flat[k]).collect();
+        let v = (0..out.len()).filter(keep).map(|k| out[k]).collect();
+        SparseArray::new(self.shape().to_vec(), f, v).map(MaskedCoo::from)
     }
 
     /// A result stored at this pattern's valid entries (a gradient) as a `MaskedCoo`:
@@ -644,17 +684,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
         }
         let mut out = fresh_vec::<M::Output>(self.values.len());
         run(&mut out);
-        let Some(w) = valid else {
-            return Ok(Written::Fresh(self.stored_like(out)));
-        };
-        let flat = self.pattern.flat_slice();
-        let bits = Bits::new(w, 0);
-        let keep = |k: &usize| bits.get(*k);
-        let f = (0..flat.len()).filter(keep).map(|k| flat[k]).collect();
-        let v = (0..out.len()).filter(keep).map(|k| out[k]).collect();
-        SparseArray::new(self.shape().to_vec(), f, v)
-            .map(MaskedCoo::from)
-            .map(Written::Fresh)
+        self.keep_valid(out).map(Written::Fresh)
     }
 
     /// `map` along `dim`: into `into` (one slot per stored entry) where given, which
@@ -689,6 +719,14 @@ impl<'a, T: Element> CooLanes<'a, T> {
             let mut out = fresh_vec(self.values.len());
             self.map_groups(map, d, &mut out)?;
             return Ok(Written::Fresh(self.stored_like(out)));
+        }
+        if !self.fill && d + 1 < shape.len() {
+            // validity bits: every stored entry mapped in storage order, the valid
+            // ones kept (along the last dim the rows below need no reordering)
+            let mut out = fresh_vec(self.values.len());
+            if self.map_scattered(map, d, &mut out) {
+                return self.keep_valid(out).map(Written::Fresh);
+            }
         }
         let g = self.grouped(&[d], false)?;
         let out = g.lanes(self.fill)?.map_lanes(map, 1)?;

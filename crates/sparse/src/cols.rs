@@ -3,6 +3,7 @@
 //! `usize` indices alike; a typed matrix (`MaskedCsr<T, I>`) converts at the edge,
 //! without copying ([`CsrIndex`]).
 
+use masked_core::scattered::LaneIds;
 use masked_core::{MaskedError, Result};
 use masked_kernels::pack::compress_into;
 use masked_kernels::{par, Bits};
@@ -40,6 +41,14 @@ impl<'a> Cols<'a> {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The indices as the lane of each entry (a column's entries as one lane).
+    pub fn lane_ids(&self) -> LaneIds<'a> {
+        match *self {
+            Cols::U32(ix) => LaneIds::U32(ix),
+            Cols::Usize(ix) => LaneIds::Usize(ix),
+        }
     }
 
     /// Index `k`, widened.
@@ -89,7 +98,7 @@ impl<'a> Cols<'a> {
 }
 
 /// The elements of `xs` whose bit in `words` is set, in order (chunks in parallel).
-fn compress_par<X: Copy + Send + Sync>(xs: &[X], words: &[u64]) -> Vec<X> {
+pub(crate) fn compress_par<X: Copy + Send + Sync>(xs: &[X], words: &[u64]) -> Vec<X> {
     const CHUNK: usize = 1 << 16;
     let parts = par::map(xs.len().div_ceil(CHUNK), |c| {
         let r = c * CHUNK..((c + 1) * CHUNK).min(xs.len());

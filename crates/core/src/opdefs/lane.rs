@@ -11,6 +11,7 @@ use crate::element::{ByDType, Family};
 use crate::error::{MaskedError, Result};
 use crate::fold::{kernel_enums, Fold};
 use crate::ops::{extremum, max_nan, min_nan, AMaxLanes, AMinLanes, InCalc};
+use crate::scattered::Scattered;
 use crate::stats::{exp_of, exp_sum, Norm};
 use crate::unary::{FloatMap, KeepMap, Unary, UnaryFamily};
 use masked_kernels::cpu::fused_exp;
@@ -118,6 +119,16 @@ pub trait LaneMap<T: Element>: Send + Sync + 'static {
     /// and cumprod scan the rows ([`Columns`]).
     fn map_columns(&self, cols: Columns<'_, T>, out: &mut [Self::Output]) -> bool {
         let _ = (cols, out);
+        false
+    }
+    /// Maps the lanes of sparse entries ([`Scattered`]: a lane id an entry, a CSR
+    /// matrix's columns) into `out`, one slot an entry in storage order, every slot
+    /// written as [`map`](LaneMap::map) writes its element; false (nothing written) for
+    /// an op without such a form, whose lanes the layout then gathers into lane order.
+    /// The softmax family and normalize fold their statistics into one accumulator a
+    /// lane while the entries stream past, then map each entry.
+    fn map_scattered(&self, lanes: Scattered<'_, T>, out: &mut [Self::Output]) -> bool {
+        let _ = (lanes, out);
         false
     }
     /// Maps many short lanes at once, every element valid: lane `g` is the elements `i`
@@ -338,23 +349,108 @@ impl<T: Element> LaneMap<T> for Softmax {
         }
         true
     }
+    fn map_scattered(&self, lanes: Scattered<'_, T>, out: &mut [T::Real]) -> bool {
+        if fused_exp() {
+            softmax_scattered::<T, true>(self.kind, lanes, out);
+        } else {
+            softmax_scattered::<T, false>(self.kind, lanes, out);
+        }
+        true
+    }
+}
+
+/// The exp of a valid `x - shift` (`shift - x` for softmin), <= 0 or NaN, capped at 0
+/// (a masked-out element's, which the caller then drops), as the lane kernel takes it.
+#[inline(always)]
+fn shifted_exp<T: Element, const FUSED: bool>(neg: bool, x: T, s: CalcOf<T>) -> CalcOf<T> {
+    let zero = <CalcOf<T> as Element>::ZERO;
+    let d = if neg { s - x.calc() } else { x.calc() - s };
+    exp_of::<_, FUSED>(if d > zero { zero } else { d })
+}
+
+/// Each lane's shift with the log of its sum (log_softmax) or the sum's inverse: the
+/// values the last pass of a column form maps each element with.
+fn softmax_stats<C: Float>(log: bool, shift: &[C], sums: &[C]) -> Vec<(C, C)> {
+    let stat = |s: C| if log { s.ln() } else { C::ONE / s };
+    shift
+        .iter()
+        .zip(sums)
+        .map(|(&m, &s)| (m, stat(s)))
+        .collect()
+}
+
+/// The last pass of a column form, for a run of elements `xs` (valid where `bits` is
+/// set) with their lanes' [`softmax_stats`] `cs`: `x - m - log(sum)` (log_softmax) or
+/// `exp(x - m) / sum`, masked-out elements `-inf` or 0.
+fn softmax_scale<T: Element, const FUSED: bool>(
+    kind: SoftmaxKind,
+    xs: &[T],
+    bits: Option<Bits<'_>>,
+    out: &mut [T::Real],
+    cs: &[(CalcOf<T>, CalcOf<T>)],
+) {
+    let neg = kind == SoftmaxKind::Softmin;
+    let zero = <CalcOf<T> as Element>::ZERO;
+    with_calc_out(out, |out| {
+        if kind == SoftmaxKind::LogSoftmax {
+            let fill = <CalcOf<T> as Float>::NEG_INFINITY;
+            let f = move |x: T, (m, l): (CalcOf<T>, CalcOf<T>), ok| {
+                if ok {
+                    x.calc() - m - l
+                } else {
+                    fill
+                }
+            };
+            zip_run(xs, cs, bits, out, f);
+        } else {
+            let f = move |x: T, (m, inv): (CalcOf<T>, CalcOf<T>), ok| {
+                if ok {
+                    shifted_exp::<T, FUSED>(neg, x, m) * inv
+                } else {
+                    zero
+                }
+            };
+            zip_run(xs, cs, bits, out, f);
+        }
+    })
+}
+
+/// `1 / s` for each sum.
+fn inverses<C: Float>(sums: &[C]) -> Vec<C> {
+    sums.iter().map(|&s| C::ONE / s).collect()
+}
+
+/// Scales stored exps (valid where `bits` is set) by their lanes' inverse sums `inv`,
+/// in place; masked-out slots 0.
+fn scale_exps<C: Float>(out: &mut [C], bits: Option<Bits<'_>>, inv: &[C]) {
+    let zero = C::ZERO;
+    update_zip_run(
+        out,
+        inv,
+        bits,
+        move |e, inv, ok| if ok { e * inv } else { zero },
+    );
+}
+
+/// Whether the softmax family writes each exp as it sums it and scales it in place
+/// after: softmax and softmin with an output of the calculation type (f32, f64; a half
+/// output would round each exp before its scale).
+fn stores_exps<T: Element>(kind: SoftmaxKind) -> bool {
+    kind != SoftmaxKind::LogSoftmax && <T::Real as Element>::DTYPE == <CalcOf<T> as Element>::DTYPE
 }
 
 /// [`Softmax`] down columns ([`LaneMap::map_columns`]), the arithmetic of
 /// [`softmax_lane`]'s vector path: each lane's shift (its valid max, the min for
 /// softmin, NaN-propagating) and sum of `exp(±(x - shift))`, each a column fold over
 /// blocks of rows, then every row mapped. For f32 and f64 the sum pass writes each exp
-/// and the last pass scales it in place; the halves take each exp again in the last
-/// pass (stored, it would be rounded to the half type before its scale).
+/// and the last pass scales it in place ([`stores_exps`]); the halves take each exp
+/// again in the last pass.
 fn softmax_columns<T: Element, const FUSED: bool>(
     kind: SoftmaxKind,
     cols: Columns<'_, T>,
     out: &mut [T::Real],
 ) {
-    let (log, neg) = (
-        kind == SoftmaxKind::LogSoftmax,
-        kind == SoftmaxKind::Softmin,
-    );
+    let neg = kind == SoftmaxKind::Softmin;
     let zero = <CalcOf<T> as Element>::ZERO;
     let shift = if neg {
         cols.fold(
@@ -369,24 +465,24 @@ fn softmax_columns<T: Element, const FUSED: bool>(
             |s, x| *s = max_nan(*s, x),
         )
     };
-    // exp of a valid `x - shift` (`shift - x` for softmin), <= 0 or NaN; capped at 0 for
-    // a masked-out one, as the lane kernel
-    let e = move |x: T, s: CalcOf<T>| {
-        let d = if neg { s - x.calc() } else { x.calc() - s };
-        exp_of::<_, FUSED>(if d > zero { zero } else { d })
-    };
-    if !log && <T::Real as Element>::DTYPE == <CalcOf<T> as Element>::DTYPE {
-        // f32, f64: each exp written as it is summed, then scaled in place (one exp an
-        // element, as along the last dim); the same sums in the same order, so the same
-        // values as the form below
+    let e = move |x: T, m| shifted_exp::<T, FUSED>(neg, x, m);
+    if stores_exps::<T>(kind) {
+        // each exp written as it is summed, then scaled in place (one exp an element,
+        // as along the last dim); the same sums in the same order, so the same values
+        // as the form below
         let sums = cols.fold_rows_into(
             zero,
             out,
             |lane, acc, xs, b, out| {
                 let m = &shift[lane..][..acc.len()];
                 with_calc_out(out, |o| {
-                    let f = move |x: T, m, ok| if ok { e(x, m) } else { zero };
-                    zip_run(xs, m, b, o, f);
+                    zip_run(
+                        xs,
+                        m,
+                        b,
+                        o,
+                        move |x: T, m, ok| if ok { e(x, m) } else { zero },
+                    );
                     for (a, &o) in acc.iter_mut().zip(o.iter()) {
                         *a = *a + o;
                     }
@@ -394,15 +490,9 @@ fn softmax_columns<T: Element, const FUSED: bool>(
             },
             |s, x| *s = *s + x,
         );
-        let inv: Vec<CalcOf<T>> = sums
-            .iter()
-            .map(|&s| <CalcOf<T> as Float>::ONE / s)
-            .collect();
+        let inv = inverses(&sums);
         cols.map_rows(&inv, out, |_, bits, out, inv| {
-            with_calc_out(out, |o| {
-                let f = move |e, inv, ok| if ok { e * inv } else { zero };
-                update_zip_run(o, inv, bits, f);
-            })
+            with_calc_out(out, |o| scale_exps(o, bits, inv))
         });
         return;
     }
@@ -415,48 +505,90 @@ fn softmax_columns<T: Element, const FUSED: bool>(
         },
         |s, x| *s = *s + x,
     );
-    // each lane's shift with the log of its sum (log_softmax) or the inverse
-    let cs: Vec<(CalcOf<T>, CalcOf<T>)> = shift
-        .iter()
-        .zip(&sums)
-        .map(|(&m, &s)| {
-            (
-                m,
-                if log {
-                    s.ln()
-                } else {
-                    <CalcOf<T> as Float>::ONE / s
-                },
-            )
-        })
-        .collect();
-    let fill = if log {
-        <CalcOf<T> as Float>::NEG_INFINITY
-    } else {
-        zero
+    let cs = softmax_stats(kind == SoftmaxKind::LogSoftmax, &shift, &sums);
+    cols.map_rows(&cs, out, |xs, b, o, cs| {
+        softmax_scale::<T, FUSED>(kind, xs, b, o, cs)
+    });
+}
+
+/// [`Softmax`] over the lanes of sparse entries ([`LaneMap::map_scattered`]): each
+/// lane's shift a fold over the entries, the exps a vector pass a block of entries
+/// (their lanes' shifts gathered) summed into their lanes, then every entry mapped.
+/// The exps are written and scaled in place where [`stores_exps`]; else taken again.
+fn softmax_scattered<T: Element, const FUSED: bool>(
+    kind: SoftmaxKind,
+    s: Scattered<'_, T>,
+    out: &mut [T::Real],
+) {
+    let neg = kind == SoftmaxKind::Softmin;
+    let zero = <CalcOf<T> as Element>::ZERO;
+    let shift = {
+        let pick =
+            move |a: CalcOf<T>, x: CalcOf<T>| if neg { min_nan(a, x) } else { max_nan(a, x) };
+        let id = if neg {
+            <CalcOf<T> as Float>::INFINITY
+        } else {
+            <CalcOf<T> as Float>::NEG_INFINITY
+        };
+        s.fold(
+            &[] as &[()],
+            id,
+            |acc, idx, xs, b, _| {
+                for (j, (&l, &x)) in idx.iter().zip(xs).enumerate() {
+                    if b.is_none_or(|b| b.get(j)) {
+                        acc[l] = pick(acc[l], x.calc());
+                    }
+                }
+            },
+            move |s, x| *s = pick(*s, x),
+        )
     };
-    cols.map_rows(&cs, out, |xs, bits, out, cs| {
-        with_calc_out(out, |out| {
-            if log {
-                let f = move |x: T, (m, l): (CalcOf<T>, CalcOf<T>), ok| {
-                    if ok {
-                        x.calc() - m - l
-                    } else {
-                        fill
-                    }
-                };
-                zip_run(xs, cs, bits, out, f);
-            } else {
-                let f = move |x: T, (m, inv): (CalcOf<T>, CalcOf<T>), ok| {
-                    if ok {
-                        e(x, m) * inv
-                    } else {
-                        zero
-                    }
-                };
-                zip_run(xs, cs, bits, out, f);
-            }
-        })
+    let e = move |x: T, m, ok| {
+        if ok {
+            shifted_exp::<T, FUSED>(neg, x, m)
+        } else {
+            zero
+        }
+    };
+    let add = |acc: &mut [CalcOf<T>], idx: &[usize], o: &[CalcOf<T>]| {
+        for (&l, &o) in idx.iter().zip(o) {
+            acc[l] = acc[l] + o;
+        }
+    };
+    let merge = |s: &mut CalcOf<T>, x| *s = *s + x;
+    if stores_exps::<T>(kind) {
+        let sums = s.fold_into(
+            &shift,
+            zero,
+            out,
+            |acc, idx, xs, b, out, m| {
+                with_calc_out(out, |o| {
+                    zip_run(xs, m, b, o, e);
+                    add(acc, idx, o);
+                })
+            },
+            merge,
+        );
+        let inv = inverses(&sums);
+        s.map(&inv, out, |_, bits, out, inv| {
+            with_calc_out(out, |o| scale_exps(o, bits, inv))
+        });
+        return;
+    }
+    // the exps of a block into a scratch block, summed into their lanes
+    let sums = s.fold(
+        &shift,
+        zero,
+        |acc, idx, xs, b, m| {
+            let mut o = vec![zero; xs.len()];
+            zip_run(xs, m, b, &mut o, e);
+            add(acc, idx, &o);
+        },
+        merge,
+    );
+    let cs = softmax_stats(kind == SoftmaxKind::LogSoftmax, &shift, &sums);
+    s.map(&cs, out, |xs, b, o, cs| {
+        softmax_scale::<T, FUSED>(kind, xs, b, o, cs)
     });
 }
 
@@ -718,6 +850,14 @@ pub struct Normalize {
 }
 
 impl Normalize {
+    /// A lane's `max(norm, eps)` (NaN-propagating) from its norm's state, in the
+    /// calculation type.
+    fn denominator<T: Element>(&self, s: &<Norm as Fold<T>>::State) -> CalcOf<T> {
+        // the norm's state is f64: finish it there, without rounding to the output type
+        let d = self.norm.finish_f64(s.0);
+        <CalcOf<T> as Float>::from_f64(if d.is_nan() { d } else { d.max(self.eps) })
+    }
+
     /// Normalize by the `ord` norm, with denominator floor `eps`.
     ///
     /// # Errors
@@ -744,12 +884,7 @@ impl<T: Element> LaneMap<T> for Normalize {
         "normalize"
     }
     fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real]) {
-        // the norm's state is f64: finish it there, without rounding to the output type
-        let s = Fold::<T>::fold_slice(&self.norm, xs, bits);
-        let d = self.norm.finish_f64(s.0);
-        // max(norm, eps), NaN-propagating
-        let denom = if d.is_nan() { d } else { d.max(self.eps) };
-        let denom = <CalcOf<T> as Float>::from_f64(denom);
+        let denom = self.denominator::<T>(&Fold::<T>::fold_slice(&self.norm, xs, bits));
         let zero = <CalcOf<T> as Element>::ZERO;
         with_calc_out(out, |out| {
             map_run(
@@ -770,22 +905,40 @@ impl<T: Element> LaneMap<T> for Normalize {
             |_, acc, xs, b, n| Fold::<T>::push_columns(norm, acc, xs, cols.stride(), n, b, 0),
             |s, x| Fold::<T>::merge(norm, s, x),
         );
-        let denoms: Vec<CalcOf<T>> = states
-            .iter()
-            .map(|s| {
-                let d = norm.finish_f64(s.0);
-                <CalcOf<T> as Float>::from_f64(if d.is_nan() { d } else { d.max(self.eps) })
-            })
-            .collect();
-        let zero = <CalcOf<T> as Element>::ZERO;
-        cols.map_rows(&denoms, out, |xs, bits, out, ds| {
-            with_calc_out(out, |out| {
-                let f = move |x: T, d: CalcOf<T>, ok| if ok { x.calc() / d } else { zero };
-                zip_run(xs, ds, bits, out, f);
-            })
-        });
+        let denoms: Vec<CalcOf<T>> = states.iter().map(|s| self.denominator::<T>(s)).collect();
+        cols.map_rows(&denoms, out, divide_by::<T>);
         true
     }
+    /// Each lane's norm folded an entry at a time into its lane's state, then every
+    /// entry divided by its lane's denominator.
+    fn map_scattered(&self, lanes: Scattered<'_, T>, out: &mut [T::Real]) -> bool {
+        let norm = &self.norm;
+        let states = lanes.fold(
+            &[] as &[()],
+            Fold::<T>::identity(norm),
+            |acc, idx, xs, b, _| {
+                for (j, (&l, &x)) in idx.iter().zip(xs).enumerate() {
+                    if b.is_none_or(|b| b.get(j)) {
+                        Fold::<T>::push(norm, &mut acc[l], x, 0);
+                    }
+                }
+            },
+            |s, x| Fold::<T>::merge(norm, s, x),
+        );
+        let denoms: Vec<CalcOf<T>> = states.iter().map(|s| self.denominator::<T>(s)).collect();
+        lanes.map(&denoms, out, divide_by::<T>);
+        true
+    }
+}
+
+/// A run of elements (valid where `bits` is set) divided by their lanes' denominators
+/// `ds`, masked-out elements 0: normalize's last pass.
+fn divide_by<T: Element>(xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real], ds: &[CalcOf<T>]) {
+    let zero = <CalcOf<T> as Element>::ZERO;
+    with_calc_out(out, |out| {
+        let f = move |x: T, d: CalcOf<T>, ok| if ok { x.calc() / d } else { zero };
+        zip_run(xs, ds, bits, out, f);
+    })
 }
 
 /// Cumulative sum (`prod == false`) or product along the lane, in the input type

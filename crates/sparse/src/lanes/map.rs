@@ -2,6 +2,8 @@
 //! the stored structure, columns through a column-order gather and scatter.
 
 use super::*;
+use crate::cols::compress_par;
+use masked_core::scattered::Scattered;
 use masked_kernels::BLOCK;
 
 impl<'a, T: Element> CsrLanes<'a, T> {
@@ -122,8 +124,12 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             });
             return;
         }
-        // columns: every entry gathered in column order (with its validity bit), each
-        // column mapped, the values scattered back to their entries' slots
+        // columns: the op's form over the entries in storage order, else every entry
+        // gathered in column order (with its validity bit), each column mapped, the
+        // values scattered back to their entries' slots
+        if self.scattered().is_some_and(|s| map.map_scattered(s, out)) {
+            return;
+        }
         let (entry, colptr) = self.by_column();
         let gathered = par::gather(self.values, &entry);
         let words = self.valid.as_deref().map(|_| {
@@ -144,12 +150,38 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         scatter_back(&entry, &mapped, out);
     }
 
-    /// Maps every column (gathered by an O(nnz) counting sort); the output stores the
-    /// valid entries in row order.
+    /// The columns as lanes of the entries in storage order (`None` where the columns
+    /// far outnumber the entries).
+    fn scattered(&self) -> Option<Scattered<'_, T>> {
+        Scattered::new(
+            self.values,
+            self.bits_at(0),
+            self.indices.lane_ids(),
+            self.shape.1,
+        )
+    }
+
+    /// Maps every column: the op's form over the entries in storage order
+    /// ([`LaneMap::map_scattered`]), else the entries gathered by an O(nnz) counting
+    /// sort; the output stores the valid entries in row order.
     pub(super) fn map_cols<M: LaneMap<T>>(
         &self,
         map: &M,
     ) -> (Vec<usize>, ColsBuf<'a>, Vec<M::Output>) {
+        if let Some(s) = self.scattered() {
+            let mut slots = fresh_vec::<M::Output>(self.nnz());
+            if map.map_scattered(s, &mut slots) {
+                let Some(w) = self.valid.as_deref() else {
+                    return (self.indptr.to_vec(), ColsBuf::Borrowed(self.indices), slots);
+                };
+                let values = compress_par(&slots, w);
+                return (
+                    valid_ptr(self.indptr, w),
+                    self.indices.kept(Some(w)),
+                    values,
+                );
+            }
+        }
         let nrows = self.shape.0;
         // the valid entries, numbered in row order (all of them: this very structure)
         let (out_ptr, keep, indices) = if self.valid.is_none() {
@@ -188,6 +220,18 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 }
 
+/// The row pointer of the valid entries (bits `valid`) of the rows of `indptr`.
+fn valid_ptr(indptr: &[usize], valid: &[u64]) -> Vec<usize> {
+    let nrows = indptr.len() - 1;
+    let mut p = Vec::with_capacity(nrows + 1);
+    p.push(0);
+    for r in 0..nrows {
+        let e = indptr[r]..indptr[r + 1];
+        p.push(p[r] + Bits::new(valid, e.start).count_ones(e.len()));
+    }
+    p
+}
+
 /// `out[entry[s]] = mapped[s]` for every column-major slot `s` (values mapped in column
 /// order back to their entries), in parallel chunks of slots.
 fn scatter_back<O: Copy + Send + Sync>(entry: &[usize], mapped: &[O], out: &mut [O]) {
@@ -216,18 +260,7 @@ pub(super) fn map_rows_by<O: masked_kernels::ZeroBits + Send, E: Send>(
     task: impl Fn(&Task, &mut [O]) -> std::result::Result<(), E> + Sync,
 ) -> std::result::Result<(Vec<usize>, Vec<O>), E> {
     let nrows = indptr.len() - 1;
-    let out_ptr = match valid {
-        None => indptr.to_vec(),
-        Some(w) => {
-            let mut p = Vec::with_capacity(nrows + 1);
-            p.push(0);
-            for r in 0..nrows {
-                let e = indptr[r]..indptr[r + 1];
-                p.push(p[r] + Bits::new(w, e.start).count_ones(e.len()));
-            }
-            p
-        }
-    };
+    let out_ptr = valid.map_or_else(|| indptr.to_vec(), |w| valid_ptr(indptr, w));
     let nout = out_ptr[nrows];
     let mut values = fresh_vec::<O>(nout);
     let tasks = row_tasks(indptr);
