@@ -3,7 +3,7 @@
 On a 100000 x 100000 CSR matrix with about 10M stored entries (the mask its pattern,
 f32), each round times `masked bench --layout csr --dim 0 --json` (2 threads; MASKED_BIN
 picks the binary, and OLD_BIN, where set, an older binary alternated with it) for
-softmax, cumsum, median, sum and the softmax and sum VJPs, then the peers on a matrix
+softmax, normalize, cumsum, median, sum and the softmax and sum VJPs, then the peers on a matrix
 of the same shape and density: torch.sparse.softmax over dim 0 (COO, coalesced), and
 scipy's `tocsc()` (the column order every column op of scipy's starts from) and
 `max(axis=0)`. Prints each round's ratios and their medians. Needs torch, numpy and
@@ -21,7 +21,7 @@ import torch
 from peers_common import tmed, show, medians, MASKED
 import peers_common
 
-OPS = ["softmax", "cumsum", "median", "sum", "vjp-softmax", "vjp-sum"]
+OPS = ["softmax", "normalize", "cumsum", "median", "sum", "vjp-softmax", "vjp-sum"]
 ARGS = ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001", "--dim", "0",
         "--repeat", "5"]
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3

@@ -7,7 +7,7 @@
 use crate::group::{self, group, Grouped, Linear};
 use crate::{compiled, pattern, CooPattern, MaskedCoo, Resolved};
 use masked_core::grad::{
-    each_values, sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream,
+    each_values, scattered_grad, sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream,
 };
 use masked_core::scattered::{LaneIds, Scattered};
 #[allow(unused_imports)]
@@ -367,19 +367,27 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// dense result's position is. False (nothing written) where the op has no such
     /// form or the lanes far outnumber the entries.
     fn map_scattered<M: LaneMap<T>>(&self, map: &M, d: usize, out: &mut [M::Output]) -> bool {
+        let Some((ids, nlanes)) = self.lanes_across(d) else {
+            return false;
+        };
+        let bits = self.valid.as_deref().map(|w| Bits::new(w, 0));
+        Scattered::new(self.values, bits, LaneIds::Usize(&ids), nlanes)
+            .is_some_and(|s| map.map_scattered(s, out))
+    }
+
+    /// The lane of each stored entry along `d` (the linear index of its position in
+    /// the other dims: a 2-D array's other coordinates, borrowed) and the number of
+    /// lanes; `None` where the lanes far outnumber the entries (more than `4 nnz +
+    /// 4096`, [`Scattered::new`]'s bound), checked before any index is computed.
+    fn lanes_across(&self, d: usize) -> Option<(Cow<'_, [usize]>, usize)> {
         let (shape, nnz) = (self.shape(), self.values.len());
         let others: Vec<usize> = (0..shape.len()).filter(|&k| k != d).collect();
         let nlanes = others
             .iter()
-            .try_fold(1usize, |n, &k| n.checked_mul(shape[k]));
-        if nlanes.is_none_or(|n| n > 4 * nnz + 4096) {
-            return false;
-        }
+            .try_fold(1usize, |n, &k| n.checked_mul(shape[k]))
+            .filter(|&n| n <= 4 * nnz + 4096)?;
         let coords: Vec<&[usize]> = (0..shape.len()).map(|k| self.pattern.coords(k)).collect();
-        let ids = group::index_over(shape, &coords, &others, nnz);
-        let bits = self.valid.as_deref().map(|w| Bits::new(w, 0));
-        Scattered::new(self.values, bits, LaneIds::Usize(&ids), nlanes.unwrap_or(0))
-            .is_some_and(|s| map.map_scattered(s, out))
+        Some((group::index_over(shape, &coords, &others, nnz), nlanes))
     }
 
     /// A result with a slot for every stored entry as a `MaskedCoo`: on this pattern
@@ -562,6 +570,13 @@ impl<T: Element> CooLanes<'_, T> {
             return Ok(None);
         };
         let nnz = self.values.len();
+        if d + 1 < self.shape().len()
+            && grad.row_statistic().is_some()
+            && let Some((ids, nlanes)) = self.lanes_across(d)
+            && let Some(v) = scattered_grad(grad, LaneIds::Usize(&ids), nlanes, &up, saved.as_ref())
+        {
+            return Ok(Some(self.stored_like(v)));
+        }
         let lanes = if d + 1 == self.shape().len() && nnz > 0 {
             // along the last dim the lanes are runs of stored entries: their starts and
             // kept positions, scanned once and kept by the pattern
@@ -611,6 +626,22 @@ impl<T: Element> CooLanes<'_, T> {
                     reason: "a map's VJP takes an upstream gradient (and a saved output) \
                              stored exactly at the input's valid positions",
                 });
+            }
+        }
+        if let [d] = *reduced
+            && grad.row_statistic().is_some()
+        {
+            // one dim: the lanes named by each entry's position in the other dims
+            let shape = self.shape();
+            let (len, inner) = (shape[d], shape[d + 1..].iter().product::<usize>());
+            let nlanes = pattern::size_of(shape)? / len.max(1);
+            let ids = par::collect(flat.len(), |k| {
+                let f = flat[k];
+                f / (len * inner) * inner + f % inner
+            });
+            let ids = LaneIds::Usize(&ids);
+            if let Some(values) = scattered_grad(grad, ids, nlanes, &up, saved.as_ref()) {
+                return SparseArray::new(shape.to_vec(), flat, values);
             }
         }
         let values = sparse_lanes(grad, self.shape(), reduced, &flat, &xs, up, saved)?;

@@ -361,8 +361,8 @@ mod tests {
     use super::*;
     use masked_core::{Dims, MaskedOps};
 
-    /// A map or reduction along a dim whose grouping moves entries builds the pattern's
-    /// plan once; later calls (and ops on results sharing the pattern) reuse it, with the
+    /// A map or reduction along a dim whose grouping moves entries (cumsum: a map with
+    /// no scattered form) builds the pattern's plan once; later calls (and ops on results sharing the pattern) reuse it, with the
     /// same values as a grouping done afresh.
     #[test]
     fn the_grouping_plan_is_built_once_and_reused() {
@@ -378,7 +378,7 @@ mod tests {
             format!("{:?}", x.pattern().memo),
             "plans built along dims [], flat positions built: false, last-dim lanes built: false"
         );
-        let a = x.softmax(0).unwrap();
+        let a = x.cumsum(0).unwrap();
         assert_eq!(
             format!("{:?}", x.pattern().memo),
             "plans built along dims [0], flat positions built: false, last-dim lanes built: false"
@@ -388,28 +388,38 @@ mod tests {
             format!("{:?}", a.pattern().memo),
             "plans built along dims [0], flat positions built: false, last-dim lanes built: false"
         );
-        let b = x.softmax(0).unwrap();
+        let b = x.cumsum(0).unwrap();
         assert_eq!(a.values(), b.values());
         let s = a.sum(0, false).unwrap();
-        let s_fresh = fresh.softmax(0).unwrap();
+        let s_fresh = fresh.cumsum(0).unwrap();
         assert_eq!(a.values(), s_fresh.values());
         assert_eq!(s.values(), s_fresh.sum(0, false).unwrap().values());
-        x.softmax(1).unwrap();
+        x.cumsum(1).unwrap();
         assert_eq!(
             format!("{:?}", x.pattern().memo),
             "plans built along dims [0, 1], flat positions built: false, last-dim lanes built: false"
         );
         // the last dim groups in stored order: no plan
-        x.softmax(2).unwrap();
+        x.cumsum(2).unwrap();
         assert_eq!(
             format!("{:?}", x.pattern().memo),
             "plans built along dims [0, 1], flat positions built: false, last-dim lanes built: false"
+        );
+        // softmax folds and maps the entries in stored order (`map_scattered`): no plan
+        let y = MaskedCoo::from_pattern([2, 3, 2], &coords, vec![1.0f64; 5]).unwrap();
+        y.softmax(0).unwrap();
+        y.softmax(1).unwrap();
+        assert_eq!(
+            format!("{:?}", y.pattern().memo),
+            "plans built along dims [], flat positions built: false, last-dim lanes built: false"
         );
     }
 
     /// The VJPs along a dim with a plan run through it (and along the last dim through
     /// the runs of stored entries) and give the general path's gradients (the same lanes
-    /// ordered from flat positions), stored on the pattern.
+    /// ordered from flat positions), stored on the pattern. Softmax's across the entries
+    /// takes its scattered form on both sides, the lanes named from the coordinates on
+    /// one and from the flat positions on the other.
     #[test]
     fn planned_vjps_equal_the_general_path() {
         use masked_core::grad::{SoftmaxGrad, SumGrad};

@@ -544,7 +544,12 @@ fn statistic_rows<T: Element, G: LaneGrad>(
                 rs.upstream(s, &repeated, &mut d);
                 held = Some(b);
             }
-            rs.step(&d, &saved[start..start + inner], bits.offset(start), o);
+            rs.step(
+                &d,
+                &saved[start..start + inner],
+                Some(bits.offset(start)),
+                o,
+            );
         }
     });
     true

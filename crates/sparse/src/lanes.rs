@@ -7,7 +7,9 @@ use crate::cols::{with_cols, Cols, ColsBuf, LanesMapped};
 use crate::compiled;
 use crate::operand::EntryOther as Other;
 use crate::partition::{groups, per_task, row_tasks, Task};
-use masked_core::grad::{grad_runs, sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream};
+use masked_core::grad::{
+    grad_runs, scattered_grad, sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream,
+};
 #[allow(unused_imports)]
 use masked_core::MaskedOps;
 use masked_core::{
@@ -576,17 +578,9 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 
     /// The row pointer of the valid entries (this structure's own when all are valid).
     pub fn valid_indptr(&self) -> Vec<usize> {
-        let Some(w) = self.valid.as_deref() else {
-            return self.indptr.to_vec();
-        };
-        let nrows = self.shape.0;
-        let mut p = Vec::with_capacity(nrows + 1);
-        p.push(0);
-        for r in 0..nrows {
-            let e = self.row(r);
-            p.push(p[r] + Bits::new(w, e.start).count_ones(e.len()));
-        }
-        p
+        self.valid
+            .as_deref()
+            .map_or_else(|| self.indptr.to_vec(), |w| valid_ptr(self.indptr, w))
     }
 
     /// A gradient over the valid entries, stored on their structure.
@@ -615,6 +609,11 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             let yl = saved.map(|y| y.by_lane(rows)).transpose()?;
             let yl = yl.as_deref().unwrap_or(&[]);
             grad_runs(grad, &ptr, &xs, &g.by_lane(rows)?, yl)?
+        } else if let Some(values) = (reduced == [0])
+            .then(|| scattered_grad(grad, idx.cols().lane_ids(), ncols, &g, saved.as_ref()))
+            .flatten()
+        {
+            values
         } else if reduced == [0] {
             // columns are the lanes: the valid entries in column order by a counting sort
             // of their columns (no flat positions, no keys divided out of them)
@@ -654,6 +653,18 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             values,
         })
     }
+}
+
+/// The row pointer of the valid entries (bits `valid`) of the rows of `indptr`.
+pub(crate) fn valid_ptr(indptr: &[usize], valid: &[u64]) -> Vec<usize> {
+    let nrows = indptr.len() - 1;
+    let mut p = Vec::with_capacity(nrows + 1);
+    p.push(0);
+    for r in 0..nrows {
+        let e = indptr[r]..indptr[r + 1];
+        p.push(p[r] + Bits::new(valid, e.start).count_ones(e.len()));
+    }
+    p
 }
 
 /// The lane kernels themselves; the trait methods above dispatch to them through

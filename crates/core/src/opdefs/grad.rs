@@ -18,6 +18,7 @@
 use crate::element::Element;
 use crate::error::{MaskedError, Result};
 use crate::lane::{Interpolation, MedianMode};
+use crate::scattered::{LaneIds, Scattered};
 use crate::stats::check_correction;
 use crate::unary::sgn;
 
@@ -1215,12 +1216,13 @@ impl RowStatistic {
         );
     }
 
-    /// `out[j] = ±ys[j] · d[j]` where bit `j` of `bits` is set, 0 elsewhere.
+    /// `out[j] = ±ys[j] · d[j]` where bit `j` of `bits` is set (everywhere for
+    /// `None`), 0 elsewhere.
     pub fn step<R: crate::element::Float>(
         &self,
         d: &[f64],
         ys: &[R],
-        bits: masked_kernels::Bits<'_>,
+        bits: Option<masked_kernels::Bits<'_>>,
         out: &mut [R],
     ) {
         use crate::element::Float;
@@ -1228,7 +1230,7 @@ impl RowStatistic {
         masked_kernels::run::zip_run(
             &ys[..out.len()],
             &d[..out.len()],
-            Some(bits),
+            bits,
             out,
             #[inline(always)]
             move |y: R, d: f64, ok| {
@@ -1240,6 +1242,59 @@ impl RowStatistic {
             },
         );
     }
+}
+
+impl RowStatistic {
+    /// The gradient over the lanes of sparse entries ([`Scattered`]: the saved output,
+    /// one value an entry, with each entry's lane), `g` the upstream (one an entry, in
+    /// the same order), into `out` (one an entry): each lane's `Σ g y` folded in `f64`
+    /// while the entries stream past, then each entry's `±y (g - Σ g y)`. No sort
+    /// into lane order; the sums in entry order (not [`RowStatistic::lane`]'s eight
+    /// accumulators).
+    pub fn scattered<R: crate::element::Float>(
+        &self,
+        ys: Scattered<'_, R>,
+        g: &[R],
+        out: &mut [R],
+    ) {
+        let stats = ys.fold(
+            &[] as &[()],
+            0.0f64,
+            |acc, at, idx, ys, _, _| {
+                for ((&l, &y), &gi) in idx.iter().zip(ys).zip(&g[at..]) {
+                    acc[l] += y.to_f64() * gi.to_f64();
+                }
+            },
+            |a, b| *a += b,
+        );
+        ys.map(&stats, out, |at, ys, _, out, s| {
+            let mut d = Vec::new();
+            self.upstream(s, &g[at..at + ys.len()], &mut d);
+            self.step(&d, ys, None, out);
+        });
+    }
+}
+
+/// A map's gradient over the lanes of sparse entries named by `ids` (`nlanes` of
+/// them), one value an entry in storage order, without a sort into lane order: the
+/// op's [`RowStatistic`] form (softmax, softmin) given the saved output. `None` where
+/// the op has none, the upstream is a reduction's, no output is saved, or the lanes
+/// far outnumber the entries: the caller then groups the lanes.
+pub fn scattered_grad<G: LaneGrad, R: crate::element::Float>(
+    grad: &G,
+    ids: LaneIds<'_>,
+    nlanes: usize,
+    g: &SparseUpstream<'_, R>,
+    saved: Option<&SparseUpstream<'_, R>>,
+) -> Option<Vec<R>> {
+    let (SparseUpstream::PerElement(g), Some(SparseUpstream::PerElement(ys))) = (g, saved) else {
+        return None;
+    };
+    let rs = grad.row_statistic()?;
+    let lanes = Scattered::new(ys, None, ids, nlanes)?;
+    let mut out = masked_kernels::fresh_vec(ys.len());
+    rs.scattered(lanes, g, &mut out);
+    Some(out)
 }
 
 impl SoftmaxGrad {
@@ -2155,6 +2210,69 @@ pub fn sparse_lanes_ordered<'a, T: crate::element::Element, G: LaneGrad>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The softmax and softmin gradients over scattered lanes (several fold tasks, both
+    /// id widths) against each lane gathered and given to
+    /// [`LaneGrad::grad_from_output`]; the ops without the form (log_softmax, a
+    /// reduction's upstream, no saved output) get `None`.
+    #[test]
+    fn scattered_grads_equal_each_lane_alone() {
+        use crate::lane::SoftmaxKind;
+        let (n, nlanes) = (300_001usize, 1000usize);
+        let ids: Vec<u32> = (0..n as u64)
+            .map(|k| ((k * 2_654_435_761) % 1_000_003 % nlanes as u64) as u32)
+            .collect();
+        let wide: Vec<usize> = ids.iter().map(|&l| l as usize).collect();
+        let ys: Vec<f32> = (0..n).map(|k| ((k * 7919) % 101) as f32 / 400.0).collect();
+        let g: Vec<f32> = (0..n)
+            .map(|k| ((k * 104_729) % 37) as f32 / 9.0 - 2.0)
+            .collect();
+        let mut lanes = vec![Vec::new(); nlanes];
+        for (k, &l) in ids.iter().enumerate() {
+            lanes[l as usize].push(k);
+        }
+        let (up, saved) = (
+            SparseUpstream::PerElement(&g[..]),
+            SparseUpstream::PerElement(&ys[..]),
+        );
+        for kind in [SoftmaxKind::Softmax, SoftmaxKind::Softmin] {
+            let grad = SoftmaxGrad { kind };
+            let mut want = vec![0.0f64; n];
+            for at in &lanes {
+                let ly: Vec<f64> = at.iter().map(|&k| ys[k] as f64).collect();
+                let lg: Vec<f64> = at.iter().map(|&k| g[k] as f64).collect();
+                let mut lo = vec![0.0; at.len()];
+                grad.grad_from_output(&ly, &ly, &lg, &mut lo);
+                for (&k, &o) in at.iter().zip(&lo) {
+                    want[k] = o;
+                }
+            }
+            for lane_ids in [LaneIds::U32(&ids), LaneIds::Usize(&wide)] {
+                let got = scattered_grad(&grad, lane_ids, nlanes, &up, Some(&saved)).unwrap();
+                for (k, (&a, &w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a as f64 - w).abs() <= 1e-6 * w.abs() + 1e-7,
+                        "{kind:?} at {k} (lane {}): {a} vs {w}",
+                        ids[k]
+                    );
+                }
+            }
+        }
+        let log = SoftmaxGrad {
+            kind: SoftmaxKind::LogSoftmax,
+        };
+        let soft = SoftmaxGrad {
+            kind: SoftmaxKind::Softmax,
+        };
+        let per_lane = SparseUpstream::PerLane {
+            ids: &[0],
+            values: &[1.0f32],
+        };
+        let ids = LaneIds::U32(&ids);
+        assert!(scattered_grad(&log, ids, nlanes, &up, Some(&saved)).is_none());
+        assert!(scattered_grad(&soft, ids, nlanes, &up, None).is_none());
+        assert!(scattered_grad(&soft, ids, nlanes, &per_lane, Some(&saved)).is_none());
+    }
 
     /// ptp's gradient, hand-checked: `g` split among the ties of the maximum, minus `g`
     /// split among the ties of the minimum (`-0` ties `+0`; a constant lane gives 0; an

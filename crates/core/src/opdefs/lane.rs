@@ -533,7 +533,7 @@ fn softmax_scattered<T: Element, const FUSED: bool>(
         s.fold(
             &[] as &[()],
             id,
-            |acc, idx, xs, b, _| {
+            |acc, _, idx, xs, b, _| {
                 for (j, (&l, &x)) in idx.iter().zip(xs).enumerate() {
                     if b.is_none_or(|b| b.get(j)) {
                         acc[l] = pick(acc[l], x.calc());
@@ -570,7 +570,7 @@ fn softmax_scattered<T: Element, const FUSED: bool>(
             merge,
         );
         let inv = inverses(&sums);
-        s.map(&inv, out, |_, bits, out, inv| {
+        s.map(&inv, out, |_, _, bits, out, inv| {
             with_calc_out(out, |o| scale_exps(o, bits, inv))
         });
         return;
@@ -579,7 +579,7 @@ fn softmax_scattered<T: Element, const FUSED: bool>(
     let sums = s.fold(
         &shift,
         zero,
-        |acc, idx, xs, b, m| {
+        |acc, _, idx, xs, b, m| {
             let mut o = vec![zero; xs.len()];
             zip_run(xs, m, b, &mut o, e);
             add(acc, idx, &o);
@@ -587,7 +587,7 @@ fn softmax_scattered<T: Element, const FUSED: bool>(
         merge,
     );
     let cs = softmax_stats(kind == SoftmaxKind::LogSoftmax, &shift, &sums);
-    s.map(&cs, out, |xs, b, o, cs| {
+    s.map(&cs, out, |_, xs, b, o, cs| {
         softmax_scale::<T, FUSED>(kind, xs, b, o, cs)
     });
 }
@@ -916,7 +916,7 @@ impl<T: Element> LaneMap<T> for Normalize {
         let states = lanes.fold(
             &[] as &[()],
             Fold::<T>::identity(norm),
-            |acc, idx, xs, b, _| {
+            |acc, _, idx, xs, b, _| {
                 for (j, (&l, &x)) in idx.iter().zip(xs).enumerate() {
                     if b.is_none_or(|b| b.get(j)) {
                         Fold::<T>::push(norm, &mut acc[l], x, 0);
@@ -926,7 +926,7 @@ impl<T: Element> LaneMap<T> for Normalize {
             |s, x| Fold::<T>::merge(norm, s, x),
         );
         let denoms: Vec<CalcOf<T>> = states.iter().map(|s| self.denominator::<T>(s)).collect();
-        lanes.map(&denoms, out, divide_by::<T>);
+        lanes.map(&denoms, out, |_, xs, b, o, ds| divide_by::<T>(xs, b, o, ds));
         true
     }
 }

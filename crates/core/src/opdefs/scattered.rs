@@ -126,22 +126,22 @@ impl<'a, T: Sync> Scattered<'a, T> {
     }
 
     /// One value a lane: tasks of consecutive entries in parallel, each folding its
-    /// blocks into an accumulator a lane from `id` by `fold(acc, idx, xs, bits, cs)`
-    /// (`idx` the block's lanes, `cs` their values of `table`), the tasks' accumulators
-    /// merged in task order by `merge`.
+    /// blocks into an accumulator a lane from `id` by `fold(acc, at, idx, xs, bits, cs)`
+    /// (`at` the block's first entry, `idx` its entries' lanes, `cs` their values of
+    /// `table`), the tasks' accumulators merged in task order by `merge`.
     pub fn fold<A: Clone + Send + Sync, C: Copy + Sync>(
         &self,
         table: &[C],
         id: A,
-        fold: impl Fn(&mut [A], &[usize], &[T], Option<Bits<'_>>, &[C]) + Sync,
+        fold: impl Fn(&mut [A], usize, &[usize], &[T], Option<Bits<'_>>, &[C]) + Sync,
         merge: impl Fn(&mut A, A) + Sync,
     ) -> Vec<A> {
         let (n, step) = (self.xs.len(), self.task_len());
         let parts = par::map(n.div_ceil(step), |t| {
             let mut acc = vec![id.clone(); self.nlanes];
             let r = t * step..((t + 1) * step).min(n);
-            self.blocks(r, table, |_, idx, xs, bits, cs| {
-                fold(&mut acc, idx, xs, bits, cs)
+            self.blocks(r, table, |at, idx, xs, bits, cs| {
+                fold(&mut acc, at, idx, xs, bits, cs)
             });
             acc
         });
@@ -173,19 +173,19 @@ impl<'a, T: Sync> Scattered<'a, T> {
         merge_parts(parts, id, self.nlanes, merge)
     }
 
-    /// Writes every entry's slot of `out`: `f(xs, bits, out, cs)` maps one block with
-    /// its entries' values `cs` of `table` (one a lane, as [`Scattered::fold`] returns
-    /// them), chunks of entries in parallel.
+    /// Writes every entry's slot of `out`: `f(at, xs, bits, out, cs)` maps one block
+    /// (from entry `at`) with its entries' values `cs` of `table` (one a lane, as
+    /// [`Scattered::fold`] returns them), chunks of entries in parallel.
     pub fn map<C: Copy + Sync, O: Send>(
         &self,
         table: &[C],
         out: &mut [O],
-        f: impl Fn(&[T], Option<Bits<'_>>, &mut [O], &[C]) + Sync,
+        f: impl Fn(usize, &[T], Option<Bits<'_>>, &mut [O], &[C]) + Sync,
     ) {
         par::chunks_mut(&mut out[..self.xs.len()], MAP_TASK, |t, out| {
             let r = t * MAP_TASK..t * MAP_TASK + out.len();
             self.blocks(r, table, |at, _, xs, bits, cs| {
-                f(xs, bits, &mut out[at - t * MAP_TASK..][..xs.len()], cs)
+                f(at, xs, bits, &mut out[at - t * MAP_TASK..][..xs.len()], cs)
             });
         });
     }
@@ -234,6 +234,7 @@ mod tests {
         let words: Vec<u64> = (0..n.div_ceil(64) as u64)
             .map(|w| w.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555)
             .collect();
+        let self_xs = &xs;
         for bits in [None, Some(Bits::new(&words, 0))] {
             for lane_ids in [LaneIds::U32(&ids), LaneIds::Usize(&wide)] {
                 let s = Scattered::new(&xs, bits, lane_ids, nlanes).unwrap();
@@ -246,7 +247,8 @@ mod tests {
                 let got = s.fold(
                     &[] as &[()],
                     (0i64, 0usize),
-                    |acc, idx, xs, b, _| {
+                    |acc, at, idx, xs, b, _| {
+                        assert_eq!(xs[0], self_xs[at]);
                         for (j, (&l, &x)) in idx.iter().zip(xs).enumerate() {
                             if b.is_none_or(|b| b.get(j)) {
                                 acc[l].0 += x;
@@ -276,7 +278,8 @@ mod tests {
                 // the map: each valid slot its lane's sum
                 let sums: Vec<i64> = want.iter().map(|w| w.0).collect();
                 let mut mapped = vec![0i64; n];
-                s.map(&sums, &mut mapped, |_, b, o, cs| {
+                s.map(&sums, &mut mapped, |at, xs, b, o, cs| {
+                    assert_eq!(xs[0], self_xs[at]);
                     for (j, (o, &c)) in o.iter_mut().zip(cs).enumerate() {
                         *o = if b.is_none_or(|b| b.get(j)) { c } else { -1 };
                     }

@@ -220,18 +220,6 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 }
 
-/// The row pointer of the valid entries (bits `valid`) of the rows of `indptr`.
-fn valid_ptr(indptr: &[usize], valid: &[u64]) -> Vec<usize> {
-    let nrows = indptr.len() - 1;
-    let mut p = Vec::with_capacity(nrows + 1);
-    p.push(0);
-    for r in 0..nrows {
-        let e = indptr[r]..indptr[r + 1];
-        p.push(p[r] + Bits::new(valid, e.start).count_ones(e.len()));
-    }
-    p
-}
-
 /// `out[entry[s]] = mapped[s]` for every column-major slot `s` (values mapped in column
 /// order back to their entries), in parallel chunks of slots.
 fn scatter_back<O: Copy + Send + Sync>(entry: &[usize], mapped: &[O], out: &mut [O]) {
