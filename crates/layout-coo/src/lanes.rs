@@ -367,6 +367,10 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// dense result's position is. False (nothing written) where the op has no such
     /// form or the lanes far outnumber the entries.
     fn map_scattered<M: LaneMap<T>>(&self, map: &M, d: usize, out: &mut [M::Output]) -> bool {
+        // asked first: the ids cost a pass over the coordinates
+        if !map.scatters() {
+            return false;
+        }
         let Some((ids, nlanes)) = self.lanes_across(d) else {
             return false;
         };

@@ -131,6 +131,11 @@ pub trait LaneMap<T: Element>: Send + Sync + 'static {
         let _ = (lanes, out);
         false
     }
+    /// Whether [`map_scattered`](LaneMap::map_scattered) applies: a layout that must
+    /// compute the entries' lane ids asks first.
+    fn scatters(&self) -> bool {
+        false
+    }
     /// Maps many short lanes at once, every element valid: lane `g` is the elements `i`
     /// with `gid[i] == g`, which are consecutive (`gid` rises by at most 1 from one
     /// element to the next, from 0), each lane holding at most [`SHORT`] elements (the
@@ -347,6 +352,9 @@ impl<T: Element> LaneMap<T> for Softmax {
         } else {
             softmax_columns::<T, false>(self.kind, cols, out);
         }
+        true
+    }
+    fn scatters(&self) -> bool {
         true
     }
     fn map_scattered(&self, lanes: Scattered<'_, T>, out: &mut [T::Real]) -> bool {
@@ -907,6 +915,9 @@ impl<T: Element> LaneMap<T> for Normalize {
         );
         let denoms: Vec<CalcOf<T>> = states.iter().map(|s| self.denominator::<T>(s)).collect();
         cols.map_rows(&denoms, out, divide_by::<T>);
+        true
+    }
+    fn scatters(&self) -> bool {
         true
     }
     /// Each lane's norm folded an entry at a time into its lane's state, then every

@@ -352,7 +352,7 @@ mod tests {
                     for lane_ids in [LaneIds::U32(&ids), LaneIds::Usize(&wide)] {
                         let s = Scattered::new(&xs, bits, lane_ids, nlanes).unwrap();
                         let mut got = vec![M::Output::default(); n];
-                        assert!(map.map_scattered(s, &mut got));
+                        assert!(map.scatters() && map.map_scattered(s, &mut got));
                         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                             let (g, w) = (g.to_f64(), w.to_f64());
                             let close = g == w
@@ -385,6 +385,13 @@ mod tests {
         check::<f32, _>(&m, |v| v as f32, (1e-5, 0.0));
         let m = Normalize::new(1.0, 1e-12).unwrap();
         check::<i32, _>(&m, |v| v as i32, (1e-13, 0.0));
+        // an op without the form says so and writes nothing
+        let cumsum = crate::lane::Cumulative { prod: false };
+        let s = Scattered::new(&[1.0f32, 2.0], None, LaneIds::U32(&[0, 0]), 1).unwrap();
+        let mut out = [7.0f32; 2];
+        assert!(!LaneMap::<f32>::scatters(&cumsum));
+        assert!(!cumsum.map_scattered(s, &mut out));
+        assert_eq!(out, [7.0; 2]);
     }
 
     /// Too many lanes for the entries, or ids and entries of other lengths: no lanes.
