@@ -576,6 +576,7 @@ impl<T: Element> CooLanes<'_, T> {
         let nnz = self.values.len();
         if d + 1 < self.shape().len()
             && grad.row_statistic().is_some()
+            && saved.is_some()
             && let Some((ids, nlanes)) = self.lanes_across(d)
             && let Some(v) = scattered_grad(grad, LaneIds::Usize(&ids), nlanes, &up, saved.as_ref())
         {
@@ -634,6 +635,7 @@ impl<T: Element> CooLanes<'_, T> {
         }
         if let [d] = *reduced
             && grad.row_statistic().is_some()
+            && saved.is_some()
         {
             // one dim: the lanes named by each entry's position in the other dims
             let shape = self.shape();
@@ -755,7 +757,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
             self.map_groups(map, d, &mut out)?;
             return Ok(Written::Fresh(self.stored_like(out)));
         }
-        if !self.fill && d + 1 < shape.len() {
+        if !self.fill && d + 1 < shape.len() && map.scatters() {
             // validity bits: every stored entry mapped in storage order, the valid
             // ones kept (along the last dim the rows below need no reordering)
             let mut out = fresh_vec(self.values.len());

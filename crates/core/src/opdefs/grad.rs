@@ -2219,18 +2219,11 @@ mod tests {
     fn scattered_grads_equal_each_lane_alone() {
         use crate::lane::SoftmaxKind;
         let (n, nlanes) = (300_001usize, 1000usize);
-        let ids: Vec<u32> = (0..n as u64)
-            .map(|k| ((k * 2_654_435_761) % 1_000_003 % nlanes as u64) as u32)
-            .collect();
-        let wide: Vec<usize> = ids.iter().map(|&l| l as usize).collect();
+        let (ids, wide, lanes) = crate::scattered::test_lanes(n, nlanes);
         let ys: Vec<f32> = (0..n).map(|k| ((k * 7919) % 101) as f32 / 400.0).collect();
         let g: Vec<f32> = (0..n)
             .map(|k| ((k * 104_729) % 37) as f32 / 9.0 - 2.0)
             .collect();
-        let mut lanes = vec![Vec::new(); nlanes];
-        for (k, &l) in ids.iter().enumerate() {
-            lanes[l as usize].push(k);
-        }
         let (up, saved) = (
             SparseUpstream::PerElement(&g[..]),
             SparseUpstream::PerElement(&ys[..]),

@@ -216,6 +216,22 @@ fn merge_parts<A: Clone + Send + Sync>(
     first
 }
 
+/// The test lanes the scattered forms are checked on: `n` entries spread over `nlanes`
+/// lanes by a multiplicative hash (ids in both widths), and each lane's entries in
+/// storage order.
+#[cfg(test)]
+pub(crate) fn test_lanes(n: usize, nlanes: usize) -> (Vec<u32>, Vec<usize>, Vec<Vec<usize>>) {
+    let ids: Vec<u32> = (0..n as u64)
+        .map(|k| ((k * 2_654_435_761) % 1_000_003 % nlanes as u64) as u32)
+        .collect();
+    let wide: Vec<usize> = ids.iter().map(|&l| l as usize).collect();
+    let mut lanes = vec![Vec::new(); nlanes];
+    for (k, &l) in wide.iter().enumerate() {
+        lanes[l].push(k);
+    }
+    (ids, wide, lanes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,10 +242,7 @@ mod tests {
     #[test]
     fn folds_and_maps_equal_a_loop_over_the_entries() {
         let (n, nlanes) = (300_001usize, 1000usize);
-        let ids: Vec<u32> = (0..n as u64)
-            .map(|k| ((k * 2_654_435_761) % 1_000_003 % nlanes as u64) as u32)
-            .collect();
-        let wide: Vec<usize> = ids.iter().map(|&l| l as usize).collect();
+        let (ids, wide, _) = test_lanes(n, nlanes);
         let xs: Vec<i64> = (0..n as i64).map(|k| (k * 7919) % 1013 - 500).collect();
         let words: Vec<u64> = (0..n.div_ceil(64) as u64)
             .map(|w| w.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555)
@@ -306,10 +319,7 @@ mod tests {
             (tol, abs): (f64, f64),
         ) {
             for (n, nlanes) in [(5000usize, 70usize), (300_001, 1000)] {
-                let ids: Vec<u32> = (0..n as u64)
-                    .map(|k| ((k * 2_654_435_761) % 1_000_003 % nlanes as u64) as u32)
-                    .collect();
-                let wide: Vec<usize> = ids.iter().map(|&l| l as usize).collect();
+                let (ids, wide, lanes) = test_lanes(n, nlanes);
                 // the lanes' specials at their 8th entry (of many)
                 let mut seen = vec![0usize; nlanes];
                 let xs: Vec<T> = (0..n)
@@ -334,10 +344,6 @@ mod tests {
                 for with_bits in [false, true] {
                     let bits = with_bits.then(|| Bits::new(&words, 0));
                     // each lane alone: its entries in storage order
-                    let mut lanes = vec![Vec::new(); nlanes];
-                    for (k, &l) in ids.iter().enumerate() {
-                        lanes[l as usize].push(k);
-                    }
                     let mut want = vec![M::Output::default(); n];
                     for at in &lanes {
                         let lx: Vec<T> = at.iter().map(|&k| xs[k]).collect();

@@ -1,5 +1,6 @@
 //! Mapping the lanes of a CSR matrix (softmax, cumsum, cast, ...): rows in place on
-//! the stored structure, columns through a column-order gather and scatter.
+//! the stored structure, columns by the op's scattered form (the entries in storage
+//! order, [`LaneMap::map_scattered`]) or else a column-order gather and scatter.
 
 use super::*;
 use crate::cols::compress_par;
@@ -127,7 +128,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         // columns: the op's form over the entries in storage order, else every entry
         // gathered in column order (with its validity bit), each column mapped, the
         // values scattered back to their entries' slots
-        if self.scattered().is_some_and(|s| map.map_scattered(s, out)) {
+        if map.scatters() && self.scattered().is_some_and(|s| map.map_scattered(s, out)) {
             return;
         }
         let (entry, colptr) = self.by_column();
@@ -168,7 +169,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
         &self,
         map: &M,
     ) -> (Vec<usize>, ColsBuf<'a>, Vec<M::Output>) {
-        if let Some(s) = self.scattered() {
+        if let Some(s) = self.scattered().filter(|_| map.scatters()) {
             let mut slots = fresh_vec::<M::Output>(self.nnz());
             if map.map_scattered(s, &mut slots) {
                 let Some(w) = self.valid.as_deref() else {
