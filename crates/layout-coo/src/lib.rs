@@ -361,11 +361,13 @@ mod tests {
     use super::*;
     use masked_core::{Dims, MaskedOps};
 
-    /// A map or reduction along a dim whose grouping moves entries (cumsum: a map with
-    /// no scattered form) builds the pattern's plan once; later calls (and ops on results sharing the pattern) reuse it, with the
-    /// same values as a grouping done afresh.
+    /// A statistic along a dim whose grouping moves entries (median) builds the
+    /// pattern's plan once; later calls (and ops on results sharing the pattern) reuse
+    /// it, with the same values as a grouping done afresh. The lane maps stream the
+    /// entries in stored order (`map_scattered`) and build none.
     #[test]
     fn the_grouping_plan_is_built_once_and_reused() {
+        use masked_core::lane::MedianMode;
         let coords = [
             vec![0, 0, 1, 1, 1],
             vec![0, 2, 0, 1, 2],
@@ -374,45 +376,40 @@ mod tests {
         let vals = vec![1.0f64, -2.0, 3.0, 0.5, 4.0];
         let x = MaskedCoo::from_pattern([2, 3, 2], &coords, vals.clone()).unwrap();
         let fresh = MaskedCoo::from_pattern([2, 3, 2], &coords, vals).unwrap();
+        let memo = |m: &MaskedCoo<f64>| format!("{:?}", m.pattern().memo);
+        let built = |dims: &str| {
+            format!(
+                "plans built along dims {dims}, flat positions built: false, last-dim lanes \
+                 built: false"
+            )
+        };
+        assert_eq!(memo(&x), built("[]"));
+        let m = x.median(0, false, MedianMode::Avg).unwrap();
+        assert_eq!(memo(&x), built("[0]"));
+        // maps build no plan, and their results share the pattern, plans included
+        let a = x.softmax(0).unwrap();
+        x.cumsum(0).unwrap();
+        assert_eq!(memo(&x), built("[0]"));
+        assert_eq!(memo(&a), built("[0]"));
+        let again = a.median(0, false, MedianMode::Avg).unwrap();
+        assert_eq!(memo(&x), built("[0]"));
+        let m_fresh = fresh.median(0, false, MedianMode::Avg).unwrap();
+        assert_eq!(m.values(), m_fresh.values());
+        let a_fresh = fresh.softmax(0).unwrap();
         assert_eq!(
-            format!("{:?}", x.pattern().memo),
-            "plans built along dims [], flat positions built: false, last-dim lanes built: false"
+            again.values(),
+            a_fresh.median(0, false, MedianMode::Avg).unwrap().values()
         );
-        let a = x.cumsum(0).unwrap();
-        assert_eq!(
-            format!("{:?}", x.pattern().memo),
-            "plans built along dims [0], flat positions built: false, last-dim lanes built: false"
-        );
-        // the result shares the pattern, plans included
-        assert_eq!(
-            format!("{:?}", a.pattern().memo),
-            "plans built along dims [0], flat positions built: false, last-dim lanes built: false"
-        );
-        let b = x.cumsum(0).unwrap();
-        assert_eq!(a.values(), b.values());
-        let s = a.sum(0, false).unwrap();
-        let s_fresh = fresh.cumsum(0).unwrap();
-        assert_eq!(a.values(), s_fresh.values());
-        assert_eq!(s.values(), s_fresh.sum(0, false).unwrap().values());
-        x.cumsum(1).unwrap();
-        assert_eq!(
-            format!("{:?}", x.pattern().memo),
-            "plans built along dims [0, 1], flat positions built: false, last-dim lanes built: false"
-        );
+        x.median(1, false, MedianMode::Avg).unwrap();
+        assert_eq!(memo(&x), built("[0, 1]"));
         // the last dim groups in stored order: no plan
-        x.cumsum(2).unwrap();
-        assert_eq!(
-            format!("{:?}", x.pattern().memo),
-            "plans built along dims [0, 1], flat positions built: false, last-dim lanes built: false"
-        );
-        // softmax folds and maps the entries in stored order (`map_scattered`): no plan
+        x.median(2, false, MedianMode::Avg).unwrap();
+        assert_eq!(memo(&x), built("[0, 1]"));
         let y = MaskedCoo::from_pattern([2, 3, 2], &coords, vec![1.0f64; 5]).unwrap();
         y.softmax(0).unwrap();
-        y.softmax(1).unwrap();
-        assert_eq!(
-            format!("{:?}", y.pattern().memo),
-            "plans built along dims [], flat positions built: false, last-dim lanes built: false"
-        );
+        y.normalize(1, 2.0, 1e-12).unwrap();
+        y.cumprod(1).unwrap();
+        assert_eq!(memo(&y), built("[]"));
     }
 
     /// The VJPs along a dim with a plan run through it (and along the last dim through

@@ -1026,6 +1026,25 @@ impl<T: Element> LaneMap<T> for Cumulative {
             );
         }
     }
+    fn scatters(&self) -> bool {
+        true
+    }
+    /// The entries in storage order, each lane's running total in `T::Total` carried
+    /// from one of its entries to the next ([`Scattered::scan`]): each lane's chain is
+    /// the lane's own, in order, so the result is [`map`](LaneMap::map)'s to the bit.
+    fn map_scattered(&self, lanes: Scattered<'_, T>, out: &mut [T]) -> bool {
+        let (prod, id) = if self.prod {
+            (true, <T::Total as Acc>::ONE)
+        } else {
+            (false, <T::Total as Acc>::ZERO)
+        };
+        lanes.scan(out, id, move |acc: &mut T::Total, x: T, ok| {
+            let v = if ok { x.to_total() } else { id };
+            *acc = if prod { acc.mul(v) } else { acc.add(v) };
+            T::from_total(*acc)
+        });
+        true
+    }
     /// A row at a time, each column's running total carried to the next row: the
     /// row's terms (the identity where masked out), the totals chained, converted to
     /// `T`, each a loop across the columns; each lane's chain is the lane's own, in

@@ -191,6 +191,48 @@ impl<'a, T: Sync> Scattered<'a, T> {
     }
 }
 
+impl<'a, T: Sync> Scattered<'a, T> {
+    /// Walks the entries in storage order with a running state a lane from `id`:
+    /// `out[k] = step(state, x_k, valid_k)`, `state` entry `k`'s lane's. Tasks own
+    /// ranges of lanes (as many as threads, at most [`SCAN_TASKS`]) and each reads every
+    /// entry's lane: a lane's entries come in storage order whatever the cut, so each
+    /// lane is scanned as the lane alone is (cumsum's chain, to the bit).
+    pub fn scan<S: Clone + Send + Sync, O: Send>(
+        &self,
+        out: &mut [O],
+        id: S,
+        step: impl Fn(&mut S, T, bool) -> O + Sync,
+    ) where
+        T: Copy,
+    {
+        let n = self.xs.len();
+        let tasks = par::threads().clamp(1, SCAN_TASKS).min(self.nlanes.max(1));
+        let per = self.nlanes.div_ceil(tasks).max(1);
+        let dst = par::Scatter::new(&mut out[..n]);
+        par::for_each(tasks, |t| {
+            let lanes = t * per..((t + 1) * per).min(self.nlanes);
+            let mut state = vec![id.clone(); lanes.len()];
+            self.blocks(0..n, &[] as &[()], |at, idx, xs, bits, _| {
+                for (j, (&l, &x)) in idx.iter().zip(xs).enumerate() {
+                    if lanes.contains(&l) {
+                        let o = step(
+                            &mut state[l - lanes.start],
+                            x,
+                            bits.is_none_or(|b| b.get(j)),
+                        );
+                        // SAFETY: entry `at + j` is in this task's lanes alone (the tasks
+                        // cut the lanes into disjoint ranges; an entry has one lane)
+                        unsafe { dst.write(at + j, o) };
+                    }
+                }
+            });
+        });
+    }
+}
+
+/// Tasks of a scan at the most (each reads every entry's lane).
+const SCAN_TASKS: usize = 4;
+
 /// The tasks' accumulators (`nlanes` each) merged in task order, chunks of lanes in
 /// parallel: the first task's taken as they are, each later one merged in.
 fn merge_parts<A: Clone + Send + Sync>(
@@ -318,7 +360,7 @@ mod tests {
             of: impl Fn(f64) -> T,
             (tol, abs): (f64, f64),
         ) {
-            for (n, nlanes) in [(5000usize, 70usize), (300_001, 1000)] {
+            for (n, nlanes) in [(5000usize, 70usize), (140_001, 1000)] {
                 let (ids, wide, lanes) = test_lanes(n, nlanes);
                 // the lanes' specials at their 8th entry (of many)
                 let mut seen = vec![0usize; nlanes];
@@ -391,12 +433,20 @@ mod tests {
         check::<f32, _>(&m, |v| v as f32, (1e-5, 0.0));
         let m = Normalize::new(1.0, 1e-12).unwrap();
         check::<i32, _>(&m, |v| v as i32, (1e-13, 0.0));
+        // the scans: each lane's chain, to the bit
+        for prod in [false, true] {
+            let m = crate::lane::Cumulative { prod };
+            check::<f64, _>(&m, |v| v, (0.0, 0.0));
+            check::<f32, _>(&m, |v| v as f32, (0.0, 0.0));
+            check::<half::f16, _>(&m, half::f16::from_f64, (0.0, 0.0));
+            check::<i32, _>(&m, |v| v as i32, (0.0, 0.0));
+        }
         // an op without the form says so and writes nothing
-        let cumsum = crate::lane::Cumulative { prod: false };
+        let cast = crate::cast::Cast::<f64>::new();
         let s = Scattered::new(&[1.0f32, 2.0], None, LaneIds::U32(&[0, 0]), 1).unwrap();
-        let mut out = [7.0f32; 2];
-        assert!(!LaneMap::<f32>::scatters(&cumsum));
-        assert!(!cumsum.map_scattered(s, &mut out));
+        let mut out = [7.0f64; 2];
+        assert!(!LaneMap::<f32>::scatters(&cast));
+        assert!(!cast.map_scattered(s, &mut out));
         assert_eq!(out, [7.0; 2]);
     }
 
