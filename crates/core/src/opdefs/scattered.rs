@@ -194,7 +194,7 @@ impl<'a, T: Sync> Scattered<'a, T> {
 impl<'a, T: Sync> Scattered<'a, T> {
     /// Walks the entries in storage order with a running state a lane from `id`:
     /// `out[k] = step(state, x_k, valid_k)`, `state` entry `k`'s lane's. Tasks own
-    /// ranges of lanes (as many as threads, at most [`SCAN_TASKS`]) and each reads every
+    /// ranges of lanes (as many as threads, at most four) and each reads every
     /// entry's lane: a lane's entries come in storage order whatever the cut, so each
     /// lane is scanned as the lane alone is (cumsum's chain, to the bit).
     pub fn scan<S: Clone + Send + Sync, O: Send>(
