@@ -961,6 +961,18 @@ pub struct Cumulative {
     pub prod: bool,
 }
 
+impl Cumulative {
+    /// The running total's start (and a masked-out element's term): 1 for cumprod, 0
+    /// for cumsum.
+    fn identity<T: Element>(&self) -> T::Total {
+        if self.prod {
+            <T::Total as Acc>::ONE
+        } else {
+            <T::Total as Acc>::ZERO
+        }
+    }
+}
+
 impl<T: Element> LaneMap<T> for Cumulative {
     crate::fold::listed!(map T, Cumulative);
     type Output = T;
@@ -972,11 +984,7 @@ impl<T: Element> LaneMap<T> for Cumulative {
         }
     }
     fn map(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T]) {
-        let id = if self.prod {
-            <T::Total as Acc>::ONE
-        } else {
-            <T::Total as Acc>::ZERO
-        };
+        let id = self.identity::<T>();
         let mut acc = id;
         // per chunk of one mask word: the chunk's terms (the identity where masked out)
         // chained into running totals, then their conversion to `T` in the CPU's vector
@@ -1033,11 +1041,7 @@ impl<T: Element> LaneMap<T> for Cumulative {
     /// from one of its entries to the next ([`Scattered::scan`]): each lane's chain is
     /// the lane's own, in order, so the result is [`map`](LaneMap::map)'s to the bit.
     fn map_scattered(&self, lanes: Scattered<'_, T>, out: &mut [T]) -> bool {
-        let (prod, id) = if self.prod {
-            (true, <T::Total as Acc>::ONE)
-        } else {
-            (false, <T::Total as Acc>::ZERO)
-        };
+        let (prod, id) = (self.prod, self.identity::<T>());
         lanes.scan(out, id, move |acc: &mut T::Total, x: T, ok| {
             let v = if ok { x.to_total() } else { id };
             *acc = if prod { acc.mul(v) } else { acc.add(v) };
@@ -1050,11 +1054,7 @@ impl<T: Element> LaneMap<T> for Cumulative {
     /// `T`, each a loop across the columns; each lane's chain is the lane's own, in
     /// order, so the result is [`map`](LaneMap::map)'s to the bit.
     fn map_columns(&self, cols: Columns<'_, T>, out: &mut [T]) -> bool {
-        let (prod, id) = if self.prod {
-            (true, <T::Total as Acc>::ONE)
-        } else {
-            (false, <T::Total as Acc>::ZERO)
-        };
+        let (prod, id) = (self.prod, self.identity::<T>());
         let init = |w| (vec![id; w], vec![id; w]);
         cols.scan_rows(out, init, |(acc, terms), xs, bits, out| {
             let term = move |x: T, ok| if ok { x.to_total() } else { id };
