@@ -583,14 +583,18 @@ fn softmax_scattered<T: Element, const FUSED: bool>(
         });
         return;
     }
-    // the exps of a block into a scratch block, summed into their lanes
-    let sums = s.fold(
+    // the exps of a block summed into their lanes, written to the output slots as
+    // scratch (the last pass overwrites every slot from the values; halves: through
+    // `with_calc_out`'s per-thread scratch, summed before any rounding)
+    let sums = s.fold_into(
         &shift,
         zero,
-        |acc, _, idx, xs, b, m| {
-            let mut o = vec![zero; xs.len()];
-            zip_run(xs, m, b, &mut o, e);
-            add(acc, idx, &o);
+        out,
+        |acc, idx, xs, b, out, m| {
+            with_calc_out(out, |o| {
+                zip_run(xs, m, b, o, e);
+                add(acc, idx, o);
+            })
         },
         merge,
     );
