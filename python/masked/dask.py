@@ -122,6 +122,26 @@ def _lane_moments(v: Any, ok: Optional[np.ndarray], axes: tuple[int, ...], nan: 
     return v._h.moments(list(axes), True)
 
 
+# ---- block functions named by what they compute --------------------------------------
+class _Named:
+    """A block function and the parameters that decide what it computes (`key`): dask
+    tokenizes it by the key instead of pickling the closure, which took about 1.5 ms a
+    function (most of a graph's construction, for a handful of chunks). The key must name
+    every free parameter of `fn`: two graphs with one key and one input share results."""
+
+    __slots__ = ("fn", "key", "__name__", "__wrapped__")
+
+    def __init__(self, fn: Callable, *key: Any):
+        self.fn, self.key, self.__name__ = fn, key, f"masked-{key[0]}"
+        self.__wrapped__ = fn  # fn's signature (dask passes `block_info` if fn takes it)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __dask_tokenize__(self) -> tuple:
+        return ("masked.dask", *self.key)
+
+
 # ---- partial states: chunk -> state, merge, finish -----------------------------------
 class _Family:
     """How one reduction becomes a partial state, merges and finishes."""
@@ -395,8 +415,9 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, mask: Any, split_every: 
     def state(v, ok=None):
         return fam.chunk(_ma(v, ok), ok, axes, out, chunk_kw)
 
+    key = (op, axes, out.str, sorted(chunk_kw.items()), sorted(fin_kw.items()))
     args = (data,) if valid is None else (data, valid)
-    partial = da.map_blocks(state, *args, chunks=chunks, dtype=sdt, meta=np.empty((0,) * data.ndim, dtype=sdt))
+    partial = da.map_blocks(_Named(state, *key), *args, chunks=chunks, dtype=sdt, meta=np.empty((0,) * data.ndim, dtype=sdt))
 
     def merge(st):
         with np.errstate(all="ignore"):  # empty lanes and NaN states are masked out
@@ -406,17 +427,19 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, mask: Any, split_every: 
         with np.errstate(all="ignore"):
             return fam.finish(fam.merge(st, axes), out, **fin_kw)
 
-    return _tree(partial, merge, finish, axes, keepdims, sdt, out, split_every)
+    return _tree(partial, merge, finish, axes, keepdims, sdt, out, split_every, key)
 
 
-def _tree(partial: Any, merge: Callable, finish: Callable, axes: tuple[int, ...], keepdims: bool, sdt: np.dtype, out: np.dtype, split_every: Any) -> Any:
+def _as_is(st: Any, axis: Any = None, keepdims: bool = True) -> Any:
+    return st
+
+
+def _tree(partial: Any, merge: Callable, finish: Callable, axes: tuple[int, ...], keepdims: bool, sdt: np.dtype, out: np.dtype, split_every: Any, key: tuple) -> Any:
     """`dask.array.reduction` over partial states: `merge` (states -> a state, the
     reduced axes of size 1) in the tree, `finish` (states -> values, validity) at the
-    root, a dask array of numpy.ma chunks out."""
+    root, a dask array of numpy.ma chunks out. `key` names what `merge` and `finish`
+    compute (`_Named`)."""
     ndim = partial.ndim
-
-    def ident(st, axis=None, keepdims=True):
-        return st
 
     def combine(st, axis=None, keepdims=True):
         return merge(st)
@@ -430,9 +453,9 @@ def _tree(partial: Any, merge: Callable, finish: Callable, axes: tuple[int, ...]
 
     return da.reduction(
         partial,
-        ident,
-        aggregate,
-        combine=combine,
+        _as_is,
+        _Named(aggregate, *key, "aggregate"),
+        combine=_Named(combine, *key, "combine"),
         axis=axes,
         keepdims=keepdims,
         dtype=sdt,  # the partial states' (the result's comes from meta)
@@ -480,8 +503,9 @@ def _arg(op: str, data: Any, valid: Any, axes: tuple[int, ...], keepdims: bool, 
         n = _count(ok, _ma(v, ok), axes, nan)
         return _rec(iv.shape, sdt.descr, v=vv, i=iv, n=n)
 
+    key = (op, axes, shape, flat, vdt.str)
     args = (data,) if valid is None else (data, valid)
-    partial = da.map_blocks(state, *args, chunks=chunks, dtype=sdt, meta=np.empty((0,) * ndim, dtype=sdt))
+    partial = da.map_blocks(_Named(state, *key), *args, chunks=chunks, dtype=sdt, meta=np.empty((0,) * ndim, dtype=sdt))
 
     def pick(s, axis):
         # the winning entry along the reduced axes: the largest (smallest) value, NaN
@@ -516,7 +540,7 @@ def _arg(op: str, data: Any, valid: Any, axes: tuple[int, ...], keepdims: bool, 
         m = pick(st, axes)
         return m["i"], m["n"] > 0
 
-    return _tree(partial, lambda st: pick(st, axes), finish, axes, keepdims, sdt, np.dtype(np.int64), split_every)
+    return _tree(partial, lambda st: pick(st, axes), finish, axes, keepdims, sdt, np.dtype(np.int64), split_every, key)
 
 
 def _whole(op: str, data: Any, valid: Any, axes: tuple[int, ...], keepdims: bool, kw: dict) -> Any:
@@ -540,7 +564,7 @@ def _whole(op: str, data: Any, valid: Any, axes: tuple[int, ...], keepdims: bool
         drop = axes
     args = (data,) if valid is None else (data, valid)
     return da.map_blocks(
-        block,
+        _Named(block, op, axes, keepdims, sorted(opts.items())),
         *args,
         chunks=chunks,
         drop_axis=drop,
@@ -562,7 +586,7 @@ def _normalize(op: str, x: Any, axis: int, mask: Any, kw: dict) -> Any:
         return _masked_result(r.data, r.valid)
 
     args = (data,) if valid is None else (data, valid)
-    return da.map_blocks(block, *args, dtype=out, meta=np.ma.MaskedArray(np.empty((0,) * data.ndim, dtype=out)))
+    return da.map_blocks(_Named(block, op, ax, sorted(opts.items())), *args, dtype=out, meta=np.ma.MaskedArray(np.empty((0,) * data.ndim, dtype=out)))
 
 
 def _make_reduction(name: str, options: Sequence[str]) -> Callable[..., Any]:

@@ -7,6 +7,7 @@ import pytest
 import masked as mk
 
 da = pytest.importorskip("dask.array", reason="dask is optional (pip install 'dask[array,distributed]')")
+import dask  # noqa: E402  (present once dask.array is)
 
 EXACT = {"count", "amax", "amin", "nanmax", "nanmin", "ptp", "argmax", "argmin", "nanargmax", "nanargmin", "median", "nanmedian", "quantile", "nanquantile"}
 FLOAT_ONLY = {"logsumexp", "logmeanexp", "nanmean", "nanvar", "nanstd", "nansum", "nanmax", "nanmin", "nanargmax", "nanargmin", "nanmedian", "nanquantile"}
@@ -36,12 +37,18 @@ def case(rng, dtype):
     return x, valid, chunks
 
 
-def check(op, x, valid, chunks, axis, keepdims, **kw):
+def lazy_and_want(op, x, valid, chunks, axis, keepdims, **kw):
+    """mk.dask's lazy `op` over x in `chunks`, and the engine's result on the whole."""
     dx = da.from_array(x, chunks=chunks)
     dv = da.from_array(valid, chunks=chunks)
     lazy = getattr(mk.dask, op)(dx, axis=axis, keepdims=keepdims, mask=dv, **kw)
-    got = lazy.compute()
     want = getattr(mk, op)(x, dim=axis, keepdim=keepdims, mask=valid, **kw)
+    return lazy, want
+
+
+def verify(op, x, lazy, got, want):
+    """`got` (the computed `lazy`) equals `want`: the mask exactly, the values exactly or
+    within the dtype's tolerance."""
     assert isinstance(got, np.ma.MaskedArray)
     assert got.shape == want.shape and lazy.dtype == want.data.dtype, (op, got.shape, want.shape)
     ok = want.valid
@@ -59,18 +66,25 @@ def check(op, x, valid, chunks, axis, keepdims, **kw):
 def test_every_reduction_equals_the_engine(seed, dtype):
     rng = np.random.default_rng(seed)
     x, valid, chunks = case(rng, dtype)
+    cases = []
     for op in REDUCTIONS:
         if np.dtype(dtype).kind == "i" and op in FLOAT_ONLY | {"var", "std", "norm", "mean", "prod"}:
             continue
         one = op.startswith("arg") or op.startswith("nanarg")
         for axis in ([0, 1, None] if one else [0, 1, None, (0, 1)]):
             # keepdims by the seed's parity: each (dtype, op, axis) meets both over the
-            # six seeds, at half the graphs (dask's per-graph overhead is this file's time)
+            # six seeds
             keepdims = seed % 2 == 1
             kw = {}
             if op in ("quantile", "nanquantile"):
                 kw = {"q": 0.3}
-            check(op, x, valid, chunks, axis, keepdims, **kw)
+            cases.append((op, *lazy_and_want(op, x, valid, chunks, axis, keepdims, **kw)))
+    # every graph computed in one call (dask's per-call overhead was this file's time);
+    # each result checked on its own
+    got = dask.compute(*[lazy for _, lazy, _ in cases])
+    assert len(got) == len(cases) > 30
+    for (op, lazy, want), g in zip(cases, got):
+        verify(op, x, lazy, g, want)
 
 
 def test_options_and_split_every():
@@ -87,6 +101,31 @@ def test_options_and_split_every():
     np.testing.assert_allclose(np.ma.getdata(got), mk.var(x, 1, correction=0, mask=valid).data, rtol=1e-10)
     with pytest.raises(TypeError, match="unexpected options"):
         mk.dask.sum(dx, axis=0, q=0.5)
+
+
+def test_graph_keys_name_what_they_compute():
+    """Block functions are tokenized by their parameters (no closure pickled): the same
+    call gives the same keys, any other op, axis, option or input other keys."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((12, 10))
+    valid = rng.random((12, 10)) < 0.6
+    dx, dv = da.from_array(x, chunks=(5, 4)), da.from_array(valid, chunks=(5, 4))
+    same = [mk.dask.var(dx, axis=0, mask=dv).name for _ in range(2)]
+    assert same[0] == same[1] and same[0].startswith("masked-var")
+    others = {
+        mk.dask.var(dx, axis=1, mask=dv).name,
+        mk.dask.var(dx, axis=0, mask=dv, correction=0).name,
+        mk.dask.std(dx, axis=0, mask=dv).name,
+        mk.dask.var(dx, axis=0, mask=~dv).name,
+        mk.dask.var(dx, axis=0, mask=dv, keepdims=True).name,
+        mk.dask.argmax(dx, axis=0, mask=dv).name,
+        mk.dask.argmax(dx, axis=None, mask=dv).name,
+        mk.dask.quantile(dx, axis=0, mask=dv, q=0.3).name,
+        mk.dask.quantile(dx, axis=0, mask=dv, q=0.4).name,
+        mk.dask.softmax(dx, 0, mask=dv).name,
+        mk.dask.softmax(dx, 1, mask=dv).name,
+    }
+    assert same[0] not in others and len(others) == 11
 
 
 def test_numpy_ma_chunks_and_normalizations():
