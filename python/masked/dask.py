@@ -29,6 +29,10 @@ The state format is plain numpy (fields below), so it does not depend on the Rus
 | argmax, argmin and nan- | `v`, `i` (global index, int64), `n` |
 | count | `n` |
 
+The tasks' keys read `masked-<op>-<token>` (the dashboard shows them so), the token
+computed from the op's parameters, not by pickling its functions: building a graph takes
+about a millisecond, as dask.array.ma's own reductions do.
+
 Median and quantile (and their nan- forms) are exact: the reduced axes are rechunked
 whole (as dask's own median does) and each block runs the engine once. Normalizations
 (`softmax`, ...) rechunk their axis whole and run blockwise. Integer sums, counts,
