@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 cargo test --workspace --tests
 # (the benches have none: their library and criterion are not built here; the Python
 # extension has none either, and maturin builds it below with its own flags, so
-# compiling it here, pyo3 with it, was half a minute spent twice. masked-tests pins the
-# features the extension turns on for shared dependencies: leaving it out resolves the
-# features the test build did, and nothing is compiled again)
+# compiling it here, pyo3 with it, was half a minute spent twice. masked-cli and
+# masked-tests pin the features the extension turns on in shared dependencies: leaving
+# it out resolves the features the test build did, and nothing is compiled again)
 cargo test --workspace --doc --exclude masked-benches --exclude masked-python
 scripts/python_test.sh
