@@ -189,9 +189,7 @@ impl<'a, T: Sync> Scattered<'a, T> {
             });
         });
     }
-}
 
-impl<'a, T: Sync> Scattered<'a, T> {
     /// Walks the entries in storage order with a running state a lane from `id`:
     /// `out[k] = step(state, x_k, valid_k)`, `state` entry `k`'s lane's. Tasks own
     /// ranges of lanes (as many as threads, at most four) and each reads every
