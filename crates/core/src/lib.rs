@@ -31,6 +31,10 @@ mod dtype;
 mod opdefs;
 mod values;
 
+/// What the layouts' unit tests share: not part of the API.
+#[doc(hidden)]
+pub mod testing;
+
 pub use contract::{compiled, into, layout, registry};
 pub use dtype::{element, math, wire};
 pub use opdefs::{binary, cast, columns, fold, grad, lane, ops, scattered, stats, unary};

@@ -1020,23 +1020,11 @@ mod tests {
         (got, want)
     }
 
-    /// The column forms of the softmax family and normalize (lanes down the columns of
-    /// a block a word wide or more: statistics as column folds over tasks of rows, then
-    /// each row mapped) equal the map run on each lane alone: within `tol` relative
-    /// (their sums run in another order; f16 also within its smallest subnormal), the
-    /// same where either is NaN or infinite.
-    /// On values with ties, lanes holding a NaN, a +inf or a -inf, lanes with no valid
-    /// element, along dim 0 and a middle dim, lanes long enough to be cut into tasks,
-    /// rows wider than a task's chunk of columns; f64, f32 and f16 (computed in f32,
-    /// rounded a row at a time).
-    #[test]
-    fn column_maps_equal_each_lane_alone() {
-        use masked_core::lane::{Normalize, Softmax, SoftmaxKind};
-        fn check<T: Element, M: LaneMap<T>>(
-            map: &M,
-            of: impl Fn(f64) -> T,
-            (tol, abs): (f64, f64),
-        ) {
+    /// [`column_maps_equal_each_lane_alone`]'s check of one map.
+    struct EachColumn;
+
+    impl masked_core::testing::MapCheck for EachColumn {
+        fn check<T: Element, M: LaneMap<T>>(&mut self, map: &M, of: fn(f64) -> T, tol: (f64, f64)) {
             // rows past a chunk of columns (4096: two chunks, three tasks of rows each)
             for (shape, dim) in [
                 (vec![300, 70], 0),
@@ -1045,61 +1033,32 @@ mod tests {
                 (vec![40, 5000], 0),
             ] {
                 let n: usize = shape.iter().product();
-                let inner = shape[dim + 1..].iter().product::<usize>();
-                // a NaN in lane 1, +inf in lane 2, -inf in lane 4 (of the first block),
-                // lane 5 all 0 (a norm below normalize's eps)
-                let xs: Vec<T> = (0..n)
-                    .map(|i| match (i / inner, i % inner) {
-                        (7, 1) => of(f64::NAN),
-                        (9, 2) => of(f64::INFINITY),
-                        (11, 4) => of(f64::NEG_INFINITY),
-                        (_, 5) => of(0.0),
-                        _ => of(((i * 7919) % 101) as f64 / 9.0 - 5.0),
-                    })
-                    .collect();
-                // random, and column 3 of every 7 masked out in full
-                let valid: Vec<bool> = (0..n)
-                    .map(|i| {
-                        (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 62 != 0
-                            && i % inner % 7 != 3
-                    })
-                    .collect();
+                let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());
+                // each element's lane (a column of its block) and place in it
+                let at = (0..n).map(|i| ((i / (len * inner)) * inner + i % inner, i / inner % len));
+                let (xs, valid) = masked_core::testing::lane_inputs(at, of);
                 let words = masked_kernels::bits::pack_bools(&valid);
                 for bits in [None, Some(Bits::new(&words, 0))] {
                     let (got, want) = mapped_and_each_lane_alone(map, &xs, bits, &shape, dim);
-                    for (p, (g, w)) in got.iter().zip(&want).enumerate() {
-                        let (g, w) = (g.to_f64(), w.to_f64());
-                        let close = g == w
-                            || (g.is_nan() && w.is_nan())
-                            || (w.is_finite() && (g - w).abs() <= tol * w.abs() + abs);
-                        assert!(
-                            close,
-                            "{} {} {shape:?} dim {dim} mask {} at {p}: {g} vs {w}",
-                            map.name(),
-                            T::DTYPE,
-                            bits.is_some()
-                        );
-                    }
+                    let what = |_| format!("{shape:?} dim {dim} mask {}", bits.is_some());
+                    masked_core::testing::assert_all_close(map, &got, &want, tol, what);
                 }
             }
         }
-        for kind in [
-            SoftmaxKind::Softmax,
-            SoftmaxKind::LogSoftmax,
-            SoftmaxKind::Softmin,
-        ] {
-            let m = Softmax { kind };
-            check::<f64, _>(&m, |v| v, (1e-13, 0.0));
-            check::<f32, _>(&m, |v| v as f32, (1e-5, 0.0));
-            check::<masked_core::half::f16, _>(
-                &m,
-                masked_core::half::f16::from_f64,
-                (1e-3, 2f64.powi(-24)),
-            );
-        }
-        let m = Normalize::new(2.0, 1e-12).unwrap();
-        check::<f64, _>(&m, |v| v, (1e-13, 0.0));
-        check::<f32, _>(&m, |v| v as f32, (1e-5, 0.0));
+    }
+
+    /// The column forms of the softmax family and normalize (lanes down the columns of
+    /// a block a word wide or more: statistics as column folds over tasks of rows, then
+    /// each row mapped) equal the map run on each lane alone: within `tol` relative
+    /// (their sums run in another order; f16 also within its smallest subnormal), the
+    /// same where either is NaN or infinite.
+    /// On values with ties, lanes holding a NaN, a +inf or a -inf, lanes with no valid
+    /// element ([`masked_core::testing::lane_inputs`]), along dim 0 and a middle dim,
+    /// lanes long enough to be cut into tasks, rows wider than a task's chunk of
+    /// columns; f64, f32 and f16 (computed in f32, rounded a row at a time).
+    #[test]
+    fn column_maps_equal_each_lane_alone() {
+        masked_core::testing::lane_maps(&mut EachColumn);
     }
 
     /// Values and a mask for `n` elements.

@@ -345,41 +345,22 @@ mod tests {
         }
     }
 
-    /// The softmax family and normalize over scattered lanes against each lane
-    /// gathered and mapped alone ([`LaneMap::map`]), every slot (masked-out ones
-    /// included): NaN, ±inf, an all-zero lane, a fully masked lane, both id widths,
-    /// one task and several.
-    #[test]
-    fn scattered_maps_equal_each_lane_alone() {
-        use crate::element::Element;
-        use crate::lane::{LaneMap, Normalize, Softmax, SoftmaxKind};
-        fn check<T: Element, M: LaneMap<T>>(
-            map: &M,
-            of: impl Fn(f64) -> T,
-            (tol, abs): (f64, f64),
-        ) {
+    use crate::element::Element;
+    use crate::lane::LaneMap;
+
+    /// [`scattered_maps_equal_each_lane_alone`]'s check of one map.
+    struct EachLane;
+
+    impl crate::testing::MapCheck for EachLane {
+        fn check<T: Element, M: LaneMap<T>>(&mut self, map: &M, of: fn(f64) -> T, tol: (f64, f64)) {
             for (n, nlanes) in [(5000usize, 70usize), (140_001, 1000)] {
                 let (ids, wide, lanes) = test_lanes(n, nlanes);
-                // the lanes' specials at their 8th entry (of many)
                 let mut seen = vec![0usize; nlanes];
-                let xs: Vec<T> = (0..n)
-                    .map(|k| {
-                        let l = ids[k] as usize;
-                        seen[l] += 1;
-                        match (l, seen[l]) {
-                            (1, 8) => of(f64::NAN),
-                            (2, 8) => of(f64::INFINITY),
-                            (4, 8) => of(f64::NEG_INFINITY),
-                            (5, _) => of(0.0),
-                            _ => of(((k * 7919) % 101) as f64 / 9.0 - 5.0),
-                        }
-                    })
-                    .collect();
-                let valid: Vec<bool> = (0..n)
-                    .map(|k| {
-                        (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 62 != 0 && ids[k] != 3
-                    })
-                    .collect();
+                let at = ids.iter().map(|&l| {
+                    seen[l as usize] += 1;
+                    (l as usize, seen[l as usize] - 1)
+                });
+                let (xs, valid) = crate::testing::lane_inputs(at, of);
                 let words = masked_kernels::bits::pack_bools(&valid);
                 for with_bits in [false, true] {
                     let bits = with_bits.then(|| Bits::new(&words, 0));
@@ -399,45 +380,32 @@ mod tests {
                         let s = Scattered::new(&xs, bits, lane_ids, nlanes).unwrap();
                         let mut got = vec![M::Output::default(); n];
                         assert!(map.scatters() && map.map_scattered(s, &mut got));
-                        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-                            let (g, w) = (g.to_f64(), w.to_f64());
-                            let close = g == w
-                                || (g.is_nan() && w.is_nan())
-                                || (w.is_finite() && (g - w).abs() <= tol * w.abs() + abs);
-                            assert!(
-                                close,
-                                "{} {} n {n} bits {with_bits} at {k} (lane {}): {g} vs {w}",
-                                map.name(),
-                                T::DTYPE,
-                                ids[k]
-                            );
-                        }
+                        let what = |k: usize| format!("n {n} bits {with_bits} lane {}", ids[k]);
+                        crate::testing::assert_all_close(map, &got, &want, tol, what);
                     }
                 }
             }
         }
-        for kind in [
-            SoftmaxKind::Softmax,
-            SoftmaxKind::LogSoftmax,
-            SoftmaxKind::Softmin,
-        ] {
-            let m = Softmax { kind };
-            check::<f64, _>(&m, |v| v, (1e-13, 0.0));
-            check::<f32, _>(&m, |v| v as f32, (1e-5, 0.0));
-            check::<half::f16, _>(&m, half::f16::from_f64, (1e-3, 2f64.powi(-24)));
-        }
-        let m = Normalize::new(2.0, 1e-12).unwrap();
-        check::<f64, _>(&m, |v| v, (1e-13, 0.0));
-        check::<f32, _>(&m, |v| v as f32, (1e-5, 0.0));
+    }
+
+    /// The softmax family and normalize over scattered lanes against each lane
+    /// gathered and mapped alone ([`LaneMap::map`]), every slot (masked-out ones
+    /// included): NaN, ±inf, an all-zero lane, fully masked lanes, both id widths,
+    /// one task and several ([`crate::testing::lane_inputs`]).
+    #[test]
+    fn scattered_maps_equal_each_lane_alone() {
+        use crate::lane::Normalize;
+        use crate::testing::{lane_maps, MapCheck};
+        lane_maps(&mut EachLane);
         let m = Normalize::new(1.0, 1e-12).unwrap();
-        check::<i32, _>(&m, |v| v as i32, (1e-13, 0.0));
+        EachLane.check::<i32, _>(&m, |v| v as i32, (1e-13, 0.0));
         // the scans: each lane's chain, to the bit
         for prod in [false, true] {
             let m = crate::lane::Cumulative { prod };
-            check::<f64, _>(&m, |v| v, (0.0, 0.0));
-            check::<f32, _>(&m, |v| v as f32, (0.0, 0.0));
-            check::<half::f16, _>(&m, half::f16::from_f64, (0.0, 0.0));
-            check::<i32, _>(&m, |v| v as i32, (0.0, 0.0));
+            EachLane.check::<f64, _>(&m, |v| v, (0.0, 0.0));
+            EachLane.check::<f32, _>(&m, |v| v as f32, (0.0, 0.0));
+            EachLane.check::<half::f16, _>(&m, half::f16::from_f64, (0.0, 0.0));
+            EachLane.check::<i32, _>(&m, |v| v as i32, (0.0, 0.0));
         }
         // an op without the form says so and writes nothing
         let cast = crate::cast::Cast::<f64>::new();
