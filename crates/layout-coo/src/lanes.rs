@@ -7,7 +7,8 @@
 use crate::group::{self, group, Grouped, Linear};
 use crate::{compiled, pattern, CooPattern, MaskedCoo, Resolved};
 use masked_core::grad::{
-    each_values, scattered_grad, sparse_lanes, sparse_lanes_ordered, LaneOrder, SparseUpstream,
+    each_values, scattered_grad, scatters, sparse_lanes, sparse_lanes_ordered, LaneOrder,
+    SparseUpstream,
 };
 use masked_core::scattered::{LaneIds, Scattered};
 #[allow(unused_imports)]
@@ -375,7 +376,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
             return false;
         };
         let bits = self.valid.as_deref().map(|w| Bits::new(w, 0));
-        Scattered::new(self.values, bits, LaneIds::Usize(&ids), nlanes)
+        Scattered::new(self.values, bits, LaneIds::Usize(ids), nlanes)
             .is_some_and(|s| map.map_scattered(s, out))
     }
 
@@ -383,15 +384,13 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// the other dims: a 2-D array's other coordinates, borrowed) and the number of
     /// lanes; `None` where the lanes far outnumber the entries (more than `4 nnz +
     /// 4096`, [`Scattered::new`]'s bound), checked before any index is computed.
-    fn lanes_across(&self, d: usize) -> Option<(Cow<'_, [usize]>, usize)> {
+    fn lanes_across(&self, d: usize) -> Option<(&[usize], usize)> {
         let (shape, nnz) = (self.shape(), self.values.len());
-        let others: Vec<usize> = (0..shape.len()).filter(|&k| k != d).collect();
-        let nlanes = others
-            .iter()
-            .try_fold(1usize, |n, &k| n.checked_mul(shape[k]))
+        let nlanes = (0..shape.len())
+            .filter(|&k| k != d)
+            .try_fold(1usize, |n, k| n.checked_mul(shape[k]))
             .filter(|&n| n <= 4 * nnz + 4096)?;
-        let coords: Vec<&[usize]> = (0..shape.len()).map(|k| self.pattern.coords(k)).collect();
-        Some((group::index_over(shape, &coords, &others, nnz), nlanes))
+        Some((self.pattern.lanes_across(d), nlanes))
     }
 
     /// A result with a slot for every stored entry as a `MaskedCoo`: on this pattern
@@ -575,10 +574,9 @@ impl<T: Element> CooLanes<'_, T> {
         };
         let nnz = self.values.len();
         if d + 1 < self.shape().len()
-            && grad.row_statistic().is_some()
-            && saved.is_some()
+            && scatters(grad, saved.is_some())
             && let Some((ids, nlanes)) = self.lanes_across(d)
-            && let Some(v) = scattered_grad(grad, LaneIds::Usize(&ids), nlanes, &up, saved.as_ref())
+            && let Some(v) = scattered_grad(grad, LaneIds::Usize(ids), nlanes, &up, saved.as_ref())
         {
             return Ok(Some(self.stored_like(v)));
         }
@@ -634,8 +632,7 @@ impl<T: Element> CooLanes<'_, T> {
             }
         }
         if let [d] = *reduced
-            && grad.row_statistic().is_some()
-            && saved.is_some()
+            && scatters(grad, saved.is_some())
         {
             // one dim: the lanes named by each entry's position in the other dims
             let shape = self.shape();

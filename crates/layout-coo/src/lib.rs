@@ -377,22 +377,23 @@ mod tests {
         let x = MaskedCoo::from_pattern([2, 3, 2], &coords, vals.clone()).unwrap();
         let fresh = MaskedCoo::from_pattern([2, 3, 2], &coords, vals).unwrap();
         let memo = |m: &MaskedCoo<f64>| format!("{:?}", m.pattern().memo);
-        let built = |dims: &str| {
+        let built = |dims: &str, across: &str| {
             format!(
                 "plans built along dims {dims}, flat positions built: false, last-dim lanes \
-                 built: false"
+                 built: false, lane ids built along dims {across}"
             )
         };
-        assert_eq!(memo(&x), built("[]"));
+        assert_eq!(memo(&x), built("[]", "[]"));
         let m = x.median(0, false, MedianMode::Avg).unwrap();
-        assert_eq!(memo(&x), built("[0]"));
-        // maps build no plan, and their results share the pattern, plans included
+        assert_eq!(memo(&x), built("[0]", "[]"));
+        // maps build no plan but their lanes' ids (kept too), and their results share
+        // the pattern, plans and ids included
         let a = x.softmax(0).unwrap();
         x.cumsum(0).unwrap();
-        assert_eq!(memo(&x), built("[0]"));
-        assert_eq!(memo(&a), built("[0]"));
+        assert_eq!(memo(&x), built("[0]", "[0]"));
+        assert_eq!(memo(&a), built("[0]", "[0]"));
         let again = a.median(0, false, MedianMode::Avg).unwrap();
-        assert_eq!(memo(&x), built("[0]"));
+        assert_eq!(memo(&x), built("[0]", "[0]"));
         let m_fresh = fresh.median(0, false, MedianMode::Avg).unwrap();
         assert_eq!(m.values(), m_fresh.values());
         let a_fresh = fresh.softmax(0).unwrap();
@@ -401,15 +402,15 @@ mod tests {
             a_fresh.median(0, false, MedianMode::Avg).unwrap().values()
         );
         x.median(1, false, MedianMode::Avg).unwrap();
-        assert_eq!(memo(&x), built("[0, 1]"));
+        assert_eq!(memo(&x), built("[0, 1]", "[0]"));
         // the last dim groups in stored order: no plan
         x.median(2, false, MedianMode::Avg).unwrap();
-        assert_eq!(memo(&x), built("[0, 1]"));
+        assert_eq!(memo(&x), built("[0, 1]", "[0]"));
         let y = MaskedCoo::from_pattern([2, 3, 2], &coords, vec![1.0f64; 5]).unwrap();
         y.softmax(0).unwrap();
         y.normalize(1, 2.0, 1e-12).unwrap();
         y.cumprod(1).unwrap();
-        assert_eq!(memo(&y), built("[]"));
+        assert_eq!(memo(&y), built("[]", "[0, 1]"));
     }
 
     /// The VJPs along a dim with a plan run through it (and along the last dim through

@@ -64,6 +64,11 @@ pub(crate) struct Memo {
     /// by the first gradient along that dim (a scan of every other dim's coordinates:
     /// a fifth of a 1M-entry softmax VJP) and kept, 16 bytes a lane.
     last: Arc<OnceLock<(Vec<usize>, Vec<usize>)>>,
+    /// Each entry's lane along a dim ([`CooPattern::lanes_across`]) where the other dims
+    /// are two or more (the linear index over them, computed; with one other dim its
+    /// coordinates are the ids, borrowed): one slot per dim, 8 bytes an entry for each
+    /// dim a scattered map or gradient has run along.
+    across: Arc<[OnceLock<Vec<usize>>]>,
 }
 
 impl Memo {
@@ -72,6 +77,7 @@ impl Memo {
             plans: (0..ndim).map(|_| OnceLock::new()).collect(),
             flat: Arc::default(),
             last: Arc::default(),
+            across: (0..ndim).map(|_| OnceLock::new()).collect(),
         }
     }
 }
@@ -89,11 +95,14 @@ impl std::fmt::Debug for Memo {
         let built: Vec<usize> = (0..self.plans.len())
             .filter(|&d| self.plans[d].get().is_some())
             .collect();
+        let across: Vec<usize> = (0..self.across.len())
+            .filter(|&d| self.across[d].get().is_some())
+            .collect();
         let (flat, last) = (self.flat.get().is_some(), self.last.get().is_some());
         write!(
             f,
             "plans built along dims {built:?}, flat positions built: {flat}, last-dim lanes \
-             built: {last}"
+             built: {last}, lane ids built along dims {across:?}"
         )
     }
 }
@@ -447,6 +456,23 @@ impl CooPattern {
         let built = GroupPlan::build(&self.shape, &coords, &[d], self.nnz)?;
         // a racing caller's plan, if it got there first, is the same plan
         Ok(Some(slot.get_or_init(|| built)))
+    }
+
+    /// The lane of each entry along `d`: the linear index of its position over the
+    /// other dims (row-major), the other dim's coordinates themselves where there is one,
+    /// else computed on the first call and kept (shared by the pattern's clones).
+    ///
+    /// # Panics
+    /// When `d >= ndim`.
+    pub(crate) fn lanes_across(&self, d: usize) -> &[usize] {
+        let others: Vec<usize> = (0..self.ndim()).filter(|&k| k != d).collect();
+        if let [o] = others[..] {
+            return self.coords(o);
+        }
+        self.memo.across[d].get_or_init(|| {
+            let coords: Vec<&[usize]> = (0..self.ndim()).map(|k| self.coords(k)).collect();
+            crate::group::index_over(&self.shape, &coords, &others, self.nnz).into_owned()
+        })
     }
 
     /// The lanes along the last dim, the entries being in lane order: each lane's start

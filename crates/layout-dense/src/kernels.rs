@@ -1053,7 +1053,7 @@ mod tests {
     /// (their sums run in another order; f16 also within its smallest subnormal), the
     /// same where either is NaN or infinite.
     /// On values with ties, lanes holding a NaN, a +inf or a -inf, lanes with no valid
-    /// element ([`masked_core::testing::lane_inputs`]), along dim 0 and a middle dim,
+    /// element (the core's `testing::lane_inputs`), along dim 0 and a middle dim,
     /// lanes long enough to be cut into tasks, rows wider than a task's chunk of
     /// columns; f64, f32 and f16 (computed in f32, rounded a row at a time).
     #[test]

@@ -1275,11 +1275,23 @@ impl RowStatistic {
     }
 }
 
-/// A map's gradient over the lanes of sparse entries named by `ids` (`nlanes` of
-/// them), one value an entry in storage order, without a sort into lane order: the
-/// op's [`RowStatistic`] form (softmax, softmin) given the saved output. `None` where
-/// the op has none, the upstream is a reduction's, no output is saved, or the lanes
-/// far outnumber the entries: the caller then groups the lanes.
+/// Whether [`scattered_grad`] has a form for `grad` (`saved`: the forward output is
+/// given): a layout asks before it computes the entries' lane ids.
+pub fn scatters<G: LaneGrad>(grad: &G, saved: bool) -> bool {
+    match grad.upstream() {
+        Upstream::PerElement => saved && grad.row_statistic().is_some(),
+        Upstream::PerLane => grad.uniform(1, 0.0).is_some(),
+    }
+}
+
+/// A gradient over the lanes of sparse entries named by `ids` (`nlanes` of them), one
+/// value an entry in storage order, without a sort into lane order: a map's through
+/// the op's [`RowStatistic`] form (softmax, softmin) given the saved output; a
+/// reduction's whose gradient is [uniform](LaneGrad::uniform) over its lane (sum,
+/// mean) from each lane's count of entries and upstream value (`g`'s positions are the
+/// lanes). `None` where the op has neither form, a map's output is not saved, a
+/// reduction's upstream names a lane past `nlanes`, or the lanes far outnumber the
+/// entries: the caller then groups the lanes (and reports what is wrong).
 pub fn scattered_grad<G: LaneGrad, R: crate::element::Float>(
     grad: &G,
     ids: LaneIds<'_>,
@@ -1287,14 +1299,40 @@ pub fn scattered_grad<G: LaneGrad, R: crate::element::Float>(
     g: &SparseUpstream<'_, R>,
     saved: Option<&SparseUpstream<'_, R>>,
 ) -> Option<Vec<R>> {
-    let (SparseUpstream::PerElement(g), Some(SparseUpstream::PerElement(ys))) = (g, saved) else {
-        return None;
-    };
-    let rs = grad.row_statistic()?;
-    let lanes = Scattered::new(ys, None, ids, nlanes)?;
-    let mut out = masked_kernels::fresh_vec(ys.len());
-    rs.scattered(lanes, g, &mut out);
-    Some(out)
+    match (g, saved) {
+        (SparseUpstream::PerElement(g), Some(SparseUpstream::PerElement(ys))) => {
+            let rs = grad.row_statistic()?;
+            let lanes = Scattered::new(ys, None, ids, nlanes)?;
+            let mut out = masked_kernels::fresh_vec(ys.len());
+            rs.scattered(lanes, g, &mut out);
+            Some(out)
+        }
+        (SparseUpstream::PerLane { .. }, _) if grad.upstream() == Upstream::PerLane => {
+            grad.uniform(1, 0.0)?;
+            // the entries need no values: a lane's count is all the gradient reads
+            let units = vec![(); ids.len()];
+            let lanes = Scattered::new(&units, None, ids, nlanes)?;
+            let gl = g.by_lane(nlanes).ok()?;
+            let counts = lanes.fold(
+                &[] as &[()],
+                0usize,
+                |acc, _, idx, _, _, _| idx.iter().for_each(|&l| acc[l] += 1),
+                |a, b| *a += b,
+            );
+            let each: Vec<R> = counts
+                .iter()
+                .zip(gl.iter())
+                .map(|(&n, &gv)| match n {
+                    0 => R::ZERO,
+                    n => grad.uniform(n, gv.to_f64()).map_or(R::ZERO, R::from_f64),
+                })
+                .collect();
+            let mut out = masked_kernels::fresh_vec(ids.len());
+            lanes.spread(&each, &mut out);
+            Some(out)
+        }
+        _ => None,
+    }
 }
 
 impl SoftmaxGrad {
@@ -2265,6 +2303,55 @@ mod tests {
         assert!(scattered_grad(&log, ids, nlanes, &up, Some(&saved)).is_none());
         assert!(scattered_grad(&soft, ids, nlanes, &up, None).is_none());
         assert!(scattered_grad(&soft, ids, nlanes, &per_lane, Some(&saved)).is_none());
+    }
+
+    /// The reductions' gradients that are uniform over a lane (sum, mean) over
+    /// scattered lanes, from a sparse upstream (some lanes missing: 0 there; lanes with
+    /// no entries): each entry bit for bit the value [`LaneGrad::grad`] writes for its
+    /// lane gathered alone; the ops whose gradient reads the values get `None`, and so
+    /// does an upstream naming a lane past the lanes.
+    #[test]
+    fn scattered_uniform_grads_equal_each_lane_alone() {
+        let (n, nlanes) = (300_001usize, 1000usize);
+        let (ids, wide, lanes) = crate::scattered::test_lanes(n, nlanes);
+        // lanes 0, 3, 6, ... hold an upstream value; the last 10 lanes hold no entries
+        let gl: Vec<usize> = (0..nlanes + 10).step_by(3).collect();
+        let gv: Vec<f32> = gl.iter().map(|&l| (l % 37) as f32 / 9.0 - 2.0).collect();
+        let up = SparseUpstream::PerLane {
+            ids: &gl,
+            values: &gv,
+        };
+        fn check<G: LaneGrad>(
+            grad: &G,
+            lanes: &[Vec<usize>],
+            got: &[f32],
+            gl: &[usize],
+            gv: &[f32],
+        ) {
+            for (l, at) in lanes.iter().enumerate() {
+                let g = gl
+                    .iter()
+                    .position(|&i| i == l)
+                    .map_or(0.0, |p| gv[p] as f64);
+                let mut lo = vec![0.0; at.len()];
+                grad.grad(&vec![0.0; at.len()], &[g], &mut lo);
+                for (&k, &w) in at.iter().zip(&lo) {
+                    assert_eq!(got[k], w as f32, "{} at {k} (lane {l})", grad.name());
+                }
+            }
+        }
+        for lane_ids in [LaneIds::U32(&ids), LaneIds::Usize(&wide)] {
+            let got = scattered_grad(&SumGrad, lane_ids, nlanes + 10, &up, None).unwrap();
+            check(&SumGrad, &lanes, &got, &gl, &gv);
+            let got = scattered_grad(&MeanGrad, lane_ids, nlanes + 10, &up, None).unwrap();
+            check(&MeanGrad, &lanes, &got, &gl, &gv);
+        }
+        let ids = LaneIds::U32(&ids);
+        let amax = ExtremumGrad { max: true };
+        assert!(scattered_grad(&amax, ids, nlanes, &up, None).is_none());
+        assert!(!scatters(&amax, true) && scatters(&MeanGrad, false));
+        // lanes up to nlanes + 10 named; nlanes of them given
+        assert!(scattered_grad(&SumGrad, ids, nlanes, &up, None).is_none());
     }
 
     /// ptp's gradient, hand-checked: `g` split among the ties of the maximum, minus `g`

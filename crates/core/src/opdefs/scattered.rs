@@ -42,6 +42,23 @@ impl LaneIds<'_> {
         self.len() == 0
     }
 
+    /// `out[k] = table[id of entry lo + k]`.
+    fn gather_into<C: Copy>(&self, lo: usize, table: &[C], out: &mut [C]) {
+        let r = lo..lo + out.len();
+        match self {
+            LaneIds::U32(ix) => {
+                for (o, &l) in out.iter_mut().zip(&ix[r]) {
+                    *o = table[l as usize];
+                }
+            }
+            LaneIds::Usize(ix) => {
+                for (o, &l) in out.iter_mut().zip(&ix[r]) {
+                    *o = table[l];
+                }
+            }
+        }
+    }
+
     /// Ids `r`, widened, into `out` (cleared first).
     fn widen_into(&self, r: Range<usize>, out: &mut Vec<usize>) {
         out.clear();
@@ -187,6 +204,14 @@ impl<'a, T: Sync> Scattered<'a, T> {
             self.blocks(r, table, |at, _, xs, bits, cs| {
                 f(at, xs, bits, &mut out[at - t * MAP_TASK..][..xs.len()], cs)
             });
+        });
+    }
+
+    /// Each entry's slot of `out` its lane's value of `table` (one a lane), chunks of
+    /// entries in parallel: a gradient uniform over each lane.
+    pub fn spread<C: Copy + Send + Sync>(&self, table: &[C], out: &mut [C]) {
+        par::chunks_mut(&mut out[..self.xs.len()], MAP_TASK, |t, out| {
+            self.ids.gather_into(t * MAP_TASK, table, out)
         });
     }
 
