@@ -610,7 +610,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
             let yl = yl.as_deref().unwrap_or(&[]);
             grad_runs(grad, &ptr, &xs, &g.by_lane(rows)?, yl)?
         } else if let Some(values) = (reduced == [0])
-            .then(|| scattered_grad(grad, idx.cols().lane_ids(), ncols, &g, saved.as_ref()))
+            .then(|| scattered_grad(grad, &xs, idx.cols().lane_ids(), ncols, &g, saved.as_ref()))
             .flatten()
         {
             values

@@ -69,6 +69,31 @@ pub trait LaneGrad: Send + Sync + 'static {
         let _ = (n, g);
         None
     }
+    /// For a reduction whose gradient at each valid element is a step from that
+    /// element's value and its lane's constants ([`LaneConsts`]: the upstream, the
+    /// saved output, the count and one statistic folded over the lane), the statistic;
+    /// a sparse layout then computes the gradient across its entries in storage order,
+    /// with no sort into lane order ([`scattered_grad`]). `None` (the default): the op
+    /// has no such form.
+    fn lane_fold(&self) -> Option<LaneFold> {
+        None
+    }
+    /// Whether the step applies to a lane with these constants (false: the layout takes
+    /// the general path for every lane, as a saved extremum that no element equals
+    /// needs). True by default.
+    fn lane_applies(&self, c: &LaneConsts) -> bool {
+        let _ = c;
+        true
+    }
+    /// The gradient at a valid element of value `x` of a lane with constants `c`: the
+    /// value [`LaneGrad::grad_from_output`] (given the saved output) or
+    /// [`LaneGrad::grad`] writes there, bit for bit but for the statistic's order of
+    /// summation. Only called where [`LaneGrad::lane_fold`] is `Some` and
+    /// [`LaneGrad::lane_applies`] holds.
+    fn lane_step(&self, x: f64, c: &LaneConsts) -> f64 {
+        let _ = (x, c);
+        0.0
+    }
     /// A shortcut of [`LaneGrad::grad_from_output`] given the saved output `ys` and the
     /// upstream `g` as the layout holds them (packed, in the output type): reads the
     /// lane's values `xs` in their own type and writes the gradient straight into `out`
@@ -166,6 +191,32 @@ pub struct Spread<'a, R> {
     pub g: &'a [R],
     /// The lane's validity.
     pub bits: masked_kernels::Bits<'a>,
+}
+
+/// What a reduction's gradient folds over each lane before its step at each element
+/// ([`LaneGrad::lane_fold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneFold {
+    /// Nothing beyond the count of valid elements.
+    Count,
+    /// The elements equal to the lane's saved output (an extremum's ties).
+    Ties,
+    /// The sum of the elements (for a mean).
+    Sum,
+}
+
+/// A lane's constants in a reduction's gradient step ([`LaneGrad::lane_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LaneConsts {
+    /// The upstream gradient of the lane's output (0 where the output is not valid).
+    pub g: f64,
+    /// The saved output (NaN where the op reads none).
+    pub y: f64,
+    /// The lane's valid elements.
+    pub n: usize,
+    /// The statistic of [`LaneGrad::lane_fold`]: the ties' count or the sum (0 for
+    /// [`LaneFold::Count`]).
+    pub stat: f64,
 }
 
 /// `g` everywhere: the gradient of a sum.
@@ -288,6 +339,24 @@ impl LaneGrad for ExtremumGrad {
     fn uses_output(&self) -> bool {
         true
     }
+    fn lane_fold(&self) -> Option<LaneFold> {
+        Some(LaneFold::Ties)
+    }
+    /// A saved extremum that no element equals recomputes (the general path).
+    fn lane_applies(&self, c: &LaneConsts) -> bool {
+        c.y.is_nan() || c.stat > 0.0
+    }
+    /// `g / ties` at the elements equal to the saved extremum, 0 elsewhere; NaN for a
+    /// NaN extremum.
+    fn lane_step(&self, x: f64, c: &LaneConsts) -> f64 {
+        if c.y.is_nan() {
+            f64::NAN
+        } else if x == c.y {
+            c.g / c.stat
+        } else {
+            0.0
+        }
+    }
     /// The saved extremum names the tied elements: one pass, no search for it. A NaN
     /// output (a valid NaN) gives NaN; a value no element equals recomputes.
     fn grad_from_output(&self, xs: &[f64], ys: &[f64], g: &[f64], out: &mut [f64]) {
@@ -407,6 +476,33 @@ impl LaneGrad for VarGrad {
     }
     fn uses_output(&self) -> bool {
         self.std
+    }
+    fn lane_fold(&self) -> Option<LaneFold> {
+        Some(LaneFold::Sum)
+    }
+    /// std reads its saved spread: an infinite one is computed again (the general path).
+    fn lane_applies(&self, c: &LaneConsts) -> bool {
+        !self.std || !c.y.is_infinite()
+    }
+    /// `scale · (x - mean)` as `VarGrad::affine_with` gives them (the mean from the
+    /// folded sum), 0 where the count is at most the correction or std's spread is 0;
+    /// NaN for std's NaN spread (a lane holding a NaN or an inf, whose spread computed
+    /// again is NaN too).
+    fn lane_step(&self, x: f64, c: &LaneConsts) -> f64 {
+        let n = c.n as f64;
+        let dof = n - self.correction;
+        if dof <= 0.0 || (self.std && c.y == 0.0) {
+            return 0.0;
+        }
+        if self.std && c.y.is_nan() {
+            return f64::NAN;
+        }
+        let scale = if self.std {
+            c.g / (dof * c.y)
+        } else {
+            2.0 * c.g / dof
+        };
+        scale * (x - c.stat / n)
     }
     /// std reads its saved output as the spread (no second pass for it); var needs only
     /// the mean, one pass over the lane, and recomputes.
@@ -593,6 +689,32 @@ impl LaneGrad for NormGrad {
             return self.grad(xs, g, out);
         }
         self.grad_with(xs, g, out, ys[0]);
+    }
+    fn lane_fold(&self) -> Option<LaneFold> {
+        Some(LaneFold::Count)
+    }
+    /// Finite nonzero orders: a lane's saved norm is NaN exactly where it holds a NaN.
+    fn lane_applies(&self, _: &LaneConsts) -> bool {
+        self.ord.is_finite() && self.ord != 0.0
+    }
+    /// [`NormGrad`]'s `grad_with` at one element given the saved norm: NaN for a lane
+    /// holding a NaN, 0 for a zero or infinite norm.
+    fn lane_step(&self, x: f64, c: &LaneConsts) -> f64 {
+        let (p, n) = (self.ord, c.y);
+        if n.is_nan() {
+            return f64::NAN;
+        }
+        if n == 0.0 || !n.is_finite() {
+            return 0.0;
+        }
+        let d = if p == 1.0 {
+            sgn(x)
+        } else if p == 2.0 {
+            x / n
+        } else {
+            sgn(x) * (x.abs() / n).powf(p - 1.0)
+        };
+        c.g * d
     }
     /// Orders 0, 1, 2 and ±inf on the lane in its own type: the norm (the saved one,
     /// else summed as the `f64` lane sums it), then one vectorised pass writing the
@@ -801,6 +923,22 @@ impl LaneGrad for LogSumExpGrad {
         for (o, &x) in out.iter_mut().zip(xs) {
             *o = scale * (x - y).exp();
         }
+    }
+    fn lane_fold(&self) -> Option<LaneFold> {
+        Some(LaneFold::Count)
+    }
+    /// An infinite saved output recomputes (the general path).
+    fn lane_applies(&self, c: &LaneConsts) -> bool {
+        !c.y.is_infinite()
+    }
+    /// `scale · exp(x - y)` with the engine's `exp`, as the typed form computes it; NaN
+    /// for a NaN output (a lane holding a NaN, whose softmax computed again is NaN).
+    fn lane_step(&self, x: f64, c: &LaneConsts) -> f64 {
+        use crate::math::Math;
+        if c.y.is_nan() {
+            return f64::NAN;
+        }
+        self.scale(c.g, c.n) * (x - c.y).exp_full()
     }
     /// `scale · exp(x - y)` in `f64` on the lane in its own type, in the kernels'
     /// vectorised map with the engine's branch-free `exp` (within a few `f64` ulps of the
@@ -1280,25 +1418,33 @@ impl RowStatistic {
 pub fn scatters<G: LaneGrad>(grad: &G, saved: bool) -> bool {
     match grad.upstream() {
         Upstream::PerElement => saved && grad.row_statistic().is_some(),
-        Upstream::PerLane => grad.uniform(1, 0.0).is_some(),
+        Upstream::PerLane => {
+            grad.uniform(1, 0.0).is_some()
+                || (grad.lane_fold().is_some() && (saved || !grad.uses_output()))
+        }
     }
 }
 
 /// A gradient over the lanes of sparse entries named by `ids` (`nlanes` of them), one
-/// value an entry in storage order, without a sort into lane order: a map's through
-/// the op's [`RowStatistic`] form (softmax, softmin) given the saved output; a
-/// reduction's whose gradient is [uniform](LaneGrad::uniform) over its lane (sum,
-/// mean) from each lane's count of entries and upstream value (`g`'s positions are the
-/// lanes). `None` where the op has neither form, a map's output is not saved, a
+/// value an entry in storage order, without a sort into lane order; `xs` are the
+/// entries' values. A map's through the op's [`RowStatistic`] form (softmax, softmin)
+/// given the saved output. A reduction's (`g`'s positions are the lanes) where its
+/// gradient is [uniform](LaneGrad::uniform) over a lane (sum, mean: each lane's count
+/// folded, then every entry written its lane's value), or a [step](LaneGrad::lane_step)
+/// from each entry's value and its lane's constants (amax, var, norm, logsumexp: the
+/// count and the op's [`LaneFold`] folded first). `None` where the op has no such
+/// form, the output it reads is not saved, a lane needs the general path, a
 /// reduction's upstream names a lane past `nlanes`, or the lanes far outnumber the
 /// entries: the caller then groups the lanes (and reports what is wrong).
-pub fn scattered_grad<G: LaneGrad, R: crate::element::Float>(
+pub fn scattered_grad<G: LaneGrad, T: Element>(
     grad: &G,
+    xs: &[T],
     ids: LaneIds<'_>,
     nlanes: usize,
-    g: &SparseUpstream<'_, R>,
-    saved: Option<&SparseUpstream<'_, R>>,
-) -> Option<Vec<R>> {
+    g: &SparseUpstream<'_, T::Real>,
+    saved: Option<&SparseUpstream<'_, T::Real>>,
+) -> Option<Vec<T::Real>> {
+    use crate::element::Float;
     match (g, saved) {
         (SparseUpstream::PerElement(g), Some(SparseUpstream::PerElement(ys))) => {
             let rs = grad.row_statistic()?;
@@ -1308,27 +1454,83 @@ pub fn scattered_grad<G: LaneGrad, R: crate::element::Float>(
             Some(out)
         }
         (SparseUpstream::PerLane { .. }, _) if grad.upstream() == Upstream::PerLane => {
-            grad.uniform(1, 0.0)?;
-            // the entries need no values: a lane's count is all the gradient reads
-            let units = vec![(); ids.len()];
-            let lanes = Scattered::new(&units, None, ids, nlanes)?;
+            let step = grad.lane_fold();
+            if step.is_none() {
+                grad.uniform(1, 0.0)?;
+            }
+            let ys = match saved.filter(|_| grad.uses_output() && step.is_some()) {
+                Some(y) => Some(y.by_lane(nlanes).ok()?),
+                None if grad.uses_output() && step.is_some() => return None,
+                None => None,
+            };
+            let lanes = Scattered::new(xs, None, ids, nlanes)?;
             let gl = g.by_lane(nlanes).ok()?;
-            let counts = lanes.fold(
-                &[] as &[()],
-                0usize,
-                |acc, _, idx, _, _, _| idx.iter().for_each(|&l| acc[l] += 1),
-                |a, b| *a += b,
-            );
-            let each: Vec<R> = counts
-                .iter()
-                .zip(gl.iter())
-                .map(|(&n, &gv)| match n {
-                    0 => R::ZERO,
-                    n => grad.uniform(n, gv.to_f64()).map_or(R::ZERO, R::from_f64),
-                })
-                .collect();
             let mut out = masked_kernels::fresh_vec(ids.len());
-            lanes.spread(&each, &mut out);
+            let Some(fold) = step else {
+                // the count is all a uniform gradient reads
+                let counts = lanes.fold(
+                    &[] as &[()],
+                    0usize,
+                    |acc, _, idx, _, _, _| idx.iter().for_each(|&l| acc[l] += 1),
+                    |a, b| *a += b,
+                );
+                let each: Vec<T::Real> = counts
+                    .iter()
+                    .zip(gl.iter())
+                    .map(|(&n, &gv)| match n {
+                        0 => <T::Real as Element>::ZERO,
+                        n => grad
+                            .uniform(n, gv.to_f64())
+                            .map_or(<T::Real as Element>::ZERO, <T::Real as Float>::from_f64),
+                    })
+                    .collect();
+                lanes.spread(&each, &mut out);
+                return Some(out);
+            };
+            // the count and the statistic, an accumulator a lane
+            let y_of = |l: usize| ys.as_ref().map_or(f64::NAN, |y| y[l].to_f64());
+            let yt: Vec<f64> = match fold {
+                LaneFold::Ties => (0..nlanes).map(y_of).collect(),
+                _ => Vec::new(),
+            };
+            let stats = lanes.fold(
+                &yt,
+                (0usize, 0.0f64),
+                |acc, _, idx, xs, _, ys| match fold {
+                    LaneFold::Count => idx.iter().for_each(|&l| acc[l].0 += 1),
+                    LaneFold::Ties => {
+                        for ((&l, &x), &y) in idx.iter().zip(xs).zip(ys) {
+                            acc[l].0 += 1;
+                            acc[l].1 += (x.to_f64() == y) as u8 as f64;
+                        }
+                    }
+                    LaneFold::Sum => {
+                        for (&l, &x) in idx.iter().zip(xs) {
+                            acc[l].0 += 1;
+                            acc[l].1 += x.to_f64();
+                        }
+                    }
+                },
+                |a, b| *a = (a.0 + b.0, a.1 + b.1),
+            );
+            let mut consts = Vec::with_capacity(nlanes);
+            for (l, (&(n, stat), &gv)) in stats.iter().zip(gl.iter()).enumerate() {
+                let c = LaneConsts {
+                    g: gv.to_f64(),
+                    y: y_of(l),
+                    n,
+                    stat,
+                };
+                if n > 0 && !grad.lane_applies(&c) {
+                    return None;
+                }
+                consts.push(c);
+            }
+            lanes.map(&consts, &mut out, |_, xs, _, out, cs| {
+                for ((o, &x), c) in out.iter_mut().zip(xs).zip(cs) {
+                    *o = <T::Real as Float>::from_f64(grad.lane_step(x.to_f64(), c));
+                }
+            });
             Some(out)
         }
         _ => None,
@@ -2279,7 +2481,7 @@ mod tests {
                 }
             }
             for lane_ids in [LaneIds::U32(&ids), LaneIds::Usize(&wide)] {
-                let got = scattered_grad(&grad, lane_ids, nlanes, &up, Some(&saved)).unwrap();
+                let got = scattered_grad(&grad, &ys, lane_ids, nlanes, &up, Some(&saved)).unwrap();
                 for (k, (&a, &w)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         (a as f64 - w).abs() <= 1e-6 * w.abs() + 1e-7,
@@ -2300,18 +2502,23 @@ mod tests {
             values: &[1.0f32],
         };
         let ids = LaneIds::U32(&ids);
-        assert!(scattered_grad(&log, ids, nlanes, &up, Some(&saved)).is_none());
-        assert!(scattered_grad(&soft, ids, nlanes, &up, None).is_none());
-        assert!(scattered_grad(&soft, ids, nlanes, &per_lane, Some(&saved)).is_none());
+        assert!(scattered_grad(&log, &ys, ids, nlanes, &up, Some(&saved)).is_none());
+        assert!(scattered_grad(&soft, &ys, ids, nlanes, &up, None).is_none());
+        assert!(scattered_grad(&soft, &ys, ids, nlanes, &per_lane, Some(&saved)).is_none());
     }
 
-    /// The reductions' gradients that are uniform over a lane (sum, mean) over
-    /// scattered lanes, from a sparse upstream (some lanes missing: 0 there; lanes with
-    /// no entries): each entry bit for bit the value [`LaneGrad::grad`] writes for its
-    /// lane gathered alone; the ops whose gradient reads the values get `None`, and so
-    /// does an upstream naming a lane past the lanes.
+    /// The reductions' gradients over scattered lanes (uniform: sum, mean; a step from
+    /// each element and its lane's constants: amax, amin, var, std, norms,
+    /// logsumexp, logmeanexp), from a sparse upstream (some lanes missing: 0 there;
+    /// lanes with no entries) and the saved outputs each lane's own: each entry the
+    /// value [`LaneGrad::grad_from_output`] writes for its lane gathered alone (the
+    /// uniform ones and the extrema bit for bit, the rest within the order of their
+    /// sums). No form where the op has none (median), where the output it reads is
+    /// not saved, where a lane needs the general path (a saved extremum no element
+    /// equals), or where the upstream names a lane past the lanes.
     #[test]
-    fn scattered_uniform_grads_equal_each_lane_alone() {
+    fn scattered_reduction_grads_equal_each_lane_alone() {
+        use crate::element::Float;
         let (n, nlanes) = (300_001usize, 1000usize);
         let (ids, wide, lanes) = crate::scattered::test_lanes(n, nlanes);
         // lanes 0, 3, 6, ... hold an upstream value; the last 10 lanes hold no entries
@@ -2321,37 +2528,161 @@ mod tests {
             ids: &gl,
             values: &gv,
         };
+        // values with ties (13 of them), a NaN in lane 5
+        let xs: Vec<f32> = (0..n)
+            .map(|k| match (ids[k], k % 97) {
+                (5, 0) => f32::NAN,
+                _ => ((k * 7919) % 13) as f32 / 4.0 - 1.5,
+            })
+            .collect();
+        let lane_x = |at: &[usize]| -> Vec<f64> { at.iter().map(|&k| xs[k] as f64).collect() };
+        let upstream = |l: usize| {
+            gl.iter()
+                .position(|&i| i == l)
+                .map_or(0.0, |p| gv[p] as f64)
+        };
+        /// The entries, their lane ids in both widths, each lane's entries.
+        #[derive(Clone, Copy)]
+        struct Lanes<'a> {
+            xs: &'a [f32],
+            ids: &'a [u32],
+            wide: &'a [usize],
+            lanes: &'a [Vec<usize>],
+            nlanes: usize,
+        }
         fn check<G: LaneGrad>(
             grad: &G,
-            lanes: &[Vec<usize>],
-            got: &[f32],
-            gl: &[usize],
-            gv: &[f32],
+            forward: impl Fn(&[f64]) -> f64,
+            rel: f64,
+            Lanes {
+                xs,
+                ids,
+                wide,
+                lanes,
+                nlanes,
+            }: Lanes<'_>,
+            up: &SparseUpstream<'_, f32>,
+            upstream: &dyn Fn(usize) -> f64,
+            lane_x: &dyn Fn(&[usize]) -> Vec<f64>,
         ) {
-            for (l, at) in lanes.iter().enumerate() {
-                let g = gl
-                    .iter()
-                    .position(|&i| i == l)
-                    .map_or(0.0, |p| gv[p] as f64);
-                let mut lo = vec![0.0; at.len()];
-                grad.grad(&vec![0.0; at.len()], &[g], &mut lo);
-                for (&k, &w) in at.iter().zip(&lo) {
-                    assert_eq!(got[k], w as f32, "{} at {k} (lane {l})", grad.name());
+            // the saved outputs, one a lane (rounded to f32, as the forward op's are)
+            let ys: Vec<f32> = lanes.iter().map(|at| forward(&lane_x(at)) as f32).collect();
+            let yl: Vec<usize> = (0..nlanes).collect();
+            let saved = SparseUpstream::PerLane {
+                ids: &yl,
+                values: &ys,
+            };
+            for lane_ids in [LaneIds::U32(ids), LaneIds::Usize(wide)] {
+                let got = scattered_grad(grad, xs, lane_ids, nlanes + 10, up, Some(&saved))
+                    .unwrap_or_else(|| panic!("{}: no scattered form", grad.name()));
+                for (l, at) in lanes.iter().enumerate() {
+                    let lx = lane_x(at);
+                    let mut lo = vec![0.0; at.len()];
+                    grad.grad_from_output(&lx, &[ys[l] as f64], &[upstream(l)], &mut lo);
+                    for (&k, &w) in at.iter().zip(&lo) {
+                        let (g, w) = (got[k] as f64, <f32 as Float>::from_f64(w) as f64);
+                        assert!(
+                            g.to_bits() == w.to_bits()
+                                || (g.is_nan() && w.is_nan())
+                                || (g - w).abs() <= rel * w.abs() + 1e-30,
+                            "{} at {k} (lane {l}): {g} vs {w}",
+                            grad.name()
+                        );
+                    }
                 }
             }
         }
-        for lane_ids in [LaneIds::U32(&ids), LaneIds::Usize(&wide)] {
-            let got = scattered_grad(&SumGrad, lane_ids, nlanes + 10, &up, None).unwrap();
-            check(&SumGrad, &lanes, &got, &gl, &gv);
-            let got = scattered_grad(&MeanGrad, lane_ids, nlanes + 10, &up, None).unwrap();
-            check(&MeanGrad, &lanes, &got, &gl, &gv);
-        }
-        let ids = LaneIds::U32(&ids);
+        let all = Lanes {
+            xs: &xs,
+            ids: &ids,
+            wide: &wide,
+            lanes: &lanes,
+            nlanes,
+        };
+        let max = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let nan_or = |v: &[f64], f: f64| {
+            if v.iter().any(|x| x.is_nan()) {
+                f64::NAN
+            } else {
+                f
+            }
+        };
+        let lse = |v: &[f64]| {
+            let m = max(v);
+            nan_or(v, m + v.iter().map(|x| (x - m).exp()).sum::<f64>().ln())
+        };
+        let std = |v: &[f64]| {
+            let m = v.iter().sum::<f64>() / v.len() as f64;
+            (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() as f64 - 1.0)).sqrt()
+        };
+        check(&SumGrad, |_| f64::NAN, 0.0, all, &up, &upstream, &lane_x);
+        check(&MeanGrad, |_| f64::NAN, 0.0, all, &up, &upstream, &lane_x);
         let amax = ExtremumGrad { max: true };
-        assert!(scattered_grad(&amax, ids, nlanes, &up, None).is_none());
-        assert!(!scatters(&amax, true) && scatters(&MeanGrad, false));
-        // lanes up to nlanes + 10 named; nlanes of them given
-        assert!(scattered_grad(&SumGrad, ids, nlanes, &up, None).is_none());
+        check(
+            &amax,
+            |v| nan_or(v, max(v)),
+            0.0,
+            all,
+            &up,
+            &upstream,
+            &lane_x,
+        );
+        let amin = ExtremumGrad { max: false };
+        let min = |v: &[f64]| nan_or(v, v.iter().copied().fold(f64::INFINITY, f64::min));
+        check(&amin, min, 0.0, all, &up, &upstream, &lane_x);
+        for c in [0.0, 1.0] {
+            let var = VarGrad::new(c, false).unwrap();
+            check(&var, |_| f64::NAN, 1e-9, all, &up, &upstream, &lane_x);
+        }
+        check(
+            &VarGrad::new(1.0, true).unwrap(),
+            std,
+            1e-6,
+            all,
+            &up,
+            &upstream,
+            &lane_x,
+        );
+        for p in [1.0, 2.0, 3.0] {
+            let norm = |v: &[f64]| v.iter().map(|x| x.abs().powf(p)).sum::<f64>().powf(1.0 / p);
+            check(
+                &NormGrad::new(p).unwrap(),
+                norm,
+                1e-6,
+                all,
+                &up,
+                &upstream,
+                &lane_x,
+            );
+        }
+        for mean in [false, true] {
+            let lme = move |v: &[f64]| lse(v) - if mean { (v.len() as f64).ln() } else { 0.0 };
+            check(
+                &LogSumExpGrad { mean },
+                lme,
+                1e-6,
+                all,
+                &up,
+                &upstream,
+                &lane_x,
+            );
+        }
+        let u32s = LaneIds::U32(&ids);
+        // median has no form; amax needs its saved output; a saved maximum that no
+        // element equals takes the general path; lanes past the ones given
+        let median = QuantileGrad::new(0.5, Interpolation::Midpoint).unwrap();
+        assert!(scattered_grad(&median, &xs, u32s, nlanes + 10, &up, None).is_none());
+        assert!(scattered_grad(&amax, &xs, u32s, nlanes + 10, &up, None).is_none());
+        let off: Vec<f32> = vec![100.0; nlanes];
+        let yl: Vec<usize> = (0..nlanes).collect();
+        let saved = SparseUpstream::PerLane {
+            ids: &yl,
+            values: &off,
+        };
+        assert!(scattered_grad(&amax, &xs, u32s, nlanes + 10, &up, Some(&saved)).is_none());
+        assert!(scattered_grad(&SumGrad, &xs, u32s, nlanes, &up, None).is_none());
+        assert!(!scatters(&amax, false) && scatters(&amax, true) && scatters(&MeanGrad, false));
+        assert!(!scatters(&median, true));
     }
 
     /// ptp's gradient, hand-checked: `g` split among the ties of the maximum, minus `g`
