@@ -700,21 +700,14 @@ impl LaneGrad for NormGrad {
     /// [`NormGrad`]'s `grad_with` at one element given the saved norm: NaN for a lane
     /// holding a NaN, 0 for a zero or infinite norm.
     fn lane_step(&self, x: f64, c: &LaneConsts) -> f64 {
-        let (p, n) = (self.ord, c.y);
+        let n = c.y;
         if n.is_nan() {
             return f64::NAN;
         }
         if n == 0.0 || !n.is_finite() {
             return 0.0;
         }
-        let d = if p == 1.0 {
-            sgn(x)
-        } else if p == 2.0 {
-            x / n
-        } else {
-            sgn(x) * (x.abs() / n).powf(p - 1.0)
-        };
-        c.g * d
+        c.g * self.slope(x, n)
     }
     /// Orders 0, 1, 2 and ±inf on the lane in its own type: the norm (the saved one,
     /// else summed as the `f64` lane sums it), then one vectorised pass writing the
@@ -816,6 +809,20 @@ impl LaneGrad for NormGrad {
 }
 
 impl NormGrad {
+    /// `∂norm / ∂x` for a finite nonzero order and a finite nonzero norm `n`:
+    /// `sign(x) (|x| / n)^(p-1)` (orders 1 and 2 without the power).
+    #[inline(always)]
+    fn slope(&self, x: f64, n: f64) -> f64 {
+        let p = self.ord;
+        if p == 1.0 {
+            sgn(x)
+        } else if p == 2.0 {
+            x / n
+        } else {
+            sgn(x) * (x.abs() / n).powf(p - 1.0)
+        }
+    }
+
     /// The gradient given the lane's norm `n`.
     fn grad_with(&self, xs: &[f64], g: &[f64], out: &mut [f64], n: f64) {
         if nan_lane(xs, out) {
@@ -841,14 +848,7 @@ impl NormGrad {
             return;
         }
         for (o, &x) in out.iter_mut().zip(xs) {
-            let d = if p == 1.0 {
-                sgn(x)
-            } else if p == 2.0 {
-                x / n
-            } else {
-                sgn(x) * (x.abs() / n).powf(p - 1.0)
-            };
-            *o = g[0] * d;
+            *o = g[0] * self.slope(x, n);
         }
     }
 }
