@@ -108,6 +108,16 @@ JOBS = [
     ("lvjp-coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
                   "--op", "vjp-norm,vjp-logsumexp,vjp-normalize,vjp-log_softmax",
                   "--repeat", "7"]),
+    # reductions' VJPs across the entries: down CSR columns (10M stored, 100 a column)
+    # and along a COO leading dim (1M stored over 100k lanes: the grouping plan kept)
+    ("csr-cols-vjp", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001",
+                      "--dim", "0", "--op",
+                      "vjp-sum,vjp-mean,vjp-amax,vjp-var,vjp-norm,vjp-logsumexp,vjp-median",
+                      "--repeat", "3"]),
+    ("coo-lead-vjp", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
+                      "--dim", "0", "--op",
+                      "vjp-sum,vjp-amax,vjp-var,vjp-norm,vjp-logsumexp,vjp-softmax",
+                      "--repeat", "7"]),
     # sparse attention: a band (row traversal) and a random pattern (key slices)
     ("attn-band", ["--op", "attention,attention-vjp", "--shape", "8192,64", "--pattern",
                    "band:256", "--repeat", "5"]),

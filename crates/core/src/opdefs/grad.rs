@@ -69,6 +69,12 @@ pub trait LaneGrad: Send + Sync + 'static {
         let _ = (n, g);
         None
     }
+    /// Whether [`LaneGrad::uniform`] reads the lane's count (a mean's does, a sum's
+    /// not): where it does not, a layout need not count each lane's elements. True by
+    /// default.
+    fn uniform_reads_count(&self) -> bool {
+        true
+    }
     /// For a reduction whose gradient at each valid element is a step from that
     /// element's value and its lane's constants ([`LaneConsts`]: the upstream, the
     /// saved output, the count and one statistic folded over the lane), the statistic;
@@ -235,6 +241,9 @@ impl LaneGrad for SumGrad {
     }
     fn uniform(&self, _: usize, g: f64) -> Option<f64> {
         Some(g)
+    }
+    fn uniform_reads_count(&self) -> bool {
+        false
     }
 }
 
@@ -1467,13 +1476,18 @@ pub fn scattered_grad<G: LaneGrad, T: Element>(
             let gl = g.by_lane(nlanes).ok()?;
             let mut out = masked_kernels::fresh_vec(ids.len());
             let Some(fold) = step else {
-                // the count is all a uniform gradient reads
-                let counts = lanes.fold(
-                    &[] as &[()],
-                    0usize,
-                    |acc, _, idx, _, _, _| idx.iter().for_each(|&l| acc[l] += 1),
-                    |a, b| *a += b,
-                );
+                // the count is all a uniform gradient reads, and a sum's not even that
+                // (every lane taken as one element: an empty lane's value is never read)
+                let counts = if grad.uniform_reads_count() {
+                    lanes.fold(
+                        &[] as &[()],
+                        0usize,
+                        |acc, _, idx, _, _, _| idx.iter().for_each(|&l| acc[l] += 1),
+                        |a, b| *a += b,
+                    )
+                } else {
+                    vec![1; nlanes]
+                };
                 let each: Vec<T::Real> = counts
                     .iter()
                     .zip(gl.iter())
