@@ -1467,9 +1467,12 @@ pub fn scattered_grad<G: LaneGrad, T: Element>(
             if step.is_none() {
                 grad.uniform(1, 0.0)?;
             }
-            let ys = match saved.filter(|_| grad.uses_output() && step.is_some()) {
-                Some(y) => Some(y.by_lane(nlanes).ok()?),
-                None if grad.uses_output() && step.is_some() => return None,
+            let reads_output = grad.uses_output() && step.is_some();
+            let ys = match saved.filter(|_| reads_output) {
+                Some(y @ SparseUpstream::PerLane { .. }) => Some(y.by_lane(nlanes).ok()?),
+                // a map's in a reduction's place: the general path reports it
+                Some(SparseUpstream::PerElement(_)) => return None,
+                None if reads_output => return None,
                 None => None,
             };
             let lanes = Scattered::new(xs, None, ids, nlanes)?;
@@ -2695,6 +2698,8 @@ mod tests {
         };
         assert!(scattered_grad(&amax, &xs, u32s, nlanes + 10, &up, Some(&saved)).is_none());
         assert!(scattered_grad(&SumGrad, &xs, u32s, nlanes, &up, None).is_none());
+        let each = SparseUpstream::PerElement(&xs[..]);
+        assert!(scattered_grad(&amax, &xs, u32s, nlanes + 10, &up, Some(&each)).is_none());
         assert!(!scatters(&amax, false) && scatters(&amax, true) && scatters(&MeanGrad, false));
         assert!(!scatters(&median, true));
     }
