@@ -19,7 +19,6 @@ import sys
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 import peers_common
 from peers_common import MASKED
@@ -30,13 +29,8 @@ ARGS = ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001", "--
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 OLD = os.environ.get("OLD_BIN")
 
-n, per = 100_000, 100
-rng = np.random.default_rng(0)
-a = sp.csr_array((rng.standard_normal(n * per).astype(np.float32),
-                  (np.repeat(np.arange(n), per), rng.integers(0, n, size=n * per))),
-                 shape=(n, n))
-a.sum_duplicates()
-a.sort_indices()
+a, rng = peers_common.csr_100k()
+n = a.shape[0]
 g = rng.standard_normal(n).astype(np.float32)
 idx, x = a.indices, a.data
 

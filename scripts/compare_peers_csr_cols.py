@@ -15,7 +15,6 @@ import os
 import sys
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from peers_common import tmed, show, medians, MASKED
@@ -28,13 +27,8 @@ rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 OLD = os.environ.get("OLD_BIN")
 
 torch.set_num_threads(2)
-n, per = 100_000, 100
-rng = np.random.default_rng(0)
-a = sp.csr_array((rng.standard_normal(n * per).astype(np.float32),
-                  (np.repeat(np.arange(n), per), rng.integers(0, n, size=n * per))),
-                 shape=(n, n))
-a.sum_duplicates()
-a.sort_indices()
+a, rng = peers_common.csr_100k()
+n = a.shape[0]
 t = torch.sparse_coo_tensor(
     torch.from_numpy(np.vstack([np.repeat(np.arange(n), np.diff(a.indptr)), a.indices]).astype(np.int64)),
     torch.from_numpy(a.data), size=(n, n)).coalesce()

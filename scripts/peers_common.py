@@ -47,3 +47,19 @@ def medians(rows):
     for key in rows[0]:
         if key != "round":
             print(f"  {key:32s} {statistics.median(r[key] for r in rows if key in r):10.3f}")
+
+
+def csr_100k(seed=0):
+    """The column scripts' matrix: 100000 x 100000 CSR, 100 random columns a row (about
+    10M stored after duplicates are summed; f32 standard normal), sorted indices, and
+    the generator it came from (for the scripts' further draws)."""
+    import numpy as np
+    import scipy.sparse as sp
+    n, per = 100_000, 100
+    rng = np.random.default_rng(seed)
+    a = sp.csr_array((rng.standard_normal(n * per).astype(np.float32),
+                      (np.repeat(np.arange(n), per), rng.integers(0, n, size=n * per))),
+                     shape=(n, n))
+    a.sum_duplicates()
+    a.sort_indices()
+    return a, rng

@@ -699,12 +699,10 @@ impl LaneGrad for NormGrad {
         }
         self.grad_with(xs, g, out, ys[0]);
     }
+    /// Finite nonzero orders (a lane's saved norm is then NaN exactly where it holds a
+    /// NaN); order 0 and the infinite ones have no step form.
     fn lane_fold(&self) -> Option<LaneFold> {
-        Some(LaneFold::Count)
-    }
-    /// Finite nonzero orders: a lane's saved norm is NaN exactly where it holds a NaN.
-    fn lane_applies(&self, _: &LaneConsts) -> bool {
-        self.ord.is_finite() && self.ord != 0.0
+        (self.ord.is_finite() && self.ord != 0.0).then_some(LaneFold::Count)
     }
     /// [`NormGrad`]'s `grad_with` at one element given the saved norm: NaN for a lane
     /// holding a NaN, 0 for a zero or infinite norm.
@@ -2702,6 +2700,12 @@ mod tests {
         assert!(scattered_grad(&amax, &xs, u32s, nlanes + 10, &up, Some(&each)).is_none());
         assert!(!scatters(&amax, false) && scatters(&amax, true) && scatters(&MeanGrad, false));
         assert!(!scatters(&median, true));
+        // the norms of order 0 and inf have no step form: nothing is folded for them
+        for p in [0.0, f64::INFINITY] {
+            let norm = NormGrad::new(p).unwrap();
+            assert!(!scatters(&norm, true));
+            assert!(scattered_grad(&norm, &xs, u32s, nlanes + 10, &up, Some(&saved)).is_none());
+        }
     }
 
     /// ptp's gradient, hand-checked: `g` split among the ties of the maximum, minus `g`
