@@ -12,8 +12,10 @@ fn packable<T>() -> bool {
     matches!(std::mem::size_of::<T>(), 4 | 8)
 }
 
-/// Whether [`compress_to`] and [`expand_to`] run as AVX-512 compress/expand on this CPU
-/// for elements of type `T` (folds then prefer packing valid elements to masking them).
+/// Whether [`compress_to`] and [`expand_to`] run as vector code on this CPU for elements
+/// of type `T` (4 or 8 bytes): AVX-512 compress/expand, or AVX2 permutes from a table.
+/// Folds then prefer packing valid elements to masking them, on both kinds of CPU alike,
+/// so that a lane folds in the same order whether it comes packed or with a mask.
 #[inline]
 pub fn packs_fast<T>() -> bool {
     #[cfg(test)]
@@ -23,7 +25,7 @@ pub fn packs_fast<T>() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::cpu;
-        packable::<T>() && (cpu::has_avx512() || (std::mem::size_of::<T>() == 4 && cpu::has_avx2()))
+        packable::<T>() && (cpu::has_avx512() || cpu::has_avx2())
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -82,13 +84,15 @@ pub fn compress_to<T: Copy>(xs: &[T], bits: Bits<'_>, out: &mut [T]) -> usize {
 unsafe fn compress_raw<T: Copy>(xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     if packs_fast::<T>() {
-        // SAFETY: the CPU has AVX-512, or AVX2 and `T` is 4 bytes (checked by
+        // SAFETY: the CPU has AVX-512, or AVX2, and `T` is 4 or 8 bytes (checked by
         // `packs_fast`), and the caller provides `cap >= xs.len()` writable slots.
         return unsafe {
             if crate::cpu::has_avx512() {
                 x86::compress(xs, bits, dst, cap)
-            } else {
+            } else if std::mem::size_of::<T>() == 4 {
                 x86::compress_avx2(xs, bits, dst, cap)
+            } else {
+                x86::compress_avx2_wide(xs, bits, dst, cap)
             }
         };
     }
@@ -201,13 +205,15 @@ pub fn expand_in_place<T: Copy>(buf: &mut [T], from: usize, bits: Bits<'_>, fill
 unsafe fn expand_raw<T: Copy>(src: *const T, bits: Bits<'_>, fill: T, dst: *mut T, n: usize) {
     #[cfg(target_arch = "x86_64")]
     if packs_fast::<T>() {
-        // SAFETY: AVX-512, or AVX2 with 4-byte elements, checked by `packs_fast`; the
-        // pointers as above.
+        // SAFETY: AVX-512, or AVX2, with 4- or 8-byte elements, checked by `packs_fast`;
+        // the pointers as above.
         unsafe {
             if crate::cpu::has_avx512() {
                 x86::expand(src, bits, fill, dst, n)
-            } else {
+            } else if std::mem::size_of::<T>() == 4 {
                 x86::expand_avx2(src, bits, fill, dst, n)
+            } else {
+                x86::expand_avx2_wide(src, bits, fill, dst, n)
             }
         };
         return;
@@ -353,6 +359,163 @@ pub(crate) mod x86 {
         }
         t
     };
+
+    /// [`COMPRESS8`] for four 8-byte lanes, as the pairs of 4-byte lanes `vpermd` moves:
+    /// for each 4-bit mask, its set lanes in order, then its clear lanes.
+    static COMPRESS4: [[u32; 8]; 16] = {
+        let mut t = [[0u32; 8]; 16];
+        let mut m = 0;
+        while m < 16 {
+            let mut k = 0;
+            let mut pass = 0;
+            while pass < 2 {
+                let mut l = 0;
+                while l < 4 {
+                    if (m >> l) & 1 == 1 - pass {
+                        t[m][2 * k] = 2 * l as u32;
+                        t[m][2 * k + 1] = 2 * l as u32 + 1;
+                        k += 1;
+                    }
+                    l += 1;
+                }
+                pass += 1;
+            }
+            m += 1;
+        }
+        t
+    };
+
+    /// [`EXPAND8`] for four 8-byte lanes, as pairs of 4-byte lanes: for each 4-bit mask,
+    /// the packed index each set lane takes its value from, 0 for clear lanes.
+    static EXPAND4: [[u32; 8]; 16] = {
+        let mut t = [[0u32; 8]; 16];
+        let mut m = 0;
+        while m < 16 {
+            let (mut l, mut k) = (0, 0);
+            while l < 4 {
+                if (m >> l) & 1 == 1 {
+                    t[m][2 * l] = 2 * k;
+                    t[m][2 * l + 1] = 2 * k + 1;
+                    k += 1;
+                }
+                l += 1;
+            }
+            m += 1;
+        }
+        t
+    };
+
+    /// All ones in the 8-byte lanes whose bit of `m` (4 bits) is set.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn lanes_of_wide(m: u32) -> __m256i {
+        let b = _mm256_setr_epi64x(1, 2, 4, 8);
+        _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(m as i64), b), b)
+    }
+
+    /// All ones in the 8-byte lanes below `k`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn low_lanes_wide(k: u32) -> __m256i {
+        _mm256_cmpgt_epi64(_mm256_set1_epi64x(k as i64), _mm256_setr_epi64x(0, 1, 2, 3))
+    }
+
+    /// The permutation of the 8-byte table `t` for mask `m`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn perm_wide(t: &[[u32; 8]; 16], m: u32) -> __m256i {
+        // SAFETY: a table row is eight `u32`s.
+        unsafe { _mm256_loadu_si256(t[m as usize].as_ptr() as *const __m256i) }
+    }
+
+    /// [`compress_avx2`] for 8-byte `T`: four lanes per step.
+    ///
+    /// # Safety
+    /// AVX2; `T` is 8 bytes; `dst` is valid for `cap >= xs.len()` writes.
+    #[target_feature(enable = "avx2,popcnt")]
+    pub(super) unsafe fn compress_avx2_wide<T: Copy>(
+        xs: &[T],
+        bits: Bits<'_>,
+        dst: *mut T,
+        cap: usize,
+    ) -> usize {
+        // SAFETY: as for `compress_avx2`, four lanes at a time: a whole store at
+        // `o <= c + 4q` ends by `c + 64 <= n <= cap`; the last word loads only set lanes
+        // (below `n`) and stores only `k` lanes.
+        debug_assert!(cap >= xs.len() && std::mem::size_of::<T>() == 8);
+        unsafe {
+            let n = xs.len();
+            let (src, d) = (xs.as_ptr() as *const i64, dst as *mut i64);
+            let mut o = 0usize;
+            let mut c = 0;
+            while c + 64 <= n {
+                let w = bits.word_at(c);
+                for q in 0..16 {
+                    let m = ((w >> (4 * q)) & 15) as u32;
+                    let x = _mm256_loadu_si256(src.add(c + 4 * q) as *const __m256i);
+                    let v = _mm256_permutevar8x32_epi32(x, perm_wide(&COMPRESS4, m));
+                    _mm256_storeu_si256(d.add(o) as *mut __m256i, v);
+                    o += m.count_ones() as usize;
+                }
+                c += 64;
+            }
+            if c < n {
+                let len = n - c;
+                let w = bits.word_at(c) & ((1u64 << len) - 1);
+                for q in 0..len.div_ceil(4) {
+                    let m = ((w >> (4 * q)) & 15) as u32;
+                    let x = _mm256_maskload_epi64(src.add(c + 4 * q), lanes_of_wide(m));
+                    let v = _mm256_permutevar8x32_epi32(x, perm_wide(&COMPRESS4, m));
+                    let k = m.count_ones();
+                    _mm256_maskstore_epi64(d.add(o), low_lanes_wide(k), v);
+                    o += k as usize;
+                }
+            }
+            o
+        }
+    }
+
+    /// [`expand_avx2`] for 8-byte `T`: four lanes per step.
+    ///
+    /// # Safety
+    /// AVX2; `T` is 8 bytes; the pointers as for `expand_raw`.
+    #[target_feature(enable = "avx2,popcnt")]
+    pub(super) unsafe fn expand_avx2_wide<T: Copy>(
+        src: *const T,
+        bits: Bits<'_>,
+        fill: T,
+        dst: *mut T,
+        n: usize,
+    ) {
+        // SAFETY: as for `expand_avx2`, four lanes at a time.
+        debug_assert!(std::mem::size_of::<T>() == 8);
+        unsafe {
+            let (src, dst) = (src as *const i64, dst as *mut i64);
+            let fill = _mm256_set1_epi64x(raw(fill) as i64);
+            let mut o = 0usize;
+            let mut c = 0;
+            while c < n {
+                let len = (n - c).min(64);
+                let w = bits.word_at(c);
+                for q in 0..len.div_ceil(4) {
+                    let lanes = (len - 4 * q).min(4) as u32;
+                    let m = ((w >> (4 * q)) & 15) as u32 & ((1u32 << lanes) - 1);
+                    let k = m.count_ones();
+                    let v = _mm256_maskload_epi64(src.add(o), low_lanes_wide(k));
+                    let e = _mm256_permutevar8x32_epi32(v, perm_wide(&EXPAND4, m));
+                    let e = _mm256_blendv_epi8(fill, e, lanes_of_wide(m));
+                    let d = dst.add(c + 4 * q);
+                    if lanes == 4 {
+                        _mm256_storeu_si256(d as *mut __m256i, e);
+                    } else {
+                        _mm256_maskstore_epi64(d, low_lanes_wide(lanes), e);
+                    }
+                    o += k as usize;
+                }
+                c += 64;
+            }
+        }
+    }
 
     /// All ones in the lanes whose bit of `m` is set.
     #[target_feature(enable = "avx2")]
