@@ -60,6 +60,17 @@ JOBS = [
                    "--repeat", "7"]),
     ("dense-f64", ["--layout", "dense", "--dtype", "f64", "--op", "sum,var,softmax",
                    "--repeat", "7"]),
+    # 8-byte values under a mask: the folds that pack the valid elements first (exp
+    # sums), the lane gathers and spreads (VJPs), half and 90% valid, dense and CSR
+    ("f64-mask", ["--layout", "dense", "--dtype", "f64", "--op",
+                  "logsumexp,softmax,log_softmax,var,norm,median,vjp-median,vjp-softmax",
+                  "--repeat", "7"]),
+    ("f64-mask90", ["--layout", "dense", "--dtype", "f64", "--mask-density", "0.9", "--op",
+                    "logsumexp,softmax,log_softmax,var,norm,median,vjp-median",
+                    "--repeat", "7"]),
+    ("csr-f64-mask", ["--layout", "csr", "--dtype", "f64", "--shape", "100000,100000",
+                      "--density", "0.001", "--mask-source", "random", "--op",
+                      "logsumexp,softmax,median,vjp-log_softmax", "--repeat", "7"]),
     ("unary", ["--layout", "dense", "--values", "positive", "--op",
                "exp,log,tanh,sigmoid,add,vjp-softmax", "--repeat", "7"]),
     # the float functions of the dtypes that compute in another type (halves: f32;

@@ -971,33 +971,51 @@ mod tests {
 
     /// The column order of the entries (the lanes of every op along dim 0) equals a
     /// stable sort of the entries by column, over enough entries to be cut into parts
-    /// counted and written in parallel, for either index width.
+    /// counted and written in parallel, for either index width: with few columns (each
+    /// entry straight to its column) and with many (through blocks of columns, the last
+    /// one short, some columns empty); and so do the valid values alone.
     #[test]
     fn column_order_is_a_stable_sort_by_column_in_parts() {
-        let (nrows, ncols) = (3000, 257);
-        let (mut indptr, mut cols) = (vec![0usize], Vec::new());
-        for r in 0..nrows {
-            cols.extend((0..ncols as u32).filter(|c| !(r as u32 * 7 + c * 3).is_multiple_of(5)));
-            indptr.push(cols.len());
-        }
-        let nnz = cols.len();
-        assert!(nnz > 2 << 18, "{nnz} entries: a single part");
-        let mut want: Vec<usize> = (0..nnz).collect();
-        want.sort_by_key(|&k| cols[k]);
-        let mut colptr = vec![0usize; ncols + 1];
-        for &c in &cols {
-            colptr[c as usize + 1] += 1;
-        }
-        for c in 0..ncols {
-            colptr[c + 1] += colptr[c];
-        }
-        let wide: Vec<usize> = cols.iter().map(|&c| c as usize).collect();
-        let vals = vec![0.0f64; nnz];
-        for ix in [Cols::U32(&cols), Cols::Usize(&wide)] {
-            let lanes = CsrLanes::try_new((nrows, ncols), &indptr, ix, &vals, None, false).unwrap();
-            let (entry, ptr) = lanes.by_column();
-            assert_eq!(ptr, colptr);
-            assert!(entry == want, "entries out of column order");
+        for (nrows, ncols) in [(3000, 257), (300, 5000)] {
+            let (mut indptr, mut cols) = (vec![0usize], Vec::new());
+            for r in 0..nrows {
+                let kept = |c: &u32| !(r as u32 * 7 + c * 3).is_multiple_of(5) && c % 97 != 13;
+                cols.extend((0..ncols as u32).filter(kept));
+                indptr.push(cols.len());
+            }
+            let nnz = cols.len();
+            assert!(nnz > 2 << 18, "{nnz} entries: a single part");
+            let mut want: Vec<usize> = (0..nnz).collect();
+            want.sort_by_key(|&k| cols[k]);
+            let colptr_of = |keep: &dyn Fn(usize) -> bool| {
+                let mut colptr = vec![0usize; ncols + 1];
+                for (_, &c) in cols.iter().enumerate().filter(|&(k, _)| keep(k)) {
+                    colptr[c as usize + 1] += 1;
+                }
+                for c in 0..ncols {
+                    colptr[c + 1] += colptr[c];
+                }
+                colptr
+            };
+            let wide: Vec<usize> = cols.iter().map(|&c| c as usize).collect();
+            let vals: Vec<f64> = (0..nnz).map(|k| k as f64).collect();
+            let valid = valid_words(nnz, |k| k % 3 != 0);
+            for ix in [Cols::U32(&cols), Cols::Usize(&wide)] {
+                let shape = (nrows, ncols);
+                let lanes = CsrLanes::try_new(shape, &indptr, ix, &vals, None, false).unwrap();
+                let (entry, ptr) = lanes.by_column();
+                assert_eq!(ptr, colptr_of(&|_| true), "{shape:?}");
+                assert!(entry == want, "{shape:?}: entries out of column order");
+                let lanes = CsrLanes::try_new(shape, &indptr, ix, &vals, Some(&valid), false);
+                let (got, ptr) = lanes.unwrap().valid_by_column();
+                assert_eq!(ptr, colptr_of(&|k| k % 3 != 0), "{shape:?}");
+                let want: Vec<f64> = want
+                    .iter()
+                    .filter(|&&k| k % 3 != 0)
+                    .map(|&k| vals[k])
+                    .collect();
+                assert!(got == want, "{shape:?}: valid values out of column order");
+            }
         }
     }
 

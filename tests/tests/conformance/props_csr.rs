@@ -42,9 +42,19 @@ struct Case {
 
 fn case(specials: bool) -> impl Strategy<Value = Case> {
     let dim = prop_oneof![6 => 0usize..7, 1 => 60usize..80];
-    (dim.clone(), dim, 0.0f64..1.0)
-        .prop_filter("small", |(r, c, _)| r * c <= 600)
-        .prop_flat_map(move |(nrows, ncols, density)| {
+    shaped(
+        specials,
+        (dim.clone(), dim).prop_filter("small", |(r, c)| r * c <= 600),
+    )
+}
+
+/// A case of a shape that `shape` draws.
+fn shaped(
+    specials: bool,
+    shape: impl Strategy<Value = (usize, usize)>,
+) -> impl Strategy<Value = Case> {
+    (shape, 0.0f64..1.0)
+        .prop_flat_map(move |((nrows, ncols), density)| {
             let n = nrows * ncols;
             let cell = prop_oneof![
                 ((1.0 - density) * 100.0) as u32 + 1 => Just(Cell::Unstored),
@@ -202,6 +212,17 @@ proptest! {
     #[test]
     fn csr_bf16_equals_dense_oracle(c in case(true)) {
         check::<half::bf16>(&c, half::bf16::from_f64)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// Over 2048 columns the entries are sorted into columns through blocks of
+    /// columns (the ops along dim 0 that need each column's values together).
+    #[test]
+    fn wide_csr_equals_dense_oracle(c in shaped(true, (1usize..4, 2048usize..2300))) {
+        check::<f32>(&c, |v| v as f32)?;
     }
 }
 

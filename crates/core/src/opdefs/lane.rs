@@ -45,7 +45,8 @@ pub trait LaneStat<T: Element>: Send + Sync + 'static {
     /// further valid zeros. `pos` holds the lane position of each value (same length,
     /// increasing) when [`LaneStat::positions`] is true and is empty otherwise;
     /// `first_zero` is the lowest position of the implicit zeros (unused when `zeros` is
-    /// 0). An empty lane is a fully masked lane.
+    /// 0; a layout may pass -1 where [`LaneStat::positions`] is false). An empty lane is
+    /// a fully masked lane.
     fn compute_sparse(
         &self,
         vals: &mut [T],
