@@ -89,10 +89,8 @@ unsafe fn compress_raw<T: Copy>(xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usiz
         return unsafe {
             if crate::cpu::has_avx512() {
                 x86::compress(xs, bits, dst, cap)
-            } else if std::mem::size_of::<T>() == 4 {
-                x86::compress_avx2(xs, bits, dst, cap)
             } else {
-                x86::compress_avx2_wide(xs, bits, dst, cap)
+                x86::compress_avx2(xs, bits, dst, cap)
             }
         };
     }
@@ -210,10 +208,8 @@ unsafe fn expand_raw<T: Copy>(src: *const T, bits: Bits<'_>, fill: T, dst: *mut 
         unsafe {
             if crate::cpu::has_avx512() {
                 x86::expand(src, bits, fill, dst, n)
-            } else if std::mem::size_of::<T>() == 4 {
-                x86::expand_avx2(src, bits, fill, dst, n)
             } else {
-                x86::expand_avx2_wide(src, bits, fill, dst, n)
+                x86::expand_avx2(src, bits, fill, dst, n)
             }
         };
         return;
@@ -317,19 +313,29 @@ pub(crate) mod x86 {
     use crate::bits::Bits;
     use std::arch::x86_64::*;
 
-    /// For each 8-bit mask, its set lanes in order, then its clear lanes: the AVX2
-    /// compress permutation (`vpermd`), also the selection's compress.
-    pub(crate) static COMPRESS8: [[u32; 8]; 256] = {
-        let mut t = [[0u32; 8]; 256];
+    /// The AVX2 permutation tables (`vpermd` indices): for each mask of `lanes` bits
+    /// (`N = 2^lanes` rows), to compress, the 4-byte lanes of its set lanes in order,
+    /// then those of its clear lanes; to expand, for each set lane those of the packed
+    /// value it takes (the set lanes below it), 0 for clear lanes. A lane is `8 / lanes`
+    /// 4-byte lanes (an 8-byte value moves as a pair).
+    const fn table<const N: usize>(lanes: usize, compress: bool) -> [[u32; 8]; N] {
+        let w = 8 / lanes;
+        let mut t = [[0u32; 8]; N];
         let mut m = 0;
-        while m < 256 {
+        while m < N {
             let mut k = 0;
+            // to compress: the set lanes (pass 0), then the clear ones (pass 1)
             let mut pass = 0;
-            while pass < 2 {
+            while pass < if compress { 2 } else { 1 } {
                 let mut l = 0;
-                while l < 8 {
+                while l < lanes {
                     if (m >> l) & 1 == 1 - pass {
-                        t[m][k] = l as u32;
+                        let (to, from) = if compress { (k, l) } else { (l, k) };
+                        let mut j = 0;
+                        while j < w {
+                            t[m][w * to + j] = (w * from + j) as u32;
+                            j += 1;
+                        }
                         k += 1;
                     }
                     l += 1;
@@ -339,215 +345,102 @@ pub(crate) mod x86 {
             m += 1;
         }
         t
-    };
-
-    /// For each 8-bit mask, the packed index each set lane takes its value from (the
-    /// set lanes below it), 0 for clear lanes: the AVX2 expand permutation.
-    static EXPAND8: [[u32; 8]; 256] = {
-        let mut t = [[0u32; 8]; 256];
-        let mut m = 0;
-        while m < 256 {
-            let (mut l, mut k) = (0, 0);
-            while l < 8 {
-                if (m >> l) & 1 == 1 {
-                    t[m][l] = k;
-                    k += 1;
-                }
-                l += 1;
-            }
-            m += 1;
-        }
-        t
-    };
-
-    /// [`COMPRESS8`] for four 8-byte lanes, as the pairs of 4-byte lanes `vpermd` moves:
-    /// for each 4-bit mask, its set lanes in order, then its clear lanes.
-    static COMPRESS4: [[u32; 8]; 16] = {
-        let mut t = [[0u32; 8]; 16];
-        let mut m = 0;
-        while m < 16 {
-            let mut k = 0;
-            let mut pass = 0;
-            while pass < 2 {
-                let mut l = 0;
-                while l < 4 {
-                    if (m >> l) & 1 == 1 - pass {
-                        t[m][2 * k] = 2 * l as u32;
-                        t[m][2 * k + 1] = 2 * l as u32 + 1;
-                        k += 1;
-                    }
-                    l += 1;
-                }
-                pass += 1;
-            }
-            m += 1;
-        }
-        t
-    };
-
-    /// [`EXPAND8`] for four 8-byte lanes, as pairs of 4-byte lanes: for each 4-bit mask,
-    /// the packed index each set lane takes its value from, 0 for clear lanes.
-    static EXPAND4: [[u32; 8]; 16] = {
-        let mut t = [[0u32; 8]; 16];
-        let mut m = 0;
-        while m < 16 {
-            let (mut l, mut k) = (0, 0);
-            while l < 4 {
-                if (m >> l) & 1 == 1 {
-                    t[m][2 * l] = 2 * k;
-                    t[m][2 * l + 1] = 2 * k + 1;
-                    k += 1;
-                }
-                l += 1;
-            }
-            m += 1;
-        }
-        t
-    };
-
-    /// All ones in the 8-byte lanes whose bit of `m` (4 bits) is set.
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn lanes_of_wide(m: u32) -> __m256i {
-        let b = _mm256_setr_epi64x(1, 2, 4, 8);
-        _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(m as i64), b), b)
     }
 
-    /// All ones in the 8-byte lanes below `k`.
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn low_lanes_wide(k: u32) -> __m256i {
-        _mm256_cmpgt_epi64(_mm256_set1_epi64x(k as i64), _mm256_setr_epi64x(0, 1, 2, 3))
+    /// The compress table of 4-byte lanes (also the selection's compress).
+    pub(crate) static COMPRESS8: [[u32; 8]; 256] = table(8, true);
+    /// The expand table of 4-byte lanes.
+    static EXPAND8: [[u32; 8]; 256] = table(8, false);
+    /// The compress table of 8-byte lanes.
+    static COMPRESS4: [[u32; 8]; 16] = table(4, true);
+    /// The expand table of 8-byte lanes.
+    static EXPAND4: [[u32; 8]; 16] = table(4, false);
+
+    /// The elements of `T` (4 or 8 bytes) in one 256-bit step: 8 or 4.
+    const fn step<T>() -> usize {
+        32 / std::mem::size_of::<T>()
     }
 
-    /// The permutation of the 8-byte table `t` for mask `m`.
+    /// The compress (or expand) permutation of one step of `T` for its mask `m`.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn perm_wide(t: &[[u32; 8]; 16], m: u32) -> __m256i {
+    fn perm<T>(compress: bool, m: u32) -> __m256i {
+        let row = match (step::<T>() == 8, compress) {
+            (true, true) => &COMPRESS8[m as usize],
+            (true, false) => &EXPAND8[m as usize],
+            (false, true) => &COMPRESS4[m as usize],
+            (false, false) => &EXPAND4[m as usize],
+        };
         // SAFETY: a table row is eight `u32`s.
-        unsafe { _mm256_loadu_si256(t[m as usize].as_ptr() as *const __m256i) }
+        unsafe { _mm256_loadu_si256(row.as_ptr() as *const __m256i) }
     }
 
-    /// [`compress_avx2`] for 8-byte `T`: four lanes per step.
-    ///
-    /// # Safety
-    /// AVX2; `T` is 8 bytes; `dst` is valid for `cap >= xs.len()` writes.
-    #[target_feature(enable = "avx2,popcnt")]
-    pub(super) unsafe fn compress_avx2_wide<T: Copy>(
-        xs: &[T],
-        bits: Bits<'_>,
-        dst: *mut T,
-        cap: usize,
-    ) -> usize {
-        // SAFETY: as for `compress_avx2`, four lanes at a time: a whole store at
-        // `o <= c + 4q` ends by `c + 64 <= n <= cap`; the last word loads only set lanes
-        // (below `n`) and stores only `k` lanes.
-        debug_assert!(cap >= xs.len() && std::mem::size_of::<T>() == 8);
-        unsafe {
-            let n = xs.len();
-            let (src, d) = (xs.as_ptr() as *const i64, dst as *mut i64);
-            let mut o = 0usize;
-            let mut c = 0;
-            while c + 64 <= n {
-                let w = bits.word_at(c);
-                for q in 0..16 {
-                    let m = ((w >> (4 * q)) & 15) as u32;
-                    let x = _mm256_loadu_si256(src.add(c + 4 * q) as *const __m256i);
-                    let v = _mm256_permutevar8x32_epi32(x, perm_wide(&COMPRESS4, m));
-                    _mm256_storeu_si256(d.add(o) as *mut __m256i, v);
-                    o += m.count_ones() as usize;
-                }
-                c += 64;
-            }
-            if c < n {
-                let len = n - c;
-                let w = bits.word_at(c) & ((1u64 << len) - 1);
-                for q in 0..len.div_ceil(4) {
-                    let m = ((w >> (4 * q)) & 15) as u32;
-                    let x = _mm256_maskload_epi64(src.add(c + 4 * q), lanes_of_wide(m));
-                    let v = _mm256_permutevar8x32_epi32(x, perm_wide(&COMPRESS4, m));
-                    let k = m.count_ones();
-                    _mm256_maskstore_epi64(d.add(o), low_lanes_wide(k), v);
-                    o += k as usize;
-                }
-            }
-            o
+    /// All ones in the lanes of `T` whose bit of `m` is set.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn lanes_of<T>(m: u32) -> __m256i {
+        if step::<T>() == 8 {
+            let b = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+            _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(m as i32), b), b)
+        } else {
+            let b = _mm256_setr_epi64x(1, 2, 4, 8);
+            _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(m as i64), b), b)
         }
     }
 
-    /// [`expand_avx2`] for 8-byte `T`: four lanes per step.
+    /// All ones in the lanes of `T` below `k`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn low_lanes<T>(k: u32) -> __m256i {
+        if step::<T>() == 8 {
+            _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(k as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            )
+        } else {
+            _mm256_cmpgt_epi64(_mm256_set1_epi64x(k as i64), _mm256_setr_epi64x(0, 1, 2, 3))
+        }
+    }
+
+    /// The lanes of `T` at `p` that `lanes` selects (the others 0).
     ///
     /// # Safety
-    /// AVX2; `T` is 8 bytes; the pointers as for `expand_raw`.
-    #[target_feature(enable = "avx2,popcnt")]
-    pub(super) unsafe fn expand_avx2_wide<T: Copy>(
-        src: *const T,
-        bits: Bits<'_>,
-        fill: T,
-        dst: *mut T,
-        n: usize,
-    ) {
-        // SAFETY: as for `expand_avx2`, four lanes at a time.
-        debug_assert!(std::mem::size_of::<T>() == 8);
+    /// AVX2; the selected lanes are readable.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn load_lanes<T>(p: *const T, lanes: __m256i) -> __m256i {
+        // SAFETY: the caller's
         unsafe {
-            let (src, dst) = (src as *const i64, dst as *mut i64);
-            let fill = _mm256_set1_epi64x(raw(fill) as i64);
-            let mut o = 0usize;
-            let mut c = 0;
-            while c < n {
-                let len = (n - c).min(64);
-                let w = bits.word_at(c);
-                for q in 0..len.div_ceil(4) {
-                    let lanes = (len - 4 * q).min(4) as u32;
-                    let m = ((w >> (4 * q)) & 15) as u32 & ((1u32 << lanes) - 1);
-                    let k = m.count_ones();
-                    let v = _mm256_maskload_epi64(src.add(o), low_lanes_wide(k));
-                    let e = _mm256_permutevar8x32_epi32(v, perm_wide(&EXPAND4, m));
-                    let e = _mm256_blendv_epi8(fill, e, lanes_of_wide(m));
-                    let d = dst.add(c + 4 * q);
-                    if lanes == 4 {
-                        _mm256_storeu_si256(d as *mut __m256i, e);
-                    } else {
-                        _mm256_maskstore_epi64(d, low_lanes_wide(lanes), e);
-                    }
-                    o += k as usize;
-                }
-                c += 64;
+            if step::<T>() == 8 {
+                _mm256_maskload_epi32(p as *const i32, lanes)
+            } else {
+                _mm256_maskload_epi64(p as *const i64, lanes)
             }
         }
     }
 
-    /// All ones in the lanes whose bit of `m` is set.
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn lanes_of(m: u32) -> __m256i {
-        let b = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-        _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(m as i32), b), b)
-    }
-
-    /// All ones in the lanes below `k`.
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn low_lanes(k: u32) -> __m256i {
-        _mm256_cmpgt_epi32(
-            _mm256_set1_epi32(k as i32),
-            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-        )
-    }
-
-    /// The permutation of table `t` for mask `m`.
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn perm(t: &[[u32; 8]; 256], m: u32) -> __m256i {
-        // SAFETY: a table row is eight `u32`s.
-        unsafe { _mm256_loadu_si256(t[m as usize].as_ptr() as *const __m256i) }
-    }
-
-    /// [`compress`] on AVX2 for 4-byte `T`: eight lanes per step, permuted by the
-    /// mask byte's table entry and stored whole.
+    /// Stores the lanes of `T` of `v` that `lanes` selects at `p`.
     ///
     /// # Safety
-    /// AVX2; `T` is 4 bytes; `dst` is valid for `cap >= xs.len()` writes.
+    /// AVX2; the selected lanes are writable.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn store_lanes<T>(p: *mut T, lanes: __m256i, v: __m256i) {
+        // SAFETY: the caller's
+        unsafe {
+            if step::<T>() == 8 {
+                _mm256_maskstore_epi32(p as *mut i32, lanes, v)
+            } else {
+                _mm256_maskstore_epi64(p as *mut i64, lanes, v)
+            }
+        }
+    }
+
+    /// [`compress`] on AVX2 for 4- and 8-byte `T`: a step of 8 (4) lanes per 8 (4) mask
+    /// bits, permuted by the table row of those bits and stored whole.
+    ///
+    /// # Safety
+    /// AVX2; `T` is 4 or 8 bytes; `dst` is valid for `cap >= xs.len()` writes.
     #[target_feature(enable = "avx2,popcnt")]
     pub(super) unsafe fn compress_avx2<T: Copy>(
         xs: &[T],
@@ -555,22 +448,24 @@ pub(crate) mod x86 {
         dst: *mut T,
         cap: usize,
     ) -> usize {
-        // SAFETY: as for `compress`, eight lanes at a time: a whole store at `o <= c + 8q`
+        // SAFETY: as for `compress`, a step at a time: a whole store at `o <= c + l q`
         // ends by `c + 64 <= n <= cap`; the last word loads only set lanes (below `n`)
         // and stores only `k` lanes.
-        debug_assert!(cap >= xs.len() && std::mem::size_of::<T>() == 4);
+        debug_assert!(cap >= xs.len() && matches!(std::mem::size_of::<T>(), 4 | 8));
+        let l = step::<T>();
+        let all = (1u64 << l) - 1;
         unsafe {
             let n = xs.len();
-            let (src, d) = (xs.as_ptr() as *const i32, dst as *mut i32);
+            let src = xs.as_ptr();
             let mut o = 0usize;
             let mut c = 0;
             while c + 64 <= n {
                 let w = bits.word_at(c);
-                for q in 0..8 {
-                    let m = (w >> (8 * q)) as u8 as u32;
-                    let x = _mm256_loadu_si256(src.add(c + 8 * q) as *const __m256i);
-                    let v = _mm256_permutevar8x32_epi32(x, perm(&COMPRESS8, m));
-                    _mm256_storeu_si256(d.add(o) as *mut __m256i, v);
+                for q in 0..64 / l {
+                    let m = ((w >> (l * q)) & all) as u32;
+                    let x = _mm256_loadu_si256(src.add(c + l * q) as *const __m256i);
+                    let v = _mm256_permutevar8x32_epi32(x, perm::<T>(true, m));
+                    _mm256_storeu_si256(dst.add(o) as *mut __m256i, v);
                     o += m.count_ones() as usize;
                 }
                 c += 64;
@@ -578,12 +473,12 @@ pub(crate) mod x86 {
             if c < n {
                 let len = n - c;
                 let w = bits.word_at(c) & ((1u64 << len) - 1);
-                for q in 0..len.div_ceil(8) {
-                    let m = (w >> (8 * q)) as u8 as u32;
-                    let x = _mm256_maskload_epi32(src.add(c + 8 * q), lanes_of(m));
-                    let v = _mm256_permutevar8x32_epi32(x, perm(&COMPRESS8, m));
+                for q in 0..len.div_ceil(l) {
+                    let m = ((w >> (l * q)) & all) as u32;
+                    let x = load_lanes(src.add(c + l * q), lanes_of::<T>(m));
+                    let v = _mm256_permutevar8x32_epi32(x, perm::<T>(true, m));
                     let k = m.count_ones();
-                    _mm256_maskstore_epi32(d.add(o), low_lanes(k), v);
+                    store_lanes(dst.add(o), low_lanes::<T>(k), v);
                     o += k as usize;
                 }
             }
@@ -591,11 +486,11 @@ pub(crate) mod x86 {
         }
     }
 
-    /// [`expand`] on AVX2 for 4-byte `T`: eight lanes per step, the mask byte's `k`
-    /// values loaded, permuted to their lanes and blended with the fill.
+    /// [`expand`] on AVX2 for 4- and 8-byte `T`: a step of 8 (4) lanes per 8 (4) mask
+    /// bits, its `k` values loaded, permuted to their lanes and blended with the fill.
     ///
     /// # Safety
-    /// AVX2; `T` is 4 bytes; the pointers as for `expand_raw`.
+    /// AVX2; `T` is 4 or 8 bytes; the pointers as for `expand_raw`.
     #[target_feature(enable = "avx2,popcnt")]
     pub(super) unsafe fn expand_avx2<T: Copy>(
         src: *const T,
@@ -605,30 +500,34 @@ pub(crate) mod x86 {
         n: usize,
     ) {
         // SAFETY: loads read `k` values at `o`, `o + k` at most the set bits, which
-        // `src` covers; stores are whole inside whole 8-lane groups below `n` and masked
-        // in the last. In place, a group's values are loaded before its store and later
-        // groups' values lie at or after its slots (see `expand_in_place`).
-        debug_assert!(std::mem::size_of::<T>() == 4);
+        // `src` covers; stores are whole inside whole steps below `n` and masked in the
+        // last. In place, a step's values are loaded before its store and later steps'
+        // values lie at or after its slots (see `expand_in_place`).
+        debug_assert!(matches!(std::mem::size_of::<T>(), 4 | 8));
+        let l = step::<T>();
         unsafe {
-            let (src, dst) = (src as *const i32, dst as *mut i32);
-            let fill = _mm256_set1_epi32(raw(fill) as u32 as i32);
+            let fill = if l == 8 {
+                _mm256_set1_epi32(raw(fill) as u32 as i32)
+            } else {
+                _mm256_set1_epi64x(raw(fill) as i64)
+            };
             let mut o = 0usize;
             let mut c = 0;
             while c < n {
                 let len = (n - c).min(64);
                 let w = bits.word_at(c);
-                for q in 0..len.div_ceil(8) {
-                    let lanes = (len - 8 * q).min(8) as u32;
-                    let m = (w >> (8 * q)) as u8 as u32 & ((1u32 << lanes) - 1);
+                for q in 0..len.div_ceil(l) {
+                    let lanes = (len - l * q).min(l) as u32;
+                    let m = ((w >> (l * q)) as u32) & ((1u32 << lanes) - 1);
                     let k = m.count_ones();
-                    let v = _mm256_maskload_epi32(src.add(o), low_lanes(k));
-                    let e = _mm256_permutevar8x32_epi32(v, perm(&EXPAND8, m));
-                    let e = _mm256_blendv_epi8(fill, e, lanes_of(m));
-                    let d = dst.add(c + 8 * q);
-                    if lanes == 8 {
+                    let v = load_lanes(src.add(o), low_lanes::<T>(k));
+                    let e = _mm256_permutevar8x32_epi32(v, perm::<T>(false, m));
+                    let e = _mm256_blendv_epi8(fill, e, lanes_of::<T>(m));
+                    let d = dst.add(c + l * q);
+                    if lanes as usize == l {
                         _mm256_storeu_si256(d as *mut __m256i, e);
                     } else {
-                        _mm256_maskstore_epi32(d, low_lanes(lanes), e);
+                        store_lanes(d, low_lanes::<T>(lanes), e);
                     }
                     o += k as usize;
                 }
