@@ -119,6 +119,12 @@ JOBS = [
     ("lvjp-coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
                   "--op", "vjp-norm,vjp-logsumexp,vjp-normalize,vjp-log_softmax",
                   "--repeat", "7"]),
+    # statistics down CSR columns (each column's values sorted into place): 100 a
+    # column over 100k columns, and 10 a column over 1M (the sort through blocks)
+    ("csr-cols-stats", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001",
+                        "--dim", "0", "--op", "median,quantile", "--repeat", "5"]),
+    ("csr-wide-stats", ["--layout", "csr", "--shape", "10000,1000000", "--density", "0.001",
+                        "--dim", "0", "--op", "median", "--repeat", "5"]),
     # reductions' VJPs across the entries: down CSR columns (10M stored, 100 a column)
     # and along a COO leading dim (1M stored over 100k lanes: the grouping plan kept)
     ("csr-cols-vjp", ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001",

@@ -1,4 +1,5 @@
-"""Gradients of reductions down CSR columns (dim 0) against numpy/scipy, in one run.
+"""Gradients of reductions down CSR columns (dim 0), and the column median, against
+numpy/scipy, in one run.
 
 On a 100000 x 100000 CSR matrix with about 10M stored entries (f32, the mask its
 pattern), each round times `masked bench --layout csr --dim 0 --json` (2 threads;
@@ -8,7 +9,10 @@ in numpy over scipy's arrays (scipy has no autograd): sum `g[indices]`; mean
 `(g / counts)[indices]` with `np.bincount`; amax the column maxima (`A.max(axis=0)`),
 the ties counted with `np.bincount`, `g / ties` where an entry equals its column's
 maximum; var the column means from `np.bincount(..., weights=data)`, then
-`2 g (x - mean) / (n - 1)`. numpy runs on one thread. Prints each round's times and
+`2 g (x - mean) / (n - 1)`; the median scipy's column order (`tocsc`), each column's
+values sorted by one `np.lexsort` (by column, then value), the middle pair averaged.
+numpy runs on one thread; scipy's `tocsc` alone is timed too (any column statistic of
+scipy's starts from it). Prints each round's times and
 the medians of ours / numpy's. Needs numpy and scipy and a release build.
 
   python scripts/compare_peers_csr_col_grads.py [ROUNDS]
@@ -23,7 +27,7 @@ import numpy as np
 import peers_common
 from peers_common import MASKED
 
-OPS = ["vjp-sum", "vjp-mean", "vjp-amax", "vjp-var"]
+OPS = ["vjp-sum", "vjp-mean", "vjp-amax", "vjp-var", "median"]
 ARGS = ["--layout", "csr", "--shape", "100000,100000", "--density", "0.001", "--dim", "0",
         "--repeat", "5"]
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
@@ -58,8 +62,18 @@ def grad_var():
     return (scale[idx] * (x - mean[idx])).astype(np.float32)
 
 
+def median():
+    c = a.tocsc()
+    counts = np.diff(c.indptr)
+    v = c.data[np.lexsort((c.data, np.repeat(np.arange(n), counts)))]
+    has = counts > 0
+    lo = (c.indptr[:-1] + (counts - 1) // 2)[has]
+    hi = (c.indptr[:-1] + counts // 2)[has]
+    return (v[lo] + v[hi]) / 2
+
+
 PEERS = {"vjp-sum": grad_sum, "vjp-mean": grad_mean, "vjp-amax": grad_amax,
-         "vjp-var": grad_var}
+         "vjp-var": grad_var, "median": median}
 
 
 def best(f, reps=5):
@@ -90,6 +104,8 @@ for r in range(rounds):
             old_ratios[op].append(new[op] / old[op])
             line += f"  old {old[op]:8.2f} ms  new/old {new[op] / old[op]:.2f}"
         print(line, flush=True)
+# the floor of any column statistic in scipy: its column order alone
+print(f"scipy tocsc alone {best(a.tocsc):8.2f} ms")
 for op in OPS:
     line = f"{op:9} ours/numpy median {statistics.median(ratios[op]):.2f}"
     if OLD:
