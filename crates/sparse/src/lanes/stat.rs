@@ -71,8 +71,9 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// in order, a column's entries in row order), and the column pointer: a counting
     /// sort by column, O(nnz), each part of the entries counted and moved in parallel.
     /// With few columns each entry goes straight to its slot. With many, a cursor a
-    /// column outgrows the cache and nearly every write misses (10M entries over 1M
-    /// columns: 3.4x the time); each entry then goes first to its block of
+    /// column outgrows the cache and nearly every write misses (a column median of 10M
+    /// entries over 1M columns took 3.4x as long so); each entry then goes first to its
+    /// block of
     /// [`BLOCK_COLS`] or more columns (at most [`MAX_BLOCKS`] streams of writes), then
     /// within its block, in cache, to its column (stable both times).
     fn column_sort<P: ZeroBits + Send + Sync>(
