@@ -47,6 +47,9 @@ JOBS = [
                  "--repeat", "7"]),
     ("coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01", "--dim", "2",
              "--op", "sum,amax,argmax,count,median,softmax", "--repeat", "7"]),
+    # statistics of short sparse lanes (about a value a lane)
+    ("coo-short", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
+                   "--dim", "2", "--op", "median,quantile", "--repeat", "7"]),
     # lane maps and the softmax VJP along COO's leading dim (the lanes across the entries)
     ("coo-lead", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
                   "--dim", "0", "--op", "softmax,log_softmax,normalize,cumsum,vjp-softmax",
