@@ -255,17 +255,17 @@ impl<T: Element> LaneStat<T> for Quantile {
     }
     fn compute_sparse(&self, vals: &mut [T], _: &[i64], zeros: usize, _: i64) -> T::Real {
         let n = vals.len() + zeros;
-        if n == 0 || (n <= 2 && vals.iter().any(|x| x.is_nan())) {
+        if n == 0 {
             return <T::Real as Float>::NAN;
         }
         let pos = self.q * (n - 1) as f64;
         let lo = pos.floor() as usize;
         let frac = pos - lo as f64;
         let (a, b) = match *vals {
-            // a lane of one or two values (a short sparse lane): no selection, whose
-            // call chain cost a COO lane of one entry 20 ns
-            [x] if zeros == 0 => (x, x),
-            [x, y] if zeros == 0 => {
+            // a lane of one or two values (a short sparse lane), no NaN: no selection,
+            // whose call chain cost a COO lane of one entry 20 ns
+            [x] if zeros == 0 && !x.is_nan() => (x, x),
+            [x, y] if zeros == 0 && !x.is_nan() && !y.is_nan() => {
                 let (s0, s1) = if y.key() < x.key() { (y, x) } else { (x, y) };
                 // ranks `lo` and `lo + 1` (q = 1: the larger, twice)
                 if lo == 0 {
