@@ -243,10 +243,8 @@ pub struct Opts {
 /// sparse output stores exactly the dense output mask with the dense values (or that
 /// both fail with the same error). The one conformance loop of every sparse layout.
 pub fn conform<T, L>(
-    oracle: &masked::MaskedView<'_, T, ndarray::IxDyn>,
-    sparse: &L,
-    choices: impl Fn(masked::by_name::Kind) -> Vec<(masked::Dims, bool)>,
-    o: &Opts,
+    oracle: &masked::MaskedView<'_, T, ndarray::IxDyn>, sparse: &L,
+    choices: impl Fn(masked::by_name::Kind) -> Vec<(masked::Dims, bool)>, o: &Opts,
 ) -> Result<(), TestCaseError>
 where
     T: masked::Element,

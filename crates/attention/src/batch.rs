@@ -83,10 +83,7 @@ impl Batch {
 
     /// The batch of attention's operands, checked against each other and the plan.
     pub(crate) fn attention(
-        q: &Operand,
-        k: &Operand,
-        v: &Operand,
-        plan: &AttentionPlan,
+        q: &Operand, k: &Operand, v: &Operand, plan: &AttentionPlan,
     ) -> Result<Batch> {
         let (nq, nk) = plan.shape();
         let mismatch = |what: &str, left: usize, right: usize| MaskedError::ShapeMismatch {

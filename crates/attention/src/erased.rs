@@ -173,12 +173,8 @@ pub struct Grads {
 /// # Errors
 /// As [`crate::attention`]; integer operands or operands of different dtypes.
 pub fn attention(
-    q: &FloatView<'_>,
-    k: &FloatView<'_>,
-    v: &FloatView<'_>,
-    plan: &AttentionPlan,
-    scale: Option<f64>,
-    bias: Option<&FloatView<'_>>,
+    q: &FloatView<'_>, k: &FloatView<'_>, v: &FloatView<'_>, plan: &AttentionPlan,
+    scale: Option<f64>, bias: Option<&FloatView<'_>>,
 ) -> Result<FloatArray> {
     same_float!(q, [q, k, v], T => {
         let bias = typed_values::<T>(bias)?;
@@ -192,13 +188,8 @@ pub fn attention(
 /// # Errors
 /// As [`attention`]; a gradient not of the output's shape.
 pub fn attention_vjp(
-    q: &FloatView<'_>,
-    k: &FloatView<'_>,
-    v: &FloatView<'_>,
-    plan: &AttentionPlan,
-    scale: Option<f64>,
-    bias: Option<&FloatView<'_>>,
-    grad: &FloatView<'_>,
+    q: &FloatView<'_>, k: &FloatView<'_>, v: &FloatView<'_>, plan: &AttentionPlan,
+    scale: Option<f64>, bias: Option<&FloatView<'_>>, grad: &FloatView<'_>,
 ) -> Result<Grads> {
     same_float!(q, [q, k, v, grad], T => {
         let bias = typed_values::<T>(bias)?;
@@ -218,10 +209,7 @@ pub fn attention_vjp(
 /// # Errors
 /// As [`crate::sddmm`]; operands of different dtypes.
 pub fn sddmm(
-    a: &FloatView<'_>,
-    b: &FloatView<'_>,
-    plan: &AttentionPlan,
-    scale: f64,
+    a: &FloatView<'_>, b: &FloatView<'_>, plan: &AttentionPlan, scale: f64,
 ) -> Result<FloatArray> {
     same_float!(a, [a, b], T => crate::sddmm::<T>(a, b, plan, scale).map(wrap))
 }
@@ -239,11 +227,7 @@ pub fn spmm(values: &FloatView<'_>, plan: &AttentionPlan, x: &FloatView<'_>) -> 
 /// # Errors
 /// As [`crate::sddmm_vjp`]; operands of different dtypes.
 pub fn sddmm_vjp(
-    a: &FloatView<'_>,
-    b: &FloatView<'_>,
-    plan: &AttentionPlan,
-    scale: f64,
-    grad: &FloatView<'_>,
+    a: &FloatView<'_>, b: &FloatView<'_>, plan: &AttentionPlan, scale: f64, grad: &FloatView<'_>,
 ) -> Result<(FloatArray, FloatArray)> {
     same_float!(a, [a, b, grad], T => {
         let (da, db) = crate::sddmm_vjp::<T>(a, b, plan, scale, grad)?;
@@ -256,10 +240,7 @@ pub fn sddmm_vjp(
 /// # Errors
 /// As [`crate::spmm_vjp`]; operands of different dtypes.
 pub fn spmm_vjp(
-    values: &FloatView<'_>,
-    plan: &AttentionPlan,
-    x: &FloatView<'_>,
-    grad: &FloatView<'_>,
+    values: &FloatView<'_>, plan: &AttentionPlan, x: &FloatView<'_>, grad: &FloatView<'_>,
 ) -> Result<(FloatArray, FloatArray)> {
     same_float!(x, [values, x, grad], T => {
         let (dv, dx) = crate::spmm_vjp::<T>(values, plan, x, grad)?;

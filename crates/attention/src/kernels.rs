@@ -593,13 +593,7 @@ multiversion! {
 
 #[inline(always)]
 fn grad_rows_k<A: Acc, M: Madd>(
-    _: M,
-    a: &Attn<'_, A>,
-    g: Mat<'_, A>,
-    r0: usize,
-    r1: usize,
-    dq: &mut [A],
-    out: &GradOut<'_, A>,
+    _: M, a: &Attn<'_, A>, g: Mat<'_, A>, r0: usize, r1: usize, dq: &mut [A], out: &GradOut<'_, A>,
 ) {
     let d = a.q.cols;
     let (mut s, mut dp) = (Vec::new(), Vec::new());
@@ -627,12 +621,7 @@ fn grad_rows_k<A: Acc, M: Madd>(
 /// No other task accesses `dbias` at positions `lo .. lo + dp.len()` meanwhile.
 #[inline(always)]
 pub(crate) unsafe fn ds_row<A: Acc>(
-    p: &[A],
-    dp: &mut [A],
-    big_d: A,
-    scale: A,
-    dbias: Option<&Scatter<'_, A>>,
-    lo: usize,
+    p: &[A], dp: &mut [A], big_d: A, scale: A, dbias: Option<&Scatter<'_, A>>, lo: usize,
 ) {
     for t in 0..p.len().min(dp.len()) {
         let ds = p[t] * (dp[t] - big_d);
@@ -681,11 +670,7 @@ pub struct GradCols<'a, A> {
 
 #[inline(always)]
 fn grad_cols_k<A: Acc, M: Madd>(
-    _: M,
-    c: &GradCols<'_, A>,
-    (c0, c1): (usize, usize),
-    dk: &mut [A],
-    dv: &mut [A],
+    _: M, c: &GradCols<'_, A>, (c0, c1): (usize, usize), dk: &mut [A], dv: &mut [A],
 ) {
     let a = &c.a;
     let (d, dvw) = (a.k.cols, a.v.cols);
@@ -770,12 +755,7 @@ multiversion! {
 
 #[inline(always)]
 fn sddmm_rows_k<A: Acc, M: Madd>(
-    _: M,
-    a: Mat<'_, A>,
-    b: Mat<'_, A>,
-    p: Index<'_, usize>,
-    scale: A,
-    (r0, r1): (usize, usize),
+    _: M, a: Mat<'_, A>, b: Mat<'_, A>, p: Index<'_, usize>, scale: A, (r0, r1): (usize, usize),
     out: &mut [A],
 ) {
     let base = p.ptr[r0];
@@ -799,12 +779,7 @@ multiversion! {
 
 #[inline(always)]
 fn spmm_rows_k<A: Acc, M: Madd>(
-    _: M,
-    vals: &[A],
-    p: Index<'_, usize>,
-    x: Mat<'_, A>,
-    r0: usize,
-    out: &mut [A],
+    _: M, vals: &[A], p: Index<'_, usize>, x: Mat<'_, A>, r0: usize, out: &mut [A],
 ) {
     let width = x.cols.max(1);
     for r in 0..out.len() / width {

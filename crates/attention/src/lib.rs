@@ -247,10 +247,7 @@ fn scale_of(scale: Option<f64>, d: usize) -> Result<f64> {
 /// Shapes that do not match the plan or each other, a bias of the wrong length, a
 /// non-finite scale, an output too large to allocate.
 pub fn attention<T: AttnFloat>(
-    q: ArrayViewD<'_, T>,
-    k: ArrayViewD<'_, T>,
-    v: ArrayViewD<'_, T>,
-    plan: &AttentionPlan,
+    q: ArrayViewD<'_, T>, k: ArrayViewD<'_, T>, v: ArrayViewD<'_, T>, plan: &AttentionPlan,
     opts: &Options<'_, T>,
 ) -> Result<ArrayD<T>> {
     let inp = inputs(&q, &k, &v, plan, opts)?;
@@ -273,11 +270,8 @@ struct Inputs<'a, A: Clone> {
 }
 
 fn inputs<'a, T: AttnFloat>(
-    q: &'a ArrayViewD<'a, T>,
-    k: &'a ArrayViewD<'a, T>,
-    v: &'a ArrayViewD<'a, T>,
-    plan: &AttentionPlan,
-    opts: &Options<'a, T>,
+    q: &'a ArrayViewD<'a, T>, k: &'a ArrayViewD<'a, T>, v: &'a ArrayViewD<'a, T>,
+    plan: &AttentionPlan, opts: &Options<'a, T>,
 ) -> Result<Inputs<'a, T::Acc>> {
     let ops = [
         Operand::of(q, "q")?,
@@ -341,12 +335,8 @@ fn attend<A: Acc>(inp: &Inputs<'_, A>, plan: &AttentionPlan) -> Result<Vec<A>> {
 /// # Errors
 /// As [`attention`]; `grad` not of the output's shape.
 pub fn attention_vjp<T: AttnFloat>(
-    q: ArrayViewD<'_, T>,
-    k: ArrayViewD<'_, T>,
-    v: ArrayViewD<'_, T>,
-    plan: &AttentionPlan,
-    opts: &Options<'_, T>,
-    grad: ArrayViewD<'_, T>,
+    q: ArrayViewD<'_, T>, k: ArrayViewD<'_, T>, v: ArrayViewD<'_, T>, plan: &AttentionPlan,
+    opts: &Options<'_, T>, grad: ArrayViewD<'_, T>,
 ) -> Result<AttentionGrads<T>> {
     let inp = inputs(&q, &k, &v, plan, opts)?;
     let out_shape = inp.batch.shape(plan.shape().0, inp.ops[2].cols);
@@ -480,10 +470,7 @@ fn attend_grad<A: Acc>(inp: &Inputs<'_, A>, g: &[A], plan: &AttentionPlan) -> Re
 /// `run(c, dk rows, dv rows)` over chunks of `per` keys of `dk` and `dv` (`d` and `dv`
 /// values a key), in parallel; with `d` or `dv` 0, that side's chunks are empty.
 fn key_tasks<A: Send>(
-    dk: &mut [A],
-    dv: &mut [A],
-    (d, dvw): (usize, usize),
-    per: usize,
+    dk: &mut [A], dv: &mut [A], (d, dvw): (usize, usize), per: usize,
     run: impl Fn(usize, &mut [A], &mut [A]) + Sync,
 ) {
     match (d, dvw) {
@@ -584,10 +571,7 @@ fn values_shape(batch: &Batch, plan: &AttentionPlan) -> Vec<usize> {
 /// # Errors
 /// Shapes that do not match the plan or each other; a non-finite scale.
 pub fn sddmm<T: AttnFloat>(
-    a: ArrayViewD<'_, T>,
-    b: ArrayViewD<'_, T>,
-    plan: &AttentionPlan,
-    scale: f64,
+    a: ArrayViewD<'_, T>, b: ArrayViewD<'_, T>, plan: &AttentionPlan, scale: f64,
 ) -> Result<ArrayD<T>> {
     let (ao, bo) = (Operand::of(&a, "a")?, Operand::of(&b, "b")?);
     let batch = pair_batch(&ao, &bo, plan, "b")?;
@@ -601,10 +585,7 @@ pub fn sddmm<T: AttnFloat>(
 
 /// The batch of `a` `[..., n, d]` and `b` `[..., m, d or dv]` against the plan.
 fn pair_batch(
-    a: &Operand,
-    b: &Operand,
-    plan: &AttentionPlan,
-    bname: &'static str,
+    a: &Operand, b: &Operand, plan: &AttentionPlan, bname: &'static str,
 ) -> Result<Batch> {
     let (n, m) = plan.shape();
     let mismatch = |what: String, left: usize, right: usize| MaskedError::ShapeMismatch {
@@ -634,11 +615,7 @@ fn pair_batch(
 /// `out = scale · (a bᵀ)` on the pattern, every batch element's values after the
 /// previous element's.
 fn sddmm_into<A: Acc>(
-    batch: &Batch,
-    plan: &AttentionPlan,
-    [a, b]: [&[A]; 2],
-    [ao, bo]: [&Operand; 2],
-    scale: A,
+    batch: &Batch, plan: &AttentionPlan, [a, b]: [&[A]; 2], [ao, bo]: [&Operand; 2], scale: A,
     out: &mut [A],
 ) {
     for e in 0..batch.count {
@@ -661,11 +638,7 @@ fn sddmm_into<A: Acc>(
 /// `out = scale · (a bᵀ)` at the positions of pattern `pi` (`out` holds them all), a
 /// query row or a key slice at a time as the plan's [`Traversal`] says.
 fn sddmm_on<A: Acc>(
-    plan: &AttentionPlan,
-    pi: usize,
-    [am, bm]: [Mat<'_, A>; 2],
-    scale: A,
-    out: &mut [A],
+    plan: &AttentionPlan, pi: usize, [am, bm]: [Mat<'_, A>; 2], scale: A, out: &mut [A],
 ) {
     let index = plan.index(pi);
     let (n, nk) = plan.shape();
@@ -705,11 +678,7 @@ fn spmm_on<A: Acc>(plan: &AttentionPlan, pi: usize, vals: &[A], xm: Mat<'_, A>, 
 /// `x.cols` a key): through the plan's transpose a key at a time, or by key tasks
 /// streaming the query rows once a key slice, as the plan's [`Traversal`] says.
 fn transpose_times<A: Acc>(
-    plan: &AttentionPlan,
-    pi: usize,
-    vals: &[A],
-    xm: Mat<'_, A>,
-    out: &mut [A],
+    plan: &AttentionPlan, pi: usize, vals: &[A], xm: Mat<'_, A>, out: &mut [A],
 ) -> Result<()> {
     let (nq, nk) = plan.shape();
     let width = xm.cols.max(1);
@@ -752,9 +721,7 @@ fn transpose_times<A: Acc>(
 /// # Errors
 /// Shapes that do not match the plan or each other.
 pub fn spmm<T: AttnFloat>(
-    values: ArrayViewD<'_, T>,
-    plan: &AttentionPlan,
-    x: ArrayViewD<'_, T>,
+    values: ArrayViewD<'_, T>, plan: &AttentionPlan, x: ArrayViewD<'_, T>,
 ) -> Result<ArrayD<T>> {
     let (batch, xo, at) = spmm_batch(values.shape(), plan, &x)?;
     let (va, xa) = (acc_values(&values), acc_values(&x));
@@ -772,9 +739,7 @@ pub fn spmm<T: AttnFloat>(
 }
 
 fn spmm_batch<T>(
-    vshape: &[usize],
-    plan: &AttentionPlan,
-    x: &ArrayViewD<'_, T>,
+    vshape: &[usize], plan: &AttentionPlan, x: &ArrayViewD<'_, T>,
 ) -> Result<(Batch, Operand, ValuesAt)> {
     let xo = Operand::of(x, "x")?;
     let m = plan.shape().1;
@@ -807,10 +772,7 @@ fn spmm_batch<T>(
 /// # Errors
 /// As [`sddmm`]; `grad` not of the output's shape.
 pub fn sddmm_vjp<T: AttnFloat>(
-    a: ArrayViewD<'_, T>,
-    b: ArrayViewD<'_, T>,
-    plan: &AttentionPlan,
-    scale: f64,
+    a: ArrayViewD<'_, T>, b: ArrayViewD<'_, T>, plan: &AttentionPlan, scale: f64,
     grad: ArrayViewD<'_, T>,
 ) -> Result<(ArrayD<T>, ArrayD<T>)> {
     let (ao, bo) = (Operand::of(&a, "a")?, Operand::of(&b, "b")?);
@@ -850,10 +812,7 @@ pub fn sddmm_vjp<T: AttnFloat>(
 /// # Errors
 /// As [`spmm`]; `grad` not of the output's shape.
 pub fn spmm_vjp<T: AttnFloat>(
-    values: ArrayViewD<'_, T>,
-    plan: &AttentionPlan,
-    x: ArrayViewD<'_, T>,
-    grad: ArrayViewD<'_, T>,
+    values: ArrayViewD<'_, T>, plan: &AttentionPlan, x: ArrayViewD<'_, T>, grad: ArrayViewD<'_, T>,
 ) -> Result<(ArrayD<T>, ArrayD<T>)> {
     let (batch, xo, at) = spmm_batch(values.shape(), plan, &x)?;
     let (n, m) = plan.shape();

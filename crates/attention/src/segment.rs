@@ -98,9 +98,7 @@ fn per_node<T: Element>(r: &SparseArray<T>, n: usize) -> Vec<T> {
 /// # Errors
 /// [`MaskedError::ValueCount`] when `values` does not hold one value per pair.
 pub fn segment<T: Element<Real = T, Wide = T>>(
-    op: Segment,
-    pattern: &Pattern,
-    values: &[T],
+    op: Segment, pattern: &Pattern, values: &[T],
 ) -> Result<Vec<T>> {
     let x = on_pattern(pattern, values)?;
     let n = pattern.shape().0;
@@ -120,10 +118,7 @@ pub fn segment<T: Element<Real = T, Wide = T>>(
 /// # Errors
 /// [`MaskedError::ValueCount`] when `values` or `g` has the wrong length.
 pub fn segment_vjp<T: Element<Real = T, Wide = T>>(
-    op: Segment,
-    pattern: &Pattern,
-    values: &[T],
-    g: &[T],
+    op: Segment, pattern: &Pattern, values: &[T], g: &[T],
 ) -> Result<Vec<T>> {
     let x = on_pattern(pattern, values)?;
     let (n, m) = pattern.shape();

@@ -90,11 +90,7 @@ fn broadcast(shapes: &[&[usize]]) -> Vec<usize> {
 /// Dense reference attention, f64: per batch element, scores on the pattern, softmax
 /// (zero row when none valid), times V.
 fn reference(
-    q: &ArrayD<f64>,
-    k: &ArrayD<f64>,
-    v: &ArrayD<f64>,
-    pats: &[Pattern],
-    scale: f64,
+    q: &ArrayD<f64>, k: &ArrayD<f64>, v: &ArrayD<f64>, pats: &[Pattern], scale: f64,
     bias: Option<&[f64]>,
 ) -> ArrayD<f64> {
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
@@ -296,11 +292,7 @@ fn broadcast_batch_and_heads_and_per_batch_patterns_equal_the_reference() {
 
 /// `sum(O ⊙ G)` by the reference.
 fn loss(
-    q: &ArrayD<f64>,
-    k: &ArrayD<f64>,
-    v: &ArrayD<f64>,
-    pats: &[Pattern],
-    bias: &[f64],
+    q: &ArrayD<f64>, k: &ArrayD<f64>, v: &ArrayD<f64>, pats: &[Pattern], bias: &[f64],
     g: &ArrayD<f64>,
 ) -> f64 {
     let o = reference(q, k, v, pats, 0.6, Some(bias));

@@ -220,15 +220,8 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
 /// Times every op of `specs` on one layout's generated data of value type `dtype`.
 #[allow(clippy::too_many_arguments)]
 fn bench_layout(
-    a: &BenchArgs,
-    dtype: DType,
-    layout: &str,
-    shape: &[usize],
-    dims: &Dims,
-    specs: &[Job],
-    rule: MaskRule,
-    pools: &[(usize, rayon::ThreadPool)],
-    dim_json: &serde_json::Value,
+    a: &BenchArgs, dtype: DType, layout: &str, shape: &[usize], dims: &Dims, specs: &[Job],
+    rule: MaskRule, pools: &[(usize, rayon::ThreadPool)], dim_json: &serde_json::Value,
 ) -> Result<(), CliError> {
     {
         let g = Gen {

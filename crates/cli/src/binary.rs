@@ -83,10 +83,7 @@ pub(crate) fn read_dense(path: &Path, mask: Option<&PathBuf>) -> Result<DenseIn,
 }
 
 pub(crate) fn read_sparse(
-    path: &Path,
-    mask: Option<&PathBuf>,
-    from_pattern: bool,
-    flag: &str,
+    path: &Path, mask: Option<&PathBuf>, from_pattern: bool, flag: &str,
 ) -> Result<SparseIn, CliError> {
     if mask.is_none() && !from_pattern {
         return Err(CliError::Usage(format!(
@@ -265,11 +262,7 @@ pub(crate) fn scalar_fits(s: Scalar, dtype: DType) -> bool {
 }
 
 fn dense_out(
-    a: &RunArgs,
-    x: &DenseIn,
-    rhs: Rhs,
-    op: BinOp,
-    rule: MaskRule,
+    a: &RunArgs, x: &DenseIn, rhs: Rhs, op: BinOp, rule: MaskRule,
 ) -> Result<(), CliError> {
     crate::dense_output(a)?;
     let dtype = result_dtype(x.values.dtype(), &rhs);
@@ -300,12 +293,7 @@ fn dense_out(
 
 /// Runs `op` on two erased operands (`right` is `None` for a scalar `rhs`).
 fn zip(
-    left: &Array,
-    right: Option<&Array>,
-    rhs: &Rhs,
-    op: BinOp,
-    rule: MaskRule,
-    swapped: bool,
+    left: &Array, right: Option<&Array>, rhs: &Rhs, op: BinOp, rule: MaskRule, swapped: bool,
 ) -> Result<ZipOutput, CliError> {
     let l = left.view()?;
     Ok(match (right, rhs) {
@@ -325,12 +313,7 @@ fn zip(
 }
 
 fn sparse_out(
-    a: &RunArgs,
-    s: &SparseIn,
-    rhs: Rhs,
-    op: BinOp,
-    rule: MaskRule,
-    swapped: bool,
+    a: &RunArgs, s: &SparseIn, rhs: Rhs, op: BinOp, rule: MaskRule, swapped: bool,
 ) -> Result<(), CliError> {
     if a.out_mask.is_some() {
         return Err(CliError::Usage(

@@ -342,9 +342,7 @@ fn run(a: RunArgs) -> Result<(), CliError> {
 /// The request of a one-operand op from the command line: its options (each one the op
 /// takes), dims and keepdim checked against its kind.
 pub(crate) fn build_request(
-    a: &RunArgs,
-    spec: Op,
-    dtype: Option<DType>,
+    a: &RunArgs, spec: Op, dtype: Option<DType>,
 ) -> Result<OpRequest, CliError> {
     // options that mean nothing for this op are errors
     for (name, _) in &a.options.0 {
@@ -571,8 +569,7 @@ pub(crate) fn write_sparse(path: &std::path::Path, out: &SparseOutcome) -> Resul
 
 /// The `--mask` file of a sparse input of `shape`, read and checked against it.
 pub(crate) fn read_sparse_mask<'a>(
-    a: &'a RunArgs,
-    shape: &[usize],
+    a: &'a RunArgs, shape: &[usize],
 ) -> Result<Option<(&'a PathBuf, sparse::SparseFile)>, CliError> {
     let Some(p) = &a.mask else { return Ok(None) };
     let m = sparse::read_sparse(p)?;
@@ -593,10 +590,7 @@ pub(crate) fn read_sparse_mask<'a>(
 /// whose every output position is valid (a sum over dim 0 of a 4e9-column matrix holds
 /// 4e9 values, zeros included).
 fn check_sparse_output(
-    a: &RunArgs,
-    job: &Job,
-    shape: &[usize],
-    nnz: usize,
+    a: &RunArgs, job: &Job, shape: &[usize], nnz: usize,
 ) -> Result<(), CliError> {
     let Job::Op(req) = job else {
         return Ok(());

@@ -149,10 +149,7 @@ fn sweep<T: Element>(a: &SweepArgs) -> Result<(), CliError> {
 
 /// Times `req` on this point's `layout`.
 fn time_op<T: Element>(
-    built: &Built<T>,
-    layout: &str,
-    req: &OpRequest,
-    t: &Timing,
+    built: &Built<T>, layout: &str, req: &OpRequest, t: &Timing,
 ) -> Result<(f64, usize), CliError> {
     // the typed inputs erased (no copy); the op runs in the engine's compiled dispatch
     match layout {
@@ -174,9 +171,7 @@ fn time_op<T: Element>(
 /// The attention series: dense masked attention (a dense `Q Kᵀ`, the engine's masked
 /// softmax, `P V`) and the sparse path, on the same random patterns across densities.
 fn attention_series(
-    a: &SweepArgs,
-    threads: usize,
-    t: &Timing,
+    a: &SweepArgs, threads: usize, t: &Timing,
 ) -> Result<Vec<report::AttnRecord>, CliError> {
     use masked::attention::patterns::PatternSpec;
     use masked::attention::{attention, AttentionPlan, Options};

@@ -50,8 +50,7 @@ impl Timing {
 
 /// The median seconds of the timed runs of `f` and the peak bytes one run allocates.
 pub fn measure(
-    f: impl Fn() -> Result<(), masked::MaskedError>,
-    t: &Timing,
+    f: impl Fn() -> Result<(), masked::MaskedError>, t: &Timing,
 ) -> Result<(f64, usize), CliError> {
     let warm = Instant::now();
     let mut runs = 0;

@@ -189,10 +189,7 @@ fn sparse(a: &RunArgs, req: &OpRequest, grad: &Path) -> Result<(), CliError> {
 /// (increasing): a missing position takes 0, a stored position that is not valid is an
 /// error naming it.
 fn align(
-    path: &Path,
-    shape: &[usize],
-    valid: &[usize],
-    g: &sparse::SparseFile,
+    path: &Path, shape: &[usize], valid: &[usize], g: &sparse::SparseFile,
 ) -> Result<DynVec, CliError> {
     if g.shape != shape {
         return Err(CliError::file(

@@ -36,9 +36,7 @@ fn run_ok(dir: &Path, line: &str) -> Output {
 }
 
 fn save<T: ndarray_npy::WritableElement, D: ndarray::Dimension>(
-    dir: &Path,
-    name: &str,
-    a: &ndarray::Array<T, D>,
+    dir: &Path, name: &str, a: &ndarray::Array<T, D>,
 ) -> PathBuf {
     let p = dir.join(name);
     a.write_npy(std::fs::File::create(&p).unwrap()).unwrap();
@@ -709,10 +707,7 @@ fn bad_matrix_market_files_name_the_line() {
 
 /// Writes a COO `.npz` input: coords (ndim x nnz, int64), data, shape.
 fn save_coo<T: ndarray_npy::WritableElement>(
-    p: &Path,
-    coords: &[Vec<i64>],
-    data: Vec<T>,
-    shape: &[i64],
+    p: &Path, coords: &[Vec<i64>], data: Vec<T>, shape: &[i64],
 ) {
     let mut z = ndarray_npy::NpzWriter::new(std::fs::File::create(p).unwrap());
     let nnz = data.len();

@@ -17,11 +17,7 @@ pub fn close(got: f64, want: f64, (tol, abs): (f64, f64)) -> bool {
 /// Asserts [`close`] at every slot of `got` and `want`, naming the map, the dtype, the
 /// slot and `what` (the case) where they differ.
 pub fn assert_all_close<T: Element, M: LaneMap<T>>(
-    map: &M,
-    got: &[M::Output],
-    want: &[M::Output],
-    tol: (f64, f64),
-    what: impl Fn(usize) -> String,
+    map: &M, got: &[M::Output], want: &[M::Output], tol: (f64, f64), what: impl Fn(usize) -> String,
 ) {
     assert_eq!(
         got.len(),
@@ -47,8 +43,7 @@ pub fn assert_all_close<T: Element, M: LaneMap<T>>(
 /// 2 and 4, lane 5 all 0 (a norm below normalize's eps), values with ties elsewhere;
 /// valid at random, and every lane 3 (mod 7) masked out in full.
 pub fn lane_inputs<T>(
-    at: impl IntoIterator<Item = (usize, usize)>,
-    of: fn(f64) -> T,
+    at: impl IntoIterator<Item = (usize, usize)>, of: fn(f64) -> T,
 ) -> (Vec<T>, Vec<bool>) {
     at.into_iter()
         .enumerate()

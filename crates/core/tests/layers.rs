@@ -162,11 +162,8 @@ fn the_crate_graph_has_no_cycle() {
 /// Panics naming the first cycle of `g` (a depth-first search with colours).
 fn assert_acyclic(g: &BTreeMap<String, BTreeSet<String>>, what: &str) {
     fn visit(
-        n: &str,
-        g: &BTreeMap<String, BTreeSet<String>>,
-        state: &mut BTreeMap<String, u8>,
-        path: &mut Vec<String>,
-        what: &str,
+        n: &str, g: &BTreeMap<String, BTreeSet<String>>, state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>, what: &str,
     ) {
         match state.get(n) {
             Some(2) => return,

@@ -173,10 +173,7 @@ impl Array {
     /// [`MaskedError::InvalidData`] naming what is wrong with the parts; a mask pattern of
     /// another shape.
     pub fn csr(
-        shape: (usize, usize),
-        indptr: Vec<usize>,
-        indices: Vec<usize>,
-        values: DynVec,
+        shape: (usize, usize), indptr: Vec<usize>, indices: Vec<usize>, values: DynVec,
         mask: CsrMask,
     ) -> Result<Array> {
         let a = Array::Csr(ByDType::from(values).try_map(&ToCsr {
@@ -196,10 +193,7 @@ impl Array {
     /// # Errors
     /// As [`MaskedCoo::try_new`].
     pub fn coo(
-        shape: &[usize],
-        coords: &[Vec<usize>],
-        values: DynVec,
-        mask: CooMask,
+        shape: &[usize], coords: &[Vec<usize>], values: DynVec, mask: CooMask,
     ) -> Result<Array> {
         Ok(Array::Coo(ByDType::from(values).try_map(&ToCoo {
             shape,
@@ -441,10 +435,7 @@ impl<'a> ArrayRef<'a> {
     /// # Errors
     /// As [`ArrayRef::vjp_saved`].
     pub fn vjp_saved_rows(
-        &self,
-        req: &OpRequest,
-        saved: Option<&Output>,
-        g: &Output,
+        &self, req: &OpRequest, saved: Option<&Output>, g: &Output,
     ) -> Result<Output> {
         if saved.is_none() && self.forward_first(req) {
             let y = self.apply(req)?;
@@ -552,10 +543,7 @@ impl ArrayRef<'_> {
     /// ([`MaskedError::InvalidArgument`], [`MaskedError::NotDifferentiable`]); a count
     /// or dtype of `g` or `saved` that does not match; the op's own errors.
     pub fn vjp_map_values(
-        &self,
-        req: &OpRequest,
-        saved: Option<ByDType<SliceOf<'_>>>,
-        g: ByDType<SliceOf<'_>>,
+        &self, req: &OpRequest, saved: Option<ByDType<SliceOf<'_>>>, g: ByDType<SliceOf<'_>>,
     ) -> Result<Output> {
         // the op's kind is checked by the layout (`check_map_grad`)
         let integer = || MaskedError::NotDifferentiable {
@@ -690,10 +678,7 @@ impl ArrayRef<'_> {
     /// As [`ArrayRef::vjp_saved`]; [`MaskedError::Unsupported`] for sparse input (its
     /// upstream is an [`Output`]: use [`ArrayRef::vjp_saved`]).
     pub fn vjp_dense(
-        &self,
-        req: &OpRequest,
-        saved: Option<&ArrayRef<'_>>,
-        g: &ArrayRef<'_>,
+        &self, req: &OpRequest, saved: Option<&ArrayRef<'_>>, g: &ArrayRef<'_>,
     ) -> Result<Output> {
         let integer = || MaskedError::NotDifferentiable {
             op: req.op.name(),
@@ -735,14 +720,11 @@ impl ArrayRef<'_> {
 /// The dense VJP of `req` at `x` reading the upstream `g` and the saved output `y` in
 /// place (views of `T::Real`, the input's gradient type).
 fn dense_vjp_views<T: Element>(
-    x: &MaskedView<'_, T, IxDyn>,
-    req: &OpRequest,
-    y: Option<&ByDType<DenseViewOf<'_>>>,
+    x: &MaskedView<'_, T, IxDyn>, req: &OpRequest, y: Option<&ByDType<DenseViewOf<'_>>>,
     g: &ByDType<DenseViewOf<'_>>,
 ) -> Result<Outcome> {
     fn typed<'r, 'v, R: Element>(
-        b: &'r ByDType<DenseViewOf<'v>>,
-        what: &'static str,
+        b: &'r ByDType<DenseViewOf<'v>>, what: &'static str,
     ) -> Result<&'r MaskedView<'v, R, IxDyn>> {
         R::unerase(b).ok_or_else(|| MaskedError::InvalidArgument {
             name: what,
@@ -759,9 +741,7 @@ fn dense_vjp_views<T: Element>(
 /// saved output `y` (any storage: views of a caller's buffers or of an `Outcome`'s
 /// values) in place: the one dense VJP path of the boundary.
 fn dense_vjp_fresh<T: Element, S2, S3>(
-    x: &MaskedView<'_, T, IxDyn>,
-    req: &OpRequest,
-    y: Option<&MaskedArray<S3, IxDyn>>,
+    x: &MaskedView<'_, T, IxDyn>, req: &OpRequest, y: Option<&MaskedArray<S3, IxDyn>>,
     g: &MaskedArray<S2, IxDyn>,
 ) -> Result<Outcome>
 where
@@ -798,11 +778,7 @@ impl ArrayRef<'_> {
     /// [`MaskedError::Unsupported`] for sparse operands (the typed API's `vjp_binary`
     /// has them); shapes that do not broadcast or a `g` of another shape.
     pub fn vjp_binary(
-        &self,
-        other: &ArrayRef<'_>,
-        req: &OpRequest,
-        rule: MaskRule,
-        g: &Output,
+        &self, other: &ArrayRef<'_>, req: &OpRequest, rule: MaskRule, g: &Output,
     ) -> Result<(Output, Output)> {
         let integer = || MaskedError::NotDifferentiable {
             op: req.op.name(),
@@ -832,9 +808,7 @@ impl ArrayRef<'_> {
 /// Checks that the flat positions `flat` of a sparse map's upstream (or saved output),
 /// `what`, are exactly `x`'s valid positions, in order (their count first).
 fn at_valid_positions<T: Element, I: CsrIndex>(
-    x: &MaskedCsr<'_, T, I, usize>,
-    what: &'static str,
-    flat: &[usize],
+    x: &MaskedCsr<'_, T, I, usize>, what: &'static str, flat: &[usize],
 ) -> Result<()> {
     let (ptr, idx) = x.lanes().valid_structure()?;
     let (cols, ncols) = (idx.cols(), x.matrix().cols());
@@ -856,9 +830,7 @@ fn at_valid_positions<T: Element, I: CsrIndex>(
 
 /// [`csr_map_vjp`] from erased values, the gradient as CSR rows.
 fn csr_map_vjp_rows<T: Element, I: CsrIndex>(
-    x: &MaskedCsr<'_, T, I, usize>,
-    req: &OpRequest,
-    saved: Option<ByDType<SliceOf<'_>>>,
+    x: &MaskedCsr<'_, T, I, usize>, req: &OpRequest, saved: Option<ByDType<SliceOf<'_>>>,
     g: ByDType<SliceOf<'_>>,
 ) -> Result<Output> {
     let gv = borrowed_grad_values::<T::Real>(&g, "g")?;
@@ -873,10 +845,7 @@ fn csr_map_vjp_rows<T: Element, I: CsrIndex>(
 }
 
 fn csr_vjp<T: Element, I: CsrIndex>(
-    x: &MaskedCsr<'_, T, I, usize>,
-    req: &OpRequest,
-    map: bool,
-    saved: Option<&SparseOutcome>,
+    x: &MaskedCsr<'_, T, I, usize>, req: &OpRequest, map: bool, saved: Option<&SparseOutcome>,
     g: &SparseOutcome,
 ) -> Result<Output> {
     let dx = if map {
@@ -922,8 +891,7 @@ fn check_count(expected: usize, got: usize) -> Result<()> {
 /// `g`'s values (`what`: the upstream or the saved output) as the gradient type `R`,
 /// which they must have: borrowed, no copy.
 fn borrowed_grad_values<'g, R: Element>(
-    g: &ByDType<SliceOf<'g>>,
-    what: &'static str,
+    g: &ByDType<SliceOf<'g>>, what: &'static str,
 ) -> Result<&'g [R]> {
     R::unerase(g)
         .copied()
@@ -948,11 +916,7 @@ fn grad_values<R: Element>(g: &DynVec) -> Result<Vec<R>> {
 }
 
 fn dense_vjp<T: Element>(
-    x: &MaskedView<'_, T, IxDyn>,
-    req: &OpRequest,
-    map: bool,
-    saved: Option<&Outcome>,
-    g: &Outcome,
+    x: &MaskedView<'_, T, IxDyn>, req: &OpRequest, map: bool, saved: Option<&Outcome>, g: &Outcome,
 ) -> Result<Outcome> {
     // g (and the saved output) have the forward output's shape; their values are read
     // in place, as views
@@ -978,8 +942,7 @@ fn dense_vjp<T: Element>(
     let gb = g.values.as_by_dtype();
     let yb = saved.map(|y| y.values.as_by_dtype());
     fn arr<'v, R: Element>(
-        b: &ByDType<Ref<'v, VecOf>>,
-        want: &[usize],
+        b: &ByDType<Ref<'v, VecOf>>, want: &[usize],
     ) -> Result<ndarray::ArrayViewD<'v, R>> {
         let v: &'v Vec<R> = *R::unerase(b).ok_or_else(|| MaskedError::InvalidArgument {
             name: "g",
@@ -1049,11 +1012,7 @@ impl ArrayRef<'_> {
     /// Operands of two dtypes or of two sparse layouts, a scalar the dtype cannot hold;
     /// the op's own errors (shapes, masks under the strict rule).
     pub fn binary(
-        &self,
-        rhs: Operand<'_, '_>,
-        op: BinOp,
-        rule: MaskRule,
-        swapped: bool,
+        &self, rhs: Operand<'_, '_>, op: BinOp, rule: MaskRule, swapped: bool,
     ) -> Result<ZipOutput> {
         let out = self.binary_rows(rhs, op, rule, swapped)?;
         if !matches!(out, ZipOutput::Csr(_)) {
@@ -1082,11 +1041,7 @@ impl ArrayRef<'_> {
     /// # Errors
     /// As [`ArrayRef::binary`].
     pub fn binary_rows(
-        &self,
-        rhs: Operand<'_, '_>,
-        op: BinOp,
-        rule: MaskRule,
-        swapped: bool,
+        &self, rhs: Operand<'_, '_>, op: BinOp, rule: MaskRule, swapped: bool,
     ) -> Result<ZipOutput> {
         use by_name::apply_binary as bin;
         let layouts = || MaskedError::InvalidArgument {
@@ -1131,8 +1086,7 @@ impl ArrayRef<'_> {
 /// `out`, a binary result of the CSR matrix `x`, with bools as flat positions (a front
 /// keeps sparse bools as coordinates) and numbers as they came.
 fn bools_flat<T: Element, I: CsrIndex>(
-    x: &MaskedCsr<'_, T, I, usize>,
-    out: ZipOutput,
+    x: &MaskedCsr<'_, T, I, usize>, out: ZipOutput,
 ) -> Result<ZipOutput> {
     Ok(match out {
         ZipOutput::Csr(r) if matches!(r.values, masked_core::Values::Bool(_)) => {

@@ -164,8 +164,7 @@ impl<V> CsrOutcome<V> {
     /// [`MaskedError::InvalidData`] where [`CsrCols::Input`] stands for a structure that
     /// is not `input`'s (its row pointer differs).
     pub fn flat<T, I: SpIndex, P: SpIndex>(
-        self,
-        input: &sprs::CsMatViewI<'_, T, I, P>,
+        self, input: &sprs::CsMatViewI<'_, T, I, P>,
     ) -> Result<SparseOutcome<V>, MaskedError> {
         let (ptr, ncols) = (&self.indptr[..], self.shape[1]);
         let indices = match &self.cols {
@@ -207,10 +206,7 @@ impl<V> CsrOutcome<V> {
 /// The flat row-major positions of CSR rows (`indptr`, column indices `cols` read by
 /// `col`) in a matrix of `ncols` columns.
 fn flat_rows<C: Copy>(
-    indptr: &[usize],
-    ncols: usize,
-    cols: &[C],
-    col: impl Fn(C) -> usize,
+    indptr: &[usize], ncols: usize, cols: &[C], col: impl Fn(C) -> usize,
 ) -> Vec<usize> {
     let mut out = Vec::with_capacity(indptr[indptr.len() - 1]);
     for (r, w) in indptr.windows(2).enumerate() {
@@ -233,8 +229,7 @@ fn cols_of<I: CsrIndex>(ix: Vec<I>) -> CsrCols {
 /// borrowed indices (the layout's sign that the result stores exactly its input's
 /// entries) as [`CsrCols::Input`].
 fn csr_rows<O, I: CsrIndex, V>(
-    m: CsrMapped<'_, O, I>,
-    erase: impl FnOnce(Vec<O>) -> V,
+    m: CsrMapped<'_, O, I>, erase: impl FnOnce(Vec<O>) -> V,
 ) -> CsrOutcome<V> {
     let shape = vec![m.rows(), m.cols()];
     let (indptr, indices, values) = m.into_raw_storage();
@@ -305,8 +300,7 @@ impl<T: Element, I: CsrIndex, Iptr: SpIndex> ByNameSparse<T> for MaskedCsr<'_, T
 /// # Errors
 /// As [`apply`].
 pub fn apply_sparse<T: Element, L: ByNameSparse<T>>(
-    a: &L,
-    req: &OpRequest,
+    a: &L, req: &OpRequest,
 ) -> Result<SparseOutcome, MaskedError> {
     a.to_sparse(apply(a, req)?)
 }
@@ -388,8 +382,7 @@ fn dense_outcome<O: Value, V>(r: MaskedArrayD<O>, erase: impl FnOnce(Vec<O>) -> 
 }
 
 fn sparse_outcome<O, V>(
-    (shape, indices, values): Parts<O>,
-    erase: impl FnOnce(Vec<O>) -> V,
+    (shape, indices, values): Parts<O>, erase: impl FnOnce(Vec<O>) -> V,
 ) -> SparseOutcome<V> {
     SparseOutcome {
         shape,
@@ -447,8 +440,7 @@ impl<T: Element> ByName<T> for MaskedCoo<T> {
 /// # Errors
 /// The op's own errors (bad dims, bad option values).
 pub fn apply_dense<T: Element>(
-    a: &MaskedView<'_, T, IxDyn>,
-    req: &OpRequest,
+    a: &MaskedView<'_, T, IxDyn>, req: &OpRequest,
 ) -> Result<Outcome, MaskedError> {
     apply(a, req)
 }
@@ -556,8 +548,7 @@ pub trait ZipByNameSparse<T: Element, R: ?Sized>: ZipByName<T, R> {
 
 /// `out` of the CSR matrix `a` as flat positions.
 pub(crate) fn csr_zip_flat<T: Element, I: CsrIndex, P: SpIndex>(
-    a: &MaskedCsr<'_, T, I, P>,
-    out: ZipOutput,
+    a: &MaskedCsr<'_, T, I, P>, out: ZipOutput,
 ) -> Result<SparseZipOutcome, MaskedError> {
     match out {
         ZipOutput::Sparse(s) => Ok(s),
@@ -611,11 +602,7 @@ zip_by_name! {
 /// # Errors
 /// As [`apply_binary`].
 pub fn apply_binary_sparse<T: Element, R: ?Sized, L: ZipByNameSparse<T, R>>(
-    a: &L,
-    b: &R,
-    op: BinOp,
-    rule: MaskRule,
-    swapped: bool,
+    a: &L, b: &R, op: BinOp, rule: MaskRule, swapped: bool,
 ) -> Result<SparseZipOutcome, MaskedError> {
     a.zip_to_sparse(apply_binary(a, b, op, rule, swapped)?)
 }
@@ -642,11 +629,7 @@ pub fn apply_binary_sparse<T: Element, R: ?Sized, L: ZipByNameSparse<T, R>>(
 /// # Errors
 /// As [`ZipKernels::zip_elements`].
 pub fn apply_binary<T: Element, R: ?Sized, L: ZipByName<T, R>>(
-    a: &L,
-    b: &R,
-    op: BinOp,
-    rule: MaskRule,
-    swapped: bool,
+    a: &L, b: &R, op: BinOp, rule: MaskRule, swapped: bool,
 ) -> Result<L::Out, MaskedError> {
     // one kernel per family: the operand order is a run-time flag
     Ok(match op {

@@ -158,10 +158,7 @@ fn random_positions(rng: &mut SmallRng, n: usize, k: usize) -> Vec<usize> {
 
 /// Sorted distinct random columns for every row: Poisson(`mean`) of them per row.
 fn random_rows(
-    rng: &mut SmallRng,
-    nrows: usize,
-    ncols: usize,
-    mean: f64,
+    rng: &mut SmallRng, nrows: usize, ncols: usize, mean: f64,
 ) -> Result<(Vec<usize>, Vec<u32>)> {
     let poisson =
         Poisson::new(mean.max(1e-12)).map_err(|e| usage(format!("invalid --density: {e}")))?;
@@ -284,11 +281,7 @@ impl Workload {
     /// # Errors
     /// Integer input, operands of two dtypes or layouts, `into` on a sparse layout.
     pub fn vjp_binary<'s>(
-        &'s self,
-        other: &'s Workload,
-        req: &OpRequest,
-        rule: MaskRule,
-        into: bool,
+        &'s self, other: &'s Workload, req: &OpRequest, rule: MaskRule, into: bool,
     ) -> Result<Run<'s>> {
         let op = req.op.name();
         with_by_dtype!(&self.0, T, d => d.vjp_binary(same::<T>(&other.0)?, req, rule, into);
@@ -305,11 +298,7 @@ impl Workload {
     /// # Errors
     /// Operands of two dtypes or layouts, `into` on COO.
     pub fn binary<'s>(
-        &'s self,
-        other: &'s Workload,
-        op: BinOp,
-        rule: MaskRule,
-        into: bool,
+        &'s self, other: &'s Workload, op: BinOp, rule: MaskRule, into: bool,
     ) -> Result<Run<'s>> {
         with_by_dtype!(&self.0, T, d => d.binary(same::<T>(&other.0)?, op, rule, into))
     }
@@ -324,11 +313,7 @@ impl Workload {
     /// # Errors
     /// A comparison (bool values), integer operands, operands of two dtypes or layouts.
     pub fn fused<'s>(
-        &'s self,
-        other: &'s Workload,
-        req: &OpRequest,
-        op: BinOp,
-        rule: MaskRule,
+        &'s self, other: &'s Workload, req: &OpRequest, op: BinOp, rule: MaskRule,
     ) -> Result<Run<'s>> {
         let dtype = self.dtype();
         with_by_dtype!(&self.0, T, d => d.fused(same::<T>(&other.0)?, req, op, rule);
@@ -630,11 +615,7 @@ impl<T: Element> Data<T> {
     }
 
     fn binary<'s>(
-        &'s self,
-        other: &'s Data<T>,
-        op: BinOp,
-        rule: MaskRule,
-        into: bool,
+        &'s self, other: &'s Data<T>, op: BinOp, rule: MaskRule, into: bool,
     ) -> Result<Run<'s>> {
         match self.pair(other, true)? {
             Pair::Dense(x, y) => {
@@ -659,11 +640,7 @@ impl<T: Element> Data<T> {
     }
 
     fn vjp_binary<'s>(
-        &'s self,
-        other: &'s Data<T>,
-        req: &OpRequest,
-        rule: MaskRule,
-        into: bool,
+        &'s self, other: &'s Data<T>, req: &OpRequest, rule: MaskRule, into: bool,
     ) -> Result<Run<'s>> {
         let req = req.clone();
         let op = req
@@ -699,11 +676,7 @@ impl<T: Element> Data<T> {
     }
 
     fn fused<'s>(
-        &'s self,
-        other: &'s Data<T>,
-        req: &OpRequest,
-        op: BinOp,
-        rule: MaskRule,
+        &'s self, other: &'s Data<T>, req: &OpRequest, op: BinOp, rule: MaskRule,
     ) -> Result<Run<'s>> {
         let req = req.clone();
         if let BinOp::Cmp(_) = op {
@@ -804,8 +777,7 @@ enum Pair<'s, T: Element> {
 /// The partner matrix `m2` as a view sharing `mat`'s index arrays when the two have
 /// the same entries (values only, as scipy's same-pattern `A + B` of the peer scripts).
 fn same_entries<'m, T: Element>(
-    mat: &'m CsMatI<T, u32, usize>,
-    m2: &'m CsMatI<T, u32, usize>,
+    mat: &'m CsMatI<T, u32, usize>, m2: &'m CsMatI<T, u32, usize>,
 ) -> Result<CsMatViewI<'m, T, u32, usize>> {
     let same =
         m2.indptr().raw_storage() == mat.indptr().raw_storage() && m2.indices() == mat.indices();
@@ -823,10 +795,7 @@ fn same_entries<'m, T: Element>(
 
 /// Runs a binary op and drops its typed result unconverted (the op alone is timed).
 fn zip_discard<T: Element, R, L: ZipKernels<T, R>>(
-    a: &L,
-    b: &R,
-    op: BinOp,
-    rule: MaskRule,
+    a: &L, b: &R, op: BinOp, rule: MaskRule,
 ) -> Result<(), MaskedError> {
     match op {
         BinOp::Keep(k) => drop(std::hint::black_box(a.zip_elements(
@@ -846,9 +815,7 @@ fn zip_discard<T: Element, R, L: ZipKernels<T, R>>(
 
 /// The generated dense input as a masked view.
 fn dense_of<'a, T: Element>(
-    shape: &[usize],
-    values: &'a [T],
-    mask: &BitMask,
+    shape: &[usize], values: &'a [T], mask: &BitMask,
 ) -> Result<MaskedView<'a, T, IxDyn>> {
     let view = ArrayViewD::from_shape(IxDyn(shape), values)
         .map_err(|e| usage(format!("bad --shape: {e}")))?;
@@ -856,8 +823,7 @@ fn dense_of<'a, T: Element>(
 }
 
 fn csr_of<'m, T: Element>(
-    mat: CsMatViewI<'m, T, u32, usize>,
-    mask: &Option<PatternI<u32>>,
+    mat: CsMatViewI<'m, T, u32, usize>, mask: &Option<PatternI<u32>>,
 ) -> Result<MaskedCsr<'m, T, u32, usize>> {
     Ok(match mask {
         None => MaskedCsr::from_pattern(mat)?,

@@ -408,9 +408,7 @@ fn apply_into_a_callers_buffer_equals_apply() {
 
 /// A buffer of `n` NaNs (7s for integers) of `dtype`, and `f` run on it erased.
 fn with_buffer<R>(
-    dtype: DType,
-    n: usize,
-    f: impl FnOnce(masked_core::ByDType<masked_core::SliceMutOf<'_>>) -> R,
+    dtype: DType, n: usize, f: impl FnOnce(masked_core::ByDType<masked_core::SliceMutOf<'_>>) -> R,
 ) -> (DynVec, R) {
     use masked_core::ByDType;
     let mut buf = cast_values(&DynVec::F64(vec![f64::NAN; n]), dtype)

@@ -177,9 +177,7 @@ fn declared(path: &Path, bytes: &[u8]) -> Result<(Declared, usize), IoError> {
 /// memory ceiling, then at most that many bytes (and one more, to see extra data), the
 /// buffer growing with the bytes that actually arrive.
 pub fn read_stream(
-    path: &Path,
-    what: &str,
-    r: &mut impl std::io::Read,
+    path: &Path, what: &str, r: &mut impl std::io::Read,
 ) -> Result<Vec<u8>, IoError> {
     use std::io::Read;
     let io = |e: std::io::Error| IoError::file(path, format!("array '{what}': {e}"));
@@ -441,8 +439,7 @@ pub fn parse_mask(path: &Path, bytes: &[u8]) -> Result<BitMask, IoError> {
 /// Writes `bytes` to `path` through a temporary file in the same folder, so a failure
 /// never leaves a partial file behind.
 pub fn write_atomic(
-    path: &Path,
-    write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+    path: &Path, write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
 ) -> Result<(), IoError> {
     let mut buf = Vec::new();
     write(&mut buf).map_err(|e| IoError::file(path, e))?;
@@ -456,9 +453,7 @@ pub fn write_atomic(
 
 /// Encodes an array as `.npy` bytes.
 pub fn encode<T: WritableElement>(
-    shape: &[usize],
-    v: Vec<T>,
-    out: &mut Vec<u8>,
+    shape: &[usize], v: Vec<T>, out: &mut Vec<u8>,
 ) -> Result<(), String> {
     let a = ArrayD::from_shape_vec(IxDyn(shape), v).map_err(|e| e.to_string())?;
     a.write_npy(out).map_err(|e| e.to_string())

@@ -270,11 +270,7 @@ fn mtx_size(lines: &mut Lines<'_>, sym: Symmetry) -> Result<(usize, usize, usize
 /// One entry line: 0-based row and column, and the value (`f64` for real and pattern
 /// files, `i64` for integer ones).
 fn mtx_entry(
-    lines: &Lines<'_>,
-    line: usize,
-    t: &str,
-    field: Field,
-    shape: (usize, usize),
+    lines: &Lines<'_>, line: usize, t: &str, field: Field, shape: (usize, usize),
 ) -> Result<(usize, usize, f64, i64), IoError> {
     let parts: Vec<&str> = t.split_whitespace().collect();
     let want = if field == Field::Pattern { 2 } else { 3 };
@@ -452,8 +448,7 @@ pub fn read_npz(path: &Path) -> Result<SparseFile, IoError> {
 /// Parses a COO `.npz` archive from any seekable reader, as [`read_npz`] reads a file;
 /// `path` names it in messages.
 pub fn parse_npz(
-    path: &Path,
-    input: impl std::io::Read + std::io::Seek,
+    path: &Path, input: impl std::io::Read + std::io::Seek,
 ) -> Result<SparseFile, IoError> {
     let zip = zip::ZipArchive::new(input)
         .map_err(|e| IoError::file(path, format!("not a readable .npz archive: {e}")))?;
@@ -596,10 +591,7 @@ pub enum Data<'a> {
 /// `.npz` (`coords` int64 ndim x nnz, `data`, `shape`) or, for a 2-D result, a Matrix
 /// Market file; atomically.
 pub fn write_entries(
-    path: &Path,
-    shape: &[usize],
-    indices: &[usize],
-    data: Data<'_>,
+    path: &Path, shape: &[usize], indices: &[usize], data: Data<'_>,
 ) -> Result<(), IoError> {
     let out = Entries { shape, indices };
     match crate::extension(path).as_str() {

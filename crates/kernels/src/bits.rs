@@ -168,9 +168,7 @@ crate::multiversion! {
 
 #[inline(always)]
 fn count_columns_kernel(
-    bits: Bits<'_>,
-    (stride, nrows): (usize, usize),
-    counts: &mut [i64],
+    bits: Bits<'_>, (stride, nrows): (usize, usize), counts: &mut [i64],
     planes: &mut [[[u64; GROUP]; COUNT_PLANES]],
 ) {
     let nw = counts.len().div_ceil(64);

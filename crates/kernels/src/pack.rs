@@ -294,9 +294,7 @@ pub(crate) fn block_buf<T: Copy>() -> [std::mem::MaybeUninit<T>; crate::BLOCK] {
 /// compiled without its caller's `#[target_feature]`s unless it is inlined.
 #[inline(always)]
 pub(crate) fn pack_block<'b, T: Copy>(
-    ch: &[T],
-    bits: Bits<'_>,
-    buf: &'b mut [std::mem::MaybeUninit<T>; crate::BLOCK],
+    ch: &[T], bits: Bits<'_>, buf: &'b mut [std::mem::MaybeUninit<T>; crate::BLOCK],
 ) -> &'b [T] {
     assert!(
         ch.len() <= buf.len(),
@@ -443,10 +441,7 @@ pub(crate) mod x86 {
     /// AVX2; `T` is 4 or 8 bytes; `dst` is valid for `cap >= xs.len()` writes.
     #[target_feature(enable = "avx2,popcnt")]
     pub(super) unsafe fn compress_avx2<T: Copy>(
-        xs: &[T],
-        bits: Bits<'_>,
-        dst: *mut T,
-        cap: usize,
+        xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usize,
     ) -> usize {
         // SAFETY: as for `compress`, a step at a time: a whole store at `o <= c + l q`
         // ends by `c + 64 <= n <= cap`; the last word loads only set lanes (below `n`)
@@ -493,11 +488,7 @@ pub(crate) mod x86 {
     /// AVX2; `T` is 4 or 8 bytes; the pointers as for `expand_raw`.
     #[target_feature(enable = "avx2,popcnt")]
     pub(super) unsafe fn expand_avx2<T: Copy>(
-        src: *const T,
-        bits: Bits<'_>,
-        fill: T,
-        dst: *mut T,
-        n: usize,
+        src: *const T, bits: Bits<'_>, fill: T, dst: *mut T, n: usize,
     ) {
         // SAFETY: loads read `k` values at `o`, `o + k` at most the set bits, which
         // `src` covers; stores are whole inside whole steps below `n` and masked in the
@@ -603,11 +594,7 @@ pub(crate) mod x86 {
     /// AVX-512 (F, BW) and VBMI2; `T` is 2 bytes; the pointers as for [`expand`].
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi2,popcnt")]
     pub(super) unsafe fn expand16<T: Copy>(
-        src: *const T,
-        bits: Bits<'_>,
-        fill: T,
-        dst: *mut T,
-        n: usize,
+        src: *const T, bits: Bits<'_>, fill: T, dst: *mut T, n: usize,
     ) {
         // SAFETY: loads read the `k` values of a group at `o`, within the set bits'
         // count that `src` covers; stores are masked to the group's lanes below `n`. In
@@ -640,10 +627,7 @@ pub(crate) mod x86 {
     /// AVX-512F; `T` is 4 or 8 bytes; `dst` is valid for `cap >= xs.len()` writes.
     #[target_feature(enable = "avx512f,popcnt")]
     pub(super) unsafe fn compress<T: Copy>(
-        xs: &[T],
-        bits: Bits<'_>,
-        dst: *mut T,
-        cap: usize,
+        xs: &[T], bits: Bits<'_>, dst: *mut T, cap: usize,
     ) -> usize {
         // SAFETY: whole 64-element words load and store whole vectors: a store at `o`
         // (the valid lanes so far, `o <= c + 16q`) ends by `c + 64 <= n <= cap`. The
@@ -708,11 +692,7 @@ pub(crate) mod x86 {
     /// AVX-512F; `T` is 4 or 8 bytes; the pointers as for `expand_raw`.
     #[target_feature(enable = "avx512f,popcnt")]
     pub(super) unsafe fn expand<T: Copy>(
-        src: *const T,
-        bits: Bits<'_>,
-        fill: T,
-        dst: *mut T,
-        n: usize,
+        src: *const T, bits: Bits<'_>, fill: T, dst: *mut T, n: usize,
     ) {
         // SAFETY: loads read `k` values at `o`, and `o + k` is at most the number of set
         // bits, which `src` covers; stores write whole vectors inside whole 64-element

@@ -314,9 +314,7 @@ pub fn sum_chunks(len: usize, chunk: usize, f: impl Fn(Range<usize>) -> f64 + Sy
 /// The items that `f` pushes for each of the chunks `0..len` cut into `chunk`-long
 /// ranges, concatenated in order: a parallel filter or flat map.
 pub fn flat_map_ranges<R: Send>(
-    len: usize,
-    chunk: usize,
-    f: impl Fn(Range<usize>, &mut Vec<R>) + Sync,
+    len: usize, chunk: usize, f: impl Fn(Range<usize>, &mut Vec<R>) + Sync,
 ) -> Vec<R> {
     let chunk = chunk.max(1);
     let parts = map(len.div_ceil(chunk), |c| {
@@ -395,9 +393,7 @@ pub fn copy_vec<T: Copy + Send + Sync>(xs: &[T]) -> Vec<T> {
 /// `[f(0, chunk 0), f(1, chunk 1), ..]` over the chunks of `xs` of `size` elements (the
 /// last may be shorter; `size` 0 counts as 1), run in parallel.
 pub fn chunks_mut<T: Send, R: Send>(
-    xs: &mut [T],
-    size: usize,
-    f: impl Fn(usize, &mut [T]) -> R + Sync,
+    xs: &mut [T], size: usize, f: impl Fn(usize, &mut [T]) -> R + Sync,
 ) -> Vec<R> {
     let (size, len) = (size.max(1), xs.len());
     let p = SendPtr(xs.as_mut_ptr());
@@ -414,10 +410,7 @@ pub fn chunks_mut<T: Send, R: Send>(
 /// [`chunks_mut`] over two slices at once, in chunks of `sa` and `sb` elements: chunk `c`
 /// of each (as many chunks as the shorter split has, as rayon's `zip`).
 pub fn chunks_mut2<A: Send, B: Send, R: Send>(
-    a: &mut [A],
-    sa: usize,
-    b: &mut [B],
-    sb: usize,
+    a: &mut [A], sa: usize, b: &mut [B], sb: usize,
     f: impl Fn(usize, &mut [A], &mut [B]) -> R + Sync,
 ) -> Vec<R> {
     let (sa, sb) = (sa.max(1), sb.max(1));
@@ -444,9 +437,7 @@ pub fn chunks_mut2<A: Send, B: Send, R: Send>(
 /// # Panics
 /// If the bounds are not as described (a caller's bug, checked before any task runs).
 pub fn parts_mut<T: Send, R: Send>(
-    xs: &mut [T],
-    bounds: &[usize],
-    f: impl Fn(usize, &mut [T]) -> R + Sync,
+    xs: &mut [T], bounds: &[usize], f: impl Fn(usize, &mut [T]) -> R + Sync,
 ) -> Vec<R> {
     assert!(
         bounds.windows(2).all(|w| w[0] <= w[1]) && bounds.last().is_none_or(|&e| e <= xs.len()),
@@ -467,10 +458,7 @@ pub fn parts_mut<T: Send, R: Send>(
 /// # Panics
 /// As [`parts_mut`], for either slice.
 pub fn parts_mut2<A: Send, B: Send, R: Send>(
-    a: &mut [A],
-    b: &mut [B],
-    bounds: &[usize],
-    f: impl Fn(usize, &mut [A], &mut [B]) -> R + Sync,
+    a: &mut [A], b: &mut [B], bounds: &[usize], f: impl Fn(usize, &mut [A], &mut [B]) -> R + Sync,
 ) -> Vec<R> {
     let end = bounds.last().copied().unwrap_or(0);
     assert!(
@@ -566,11 +554,7 @@ impl<'a, T> Scatter<'a, T> {
     /// # Safety
     /// No other access to those slots happens during the call (in any task).
     pub unsafe fn transposed(
-        &self,
-        src: &[T],
-        (rows, width, ls): (usize, usize, usize),
-        at: usize,
-        ld: usize,
+        &self, src: &[T], (rows, width, ls): (usize, usize, usize), at: usize, ld: usize,
     ) where
         T: Copy,
     {
@@ -665,8 +649,7 @@ pub fn set_threads(n: usize) -> Result<(), rayon::ThreadPoolBuildError> {
 
 /// `(a(), b())`, run in parallel where a thread is free (rayon's `join`).
 pub fn join<RA: Send, RB: Send>(
-    a: impl FnOnce() -> RA + Send,
-    b: impl FnOnce() -> RB + Send,
+    a: impl FnOnce() -> RA + Send, b: impl FnOnce() -> RB + Send,
 ) -> (RA, RB) {
     let (mut a, mut b) = (Some(a), Some(b));
     let (mut ra, mut rb) = (None, None);
@@ -841,10 +824,8 @@ mod tests {
     /// threads, each running `body` once.
     const FAKE_TEAM: usize = 3;
     unsafe extern "C" fn fake_parallel(
-        body: unsafe extern "C" fn(*mut std::ffi::c_void),
-        data: *mut std::ffi::c_void,
-        threads: std::ffi::c_uint,
-        _flags: std::ffi::c_uint,
+        body: unsafe extern "C" fn(*mut std::ffi::c_void), data: *mut std::ffi::c_void,
+        threads: std::ffi::c_uint, _flags: std::ffi::c_uint,
     ) {
         let n = if threads == 0 {
             FAKE_TEAM
@@ -866,10 +847,8 @@ mod tests {
     /// Whether [`lone_parallel`] was called: a team of one opens no region.
     static LONE_CALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     unsafe extern "C" fn lone_parallel(
-        body: unsafe extern "C" fn(*mut std::ffi::c_void),
-        data: *mut std::ffi::c_void,
-        _threads: std::ffi::c_uint,
-        _flags: std::ffi::c_uint,
+        body: unsafe extern "C" fn(*mut std::ffi::c_void), data: *mut std::ffi::c_void,
+        _threads: std::ffi::c_uint, _flags: std::ffi::c_uint,
     ) {
         LONE_CALLED.store(true, std::sync::atomic::Ordering::SeqCst);
         // SAFETY: the runtime's contract

@@ -63,11 +63,7 @@ fn prefetch_chunk<T>(xs: &[T], at: usize) {
 /// `memcpy` call a row: a quarter of a variance over dim 0).
 #[inline]
 pub fn gather_tile<T: Copy>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    w: usize,
-    row: impl Fn(usize) -> usize,
-    tile: &mut [T],
+    xs: &[T], bits: Option<Bits<'_>>, w: usize, row: impl Fn(usize) -> usize, tile: &mut [T],
     rows: &mut [u64],
 ) {
     // the word read beside its row's copy ([`tile_words`] in a second pass over the
@@ -154,10 +150,7 @@ impl<T, O, F: Fn(T, bool) -> O + Copy> ElemMap<T, O> for F {
 
 #[inline(always)]
 fn map_kernel<T: Copy, O: Copy, F: ElemMap<T, O>>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    out: &mut [O],
-    f: F,
+    xs: &[T], bits: Option<Bits<'_>>, out: &mut [O], f: F,
 ) {
     let n = xs.len().min(out.len());
     let (xs, out) = (&xs[..n], &mut out[..n]);
@@ -194,11 +187,7 @@ fn map_kernel<T: Copy, O: Copy, F: ElemMap<T, O>>(
 
 #[inline(always)]
 fn zip_kernel<A: Copy, B: Copy, O: Copy, F: Fn(A, B, bool) -> O + Copy>(
-    xs: &[A],
-    ys: &[B],
-    bits: Option<Bits<'_>>,
-    out: &mut [O],
-    f: F,
+    xs: &[A], ys: &[B], bits: Option<Bits<'_>>, out: &mut [O], f: F,
 ) {
     let n = xs.len().min(ys.len()).min(out.len());
     let (xs, ys, out) = (&xs[..n], &ys[..n], &mut out[..n]);
@@ -243,13 +232,7 @@ fn pair_kernel<
     Q: Copy,
     F: Fn(A, B, C, bool) -> (P, Q) + Copy,
 >(
-    xs: &[A],
-    ys: &[B],
-    zs: &[C],
-    bits: Option<Bits<'_>>,
-    out_p: &mut [P],
-    out_q: &mut [Q],
-    f: F,
+    xs: &[A], ys: &[B], zs: &[C], bits: Option<Bits<'_>>, out_p: &mut [P], out_q: &mut [Q], f: F,
 ) {
     let n = xs
         .len()
@@ -298,11 +281,7 @@ fn pair_kernel<
 
 #[inline(always)]
 fn around_kernel<T: Copy, K: Copy + PartialOrd, F: Fn(T) -> K + Copy>(
-    xs: &[T],
-    v: K,
-    lo: K,
-    hi: K,
-    key: F,
+    xs: &[T], v: K, lo: K, hi: K, key: F,
 ) -> (usize, usize, K, K) {
     // independent accumulators of selects, which vectorise (a branch per element
     // mispredicts half the time on random data); 32-bit counts, flushed per block
@@ -410,10 +389,7 @@ fn update_kernel<O: Copy, F: Fn(O, bool) -> O + Copy>(out: &mut [O], bits: Optio
 
 #[inline(always)]
 fn update_zip_kernel<O: Copy, B: Copy, F: Fn(O, B, bool) -> O + Copy>(
-    out: &mut [O],
-    ys: &[B],
-    bits: Option<Bits<'_>>,
-    f: F,
+    out: &mut [O], ys: &[B], bits: Option<Bits<'_>>, f: F,
 ) {
     let n = out.len().min(ys.len());
     let (out, ys) = (&mut out[..n], &ys[..n]);
@@ -496,9 +472,7 @@ fn fill_kernel<O: Copy>(out: &mut [O], bits: Bits<'_>, on: O, off: O) {
 
 #[inline(always)]
 fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    pred: P,
+    xs: &[T], bits: Option<Bits<'_>>, pred: P,
 ) -> Option<usize> {
     let (chunks, tail) = xs.as_chunks::<64>();
     for c in 0..chunks.len() {
@@ -522,9 +496,7 @@ fn first_kernel<T: Copy, P: Fn(T) -> bool + Copy>(
 /// satisfies `pred`.
 #[inline(always)]
 fn first_in<T: Copy, P: Fn(T) -> bool + Copy>(
-    ch: &[T],
-    word: Option<u64>,
-    pred: P,
+    ch: &[T], word: Option<u64>, pred: P,
 ) -> Option<usize> {
     let mut hit = 0u64;
     for k in 0..ch.len() {
@@ -536,12 +508,7 @@ fn first_in<T: Copy, P: Fn(T) -> bool + Copy>(
 
 #[inline(always)]
 fn columns_kernel<T: Copy, L: Lanes<T>>(
-    l: &L,
-    acc: &mut [L::A],
-    xs: &[T],
-    stride: usize,
-    nrows: usize,
-    bits: Option<Bits<'_>>,
+    l: &L, acc: &mut [L::A], xs: &[T], stride: usize, nrows: usize, bits: Option<Bits<'_>>,
     idx0: i64,
 ) {
     let w = acc.len();
@@ -605,11 +572,7 @@ pub fn fold_run<T: Copy, L: Lanes<T>>(l: &L, xs: &[T], bits: Option<Bits<'_>>, i
 /// If `n > xs.len()`.
 #[inline(always)]
 pub fn fold_run_within<T: Copy, L: Lanes<T>>(
-    l: &L,
-    xs: &[T],
-    n: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
+    l: &L, xs: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64,
 ) -> L::A {
     if n <= SHORT {
         return short_kernel(l, &xs[..n], bits, idx0);
@@ -639,11 +602,7 @@ multiversion! {
 
 #[inline(always)]
 fn columns_by_kernel<T: Copy, C: Copy, A: Copy, F: Fn(A, T, C) -> A + Copy>(
-    f: F,
-    acc: &mut [A],
-    cs: &[C],
-    xs: &[T],
-    (stride, nrows): (usize, usize),
+    f: F, acc: &mut [A], cs: &[C], xs: &[T], (stride, nrows): (usize, usize),
     bits: Option<Bits<'_>>,
 ) {
     let w = acc.len().min(cs.len());
@@ -688,21 +647,14 @@ multiversion! {
 /// The kernel of [`arg_columns`].
 #[inline(always)]
 fn arg_columns_kernel<T: Copy, B: Fn(T, T) -> bool + Copy, N: Fn(T) -> bool + Copy>(
-    (better, nan): (B, N),
-    best: &mut [T],
-    row: &mut [u32],
-    xs: &[T],
-    (stride, nrows): (usize, usize),
-    bits: Option<Bits<'_>>,
-    r0: u32,
+    (better, nan): (B, N), best: &mut [T], row: &mut [u32], xs: &[T],
+    (stride, nrows): (usize, usize), bits: Option<Bits<'_>>, r0: u32,
 ) {
     let w = best.len().min(row.len());
     #[inline(always)]
     fn step<T: Copy>(
-        (better, nan): (impl Fn(T, T) -> bool, impl Fn(T) -> bool),
-        valid: bool,
-        (x, b, i): (T, &mut T, &mut u32),
-        r: u32,
+        (better, nan): (impl Fn(T, T) -> bool, impl Fn(T) -> bool), valid: bool,
+        (x, b, i): (T, &mut T, &mut u32), r: u32,
     ) {
         let (an, bn) = (nan(*b), nan(x));
         let take = valid & ((*i == u32::MAX) | (!an & bn) | (!an & !bn & better(x, *b)));
@@ -843,10 +795,7 @@ pub const SHORT: usize = 8;
 /// meet identities are replayed so that even the sign of a zero sum matches.
 #[inline(always)]
 pub fn short_kernel<T: Copy, L: Lanes<T>>(
-    l: &L,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    idx0: i64,
+    l: &L, xs: &[T], bits: Option<Bits<'_>>, idx0: i64,
 ) -> L::A {
     short_load(l, xs.len(), bits, idx0, |k| xs[k])
 }
@@ -854,11 +803,7 @@ pub fn short_kernel<T: Copy, L: Lanes<T>>(
 /// [`short_kernel`] over the `n` elements `load(0) .. load(n - 1)`.
 #[inline(always)]
 fn short_load<T, L: Lanes<T>>(
-    l: &L,
-    n: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-    load: impl Fn(usize) -> T,
+    l: &L, n: usize, bits: Option<Bits<'_>>, idx0: i64, load: impl Fn(usize) -> T,
 ) -> L::A {
     let w = bits.map_or(u64::MAX, |b| b.word_at(0));
     let n = n.min(SHORT);
@@ -899,12 +844,7 @@ fn short_load<T, L: Lanes<T>>(
 /// (for lanes that are not `HEAVY`, which fold packed values instead).
 #[inline(always)]
 fn pair_fold_kernel<A: Copy, B: Copy, T: Copy, L: Lanes<T>, F: Fn(A, B) -> T + Copy>(
-    l: &L,
-    xs: &[A],
-    ys: &[B],
-    f: F,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
+    l: &L, xs: &[A], ys: &[B], f: F, bits: Option<Bits<'_>>, idx0: i64,
 ) -> L::A {
     debug_assert!(!L::HEAVY, "a HEAVY lane folds packed values");
     let n = xs.len().min(ys.len());
@@ -960,11 +900,7 @@ fn pair_fold_kernel<A: Copy, B: Copy, T: Copy, L: Lanes<T>, F: Fn(A, B) -> T + C
 /// registers.
 #[inline(always)]
 fn wide_kernel<T: Copy, L: Lanes<T>>(
-    l: &L,
-    within: &[T],
-    n: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
+    l: &L, within: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64,
 ) -> L::A {
     let xs = &within[..n];
     let mut acc = [l.id(); W];
@@ -1055,13 +991,7 @@ fn wide_kernel<T: Copy, L: Lanes<T>>(
 /// [`wide_kernel`]'s masked loop into the accumulators.
 #[inline(always)]
 fn masked_chunk<T: Copy, L: Lanes<T>>(
-    l: &L,
-    a: &mut [L::A; W],
-    within: &[T],
-    n: usize,
-    b: Bits<'_>,
-    idx0: i64,
-    c: usize,
+    l: &L, a: &mut [L::A; W], within: &[T], n: usize, b: Bits<'_>, idx0: i64, c: usize,
 ) {
     prefetch_chunk(within, c * 64);
     let ch = &within[c * 64..c * 64 + 64];
@@ -1076,11 +1006,7 @@ fn masked_chunk<T: Copy, L: Lanes<T>>(
 /// position `base + k`, into the accumulators (element `k` into `k % W`).
 #[inline(always)]
 fn chunk64<T, L: Lanes<T>>(
-    l: &L,
-    acc: &mut [L::A; W],
-    w: u64,
-    base: i64,
-    load: impl Fn(usize) -> T,
+    l: &L, acc: &mut [L::A; W], w: u64, base: i64, load: impl Fn(usize) -> T,
 ) {
     for h in 0..64 / W {
         // a 32-bit half word: the lane tests become 32-bit vector shifts (AVX2 has no
@@ -1105,12 +1031,7 @@ fn chunk64<T, L: Lanes<T>>(
 /// over rows of 100 took 1.25x the time, a sum 1.05x).
 #[inline(always)]
 fn tail<T: Copy, L: Lanes<T>>(
-    l: &L,
-    acc: &mut [L::A; W],
-    n: usize,
-    w: u64,
-    base: i64,
-    load: impl Fn(usize) -> T,
+    l: &L, acc: &mut [L::A; W], n: usize, w: u64, base: i64, load: impl Fn(usize) -> T,
 ) {
     debug_assert!(0 < n && n < 64);
     let x0 = load(0);
@@ -1143,11 +1064,7 @@ fn step<T, L: Lanes<T>>(l: &L, acc: &mut [L::A; W], base: i64, load: impl Fn(usi
 /// identity past the end.
 #[inline(always)]
 fn padded_step<T: Copy, L: Lanes<T>>(
-    l: &L,
-    acc: &mut [L::A; W],
-    rem: usize,
-    base: i64,
-    load: impl Fn(usize) -> T,
+    l: &L, acc: &mut [L::A; W], rem: usize, base: i64, load: impl Fn(usize) -> T,
 ) {
     // a conditional load per lane (masked loads where the CPU has them): copying the
     // tail into a padded buffer first was scalar stores read back as vectors, a

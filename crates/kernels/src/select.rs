@@ -495,13 +495,8 @@ enum Step<K> {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn step<K: SelectKey>(
-    s: &mut [K],
-    r: usize,
-    (lo, hi): (K, K),
-    extra: usize,
-    (below, upto, above_min): (usize, usize, K),
-    upper: Option<K>,
-    next: bool,
+    s: &mut [K], r: usize, (lo, hi): (K, K), extra: usize,
+    (below, upto, above_min): (usize, usize, K), upper: Option<K>, next: bool,
 ) -> Step<K> {
     let lower = |u: Option<K>, k: K| Some(u.map_or(k, |u| u.min(k)));
     let (n, upto) = (s.len(), upto + extra);
@@ -529,11 +524,7 @@ fn step<K: SelectKey>(
 
 #[inline(always)]
 fn zeros_kernel<K: SelectKey>(
-    v: &mut [K],
-    zeros: usize,
-    zero: K,
-    j: usize,
-    next: bool,
+    v: &mut [K], zeros: usize, zero: K, j: usize, next: bool,
 ) -> (K, Option<K>) {
     assert!(
         j < v.len() + zeros,
@@ -560,11 +551,7 @@ fn select_kernel<K: SelectKey>(v: &mut [K], j: usize, next: bool) -> (K, Option<
 /// already dropped above them.
 #[inline(always)]
 fn rounds<K: SelectKey>(
-    v: &mut [K],
-    mut n: usize,
-    mut r: usize,
-    mut upper: Option<K>,
-    next: bool,
+    v: &mut [K], mut n: usize, mut r: usize, mut upper: Option<K>, next: bool,
 ) -> (K, Option<K>) {
     let mut rounds = 2 * (usize::BITS - n.leading_zeros()) + 4;
     loop {
@@ -607,10 +594,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn check<K: SelectKey>(
-        v: Vec<K>,
-        zeros: usize,
-        zero: K,
-        j: usize,
+        v: Vec<K>, zeros: usize, zero: K, j: usize,
     ) -> Result<(), TestCaseError> {
         let mut sorted = v.clone();
         sorted.extend(std::iter::repeat_n(zero, zeros));

@@ -50,10 +50,7 @@ pub fn transpose<T: Copy>(src: &[T], shape: (usize, usize, usize), dst: &mut [T]
 /// # Panics
 /// If `ls < width`, `ld < rows`, or `src` is too short for its rows.
 pub unsafe fn transpose_raw<T: Copy>(
-    src: &[T],
-    (rows, width, ls): (usize, usize, usize),
-    dst: *mut T,
-    ld: usize,
+    src: &[T], (rows, width, ls): (usize, usize, usize), dst: *mut T, ld: usize,
 ) {
     if rows == 0 || width == 0 {
         return;
@@ -101,11 +98,7 @@ pub unsafe fn transpose_raw<T: Copy>(
 /// # Safety
 /// As [`transpose_raw`], for these rows and columns.
 unsafe fn plain<T: Copy>(
-    src: &[T],
-    ls: usize,
-    dst: *mut T,
-    ld: usize,
-    ks: std::ops::Range<usize>,
+    src: &[T], ls: usize, dst: *mut T, ld: usize, ks: std::ops::Range<usize>,
     js: std::ops::Range<usize>,
 ) {
     const B: usize = 16;

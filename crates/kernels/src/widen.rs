@@ -177,10 +177,7 @@ type Simd<S, D> = unsafe fn(&[S], &mut [D]) -> usize;
 /// AVX) where the CPU has those (checked at run time), then by `one`, a value at a time,
 /// from where that left off.
 fn by_blocks<S: Copy, D, const K: usize>(
-    src: &[S],
-    dst: &mut [D],
-    simd: [Simd<S, D>; K],
-    one: impl Fn(S) -> D,
+    src: &[S], dst: &mut [D], simd: [Simd<S, D>; K], one: impl Fn(S) -> D,
 ) {
     let done = 'simd: {
         #[cfg(target_arch = "x86_64")]

@@ -138,9 +138,7 @@ impl<T: Element> MaskedCoo<T> {
 /// # Errors
 /// Different shapes, a condition that does not broadcast, an operand without a mask.
 pub fn select<T: Element>(
-    cond: &BitMask,
-    a: &MaskedCoo<T>,
-    b: &MaskedCoo<T>,
+    cond: &BitMask, a: &MaskedCoo<T>, b: &MaskedCoo<T>,
 ) -> Result<SparseArray<T>> {
     if a.shape() != b.shape() {
         return Err(MaskedError::ShapeMismatch {

@@ -104,9 +104,7 @@ impl<T: Element> TryFrom<&MaskedCoo<T>> for MaskedArrayD<T> {
 
 /// The COO pattern of a CSR structure (`indptr` from 0).
 fn csr_pattern<I: SpIndex>(
-    shape: (usize, usize),
-    indptr: impl Iterator<Item = usize>,
-    indices: &[I],
+    shape: (usize, usize), indptr: impl Iterator<Item = usize>, indices: &[I],
 ) -> Result<CooPattern> {
     let mut rows = Vec::with_capacity(indices.len());
     let ptr: Vec<usize> = indptr.collect();
@@ -132,8 +130,7 @@ impl<T: Element> MaskedCoo<T> {
     /// assert_eq!(c.sum(1, false).unwrap().values(), &[5.0, 7.0]);
     /// ```
     pub fn from_csr<I: SpIndex, Iptr: SpIndex>(
-        m: &CsMatViewI<'_, T, I, Iptr>,
-        mask: &CsrMask<I>,
+        m: &CsMatViewI<'_, T, I, Iptr>, mask: &CsrMask<I>,
     ) -> Result<Self> {
         let ptr = m.indptr();
         let base = ptr.raw_storage()[0].index();

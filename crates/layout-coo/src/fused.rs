@@ -36,10 +36,7 @@ pub struct CooEntries<'a, T: Element, Z> {
 
 impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CooEntries<'_, T, Z> {
     fn compute(
-        &self,
-        _: Range<usize>,
-        entries: Range<usize>,
-        bits: Option<Bits<'_>>,
+        &self, _: Range<usize>, entries: Range<usize>, bits: Option<Bits<'_>>,
         out: &mut [Z::Output],
     ) -> std::result::Result<(), usize> {
         let other = self.rhs.other();
@@ -102,10 +99,7 @@ impl<T: Element> MaskedCoo<T> {
     /// assert_eq!(aw.sum(1, false).unwrap().values(), &[14.0, 18.0]); // never stores a * w
     /// ```
     pub fn zip_view<'s, Z: ZipMap<T> + 's>(
-        &'s self,
-        rhs: &'s MaskedCoo<T>,
-        z: Z,
-        rule: MaskRule,
+        &'s self, rhs: &'s MaskedCoo<T>, z: Z, rule: MaskRule,
     ) -> Result<CooZipView<'s, Z::Output>>
     where
         Z::Output: Element,
@@ -143,10 +137,7 @@ impl<T: Element> MaskedCoo<T> {
         D: ndarray::Dimension,
         Z: ZipMap<T> + 's,
     >(
-        &'s self,
-        rhs: &'s MaskedArray<S, D>,
-        z: Z,
-        rule: MaskRule,
+        &'s self, rhs: &'s MaskedArray<S, D>, z: Z, rule: MaskRule,
     ) -> Result<CooZipView<'s, Z::Output>>
     where
         Z::Output: Element,
@@ -164,9 +155,7 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// Without a mask, an op with `z(0, s) != 0` ([`MaskedError::Unsupported`]).
     pub fn zip_scalar_view<'s, Z: ZipMap<T> + 's>(
-        &'s self,
-        s: T,
-        z: Z,
+        &'s self, s: T, z: Z,
     ) -> Result<CooZipView<'s, Z::Output>>
     where
         Z::Output: Element,
@@ -183,8 +172,7 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// As [`MaskedCoo::zip_scalar_view`]: without a mask, a map that does not keep 0.
     pub fn map_view<'s, M: LaneMap<T> + Copy + Send + Sync + 's>(
-        &'s self,
-        m: M,
+        &'s self, m: M,
     ) -> Result<CooZipView<'s, M::Output>>
     where
         M::Output: Value + Element,
@@ -196,10 +184,7 @@ impl<T: Element> MaskedCoo<T> {
 /// A view of `z(x, rhs)` on the entries of `l` under `rule`: the rule's checks and the
 /// entries' validity now, the values later.
 fn entries<'a, T: Element, Z: ZipMap<T> + 'a>(
-    l: CooLanes<'a, T>,
-    rhs: Rhs<'a, T>,
-    z: Z,
-    rule: MaskRule,
+    l: CooLanes<'a, T>, rhs: Rhs<'a, T>, z: Z, rule: MaskRule,
 ) -> Result<CooZipView<'a, Z::Output>>
 where
     Z::Output: Element,
@@ -260,10 +245,7 @@ impl<'a, O: Element> CooZipView<'a, O> {
     /// by a scan of the coordinates; no values stored); `None` where the lanes need the
     /// entries reordered, or the values are computed already.
     fn fused<R>(
-        &self,
-        dims: &Dims,
-        keepdim: bool,
-        full: bool,
+        &self, dims: &Dims, keepdim: bool, full: bool,
         run: impl FnOnce(&FusedLanes<'_, O, &(dyn EntryValues<O> + 'a)>) -> Result<SparseArray<R>>,
     ) -> Result<Option<SparseArray<R>>> {
         let Some(src) = self.lazy() else {
@@ -311,10 +293,7 @@ impl<'a, O: Element> MaskedReduce<O> for CooZipView<'a, O> {
     }
 
     fn fold_lanes<F: Fold<O>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
+        &self, op: &F, dims: &Dims, keepdim: bool,
     ) -> Result<SparseArray<F::Output>> {
         let every = op.valid_everywhere();
         match self.fused(dims, keepdim, every, |l| {
@@ -326,10 +305,7 @@ impl<'a, O: Element> MaskedReduce<O> for CooZipView<'a, O> {
     }
 
     fn stat_lanes<S: LaneStat<O>>(
-        &self,
-        stat: &S,
-        dims: &Dims,
-        keepdim: bool,
+        &self, stat: &S, dims: &Dims, keepdim: bool,
     ) -> Result<SparseArray<S::Output>> {
         match self.fused(dims, keepdim, false, |l| {
             l.stat_lanes(stat, &Dims::from(1), false)
@@ -346,9 +322,7 @@ impl<'a, O: Element> MaskedReduce<O> for CooZipView<'a, O> {
 
     /// Computes the values, then maps them.
     fn map_elements<M: LaneMap<O>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
+        &self, map: &M, zero_preserving: bool,
     ) -> Result<MaskedCoo<M::Output>> {
         self.materialize()?.map_elements(map, zero_preserving)
     }

@@ -31,11 +31,7 @@ impl<T: Element> MaskedCoo<T> {
     /// As the CSR form: a comparison or integer input, an op that is not binary, an
     /// operand without a mask, the forward op's errors, `g` stored elsewhere.
     pub fn vjp_binary(
-        &self,
-        req: &OpRequest,
-        rhs: &MaskedCoo<T>,
-        rule: MaskRule,
-        g: &SparseArray<T::Real>,
+        &self, req: &OpRequest, rhs: &MaskedCoo<T>, rule: MaskRule, g: &SparseArray<T::Real>,
     ) -> Result<CooGradients<T::Real>> {
         let op = binary_grad_op::<T>(req)?;
         rhs.has_gradient()?;
@@ -53,10 +49,7 @@ impl<T: Element> MaskedCoo<T> {
     /// either rule (1M entries: 6.4 ms through the partial zips, now 2.1). `None`
     /// elsewhere.
     fn shared_grads(
-        &self,
-        op: BinOp,
-        rhs: &MaskedCoo<T>,
-        g: &SparseArray<T::Real>,
+        &self, op: BinOp, rhs: &MaskedCoo<T>, g: &SparseArray<T::Real>,
     ) -> Result<Option<CooGradients<T::Real>>> {
         let b = rhs.lanes();
         if b.valid.is_some() || b.fill || b.pattern != self.lanes().pattern {
@@ -79,10 +72,7 @@ impl<T: Element> MaskedCoo<T> {
     /// positions; `None` elsewhere.
     #[allow(clippy::type_complexity)]
     fn on_own_entries(
-        &self,
-        op: BinOp,
-        y: Src<'_, T>,
-        g: &SparseArray<T::Real>,
+        &self, op: BinOp, y: Src<'_, T>, g: &SparseArray<T::Real>,
     ) -> Option<(Vec<T::Real>, Vec<T::Real>, f64, Vec<usize>)> {
         let a = self.lanes();
         if a.valid.is_some() || a.fill || g.shape() != self.shape() {
@@ -104,11 +94,7 @@ impl<T: Element> MaskedCoo<T> {
     /// array's shape ([`MaskedError::ShapeMismatch`]).
     #[allow(clippy::type_complexity)]
     pub fn vjp_binary_dense<S: ndarray::Data<Elem = T>, D: ndarray::Dimension>(
-        &self,
-        req: &OpRequest,
-        rhs: &MaskedArray<S, D>,
-        rule: MaskRule,
-        g: &SparseArray<T::Real>,
+        &self, req: &OpRequest, rhs: &MaskedArray<S, D>, rule: MaskRule, g: &SparseArray<T::Real>,
     ) -> Result<(SparseArray<T::Real>, MaskedArrayD<T::Real>)> {
         let op = binary_grad_op::<T>(req)?;
         let (dx, dy) = self.partials_times(op, rhs, rule, g)?;
@@ -126,10 +112,7 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// As [`MaskedCoo::vjp_binary`].
     pub fn vjp_binary_scalar(
-        &self,
-        req: &OpRequest,
-        s: T,
-        g: &SparseArray<T::Real>,
+        &self, req: &OpRequest, s: T, g: &SparseArray<T::Real>,
     ) -> Result<(SparseArray<T::Real>, T::Real)> {
         let op = binary_grad_op::<T>(req)?;
         self.has_gradient()?;
@@ -151,11 +134,7 @@ impl<T: Element> MaskedCoo<T> {
 
     /// `g · ∂f/∂x` and `g · ∂f/∂y` at the forward output's positions.
     fn partials_times<Rhs: ?Sized>(
-        &self,
-        op: BinOp,
-        rhs: &Rhs,
-        rule: MaskRule,
-        g: &SparseArray<T::Real>,
+        &self, op: BinOp, rhs: &Rhs, rule: MaskRule, g: &SparseArray<T::Real>,
     ) -> Result<CooGradients<T::Real>>
     where
         Self: ZipKernels<T, Rhs, Zipped<T::Real> = SparseArray<T::Real>>,

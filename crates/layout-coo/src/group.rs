@@ -98,10 +98,7 @@ pub(crate) fn sub_strides(shape: &[usize], dims: &[usize]) -> Vec<usize> {
 /// that index already and are borrowed (a 2-D array's rows and columns, an n-D array
 /// reduced over one dim); several dims are combined by [`flat_of`] into a new array.
 pub(crate) fn index_over<'c>(
-    shape: &[usize],
-    coords: &[&'c [usize]],
-    dims: &[usize],
-    nnz: usize,
+    shape: &[usize], coords: &[&'c [usize]], dims: &[usize], nnz: usize,
 ) -> Cow<'c, [usize]> {
     match dims {
         [d] => Cow::Borrowed(&coords[*d][..nnz]),
@@ -123,13 +120,8 @@ pub(crate) fn index_over<'c>(
 /// reorders them; within a group the stored row-major order is already the order of
 /// the reduced position.
 pub(crate) fn group<'a, T: Element>(
-    shape: &[usize],
-    coords: &[&'a [usize]],
-    values: &'a [T],
-    valid: Option<&'a [u64]>,
-    reduced: &[usize],
-    full: bool,
-    plan: Option<&'a GroupPlan>,
+    shape: &[usize], coords: &[&'a [usize]], values: &'a [T], valid: Option<&'a [u64]>,
+    reduced: &[usize], full: bool, plan: Option<&'a GroupPlan>,
 ) -> Result<Grouped<'a, T>> {
     let nnz = values.len();
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
@@ -181,9 +173,7 @@ fn starts_of(keys: &[usize]) -> (Vec<usize>, Vec<usize>) {
 /// The values and validity bits of the stored entries in the order `perm` (entry `k`
 /// is stored entry `perm[k]`).
 fn gather_entries<T: Element>(
-    perm: &[usize],
-    values: &[T],
-    valid: Option<&[u64]>,
+    perm: &[usize], values: &[T], valid: Option<&[u64]>,
 ) -> (Vec<T>, Option<Vec<u64>>) {
     let bits = valid.map(|w| {
         let mut out = vec![0u64; perm.len().div_ceil(64)];
@@ -213,10 +203,7 @@ pub(crate) struct GroupPlan {
 impl GroupPlan {
     /// The plan of grouping `nnz` entries by the dims not in `reduced`.
     pub(crate) fn build(
-        shape: &[usize],
-        coords: &[&[usize]],
-        reduced: &[usize],
-        nnz: usize,
+        shape: &[usize], coords: &[&[usize]], reduced: &[usize], nnz: usize,
     ) -> Result<GroupPlan> {
         let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
         let nkept = size_of(&kept.iter().map(|&d| shape[d]).collect::<Vec<_>>())?;
@@ -237,9 +224,7 @@ impl GroupPlan {
     /// The grouping of `values` (and `valid`) over the plan's pattern, its rows borrowed
     /// from the plan.
     pub(crate) fn grouped<'a, T: Element>(
-        &'a self,
-        values: &[T],
-        valid: Option<&[u64]>,
+        &'a self, values: &[T], valid: Option<&[u64]>,
     ) -> Grouped<'a, T> {
         let (vals, bits) = gather_entries(&self.perm, values, valid);
         Grouped {
@@ -288,11 +273,7 @@ impl GroupPlan {
 /// the reduced dim's coordinates, borrowed, when one dim is reduced. With `full`, a row
 /// for every kept position.
 pub(crate) fn rows_in_order<'a>(
-    shape: &[usize],
-    coords: &[&'a [usize]],
-    nnz: usize,
-    nkept: usize,
-    full: bool,
+    shape: &[usize], coords: &[&'a [usize]], nnz: usize, nkept: usize, full: bool,
 ) -> Result<Rows<'a>> {
     let reduced: Vec<usize> = (nkept..shape.len()).collect();
     let npos = size_of(&shape[..nkept])?;
@@ -471,11 +452,7 @@ impl<'c> Linear<'c> {
         // the per-entry scan for short groups, the starts alone for long ones
         #[inline(always)]
         fn by(
-            short: bool,
-            lo: usize,
-            hi: usize,
-            first: usize,
-            keys: impl Iterator<Item = usize>,
+            short: bool, lo: usize, hi: usize, first: usize, keys: impl Iterator<Item = usize>,
         ) -> Segments {
             if short {
                 scan(lo, hi, first, keys)

@@ -84,10 +84,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// A reduction over `dims`: `run` reduces the rows of the grouped lanes, whose
     /// stored rows become the kept positions of the output.
     fn reduce<O>(
-        &self,
-        dims: &Dims,
-        keepdim: bool,
-        full: bool,
+        &self, dims: &Dims, keepdim: bool, full: bool,
         run: impl FnOnce(&masked_sparse::CsrLanes<'_, T>) -> Result<SparseArray<O>>,
     ) -> Result<SparseArray<O>> {
         let reduced = dims.canonical(self.shape().len())?;
@@ -112,10 +109,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// reordering needed), no mask (unstored zeros count), or more kept positions than
     /// entries (the states would outweigh the data).
     fn scatter_fold<F: Fold<T>>(
-        &self,
-        op: &F,
-        reduced: &[usize],
-        keepdim: bool,
+        &self, op: &F, reduced: &[usize], keepdim: bool,
     ) -> Result<Option<SparseArray<F::Output>>> {
         let shape = self.shape();
         let nnz = self.values.len();
@@ -191,10 +185,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// unstored valid zeros, nothing kept, or lanes longer than [`SEGMENT_MAX_LANE`]
     /// (the row kernels split a long lane across threads).
     fn segment_fold<F: Fold<T>>(
-        &self,
-        op: &F,
-        reduced: &[usize],
-        keepdim: bool,
+        &self, op: &F, reduced: &[usize], keepdim: bool,
     ) -> Result<Option<SparseArray<F::Output>>> {
         let shape = self.shape();
         let nkept = shape.len() - reduced.len();
@@ -496,11 +487,7 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
     /// Over any dims; the gradient stores exactly the valid entries. Without a mask the
     /// gradient would store every position: an error.
     fn grad_reduced<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dims: &Dims,
-        keepdim: bool,
-        g: &SparseArray<T::Real>,
+        &self, grad: &G, dims: &Dims, keepdim: bool, g: &SparseArray<T::Real>,
         saved: Option<&SparseArray<T::Real>>,
     ) -> Result<MaskedCoo<T::Real>> {
         let reduced = dims.canonical(self.shape().len())?;
@@ -520,11 +507,7 @@ impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
     /// Along any one dim; `g` stores exactly the valid entries (as the forward map's
     /// output does).
     fn grad_mapped<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dim: isize,
-        g: &MaskedCoo<T::Real>,
-        saved: Option<&MaskedCoo<T::Real>>,
+        &self, grad: &G, dim: isize, g: &MaskedCoo<T::Real>, saved: Option<&MaskedCoo<T::Real>>,
     ) -> Result<MaskedCoo<T::Real>> {
         let d = wrap_dim(dim, self.shape().len())?;
         // an upstream (and saved output) on this very pattern (a forward map's result
@@ -572,10 +555,7 @@ impl<T: Element> CooLanes<'_, T> {
     /// forward op along that dim or here), stored on the pattern itself: where every
     /// stored entry is valid and the dim's grouping moves entries; `None` elsewhere.
     fn grad_planned<G: LaneGrad>(
-        &self,
-        grad: &G,
-        reduced: &[usize],
-        up: SparseUpstream<'_, T::Real>,
+        &self, grad: &G, reduced: &[usize], up: SparseUpstream<'_, T::Real>,
         saved: Option<SparseUpstream<'_, T::Real>>,
     ) -> Result<Option<MaskedCoo<T::Real>>> {
         let (&[d], None, false) = (reduced, &self.valid, self.fill) else {
@@ -624,12 +604,8 @@ impl<T: Element> CooLanes<'_, T> {
     /// A gradient over the valid entries, stored at their positions; a map's upstream
     /// and saved output (`stored_at_valid`) must store exactly those positions.
     fn grad_entries<G: LaneGrad>(
-        &self,
-        grad: &G,
-        reduced: &[usize],
-        up: SparseUpstream<'_, T::Real>,
-        saved: Option<SparseUpstream<'_, T::Real>>,
-        stored_at_valid: &[&SparseArray<T::Real>],
+        &self, grad: &G, reduced: &[usize], up: SparseUpstream<'_, T::Real>,
+        saved: Option<SparseUpstream<'_, T::Real>>, stored_at_valid: &[&SparseArray<T::Real>],
     ) -> Result<SparseArray<T::Real>> {
         if self.fill {
             return Err(MaskedError::densifying("a gradient"));
@@ -678,10 +654,7 @@ impl<T: Element> CooLanes<'_, T> {
 /// `prebuilt` (compiled in this crate for `f32`/`f64`).
 impl<'a, T: Element> CooLanes<'a, T> {
     pub(crate) fn kernel_fold_lanes<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
+        &self, op: &F, dims: &Dims, keepdim: bool,
     ) -> Result<SparseArray<F::Output>> {
         let reduced = dims.canonical(self.shape().len())?;
         if let Some(r) = self.scatter_fold(op, &reduced, keepdim)? {
@@ -696,10 +669,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
     }
 
     pub(crate) fn kernel_stat_lanes<S: LaneStat<T>>(
-        &self,
-        stat: &S,
-        dims: &Dims,
-        keepdim: bool,
+        &self, stat: &S, dims: &Dims, keepdim: bool,
     ) -> Result<SparseArray<S::Output>> {
         self.reduce(dims, keepdim, false, |l| {
             l.stat_lanes(stat, &Dims::from(1), false)
@@ -716,10 +686,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// `map` over every stored element in storage order: into `into` (one slot per
     /// stored entry) where given.
     pub(crate) fn kernel_map_elements<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
-        into: Option<OutSlots<'_, '_>>,
+        &self, map: &M, zero_preserving: bool, into: Option<OutSlots<'_, '_>>,
     ) -> Result<Written<MaskedCoo<M::Output>>> {
         if self.fill && !zero_preserving {
             return Err(MaskedError::densifying(map.name()));
@@ -746,10 +713,7 @@ impl<'a, T: Element> CooLanes<'a, T> {
     /// `map` along `dim`: into `into` (one slot per stored entry) where given, which
     /// needs every stored entry valid (no validity bits) and no unstored valid zeros.
     pub(crate) fn kernel_map_lanes<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        dim: isize,
-        into: Option<OutSlots<'_, '_>>,
+        &self, map: &M, dim: isize, into: Option<OutSlots<'_, '_>>,
     ) -> Result<Written<MaskedCoo<M::Output>>> {
         let shape = self.shape();
         if shape.is_empty() {

@@ -113,10 +113,7 @@ impl<T: Element> MaskedCoo<T> {
     /// [`MaskedError::IndexOutOfRange`] / [`MaskedError::DuplicateIndex`] naming the
     /// entry, [`MaskedError::ShapeMismatch`] for a mask pattern of another shape.
     pub fn try_new<C: AsRef<[usize]>>(
-        shape: impl ShapeLike,
-        coords: &[C],
-        values: Vec<T>,
-        mask: CooMask,
+        shape: impl ShapeLike, coords: &[C], values: Vec<T>, mask: CooMask,
     ) -> Result<Self> {
         // the coordinates give the entry count (a 0-d array has no coordinate arrays)
         let nnz = coords.first().map_or(values.len(), |c| c.as_ref().len());
@@ -174,9 +171,7 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// As [`MaskedCoo::try_new`].
     pub fn from_pattern<C: AsRef<[usize]>>(
-        shape: impl ShapeLike,
-        coords: &[C],
-        values: Vec<T>,
+        shape: impl ShapeLike, coords: &[C], values: Vec<T>,
     ) -> Result<Self> {
         Self::try_new(shape, coords, values, CooMask::Stored)
     }
@@ -186,9 +181,7 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// As [`MaskedCoo::try_new`].
     pub fn unmasked<C: AsRef<[usize]>>(
-        shape: impl ShapeLike,
-        coords: &[C],
-        values: Vec<T>,
+        shape: impl ShapeLike, coords: &[C], values: Vec<T>,
     ) -> Result<Self> {
         Self::try_new(shape, coords, values, CooMask::All)
     }
@@ -199,10 +192,7 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// As [`MaskedCoo::try_new`].
     pub fn with_mask<C: AsRef<[usize]>>(
-        shape: impl ShapeLike,
-        coords: &[C],
-        values: Vec<T>,
-        mask: CooPattern,
+        shape: impl ShapeLike, coords: &[C], values: Vec<T>, mask: CooPattern,
     ) -> Result<Self> {
         Self::try_new(shape, coords, values, CooMask::Pattern(mask))
     }
@@ -295,11 +285,7 @@ impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
     masked_core::lane_methods!(lanes, as_is);
 
     fn grad_mapped<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dim: isize,
-        g: &MaskedCoo<T::Real>,
-        saved: Option<&MaskedCoo<T::Real>>,
+        &self, grad: &G, dim: isize, g: &MaskedCoo<T::Real>, saved: Option<&MaskedCoo<T::Real>>,
     ) -> Result<MaskedCoo<T::Real>> {
         self.lanes().grad_mapped(grad, dim, g, saved)
     }

@@ -181,9 +181,7 @@ impl CooPattern {
     /// permutation applied (`None` when they were already sorted): stored entry `k` is
     /// given entry `perm[k]`.
     pub(crate) fn canonical<C: AsRef<[usize]>>(
-        shape: &[usize],
-        coords: &[C],
-        nnz: usize,
+        shape: &[usize], coords: &[C], nnz: usize,
     ) -> Result<(Self, Option<Vec<usize>>)> {
         if coords.len() != shape.len() {
             return Err(MaskedError::InvalidData(format!(
@@ -328,8 +326,7 @@ impl CooPattern {
     /// assert_eq!(p.flat(), vec![0, 3]);
     /// ```
     pub fn from_bools<B: Borrow<bool>>(
-        shape: impl ShapeLike,
-        mask: impl IntoIterator<Item = B>,
+        shape: impl ShapeLike, mask: impl IntoIterator<Item = B>,
     ) -> Result<Self> {
         // the bit mask checks the count (an endless iterator is a length error)
         let m = BitMask::from_bools(shape, mask)?;
@@ -526,9 +523,7 @@ impl CooPattern {
 /// Linear indices `sum_d coords[d][k] * st[d]` of `nnz` entries (a row-major flat
 /// position for full strides, a group key for the strides of a subset of dims).
 pub(crate) fn flat_of<'c>(
-    coords: impl Iterator<Item = &'c [usize]>,
-    st: &[usize],
-    nnz: usize,
+    coords: impl Iterator<Item = &'c [usize]>, st: &[usize], nnz: usize,
 ) -> Vec<usize> {
     let dims: Vec<(&[usize], usize)> = coords
         .zip(st.iter().copied())

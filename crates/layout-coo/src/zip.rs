@@ -26,8 +26,7 @@ pub(crate) use masked_sparse::EntryOther as Other;
 /// `f(first entry, its validity bits, chunk)`, which returns the first entry where it
 /// fails; the first such entry over all chunks.
 pub(crate) fn fill_chunks<O: Send>(
-    out: &mut [O],
-    bits: Option<&[u64]>,
+    out: &mut [O], bits: Option<&[u64]>,
     f: impl Fn(usize, Option<Bits<'_>>, &mut [O]) -> Option<usize> + Sync,
 ) -> Option<usize> {
     par::chunks_mut(out, CHUNK, |c, o| {
@@ -47,10 +46,7 @@ impl<T: Element> CooLanes<'_, T> {
 
     /// `z(x, other)` at every entry valid under `rule`.
     fn zip_entries<Z: ZipMap<T>>(
-        &self,
-        other: Other<'_, T>,
-        z: &Z,
-        rule: MaskRule,
+        &self, other: Other<'_, T>, z: &Z, rule: MaskRule,
     ) -> Result<SparseArray<Z::Output>> {
         let n = self.values.len();
         let bits = self.validity(&other, z.name(), rule)?;
@@ -72,11 +68,7 @@ impl<T: Element> CooLanes<'_, T> {
     /// `z(x, other)` at every entry valid by `bits` (`None`: all), written into `out`
     /// (one value per entry), in parallel chunks.
     pub(crate) fn zip_all<Z: ZipMap<T>>(
-        &self,
-        other: &Other<'_, T>,
-        z: &Z,
-        bits: Option<&[u64]>,
-        out: &mut [Z::Output],
+        &self, other: &Other<'_, T>, z: &Z, bits: Option<&[u64]>, out: &mut [Z::Output],
     ) -> Result<()> {
         let bad = fill_chunks(out, bits, |lo, b, o| self.zip_range(other, z, lo, b, o));
         match bad {
@@ -89,11 +81,7 @@ impl<T: Element> CooLanes<'_, T> {
     /// `bits` (counted from entry `lo`) are set, or at every entry. At the first entry
     /// where `z` fails: `Some(entry)`.
     pub(crate) fn zip_range<Z: ZipMap<T>>(
-        &self,
-        other: &Other<'_, T>,
-        z: &Z,
-        lo: usize,
-        bits: Option<Bits<'_>>,
+        &self, other: &Other<'_, T>, z: &Z, lo: usize, bits: Option<Bits<'_>>,
         out: &mut [Z::Output],
     ) -> Option<usize> {
         let hi = lo + out.len();
@@ -127,10 +115,7 @@ impl<T: Element> CooLanes<'_, T> {
 
     /// `z(self, other)` for two patterns of one shape: one merge over the flat positions.
     pub(crate) fn zip_merge<Z: ZipMap<T>>(
-        &self,
-        other: &CooLanes<'_, T>,
-        z: &Z,
-        rule: MaskRule,
+        &self, other: &CooLanes<'_, T>, z: &Z, rule: MaskRule,
     ) -> Result<SparseArray<Z::Output>> {
         if self.fill && other.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
             return Err(MaskedError::densifying(z.name()));
@@ -165,10 +150,7 @@ impl<T: Element> CooLanes<'_, T> {
 impl<T: Element> ZipKernels<T, Splat<T>> for MaskedCoo<T> {
     type Zipped<O: Value> = SparseArray<O>;
     fn zip_elements<Z: ZipMap<T>>(
-        &self,
-        s: &Splat<T>,
-        z: &Z,
-        rule: MaskRule,
+        &self, s: &Splat<T>, z: &Z, rule: MaskRule,
     ) -> Result<SparseArray<Z::Output>> {
         let l = self.lanes();
         if l.fill && !z.keeps_zero(T::ZERO, s.0) {
@@ -182,10 +164,7 @@ impl<T: Element> ZipKernels<T, Splat<T>> for MaskedCoo<T> {
 impl<T: Element> ZipKernels<T, MaskedCoo<T>> for MaskedCoo<T> {
     type Zipped<O: Value> = SparseArray<O>;
     fn zip_elements<Z: ZipMap<T>>(
-        &self,
-        rhs: &MaskedCoo<T>,
-        z: &Z,
-        rule: MaskRule,
+        &self, rhs: &MaskedCoo<T>, z: &Z, rule: MaskRule,
     ) -> Result<SparseArray<Z::Output>> {
         let (a, b, same) = pair(z.name(), self, rhs)?;
         if same && !a.fill && !b.fill {
@@ -203,10 +182,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, MaskedArray<S, D
 {
     type Zipped<O: Value> = SparseArray<O>;
     fn zip_elements<Z: ZipMap<T>>(
-        &self,
-        rhs: &MaskedArray<S, D>,
-        z: &Z,
-        rule: MaskRule,
+        &self, rhs: &MaskedArray<S, D>, z: &Z, rule: MaskRule,
     ) -> Result<SparseArray<Z::Output>> {
         let l = self.lanes();
         if l.fill {
@@ -222,9 +198,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, MaskedArray<S, D
 /// # Errors
 /// [`MaskedError::ShapeMismatch`] for arrays of different shapes.
 pub(crate) fn pair<'x, T: Element>(
-    op: &str,
-    a: &'x MaskedCoo<T>,
-    b: &'x MaskedCoo<T>,
+    op: &str, a: &'x MaskedCoo<T>, b: &'x MaskedCoo<T>,
 ) -> Result<(CooLanes<'x, T>, CooLanes<'x, T>, bool)> {
     if a.shape() != b.shape() {
         return Err(MaskedError::ShapeMismatch {
@@ -258,17 +232,13 @@ impl<T: Element> Entries<T> for CooLanes<'_, T> {
         self.values.len().div_ceil(STRICT_PART)
     }
     fn strict_part<'s>(
-        &'s self,
-        i: usize,
-        d: &'s DenseOperand<'_, T>,
+        &'s self, i: usize, d: &'s DenseOperand<'_, T>,
     ) -> impl Iterator<Item = [usize; 3]> + 's {
         let part = i * STRICT_PART..((i + 1) * STRICT_PART).min(self.values.len());
         part.map(move |k| [k, self.flat_at(k), self.offset(d, k)])
     }
     fn dense_offsets<'s>(
-        &'s self,
-        d: &'s DenseOperand<'_, T>,
-        e: std::ops::Range<usize>,
+        &'s self, d: &'s DenseOperand<'_, T>, e: std::ops::Range<usize>,
     ) -> impl Iterator<Item = usize> + 's {
         e.map(move |k| self.offset(d, k))
     }

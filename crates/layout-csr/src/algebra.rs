@@ -66,9 +66,7 @@ impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// # Errors
     /// As [`PatternI::logic`] and [`MaskedCsr::valid_pattern`].
     pub fn mask_logic(
-        &self,
-        other: &PatternI<I>,
-        logic: MaskLogic,
+        &self, other: &PatternI<I>, logic: MaskLogic,
     ) -> Result<MaskedCsr<'a, T, I, Iptr>> {
         MaskedCsr::with_mask(*self.matrix(), self.valid_pattern()?.logic(other, logic)?)
     }
@@ -119,9 +117,7 @@ impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
 /// # Errors
 /// Different shapes, a condition that does not broadcast, an operand without a mask.
 pub fn select<'a, T: Element, I: CsrIndex, P1: SpIndex, P2: SpIndex>(
-    cond: &BitMask,
-    a: &MaskedCsr<'a, T, I, P1>,
-    b: &MaskedCsr<'_, T, I, P2>,
+    cond: &BitMask, a: &MaskedCsr<'a, T, I, P1>, b: &MaskedCsr<'_, T, I, P2>,
 ) -> Result<sprs::CsMatI<T, I, usize>> {
     let shape = a.matrix().shape();
     if shape != b.matrix().shape() {

@@ -52,10 +52,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// op's errors (shapes, masks that differ under `strict`); `g` not stored at the
     /// forward output's entries ([`MaskedError::InvalidArgument`]).
     pub fn vjp_binary<'b, Iptr2: SpIndex>(
-        &self,
-        req: &OpRequest,
-        rhs: &MaskedCsr<'b, T, I, Iptr2>,
-        rule: MaskRule,
+        &self, req: &OpRequest, rhs: &MaskedCsr<'b, T, I, Iptr2>, rule: MaskRule,
         g: &CsrMapped<'_, T::Real, I>,
     ) -> Result<CsrGradients<'m, 'b, T::Real, I>> {
         let op = binary_grad_op::<T>(req)?;
@@ -74,10 +71,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// that structure under either rule, and each gradient shares its operand's indices
     /// (10M entries: 23.8 ms through the partial zips, now 10.3). `None` elsewhere.
     fn shared_grads<'b, Iptr2: SpIndex>(
-        &self,
-        op: BinOp,
-        rhs: &MaskedCsr<'b, T, I, Iptr2>,
-        g: &CsrMapped<'_, T::Real, I>,
+        &self, op: BinOp, rhs: &MaskedCsr<'b, T, I, Iptr2>, g: &CsrMapped<'_, T::Real, I>,
     ) -> Result<Option<CsrGradients<'m, 'b, T::Real, I>>> {
         let (a, b) = (self.lanes(), rhs.lanes());
         if b.fill() || b.indptr() != a.indptr() || !b.indices().same_as(&a.indices()) {
@@ -97,10 +91,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// the output of a binary op with such a `y`), so the gradients come out on them with
     /// no partial zips to merge and spread. `None` elsewhere.
     fn on_own_entries(
-        &self,
-        op: BinOp,
-        y: Src<'_, T>,
-        g: &CsrMapped<'_, T::Real, I>,
+        &self, op: BinOp, y: Src<'_, T>, g: &CsrMapped<'_, T::Real, I>,
     ) -> Option<FlatGrads<T::Real>> {
         let a = self.lanes();
         let same =
@@ -120,10 +111,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// matrix's shape ([`MaskedError::ShapeMismatch`]).
     #[allow(clippy::type_complexity)]
     pub fn vjp_binary_dense<S: ndarray::Data<Elem = T>, D: ndarray::Dimension>(
-        &self,
-        req: &OpRequest,
-        rhs: &MaskedArray<S, D>,
-        rule: MaskRule,
+        &self, req: &OpRequest, rhs: &MaskedArray<S, D>, rule: MaskRule,
         g: &CsrMapped<'_, T::Real, I>,
     ) -> Result<(CsrMapped<'m, T::Real, I>, MaskedArrayD<T::Real>)> {
         let op = binary_grad_op::<T>(req)?;
@@ -146,10 +134,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// As [`MaskedCsr::vjp_binary`].
     #[allow(clippy::type_complexity)]
     pub fn vjp_binary_scalar(
-        &self,
-        req: &OpRequest,
-        s: T,
-        g: &CsrMapped<'_, T::Real, I>,
+        &self, req: &OpRequest, s: T, g: &CsrMapped<'_, T::Real, I>,
     ) -> Result<(CsrMapped<'m, T::Real, I>, T::Real)> {
         let op = binary_grad_op::<T>(req)?;
         self.has_gradient()?;
@@ -172,11 +157,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// `g · ∂f/∂x` and `g · ∂f/∂y` on the forward output's entries.
     #[allow(clippy::type_complexity)]
     fn partials_times<Rhs: ?Sized>(
-        &self,
-        op: BinOp,
-        rhs: &Rhs,
-        rule: MaskRule,
-        g: &CsrMapped<'_, T::Real, I>,
+        &self, op: BinOp, rhs: &Rhs, rule: MaskRule, g: &CsrMapped<'_, T::Real, I>,
     ) -> Result<(CsrMapped<'m, T::Real, I>, CsrMapped<'m, T::Real, I>)>
     where
         Self: ZipKernels<T, Rhs, Zipped<T::Real> = CsrMapped<'m, T::Real, I>>,
@@ -232,8 +213,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
 
 /// Values on the structure of `l` (its row pointer copied, its indices borrowed).
 fn on_lanes<'a, T: Element, R>(
-    l: &masked_sparse::CsrLanes<'a, T>,
-    values: Vec<R>,
+    l: &masked_sparse::CsrLanes<'a, T>, values: Vec<R>,
 ) -> crate::LanesMapped<'a, R> {
     crate::LanesMapped {
         shape: l.shape(),

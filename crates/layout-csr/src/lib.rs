@@ -191,9 +191,7 @@ impl<O: Element, I: SpIndex> CsrFilled<O> for CsrMapped<'_, O, I> {
 /// hold it, [`MaskedError::InvalidData`] when it overflows). Every explicit CSR
 /// densification goes through here.
 pub(crate) fn dense_with<T: Copy>(
-    (r, c): (usize, usize),
-    fill: T,
-    entries: impl Iterator<Item = (usize, usize, T)>,
+    (r, c): (usize, usize), fill: T, entries: impl Iterator<Item = (usize, usize, T)>,
 ) -> Result<ndarray::Array2<T>> {
     let n = r.checked_mul(c).ok_or_else(|| {
         MaskedError::InvalidData(format!("a dense {r} x {c} matrix: size overflows"))
@@ -364,10 +362,7 @@ impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
     /// As [`MaskedOps::vjp_map`]; [`MaskedError::ValueCount`] for `g` or `saved` of
     /// another count than the valid entries.
     pub fn vjp_map_values(
-        &self,
-        req: &masked_core::OpRequest,
-        saved: Option<&[T::Real]>,
-        g: &[T::Real],
+        &self, req: &masked_core::OpRequest, saved: Option<&[T::Real]>, g: &[T::Real],
     ) -> Result<CsrMapped<'a, T::Real, I>> {
         struct V<'s, T: Element> {
             lanes: CsrLanes<'s, T>,
@@ -428,10 +423,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'
     masked_core::lane_methods!(lanes, owned);
 
     fn grad_mapped<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dim: isize,
-        g: &CsrMapped<'m, T::Real, I>,
+        &self, grad: &G, dim: isize, g: &CsrMapped<'m, T::Real, I>,
         saved: Option<&CsrMapped<'m, T::Real, I>>,
     ) -> Result<CsrMapped<'m, T::Real, I>> {
         let out =
@@ -510,11 +502,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// structures differ, when an entry is not valid under `rule` (the result would drop
     /// it: use `zip_elements`), or for a buffer of another length.
     pub fn zip_into<Iptr2: SpIndex, Z: ZipMap<T>>(
-        &self,
-        rhs: &MaskedCsr<'_, T, I, Iptr2>,
-        z: &Z,
-        rule: MaskRule,
-        out: &mut [Z::Output],
+        &self, rhs: &MaskedCsr<'_, T, I, Iptr2>, z: &Z, rule: MaskRule, out: &mut [Z::Output],
     ) -> Result<()> {
         let (a, b) = (self.lanes(), rhs.lanes());
         if a.fill() && !z.keeps_zero(T::ZERO, T::ZERO) {
@@ -556,10 +544,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> ZipKernels<T, Splat<T>>
 {
     type Zipped<O: Value> = CsrMapped<'m, O, I>;
     fn zip_elements<Z: ZipMap<T>>(
-        &self,
-        s: &Splat<T>,
-        z: &Z,
-        rule: MaskRule,
+        &self, s: &Splat<T>, z: &Z, rule: MaskRule,
     ) -> Result<CsrMapped<'m, Z::Output, I>> {
         let s = &s.0;
         let l = self.lanes();
@@ -578,10 +563,7 @@ impl<'m, 'b, T: Element, I: CsrIndex, Iptr: SpIndex, Iptr2: SpIndex>
 {
     type Zipped<O: Value> = CsrMapped<'m, O, I>;
     fn zip_elements<Z: ZipMap<T>>(
-        &self,
-        rhs: &MaskedCsr<'b, T, I, Iptr2>,
-        z: &Z,
-        rule: MaskRule,
+        &self, rhs: &MaskedCsr<'b, T, I, Iptr2>, z: &Z, rule: MaskRule,
     ) -> Result<CsrMapped<'m, Z::Output, I>> {
         if self.mat.shape() != rhs.mat.shape() {
             let (a, b) = (self.mat.shape(), rhs.mat.shape());
@@ -614,10 +596,7 @@ where
 {
     type Zipped<O: Value> = CsrMapped<'m, O, I>;
     fn zip_elements<Z: ZipMap<T>>(
-        &self,
-        rhs: &layout_dense::MaskedArray<S, D>,
-        z: &Z,
-        rule: MaskRule,
+        &self, rhs: &layout_dense::MaskedArray<S, D>, z: &Z, rule: MaskRule,
     ) -> Result<CsrMapped<'m, Z::Output, I>> {
         let l = self.lanes();
         if l.fill() {

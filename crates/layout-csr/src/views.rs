@@ -38,10 +38,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// assert_eq!(ab.sum(1, false).unwrap().values(), &[14.0, 18.0]); // never stores a * w
     /// ```
     pub fn zip_view<'s, Iptr2: SpIndex, Z: ZipMap<T> + 's>(
-        &'s self,
-        rhs: &'s MaskedCsr<'_, T, I, Iptr2>,
-        z: Z,
-        rule: MaskRule,
+        &'s self, rhs: &'s MaskedCsr<'_, T, I, Iptr2>, z: Z, rule: MaskRule,
     ) -> Result<CsrZipView<'s, Z::Output>> {
         let (a, b) = (self.lanes(), rhs.lanes());
         if a.shape() != b.shape() {
@@ -83,10 +80,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
         D: ndarray::Dimension,
         Z: ZipMap<T> + 's,
     >(
-        &'s self,
-        rhs: &'s MaskedArray<S, D>,
-        z: Z,
-        rule: MaskRule,
+        &'s self, rhs: &'s MaskedArray<S, D>, z: Z, rule: MaskRule,
     ) -> Result<CsrZipView<'s, Z::Output>> {
         let l = self.lanes();
         if l.fill() {
@@ -102,9 +96,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// # Errors
     /// Without a mask, an op with `z(0, s) != 0` ([`MaskedError::Unsupported`]).
     pub fn zip_scalar_view<'s, Z: ZipMap<T> + 's>(
-        &'s self,
-        s: T,
-        z: Z,
+        &'s self, s: T, z: Z,
     ) -> Result<CsrZipView<'s, Z::Output>> {
         let l = self.lanes();
         if l.fill() && !z.keeps_zero(T::ZERO, s) {
@@ -119,8 +111,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// As [`MaskedCsr::zip_scalar_view`](crate::MaskedCsr::zip_scalar_view): without a
     /// mask, a map that does not keep 0.
     pub fn map_view<'s, M: LaneMap<T> + Copy + Send + Sync + 's>(
-        &'s self,
-        m: M,
+        &'s self, m: M,
     ) -> Result<CsrZipView<'s, M::Output>>
     where
         M::Output: masked_core::Value,

@@ -119,10 +119,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 /// # Errors
 /// [`MaskedError::ShapeMismatch`] when the shapes do not broadcast.
 pub fn select<T: Element, S1, D1, S2, D2>(
-    cond: &BitMask,
-    cond_valid: Option<&BitMask>,
-    a: &MaskedArray<S1, D1>,
-    b: &MaskedArray<S2, D2>,
+    cond: &BitMask, cond_valid: Option<&BitMask>, a: &MaskedArray<S1, D1>, b: &MaskedArray<S2, D2>,
 ) -> Result<MaskedArrayD<T>>
 where
     S1: Data<Elem = T>,
@@ -191,8 +188,7 @@ where
 /// An operand's values and mask broadcast to `shape`, in row-major order (borrowed
 /// where the operand already is so).
 fn widen_array<'x, T: Element, S: Data<Elem = T>, D: Dimension>(
-    x: &'x MaskedArray<S, D>,
-    shape: &[usize],
+    x: &'x MaskedArray<S, D>, shape: &[usize],
 ) -> Result<(Cow<'x, [T]>, BitMask)> {
     let m = x
         .mask()

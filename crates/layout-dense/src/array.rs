@@ -14,10 +14,7 @@ use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn, OwnedRepr, RawData, Vie
 /// Checks that `grad` takes the upstream kind `want` and that `g` has the shape `shape`
 /// (the forward output's).
 pub(crate) fn check_upstream<G: LaneGrad>(
-    grad: &G,
-    want: Upstream,
-    g: &[usize],
-    shape: &[usize],
+    grad: &G, want: Upstream, g: &[usize], shape: &[usize],
 ) -> Result<()> {
     if grad.upstream() != want {
         return Err(MaskedError::InvalidArgument {
@@ -45,9 +42,7 @@ pub(crate) fn check_upstream<G: LaneGrad>(
 /// The saved forward output's values in row-major order when the op reads them (empty
 /// otherwise), after checking its shape against the output's.
 pub(crate) fn saved_values<'a, G: LaneGrad, R: Element, S: Data<Elem = R>, E: Dimension>(
-    grad: &G,
-    saved: Option<&'a MaskedArray<S, E>>,
-    want: &[usize],
+    grad: &G, saved: Option<&'a MaskedArray<S, E>>, want: &[usize],
 ) -> Result<std::borrow::Cow<'a, [R]>> {
     match saved {
         Some(y) if grad.uses_output() => {
@@ -224,9 +219,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// An owned result with an output mask, of this array's dimension type (a map keeps
     /// the shape).
     fn build_like<O: Element>(
-        &self,
-        values: Vec<O>,
-        mask: BitMask,
+        &self, values: Vec<O>, mask: BitMask,
     ) -> Result<MaskedArray<OwnedRepr<O>, D>> {
         let data = ndarray::Array::from_shape_vec(self.data.raw_dim(), values)
             .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
@@ -239,8 +232,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// A gradient: `kernel` fills a zeroed output of this array's size from the values in
     /// row-major order and the mask bits; the result has this array's mask.
     fn grad_with(
-        &self,
-        kernel: impl FnOnce(&[T], Option<Bits<'_>>, &mut [T::Real]),
+        &self, kernel: impl FnOnce(&[T], Option<Bits<'_>>, &mut [T::Real]),
     ) -> Result<MaskedArray<OwnedRepr<T::Real>, D>> {
         let n = self.data.len();
         // the size checked fallibly, then a lazily zeroed buffer on huge pages (the
@@ -260,9 +252,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 
     /// An owned result with an output mask.
     fn build<O: Element>(
-        shape: &[usize],
-        values: Vec<O>,
-        mask: BitMask,
+        shape: &[usize], values: Vec<O>, mask: BitMask,
     ) -> Result<MaskedArrayD<O>> {
         let data = ArrayD::from_shape_vec(IxDyn(shape), values)
             .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
@@ -302,10 +292,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// As the convenience forms; [`MaskedError::InvalidData`] for a buffer of another
     /// length.
     pub fn vjp_into<S2: Data<Elem = T::Real>, E2: Dimension>(
-        &self,
-        req: &masked_core::OpRequest,
-        g: &MaskedArray<S2, E2>,
-        out: &mut [T::Real],
+        &self, req: &masked_core::OpRequest, g: &MaskedArray<S2, E2>, out: &mut [T::Real],
     ) -> Result<()> {
         self.vjp_saved_into::<S2, E2, OwnedRepr<T::Real>, IxDyn>(req, None, g, out)
     }
@@ -331,11 +318,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// # Errors
     /// As [`MaskedArray::vjp_into`]; `saved` of another shape than the forward output.
     pub fn vjp_saved_into<S2, E2, S3, E3>(
-        &self,
-        req: &masked_core::OpRequest,
-        saved: Option<&MaskedArray<S3, E3>>,
-        g: &MaskedArray<S2, E2>,
-        out: &mut [T::Real],
+        &self, req: &masked_core::OpRequest, saved: Option<&MaskedArray<S3, E3>>,
+        g: &MaskedArray<S2, E2>, out: &mut [T::Real],
     ) -> Result<()>
     where
         S2: Data<Elem = T::Real>,
@@ -434,10 +418,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
     }
 
     fn stat_lanes<St: LaneStat<T>>(
-        &self,
-        stat: &St,
-        dims: &Dims,
-        keepdim: bool,
+        &self, stat: &St, dims: &Dims, keepdim: bool,
     ) -> Result<MaskedArrayD<St::Output>> {
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
         let (values, any) = match self.as_laid(&plan, keepdim)? {
@@ -456,9 +437,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
     }
 
     fn map_lanes<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        dim: isize,
+        &self, map: &M, dim: isize,
     ) -> Result<MaskedArray<OwnedRepr<M::Output>, D>> {
         let shape = self.data.shape().to_vec();
         let d = wrap_dim(dim, shape.len())?;
@@ -473,11 +452,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
     }
 
     fn grad_reduced<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dims: &Dims,
-        keepdim: bool,
-        g: &MaskedArrayD<T::Real>,
+        &self, grad: &G, dims: &Dims, keepdim: bool, g: &MaskedArrayD<T::Real>,
         saved: Option<&MaskedArrayD<T::Real>>,
     ) -> Result<MaskedArray<OwnedRepr<T::Real>, D>> {
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
@@ -490,10 +465,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
     }
 
     fn grad_mapped<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dim: isize,
-        g: &MaskedArray<OwnedRepr<T::Real>, D>,
+        &self, grad: &G, dim: isize, g: &MaskedArray<OwnedRepr<T::Real>, D>,
         saved: Option<&MaskedArray<OwnedRepr<T::Real>, D>>,
     ) -> Result<MaskedArray<OwnedRepr<T::Real>, D>> {
         let shape = self.data.shape();
@@ -513,10 +485,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArra
     }
 
     fn fold_lanes<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
+        &self, op: &F, dims: &Dims, keepdim: bool,
     ) -> Result<MaskedArrayD<F::Output>> {
         let (plan, states, any) = self.fold_plan_states(op, dims, keepdim)?;
         finish_fold(op, &plan, &states, any)
@@ -533,10 +502,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// # Errors
     /// [`MaskedError::DimOutOfRange`] or [`MaskedError::DuplicateDim`] for a bad dim.
     pub fn fold_states<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
+        &self, op: &F, dims: &Dims, keepdim: bool,
     ) -> Result<(Vec<usize>, Vec<F::State>)> {
         let (plan, states, _) = self.fold_plan_states(op, dims, keepdim)?;
         Ok((plan.out_shape, states))
@@ -545,10 +511,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// The plan of a fold over `dims`, each lane's state and whether it had a valid
     /// element.
     fn fold_plan_states<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
+        &self, op: &F, dims: &Dims, keepdim: bool,
     ) -> Result<(ReducePlan, Vec<F::State>, Vec<bool>)> {
         let plan = ReducePlan::new(self.data.shape(), dims, keepdim)?;
         // not over an F-ordered array's memory as it lies ([`Self::as_laid`]): a lane
@@ -571,9 +534,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// in row-major order) or reduction.
     #[allow(clippy::type_complexity)]
     fn as_laid(
-        &self,
-        plan: &ReducePlan,
-        keepdim: bool,
+        &self, plan: &ReducePlan, keepdim: bool,
     ) -> Result<Option<(&[T], Option<Vec<u64>>, ReducePlan)>> {
         let shape = self.data.shape();
         if shape.len() != 2
@@ -599,10 +560,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 /// The reduced array of a fold from its lanes' states and whether each lane had a
 /// valid element (the output mask, unless the op is valid everywhere).
 pub(crate) fn finish_fold<O: Element, F: Fold<O>>(
-    op: &F,
-    plan: &ReducePlan,
-    states: &[F::State],
-    any: Vec<bool>,
+    op: &F, plan: &ReducePlan, states: &[F::State], any: Vec<bool>,
 ) -> Result<MaskedArrayD<F::Output>> {
     let values: Vec<F::Output> = states.iter().map(|s| op.finish(s)).collect();
     let mask = if op.valid_everywhere() {

@@ -50,10 +50,7 @@ impl<T, R> Default for Scratch<T, R> {
 
 /// `src` packed by `bits` into `buf` (a lane-wide `Each`), or passed through.
 fn packed<'a, R: Copy>(
-    src: Src<'a, R>,
-    bits: Option<Bits<'_>>,
-    buf: &'a mut Vec<R>,
-    zero: R,
+    src: Src<'a, R>, bits: Option<Bits<'_>>, buf: &'a mut Vec<R>, zero: R,
 ) -> LaneValues<'a, R> {
     match (src, bits) {
         (Src::Absent, _) => LaneValues::Absent,
@@ -73,13 +70,8 @@ impl<T: Element> Scratch<T, T::Real> {
     /// packed with the mask (AVX-512 compress where the CPU has it), the gradient
     /// computed packed, and spread back with 0 at the invalid positions.
     fn contiguous<G: LaneGrad>(
-        &mut self,
-        grad: &G,
-        xs: &[T],
-        bits: Option<Bits<'_>>,
-        g: Src<'_, T::Real>,
-        saved: Src<'_, T::Real>,
-        out: &mut [T::Real],
+        &mut self, grad: &G, xs: &[T], bits: Option<Bits<'_>>, g: Src<'_, T::Real>,
+        saved: Src<'_, T::Real>, out: &mut [T::Real],
     ) {
         let zero = <T::Real as Element>::ZERO;
         if let Src::One(gv) = g {
@@ -151,13 +143,8 @@ impl<T: Element> Scratch<T, T::Real> {
     /// `xs`, `out` and any `Each` source start at); invalid ones are skipped.
     #[allow(clippy::too_many_arguments)]
     fn scattered<G: LaneGrad>(
-        &mut self,
-        grad: &G,
-        positions: impl Iterator<Item = usize>,
-        xs: &[T],
-        valid: &impl Fn(usize) -> bool,
-        g: Src<'_, T::Real>,
-        saved: Src<'_, T::Real>,
+        &mut self, grad: &G, positions: impl Iterator<Item = usize>, xs: &[T],
+        valid: &impl Fn(usize) -> bool, g: Src<'_, T::Real>, saved: Src<'_, T::Real>,
         out: &mut [T::Real],
     ) {
         let saved = if grad.uses_output() {
@@ -233,14 +220,8 @@ fn one<R: Copy>(v: &[R], k: usize) -> Src<'_, R> {
 /// receives the gradient at every position.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grad_reduce<T: Element, G: LaneGrad>(
-    grad: &G,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    plan: &ReducePlan,
-    g: &[T::Real],
-    saved: &[T::Real],
-    out: &mut [T::Real],
-    zeroed: bool,
+    grad: &G, xs: &[T], bits: Option<Bits<'_>>, plan: &ReducePlan, g: &[T::Real],
+    saved: &[T::Real], out: &mut [T::Real], zeroed: bool,
 ) {
     debug_assert_eq!(grad.upstream(), Upstream::PerLane);
     let len = plan.lane_len;
@@ -352,14 +333,8 @@ fn lane_ids(plan: &ReducePlan) -> Vec<usize> {
 /// the input's shape (row-major); every position of `out` is written (0 where invalid).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grad_map<T: Element, G: LaneGrad>(
-    grad: &G,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    shape: &[usize],
-    d: usize,
-    g: &Periodic<'_, T::Real>,
-    saved: &[T::Real],
-    out: &mut [T::Real],
+    grad: &G, xs: &[T], bits: Option<Bits<'_>>, shape: &[usize], d: usize,
+    g: &Periodic<'_, T::Real>, saved: &[T::Real], out: &mut [T::Real],
 ) {
     debug_assert_eq!(grad.upstream(), Upstream::PerElement);
     let n = shape[d];
@@ -471,11 +446,7 @@ impl<'a, R: Element> Periodic<'a, R> {
 /// period, as [`strided_lanes`] takes it. False (nothing written) where it does not
 /// apply.
 fn statistic_rows<T: Element, G: LaneGrad>(
-    grad: &G,
-    bits: Bits<'_>,
-    (n, inner): (usize, usize),
-    g: &[T::Real],
-    saved: &[T::Real],
+    grad: &G, bits: Bits<'_>, (n, inner): (usize, usize), g: &[T::Real], saved: &[T::Real],
     out: &mut [T::Real],
 ) -> bool {
     const TILE: usize = 32;
@@ -582,14 +553,8 @@ enum PerLane {
 /// lane.
 #[allow(clippy::too_many_arguments)]
 fn strided_lanes<T: Element, G: LaneGrad>(
-    grad: &G,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    (n, inner): (usize, usize),
-    per_lane: PerLane,
-    g: &[T::Real],
-    saved: &[T::Real],
-    out: &mut [T::Real],
+    grad: &G, xs: &[T], bits: Option<Bits<'_>>, (n, inner): (usize, usize), per_lane: PerLane,
+    g: &[T::Real], saved: &[T::Real], out: &mut [T::Real],
 ) {
     let block = n * inner;
     if per_lane == PerLane::Yes && uniform_rows(grad, xs, bits, (n, inner), g, out) {
@@ -703,11 +668,7 @@ fn strided_lanes<T: Element, G: LaneGrad>(
 /// than tiles of lanes (4096² over dim 0: see docs/benchmarks.md). False (nothing
 /// written) for any other gradient.
 fn uniform_rows<T: Element, G: LaneGrad>(
-    grad: &G,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    (n, inner): (usize, usize),
-    g: &[T::Real],
+    grad: &G, xs: &[T], bits: Option<Bits<'_>>, (n, inner): (usize, usize), g: &[T::Real],
     out: &mut [T::Real],
 ) -> bool {
     if grad.uniform(1, 0.0).is_none() {

@@ -37,8 +37,7 @@ pub struct WriteInto<'x, 'r, 'o, T, D: Dimension> {
 impl<'x, 'r, 'o, T: Element, D: Dimension> WriteInto<'x, 'r, 'o, T, D> {
     /// `x`'s results written into `out`.
     pub fn new<S: Data<Elem = T>>(
-        x: &'x MaskedArray<S, D>,
-        out: &'r RefCell<ByDType<SliceMutOf<'o>>>,
+        x: &'x MaskedArray<S, D>, out: &'r RefCell<ByDType<SliceMutOf<'o>>>,
     ) -> Self {
         WriteInto { x: x.view(), out }
     }
@@ -80,10 +79,7 @@ impl<'x, 'r, 'o, T: Element, D: Dimension> MaskedReduce<T> for WriteInto<'x, 'r,
     }
 
     fn stat_lanes<St: LaneStat<T>>(
-        &self,
-        stat: &St,
-        dims: &Dims,
-        keepdim: bool,
+        &self, stat: &St, dims: &Dims, keepdim: bool,
     ) -> Result<BitMask> {
         self.reduced(self.x.stat_lanes(stat, dims, keepdim)?)
     }

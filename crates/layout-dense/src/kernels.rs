@@ -64,11 +64,7 @@ const COL_CHUNK: usize = 2048;
 /// Lane positions start at `pos0` (0 for a whole array; a block of rows of a longer
 /// array passes the position of its first element in the lane, for argmax and argmin).
 pub(crate) fn fold_all<T: Element, F: Fold<T>>(
-    op: &F,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    plan: &ReducePlan,
-    pos0: i64,
+    op: &F, xs: &[T], bits: Option<Bits<'_>>, plan: &ReducePlan, pos0: i64,
 ) -> (Vec<F::State>, Vec<bool>) {
     let n_out = plan.lanes;
     let mut states = vec![op.identity(); n_out];
@@ -113,28 +109,16 @@ pub(crate) trait Source<T: Element>: Sync {
     /// could not be computed, if any.
     #[allow(clippy::too_many_arguments)]
     fn push_run<F: Fold<T>>(
-        &self,
-        op: &F,
-        state: &mut F::State,
-        start: usize,
-        len: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
-        scratch: &mut Vec<T>,
+        &self, op: &F, state: &mut F::State, start: usize, len: usize, bits: Option<Bits<'_>>,
+        idx0: i64, scratch: &mut Vec<T>,
     ) -> Option<usize>;
 }
 
 impl<T: Element> Source<T> for [T] {
     #[inline(always)]
     fn push_run<F: Fold<T>>(
-        &self,
-        op: &F,
-        state: &mut F::State,
-        start: usize,
-        len: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
-        _: &mut Vec<T>,
+        &self, op: &F, state: &mut F::State, start: usize, len: usize, bits: Option<Bits<'_>>,
+        idx0: i64, _: &mut Vec<T>,
     ) -> Option<usize> {
         // the values from the run's start on: the kernel may end with whole vectors
         op.push_row(state, &self[start..], len, bits, idx0);
@@ -181,14 +165,8 @@ impl<'a, T> Lazy<'a, T> {
 
 impl<T: Element> Source<T> for Lazy<'_, T> {
     fn push_run<F: Fold<T>>(
-        &self,
-        op: &F,
-        state: &mut F::State,
-        start: usize,
-        len: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
-        scratch: &mut Vec<T>,
+        &self, op: &F, state: &mut F::State, start: usize, len: usize, bits: Option<Bits<'_>>,
+        idx0: i64, scratch: &mut Vec<T>,
     ) -> Option<usize> {
         if let Some((bin, xs, ys)) = self.pair {
             let run = (&xs[start..start + len], &ys[start..start + len]);
@@ -235,10 +213,7 @@ pub(crate) fn lanes_are_runs(plan: &ReducePlan) -> bool {
 /// the same tasks, pieces and merge order, so the same states bit for bit; plus the
 /// position of the first element that could not be computed, if any.
 pub(crate) fn fold_lazy<T: Element, F: Fold<T>>(
-    op: &F,
-    src: &Lazy<'_, T>,
-    bits: Option<Bits<'_>>,
-    plan: &ReducePlan,
+    op: &F, src: &Lazy<'_, T>, bits: Option<Bits<'_>>, plan: &ReducePlan,
 ) -> (Vec<F::State>, Vec<bool>, Option<usize>) {
     debug_assert!(lanes_are_runs(plan));
     let mut states = vec![op.identity(); plan.lanes];
@@ -251,12 +226,7 @@ pub(crate) fn fold_lazy<T: Element, F: Fold<T>>(
 }
 
 fn runs<T: Element, F: Fold<T>, S: Source<T> + ?Sized>(
-    op: &F,
-    src: &S,
-    bits: Option<Bits<'_>>,
-    len: usize,
-    pos0: i64,
-    states: &mut [F::State],
+    op: &F, src: &S, bits: Option<Bits<'_>>, len: usize, pos0: i64, states: &mut [F::State],
     any: &mut [bool],
 ) -> Option<usize> {
     if states.len() < 4 && len > 2 * LANE_CHUNK {
@@ -314,13 +284,8 @@ fn runs<T: Element, F: Fold<T>, S: Source<T> + ?Sized>(
 /// argmax 3.9 -> 4.7-6.9 ms, sum 2.0 -> 2.1-3.1). The cut depends on the shape only,
 /// not on the thread count.
 fn columns<T: Element, F: Fold<T>>(
-    op: &F,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    (outer, red, inner): (usize, usize, usize),
-    pos0: i64,
-    states: &mut [F::State],
-    any: &mut [bool],
+    op: &F, xs: &[T], bits: Option<Bits<'_>>, (outer, red, inner): (usize, usize, usize),
+    pos0: i64, states: &mut [F::State], any: &mut [bool],
 ) {
     debug_assert_eq!(states.len(), outer * inner);
     let nc = inner.div_ceil(COL_CHUNK);
@@ -378,9 +343,7 @@ const COL_MIN_ROWS: usize = 64;
 /// hold a valid element: the rows' mask words ORed, 64 columns a word (`None` without a
 /// mask: every column of a nonempty block).
 fn valid_columns(
-    bits: Option<Bits<'_>>,
-    (stride, nrows): (usize, usize),
-    w: usize,
+    bits: Option<Bits<'_>>, (stride, nrows): (usize, usize), w: usize,
 ) -> Option<Vec<u64>> {
     let b = bits?;
     let (mut words, mut row) = (vec![0u64; w.div_ceil(64)], vec![0; w.div_ceil(64)]);
@@ -394,13 +357,8 @@ fn valid_columns(
 }
 
 fn gather<T: Element, F: Fold<T>>(
-    op: &F,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    plan: &ReducePlan,
-    pos0: i64,
-    states: &mut [F::State],
-    any: &mut [bool],
+    op: &F, xs: &[T], bits: Option<Bits<'_>>, plan: &ReducePlan, pos0: i64,
+    states: &mut [F::State], any: &mut [bool],
 ) {
     let shape = &plan.in_shape;
     let (dims_of, offsets) = (|r| dims_of(plan, r), |dims: &[usize]| offsets(shape, dims));
@@ -467,10 +425,7 @@ fn gather<T: Element, F: Fold<T>>(
 /// Computes `stat` over the valid values of every lane: gathers each lane's valid values
 /// into per-thread scratch (contiguous lanes are read in place), then hands them over.
 pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
-    stat: &S,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    plan: &ReducePlan,
+    stat: &S, xs: &[T], bits: Option<Bits<'_>>, plan: &ReducePlan,
 ) -> (Vec<S::Output>, Vec<bool>) {
     let n_out = plan.lanes;
     let len = plan.lane_len;
@@ -630,11 +585,7 @@ pub(crate) fn stat_all<T: Element, S: LaneStat<T>>(
 /// mapped array in row-major order. Lanes along the last dim are read and written in
 /// place; others are gathered into scratch and scattered back.
 pub(crate) fn map_all<T: Element, M: LaneMap<T>>(
-    map: &M,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    shape: &[usize],
-    dim: usize,
+    map: &M, xs: &[T], bits: Option<Bits<'_>>, shape: &[usize], dim: usize,
 ) -> Vec<M::Output> {
     let n: usize = shape.iter().product();
     let mut out = output_vec::<M::Output>(n);
@@ -644,12 +595,7 @@ pub(crate) fn map_all<T: Element, M: LaneMap<T>>(
 
 /// [`map_all`] into `out` (one slot per element, every slot written).
 pub(crate) fn map_all_into<T: Element, M: LaneMap<T>>(
-    map: &M,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    shape: &[usize],
-    dim: usize,
-    out: &mut [M::Output],
+    map: &M, xs: &[T], bits: Option<Bits<'_>>, shape: &[usize], dim: usize, out: &mut [M::Output],
 ) {
     let n: usize = shape.iter().product();
     debug_assert_eq!(out.len(), n);
@@ -968,10 +914,7 @@ mod tests {
     /// each lane gathered alone, bit for bit (lanes down columns a word wide or more
     /// take the column scan).
     fn assert_map_equals_each_lane_alone<T: Element>(
-        xs: &[T],
-        bits: Option<Bits<'_>>,
-        shape: &[usize],
-        dim: usize,
+        xs: &[T], bits: Option<Bits<'_>>, shape: &[usize], dim: usize,
     ) {
         for prod in [false, true] {
             let (got, want) =
@@ -991,11 +934,7 @@ mod tests {
 
     /// [`map_all`] of `map` along `dim`, and the map run on each lane gathered alone.
     fn mapped_and_each_lane_alone<T: Element, M: LaneMap<T>>(
-        map: &M,
-        xs: &[T],
-        bits: Option<Bits<'_>>,
-        shape: &[usize],
-        dim: usize,
+        map: &M, xs: &[T], bits: Option<Bits<'_>>, shape: &[usize], dim: usize,
     ) -> (Vec<M::Output>, Vec<M::Output>) {
         let n = xs.len();
         let got = map_all(map, xs, bits, shape, dim);

@@ -64,11 +64,7 @@ trait Produce<O>: Sync {
     /// `out` where `bits` are set (or at every element); the flat position of the first
     /// element that could not be computed, if any.
     fn produce(
-        &self,
-        shape: &[usize],
-        bits: Option<Bits<'_>>,
-        start: usize,
-        out: &mut [O],
+        &self, shape: &[usize], bits: Option<Bits<'_>>, start: usize, out: &mut [O],
     ) -> Option<usize>;
 
     /// The error for the element at flat position `i` that could not be computed.
@@ -81,11 +77,7 @@ trait Produce<O>: Sync {
 
 impl<T: Element, Z: ZipMap<T>> Produce<Z::Output> for Zipped<'_, T, Z> {
     fn produce(
-        &self,
-        shape: &[usize],
-        bits: Option<Bits<'_>>,
-        start: usize,
-        out: &mut [Z::Output],
+        &self, shape: &[usize], bits: Option<Bits<'_>>, start: usize, out: &mut [Z::Output],
     ) -> Option<usize> {
         let a = Side::Array(&self.a);
         let b = match &self.b {
@@ -132,10 +124,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// # Errors
     /// Shapes that do not broadcast, masks that differ under [`MaskRule::Strict`].
     pub fn zip_view<'s, S2: Data<Elem = T>, D2: Dimension, Z: ZipMap<T> + 's>(
-        &'s self,
-        rhs: &'s MaskedArray<S2, D2>,
-        z: Z,
-        rule: MaskRule,
+        &'s self, rhs: &'s MaskedArray<S2, D2>, z: Z, rule: MaskRule,
     ) -> Result<ZipView<'s, Z::Output>>
     where
         Z::Output: Element,
@@ -179,8 +168,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 
     /// The lazy unary map `m(self)` (`abs`, `exp`, `FloatMap(FloatFn::Exp(Exp))` ...).
     pub fn map_view<'s, M: LaneMap<T> + Copy + Send + Sync + 's>(
-        &'s self,
-        m: M,
+        &'s self, m: M,
     ) -> ZipView<'s, M::Output>
     where
         M::Output: Element,
@@ -259,8 +247,7 @@ impl<'a, O: Element> ZipView<'a, O> {
     /// Runs `f` on every block (computed into a per-task scratch buffer) in parallel,
     /// in block order: `f(block shape, values, bits)`.
     fn each_block<R: Send>(
-        &self,
-        f: impl Fn(usize, &[usize], &[O], Option<Bits<'_>>) -> Result<R> + Sync,
+        &self, f: impl Fn(usize, &[usize], &[O], Option<Bits<'_>>) -> Result<R> + Sync,
     ) -> Result<Vec<R>> {
         let (blocks, inner) = self.blocks();
         par::map(blocks.len(), |i| {
@@ -307,10 +294,7 @@ impl<'a, O: Element> MaskedReduce<O> for ZipView<'a, O> {
     }
 
     fn fold_lanes<F: Fold<O>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
+        &self, op: &F, dims: &Dims, keepdim: bool,
     ) -> Result<MaskedArrayD<F::Output>> {
         let plan = ReducePlan::new(&self.shape, dims, keepdim)?;
         if self.shape.is_empty() {
@@ -363,10 +347,7 @@ impl<'a, O: Element> MaskedReduce<O> for ZipView<'a, O> {
     }
 
     fn stat_lanes<St: LaneStat<O>>(
-        &self,
-        stat: &St,
-        dims: &Dims,
-        keepdim: bool,
+        &self, stat: &St, dims: &Dims, keepdim: bool,
     ) -> Result<MaskedArrayD<St::Output>> {
         let plan = ReducePlan::new(&self.shape, dims, keepdim)?;
         if self.shape.is_empty() || plan.reduced[0] {

@@ -45,10 +45,7 @@ pub(crate) fn operand<T: Element, S: Data<Elem = T>, D: Dimension>(
 
 /// The output mask of a binary op on two dense masks (`None`: all valid).
 pub(crate) fn out_mask<'m>(
-    op: &'static str,
-    shape: &[usize],
-    a: Option<&'m BitMask>,
-    b: Option<&'m BitMask>,
+    op: &'static str, shape: &[usize], a: Option<&'m BitMask>, b: Option<&'m BitMask>,
     rule: MaskRule,
 ) -> Result<Option<Cow<'m, BitMask>>> {
     // an operand's mask of the output shape is borrowed, not copied
@@ -167,13 +164,8 @@ fn src<'s, T: Element>(r: &Option<Rows<'s, T>>, s: &Side<'_, T>, row: usize) -> 
 /// lazy view asks for block-sized pieces of rows); the flat position of the first
 /// failure, if any.
 pub(crate) fn zip_values<T: Element, Z: ZipMap<T>>(
-    z: &Z,
-    shape: &[usize],
-    a: &Side<'_, T>,
-    b: &Side<'_, T>,
-    bits: Option<Bits<'_>>,
-    out: &mut [Z::Output],
-    start: usize,
+    z: &Z, shape: &[usize], a: &Side<'_, T>, b: &Side<'_, T>, bits: Option<Bits<'_>>,
+    out: &mut [Z::Output], start: usize,
 ) -> Option<usize> {
     let n = out.len();
     if n == 0 {
@@ -242,11 +234,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// As [`ZipKernels::zip_elements`]; [`MaskedError::InvalidData`] for a buffer of
     /// another length.
     pub fn zip_into<S2: Data<Elem = T>, D2: Dimension, Z: ZipMap<T>>(
-        &self,
-        rhs: &MaskedArray<S2, D2>,
-        z: &Z,
-        rule: MaskRule,
-        out: &mut [Z::Output],
+        &self, rhs: &MaskedArray<S2, D2>, z: &Z, rule: MaskRule, out: &mut [Z::Output],
     ) -> Result<(Vec<usize>, Option<BitMask>)> {
         let (a, b) = (operand(self), operand(rhs));
         let shape = broadcast_shapes(z.name(), a.shape, b.shape)?;
@@ -261,10 +249,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// # Errors
     /// As [`MaskedArray::zip_into`].
     pub fn zip_scalar_into<Z: ZipMap<T>>(
-        &self,
-        s: T,
-        z: &Z,
-        out: &mut [Z::Output],
+        &self, s: T, z: &Z, out: &mut [Z::Output],
     ) -> Result<(Vec<usize>, Option<BitMask>)> {
         let a = operand(self);
         let shape = a.shape.to_vec();
@@ -274,11 +259,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 }
 
 pub(crate) fn finish_into<T: Element, Z: ZipMap<T>>(
-    z: &Z,
-    shape: &[usize],
-    a: &Side<'_, T>,
-    b: &Side<'_, T>,
-    mask: Option<BitMask>,
+    z: &Z, shape: &[usize], a: &Side<'_, T>, b: &Side<'_, T>, mask: Option<BitMask>,
     out: &mut [Z::Output],
 ) -> Result<(Vec<usize>, Option<BitMask>)> {
     let n: usize = shape.iter().product();
@@ -313,10 +294,7 @@ where
     type Zipped<O: masked_core::Value> = MaskedArrayD<O>;
 
     fn zip_elements<Z: ZipMap<T>>(
-        &self,
-        rhs: &MaskedArray<S2, D2>,
-        z: &Z,
-        rule: MaskRule,
+        &self, rhs: &MaskedArray<S2, D2>, z: &Z, rule: MaskRule,
     ) -> Result<MaskedArrayD<Z::Output>> {
         let shape = broadcast_shapes(z.name(), self.shape(), rhs.shape())?;
         let mut out = fresh_vec(shape.iter().product());
@@ -330,10 +308,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, Splat<T>> for Ma
 
     /// A scalar operand takes this array's mask (either rule).
     fn zip_elements<Z: ZipMap<T>>(
-        &self,
-        s: &Splat<T>,
-        z: &Z,
-        _rule: MaskRule,
+        &self, s: &Splat<T>, z: &Z, _rule: MaskRule,
     ) -> Result<MaskedArrayD<Z::Output>> {
         let mut out = fresh_vec(self.values().len());
         let (shape, mask) = self.zip_scalar_into(s.0, z, &mut out)?;
@@ -345,12 +320,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> ZipKernels<T, Splat<T>> for Ma
 /// `shape`: `g · ∂f/∂x` at each valid output position (per `valid`; `None`: all),
 /// summed into each operand's own (broadcast) position, in `f64`.
 fn binary_grads<T: Element>(
-    op: masked_core::binary::BinOp,
-    shape: &[usize],
-    a: &Operand<'_, T>,
-    b: &Operand<'_, T>,
-    valid: Option<&BitMask>,
-    g: &[T::Real],
+    op: masked_core::binary::BinOp, shape: &[usize], a: &Operand<'_, T>, b: &Operand<'_, T>,
+    valid: Option<&BitMask>, g: &[T::Real],
 ) -> (Vec<f64>, Vec<f64>) {
     let (sa, sb) = (
         broadcast_strides(a.shape, shape),
@@ -392,9 +363,7 @@ fn binary_grads<T: Element>(
 /// # Errors
 /// [`MaskedError::InvalidData`] when the values do not fill the shape.
 pub fn grad_array<R: Element>(
-    shape: &[usize],
-    values: Vec<R>,
-    mask: Option<&BitMask>,
+    shape: &[usize], values: Vec<R>, mask: Option<&BitMask>,
 ) -> Result<MaskedArrayD<R>> {
     let data = ArrayD::from_shape_vec(IxDyn(shape), values)
         .map_err(|e| MaskedError::InvalidData(e.to_string()))?;
@@ -440,10 +409,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// (shapes that do not broadcast, masks that differ under `strict`); `g` not of the
     /// output's shape ([`MaskedError::ShapeMismatch`]).
     pub fn vjp_binary<S2: Data<Elem = T>, D2: Dimension>(
-        &self,
-        req: &masked_core::OpRequest,
-        rhs: &MaskedArray<S2, D2>,
-        rule: MaskRule,
+        &self, req: &masked_core::OpRequest, rhs: &MaskedArray<S2, D2>, rule: MaskRule,
         g: &MaskedArrayD<T::Real>,
     ) -> Result<Gradients<T::Real>> {
         let op = masked_core::binary_grad_op::<T>(req)?;
@@ -481,13 +447,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// As [`MaskedArray::vjp_binary`]; [`MaskedError::InvalidData`] for a buffer of
     /// another length.
     pub fn vjp_binary_into<S2: Data<Elem = T>, D2: Dimension>(
-        &self,
-        req: &masked_core::OpRequest,
-        rhs: &MaskedArray<S2, D2>,
-        rule: MaskRule,
-        g: &MaskedArrayD<T::Real>,
-        dx: &mut [T::Real],
-        dy: &mut [T::Real],
+        &self, req: &masked_core::OpRequest, rhs: &MaskedArray<S2, D2>, rule: MaskRule,
+        g: &MaskedArrayD<T::Real>, dx: &mut [T::Real], dy: &mut [T::Real],
     ) -> Result<()> {
         let op = masked_core::binary_grad_op::<T>(req)?;
         let (a, b) = (operand(self), operand(rhs));
@@ -512,10 +473,7 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
     /// # Errors
     /// As [`MaskedArray::vjp_binary`].
     pub fn vjp_binary_scalar(
-        &self,
-        req: &masked_core::OpRequest,
-        s: T,
-        g: &MaskedArrayD<T::Real>,
+        &self, req: &masked_core::OpRequest, s: T, g: &MaskedArrayD<T::Real>,
     ) -> Result<(MaskedArrayD<T::Real>, T::Real)> {
         let op = masked_core::binary_grad_op::<T>(req)?;
         let a = operand(self);
@@ -534,13 +492,8 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 /// (one value per operand element, row-major): the body of
 /// [`MaskedArray::vjp_binary`] and [`MaskedArray::vjp_binary_into`].
 fn grads_into<T: Element>(
-    op: BinOp,
-    a: &Operand<'_, T>,
-    b: &Operand<'_, T>,
-    rule: MaskRule,
-    g: &MaskedArrayD<T::Real>,
-    dx: &mut [T::Real],
-    dy: &mut [T::Real],
+    op: BinOp, a: &Operand<'_, T>, b: &Operand<'_, T>, rule: MaskRule, g: &MaskedArrayD<T::Real>,
+    dx: &mut [T::Real], dy: &mut [T::Real],
 ) -> Result<()> {
     let shape = broadcast_shapes(op.name(), a.shape, b.shape)?;
     let valid = out_mask(op.name(), &shape, a.mask, b.mask, rule)?;

@@ -52,9 +52,7 @@ fn per_row(v: impl Iterator<Item = f64>, rows: usize) -> MaskedArrayD<f64> {
 /// engine's VJP: `z = x - mu`, `q = sum(z^2)`, and `dq/dmu = -sum(2 z)` through the VJPs of
 /// sum and square (`weight` scales the upstream gradient of `q`).
 fn grad_mu(
-    a: &MaskedArray<ndarray::ViewRepr<&f64>, ndarray::Ix2>,
-    mu: &[f64],
-    weight: &[f64],
+    a: &MaskedArray<ndarray::ViewRepr<&f64>, ndarray::Ix2>, mu: &[f64], weight: &[f64],
 ) -> masked::Result<(Vec<f64>, Vec<f64>)> {
     let rows = mu.len();
     // mu as a plain [rows, 1] column: it broadcasts along each row and takes x's mask

@@ -105,9 +105,7 @@ fn run(x: &[f32], req: OpRequest) -> [(usize, Vec<f64>); 2] {
 
 /// The largest `|got - want| / scale` over the lanes of both splits.
 fn worst(
-    x: &[f32],
-    req: OpRequest,
-    want: impl Fn(&[f32], usize) -> Vec<f64>,
+    x: &[f32], req: OpRequest, want: impl Fn(&[f32], usize) -> Vec<f64>,
     scale: impl Fn(&[f32], usize) -> Vec<f64>,
 ) -> f64 {
     worst_by(x, req, want, Some(scale))
@@ -120,9 +118,7 @@ fn worst_rel(x: &[f32], req: OpRequest, want: impl Fn(&[f32], usize) -> Vec<f64>
 }
 
 fn worst_by(
-    x: &[f32],
-    req: OpRequest,
-    want: impl Fn(&[f32], usize) -> Vec<f64>,
+    x: &[f32], req: OpRequest, want: impl Fn(&[f32], usize) -> Vec<f64>,
     scale: Option<impl Fn(&[f32], usize) -> Vec<f64>>,
 ) -> f64 {
     run(x, req)

@@ -24,10 +24,7 @@ impl PlanPy {
     /// each query, strictly increasing), for `shape = (n, m)`.
     #[new]
     fn new(
-        py: Python<'_>,
-        shape: (usize, usize),
-        indptr: Bound<'_, PyAny>,
-        indices: Bound<'_, PyAny>,
+        py: Python<'_>, shape: (usize, usize), indptr: Bound<'_, PyAny>, indices: Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let (ip, ix) = (
             usize_vec(&indptr, "indptr")?,
@@ -121,14 +118,8 @@ fn to_numpy(py: Python<'_>, a: FloatArray) -> PyResult<Py<PyAny>> {
 #[pyfunction]
 #[pyo3(signature = (q, k, v, plan, scale = None, bias = None, bf16 = false))]
 pub(crate) fn attention(
-    py: Python<'_>,
-    q: Bound<'_, PyAny>,
-    k: Bound<'_, PyAny>,
-    v: Bound<'_, PyAny>,
-    plan: &PlanPy,
-    scale: Option<f64>,
-    bias: Option<Bound<'_, PyAny>>,
-    bf16: bool,
+    py: Python<'_>, q: Bound<'_, PyAny>, k: Bound<'_, PyAny>, v: Bound<'_, PyAny>, plan: &PlanPy,
+    scale: Option<f64>, bias: Option<Bound<'_, PyAny>>, bf16: bool,
 ) -> PyResult<Py<PyAny>> {
     let (q, k, v) = (
         Ro::of(&q, "q", bf16)?,
@@ -151,15 +142,8 @@ type Grads = (Py<PyAny>, Py<PyAny>, Py<PyAny>, Option<Py<PyAny>>);
 #[pyfunction]
 #[pyo3(signature = (q, k, v, plan, grad, scale = None, bias = None, bf16 = false))]
 pub(crate) fn attention_vjp(
-    py: Python<'_>,
-    q: Bound<'_, PyAny>,
-    k: Bound<'_, PyAny>,
-    v: Bound<'_, PyAny>,
-    plan: &PlanPy,
-    grad: Bound<'_, PyAny>,
-    scale: Option<f64>,
-    bias: Option<Bound<'_, PyAny>>,
-    bf16: bool,
+    py: Python<'_>, q: Bound<'_, PyAny>, k: Bound<'_, PyAny>, v: Bound<'_, PyAny>, plan: &PlanPy,
+    grad: Bound<'_, PyAny>, scale: Option<f64>, bias: Option<Bound<'_, PyAny>>, bf16: bool,
 ) -> PyResult<Grads> {
     let (q, k, v) = (
         Ro::of(&q, "q", bf16)?,
@@ -186,12 +170,7 @@ pub(crate) fn attention_vjp(
 #[pyfunction]
 #[pyo3(signature = (a, b, plan, scale, bf16 = false))]
 pub(crate) fn sddmm(
-    py: Python<'_>,
-    a: Bound<'_, PyAny>,
-    b: Bound<'_, PyAny>,
-    plan: &PlanPy,
-    scale: f64,
-    bf16: bool,
+    py: Python<'_>, a: Bound<'_, PyAny>, b: Bound<'_, PyAny>, plan: &PlanPy, scale: f64, bf16: bool,
 ) -> PyResult<Py<PyAny>> {
     let (a, b) = (Ro::of(&a, "a", bf16)?, Ro::of(&b, "b", bf16)?);
     let (av, bv) = (a.view(), b.view());
@@ -203,13 +182,8 @@ pub(crate) fn sddmm(
 #[pyfunction]
 #[pyo3(signature = (a, b, plan, scale, grad, bf16 = false))]
 pub(crate) fn sddmm_vjp(
-    py: Python<'_>,
-    a: Bound<'_, PyAny>,
-    b: Bound<'_, PyAny>,
-    plan: &PlanPy,
-    scale: f64,
-    grad: Bound<'_, PyAny>,
-    bf16: bool,
+    py: Python<'_>, a: Bound<'_, PyAny>, b: Bound<'_, PyAny>, plan: &PlanPy, scale: f64,
+    grad: Bound<'_, PyAny>, bf16: bool,
 ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
     let (a, b, g) = (
         Ro::of(&a, "a", bf16)?,
@@ -225,11 +199,7 @@ pub(crate) fn sddmm_vjp(
 #[pyfunction]
 #[pyo3(signature = (values, plan, x, bf16 = false))]
 pub(crate) fn spmm(
-    py: Python<'_>,
-    values: Bound<'_, PyAny>,
-    plan: &PlanPy,
-    x: Bound<'_, PyAny>,
-    bf16: bool,
+    py: Python<'_>, values: Bound<'_, PyAny>, plan: &PlanPy, x: Bound<'_, PyAny>, bf16: bool,
 ) -> PyResult<Py<PyAny>> {
     let (w, x) = (Ro::of(&values, "values", bf16)?, Ro::of(&x, "x", bf16)?);
     let (wv, xv) = (w.view(), x.view());
@@ -241,12 +211,8 @@ pub(crate) fn spmm(
 #[pyfunction]
 #[pyo3(signature = (values, plan, x, grad, bf16 = false))]
 pub(crate) fn spmm_vjp(
-    py: Python<'_>,
-    values: Bound<'_, PyAny>,
-    plan: &PlanPy,
-    x: Bound<'_, PyAny>,
-    grad: Bound<'_, PyAny>,
-    bf16: bool,
+    py: Python<'_>, values: Bound<'_, PyAny>, plan: &PlanPy, x: Bound<'_, PyAny>,
+    grad: Bound<'_, PyAny>, bf16: bool,
 ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
     let (w, x, g) = (
         Ro::of(&values, "values", bf16)?,

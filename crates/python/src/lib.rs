@@ -264,9 +264,7 @@ fn coords_from(a: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<usize>>> {
 
 /// Runs `f` on the dense view of `T` over `data` (no copy).
 fn dense_ref<T, R>(
-    py: Python<'_>,
-    data: &Py<PyAny>,
-    mask: &Option<BitMask>,
+    py: Python<'_>, data: &Py<PyAny>, mask: &Option<BitMask>,
     f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
 ) -> PyResult<R>
 where
@@ -277,9 +275,7 @@ where
 }
 
 fn with_mask<T: masked_core::Element, R>(
-    v: ArrayViewD<'_, T>,
-    mask: &Option<BitMask>,
-    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+    v: ArrayViewD<'_, T>, mask: &Option<BitMask>, f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
 ) -> PyResult<R> {
     let m: MaskedView<'_, T, IxDyn> = match mask {
         Some(b) => MaskedArray::new(v, b.clone()).map_err(py_err)?,
@@ -289,9 +285,7 @@ fn with_mask<T: masked_core::Element, R>(
 }
 
 fn csr_ref<T, R>(
-    py: Python<'_>,
-    s: &Store,
-    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+    py: Python<'_>, s: &Store, f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
 ) -> PyResult<R>
 where
     T: masked_core::Element + numpy::Element,
@@ -305,9 +299,7 @@ where
 
 /// The CSR view of bf16 values held as numpy `uint16` bits.
 fn bf16_csr<R>(
-    py: Python<'_>,
-    s: &Store,
-    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+    py: Python<'_>, s: &Store, f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
 ) -> PyResult<R> {
     let Store::Csr { data, .. } = s else {
         unreachable!("bf16_csr on a CSR store")
@@ -322,10 +314,7 @@ fn bf16_csr<R>(
 /// The masked CSR view over `vals` and the store's indices (int64 as `usize`, int32 as
 /// `u32`: no copy) and mask.
 fn csr_over<T: masked_core::Element, R>(
-    py: Python<'_>,
-    s: &Store,
-    vals: &[T],
-    f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+    py: Python<'_>, s: &Store, vals: &[T], f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
 ) -> PyResult<R> {
     let Store::Csr {
         shape,
@@ -367,8 +356,7 @@ impl CsrMaskSpec {
     /// The mask for indices of type `I`: `pattern` picks this spec's pattern of that
     /// width (a handle's pattern always has its indices' width).
     fn of_width<I: sprs::SpIndex>(
-        &self,
-        pattern: impl Fn(&Self) -> Option<&PatternI<I>>,
+        &self, pattern: impl Fn(&Self) -> Option<&PatternI<I>>,
     ) -> CsrMask<I> {
         match self {
             CsrMaskSpec::Stored => CsrMask::Stored,
@@ -389,13 +377,8 @@ impl CsrMaskSpec {
 /// The indices are non-negative and in range, the structure valid (checked when the
 /// handle was made).
 unsafe fn csr_view<T: masked_core::Element, N: numpy::Element, I: CsrIndex, R>(
-    py: Python<'_>,
-    shape: (usize, usize),
-    indptr: &[usize],
-    indices: &Py<PyAny>,
-    vals: &[T],
-    mask: CsrMask<I>,
-    f: impl FnOnce(MaskedCsr<'_, T, I, usize>) -> PyResult<R>,
+    py: Python<'_>, shape: (usize, usize), indptr: &[usize], indices: &Py<PyAny>, vals: &[T],
+    mask: CsrMask<I>, f: impl FnOnce(MaskedCsr<'_, T, I, usize>) -> PyResult<R>,
 ) -> PyResult<R> {
     let ix: PyReadonlyArray1<'_, N> = indices.bind(py).extract()?;
     // SAFETY: by the caller
@@ -423,9 +406,7 @@ macro_rules! by_dtype {
 impl Store {
     /// Runs `f` on the engine's borrowed view of this array (no copy of the values).
     fn with_ref<R>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
+        &self, py: Python<'_>, f: impl FnOnce(ArrayRef<'_>) -> PyResult<R>,
     ) -> PyResult<R> {
         match self {
             Store::Dense { data, dtype, mask } => {
@@ -493,13 +474,11 @@ type UpstreamArrays<'h> = ((&'h Py<PyAny>, DType), Option<(&'h Py<PyAny>, DType)
 /// `f` on a 1-D numpy array's values of `dtype`, borrowed in place (a strided view
 /// gathered first).
 fn with_values<R>(
-    py: Python<'_>,
-    (a, dtype): (&Py<PyAny>, DType),
+    py: Python<'_>, (a, dtype): (&Py<PyAny>, DType),
     f: impl FnOnce(ByDType<SliceOf<'_>>) -> PyResult<R>,
 ) -> PyResult<R> {
     fn on<T: numpy::Element + masked_core::gather::ZeroBits + Sync, R>(
-        a: &Bound<'_, PyAny>,
-        f: impl FnOnce(&[T]) -> PyResult<R>,
+        a: &Bound<'_, PyAny>, f: impl FnOnce(&[T]) -> PyResult<R>,
     ) -> PyResult<R> {
         let r: PyReadonlyArrayDyn<'_, T> = a.extract()?;
         let v = r.as_array();
@@ -618,9 +597,7 @@ fn output_handle(py: Python<'_>, out: Output, csr: bool) -> PyResult<Handle> {
 /// same indices: the same array (a forward result shares its input's), or equal ones.
 fn same_indices(py: Python<'_>, a: &Py<PyAny>, b: &Py<PyAny>, wide: bool) -> PyResult<bool> {
     fn equal<N: numpy::Element + PartialEq>(
-        py: Python<'_>,
-        a: &Py<PyAny>,
-        b: &Py<PyAny>,
+        py: Python<'_>, a: &Py<PyAny>, b: &Py<PyAny>,
     ) -> PyResult<bool> {
         let (x, y): (PyReadonlyArray1<'_, N>, PyReadonlyArray1<'_, N>) =
             (a.bind(py).extract()?, b.bind(py).extract()?);
@@ -737,10 +714,7 @@ fn zip_handle(py: Python<'_>, out: ZipOutput, csr: bool, left: &Handle) -> PyRes
 
 /// A request from the Python call's pieces.
 fn request(
-    op: &str,
-    dims: Option<Vec<isize>>,
-    keepdim: bool,
-    options: Vec<(String, String)>,
+    op: &str, dims: Option<Vec<isize>>, keepdim: bool, options: Vec<(String, String)>,
     dtype: Option<&str>,
 ) -> PyResult<OpRequest> {
     let mut req = OpRequest::new(op).map_err(py_err)?;
@@ -788,10 +762,7 @@ impl Handle {
     #[staticmethod]
     #[pyo3(signature = (data, dtype, valid=None, invert=false))]
     fn dense(
-        py: Python<'_>,
-        data: Bound<'_, PyAny>,
-        dtype: &str,
-        valid: Option<Bound<'_, PyAny>>,
+        py: Python<'_>, data: Bound<'_, PyAny>, dtype: &str, valid: Option<Bound<'_, PyAny>>,
         invert: bool,
     ) -> PyResult<Handle> {
         let dtype = dtype_of(dtype)?;
@@ -831,15 +802,9 @@ impl Handle {
     #[staticmethod]
     #[pyo3(signature = (shape, indptr, indices, data, dtype, mask_kind, mask_indptr=None, mask_indices=None))]
     fn csr(
-        py: Python<'_>,
-        shape: (usize, usize),
-        indptr: Bound<'_, PyAny>,
-        indices: Bound<'_, PyAny>,
-        data: Bound<'_, PyAny>,
-        dtype: &str,
-        mask_kind: &str,
-        mask_indptr: Option<Bound<'_, PyAny>>,
-        mask_indices: Option<Bound<'_, PyAny>>,
+        py: Python<'_>, shape: (usize, usize), indptr: Bound<'_, PyAny>, indices: Bound<'_, PyAny>,
+        data: Bound<'_, PyAny>, dtype: &str, mask_kind: &str,
+        mask_indptr: Option<Bound<'_, PyAny>>, mask_indices: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Handle> {
         let dtype = dtype_of(dtype)?;
         let ptr = usize_vec(&indptr, "indptr")?;
@@ -909,13 +874,8 @@ impl Handle {
     #[staticmethod]
     #[pyo3(signature = (shape, coords, values, dtype, mask_kind, mask=None))]
     fn coo(
-        py: Python<'_>,
-        shape: Vec<usize>,
-        coords: Bound<'_, PyAny>,
-        values: Bound<'_, PyAny>,
-        dtype: &str,
-        mask_kind: &str,
-        mask: Option<Bound<'_, PyAny>>,
+        py: Python<'_>, shape: Vec<usize>, coords: Bound<'_, PyAny>, values: Bound<'_, PyAny>,
+        dtype: &str, mask_kind: &str, mask: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Handle> {
         let dtype = dtype_of(dtype)?;
         let c = coords_from(&coords)?;
@@ -1123,13 +1083,8 @@ impl Handle {
     /// the dtype to compute in (torch's `dtype=`).
     #[pyo3(signature = (op, dims=None, keepdim=false, options=vec![], dtype=None))]
     fn apply(
-        &self,
-        py: Python<'_>,
-        op: &str,
-        dims: Option<Vec<isize>>,
-        keepdim: bool,
-        options: Vec<(String, String)>,
-        dtype: Option<&str>,
+        &self, py: Python<'_>, op: &str, dims: Option<Vec<isize>>, keepdim: bool,
+        options: Vec<(String, String)>, dtype: Option<&str>,
     ) -> PyResult<Handle> {
         let req = request(op, dims, keepdim, options, dtype)?;
         let out = self
@@ -1152,12 +1107,7 @@ impl Handle {
     /// error otherwise).
     #[pyo3(signature = (op, out, dims=None, keepdim=false, options=vec![]))]
     fn apply_into(
-        &self,
-        py: Python<'_>,
-        op: &str,
-        out: &Handle,
-        dims: Option<Vec<isize>>,
-        keepdim: bool,
+        &self, py: Python<'_>, op: &str, out: &Handle, dims: Option<Vec<isize>>, keepdim: bool,
         options: Vec<(String, String)>,
     ) -> PyResult<Handle> {
         let req = request(op, dims, keepdim, options, None)?;
@@ -1268,10 +1218,7 @@ impl Handle {
     /// mergeable state of var, std and mean (a Dask chunk's partial state). Dense only.
     #[pyo3(signature = (dims=None, keepdim=false))]
     fn moments(
-        &self,
-        py: Python<'_>,
-        dims: Option<Vec<isize>>,
-        keepdim: bool,
+        &self, py: Python<'_>, dims: Option<Vec<isize>>, keepdim: bool,
     ) -> PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> {
         let dims = dims.map_or(masked_core::Dims::All, masked_core::Dims::from);
         let m = self
@@ -1291,14 +1238,8 @@ impl Handle {
     /// gradient reads their output then do not run the forward pass again).
     #[pyo3(signature = (op, g, dims=None, keepdim=false, options=vec![], saved=None))]
     fn vjp(
-        &self,
-        py: Python<'_>,
-        op: &str,
-        g: &Handle,
-        dims: Option<Vec<isize>>,
-        keepdim: bool,
-        options: Vec<(String, String)>,
-        saved: Option<&Handle>,
+        &self, py: Python<'_>, op: &str, g: &Handle, dims: Option<Vec<isize>>, keepdim: bool,
+        options: Vec<(String, String)>, saved: Option<&Handle>,
     ) -> PyResult<Handle> {
         let req = request(op, dims, keepdim, options, None)?;
         let dense = |h: &Handle| matches!(h.store, Store::Dense { .. });
@@ -1348,12 +1289,7 @@ impl Handle {
     /// forward output's shape, under `rule`.
     #[pyo3(signature = (other, op, g, rule="strict"))]
     fn vjp_binary(
-        &self,
-        py: Python<'_>,
-        other: &Handle,
-        op: &str,
-        g: &Handle,
-        rule: &str,
+        &self, py: Python<'_>, other: &Handle, op: &str, g: &Handle, rule: &str,
     ) -> PyResult<(Handle, Handle)> {
         let req = request(op, None, false, vec![], None)?;
         let rule = mask_rule(rule)?;
@@ -1378,12 +1314,7 @@ impl Handle {
     /// two dtypes are promoted first (torch's rules).
     #[pyo3(signature = (other, op, rule="strict", swapped=false))]
     fn binary(
-        &self,
-        py: Python<'_>,
-        other: Bound<'_, PyAny>,
-        op: &str,
-        rule: &str,
-        swapped: bool,
+        &self, py: Python<'_>, other: Bound<'_, PyAny>, op: &str, rule: &str, swapped: bool,
     ) -> PyResult<Handle> {
         let bop = op
             .parse::<Op>()
@@ -1491,11 +1422,7 @@ impl Handle {
     /// values are the valid ones, in the forward output's order. `None` where that does
     /// not hold (the positioned path then runs).
     fn map_upstream_values<'h>(
-        &self,
-        py: Python<'_>,
-        req: &OpRequest,
-        g: &'h Handle,
-        saved: Option<&'h Handle>,
+        &self, py: Python<'_>, req: &OpRequest, g: &'h Handle, saved: Option<&'h Handle>,
     ) -> PyResult<Option<UpstreamArrays<'h>>> {
         let Store::Csr {
             indptr: mine,
@@ -1645,10 +1572,7 @@ impl Handle {
 /// Checks a CSR structure (sorted, in range, no duplicate, `n` values) once, naming the
 /// fix for a non-canonical matrix.
 fn check_structure<I: sprs::SpIndex>(
-    shape: (usize, usize),
-    indptr: &[usize],
-    ix: &[I],
-    n: usize,
+    shape: (usize, usize), indptr: &[usize], ix: &[I], n: usize,
 ) -> PyResult<()> {
     if ix.len() != n {
         return Err(MaskedError::new_err(format!(

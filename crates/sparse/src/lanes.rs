@@ -110,8 +110,7 @@ fn out_shape(shape: (usize, usize), ax: Axis, keepdim: bool) -> Vec<usize> {
 /// cheaper than the two wake-ups of the pool (a 20000-row sum on 2 cores: the serial
 /// fraction `2 T2 / T1 - 1` 0.19-0.26 -> -0.09).
 fn collect_sparse<O: Element>(
-    shape: Vec<usize>,
-    parts: Vec<Vec<Option<O>>>,
+    shape: Vec<usize>, parts: Vec<Vec<Option<O>>>,
 ) -> Result<SparseArray<O>> {
     const CHUNK: usize = 1 << 14;
     // writes the kept lanes of a chunk into its slots (uninitialised: no zeroing pass)
@@ -183,10 +182,7 @@ fn first_gap(stored: impl Iterator<Item = usize>) -> usize {
 
 /// The structure rules of [`CsrLanes::try_new`] (all but the value count).
 fn check_structure(
-    shape: (usize, usize),
-    indptr: &[usize],
-    indices: Cols<'_>,
-    valid: Option<&[u64]>,
+    shape: (usize, usize), indptr: &[usize], indices: Cols<'_>, valid: Option<&[u64]>,
 ) -> Result<()> {
     let bad = |m: String| Err(MaskedError::InvalidData(m));
     if indptr.len() != shape.0 + 1 || indptr[0] != 0 || indptr[shape.0] != indices.len() {
@@ -243,12 +239,8 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// assert!(CsrLanes::try_new((2, 4), &indptr, bad, &vals, None, false).is_err());
     /// ```
     pub fn try_new(
-        shape: (usize, usize),
-        indptr: &'a [usize],
-        indices: Cols<'a>,
-        values: &'a [T],
-        valid: Option<&'a [u64]>,
-        fill: bool,
+        shape: (usize, usize), indptr: &'a [usize], indices: Cols<'a>, values: &'a [T],
+        valid: Option<&'a [u64]>, fill: bool,
     ) -> Result<Self> {
         if values.len() != indices.len() {
             return Err(MaskedError::InvalidData(format!(
@@ -281,12 +273,8 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// checks on these invariants.
     #[doc(hidden)]
     pub unsafe fn new_unchecked(
-        shape: (usize, usize),
-        indptr: &'a [usize],
-        indices: Cols<'a>,
-        values: &'a [T],
-        valid: Option<&'a [u64]>,
-        fill: bool,
+        shape: (usize, usize), indptr: &'a [usize], indices: Cols<'a>, values: &'a [T],
+        valid: Option<&'a [u64]>, fill: bool,
     ) -> Self {
         debug_assert!(
             Self::try_new(shape, indptr, indices, values, valid, fill).is_ok(),
@@ -364,10 +352,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// A reduction over `dims`: `lanes` gives every output lane's value (`None` where
     /// the lane has no valid element), in parts in order, which become the sparse result.
     fn reduce<O: Element>(
-        &self,
-        dims: &Dims,
-        keepdim: bool,
-        lanes: impl FnOnce(Axis) -> Vec<Vec<Option<O>>>,
+        &self, dims: &Dims, keepdim: bool, lanes: impl FnOnce(Axis) -> Vec<Vec<Option<O>>>,
     ) -> Result<SparseArray<O>> {
         let ax = axis(dims)?;
         collect_sparse(out_shape(self.shape, ax, keepdim), lanes(ax))
@@ -429,11 +414,7 @@ impl<'a, T: Element> MaskedReduce<T> for CsrLanes<'a, T> {
     /// (sharing this structure's indices when every entry is valid). Without a mask the
     /// gradient would store every position: an error.
     fn grad_reduced<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dims: &Dims,
-        keepdim: bool,
-        g: &SparseArray<T::Real>,
+        &self, grad: &G, dims: &Dims, keepdim: bool, g: &SparseArray<T::Real>,
         saved: Option<&SparseArray<T::Real>>,
     ) -> Result<LanesMapped<'a, T::Real>> {
         let want = out_shape(self.shape, axis(dims)?, keepdim);
@@ -448,10 +429,7 @@ impl<'a, T: Element> MaskedReduce<T> for CsrLanes<'a, T> {
     /// Along dim 1 or 0; `g` stores exactly the valid entries (as the forward map's
     /// output does).
     fn grad_mapped<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dim: isize,
-        g: &LanesMapped<'a, T::Real>,
+        &self, grad: &G, dim: isize, g: &LanesMapped<'a, T::Real>,
         saved: Option<&LanesMapped<'a, T::Real>>,
     ) -> Result<LanesMapped<'a, T::Real>> {
         self.grad_mapped_parts(grad, dim, g.parts(), saved.map(LanesMapped::parts))
@@ -498,10 +476,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// [`MaskedReduce::grad_mapped`] on the parts of the upstream gradient and saved
     /// output.
     pub fn grad_mapped_parts<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dim: isize,
-        g: MappedParts<'_, T::Real>,
+        &self, grad: &G, dim: isize, g: MappedParts<'_, T::Real>,
         saved: Option<MappedParts<'_, T::Real>>,
     ) -> Result<LanesMapped<'a, T::Real>> {
         let d = wrap_dim(dim, 2)?;
@@ -535,11 +510,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// A value count other than the valid entries'; no mask (every position valid:
     /// the gradient would store them all); the op's own errors.
     pub fn grad_mapped_values<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dim: isize,
-        g: &[T::Real],
-        saved: Option<&[T::Real]>,
+        &self, grad: &G, dim: isize, g: &[T::Real], saved: Option<&[T::Real]>,
     ) -> Result<LanesMapped<'a, T::Real>> {
         let d = wrap_dim(dim, 2)?;
         if self.fill {
@@ -585,10 +556,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 
     /// A gradient over the valid entries, stored on their structure.
     fn grad_entries<G: LaneGrad>(
-        &self,
-        grad: &G,
-        reduced: &[usize],
-        g: SparseUpstream<'_, T::Real>,
+        &self, grad: &G, reduced: &[usize], g: SparseUpstream<'_, T::Real>,
         saved: Option<SparseUpstream<'_, T::Real>>,
     ) -> Result<LanesMapped<'a, T::Real>> {
         let (ptr, idx) = self.valid_structure()?;
@@ -671,10 +639,7 @@ pub(crate) fn valid_ptr(indptr: &[usize], valid: &[u64]) -> Vec<usize> {
 /// `prebuilt` (compiled in this crate for `f32`/`f64`).
 impl<'a, T: Element> CsrLanes<'a, T> {
     pub(crate) fn kernel_fold_lanes<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
+        &self, op: &F, dims: &Dims, keepdim: bool,
     ) -> Result<SparseArray<F::Output>> {
         self.reduce(dims, keepdim, |ax| match ax {
             Axis::Rows => self.fold_rows(op),
@@ -684,10 +649,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     }
 
     pub(crate) fn kernel_stat_lanes<S: LaneStat<T>>(
-        &self,
-        stat: &S,
-        dims: &Dims,
-        keepdim: bool,
+        &self, stat: &S, dims: &Dims, keepdim: bool,
     ) -> Result<SparseArray<S::Output>> {
         self.reduce(dims, keepdim, |ax| match ax {
             Axis::Rows => self.stat_rows(stat),
@@ -698,10 +660,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 
     /// `map` over every element: into `into` (one slot per stored entry) where given.
     pub(crate) fn kernel_map_elements<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
-        into: Option<OutSlots<'_, '_>>,
+        &self, map: &M, zero_preserving: bool, into: Option<OutSlots<'_, '_>>,
     ) -> Result<Written<LanesMapped<'a, O<M, T>>>> {
         if self.fill {
             if !zero_preserving {
@@ -718,10 +677,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 
     /// `map` along `dim`: into `into` (one slot per stored entry) where given.
     pub(crate) fn kernel_map_lanes<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        dim: isize,
-        into: Option<OutSlots<'_, '_>>,
+        &self, map: &M, dim: isize, into: Option<OutSlots<'_, '_>>,
     ) -> Result<Written<LanesMapped<'a, O<M, T>>>> {
         self.map_along(map, Some(dim), into)
     }
@@ -730,10 +686,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// in blocks whatever the rows, not a call a row (rows of a few entries would pay
     /// each call's set-up).
     fn map_along<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        dim: Option<isize>,
-        into: Option<OutSlots<'_, '_>>,
+        &self, map: &M, dim: Option<isize>, into: Option<OutSlots<'_, '_>>,
     ) -> Result<Written<LanesMapped<'a, O<M, T>>>> {
         let d = dim.map_or(Ok(1), |dim| wrap_dim(dim, 2))?;
         let whole = dim.is_none();
@@ -801,10 +754,7 @@ mod tests {
 
     /// Checked lanes over `u32` columns with validity bits (no unstored valid zeros).
     fn masked_lanes<'a>(
-        shape: (usize, usize),
-        indptr: &'a [usize],
-        cols: &'a [u32],
-        vals: &'a [f64],
+        shape: (usize, usize), indptr: &'a [usize], cols: &'a [u32], vals: &'a [f64],
         valid: &'a [u64],
     ) -> CsrLanes<'a, f64> {
         CsrLanes::try_new(shape, indptr, Cols::U32(cols), vals, Some(valid), false).unwrap()
@@ -822,8 +772,7 @@ mod tests {
     /// A `nrows x ncols` structure storing `(r, c)` where `stored(r, c)`, each entry's
     /// value `value(p)` of its flat position `p`: (row pointer, columns, values).
     fn structure(
-        (nrows, ncols): (usize, usize),
-        stored: impl Fn(usize, usize) -> bool,
+        (nrows, ncols): (usize, usize), stored: impl Fn(usize, usize) -> bool,
         value: impl Fn(usize) -> f64,
     ) -> (Vec<usize>, Vec<u32>, Vec<f64>) {
         let (mut indptr, mut cols, mut vals) = (vec![0usize], Vec::new(), Vec::new());
@@ -840,8 +789,7 @@ mod tests {
     /// The same matrix dense (unstored and masked-out positions masked out), and each
     /// entry's flat position.
     fn dense_twin(
-        (nrows, ncols): (usize, usize),
-        (indptr, cols, vals): (&[usize], &[u32], &[f64]),
+        (nrows, ncols): (usize, usize), (indptr, cols, vals): (&[usize], &[u32], &[f64]),
         valid_at: impl Fn(usize) -> bool,
     ) -> (
         masked::MaskedArray<ndarray::OwnedRepr<f64>, ndarray::Ix2>,

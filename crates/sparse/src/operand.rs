@@ -143,11 +143,7 @@ impl<'a, T: Element> DenseOperand<'a, T> {
     /// [`MaskedError::MaskMismatch`] naming the first position (row-major) that is
     /// valid on one side only.
     pub fn check_strict<It: Iterator<Item = (usize, usize)>>(
-        &self,
-        op: &'static str,
-        shape: &[usize],
-        count: usize,
-        parts: usize,
+        &self, op: &'static str, shape: &[usize], count: usize, parts: usize,
         entries: impl Fn(usize) -> It + Sync,
     ) -> Result<()> {
         if !self.has_mask() {
@@ -231,8 +227,7 @@ impl<'a, T: Element> DenseOperand<'a, T> {
     /// With [`DenseOperand::own_shape`] and [`DenseOperand::mask`] they make the gradient
     /// array (the dense layout's `grad_array`).
     pub fn gradient_sums<R: Element + masked_core::Float>(
-        &self,
-        contributions: impl Iterator<Item = (usize, f64)>,
+        &self, contributions: impl Iterator<Item = (usize, f64)>,
     ) -> Vec<R> {
         let mut acc = vec![0.0f64; self.values.len()];
         for (off, v) in contributions {
@@ -269,15 +264,11 @@ pub trait Entries<T: Element>: Sync {
     fn strict_parts(&self) -> usize;
     /// Part `i`'s entries in row-major order: `[entry, flat position, offset in d]`.
     fn strict_part<'s>(
-        &'s self,
-        i: usize,
-        d: &'s DenseOperand<'_, T>,
+        &'s self, i: usize, d: &'s DenseOperand<'_, T>,
     ) -> impl Iterator<Item = [usize; 3]> + 's;
     /// The offsets in `d` of the entries in `range`, in entry order.
     fn dense_offsets<'s>(
-        &'s self,
-        d: &'s DenseOperand<'_, T>,
-        range: std::ops::Range<usize>,
+        &'s self, d: &'s DenseOperand<'_, T>, range: std::ops::Range<usize>,
     ) -> impl Iterator<Item = usize> + 's;
 
     /// The entries' validity under `rule` after its checks: `None` when every entry is
@@ -288,10 +279,7 @@ pub trait Entries<T: Element>: Sync {
     /// Under the strict rule, [`MaskedError::MaskMismatch`] naming the first position
     /// valid on one side only.
     fn validity(
-        &self,
-        other: &EntryOther<'_, T>,
-        op: &'static str,
-        rule: MaskRule,
+        &self, other: &EntryOther<'_, T>, op: &'static str, rule: MaskRule,
     ) -> Result<Option<Vec<u64>>> {
         let own = self.entry_bits();
         // the other side's validity per entry: bits (same entries) or a dense mask
@@ -317,10 +305,7 @@ pub trait Entries<T: Element>: Sync {
     /// # Errors
     /// As [`Entries::validity`].
     fn check_strict(
-        &self,
-        op: &'static str,
-        obits: Option<&[u64]>,
-        dense: Option<&DenseOperand<'_, T>>,
+        &self, op: &'static str, obits: Option<&[u64]>, dense: Option<&DenseOperand<'_, T>>,
     ) -> Result<()> {
         let (n, own) = (self.entry_count(), self.entry_bits());
         let valid = |k: usize| own.is_none_or(|w| (w[k / 64] >> (k % 64)) & 1 == 1);

@@ -103,9 +103,7 @@ pub(crate) fn row_tasks(indptr: &[usize]) -> Vec<Task> {
 /// of `tasks` (consecutive, from the first task's first entry) and each task gets its
 /// own entries' slots.
 pub(crate) fn per_task<O: Send, R: Send>(
-    tasks: &[Task],
-    out: &mut [O],
-    f: impl Fn(&Task, &mut [O]) -> R + Sync,
+    tasks: &[Task], out: &mut [O], f: impl Fn(&Task, &mut [O]) -> R + Sync,
 ) -> Vec<R> {
     let base = tasks.first().map_or(0, |t| t.entries.start);
     let bounds: Vec<usize> = tasks

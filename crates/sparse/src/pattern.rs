@@ -73,9 +73,7 @@ impl<I: SpIndex> PatternI<I> {
     /// A malformed `indptr` ([`MaskedError::InvalidData`]), an index out of range, a
     /// duplicate or an unsorted row.
     pub fn try_from_parts(
-        shape: (usize, usize),
-        indptr: Vec<usize>,
-        indices: Vec<I>,
+        shape: (usize, usize), indptr: Vec<usize>, indices: Vec<I>,
     ) -> Result<Self> {
         let (nrows, ncols) = shape;
         if indptr.len() != nrows.saturating_add(1)
@@ -222,15 +220,13 @@ impl<I: SpIndex> PatternI<I> {
     /// # Errors
     /// [`MaskedError::InvalidData`] for CSC storage.
     pub fn from_predicate<T, Iptr: SpIndex>(
-        m: &CsMatViewI<'_, T, I, Iptr>,
-        pred: impl Fn(&T) -> bool,
+        m: &CsMatViewI<'_, T, I, Iptr>, pred: impl Fn(&T) -> bool,
     ) -> Result<Self> {
         Self::from_matrix(m, pred)
     }
 
     fn from_matrix<T, Iptr: SpIndex>(
-        m: &CsMatViewI<'_, T, I, Iptr>,
-        pred: impl Fn(&T) -> bool,
+        m: &CsMatViewI<'_, T, I, Iptr>, pred: impl Fn(&T) -> bool,
     ) -> Result<Self> {
         if !m.is_csr() {
             return Err(MaskedError::InvalidData(
@@ -274,8 +270,7 @@ impl<I: SpIndex> PatternI<I> {
     /// A shape that is not 2-D, more columns than the index type holds,
     /// [`MaskedError::MaskLength`] when there is not exactly one value per element.
     pub fn from_bools<B: Borrow<bool>>(
-        shape: impl ShapeLike,
-        bools: impl IntoIterator<Item = B>,
+        shape: impl ShapeLike, bools: impl IntoIterator<Item = B>,
     ) -> Result<Self> {
         let (nrows, ncols) = shape.to_shape2()?;
         check_width::<I>(ncols)?;
@@ -344,8 +339,7 @@ impl<I: SpIndex> PatternI<I> {
     /// row pointer and the entries are reserved fallibly: a shape too large for memory
     /// is an error, not an abort.
     fn from_row_ranges(
-        shape: (usize, usize),
-        range: impl Fn(usize) -> std::ops::Range<usize>,
+        shape: (usize, usize), range: impl Fn(usize) -> std::ops::Range<usize>,
     ) -> Result<Self> {
         let too_large = |what: &str, n: u128| {
             MaskedError::InvalidData(format!(

@@ -313,9 +313,7 @@ fn fused_checks_rules_and_domain_errors() {
 /// A random CSR matrix (`density` of the positions stored), and a random pattern over
 /// the same positions keeping about 80% of them (a separate mask).
 fn csr_data(
-    shape: (usize, usize),
-    density: f64,
-    seed: u64,
+    shape: (usize, usize), density: f64, seed: u64,
 ) -> (sprs::CsMat<f64>, sprs::CsMat<f64>, masked::Pattern) {
     let mut next = uniform(seed);
     let (mut indptr, mut idx, mut v, mut w) = (vec![0usize], Vec::new(), Vec::new(), Vec::new());
@@ -367,9 +365,7 @@ fn sparse_exact<O: masked::Element>(r: masked::SparseArray<O>) -> SparseExact {
 /// Two operands of one structure, twice: with the pattern as the mask, and with a
 /// separate mask (values with validity bits).
 fn csr_inputs<'a>(
-    x: &'a sprs::CsMat<f64>,
-    w: &'a sprs::CsMat<f64>,
-    pat: &masked::Pattern,
+    x: &'a sprs::CsMat<f64>, w: &'a sprs::CsMat<f64>, pat: &masked::Pattern,
 ) -> [(masked::MaskedCsr<'a, f64>, masked::MaskedCsr<'a, f64>); 2] {
     use masked::MaskedCsr;
     [
@@ -386,8 +382,7 @@ fn csr_inputs<'a>(
 
 /// [`csr_inputs`] for COO: random entries of `shape` from `coo_data(shape, seed)`.
 fn coo_inputs(
-    shape: [usize; 3],
-    seed: u64,
+    shape: [usize; 3], seed: u64,
 ) -> [(masked::MaskedCoo<f64>, masked::MaskedCoo<f64>); 2] {
     use masked::MaskedCoo;
     let (coords, v, w, pat) = coo_data(shape, seed);
@@ -426,10 +421,7 @@ to_sparse!([] masked::MaskedCoo<f64>, |O| masked::MaskedCoo<O>);
 /// materialised `full` over each of `dims` (bit for bit where its flag is set, else
 /// within float tolerance); the number of cases compared.
 fn every_sparse_reduction<V, M>(
-    view: impl Fn() -> V,
-    full: &M,
-    dims: &[(masked::Dims, bool)],
-    case: usize,
+    view: impl Fn() -> V, full: &M, dims: &[(masked::Dims, bool)], case: usize,
 ) -> usize
 where
     V: masked::MaskedReduce<f64>,
@@ -736,8 +728,7 @@ fn csr_fused_integer_domain_error_when_read() {
 /// A random 3-D COO array (about 30% of the positions stored), a second value set on
 /// the same entries, and a separate mask keeping about 80% of them.
 fn coo_data(
-    shape: [usize; 3],
-    seed: u64,
+    shape: [usize; 3], seed: u64,
 ) -> (Vec<Vec<usize>>, Vec<f64>, Vec<f64>, masked::CooPattern) {
     let mut next = uniform(seed);
     let (mut coords, mut v, mut w, mut keep) = (
@@ -770,9 +761,7 @@ fn coo_data(
 
 /// The eager result as a masked COO array (it stores exactly its valid positions).
 fn coo_of(
-    shape: &[usize],
-    s: masked::SparseArray<f64>,
-    mask: masked::CooMask,
+    shape: &[usize], s: masked::SparseArray<f64>, mask: masked::CooMask,
 ) -> masked::MaskedCoo<f64> {
     let (_, flat, values) = s.into_parts();
     let p = masked::CooPattern::from_flat(shape, &flat).unwrap();

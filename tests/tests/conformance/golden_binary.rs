@@ -67,12 +67,7 @@ fn scalar(c: &Value) -> Option<Scalar> {
 }
 
 fn run_dense<T: Element>(
-    a: &Operand,
-    b: Option<&Operand>,
-    s: Option<Scalar>,
-    op: BinOp,
-    rule: MaskRule,
-    first: bool,
+    a: &Operand, b: Option<&Operand>, s: Option<Scalar>, op: BinOp, rule: MaskRule, first: bool,
 ) -> Result<ZipOutcome, MaskedError> {
     let av = typed::<T>(&a.values);
     let x = dense(a, &av);
@@ -106,12 +101,7 @@ fn entries(o: &Operand) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
 /// The case on CSR and COO: `a` sparse at its mask; `b` sparse at its mask when it has
 /// one, else dense (sparse ⊙ dense); the result must store exactly `want`'s mask.
 fn run_sparse<T: Element>(
-    a: &Operand,
-    b: Option<&Operand>,
-    s: Option<Scalar>,
-    op: BinOp,
-    rule: MaskRule,
-    first: bool,
+    a: &Operand, b: Option<&Operand>, s: Option<Scalar>, op: BinOp, rule: MaskRule, first: bool,
     want: &ZipOutcome,
 ) -> Result<(), String> {
     let (ptr, cols, flat) = entries(a);

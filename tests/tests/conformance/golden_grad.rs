@@ -35,11 +35,7 @@ fn close(got: f64, want: f64) -> bool {
 /// The sparse gradient (row-major positions, values) against the fixture at the valid
 /// positions, which it must store exactly.
 fn check_sparse(
-    what: &str,
-    flat: &[usize],
-    vals: &[f64],
-    mask: &[bool],
-    want: &[f64],
+    what: &str, flat: &[usize], vals: &[f64], mask: &[bool], want: &[f64],
 ) -> Result<(), String> {
     let valid: Vec<usize> = (0..mask.len()).filter(|&i| mask[i]).collect();
     if flat != valid.as_slice() {

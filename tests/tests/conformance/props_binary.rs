@@ -115,8 +115,7 @@ fn same(a: f64, b: f64) -> bool {
 }
 
 fn agree(
-    what: &str,
-    d: &Result<ZipOutcome, MaskedError>,
+    what: &str, d: &Result<ZipOutcome, MaskedError>,
     s: Result<masked::by_name::SparseZipOutcome, MaskedError>,
 ) -> Result<(), TestCaseError> {
     match (d, s) {

@@ -50,8 +50,7 @@ fn case(specials: bool) -> impl Strategy<Value = Case> {
 
 /// A case of a shape that `shape` draws.
 fn shaped(
-    specials: bool,
-    shape: impl Strategy<Value = (usize, usize)>,
+    specials: bool, shape: impl Strategy<Value = (usize, usize)>,
 ) -> impl Strategy<Value = Case> {
     (shape, 0.0f64..1.0)
         .prop_flat_map(move |((nrows, ncols), density)| {
@@ -88,9 +87,7 @@ fn shaped(
 
 /// A CSR matrix from `(flat position, value)` pairs in increasing position order.
 fn csr_of<V>(
-    nrows: usize,
-    ncols: usize,
-    entries: impl IntoIterator<Item = (usize, V)>,
+    nrows: usize, ncols: usize, entries: impl IntoIterator<Item = (usize, V)>,
 ) -> CsMat<V> {
     let mut indptr = vec![0usize; nrows + 1];
     let (mut ind, mut dat) = (Vec::new(), Vec::new());

@@ -154,10 +154,7 @@ fn same(a: f64, b: f64) -> bool {
 }
 
 fn check<O: masked::Element>(
-    got: &MaskedArrayD<O>,
-    want: &[f64],
-    want_mask: &[bool],
-    shape: &[usize],
+    got: &MaskedArrayD<O>, want: &[f64], want_mask: &[bool], shape: &[usize],
     to_f64: impl Fn(O) -> f64,
 ) -> Result<(), TestCaseError> {
     prop_assert_eq!(got.shape(), shape);

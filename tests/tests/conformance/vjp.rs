@@ -328,9 +328,7 @@ fn vjp_refusals_are_typed() {
 
 /// The VJP of `req` on `a` given its saved forward output `fwd` (values, mask, shape).
 fn vjp_both(
-    a: &MaskedArrayD<f64>,
-    req: &OpRequest,
-    fwd: &(Vec<f64>, Vec<bool>, Vec<usize>),
+    a: &MaskedArrayD<f64>, req: &OpRequest, fwd: &(Vec<f64>, Vec<bool>, Vec<usize>),
     g: &MaskedArrayD<f64>,
 ) -> (Vec<f64>, Vec<f64>) {
     let y = ArrayD::from_shape_vec(IxDyn(&fwd.2), fwd.0.clone()).unwrap();
@@ -1539,11 +1537,7 @@ mod binary {
 
     /// Σ over valid outputs of g · op(a, b) (b a scalar when `s` is given).
     fn loss(
-        a: &MaskedArrayD<f64>,
-        b: &MaskedArrayD<f64>,
-        s: Option<f64>,
-        op: BinOp,
-        rule: MaskRule,
+        a: &MaskedArrayD<f64>, b: &MaskedArrayD<f64>, s: Option<f64>, op: BinOp, rule: MaskRule,
         g: &[f64],
     ) -> f64 {
         let out = match s {

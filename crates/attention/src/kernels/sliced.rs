@@ -53,10 +53,8 @@ fn prefetch_ahead<A>(idx: &[usize], cur: &[usize], r: usize, base: usize, vals: 
 /// over its positions `c..e`; prefetching ahead as [`prefetch_ahead`] does for `vals`.
 #[inline(always)]
 fn walk<A>(
-    p: Index<'_, usize>,
-    (r0, mut cur): (usize, Vec<usize>),
-    (k0, k1, width): (usize, usize, usize),
-    (base, vals): (usize, &[*const A]),
+    p: Index<'_, usize>, (r0, mut cur): (usize, Vec<usize>),
+    (k0, k1, width): (usize, usize, usize), (base, vals): (usize, &[*const A]),
     mut f: impl FnMut(usize, usize, usize, usize),
 ) {
     // the key slices `[j0, j1)` of `k0..k1`, `width` keys each (the last may be shorter)
@@ -79,11 +77,8 @@ fn walk<A>(
 /// A row task's walk over rows `r0..r1` and every key: [`walk`] from each row's start.
 #[inline(always)]
 fn visit_rows<A>(
-    p: Index<'_, usize>,
-    (r0, r1): (usize, usize),
-    (width, nk): (usize, usize),
-    pf: (usize, &[*const A]),
-    f: impl FnMut(usize, usize, usize, usize),
+    p: Index<'_, usize>, (r0, r1): (usize, usize), (width, nk): (usize, usize),
+    pf: (usize, &[*const A]), f: impl FnMut(usize, usize, usize, usize),
 ) {
     walk(p, (r0, p.ptr[r0..r1].to_vec()), (0, nk, width), pf, f);
 }
@@ -92,10 +87,7 @@ fn visit_rows<A>(
 /// each row's first pair at or after `k0` (`vals` in the pattern's positions).
 #[inline(always)]
 fn visit_keys<A>(
-    p: Index<'_, usize>,
-    nq: usize,
-    (k0, k1, width): (usize, usize, usize),
-    vals: &[*const A],
+    p: Index<'_, usize>, nq: usize, (k0, k1, width): (usize, usize, usize), vals: &[*const A],
     mut f: impl FnMut(usize, usize, usize),
 ) {
     let (ptr, idx) = (p.ptr, p.idx);
@@ -129,11 +121,7 @@ fn axpy<A: Acc, M: Madd>(out: &mut [A], w: A, x: &[A]) {
 
 #[inline(always)]
 fn attend_k<A: Acc, M: Madd>(
-    _: M,
-    a: &Attn<'_, A>,
-    (width, nk): (usize, usize),
-    (r0, r1): (usize, usize),
-    out: &mut [A],
+    _: M, a: &Attn<'_, A>, (width, nk): (usize, usize), (r0, r1): (usize, usize), out: &mut [A],
 ) {
     let dv = a.v.cols;
     let n = r1 - r0;
@@ -204,13 +192,8 @@ pub struct Pairs<'a, A> {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn grad_rows_k<A: Acc, M: Madd>(
-    _: M,
-    a: &Attn<'_, A>,
-    g: Mat<'_, A>,
-    (width, nk): (usize, usize),
-    (r0, r1): (usize, usize),
-    dq: &mut [A],
-    pairs: &Pairs<'_, A>,
+    _: M, a: &Attn<'_, A>, g: Mat<'_, A>, (width, nk): (usize, usize), (r0, r1): (usize, usize),
+    dq: &mut [A], pairs: &Pairs<'_, A>,
 ) {
     let d = a.q.cols;
     let (ptr, idx) = (a.p.ptr, a.p.idx);
@@ -271,11 +254,7 @@ pub struct GradKeys<'a, A> {
 
 #[inline(always)]
 fn grad_keys_k<A: Acc, M: Madd>(
-    _: M,
-    c: &GradKeys<'_, A>,
-    (k0, k1): (usize, usize),
-    dk: &mut [A],
-    dv: &mut [A],
+    _: M, c: &GradKeys<'_, A>, (k0, k1): (usize, usize), dk: &mut [A], dv: &mut [A],
 ) {
     let (a, idx) = (&c.a, c.a.p.idx);
     let pf = [c.p.as_ptr(), c.ds.as_ptr()];
@@ -294,13 +273,8 @@ multiversion! {
 
 #[inline(always)]
 fn sddmm_rows_k<A: Acc, M: Madd>(
-    _: M,
-    [a, b]: [Mat<'_, A>; 2],
-    p: Index<'_, usize>,
-    scale: A,
-    (width, nk): (usize, usize),
-    (r0, r1): (usize, usize),
-    out: &mut [A],
+    _: M, [a, b]: [Mat<'_, A>; 2], p: Index<'_, usize>, scale: A, (width, nk): (usize, usize),
+    (r0, r1): (usize, usize), out: &mut [A],
 ) {
     let e0 = p.ptr[r0];
     let pf = [out.as_ptr()];
@@ -318,13 +292,8 @@ multiversion! {
 
 #[inline(always)]
 fn spmm_rows_k<A: Acc, M: Madd>(
-    _: M,
-    vals: &[A],
-    p: Index<'_, usize>,
-    x: Mat<'_, A>,
-    (width, nk): (usize, usize),
-    (r0, r1): (usize, usize),
-    out: &mut [A],
+    _: M, vals: &[A], p: Index<'_, usize>, x: Mat<'_, A>, (width, nk): (usize, usize),
+    (r0, r1): (usize, usize), out: &mut [A],
 ) {
     let w = x.cols;
     visit_rows(
@@ -361,10 +330,7 @@ pub struct KeyScatter<'a, A> {
 
 #[inline(always)]
 fn scatter_keys_k<A: Acc, M: Madd>(
-    _: M,
-    s: &KeyScatter<'_, A>,
-    (k0, k1): (usize, usize),
-    out: &mut [A],
+    _: M, s: &KeyScatter<'_, A>, (k0, k1): (usize, usize), out: &mut [A],
 ) {
     visit_keys(s.p, s.nq, (k0, k1, s.width), &[s.w.as_ptr()], |i, lo, e| {
         scatter_row::<A, M>(&s.p.idx[lo..e], &s.w[lo..e], k0, s.x.row(i), out);

@@ -467,13 +467,7 @@ impl Point {
 
     /// The result record of one measurement at this point.
     pub fn record(
-        &self,
-        op: &str,
-        layout: &str,
-        threads: usize,
-        seconds: f64,
-        peak: usize,
-        bytes: f64,
+        &self, op: &str, layout: &str, threads: usize, seconds: f64, peak: usize, bytes: f64,
     ) -> Record {
         Record {
             series: self.series.name(),
@@ -671,10 +665,7 @@ pub struct Exported {
 
 /// Writes the data of point `i` under `dir/data/` for the peer script.
 pub fn export_point<T: Element>(
-    dir: &Path,
-    i: usize,
-    point: &Point,
-    l: &Logical<T>,
+    dir: &Path, i: usize, point: &Point, l: &Logical<T>,
 ) -> Result<Exported, CliError> {
     use ndarray::Array1;
     use ndarray_npy::NpzWriter;

@@ -85,11 +85,7 @@ fn x_desc(vary: Vary) -> &'static str {
 
 /// Draws `lines` on log-log axes into `path`, marking `marks` (density, label, colour).
 fn draw(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    lines: &[Line],
-    marks: &[(f64, String, RGBColor)],
+    path: &Path, title: &str, x_label: &str, lines: &[Line], marks: &[(f64, String, RGBColor)],
 ) -> Result<(), CliError> {
     let e = err(path);
     let xs = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
@@ -204,12 +200,7 @@ fn millis(rs: &[Record], series: &str, op: &str, layout: &str, threads: usize) -
 /// Writes one SVG per (series, op) and one of the conversions per series; returns
 /// `(series, file name, title)` of each, in order.
 pub fn write_plots(
-    dir: &Path,
-    rs: &[Record],
-    peers: &[PeerRecord],
-    meta: &Meta,
-    cs: &[Crossover],
-    threads: usize,
+    dir: &Path, rs: &[Record], peers: &[PeerRecord], meta: &Meta, cs: &[Crossover], threads: usize,
 ) -> Result<Vec<(String, String, String)>, CliError> {
     let mut out = Vec::new();
     let shape = format!("{} x {} {}", meta.shape[0], meta.shape[1], meta.dtype);

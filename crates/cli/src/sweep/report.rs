@@ -271,11 +271,7 @@ pub struct Crossover {
 
 /// The records of one op on one layout of one series at one thread count, sorted by x.
 pub(crate) fn line<'r>(
-    rs: &'r [Record],
-    series: &str,
-    op: &str,
-    layout: &str,
-    threads: usize,
+    rs: &'r [Record], series: &str, op: &str, layout: &str, threads: usize,
 ) -> Vec<&'r Record> {
     let mut v: Vec<&Record> = rs
         .iter()

@@ -255,19 +255,13 @@ macro_rules! compiled_lanes {
             }
 
             fn map_lanes_into<M: $crate::LaneMap<T>>(
-                &self,
-                map: &M,
-                dim: isize,
-                out: $crate::OutSlots<'_, '_>,
+                &self, map: &M, dim: isize, out: $crate::OutSlots<'_, '_>,
             ) -> $crate::Result<Option<Vec<u64>>> {
                 map_lanes(map, self, dim, Some(out))?.slots()
             }
 
             fn map_elements_into<M: $crate::LaneMap<T>>(
-                &self,
-                map: &M,
-                zero_preserving: bool,
-                out: $crate::OutSlots<'_, '_>,
+                &self, map: &M, zero_preserving: bool, out: $crate::OutSlots<'_, '_>,
             ) -> $crate::Result<Option<Vec<u64>>> {
                 map_elements(map, self, zero_preserving, Some(out))?.slots()
             }

@@ -24,9 +24,7 @@ pub type OutSlots<'r, 'o> = &'r RefCell<ByDType<SliceMutOf<'o>>>;
 /// [`MaskedError::InvalidArgument`] for a buffer of another dtype,
 /// [`MaskedError::InvalidData`] for one of another length.
 pub fn with_slots<O: Element, R>(
-    out: OutSlots<'_, '_>,
-    n: usize,
-    f: impl FnOnce(&mut [O]) -> R,
+    out: OutSlots<'_, '_>, n: usize, f: impl FnOnce(&mut [O]) -> R,
 ) -> Result<R> {
     let mut b = out.borrow_mut();
     let dtype = b.dtype();
@@ -98,10 +96,7 @@ pub trait MapInto<T: Element> {
     /// As `map_lanes`, and [`MaskedError::Unsupported`] where the result would store
     /// more than the stored entries (no mask: every position valid).
     fn map_lanes_into<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        dim: isize,
-        out: OutSlots<'_, '_>,
+        &self, map: &M, dim: isize, out: OutSlots<'_, '_>,
     ) -> Result<Option<Vec<u64>>>;
 
     /// [`MaskedReduce::map_elements`] into `out`; returns the slots' validity bits.
@@ -109,10 +104,7 @@ pub trait MapInto<T: Element> {
     /// # Errors
     /// As `map_elements`.
     fn map_elements_into<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
-        out: OutSlots<'_, '_>,
+        &self, map: &M, zero_preserving: bool, out: OutSlots<'_, '_>,
     ) -> Result<Option<Vec<u64>>>;
 }
 

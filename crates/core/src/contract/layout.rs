@@ -49,10 +49,7 @@ pub trait MaskedReduce<T: Element> {
     /// Bad dims ([`MaskedError::DimOutOfRange`](crate::MaskedError::DimOutOfRange),
     /// [`MaskedError::DuplicateDim`](crate::MaskedError::DuplicateDim)).
     fn fold_lanes<F: Fold<T>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
+        &self, op: &F, dims: &Dims, keepdim: bool,
     ) -> Result<Self::Reduced<F::Output>>;
 
     /// Computes `stat` over the valid values of every lane of the reduced `dims`.
@@ -60,10 +57,7 @@ pub trait MaskedReduce<T: Element> {
     /// # Errors
     /// Bad dims.
     fn stat_lanes<S: LaneStat<T>>(
-        &self,
-        stat: &S,
-        dims: &Dims,
-        keepdim: bool,
+        &self, stat: &S, dims: &Dims, keepdim: bool,
     ) -> Result<Self::Reduced<S::Output>>;
 
     /// Maps every lane along `dim` with `map`; the output mask is the input mask.
@@ -84,9 +78,7 @@ pub trait MaskedReduce<T: Element> {
     /// [`MaskedError::Unsupported`](crate::MaskedError::Unsupported) where the layout
     /// cannot hold the result without storing every position.
     fn map_elements<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
+        &self, map: &M, zero_preserving: bool,
     ) -> Result<Self::Mapped<M::Output>> {
         let _ = zero_preserving;
         self.map_lanes(map, -1)
@@ -105,11 +97,7 @@ pub trait MaskedReduce<T: Element> {
     /// ([`MaskedError::ShapeMismatch`](crate::MaskedError::ShapeMismatch));
     /// [`MaskedError::Unsupported`](crate::MaskedError::Unsupported) from the default.
     fn grad_reduced<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dims: &Dims,
-        keepdim: bool,
-        g: &Self::Reduced<T::Real>,
+        &self, grad: &G, dims: &Dims, keepdim: bool, g: &Self::Reduced<T::Real>,
         saved: Option<&Self::Reduced<T::Real>>,
     ) -> Result<Self::Mapped<T::Real>> {
         let _ = (dims, keepdim, g, saved);
@@ -129,10 +117,7 @@ pub trait MaskedReduce<T: Element> {
     /// As [`MaskedReduce::grad_reduced`], `g` and `saved` shaped like the input (a
     /// sparse `saved` storing the input's valid positions).
     fn grad_mapped<G: LaneGrad>(
-        &self,
-        grad: &G,
-        dim: isize,
-        g: &Self::Mapped<T::Real>,
+        &self, grad: &G, dim: isize, g: &Self::Mapped<T::Real>,
         saved: Option<&Self::Mapped<T::Real>>,
     ) -> Result<Self::Mapped<T::Real>> {
         let _ = (dim, g, saved);
@@ -167,9 +152,6 @@ pub trait ZipKernels<T: Element, Rhs: ?Sized> {
     /// operand without a mask where the result would store every position
     /// ([`MaskedError::Unsupported`](crate::MaskedError::Unsupported)).
     fn zip_elements<Z: ZipMap<T>>(
-        &self,
-        rhs: &Rhs,
-        z: &Z,
-        rule: MaskRule,
+        &self, rhs: &Rhs, z: &Z, rule: MaskRule,
     ) -> Result<Self::Zipped<Z::Output>>;
 }

@@ -407,10 +407,7 @@ impl<T: Element, L: MaskedReduce<T> + ?Sized> GradVisitor for MapGrad<'_, T, L> 
 
 /// [`MaskedOps::vjp_map`] and [`MaskedOps::vjp_map_saved`].
 fn vjp_map_with<T: Element, L: MaskedReduce<T> + ?Sized>(
-    a: &L,
-    req: &OpRequest,
-    saved: Option<&L::Mapped<T::Real>>,
-    g: &L::Mapped<T::Real>,
+    a: &L, req: &OpRequest, saved: Option<&L::Mapped<T::Real>>, g: &L::Mapped<T::Real>,
 ) -> Result<L::Mapped<T::Real>> {
     let dim = check_map_grad::<T>(req)?;
     visit_grad(req, MapGrad { a, dim, g, saved })

@@ -506,15 +506,11 @@ pub trait Element:
     /// A type-keeping elementwise function ([`crate::unary`]): floats through their
     /// compute type, rounded once back; integers through `i64`, wrapping back.
     fn map_keep(
-        self,
-        float: impl Fn(CalcOf<Self>) -> CalcOf<Self>,
-        int: impl Fn(i64) -> i64,
+        self, float: impl Fn(CalcOf<Self>) -> CalcOf<Self>, int: impl Fn(i64) -> i64,
     ) -> Self;
     /// A type-keeping binary function ([`crate::binary`]), as [`Element::map_keep`].
     fn zip_keep(
-        self,
-        other: Self,
-        float: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
+        self, other: Self, float: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
         int: impl Fn(i64, i64) -> i64,
     ) -> Self;
     /// This value as a cast source: integers exactly, floats as `f64` (exact for every
@@ -552,8 +548,7 @@ pub trait Element:
     /// Widens `xs` into `out` (same length, possibly uninitialised), exactly, and
     /// returns it initialised; only called where [`Element::as_unpacked`] gives `None`.
     fn unpack<'o>(
-        xs: &[Self],
-        out: &'o mut [std::mem::MaybeUninit<Self::Unpacked>],
+        xs: &[Self], out: &'o mut [std::mem::MaybeUninit<Self::Unpacked>],
     ) -> &'o [Self::Unpacked];
     /// Absolute value as f64.
     #[inline(always)]
@@ -812,17 +807,13 @@ macro_rules! element_float {
             const MAX_FINITE: f64 = <$t>::MAX as f64;
             #[inline(always)]
             fn map_keep(
-                self,
-                float: impl Fn(CalcOf<Self>) -> CalcOf<Self>,
-                _: impl Fn(i64) -> i64,
+                self, float: impl Fn(CalcOf<Self>) -> CalcOf<Self>, _: impl Fn(i64) -> i64,
             ) -> Self {
                 float(self)
             }
             #[inline(always)]
             fn zip_keep(
-                self,
-                other: Self,
-                float: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
+                self, other: Self, float: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
                 _: impl Fn(i64, i64) -> i64,
             ) -> Self {
                 float(self, other)
@@ -1191,17 +1182,13 @@ macro_rules! element_int {
             const MAX_FINITE: f64 = <$t>::MAX as f64;
             #[inline(always)]
             fn map_keep(
-                self,
-                _: impl Fn(CalcOf<Self>) -> CalcOf<Self>,
-                int: impl Fn(i64) -> i64,
+                self, _: impl Fn(CalcOf<Self>) -> CalcOf<Self>, int: impl Fn(i64) -> i64,
             ) -> Self {
                 int(self as i64) as $t
             }
             #[inline(always)]
             fn zip_keep(
-                self,
-                other: Self,
-                _: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
+                self, other: Self, _: impl Fn(CalcOf<Self>, CalcOf<Self>) -> CalcOf<Self>,
                 int: impl Fn(i64, i64) -> i64,
             ) -> Self {
                 int(self as i64, other as i64) as $t

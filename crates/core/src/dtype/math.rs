@@ -56,9 +56,7 @@ pub(crate) fn exp_parts_f64<const FUSED: bool>(xc: f64, coeffs: &[f64]) -> (f64,
 /// (`r = (hi - n ln2) + lo`), so that a large exact `hi` keeps `lo`'s bits.
 #[inline(always)]
 fn exp_parts2_f64<const FUSED: bool, const LO: bool>(
-    xc: f64,
-    lo: f64,
-    coeffs: &[f64],
+    xc: f64, lo: f64, coeffs: &[f64],
 ) -> (f64, i64) {
     let fma = madd::<f64, FUSED>;
     const LOG2E: f64 = std::f64::consts::LOG2_E;
@@ -1873,11 +1871,8 @@ mod tests {
     /// `got(x)` against `want(x)` (the pair `f(x)` gives) at every `x`: within the
     /// contract's 4 ulp each, and at most `max` ulp at the worst.
     fn check_ulps<X: Copy + std::fmt::LowerExp, Y: Copy + std::fmt::LowerExp>(
-        name: &str,
-        xs: impl Iterator<Item = X>,
-        f: impl Fn(X) -> (Y, Y),
-        ulps: impl Fn(Y, Y) -> u64,
-        max: u64,
+        name: &str, xs: impl Iterator<Item = X>, f: impl Fn(X) -> (Y, Y),
+        ulps: impl Fn(Y, Y) -> u64, max: u64,
     ) {
         let mut worst: Option<(u64, X)> = None;
         for x in xs {

@@ -134,20 +134,14 @@ pub trait ZipMap<T: Element>: Copy + Send + Sync {
     /// run of `out.len()` elements; returns the first valid `k` where the op fails (the
     /// run's output is then unspecified).
     fn run(
-        &self,
-        xs: Src<'_, T>,
-        ys: Src<'_, T>,
-        bits: Option<Bits<'_>>,
-        out: &mut [Self::Output],
+        &self, xs: Src<'_, T>, ys: Src<'_, T>, bits: Option<Bits<'_>>, out: &mut [Self::Output],
     ) -> Option<usize>;
     /// Where this map is an op of the keep family: that op and the two runs it reads,
     /// in its operand order (`xs`, `ys` as this map's operands). A layout's fused fold
     /// then may read both runs in the fold's own kernel ([`keep_pair_run`]) instead of
     /// computing the values first.
     fn keep_operands<'s>(
-        &self,
-        xs: &'s [T],
-        ys: &'s [T],
+        &self, xs: &'s [T], ys: &'s [T],
     ) -> Option<KeepOperands<'s, Self::Output>> {
         let _ = (xs, ys);
         None
@@ -188,11 +182,7 @@ impl<T: Element, Z: ZipMap<T>> ZipMap<T> for Swapped<Z> {
         }
     }
     fn run(
-        &self,
-        xs: Src<'_, T>,
-        ys: Src<'_, T>,
-        bits: Option<Bits<'_>>,
-        out: &mut [Z::Output],
+        &self, xs: Src<'_, T>, ys: Src<'_, T>, bits: Option<Bits<'_>>, out: &mut [Z::Output],
     ) -> Option<usize> {
         if self.1 {
             self.0.run(ys, xs, bits, out)
@@ -206,10 +196,7 @@ impl<T: Element, Z: ZipMap<T>> ZipMap<T> for Swapped<Z> {
 /// op compiles to (vectorised by the kernels crate).
 #[inline(always)]
 fn run_with<T: Copy, O: Value>(
-    xs: Src<'_, T>,
-    ys: Src<'_, T>,
-    bits: Option<Bits<'_>>,
-    out: &mut [O],
+    xs: Src<'_, T>, ys: Src<'_, T>, bits: Option<Bits<'_>>, out: &mut [O],
     f: impl Fn(T, T) -> O + Copy,
 ) {
     /// `r` where valid, the default elsewhere
@@ -256,11 +243,7 @@ fn run_with<T: Copy, O: Value>(
 
 /// The first valid position of a run where `fails(x, y)`.
 fn first_failure<T: Copy>(
-    xs: Src<'_, T>,
-    ys: Src<'_, T>,
-    bits: Option<Bits<'_>>,
-    n: usize,
-    fails: impl Fn(T, T) -> bool,
+    xs: Src<'_, T>, ys: Src<'_, T>, bits: Option<Bits<'_>>, n: usize, fails: impl Fn(T, T) -> bool,
 ) -> Option<usize> {
     (0..n).find(|&k| bits.is_none_or(|b| b.get(k)) && fails(xs.get(k), ys.get(k)))
 }
@@ -657,11 +640,7 @@ impl<T: Element> ZipMap<T> for KeepZip {
         self.0.failure()
     }
     fn run(
-        &self,
-        xs: Src<'_, T>,
-        ys: Src<'_, T>,
-        bits: Option<Bits<'_>>,
-        out: &mut [T],
+        &self, xs: Src<'_, T>, ys: Src<'_, T>, bits: Option<Bits<'_>>, out: &mut [T],
     ) -> Option<usize> {
         let op = self.0;
         if op == KeepBin::Pow
@@ -739,12 +718,8 @@ compiled_runs!(CmpBin, cmp_dispatch, run_f32: f32 -> bool, run_f64: f64 -> bool)
 /// once, by `one`), passing each block's validity bits and its range in the run.
 #[inline(always)]
 fn wide_blocks<T: Copy, W: Copy>(
-    xs: Src<'_, T>,
-    ys: Src<'_, T>,
-    n: usize,
-    bits: Option<Bits<'_>>,
-    conv: impl for<'o> Fn(&[T], &'o mut [MaybeUninit<W>]) -> &'o [W],
-    one: impl Fn(T) -> W,
+    xs: Src<'_, T>, ys: Src<'_, T>, n: usize, bits: Option<Bits<'_>>,
+    conv: impl for<'o> Fn(&[T], &'o mut [MaybeUninit<W>]) -> &'o [W], one: impl Fn(T) -> W,
     mut f: impl FnMut(Src<'_, W>, Src<'_, W>, Option<Bits<'_>>, Range<usize>),
 ) {
     let mut bx = [MaybeUninit::<W>::uninit(); WIDE_BLOCK];
@@ -771,10 +746,7 @@ fn wide_blocks<T: Copy, W: Copy>(
 /// `apply` compute for a half, value by value, so the same bits.
 #[inline(never)]
 fn f16_blocks(
-    xs: Src<'_, f16>,
-    ys: Src<'_, f16>,
-    bits: Option<Bits<'_>>,
-    out: &mut [f16],
+    xs: Src<'_, f16>, ys: Src<'_, f16>, bits: Option<Bits<'_>>, out: &mut [f16],
     f: impl Fn(Src<'_, f32>, Src<'_, f32>, Option<Bits<'_>>, &mut [f32]),
 ) {
     let mut co = [MaybeUninit::<f32>::uninit(); WIDE_BLOCK];
@@ -797,11 +769,7 @@ pub type KeepOperands<'s, T> = (KeepBin, &'s [T], &'s [T]);
 /// fail at a masked-out position; `false`, having done nothing, for every other case
 /// (the layout then computes the values first).
 pub fn keep_pair_run<T: Element, F: Fold<T>>(
-    bin: KeepBin,
-    op: &F,
-    state: &mut F::State,
-    (xs, ys): (&[T], &[T]),
-    bits: Option<Bits<'_>>,
+    bin: KeepBin, op: &F, state: &mut F::State, (xs, ys): (&[T], &[T]), bits: Option<Bits<'_>>,
     idx0: i64,
 ) -> bool {
     if !T::DTYPE.is_float() {
@@ -852,11 +820,7 @@ impl<T: Element> ZipMap<T> for FloatZip {
         Some(self.0.apply(x, y))
     }
     fn run(
-        &self,
-        xs: Src<'_, T>,
-        ys: Src<'_, T>,
-        bits: Option<Bits<'_>>,
-        out: &mut [T::Real],
+        &self, xs: Src<'_, T>, ys: Src<'_, T>, bits: Option<Bits<'_>>, out: &mut [T::Real],
     ) -> Option<usize> {
         let op = self.0;
         let (ex, ey) = (T::erase::<SrcOf<'_>>(xs), T::erase::<SrcOf<'_>>(ys));
@@ -891,11 +855,7 @@ impl<T: Element> ZipMap<T> for CmpZip {
         Some(self.0.apply(x, y))
     }
     fn run(
-        &self,
-        xs: Src<'_, T>,
-        ys: Src<'_, T>,
-        bits: Option<Bits<'_>>,
-        out: &mut [bool],
+        &self, xs: Src<'_, T>, ys: Src<'_, T>, bits: Option<Bits<'_>>, out: &mut [bool],
     ) -> Option<usize> {
         let op = self.0;
         match (T::erase::<SrcOf<'_>>(xs), T::erase::<SrcOf<'_>>(ys)) {
@@ -989,11 +949,7 @@ impl<T: Element> ZipMap<T> for PredZip {
         Some(self.0.holds(x))
     }
     fn run(
-        &self,
-        xs: Src<'_, T>,
-        ys: Src<'_, T>,
-        bits: Option<Bits<'_>>,
-        out: &mut [bool],
+        &self, xs: Src<'_, T>, ys: Src<'_, T>, bits: Option<Bits<'_>>, out: &mut [bool],
     ) -> Option<usize> {
         let p = self.0;
         run_with(
@@ -1012,10 +968,7 @@ impl<T: Element> ZipMap<T> for PredZip {
 /// holds `a`'s valid entries where `cond` is true and `b`'s where it is false (positions
 /// valid in neither are left out), in order.
 pub fn select_merge<I: Copy + Ord, T: Element>(
-    a: Side<'_, I, T>,
-    b: Side<'_, I, T>,
-    cond: impl Fn(I) -> bool,
-    pos_out: &mut Vec<I>,
+    a: Side<'_, I, T>, b: Side<'_, I, T>, cond: impl Fn(I) -> bool, pos_out: &mut Vec<I>,
     val_out: &mut Vec<T>,
 ) {
     let va = |k: usize| a.valid.is_none_or(|bits| bits.get(k));
@@ -1075,11 +1028,7 @@ impl<T: Element> ZipMap<T> for PartialZip {
         }))
     }
     fn run(
-        &self,
-        xs: Src<'_, T>,
-        ys: Src<'_, T>,
-        bits: Option<Bits<'_>>,
-        out: &mut [T::Real],
+        &self, xs: Src<'_, T>, ys: Src<'_, T>, bits: Option<Bits<'_>>, out: &mut [T::Real],
     ) -> Option<usize> {
         let (op, wrt_y) = (self.op, self.wrt_y);
         let (ex, ey) = (T::erase::<SrcOf<'_>>(xs), T::erase::<SrcOf<'_>>(ys));
@@ -1105,12 +1054,7 @@ impl<T: Element> ZipMap<T> for PartialZip {
 /// the loop of [`PartialZip`], each op resolved at compile time inside it.
 #[inline(always)]
 fn partial_loop<T: Element, O: Float>(
-    op: BinOp,
-    wrt_y: bool,
-    xs: Src<'_, T>,
-    ys: Src<'_, T>,
-    bits: Option<Bits<'_>>,
-    out: &mut [O],
+    op: BinOp, wrt_y: bool, xs: Src<'_, T>, ys: Src<'_, T>, bits: Option<Bits<'_>>, out: &mut [O],
 ) {
     let pick = |(px, py): (f64, f64), wrt_y: bool| if wrt_y { py } else { px };
     grad_dispatch!(op, OP => run_with(xs, ys, bits, out, #[inline(always)] move |x: T, y: T| {
@@ -1167,11 +1111,7 @@ grad_runs! {
 /// both 0 where `valid` is false or the op has no partials (a comparison).
 #[inline(always)]
 fn times_partials<T: Element, Q: Float>(
-    op: BinOp,
-    x: T,
-    y: T,
-    g: T::Real,
-    valid: bool,
+    op: BinOp, x: T, y: T, g: T::Real, valid: bool,
 ) -> (T::Real, Q) {
     let (px, py) = op.partials(x.to_f64(), y.to_f64()).unwrap_or((0.0, 0.0));
     let gv = g.to_f64();
@@ -1195,12 +1135,7 @@ fn times_partials<T: Element, Q: Float>(
 /// ([`BinOp::grad_run_f32`], [`BinOp::grad_run_f64`]); every other case (the halves, an
 /// `f32` run with `f64` terms) runs the same loop at its own types.
 pub fn grad_run<T: Element, Q: Float>(
-    op: BinOp,
-    xs: &[T],
-    ys: Src<'_, T>,
-    g: &[T::Real],
-    bits: Option<Bits<'_>>,
-    dx: &mut [T::Real],
+    op: BinOp, xs: &[T], ys: Src<'_, T>, g: &[T::Real], bits: Option<Bits<'_>>, dx: &mut [T::Real],
     dy: &mut [Q],
 ) {
     use ByDType::{F32, F64};
@@ -1240,11 +1175,7 @@ pub type FlatGrads<R> = (Vec<R>, Vec<R>, f64);
 /// output) is clear; a scalar's gradient is the sum of its terms (in `f64`), returned
 /// third (0 for a slice; its `dy` is empty).
 pub fn flat_grads<T: Element>(
-    op: BinOp,
-    xs: &[T],
-    ys: Src<'_, T>,
-    bits: Option<Bits<'_>>,
-    g: &[T::Real],
+    op: BinOp, xs: &[T], ys: Src<'_, T>, bits: Option<Bits<'_>>, g: &[T::Real],
 ) -> FlatGrads<T::Real> {
     let n = xs.len();
     let dy_len = if matches!(ys, Src::Slice(_)) { n } else { 0 };
@@ -1257,12 +1188,7 @@ pub fn flat_grads<T: Element>(
 /// [`flat_grads`] into the caller's `dx` (`xs.len()` values) and `dy` (as many for a
 /// `y` slice, ignored for a scalar); returns the scalar's gradient (0 for a slice).
 pub fn flat_grads_into<T: Element>(
-    op: BinOp,
-    xs: &[T],
-    ys: Src<'_, T>,
-    bits: Option<Bits<'_>>,
-    g: &[T::Real],
-    dx: &mut [T::Real],
+    op: BinOp, xs: &[T], ys: Src<'_, T>, bits: Option<Bits<'_>>, g: &[T::Real], dx: &mut [T::Real],
     dy: &mut [T::Real],
 ) -> f64 {
     use masked_kernels::par;
@@ -1301,12 +1227,7 @@ pub fn flat_grads_into<T: Element>(
 /// The loop of [`grad_run`] at one type, each op resolved at compile time inside it.
 #[inline(always)]
 fn grad_loop<T: Element, Q: Float>(
-    op: BinOp,
-    xs: &[T],
-    ys: Src<'_, T>,
-    g: &[T::Real],
-    bits: Option<Bits<'_>>,
-    dx: &mut [T::Real],
+    op: BinOp, xs: &[T], ys: Src<'_, T>, g: &[T::Real], bits: Option<Bits<'_>>, dx: &mut [T::Real],
     dy: &mut [Q],
 ) {
     grad_dispatch!(op, OP => match ys {
@@ -1326,10 +1247,7 @@ fn grad_loop<T: Element, Q: Float>(
 /// Returns `false` when some sub position is not in `pos` (the sub-structure does not
 /// lie inside the structure).
 pub fn spread<I: Copy + Ord, R: Copy + Default>(
-    pos: &[I],
-    sub_pos: &[I],
-    sub_val: &[R],
-    out: &mut [R],
+    pos: &[I], sub_pos: &[I], sub_val: &[R], out: &mut [R],
 ) -> bool {
     let mut j = 0usize;
     for (k, &p) in pos.iter().enumerate() {
@@ -1351,10 +1269,7 @@ pub fn spread<I: Copy + Ord, R: Copy + Default>(
 /// # Errors
 /// [`MaskedError::InvalidArgument`] naming `op` where `g` is stored elsewhere.
 pub fn times_upstream<R: Float>(
-    op: BinOp,
-    partial: &mut [R],
-    g: &[R],
-    same_positions: bool,
+    op: BinOp, partial: &mut [R], g: &[R], same_positions: bool,
 ) -> Result<()> {
     if !same_positions || partial.len() != g.len() {
         return Err(MaskedError::InvalidArgument {
@@ -1548,11 +1463,7 @@ impl<'a, I, T> Side<'a, I, T> {
     /// A side over positions `pos` with their `values`; `valid` are validity words whose
     /// bit `start + k` belongs to entry `k`.
     pub fn new(
-        pos: &'a [I],
-        values: &'a [T],
-        valid: Option<&'a [u64]>,
-        start: usize,
-        fill: bool,
+        pos: &'a [I], values: &'a [T], valid: Option<&'a [u64]>, start: usize, fill: bool,
     ) -> Self {
         Side {
             pos,
@@ -1591,14 +1502,8 @@ pub enum MergeStop {
 /// [`MergeStop`] at the first mismatch (strict) or failing position.
 #[allow(clippy::too_many_arguments)]
 pub fn merge<I: Copy + Ord, T: Element, Z: ZipMap<T>>(
-    a: Side<'_, I, T>,
-    b: Side<'_, I, T>,
-    z: &Z,
-    rule: MaskRule,
-    len: usize,
-    index: impl Fn(I) -> usize,
-    pos_out: &mut Vec<I>,
-    val_out: &mut Vec<Z::Output>,
+    a: Side<'_, I, T>, b: Side<'_, I, T>, z: &Z, rule: MaskRule, len: usize,
+    index: impl Fn(I) -> usize, pos_out: &mut Vec<I>, val_out: &mut Vec<Z::Output>,
 ) -> std::result::Result<(), MergeStop> {
     let (mut i, mut j) = (0usize, 0usize);
     let va = |k: usize| a.valid.is_none_or(|bits| bits.get(k));
@@ -1763,11 +1668,7 @@ where
         Some(o[0])
     }
     fn run(
-        &self,
-        xs: Src<'_, T>,
-        _: Src<'_, T>,
-        bits: Option<Bits<'_>>,
-        out: &mut [M::Output],
+        &self, xs: Src<'_, T>, _: Src<'_, T>, bits: Option<Bits<'_>>, out: &mut [M::Output],
     ) -> Option<usize> {
         match xs {
             Src::Slice(x) => self.0.map(&x[..out.len()], bits, out),

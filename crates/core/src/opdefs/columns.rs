@@ -29,9 +29,7 @@ pub struct Columns<'a, T> {
 impl<'a, T: Sync> Columns<'a, T> {
     /// The lanes of `xs` (`outer * len * inner` elements) along its middle dim.
     pub fn new(
-        xs: &'a [T],
-        bits: Option<Bits<'a>>,
-        (outer, len, inner): (usize, usize, usize),
+        xs: &'a [T], bits: Option<Bits<'a>>, (outer, len, inner): (usize, usize, usize),
     ) -> Self {
         debug_assert!(xs.len() >= outer * len * inner);
         Columns {
@@ -72,9 +70,7 @@ impl<'a, T: Sync> Columns<'a, T> {
     /// blocks' values merged in row order by `merge` (each chunk of columns in
     /// parallel).
     pub fn fold<A: Clone + Send + Sync>(
-        &self,
-        id: A,
-        fold: impl Fn(usize, &mut [A], &[T], Option<Bits<'_>>, usize) + Sync,
+        &self, id: A, fold: impl Fn(usize, &mut [A], &[T], Option<Bits<'_>>, usize) + Sync,
         merge: impl Fn(&mut A, A) + Sync,
     ) -> Vec<A> {
         let (n, cut) = self.tasks();
@@ -95,9 +91,7 @@ impl<'a, T: Sync> Columns<'a, T> {
     /// and writes that part of `out` (shaped as the block). A pass that writes what its
     /// fold computes (softmax's exps) rather than computing it again.
     pub fn fold_rows_into<A: Clone + Send + Sync, O: Send>(
-        &self,
-        id: A,
-        out: &mut [O],
+        &self, id: A, out: &mut [O],
         row: impl Fn(usize, &mut [A], &[T], Option<Bits<'_>>, &mut [O]) + Sync,
         merge: impl Fn(&mut A, A) + Sync,
     ) -> Vec<A> {
@@ -118,10 +112,7 @@ impl<'a, T: Sync> Columns<'a, T> {
     /// columns are consecutive, so each chunk is merged from the identity, in
     /// parallel, and the chunks come in lane order.
     fn merge_tasks<A: Clone + Send + Sync>(
-        &self,
-        parts: Vec<Vec<A>>,
-        id: A,
-        merge: impl Fn(&mut A, A) + Sync,
+        &self, parts: Vec<Vec<A>>, id: A, merge: impl Fn(&mut A, A) + Sync,
     ) -> Vec<A> {
         let nb = self.len.div_ceil(self.rows());
         if nb == 0 {
@@ -156,10 +147,7 @@ impl<'a, T: Sync> Columns<'a, T> {
     /// in order: `at` the row's first element in the block, `xs` and `out` its part of
     /// the task's chunk of columns.
     fn task_rows<O>(
-        &self,
-        t: usize,
-        cut: impl Fn(usize) -> (usize, usize, usize),
-        dst: &par::Scatter<'_, O>,
+        &self, t: usize, cut: impl Fn(usize) -> (usize, usize, usize), dst: &par::Scatter<'_, O>,
         mut f: impl FnMut(usize, &[T], &mut [O]),
     ) {
         let (o, j0, r0) = cut(t);
@@ -177,10 +165,7 @@ impl<'a, T: Sync> Columns<'a, T> {
     /// row's part of a chunk of columns with those columns' values `cs` (one a lane, as
     /// [`Columns::fold`] returns them), tasks of rows and columns in parallel.
     pub fn map_rows<C: Sync, O: Send>(
-        &self,
-        cs: &[C],
-        out: &mut [O],
-        f: impl Fn(&[T], Option<Bits<'_>>, &mut [O], &[C]) + Sync,
+        &self, cs: &[C], out: &mut [O], f: impl Fn(&[T], Option<Bits<'_>>, &mut [O], &[C]) + Sync,
     ) {
         let (n, cut) = self.tasks();
         let dst = par::Scatter::new(out);
@@ -199,9 +184,7 @@ impl<'a, T: Sync> Columns<'a, T> {
     /// chunk `w` columns wide. Each column's elements come in row order, whatever the
     /// cut: a scan (cumsum) computes each lane as the lane alone does.
     pub fn scan_rows<S, O: Send>(
-        &self,
-        out: &mut [O],
-        init: impl Fn(usize) -> S + Sync,
+        &self, out: &mut [O], init: impl Fn(usize) -> S + Sync,
         f: impl Fn(&mut S, &[T], Option<Bits<'_>>, &mut [O]) + Sync,
     ) {
         let (len, inner) = (self.len, self.inner);

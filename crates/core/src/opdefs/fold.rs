@@ -25,12 +25,8 @@ const FEW_ROWS: usize = 16;
 /// pushed with [`Fold::push_each`], and `true`; more rows are left to the caller
 /// (`false`).
 pub(crate) fn push_few_rows<T: Element, F: Fold<T> + ?Sized>(
-    op: &F,
-    states: &mut [F::State],
-    xs: &[T],
-    (stride, nrows): (usize, usize),
-    bits: Option<Bits<'_>>,
-    idx0: i64,
+    op: &F, states: &mut [F::State], xs: &[T], (stride, nrows): (usize, usize),
+    bits: Option<Bits<'_>>, idx0: i64,
 ) -> bool {
     if nrows >= FEW_ROWS {
         return false;
@@ -132,10 +128,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// kernel, then map the winner's position.
     #[inline]
     fn push_run_at(
-        &self,
-        state: &mut Self::State,
-        xs: &[T],
-        bits: Option<Bits<'_>>,
+        &self, state: &mut Self::State, xs: &[T], bits: Option<Bits<'_>>,
         pos: &dyn Fn(usize) -> i64,
     ) -> bool {
         let _ = (state, xs, bits, pos);
@@ -149,12 +142,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// this. Bit for bit `push_run(&xs[..n])`, which the default calls.
     #[inline]
     fn push_run_within(
-        &self,
-        state: &mut Self::State,
-        xs: &[T],
-        n: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, state: &mut Self::State, xs: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64,
     ) {
         self.push_run(state, &xs[..n], bits, idx0);
     }
@@ -166,12 +154,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// next). The layouts call this; ops override `push_run_within`, not this.
     #[inline]
     fn push_row(
-        &self,
-        state: &mut Self::State,
-        xs: &[T],
-        n: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, state: &mut Self::State, xs: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64,
     ) {
         masked_kernels::cpu::prefetch_ahead(xs, n);
         self.push_run_within(state, xs, n, bits, idx0);
@@ -190,13 +173,7 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     #[allow(clippy::too_many_arguments)]
     #[inline]
     fn push_pair_run<A: Copy, B: Copy, Z: Fn(A, B) -> T + Copy>(
-        &self,
-        state: &mut Self::State,
-        xs: &[A],
-        ys: &[B],
-        f: Z,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, state: &mut Self::State, xs: &[A], ys: &[B], f: Z, bits: Option<Bits<'_>>, idx0: i64,
     ) -> bool {
         let _ = (state, xs, ys, f, bits, idx0);
         false
@@ -235,13 +212,8 @@ pub trait Fold<T: Element>: Send + Sync + 'static {
     /// a time (Welford's update, an `exp` and a merge an element) was 20-35x slower than
     /// the same op along the last dim. A few rows (under 16) are still pushed row by row.
     fn push_columns(
-        &self,
-        states: &mut [Self::State],
-        xs: &[T],
-        stride: usize,
-        nrows: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, states: &mut [Self::State], xs: &[T], stride: usize, nrows: usize,
+        bits: Option<Bits<'_>>, idx0: i64,
     ) {
         let w = states.len();
         if push_few_rows(self, states, xs, (stride, nrows), bits, idx0) {

@@ -108,10 +108,7 @@ pub trait LaneGrad: Send + Sync + 'static {
     /// nothing) where it does not apply; the caller then takes the `f64` path. The
     /// default never applies.
     fn typed_from_output<T: Element>(
-        &self,
-        xs: &[T],
-        ys: LaneValues<'_, T::Real>,
-        g: LaneValues<'_, T::Real>,
+        &self, xs: &[T], ys: LaneValues<'_, T::Real>, g: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
         let _ = (xs, ys, g, out);
@@ -125,11 +122,7 @@ pub trait LaneGrad: Send + Sync + 'static {
     /// [`LaneGrad::typed_from_output`]. Returns false (and writes nothing) where it does
     /// not apply; the default never applies.
     fn typed_spread_from_output<R: crate::element::Float>(
-        &self,
-        ys: &[R],
-        g: &[R],
-        spread: Spread<'_, R>,
-        out: &mut [R],
+        &self, ys: &[R], g: &[R], spread: Spread<'_, R>, out: &mut [R],
     ) -> bool {
         let _ = (ys, g, spread, out);
         false
@@ -154,12 +147,8 @@ pub trait LaneGrad: Send + Sync + 'static {
     /// same values. Returns false (and writes nothing) where it does not apply; the
     /// default never applies.
     fn typed_lane<T: Element>(
-        &self,
-        xs: &[T],
-        spread: Option<(&[T], masked_kernels::Bits<'_>)>,
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
+        &self, xs: &[T], spread: Option<(&[T], masked_kernels::Bits<'_>)>,
+        g: LaneValues<'_, T::Real>, saved: LaneValues<'_, T::Real>, out: &mut [T::Real],
     ) -> bool {
         let _ = (xs, spread, g, saved, out);
         false
@@ -176,11 +165,7 @@ pub trait LaneGrad: Send + Sync + 'static {
     /// is set (all for `None`), 0 elsewhere; the common length of the three. Returns
     /// false (and writes nothing) where it does not apply; the default never applies.
     fn typed_each<T: Element>(
-        &self,
-        xs: &[T],
-        bits: Option<masked_kernels::Bits<'_>>,
-        g: &[T::Real],
-        out: &mut [T::Real],
+        &self, xs: &[T], bits: Option<masked_kernels::Bits<'_>>, g: &[T::Real], out: &mut [T::Real],
     ) -> bool {
         let _ = (xs, bits, g, out);
         false
@@ -384,12 +369,8 @@ impl LaneGrad for ExtremumGrad {
     /// values of [`LaneGrad::grad`] and [`LaneGrad::grad_from_output`] (a count is
     /// exact); false where a saved extremum is no element's (those recompute).
     fn typed_lane<T: Element>(
-        &self,
-        xs: &[T],
-        spread: Option<(&[T], masked_kernels::Bits<'_>)>,
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
+        &self, xs: &[T], spread: Option<(&[T], masked_kernels::Bits<'_>)>,
+        g: LaneValues<'_, T::Real>, saved: LaneValues<'_, T::Real>, out: &mut [T::Real],
     ) -> bool {
         let LaneValues::One(gv) = g else {
             return false;
@@ -523,12 +504,8 @@ impl LaneGrad for VarGrad {
     /// valid position, 0 elsewhere (computed at every position, then selected: a masked
     /// load made the loop wait).
     fn typed_lane<T: Element>(
-        &self,
-        xs: &[T],
-        spread: Option<(&[T], masked_kernels::Bits<'_>)>,
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
+        &self, xs: &[T], spread: Option<(&[T], masked_kernels::Bits<'_>)>,
+        g: LaneValues<'_, T::Real>, saved: LaneValues<'_, T::Real>, out: &mut [T::Real],
     ) -> bool {
         let LaneValues::One(gv) = g else {
             return false;
@@ -552,9 +529,7 @@ impl LaneGrad for VarGrad {
 /// (computed at every position, then selected: a masked load made the loop wait). The
 /// typed lanes' one writer; pass a `move` closure.
 fn typed_map<T: Element>(
-    xs: &[T],
-    spread: Option<(&[T], masked_kernels::Bits<'_>)>,
-    out: &mut [T::Real],
+    xs: &[T], spread: Option<(&[T], masked_kernels::Bits<'_>)>, out: &mut [T::Real],
     f: impl Fn(f64) -> f64 + Copy,
 ) {
     let (at, bits) = spread.map_or((xs, None), |(a, b)| (a, Some(b)));
@@ -593,10 +568,7 @@ impl VarGrad {
     /// at most the correction; std with zero spread). std takes its spread from the saved
     /// output where it is given and finite, as [`LaneGrad::grad_from_output`] does.
     fn affine<T: Element>(
-        &self,
-        xs: &[T],
-        g: f64,
-        saved: LaneValues<'_, T::Real>,
+        &self, xs: &[T], g: f64, saved: LaneValues<'_, T::Real>,
     ) -> Option<(f64, f64)> {
         let sd = match saved {
             LaneValues::One(y) if self.std && y.to_f64().is_finite() => Some(y.to_f64()),
@@ -721,12 +693,8 @@ impl LaneGrad for NormGrad {
     /// values of [`LaneGrad::grad`], bit for bit. A lane holding a NaN or an inf,
     /// and the other orders (a `powf` per element), take the `f64` path.
     fn typed_lane<T: Element>(
-        &self,
-        xs: &[T],
-        spread: Option<(&[T], masked_kernels::Bits<'_>)>,
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
+        &self, xs: &[T], spread: Option<(&[T], masked_kernels::Bits<'_>)>,
+        g: LaneValues<'_, T::Real>, saved: LaneValues<'_, T::Real>, out: &mut [T::Real],
     ) -> bool {
         let p = self.ord;
         let LaneValues::One(gv) = g else {
@@ -953,10 +921,7 @@ impl LaneGrad for LogSumExpGrad {
     /// (`typed_lane`'s spread) the `exp` at every position, masked ones included, made
     /// a 50% masked VJP 1.2-1.8x slower.
     fn typed_from_output<T: Element>(
-        &self,
-        xs: &[T],
-        ys: LaneValues<'_, T::Real>,
-        g: LaneValues<'_, T::Real>,
+        &self, xs: &[T], ys: LaneValues<'_, T::Real>, g: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
         use crate::element::Float;
@@ -1076,10 +1041,7 @@ impl LaneGrad for QuantileGrad {
         }
     }
     fn typed_from_output<T: Element>(
-        &self,
-        xs: &[T],
-        ys: LaneValues<'_, T::Real>,
-        g: LaneValues<'_, T::Real>,
+        &self, xs: &[T], ys: LaneValues<'_, T::Real>, g: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
         use crate::element::Float;
@@ -1108,9 +1070,7 @@ impl QuantileGrad {
     /// midpoint or linear output lies between its two statistics). Reads the lane in
     /// its own type.
     fn picks<T: crate::element::Element>(
-        &self,
-        xs: &[T],
-        v: f64,
+        &self, xs: &[T], v: f64,
     ) -> Option<[Option<(usize, f64)>; 2]> {
         if v.is_nan() {
             return None;
@@ -1295,10 +1255,7 @@ impl LaneGrad for SoftmaxGrad {
     /// writing `y (g - Σ g y)` (log_softmax: `g - exp(y) Σ g`, with the engine's
     /// branch-free `exp`), each value in `f64` and rounded once.
     fn typed_from_output<T: Element>(
-        &self,
-        xs: &[T],
-        ys: LaneValues<'_, T::Real>,
-        g: LaneValues<'_, T::Real>,
+        &self, xs: &[T], ys: LaneValues<'_, T::Real>, g: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) -> bool {
         let (LaneValues::Each(ys), LaneValues::Each(g)) = (ys, g) else {
@@ -1310,11 +1267,7 @@ impl LaneGrad for SoftmaxGrad {
         true
     }
     fn typed_spread_from_output<R: crate::element::Float>(
-        &self,
-        ys: &[R],
-        g: &[R],
-        spread: Spread<'_, R>,
-        out: &mut [R],
+        &self, ys: &[R], g: &[R], spread: Spread<'_, R>, out: &mut [R],
     ) -> bool {
         self.softmax_run(ys, g, spread.ys, spread.g, Some(spread.bits), out);
         true
@@ -1364,11 +1317,7 @@ impl RowStatistic {
     /// `out[j] = ±ys[j] · d[j]` where bit `j` of `bits` is set (everywhere for
     /// `None`), 0 elsewhere.
     pub fn step<R: crate::element::Float>(
-        &self,
-        d: &[f64],
-        ys: &[R],
-        bits: Option<masked_kernels::Bits<'_>>,
-        out: &mut [R],
+        &self, d: &[f64], ys: &[R], bits: Option<masked_kernels::Bits<'_>>, out: &mut [R],
     ) {
         use crate::element::Float;
         let (sign, to, zero) = (self.sign, <R as Float>::from_f64, R::ZERO);
@@ -1397,10 +1346,7 @@ impl RowStatistic {
     /// into lane order; the sums in entry order (not [`RowStatistic::lane`]'s eight
     /// accumulators).
     pub fn scattered<R: crate::element::Float>(
-        &self,
-        ys: Scattered<'_, R>,
-        g: &[R],
-        out: &mut [R],
+        &self, ys: Scattered<'_, R>, g: &[R], out: &mut [R],
     ) {
         let stats = ys.fold(
             &[] as &[()],
@@ -1444,11 +1390,7 @@ pub fn scatters<G: LaneGrad>(grad: &G, saved: bool) -> bool {
 /// reduction's upstream names a lane past `nlanes`, or the lanes far outnumber the
 /// entries: the caller then groups the lanes (and reports what is wrong).
 pub fn scattered_grad<G: LaneGrad, T: Element>(
-    grad: &G,
-    xs: &[T],
-    ids: LaneIds<'_>,
-    nlanes: usize,
-    g: &SparseUpstream<'_, T::Real>,
+    grad: &G, xs: &[T], ids: LaneIds<'_>, nlanes: usize, g: &SparseUpstream<'_, T::Real>,
     saved: Option<&SparseUpstream<'_, T::Real>>,
 ) -> Option<Vec<T::Real>> {
     use crate::element::Float;
@@ -1569,12 +1511,7 @@ impl SoftmaxGrad {
     /// is clear) writing `y (g - Σ g y)` (log_softmax: `g - exp(y) Σ g`, with the
     /// engine's branch-free `exp`), each value in `f64` and rounded once.
     fn softmax_run<R: crate::element::Float>(
-        &self,
-        ys: &[R],
-        g: &[R],
-        at_ys: &[R],
-        at_g: &[R],
-        bits: Option<masked_kernels::Bits<'_>>,
+        &self, ys: &[R], g: &[R], at_ys: &[R], at_g: &[R], bits: Option<masked_kernels::Bits<'_>>,
         out: &mut [R],
     ) {
         use crate::element::Float;
@@ -1710,12 +1647,8 @@ impl LaneGrad for NormalizeGrad {
     /// unpacked lane (the dense layout packs it and spreads the result) take the other
     /// paths.
     fn typed_lane<T: Element>(
-        &self,
-        xs: &[T],
-        spread: Option<(&[T], masked_kernels::Bits<'_>)>,
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
-        out: &mut [T::Real],
+        &self, xs: &[T], spread: Option<(&[T], masked_kernels::Bits<'_>)>,
+        g: LaneValues<'_, T::Real>, saved: LaneValues<'_, T::Real>, out: &mut [T::Real],
     ) -> bool {
         use crate::element::Float;
         use masked_kernels::run::zip_run;
@@ -1964,11 +1897,7 @@ impl<U: crate::unary::Unary + 'static> LaneGrad for UnaryGrad<U> {
         true
     }
     fn typed_each<T: Element>(
-        &self,
-        xs: &[T],
-        bits: Option<masked_kernels::Bits<'_>>,
-        g: &[T::Real],
-        out: &mut [T::Real],
+        &self, xs: &[T], bits: Option<masked_kernels::Bits<'_>>, g: &[T::Real], out: &mut [T::Real],
     ) -> bool {
         crate::unary::grad_typed(self.0, xs, bits, g, out)
     }
@@ -2006,11 +1935,7 @@ impl GradScratch {
     /// # Panics
     /// When `out`, or an `Each` of `g` or `saved`, is shorter than `xs`.
     pub fn lane<T: crate::element::Element, G: LaneGrad>(
-        &mut self,
-        grad: &G,
-        xs: &[T],
-        g: LaneValues<'_, T::Real>,
-        saved: LaneValues<'_, T::Real>,
+        &mut self, grad: &G, xs: &[T], g: LaneValues<'_, T::Real>, saved: LaneValues<'_, T::Real>,
         out: &mut [T::Real],
     ) {
         use crate::element::{Element, Float};
@@ -2082,11 +2007,7 @@ impl GradScratch {
 /// does not apply: `grad` not elementwise, `T` not a float, or `g` or `out` shorter
 /// than `xs`.
 pub fn each_into<T: Element, G: LaneGrad>(
-    grad: &G,
-    xs: &[T],
-    bits: Option<masked_kernels::Bits<'_>>,
-    g: &[T::Real],
-    out: &mut [T::Real],
+    grad: &G, xs: &[T], bits: Option<masked_kernels::Bits<'_>>, g: &[T::Real], out: &mut [T::Real],
 ) -> bool {
     if !grad.elementwise() || !T::DTYPE.is_float() || g.len() < xs.len() || out.len() < xs.len() {
         return false;
@@ -2106,9 +2027,7 @@ pub fn each_into<T: Element, G: LaneGrad>(
 /// # Errors
 /// [`MaskedError::TooLarge`] when the vector cannot be had.
 pub fn each_values<T: Element, G: LaneGrad>(
-    grad: &G,
-    xs: &[T],
-    g: &[T::Real],
+    grad: &G, xs: &[T], g: &[T::Real],
 ) -> Result<Option<Vec<T::Real>>> {
     if !grad.elementwise() || !T::DTYPE.is_float() || g.len() != xs.len() {
         return Ok(None);
@@ -2132,11 +2051,7 @@ pub fn each_values<T: Element, G: LaneGrad>(
 /// # Errors
 /// [`MaskedError::TooLarge`] when the output cannot be had.
 pub fn grad_runs<T: crate::element::Element, G: LaneGrad>(
-    grad: &G,
-    starts: &[usize],
-    xs: &[T],
-    g: &[T::Real],
-    saved: &[T::Real],
+    grad: &G, starts: &[usize], xs: &[T], g: &[T::Real], saved: &[T::Real],
 ) -> Result<Vec<T::Real>> {
     let n = xs.len();
     // the size checked fallibly, then fresh zeroed pages (huge pages where the kernel
@@ -2154,10 +2069,7 @@ pub fn grad_runs<T: crate::element::Element, G: LaneGrad>(
     let blocks = masked_kernels::par::lane_blocks(starts, 1 << 14);
     let bounds: Vec<usize> = blocks.iter().map(|&l| starts[l] - starts[0]).collect();
     fn pick<'v, R: Copy>(
-        v: &'v [R],
-        l: usize,
-        starts: &[usize],
-        per_lane: bool,
+        v: &'v [R], l: usize, starts: &[usize], per_lane: bool,
     ) -> LaneValues<'v, R> {
         if v.is_empty() {
             LaneValues::Absent
@@ -2225,9 +2137,7 @@ impl<'a, R> SparseUpstream<'a, R> {
     /// # Errors
     /// [`MaskedError::ShapeMismatch`] naming the op.
     pub fn reduced(
-        op: &str,
-        g: &'a crate::sparse::SparseArray<R>,
-        want: Vec<usize>,
+        op: &str, g: &'a crate::sparse::SparseArray<R>, want: Vec<usize>,
     ) -> Result<Self> {
         if g.shape() != want.as_slice() {
             return Err(MaskedError::ShapeMismatch {
@@ -2283,13 +2193,8 @@ impl<'a, R: crate::element::Element> SparseUpstream<'a, R> {
 /// map's has another length than `xs`; [`MaskedError::TooLarge`] when the scratch cannot
 /// be had.
 pub fn sparse_lanes<'a, T: crate::element::Element, G: LaneGrad>(
-    grad: &G,
-    shape: &[usize],
-    reduced: &[usize],
-    flat: &[usize],
-    xs: &[T],
-    g: SparseUpstream<'a, T::Real>,
-    saved: Option<SparseUpstream<'a, T::Real>>,
+    grad: &G, shape: &[usize], reduced: &[usize], flat: &[usize], xs: &[T],
+    g: SparseUpstream<'a, T::Real>, saved: Option<SparseUpstream<'a, T::Real>>,
 ) -> Result<Vec<T::Real>> {
     if flat.len() != xs.len() {
         return Err(upstream_error(grad));
@@ -2385,10 +2290,7 @@ fn upstream_error(grad: &impl LaneGrad) -> MaskedError {
 /// # Errors
 /// As [`sparse_lanes`].
 pub fn sparse_lanes_ordered<'a, T: crate::element::Element, G: LaneGrad>(
-    grad: &G,
-    lanes: &LaneOrder<'_>,
-    xs: &[T],
-    g: SparseUpstream<'a, T::Real>,
+    grad: &G, lanes: &LaneOrder<'_>, xs: &[T], g: SparseUpstream<'a, T::Real>,
     saved: Option<SparseUpstream<'a, T::Real>>,
 ) -> Result<Vec<T::Real>> {
     use crate::element::Element;
@@ -2566,9 +2468,7 @@ mod tests {
             nlanes: usize,
         }
         fn check<G: LaneGrad>(
-            grad: &G,
-            forward: impl Fn(&[f64]) -> f64,
-            rel: f64,
+            grad: &G, forward: impl Fn(&[f64]) -> f64, rel: f64,
             Lanes {
                 xs,
                 ids,
@@ -2576,8 +2476,7 @@ mod tests {
                 lanes,
                 nlanes,
             }: Lanes<'_>,
-            up: &SparseUpstream<'_, f32>,
-            upstream: &dyn Fn(usize) -> f64,
+            up: &SparseUpstream<'_, f32>, upstream: &dyn Fn(usize) -> f64,
             lane_x: &dyn Fn(&[usize]) -> Vec<f64>,
         ) {
             // the saved outputs, one a lane (rounded to f32, as the forward op's are)

@@ -48,11 +48,7 @@ pub trait LaneStat<T: Element>: Send + Sync + 'static {
     /// 0; a layout may pass -1 where [`LaneStat::positions`] is false). An empty lane is
     /// a fully masked lane.
     fn compute_sparse(
-        &self,
-        vals: &mut [T],
-        pos: &[i64],
-        zeros: usize,
-        first_zero: i64,
+        &self, vals: &mut [T], pos: &[i64], zeros: usize, first_zero: i64,
     ) -> Self::Output;
     /// The statistic of `vals` with their lane positions `pos` (no implicit zeros).
     fn compute_at(&self, vals: &mut [T], pos: &[i64]) -> Self::Output {
@@ -412,10 +408,7 @@ fn softmax_stats<C: Float>(log: bool, shift: &[C], sums: &[C]) -> Vec<(C, C)> {
 /// set) with their lanes' [`softmax_stats`] `cs`: `x - m - log(sum)` (log_softmax) or
 /// `exp(x - m) / sum`, masked-out elements `-inf` or 0.
 fn softmax_scale<T: Element, const FUSED: bool>(
-    kind: SoftmaxKind,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    out: &mut [T::Real],
+    kind: SoftmaxKind, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real],
     cs: &[(CalcOf<T>, CalcOf<T>)],
 ) {
     let neg = kind == SoftmaxKind::Softmin;
@@ -475,9 +468,7 @@ fn stores_exps<T: Element>(kind: SoftmaxKind) -> bool {
 /// and the last pass scales it in place ([`stores_exps`]); the halves take each exp
 /// again in the last pass.
 fn softmax_columns<T: Element, const FUSED: bool>(
-    kind: SoftmaxKind,
-    cols: Columns<'_, T>,
-    out: &mut [T::Real],
+    kind: SoftmaxKind, cols: Columns<'_, T>, out: &mut [T::Real],
 ) {
     let neg = kind == SoftmaxKind::Softmin;
     let zero = <CalcOf<T> as Element>::ZERO;
@@ -545,9 +536,7 @@ fn softmax_columns<T: Element, const FUSED: bool>(
 /// (their lanes' shifts gathered) summed into their lanes, then every entry mapped.
 /// The exps are written and scaled in place where [`stores_exps`]; else taken again.
 fn softmax_scattered<T: Element, const FUSED: bool>(
-    kind: SoftmaxKind,
-    s: Scattered<'_, T>,
-    out: &mut [T::Real],
+    kind: SoftmaxKind, s: Scattered<'_, T>, out: &mut [T::Real],
 ) {
     let neg = kind == SoftmaxKind::Softmin;
     let zero = <CalcOf<T> as Element>::ZERO;
@@ -631,10 +620,7 @@ fn softmax_scattered<T: Element, const FUSED: bool>(
 /// entries. The arithmetic of the short lane path of [`softmax_lane`], its sums in
 /// element order.
 fn softmax_short_lanes<T: Element>(
-    kind: SoftmaxKind,
-    xs: &[T],
-    gid: &[u32],
-    out: &mut [CalcOf<T>],
+    kind: SoftmaxKind, xs: &[T], gid: &[u32], out: &mut [CalcOf<T>],
 ) {
     let Some(&last) = gid.last() else {
         return;
@@ -699,10 +685,7 @@ fn softmax_short_lanes<T: Element>(
 /// One lane of [`Softmax`] in the compute type, the vector kernels' `exp` fused when
 /// `FUSED`.
 fn softmax_lane<T: Element, const FUSED: bool>(
-    kind: SoftmaxKind,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    out: &mut [CalcOf<T>],
+    kind: SoftmaxKind, xs: &[T], bits: Option<Bits<'_>>, out: &mut [CalcOf<T>],
 ) {
     let log = kind == SoftmaxKind::LogSoftmax;
     let neg = kind == SoftmaxKind::Softmin;

@@ -24,10 +24,7 @@ use masked_kernels::{Bits, BLOCK};
 /// Runs `f` on consecutive blocks of at most [`BLOCK`] elements.
 #[inline]
 pub(crate) fn blocks<T>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-    mut f: impl FnMut(&[T], Option<Bits<'_>>, i64),
+    xs: &[T], bits: Option<Bits<'_>>, idx0: i64, mut f: impl FnMut(&[T], Option<Bits<'_>>, i64),
 ) {
     let mut off = 0;
     while off < xs.len() {
@@ -44,10 +41,7 @@ pub(crate) fn blocks<T>(
 /// [`blocks`] over two runs of one length at once (a fused fold's two operands).
 #[inline]
 pub(crate) fn pair_blocks<A, B>(
-    xs: &[A],
-    ys: &[B],
-    bits: Option<Bits<'_>>,
-    idx0: i64,
+    xs: &[A], ys: &[B], bits: Option<Bits<'_>>, idx0: i64,
     mut f: impl FnMut(&[A], &[B], Option<Bits<'_>>, i64),
 ) {
     let n = xs.len().min(ys.len());
@@ -72,10 +66,7 @@ pub(crate) fn pair_blocks<A, B>(
 /// the end of `xs`, and the block's length (the widened halves: their buffer alone).
 #[inline]
 pub(crate) fn unpacked_blocks_within<T: Element>(
-    xs: &[T],
-    n: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
+    xs: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64,
     mut f: impl FnMut(&[T::Unpacked], usize, Option<Bits<'_>>, i64),
 ) {
     match T::as_unpacked(xs) {
@@ -101,9 +92,7 @@ pub(crate) fn unpacked_blocks_within<T: Element>(
 /// a stack probe per call (measured: 33% on COO sums of one-entry lanes).
 #[inline(never)]
 fn widened_blocks<T: Element>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    idx0: i64,
+    xs: &[T], bits: Option<Bits<'_>>, idx0: i64,
     f: &mut impl FnMut(&[T::Unpacked], Option<Bits<'_>>, i64),
 ) {
     // uninitialised: `unpack` writes every element it hands back
@@ -120,10 +109,7 @@ fn widened_blocks<T: Element>(
 /// unmasked, positions dropped), else the masked blocks of [`blocks`].
 #[inline]
 pub(crate) fn valid_blocks<T: Copy>(
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-    mut f: impl FnMut(&[T], Option<Bits<'_>>, i64),
+    xs: &[T], bits: Option<Bits<'_>>, idx0: i64, mut f: impl FnMut(&[T], Option<Bits<'_>>, i64),
 ) {
     if bits.is_some() && packs_fast::<T>() {
         packed_blocks(xs, bits, |p| f(p, None, 0));
@@ -141,14 +127,8 @@ pub const COL_ROWS: usize = 256;
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) fn columns_via<T: Copy, L: Lanes<T>, S>(
-    l: &L,
-    states: &mut [S],
-    xs: &[T],
-    stride: usize,
-    nrows: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-    into: impl Fn(&mut S, L::A),
+    l: &L, states: &mut [S], xs: &[T], stride: usize, nrows: usize, bits: Option<Bits<'_>>,
+    idx0: i64, into: impl Fn(&mut S, L::A),
 ) {
     let mut acc = vec![l.id(); states.len()];
     let mut r0 = 0;
@@ -176,10 +156,7 @@ pub(crate) fn columns_via<T: Copy, L: Lanes<T>, S>(
 /// stride and count) to its state: the bit-sliced [`count_columns`], or `nrows` each
 /// without a mask.
 pub(crate) fn column_counts<S>(
-    states: &mut [S],
-    shape: (usize, usize),
-    bits: Option<Bits<'_>>,
-    into: impl Fn(&mut S, i64),
+    states: &mut [S], shape: (usize, usize), bits: Option<Bits<'_>>, into: impl Fn(&mut S, i64),
 ) {
     let Some(b) = bits else {
         return states.iter_mut().for_each(|s| into(s, shape.1 as i64));
@@ -250,12 +227,7 @@ impl<T: Element> Fold<T> for Sum {
     }
     #[inline]
     fn push_run_within(
-        &self,
-        s: &mut Num<T::Total>,
-        xs: &[T],
-        n: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, s: &mut Num<T::Total>, xs: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64,
     ) {
         unpacked_blocks_within(xs, n, bits, idx0, |b, n, m, i| {
             s.0 =
@@ -266,13 +238,7 @@ impl<T: Element> Fold<T> for Sum {
     // unpacked kernel does, exactly)
     #[inline]
     fn push_pair_run<A: Copy, B: Copy, Z: Fn(A, B) -> T + Copy>(
-        &self,
-        s: &mut Num<T::Total>,
-        xs: &[A],
-        ys: &[B],
-        f: Z,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, s: &mut Num<T::Total>, xs: &[A], ys: &[B], f: Z, bits: Option<Bits<'_>>, idx0: i64,
     ) -> bool {
         pair_blocks(xs, ys, bits, idx0, |bx, by, m, i| {
             s.0 =
@@ -281,13 +247,8 @@ impl<T: Element> Fold<T> for Sum {
         true
     }
     fn push_columns(
-        &self,
-        states: &mut [Num<T::Total>],
-        xs: &[T],
-        stride: usize,
-        nrows: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, states: &mut [Num<T::Total>], xs: &[T], stride: usize, nrows: usize,
+        bits: Option<Bits<'_>>, idx0: i64,
     ) {
         columns_via(&SumLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
             s.0 = s.0.add(T::lane_to_total(a))
@@ -350,13 +311,8 @@ impl<T: Element> Fold<T> for Prod {
         });
     }
     fn push_columns(
-        &self,
-        states: &mut [Num<T::Total>],
-        xs: &[T],
-        stride: usize,
-        nrows: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, states: &mut [Num<T::Total>], xs: &[T], stride: usize, nrows: usize,
+        bits: Option<Bits<'_>>, idx0: i64,
     ) {
         columns_via(&ProdLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
             s.0 = s.0.mul(a)
@@ -414,11 +370,7 @@ impl<T: Element, L: Lanes<CalcOf<T>, A = CalcOf<T>>> Lanes<T> for InCalc<L> {
 /// rows) are compared as `f32`, exactly, and the result is the same value back.
 #[inline(always)]
 pub(crate) fn extremum_within<T: Element, L>(
-    lanes: L,
-    xs: &[T],
-    n: usize,
-    bits: Option<Bits<'_>>,
-    idx0: i64,
+    lanes: L, xs: &[T], n: usize, bits: Option<Bits<'_>>, idx0: i64,
 ) -> T
 where
     L: Lanes<T, A = T> + Lanes<CalcOf<T>, A = CalcOf<T>>,
@@ -569,13 +521,8 @@ impl<T: Element> Fold<T> for Ptp {
         self.merge(s, (Num(hi), Num(lo)));
     }
     fn push_columns(
-        &self,
-        states: &mut [(Num<T>, Num<T>)],
-        xs: &[T],
-        stride: usize,
-        nrows: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, states: &mut [(Num<T>, Num<T>)], xs: &[T], stride: usize, nrows: usize,
+        bits: Option<Bits<'_>>, idx0: i64,
     ) {
         columns_via(&AMaxLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
             s.0 .0 = max_nan(s.0 .0, a)
@@ -660,12 +607,8 @@ where
 /// time, took 9x the op's time along dim 1).
 #[inline(always)]
 fn arg_columns<T: Element>(
-    states: &mut [(Num<T>, i64)],
-    xs: &[T],
-    (stride, nrows): (usize, usize),
-    bits: Option<Bits<'_>>,
-    idx0: i64,
-    better: impl Fn(T, T) -> bool + Copy,
+    states: &mut [(Num<T>, i64)], xs: &[T], (stride, nrows): (usize, usize),
+    bits: Option<Bits<'_>>, idx0: i64, better: impl Fn(T, T) -> bool + Copy,
 ) {
     const NONE: u32 = u32::MAX;
     let w = states.len();
@@ -854,21 +797,13 @@ impl<T: Element> Fold<T> for Mean {
     }
     #[inline]
     fn push_run(
-        &self,
-        s: &mut (Num<T::MeanTotal>, i64),
-        xs: &[T],
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, s: &mut (Num<T::MeanTotal>, i64), xs: &[T], bits: Option<Bits<'_>>, idx0: i64,
     ) {
         self.push_run_within(s, xs, xs.len(), bits, idx0);
     }
     #[inline]
     fn push_run_within(
-        &self,
-        s: &mut (Num<T::MeanTotal>, i64),
-        xs: &[T],
-        n: usize,
-        bits: Option<Bits<'_>>,
+        &self, s: &mut (Num<T::MeanTotal>, i64), xs: &[T], n: usize, bits: Option<Bits<'_>>,
         idx0: i64,
     ) {
         unpacked_blocks_within(xs, n, bits, idx0, |b, n, m, i| {
@@ -879,12 +814,7 @@ impl<T: Element> Fold<T> for Mean {
     }
     #[inline]
     fn push_pair_run<A: Copy, B: Copy, Z: Fn(A, B) -> T + Copy>(
-        &self,
-        s: &mut (Num<T::MeanTotal>, i64),
-        xs: &[A],
-        ys: &[B],
-        f: Z,
-        bits: Option<Bits<'_>>,
+        &self, s: &mut (Num<T::MeanTotal>, i64), xs: &[A], ys: &[B], f: Z, bits: Option<Bits<'_>>,
         idx0: i64,
     ) -> bool {
         pair_blocks(xs, ys, bits, idx0, |bx, by, m, i| {
@@ -896,13 +826,8 @@ impl<T: Element> Fold<T> for Mean {
         true
     }
     fn push_columns(
-        &self,
-        states: &mut [(Num<T::MeanTotal>, i64)],
-        xs: &[T],
-        stride: usize,
-        nrows: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, states: &mut [(Num<T::MeanTotal>, i64)], xs: &[T], stride: usize, nrows: usize,
+        bits: Option<Bits<'_>>, idx0: i64,
     ) {
         columns_via(&MeanLanes, states, xs, stride, nrows, bits, idx0, |s, a| {
             s.0 .0 = s.0 .0.add(T::mean_lane_to_total(a))
@@ -945,12 +870,7 @@ impl<T: Element> Fold<T> for Count {
         *s += valid_count(xs.len(), bits);
     }
     fn push_columns(
-        &self,
-        states: &mut [i64],
-        _: &[T],
-        stride: usize,
-        nrows: usize,
-        bits: Option<Bits<'_>>,
+        &self, states: &mut [i64], _: &[T], stride: usize, nrows: usize, bits: Option<Bits<'_>>,
         _: i64,
     ) {
         column_counts(states, (stride, nrows), bits, |s, n| *s += n);

@@ -84,10 +84,7 @@ impl<'a, T: Sync> Scattered<'a, T> {
     /// lanes outnumber the entries so far that one accumulator a lane would cost more
     /// than the entries (more than `4 nnz + 4096` lanes), or the lengths differ.
     pub fn new(
-        xs: &'a [T],
-        bits: Option<Bits<'a>>,
-        ids: LaneIds<'a>,
-        nlanes: usize,
+        xs: &'a [T], bits: Option<Bits<'a>>, ids: LaneIds<'a>, nlanes: usize,
     ) -> Option<Self> {
         (ids.len() == xs.len() && nlanes <= 4 * xs.len() + 4096).then_some(Scattered {
             xs,
@@ -125,9 +122,7 @@ impl<'a, T: Sync> Scattered<'a, T> {
     /// cs)`, `at` its first entry, `idx` its entries' lanes, `cs` their values of `table`
     /// (one a lane; empty for an empty table).
     fn blocks<C: Copy>(
-        &self,
-        r: Range<usize>,
-        table: &[C],
+        &self, r: Range<usize>, table: &[C],
         mut f: impl FnMut(usize, &[usize], &[T], Option<Bits<'_>>, &[C]),
     ) {
         let (mut idx, mut cs) = (Vec::with_capacity(BLOCK), Vec::with_capacity(BLOCK));
@@ -147,9 +142,7 @@ impl<'a, T: Sync> Scattered<'a, T> {
     /// (`at` the block's first entry, `idx` its entries' lanes, `cs` their values of
     /// `table`), the tasks' accumulators merged in task order by `merge`.
     pub fn fold<A: Clone + Send + Sync, C: Copy + Sync>(
-        &self,
-        table: &[C],
-        id: A,
+        &self, table: &[C], id: A,
         fold: impl Fn(&mut [A], usize, &[usize], &[T], Option<Bits<'_>>, &[C]) + Sync,
         merge: impl Fn(&mut A, A) + Sync,
     ) -> Vec<A> {
@@ -170,10 +163,7 @@ impl<'a, T: Sync> Scattered<'a, T> {
     /// `cs` the block's entries' values of `table`. A pass that writes what its fold
     /// computes (softmax's exps) rather than computing it again.
     pub fn fold_into<A: Clone + Send + Sync, C: Copy + Sync, O: Send>(
-        &self,
-        table: &[C],
-        id: A,
-        out: &mut [O],
+        &self, table: &[C], id: A, out: &mut [O],
         row: impl Fn(&mut [A], &[usize], &[T], Option<Bits<'_>>, &mut [O], &[C]) + Sync,
         merge: impl Fn(&mut A, A) + Sync,
     ) -> Vec<A> {
@@ -194,9 +184,7 @@ impl<'a, T: Sync> Scattered<'a, T> {
     /// (from entry `at`) with its entries' values `cs` of `table` (one a lane, as
     /// [`Scattered::fold`] returns them), chunks of entries in parallel.
     pub fn map<C: Copy + Sync, O: Send>(
-        &self,
-        table: &[C],
-        out: &mut [O],
+        &self, table: &[C], out: &mut [O],
         f: impl Fn(usize, &[T], Option<Bits<'_>>, &mut [O], &[C]) + Sync,
     ) {
         par::chunks_mut(&mut out[..self.xs.len()], MAP_TASK, |t, out| {
@@ -221,10 +209,7 @@ impl<'a, T: Sync> Scattered<'a, T> {
     /// entry's lane: a lane's entries come in storage order whatever the cut, so each
     /// lane is scanned as the lane alone is (cumsum's chain, to the bit).
     pub fn scan<S: Clone + Send + Sync, O: Send>(
-        &self,
-        out: &mut [O],
-        id: S,
-        step: impl Fn(&mut S, T, bool) -> O + Sync,
+        &self, out: &mut [O], id: S, step: impl Fn(&mut S, T, bool) -> O + Sync,
     ) where
         T: Copy,
     {
@@ -259,10 +244,7 @@ const SCAN_TASKS: usize = 4;
 /// The tasks' accumulators (`nlanes` each) merged in task order, chunks of lanes in
 /// parallel: the first task's taken as they are, each later one merged in.
 fn merge_parts<A: Clone + Send + Sync>(
-    mut parts: Vec<Vec<A>>,
-    id: A,
-    nlanes: usize,
-    merge: impl Fn(&mut A, A) + Sync,
+    mut parts: Vec<Vec<A>>, id: A, nlanes: usize, merge: impl Fn(&mut A, A) + Sync,
 ) -> Vec<A> {
     if parts.is_empty() {
         return vec![id; nlanes];

@@ -178,10 +178,7 @@ fn moments_run<T: Element>(m: &mut Moments, xs: &[T], n: usize, bits: Option<Bit
 /// block. Reading rows, not transposed tiles of columns (3.8-4.5x the time along dim 1
 /// at 1024², half of it in the transpose). Over a few rows, a row at a time.
 fn moments_columns<T: Element, F: Fold<T, State = Moments>>(
-    op: &F,
-    states: &mut [Moments],
-    xs: &[T],
-    (stride, nrows): (usize, usize),
+    op: &F, states: &mut [Moments], xs: &[T], (stride, nrows): (usize, usize),
     bits: Option<Bits<'_>>,
 ) {
     if push_few_rows(op, states, xs, (stride, nrows), bits, 0) {
@@ -482,13 +479,8 @@ impl<T: Element> Fold<T> for Norm {
     /// The vector column kernel over the norm's lanes (f64 accumulators, one pass), a
     /// block of rows at a time; under 16 rows, a row at a time.
     fn push_columns(
-        &self,
-        states: &mut [Num<f64>],
-        xs: &[T],
-        stride: usize,
-        nrows: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, states: &mut [Num<f64>], xs: &[T], stride: usize, nrows: usize,
+        bits: Option<Bits<'_>>, idx0: i64,
     ) {
         if push_few_rows(self, states, xs, (stride, nrows), bits, idx0) {
             return;
@@ -546,10 +538,7 @@ fn lse_merge_f64(a: &mut (f64, f64), b: (f64, f64)) {
 /// merged as a run's block is (a NaN or infinite max as it is). Reading rows, not
 /// transposed tiles of columns pushed as runs (3-4x the time along dim 1 at 1024²).
 fn lse_columns<T: Element, const FUSED: bool>(
-    states: &mut [LseState],
-    xs: &[T],
-    (stride, nrows): (usize, usize),
-    bits: Option<Bits<'_>>,
+    states: &mut [LseState], xs: &[T], (stride, nrows): (usize, usize), bits: Option<Bits<'_>>,
 ) {
     let w = states.len();
     let zero = <CalcOf<T> as Element>::ZERO;
@@ -618,13 +607,8 @@ impl<T: Element> Fold<T> for LogSumExp {
         <T::Real as Float>::from_f64(lse_value(s))
     }
     fn push_columns(
-        &self,
-        states: &mut [LseState],
-        xs: &[T],
-        stride: usize,
-        nrows: usize,
-        bits: Option<Bits<'_>>,
-        idx0: i64,
+        &self, states: &mut [LseState], xs: &[T], stride: usize, nrows: usize,
+        bits: Option<Bits<'_>>, idx0: i64,
     ) {
         if push_few_rows(self, states, xs, (stride, nrows), bits, idx0) {
             return;

@@ -390,10 +390,7 @@ impl<T: Element, U: Unary, const FAST: bool> masked_kernels::run::ElemMap<T, T::
 /// what is saved is a copy of every function's loop for every dtype in every crate that
 /// maps one (the layouts' compiled kernels and the engine's).
 pub(crate) fn float_run<T: Element>(
-    f: FloatFn,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    out: &mut [T::Real],
+    f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &mut [T::Real],
 ) {
     match (
         T::erase::<SliceOf<'_>>(xs),
@@ -450,10 +447,7 @@ fn widened_run<T: Element>(f: FloatFn, xs: &[T], bits: Option<Bits<'_>>, out: &m
 /// the first block reaches (each run writes its whole block) and only those used.
 #[inline(always)]
 fn calc_blocks<T: Element>(
-    xs: &[T],
-    n: usize,
-    bits: Option<Bits<'_>>,
-    results: bool,
+    xs: &[T], n: usize, bits: Option<Bits<'_>>, results: bool,
     mut f: impl FnMut(ByDType<SliceOf<'_>>, Option<Bits<'_>>, Range<usize>, &mut [CalcOf<T>]),
 ) {
     use std::mem::MaybeUninit;
@@ -569,9 +563,7 @@ compiled_unary_runs!(KeepFn, map_keep_each, keep_f32: f32, keep_f64: f64);
 /// again, with a store behind it cost half the sine's time, and more for halves).
 /// Of those, only the ones whose argument `needs` it (pow: zeros and non-finite bases).
 fn beyond_fast<T: Element>(
-    xs: &[T],
-    out: &mut [T::Real],
-    needs: impl Fn(CalcOf<T>) -> bool,
+    xs: &[T], out: &mut [T::Real], needs: impl Fn(CalcOf<T>) -> bool,
     f: impl Fn(CalcOf<T>) -> CalcOf<T>,
 ) {
     if !out.iter().fold(false, |any, o| any | o.is_nan()) {
@@ -624,12 +616,7 @@ fn sigmoid_pair(x: f64) -> (f64, f64) {
 /// run without them costs.
 #[inline(always)]
 fn grad_run<R: Float, U: Unary>(
-    u: U,
-    xs: &[R],
-    bits: Option<Bits<'_>>,
-    g: &[R],
-    out: &mut [R],
-    fix: bool,
+    u: U, xs: &[R], bits: Option<Bits<'_>>, g: &[R], out: &mut [R], fix: bool,
 ) {
     let exact = fix.then_some(
         #[inline(always)]
@@ -650,11 +637,7 @@ fn grad_run<R: Float, U: Unary>(
 /// results where given.
 #[inline(always)]
 fn grad_run_with<R: Float>(
-    xs: &[R],
-    bits: Option<Bits<'_>>,
-    g: &[R],
-    out: &mut [R],
-    fast: impl Fn(f64) -> f64 + Copy,
+    xs: &[R], bits: Option<Bits<'_>>, g: &[R], out: &mut [R], fast: impl Fn(f64) -> f64 + Copy,
     exact: Option<impl Fn(f64) -> f64>,
 ) {
     let zero = <R as Element>::ZERO;
@@ -689,11 +672,7 @@ fn grad_run_with<R: Float>(
 /// widened to `f32` (exactly), through the `f32` loop and rounded back. False (nothing
 /// written) for the integers, which have no gradient.
 pub fn grad_typed<T: Element, U: Unary>(
-    u: U,
-    xs: &[T],
-    bits: Option<Bits<'_>>,
-    g: &[T::Real],
-    out: &mut [T::Real],
+    u: U, xs: &[T], bits: Option<Bits<'_>>, g: &[T::Real], out: &mut [T::Real],
 ) -> bool {
     match (
         T::erase::<SliceOf<'_>>(xs),
@@ -726,11 +705,7 @@ pub fn grad_typed<T: Element, U: Unary>(
 /// the results rounded back ([`Float::from_calc_block`]).
 #[inline(never)]
 fn grad_half<H: Float<Calc = f32>, U: Unary>(
-    u: U,
-    xs: &[H],
-    bits: Option<Bits<'_>>,
-    g: &[H],
-    out: &mut [H],
+    u: U, xs: &[H], bits: Option<Bits<'_>>, g: &[H], out: &mut [H],
     widen: impl for<'b> Fn(&[H], &'b mut [std::mem::MaybeUninit<f32>]) -> &'b [f32],
 ) {
     use std::mem::MaybeUninit;
@@ -1398,10 +1373,7 @@ pub(crate) mod tests {
 
     /// `got` equals `want` bit for bit (NaN as NaN), for op `name` at `T` over `xs`.
     pub(crate) fn assert_same_bits<T: Element, O: Element>(
-        name: &str,
-        xs: &[T],
-        got: &[O],
-        want: &[O],
+        name: &str, xs: &[T], got: &[O], want: &[O],
     ) {
         for (k, (g, w)) in got.iter().zip(want).enumerate() {
             let (g, w) = (g.to_f64(), w.to_f64());

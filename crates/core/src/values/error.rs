@@ -230,10 +230,7 @@ fn leading_dims_hint(mask: &[usize], input: &[usize]) -> String {
     }
     // ordered placements of the mask's dims among the input's, each dim equal or 1
     fn place(
-        mask: &[usize],
-        input: &[usize],
-        from: usize,
-        at: &mut Vec<usize>,
+        mask: &[usize], input: &[usize], from: usize, at: &mut Vec<usize>,
         out: &mut Vec<Vec<usize>>,
     ) {
         if out.len() == MAX {

@@ -310,8 +310,7 @@ impl BitMask {
     /// # Errors
     /// [`MaskedError::MaskLength`] when there is not exactly one value per element.
     pub fn from_bools<B: Borrow<bool>>(
-        shape: impl ShapeLike,
-        values: impl IntoIterator<Item = B>,
+        shape: impl ShapeLike, values: impl IntoIterator<Item = B>,
     ) -> Result<Self> {
         let shape = shape.to_shape();
         // at most one value past the count: an endless iterator is a length error

@@ -8,11 +8,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// `span`; with `fill`, the positions of `span` not among them are valid zeros.
     #[inline]
     pub(super) fn fold_segment<F: Fold<T>>(
-        &self,
-        op: &F,
-        st: &mut F::State,
-        ents: Range<usize>,
-        pos: impl Fn(usize) -> i64,
+        &self, op: &F, st: &mut F::State, ents: Range<usize>, pos: impl Fn(usize) -> i64,
         span: Range<i64>,
     ) {
         if !op.positional() {

@@ -26,11 +26,7 @@ pub trait EntryValues<O>: Sync {
     /// entry; elsewhere `out` keeps what it held. `Err(k)`: the op fails at entry `k`
     /// (the first such entry).
     fn compute(
-        &self,
-        rows: Range<usize>,
-        entries: Range<usize>,
-        bits: Option<Bits<'_>>,
-        out: &mut [O],
+        &self, rows: Range<usize>, entries: Range<usize>, bits: Option<Bits<'_>>, out: &mut [O],
     ) -> std::result::Result<(), usize>;
 
     /// The error of the op failing at entry `k`.
@@ -113,11 +109,7 @@ pub struct CsrEntries<'a, T: Element, Z> {
 
 impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CsrEntries<'_, T, Z> {
     fn compute(
-        &self,
-        rows: Range<usize>,
-        _: Range<usize>,
-        bits: Option<Bits<'_>>,
-        out: &mut [Z::Output],
+        &self, rows: Range<usize>, _: Range<usize>, bits: Option<Bits<'_>>, out: &mut [Z::Output],
     ) -> std::result::Result<(), usize> {
         let other = self.rhs.other();
         let mut ys = Vec::new();
@@ -142,10 +134,7 @@ impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CsrEntries<'_, T, Z> {
 /// # Errors
 /// As the rule's checks: masks that differ under [`MaskRule::Strict`].
 pub fn entry_view<'a, T: Element, Z: ZipMap<T> + 'a>(
-    l: CsrLanes<'a, T>,
-    rhs: Rhs<'a, T>,
-    z: Z,
-    rule: MaskRule,
+    l: CsrLanes<'a, T>, rhs: Rhs<'a, T>, z: Z, rule: MaskRule,
 ) -> Result<CsrZipView<'a, Z::Output>> {
     let valid = l.validity(&rhs.other(), z.name(), rule)?.map(Cow::Owned);
     Ok(FusedLanes {
@@ -162,10 +151,7 @@ pub fn entry_view<'a, T: Element, Z: ZipMap<T> + 'a>(
 /// A view whose values are already computed, on a structure of its own (two
 /// structures merged when the view was made).
 pub fn computed_view<'a, O>(
-    shape: (usize, usize),
-    indptr: Vec<usize>,
-    indices: ColsBuf<'static>,
-    values: Vec<O>,
+    shape: (usize, usize), indptr: Vec<usize>, indices: ColsBuf<'static>, values: Vec<O>,
     fill: bool,
 ) -> CsrZipView<'a, O> {
     let cache = OnceLock::new();
@@ -192,12 +178,8 @@ impl<'a, O: Element, V: EntryValues<O>> FusedLanes<'a, O, V> {
     /// # Errors
     /// [`MaskedError::InvalidData`] naming the first broken rule.
     pub fn try_new(
-        shape: (usize, usize),
-        indptr: Cow<'a, [usize]>,
-        indices: ColsBuf<'a>,
-        valid: Option<Cow<'a, [u64]>>,
-        fill: bool,
-        src: V,
+        shape: (usize, usize), indptr: Cow<'a, [usize]>, indices: ColsBuf<'a>,
+        valid: Option<Cow<'a, [u64]>>, fill: bool, src: V,
     ) -> Result<Self> {
         check_structure(shape, &indptr, indices.cols(), valid.as_deref())?;
         // SAFETY: just checked.
@@ -212,12 +194,8 @@ impl<'a, O: Element, V: EntryValues<O>> FusedLanes<'a, O, V> {
     /// The structure keeps every rule [`CsrLanes::try_new`] checks.
     #[doc(hidden)]
     pub unsafe fn new_unchecked(
-        shape: (usize, usize),
-        indptr: Cow<'a, [usize]>,
-        indices: ColsBuf<'a>,
-        valid: Option<Cow<'a, [u64]>>,
-        fill: bool,
-        src: V,
+        shape: (usize, usize), indptr: Cow<'a, [usize]>, indices: ColsBuf<'a>,
+        valid: Option<Cow<'a, [u64]>>, fill: bool, src: V,
     ) -> Self {
         debug_assert!(
             check_structure(shape, &indptr, indices.cols(), valid.as_deref()).is_ok(),
@@ -292,9 +270,7 @@ impl<'a, O: Element, V: EntryValues<O>> FusedLanes<'a, O, V> {
     /// Runs `f` on every row task, in parallel, in row order: the task's rows as lanes
     /// (row pointer rebased to 0) over their values, computed into per-worker scratch.
     fn each_task<R: Send>(
-        &self,
-        src: &V,
-        f: impl Fn(&CsrLanes<'_, O>) -> R + Sync,
+        &self, src: &V, f: impl Fn(&CsrLanes<'_, O>) -> R + Sync,
     ) -> Result<Vec<R>> {
         let tasks = row_tasks(&self.indptr);
         let parts: Vec<std::result::Result<R, usize>> = par::map(tasks.len(), |ti| {
@@ -309,11 +285,7 @@ impl<'a, O: Element, V: EntryValues<O>> FusedLanes<'a, O, V> {
 
     /// The rows of task `t` as lanes over their values, computed into `vals`.
     fn task_lanes<'s>(
-        &'s self,
-        src: &V,
-        t: &Task,
-        vals: &'s mut Vec<O>,
-        ptr: &'s mut Vec<usize>,
+        &'s self, src: &V, t: &Task, vals: &'s mut Vec<O>, ptr: &'s mut Vec<usize>,
         words: &'s mut Vec<u64>,
     ) -> std::result::Result<CsrLanes<'s, O>, usize> {
         let e = t.entries.clone();
@@ -372,10 +344,7 @@ impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V>
     }
 
     fn fold_lanes<F: Fold<O>>(
-        &self,
-        op: &F,
-        dims: &Dims,
-        keepdim: bool,
+        &self, op: &F, dims: &Dims, keepdim: bool,
     ) -> Result<SparseArray<F::Output>> {
         let ax = axis(dims)?;
         let Some(src) = self.lazy() else {
@@ -415,10 +384,7 @@ impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V>
     }
 
     fn stat_lanes<S: LaneStat<O>>(
-        &self,
-        stat: &S,
-        dims: &Dims,
-        keepdim: bool,
+        &self, stat: &S, dims: &Dims, keepdim: bool,
     ) -> Result<SparseArray<S::Output>> {
         let ax = axis(dims)?;
         match (ax, self.lazy()) {
@@ -467,9 +433,7 @@ impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V>
     /// As [`MaskedReduce::map_lanes`] along dim 1; without a mask, a map that does not
     /// keep 0 is an error (the result would store every position).
     fn map_elements<M: LaneMap<O>>(
-        &self,
-        map: &M,
-        zero_preserving: bool,
+        &self, map: &M, zero_preserving: bool,
     ) -> Result<LanesMapped<'a, M::Output>> {
         if self.fill {
             let m = self

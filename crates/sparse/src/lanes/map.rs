@@ -31,9 +31,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 
     /// Maps every row; the output stores the valid entries.
     pub(super) fn map_rows<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        whole: bool,
+        &self, map: &M, whole: bool,
     ) -> (Vec<usize>, ColsBuf<'a>, Vec<M::Output>) {
         let out = map_rows_by(self.indptr, self.valid.as_deref(), |t, vout| {
             self.map_row_range(map, t.rows.clone(), whole, vout);
@@ -50,11 +48,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// first valid entry): a run a row, or (`whole`: an elementwise map) their entries
     /// in runs of [`BLOCK`] whatever the rows.
     pub(super) fn map_row_range<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        rows: Range<usize>,
-        whole: bool,
-        vout: &mut [M::Output],
+        &self, map: &M, rows: Range<usize>, whole: bool, vout: &mut [M::Output],
     ) {
         let mut tmp = Vec::new();
         let mut o = 0;
@@ -97,11 +91,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// order: valid or not (a masked-out entry's slot gets the op's
     /// value for a masked-out element, as a dense result's position does).
     pub(super) fn map_into<M: LaneMap<T>>(
-        &self,
-        map: &M,
-        d: usize,
-        whole: bool,
-        out: &mut [M::Output],
+        &self, map: &M, d: usize, whole: bool, out: &mut [M::Output],
     ) {
         if d == 1 {
             // row tasks own consecutive entry ranges of the output
@@ -166,8 +156,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// ([`LaneMap::map_scattered`]), else the entries gathered by an O(nnz) counting
     /// sort; the output stores the valid entries in row order.
     pub(super) fn map_cols<M: LaneMap<T>>(
-        &self,
-        map: &M,
+        &self, map: &M,
     ) -> (Vec<usize>, ColsBuf<'a>, Vec<M::Output>) {
         if let Some(s) = self.scattered().filter(|_| map.scatters()) {
             let mut slots = fresh_vec::<M::Output>(self.nnz());
@@ -244,8 +233,7 @@ fn scatter_back<O: Copy + Send + Sync>(entry: &[usize], mapped: &[O], out: &mut 
 /// first task error (in row order) is returned. The column indices of the valid
 /// entries are the caller's (`Cols::kept`): they do not depend on the map.
 pub(super) fn map_rows_by<O: masked_kernels::ZeroBits + Send, E: Send>(
-    indptr: &[usize],
-    valid: Option<&[u64]>,
+    indptr: &[usize], valid: Option<&[u64]>,
     task: impl Fn(&Task, &mut [O]) -> std::result::Result<(), E> + Sync,
 ) -> std::result::Result<(Vec<usize>, Vec<O>), E> {
     let nrows = indptr.len() - 1;

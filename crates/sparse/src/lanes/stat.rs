@@ -7,10 +7,7 @@ use masked_kernels::ZeroBits;
 impl<'a, T: Element> CsrLanes<'a, T> {
     /// The valid entries of `ents` (values, and positions from `pos` when asked).
     pub(super) fn gather(
-        &self,
-        ents: Range<usize>,
-        pos: Option<&dyn Fn(usize) -> i64>,
-        vals: &mut Vec<T>,
+        &self, ents: Range<usize>, pos: Option<&dyn Fn(usize) -> i64>, vals: &mut Vec<T>,
         at: &mut Vec<i64>,
     ) {
         vals.clear();
@@ -77,9 +74,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// [`BLOCK_COLS`] or more columns (at most [`MAX_BLOCKS`] streams of writes), then
     /// within its block, in cache, to its column (stable both times).
     fn column_sort<P: ZeroBits + Send + Sync>(
-        &self,
-        keep: impl Fn(usize) -> bool + Sync,
-        pay: impl Fn(usize) -> P + Sync,
+        &self, keep: impl Fn(usize) -> bool + Sync, pay: impl Fn(usize) -> P + Sync,
     ) -> (Vec<P>, Vec<usize>) {
         /// Entries a part at the least.
         const PART: usize = 1 << 18;

@@ -27,10 +27,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// `z(x, other)` at every entry valid under `rule`; the output stores exactly those
     /// entries (this structure, shared, when all are).
     pub fn zip_entries<Z: ZipMap<T>>(
-        &self,
-        other: Other<'_, T>,
-        z: &Z,
-        rule: MaskRule,
+        &self, other: Other<'_, T>, z: &Z, rule: MaskRule,
     ) -> Result<Rows<'a, Z::Output>> {
         let Some(bits) = self.validity(&other, z.name(), rule)? else {
             let mut values = fresh_vec::<Z::Output>(self.nnz());
@@ -77,11 +74,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// `z(x, other)` at every entry valid by `bits` (`None`: all), written into `out`
     /// (one value per entry; invalid entries keep what `out` held).
     pub(super) fn zip_shared<Z: ZipMap<T>>(
-        &self,
-        other: &Other<'_, T>,
-        z: &Z,
-        bits: Option<&[u64]>,
-        out: &mut [Z::Output],
+        &self, other: &Other<'_, T>, z: &Z, bits: Option<&[u64]>, out: &mut [Z::Output],
     ) -> Result<()> {
         let bad = per_task(&row_tasks(self.indptr), out, |t, out| {
             let rows = t.rows.clone();
@@ -102,13 +95,8 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// entry) are set, or everywhere; `ys` is scratch for a dense operand. At the first
     /// entry where `z` fails: `Some((row, entry))`.
     pub(super) fn zip_rows<Z: ZipMap<T>>(
-        &self,
-        other: &Other<'_, T>,
-        z: &Z,
-        rows: Range<usize>,
-        bits: Option<Bits<'_>>,
-        out: &mut [Z::Output],
-        ys: &mut Vec<T>,
+        &self, other: &Other<'_, T>, z: &Z, rows: Range<usize>, bits: Option<Bits<'_>>,
+        out: &mut [Z::Output], ys: &mut Vec<T>,
     ) -> Option<(usize, usize)> {
         let base = self.indptr[rows.start];
         // a scalar or an operand on the same entries: the rows' entries are one
@@ -139,11 +127,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// As [`CsrLanes::zip_entries`] when the result keeps every entry, its values written
     /// into `out` (one per entry); an error when some entry is not valid under `rule`.
     pub fn zip_entries_into<Z: ZipMap<T>>(
-        &self,
-        other: Other<'_, T>,
-        z: &Z,
-        rule: MaskRule,
-        out: &mut [Z::Output],
+        &self, other: Other<'_, T>, z: &Z, rule: MaskRule, out: &mut [Z::Output],
     ) -> Result<()> {
         if out.len() != self.nnz() {
             return Err(MaskedError::InvalidData(format!(
@@ -166,11 +150,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// The other operand's run for row `r` (entries `e`): gathered from a dense operand
     /// into `ys`.
     pub(super) fn other_run<'y>(
-        &self,
-        other: &'y Other<'_, T>,
-        r: usize,
-        e: Range<usize>,
-        ys: &'y mut Vec<T>,
+        &self, other: &'y Other<'_, T>, r: usize, e: Range<usize>, ys: &'y mut Vec<T>,
     ) -> Src<'y, T> {
         match other {
             Other::Scalar(s) => Src::Splat(*s),
@@ -189,10 +169,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// column indices of type `I` (both sides have them: they come from one typed
     /// matrix type).
     pub fn zip_merge<I: CsrIndex, Z: ZipMap<T>>(
-        &self,
-        other: &CsrLanes<'_, T>,
-        z: &Z,
-        rule: MaskRule,
+        &self, other: &CsrLanes<'_, T>, z: &Z, rule: MaskRule,
     ) -> Result<Rows<'a, Z::Output>> {
         if self.fill && other.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
             return Err(MaskedError::densifying(z.name()));
@@ -293,9 +270,7 @@ impl<T: Element> Entries<T> for CsrLanes<'_, T> {
         self.shape.0.div_ceil(STRICT_ROWS)
     }
     fn strict_part<'s>(
-        &'s self,
-        i: usize,
-        d: &'s DenseOperand<'_, T>,
+        &'s self, i: usize, d: &'s DenseOperand<'_, T>,
     ) -> impl Iterator<Item = [usize; 3]> + 's {
         let rows = i * STRICT_ROWS..((i + 1) * STRICT_ROWS).min(self.shape.0);
         rows.flat_map(move |r| {
@@ -306,9 +281,7 @@ impl<T: Element> Entries<T> for CsrLanes<'_, T> {
         })
     }
     fn dense_offsets<'s>(
-        &'s self,
-        d: &'s DenseOperand<'_, T>,
-        e: Range<usize>,
+        &'s self, d: &'s DenseOperand<'_, T>, e: Range<usize>,
     ) -> impl Iterator<Item = usize> + 's {
         let mut r = self.row_of(e.start);
         e.map(move |k| {
