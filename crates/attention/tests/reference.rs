@@ -657,15 +657,9 @@ fn the_erased_boundary_equals_the_typed_api() {
         rng.array(&[2, 10, 3]),
     );
     let f = |x: &ArrayD<f64>| FloatArray::F32(x.mapv(|e| e as f32));
-    let o = erased::attention(
-        &f(&q).view(),
-        &f(&k).view(),
-        &f(&v).view(),
-        &plan,
-        Some(0.5),
-        None,
-    )
-    .unwrap();
+    let (fq, fk, fv) = (f(&q), f(&k), f(&v));
+    let (fq, fk, fv) = (fq.view(), fk.view(), fv.view());
+    let o = erased::attention(&fq, &fk, &fv, &plan, Some(0.5), None).unwrap();
     let opts = Options {
         scale: Some(0.5),
         bias: None,
@@ -680,16 +674,7 @@ fn the_erased_boundary_equals_the_typed_api() {
     .unwrap();
     assert_eq!(o, FloatArray::F32(t));
     let g = f(&rng.array(&[2, 10, 3]));
-    let eg = erased::attention_vjp(
-        &f(&q).view(),
-        &f(&k).view(),
-        &f(&v).view(),
-        &plan,
-        Some(0.5),
-        None,
-        &g.view(),
-    )
-    .unwrap();
+    let eg = erased::attention_vjp(&fq, &fk, &fv, &plan, Some(0.5), None, &g.view()).unwrap();
     assert_eq!(eg.dq.shape(), &[2, 10, 4]);
     assert_eq!(eg.dv.dtype(), masked_core::DType::F32);
     assert!(eg.dbias.is_none());

@@ -370,15 +370,12 @@ fn apply_into_a_callers_buffer_equals_apply() {
             for req in dims {
                 let Ok(want) = x.apply(&req) else { continue };
                 let want = dense_out(want);
-                let n = want.values.len();
-                let (buf, mask) =
-                    with_buffer(want.values.dtype(), n, |out| x.apply_into(&req, out));
-                let mask = mask.unwrap();
-                assert_eq!(mask, want.mask, "{op} {dtype:?}");
-                let (w, g) = (f64s(&want.values), f64s(&buf));
-                assert!(
-                    w.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{op} {dtype:?}: {w:?} vs {g:?}"
+                into_equals(
+                    &x,
+                    &req,
+                    &want.values,
+                    &want.mask,
+                    &format!("{op} {dtype:?}"),
                 );
                 checked += 1;
             }
@@ -407,6 +404,21 @@ fn apply_into_a_callers_buffer_equals_apply() {
 }
 
 /// A buffer of `n` NaNs (7s for integers) of `dtype`, and `f` run on it erased.
+/// `apply_into` of `req` on `x` into a NaN-prefilled buffer writes `want` bit for bit
+/// and returns the mask `mask`.
+fn into_equals(
+    x: &masked_engine::ArrayRef<'_>, req: &OpRequest, want: &DynVec, mask: &BitMask, what: &str,
+) {
+    let (buf, got) = with_buffer(want.dtype(), want.len(), |out| x.apply_into(req, out));
+    let got = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(&got, mask, "{what}");
+    let (w, g) = (f64s(want), f64s(&buf));
+    assert!(
+        w.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "{what}: {w:?} vs {g:?}"
+    );
+}
+
 fn with_buffer<R>(
     dtype: DType, n: usize, f: impl FnOnce(masked_core::ByDType<masked_core::SliceMutOf<'_>>) -> R,
 ) -> (DynVec, R) {
@@ -493,17 +505,10 @@ fn apply_into_on_sparse_input_writes_one_slot_per_stored_entry() {
                 for req in reqs {
                     let Ok(want) = x.apply(&req) else { continue };
                     let want = sparse_out(want);
-                    let n = want.values.len();
-                    let (buf, mask) =
-                        with_buffer(want.values.dtype(), n, |out| x.apply_into(&req, out));
-                    let mask = mask.unwrap_or_else(|e| panic!("{op} {dtype:?}: {e}"));
-                    assert_eq!(mask, BitMask::filled([n], true).unwrap(), "{op} {dtype:?}");
-                    let (w, g) = (f64s(&want.values), f64s(&buf));
-                    assert!(
-                        w.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{op} {dtype:?} {:?}: {w:?} vs {g:?}",
-                        req.dims
-                    );
+                    // every stored slot valid
+                    let all = BitMask::filled([want.values.len()], true).unwrap();
+                    let what = format!("{op} {dtype:?} {:?}", req.dims);
+                    into_equals(&x, &req, &want.values, &all, &what);
                     checked += 1;
                 }
             }

@@ -354,17 +354,28 @@ pub fn read_values(path: &Path) -> Result<DynArray, IoError> {
     parse_values(path, &read_bytes(path)?)
 }
 
+/// Reads a mask: bool, or any integer / float array with nonzero = valid.
+pub fn read_mask(path: &Path) -> Result<BitMask, IoError> {
+    parse_mask(path, &read_bytes(path)?)
+}
+
+/// The bytes of a `.npy` file with a header the reader takes (a legacy one rewritten)
+/// and what the header declares, its size checked ([`preflight`]).
+fn opened<'b>(path: &Path, bytes: &'b [u8]) -> Result<(Cow<'b, [u8]>, Declared), IoError> {
+    let bytes = modern_header(bytes);
+    let d = preflight(path, &bytes)?;
+    Ok((bytes, d))
+}
+
 /// Parses the bytes of a `.npy` value array (f16, f32, f64, i32 or i64); `path` names
 /// it in messages. The declared size is checked first ([`preflight`]).
 pub fn parse_values(path: &Path, bytes: &[u8]) -> Result<DynArray, IoError> {
-    let bytes = &*modern_header(bytes);
-    let d = preflight(path, bytes)?;
-    let err = |e| describe(path, e);
+    let (bytes, d) = opened(path, bytes)?;
     // one read, of the type the descriptor names: the data reader allocates before it
     // looks at the descriptor, so trying types in turn would allocate for each
     macro_rules! read_as {
         ($t:ty, $bytes:expr, $conv:expr) => {
-            if let Some(a) = attempt::<$t>($bytes).map_err(err)? {
+            if let Some(a) = attempt::<$t>($bytes).map_err(|e| describe(path, e))? {
                 let (shape, v) = to_std(a);
                 return Ok(DynArray {
                     shape,
@@ -374,10 +385,10 @@ pub fn parse_values(path: &Path, bytes: &[u8]) -> Result<DynArray, IoError> {
         };
     }
     match d.descr.trim_start_matches(['<', '>', '|']) {
-        "f4" => read_as!(f32, bytes, <f32 as masked_core::Element>::into_dyn),
-        "f8" => read_as!(f64, bytes, <f64 as masked_core::Element>::into_dyn),
-        "i4" => read_as!(i32, bytes, <i32 as masked_core::Element>::into_dyn),
-        "i8" => read_as!(i64, bytes, <i64 as masked_core::Element>::into_dyn),
+        "f4" => read_as!(f32, &bytes, <f32 as masked_core::Element>::into_dyn),
+        "f8" => read_as!(f64, &bytes, <f64 as masked_core::Element>::into_dyn),
+        "i4" => read_as!(i32, &bytes, <i32 as masked_core::Element>::into_dyn),
+        "i8" => read_as!(i64, &bytes, <i64 as masked_core::Element>::into_dyn),
         // float16: read as its u16 bits under a patched descriptor
         "f2" => {
             let mut patched = bytes.to_vec();
@@ -398,20 +409,13 @@ pub fn parse_values(path: &Path, bytes: &[u8]) -> Result<DynArray, IoError> {
     ))
 }
 
-/// Reads a mask: bool, or any integer / float array with nonzero = valid.
-pub fn read_mask(path: &Path) -> Result<BitMask, IoError> {
-    parse_mask(path, &read_bytes(path)?)
-}
-
 /// Parses the bytes of a `.npy` mask (bool, or integers / floats with nonzero = valid);
 /// `path` names it in messages.
 pub fn parse_mask(path: &Path, bytes: &[u8]) -> Result<BitMask, IoError> {
-    let bytes = &*modern_header(bytes);
-    let d = preflight(path, bytes)?;
-    let err = |e| describe(path, e);
+    let (bytes, d) = opened(path, bytes)?;
     macro_rules! as_mask {
         ($t:ty, $pred:expr) => {
-            if let Some(a) = attempt::<$t>(bytes).map_err(err)? {
+            if let Some(a) = attempt::<$t>(&bytes).map_err(|e| describe(path, e))? {
                 let shape = a.shape().to_vec();
                 let f = $pred;
                 return BitMask::from_bools(&shape, a.iter().map(|x| f(*x)))

@@ -330,6 +330,18 @@ pub(crate) struct Segments {
 }
 
 impl Segments {
+    /// The groups that start at `starts` (then the task's end), with their kept
+    /// positions and each entry's group (or none).
+    fn of(starts: Vec<usize>, ids: Vec<usize>, gid: Vec<u32>) -> Segments {
+        let longest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        Segments {
+            starts,
+            ids,
+            gid,
+            longest,
+        }
+    }
+
     /// Returns the buffers to this thread for its next task.
     pub fn recycle(self) {
         SCRATCH.with(|c| {
@@ -410,13 +422,7 @@ impl<'c> Linear<'c> {
                 }
             }
             starts.push(hi);
-            let longest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-            Segments {
-                starts,
-                ids,
-                gid,
-                longest,
-            }
+            Segments::of(starts, ids, gid)
         }
         // branch-free: every entry writes its group's start and index (the same until
         // the group changes) and its group number
@@ -428,26 +434,19 @@ impl<'c> Linear<'c> {
             gid.resize(n, 0);
             ids.resize(n + 1, 0);
             // `prev` differs from the first key: entry 0 starts a group
-            let (mut g, mut prev, mut run, mut longest) = (0usize, !first, 0usize, 0usize);
+            let (mut g, mut prev) = (0usize, !first);
             for ((i, k), gd) in keys.enumerate().zip(gid.iter_mut()) {
                 let new = k != prev;
                 starts[g] = lo + i;
                 ids[g] = k;
                 g += new as usize;
                 *gd = (g - 1) as u32;
-                run = if new { 1 } else { run + 1 };
-                longest = longest.max(run);
                 prev = k;
             }
             starts[g] = hi;
             starts.truncate(g + 1);
             ids.truncate(g);
-            Segments {
-                starts,
-                ids,
-                gid,
-                longest,
-            }
+            Segments::of(starts, ids, gid)
         }
         // the per-entry scan for short groups, the starts alone for long ones
         #[inline(always)]
@@ -461,12 +460,7 @@ impl<'c> Linear<'c> {
             }
         }
         if lo >= hi {
-            return Segments {
-                starts: vec![hi],
-                ids: Vec::new(),
-                gid: Vec::new(),
-                longest: 0,
-            };
+            return Segments::of(vec![hi], Vec::new(), Vec::new());
         }
         let first = self.at(lo);
         match self {

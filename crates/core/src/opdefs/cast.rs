@@ -57,19 +57,15 @@ impl<D: Element> Cast<D> {
     /// Casts the lane `xs` into `out` (0 where masked out), keeping the first valid
     /// value `D` cannot hold: the body of its [`LaneMap`](crate::LaneMap) impl.
     pub fn map_lane<T: Element>(&self, xs: &[T], bits: Option<Bits<'_>>, out: &mut [D]) {
-        map_run(
-            xs,
-            bits,
-            out,
-            #[inline(always)]
-            move |x: T, valid| {
-                if valid {
-                    D::from_scalar(x.to_scalar()).unwrap_or(D::ZERO)
-                } else {
-                    D::ZERO
-                }
-            },
-        );
+        // 0 where masked out, and where the value does not fit (found below)
+        #[inline(always)]
+        fn cast<T: Element, D: Element>(x: T, valid: bool) -> D {
+            match D::from_scalar(x.to_scalar()) {
+                Some(d) if valid => d,
+                _ => D::ZERO,
+            }
+        }
+        map_run(xs, bits, out, cast::<T, D>);
         if Self::can_fail(T::DTYPE) {
             let bad = first_match(
                 xs,
