@@ -280,12 +280,7 @@ impl<'a, O: Element> CooZipView<'a, O> {
 }
 
 impl<'a, O: Element> MaskedReduce<O> for CooZipView<'a, O> {
-    type Reduced<P: Element> = SparseArray<P>;
-    type Mapped<P: Element> = MaskedCoo<P>;
-    type NanMasked<'b>
-        = CooLanes<'b, O>
-    where
-        Self: 'b;
+    masked_core::reduce_types!(<P> SparseArray<P>, MaskedCoo<P>, <'b> CooLanes<'b, O>);
 
     /// Computes the values (the NaN mask needs them).
     fn without_nans(&self) -> Result<CooLanes<'_, O>> {

@@ -466,12 +466,7 @@ fn short_groups(nnz: usize, npos: usize) -> bool {
 }
 
 impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
-    type Reduced<O: Element> = SparseArray<O>;
-    type Mapped<O: Element> = MaskedCoo<O>;
-    type NanMasked<'b>
-        = CooLanes<'b, T>
-    where
-        Self: 'b;
+    masked_core::reduce_types!(<O> SparseArray<O>, MaskedCoo<O>, <'b> CooLanes<'b, T>);
 
     fn without_nans(&self) -> Result<CooLanes<'_, T>> {
         Ok(self.nan_masked())

@@ -275,12 +275,7 @@ impl<T: Element> MaskedCoo<T> {
 }
 
 impl<T: Element> MaskedReduce<T> for MaskedCoo<T> {
-    type Reduced<O: Element> = SparseArray<O>;
-    type Mapped<O: Element> = MaskedCoo<O>;
-    type NanMasked<'a>
-        = CooLanes<'a, T>
-    where
-        Self: 'a;
+    masked_core::reduce_types!(<O> SparseArray<O>, MaskedCoo<O>, <'a> CooLanes<'a, T>);
 
     masked_core::lane_methods!(lanes, as_is);
 

@@ -413,12 +413,7 @@ impl<'a, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'a, T, I, Iptr> {
 }
 
 impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedReduce<T> for MaskedCsr<'m, T, I, Iptr> {
-    type Reduced<O: Element> = SparseArray<O>;
-    type Mapped<O: Element> = CsrMapped<'m, O, I>;
-    type NanMasked<'a>
-        = CsrLanes<'a, T>
-    where
-        Self: 'a;
+    masked_core::reduce_types!(<O> SparseArray<O>, CsrMapped<'m, O, I>, <'a> CsrLanes<'a, T>);
 
     masked_core::lane_methods!(lanes, owned);
 

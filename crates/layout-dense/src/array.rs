@@ -406,12 +406,9 @@ impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedArray<S, D> {
 }
 
 impl<T: Element, S: Data<Elem = T>, D: Dimension> MaskedReduce<T> for MaskedArray<S, D> {
-    type Reduced<O: Element> = MaskedArrayD<O>;
-    type Mapped<O: Element> = MaskedArray<OwnedRepr<O>, D>;
-    type NanMasked<'a>
-        = MaskedView<'a, T, D>
-    where
-        Self: 'a;
+    masked_core::reduce_types!(
+        <O> MaskedArrayD<O>, MaskedArray<OwnedRepr<O>, D>, <'a> MaskedView<'a, T, D>
+    );
 
     fn without_nans(&self) -> Result<MaskedView<'_, T, D>> {
         Ok(self.and_not_nan())

@@ -60,12 +60,7 @@ impl<'x, 'r, 'o, T: Element, D: Dimension> WriteInto<'x, 'r, 'o, T, D> {
 }
 
 impl<'x, 'r, 'o, T: Element, D: Dimension> MaskedReduce<T> for WriteInto<'x, 'r, 'o, T, D> {
-    type Reduced<O: Element> = BitMask;
-    type Mapped<O: Element> = BitMask;
-    type NanMasked<'b>
-        = WriteInto<'b, 'r, 'o, T, D>
-    where
-        Self: 'b;
+    masked_core::reduce_types!(<O> BitMask, BitMask, <'b> WriteInto<'b, 'r, 'o, T, D>);
 
     fn without_nans(&self) -> Result<WriteInto<'_, 'r, 'o, T, D>> {
         Ok(WriteInto {

@@ -281,12 +281,7 @@ impl<O: Element> Fill<O> for ZipView<'_, O> {
 }
 
 impl<'a, O: Element> MaskedReduce<O> for ZipView<'a, O> {
-    type Reduced<P: Element> = MaskedArrayD<P>;
-    type Mapped<P: Element> = MaskedArrayD<P>;
-    type NanMasked<'b>
-        = MaskedView<'b, O, IxDyn>
-    where
-        Self: 'b;
+    masked_core::reduce_types!(<P> MaskedArrayD<P>, MaskedArrayD<P>, <'b> MaskedView<'b, O, IxDyn>);
 
     /// Materialises the values (the NaN mask needs them).
     fn without_nans(&self) -> Result<MaskedView<'_, O, IxDyn>> {

@@ -391,12 +391,7 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 }
 
 impl<'a, T: Element> MaskedReduce<T> for CsrLanes<'a, T> {
-    type Reduced<O: Element> = SparseArray<O>;
-    type Mapped<O: Element> = LanesMapped<'a, O>;
-    type NanMasked<'b>
-        = CsrLanes<'b, T>
-    where
-        Self: 'b;
+    masked_core::reduce_types!(<O> SparseArray<O>, LanesMapped<'a, O>, <'b> CsrLanes<'b, T>);
 
     /// The same lanes with validity bits `!is_nan` ANDed in (unstored zeros stay valid).
     fn without_nans(&self) -> Result<CsrLanes<'_, T>> {

@@ -146,12 +146,7 @@ fn reduction(op: &'static str) -> MaskedError {
 }
 
 impl<'r, 'o, T: Element, L: MapInto<T>> MaskedReduce<T> for EntriesInto<'r, 'o, L> {
-    type Reduced<O: Element> = BitMask;
-    type Mapped<O: Element> = BitMask;
-    type NanMasked<'b>
-        = EntriesInto<'r, 'o, L>
-    where
-        Self: 'b;
+    crate::reduce_types!(<O> BitMask, BitMask, <'b> EntriesInto<'r, 'o, L>);
 
     fn without_nans(&self) -> Result<Self> {
         Err(reduction("a nan-family op"))

@@ -155,3 +155,23 @@ pub trait ZipKernels<T: Element, Rhs: ?Sized> {
         &self, rhs: &Rhs, z: &Z, rule: MaskRule,
     ) -> Result<Self::Zipped<Z::Output>>;
 }
+
+/// The three associated types of a [`MaskedReduce`] impl, on one line:
+/// `reduce_types!(<P> Reduced, Mapped, <'b> NanMasked)`, where `P` names the value type
+/// of `Reduced` and `Mapped`, and `'b` the borrow of the NaN-masked form:
+///
+/// ```ignore
+/// impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
+///     masked_core::reduce_types!(<O> SparseArray<O>, MaskedCoo<O>, <'b> CooLanes<'b, T>);
+/// ```
+#[macro_export]
+macro_rules! reduce_types {
+    (<$p:ident> $reduced:ty, $mapped:ty, <$b:lifetime> $nan:ty) => {
+        type Reduced<$p: $crate::Element> = $reduced;
+        type Mapped<$p: $crate::Element> = $mapped;
+        type NanMasked<$b>
+            = $nan
+        where
+            Self: $b;
+    };
+}

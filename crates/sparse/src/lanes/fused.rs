@@ -331,12 +331,7 @@ impl<'a, O: Element, V: EntryValues<O>> FusedLanes<'a, O, V> {
 }
 
 impl<'a, O: Element, V: EntryValues<O>> MaskedReduce<O> for FusedLanes<'a, O, V> {
-    type Reduced<P: Element> = SparseArray<P>;
-    type Mapped<P: Element> = LanesMapped<'a, P>;
-    type NanMasked<'b>
-        = CsrLanes<'b, O>
-    where
-        Self: 'b;
+    masked_core::reduce_types!(<P> SparseArray<P>, LanesMapped<'a, P>, <'b> CsrLanes<'b, O>);
 
     /// Computes the values (the NaN mask needs them).
     fn without_nans(&self) -> Result<CsrLanes<'_, O>> {
