@@ -46,13 +46,11 @@ impl<'a, T: Element> CooLanes<'a, T> {
 
     /// The same lanes with validity bits `!is_nan` ANDed in.
     pub fn nan_masked(&self) -> CooLanes<'a, T> {
-        CooLanes {
-            valid: Some(Cow::Owned(not_nan_words(
-                self.values,
-                self.valid.as_deref(),
-            ))),
-            ..*self
-        }
+        let valid = Some(Cow::Owned(not_nan_words(
+            self.values,
+            self.valid.as_deref(),
+        )));
+        CooLanes { valid, ..*self }
     }
 
     /// Logical shape.
@@ -468,15 +466,12 @@ fn short_groups(nnz: usize, npos: usize) -> bool {
 impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
     masked_core::reduce_types!(<O> SparseArray<O>, MaskedCoo<O>, <'b> CooLanes<'b, T>);
 
-    fn without_nans(&self) -> Result<CooLanes<'_, T>> {
-        Ok(self.nan_masked())
-    }
-
-    // Elementwise maps run over the stored entries in storage order (no grouping), in
-    // parallel chunks; lane maps along any one dim. The result stores exactly the valid
-    // entries. Without a mask, an elementwise op that keeps 0 at 0 maps the stored
-    // entries (unstored ones stay the implicit 0), and any other op is an error rather
-    // than a result storing every position.
+    // `without_nans`: the same lanes with validity bits `!is_nan` ANDed in. Elementwise
+    // maps run over the stored entries in storage order (no grouping), in parallel
+    // chunks; lane maps along any one dim. The result stores exactly the valid entries.
+    // Without a mask, an elementwise op that keeps 0 at 0 maps the stored entries
+    // (unstored ones stay the implicit 0), and any other op is an error rather than a
+    // result storing every position.
     masked_core::lane_methods!(compiled);
 
     /// Over any dims; the gradient stores exactly the valid entries. Without a mask the

@@ -294,13 +294,11 @@ impl<'a, T: Element> CsrLanes<'a, T> {
     /// The same lanes with validity bits `!is_nan` ANDed in (unstored zeros stay
     /// valid); the bits are owned, the structure and values still borrowed.
     pub fn nan_masked(&self) -> CsrLanes<'a, T> {
-        CsrLanes {
-            valid: Some(Cow::Owned(not_nan_words(
-                self.values,
-                self.valid.as_deref(),
-            ))),
-            ..*self
-        }
+        let valid = Some(Cow::Owned(not_nan_words(
+            self.values,
+            self.valid.as_deref(),
+        )));
+        CsrLanes { valid, ..*self }
     }
 
     /// `(nrows, ncols)`.
@@ -393,12 +391,8 @@ impl<'a, T: Element> CsrLanes<'a, T> {
 impl<'a, T: Element> MaskedReduce<T> for CsrLanes<'a, T> {
     masked_core::reduce_types!(<O> SparseArray<O>, LanesMapped<'a, O>, <'b> CsrLanes<'b, T>);
 
-    /// The same lanes with validity bits `!is_nan` ANDed in (unstored zeros stay valid).
-    fn without_nans(&self) -> Result<CsrLanes<'_, T>> {
-        Ok(self.nan_masked())
-    }
-
-    // Maps: along dim 1 or 0, the output storing exactly the valid entries (every
+    // `without_nans`: the same lanes with validity bits `!is_nan` ANDed in (unstored
+    // zeros stay valid). Maps: along dim 1 or 0, the output storing exactly the valid entries (every
     // element without a mask: dense-sized); rows are runs of consecutive elements.
     // Without a mask (`fill`), an elementwise op that keeps 0 at 0 maps the stored
     // entries only (unstored ones stay the implicit 0), and any other op is an error

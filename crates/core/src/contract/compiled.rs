@@ -273,7 +273,8 @@ macro_rules! compiled_lanes {
 /// invoked inside its `impl<T: Element> MaskedReduce<T>`:
 ///
 /// - `lane_methods!(compiled)` for a lanes type whose crate invoked
-///   [`compiled_lanes!`](crate::compiled_lanes): the four kernel methods, each calling its
+///   [`compiled_lanes!`](crate::compiled_lanes) and which is its own `NanMasked` (its
+///   method `nan_masked`): `without_nans` and the four kernel methods, each calling its
 ///   `compiled` dispatcher (the maps hand back a fresh result);
 /// - `lane_methods!(lanes, wrap)` for a layout that runs every op on its lanes
 ///   (`self.lanes()`, whose `Reduced` outputs are the layout's own and whose type is the
@@ -284,6 +285,10 @@ macro_rules! compiled_lanes {
 #[macro_export]
 macro_rules! lane_methods {
     (compiled) => {
+        fn without_nans(&self) -> $crate::Result<Self::NanMasked<'_>> {
+            Ok(self.nan_masked())
+        }
+
         $crate::lane_methods!(@kernels [compiled]);
     };
     (lanes, $wrap:ident) => {
