@@ -81,14 +81,10 @@ impl SparseFile {
     /// The 2-D compressed-row form: row pointer, column indices, values (`f64` or
     /// `i64`, in file order permuted to row-major).
     pub fn to_csr(&self, path: &Path) -> Result<(Vec<usize>, Vec<usize>, DynVec), IoError> {
-        if self.shape.len() != 2 {
-            return Err(IoError::file(
-                path,
-                format!(
-                    "a {}-d array cannot run on --layout csr (2-d only)",
-                    self.shape.len()
-                ),
-            ));
+        let nd = self.shape.len();
+        if nd != 2 {
+            let what = format!("a {nd}-d array cannot run on --layout csr (2-d only)");
+            return Err(IoError::file(path, what));
         }
         let rows = self.shape[0];
         crate::limits::check(
@@ -527,14 +523,10 @@ pub fn parse_npz(
         values,
         origin: Origin::Entries,
     };
-    if sf.values_len() != nnz {
-        return Err(IoError::file(
-            path,
-            format!(
-                "'coords' holds {nnz} entries but 'data' {}",
-                sf.values_len()
-            ),
-        ));
+    let have = sf.values_len();
+    if have != nnz {
+        let what = format!("'coords' holds {nnz} entries but 'data' {have}");
+        return Err(IoError::file(path, what));
     }
     let mut cs = vec![Vec::with_capacity(nnz); nd];
     for d in 0..nd {
@@ -643,14 +635,11 @@ pub fn write_entries(
             Ok(())
         }),
         "mtx" => {
-            if out.shape.len() != 2 {
-                return Err(IoError::file(
-                    path,
-                    format!(
-                        "a {}-d result cannot be written as .mtx (2-d only): use .npz",
-                        out.shape.len()
-                    ),
-                ));
+            let nd = out.shape.len();
+            if nd != 2 {
+                let what =
+                    format!("a {nd}-d result cannot be written as .mtx (2-d only): use .npz");
+                return Err(IoError::file(path, what));
             }
             write_atomic(path, |buf| {
                 use std::fmt::Write;

@@ -98,6 +98,17 @@ impl<'py> Ro<'py> {
         )))
     }
 
+    /// Each of `arrays` (with its name for messages) read as [`Ro::of`] reads it.
+    fn all<const N: usize>(
+        arrays: [(&Bound<'py, PyAny>, &str); N], bf16: bool,
+    ) -> PyResult<[Ro<'py>; N]> {
+        let read = arrays.into_iter().map(|(a, what)| Ro::of(a, what, bf16));
+        match read.collect::<PyResult<Vec<_>>>()?.try_into() {
+            Ok(all) => Ok(all),
+            Err(_) => unreachable!("one array read for each given"),
+        }
+    }
+
     fn view(&self) -> FloatView<'_> {
         match self {
             Ro::F32(x) => FloatView::F32(x.as_array()),
@@ -121,11 +132,7 @@ pub(crate) fn attention(
     py: Python<'_>, q: Bound<'_, PyAny>, k: Bound<'_, PyAny>, v: Bound<'_, PyAny>, plan: &PlanPy,
     scale: Option<f64>, bias: Option<Bound<'_, PyAny>>, bf16: bool,
 ) -> PyResult<Py<PyAny>> {
-    let (q, k, v) = (
-        Ro::of(&q, "q", bf16)?,
-        Ro::of(&k, "k", bf16)?,
-        Ro::of(&v, "v", bf16)?,
-    );
+    let [q, k, v] = Ro::all([(&q, "q"), (&k, "k"), (&v, "v")], bf16)?;
     let bias = bias.map(|b| Ro::of(&b, "bias", bf16)).transpose()?;
     let (qv, kv, vv) = (q.view(), k.view(), v.view());
     let bv = bias.as_ref().map(Ro::view);
@@ -145,12 +152,7 @@ pub(crate) fn attention_vjp(
     py: Python<'_>, q: Bound<'_, PyAny>, k: Bound<'_, PyAny>, v: Bound<'_, PyAny>, plan: &PlanPy,
     grad: Bound<'_, PyAny>, scale: Option<f64>, bias: Option<Bound<'_, PyAny>>, bf16: bool,
 ) -> PyResult<Grads> {
-    let (q, k, v) = (
-        Ro::of(&q, "q", bf16)?,
-        Ro::of(&k, "k", bf16)?,
-        Ro::of(&v, "v", bf16)?,
-    );
-    let g = Ro::of(&grad, "grad", bf16)?;
+    let [q, k, v, g] = Ro::all([(&q, "q"), (&k, "k"), (&v, "v"), (&grad, "grad")], bf16)?;
     let bias = bias.map(|b| Ro::of(&b, "bias", bf16)).transpose()?;
     let (qv, kv, vv, gv) = (q.view(), k.view(), v.view(), g.view());
     let bv = bias.as_ref().map(Ro::view);
@@ -172,7 +174,7 @@ pub(crate) fn attention_vjp(
 pub(crate) fn sddmm(
     py: Python<'_>, a: Bound<'_, PyAny>, b: Bound<'_, PyAny>, plan: &PlanPy, scale: f64, bf16: bool,
 ) -> PyResult<Py<PyAny>> {
-    let (a, b) = (Ro::of(&a, "a", bf16)?, Ro::of(&b, "b", bf16)?);
+    let [a, b] = Ro::all([(&a, "a"), (&b, "b")], bf16)?;
     let (av, bv) = (a.view(), b.view());
     let out = engine(py, || erased::sddmm(&av, &bv, &plan.plan, scale))?;
     to_numpy(py, out)
@@ -185,11 +187,7 @@ pub(crate) fn sddmm_vjp(
     py: Python<'_>, a: Bound<'_, PyAny>, b: Bound<'_, PyAny>, plan: &PlanPy, scale: f64,
     grad: Bound<'_, PyAny>, bf16: bool,
 ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
-    let (a, b, g) = (
-        Ro::of(&a, "a", bf16)?,
-        Ro::of(&b, "b", bf16)?,
-        Ro::of(&grad, "grad", bf16)?,
-    );
+    let [a, b, g] = Ro::all([(&a, "a"), (&b, "b"), (&grad, "grad")], bf16)?;
     let (av, bv, gv) = (a.view(), b.view(), g.view());
     let (da, db) = engine(py, || erased::sddmm_vjp(&av, &bv, &plan.plan, scale, &gv))?;
     Ok((to_numpy(py, da)?, to_numpy(py, db)?))
@@ -201,7 +199,7 @@ pub(crate) fn sddmm_vjp(
 pub(crate) fn spmm(
     py: Python<'_>, values: Bound<'_, PyAny>, plan: &PlanPy, x: Bound<'_, PyAny>, bf16: bool,
 ) -> PyResult<Py<PyAny>> {
-    let (w, x) = (Ro::of(&values, "values", bf16)?, Ro::of(&x, "x", bf16)?);
+    let [w, x] = Ro::all([(&values, "values"), (&x, "x")], bf16)?;
     let (wv, xv) = (w.view(), x.view());
     let out = engine(py, || erased::spmm(&wv, &plan.plan, &xv))?;
     to_numpy(py, out)
@@ -214,11 +212,7 @@ pub(crate) fn spmm_vjp(
     py: Python<'_>, values: Bound<'_, PyAny>, plan: &PlanPy, x: Bound<'_, PyAny>,
     grad: Bound<'_, PyAny>, bf16: bool,
 ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
-    let (w, x, g) = (
-        Ro::of(&values, "values", bf16)?,
-        Ro::of(&x, "x", bf16)?,
-        Ro::of(&grad, "grad", bf16)?,
-    );
+    let [w, x, g] = Ro::all([(&values, "values"), (&x, "x"), (&grad, "grad")], bf16)?;
     let (wv, xv, gv) = (w.view(), x.view(), g.view());
     let (dw, dx) = engine(py, || erased::spmm_vjp(&wv, &plan.plan, &xv, &gv))?;
     Ok((to_numpy(py, dw)?, to_numpy(py, dx)?))
