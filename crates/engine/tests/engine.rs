@@ -697,42 +697,25 @@ fn binary_ops_hand_checked() {
         masked_core::Values::Num(n) => assert_eq!(f64s(n), vec![2.25, 4.0, 0.0625, 16.0]),
         _ => panic!("numbers"),
     }
-    // two dtypes: an error naming them, until promoted
-    let y = dense(DType::F32);
-    let e = v.binary(
-        Operand::Array(&y.view().unwrap()),
-        mul,
-        MaskRule::Strict,
-        false,
+    // refused, the argument named: two dtypes (until promoted), CSR with COO, a scalar
+    // the dtype cannot hold
+    let (y, c, i) = (dense(DType::F32), coo(DType::F64), dense(DType::I32));
+    let (sv, iv, nan) = (
+        s.view().unwrap(),
+        i.view().unwrap(),
+        Scalar::Float(f64::NAN),
     );
-    assert!(
-        matches!(e, Err(MaskedError::InvalidArgument { name: "rhs", .. })),
-        "{e:?}"
-    );
-    // CSR with COO: refused
-    let c = coo(DType::F64);
-    let e = s.view().unwrap().binary(
-        Operand::Array(&c.view().unwrap()),
-        mul,
-        MaskRule::Strict,
-        false,
-    );
-    assert!(
-        matches!(e, Err(MaskedError::InvalidArgument { .. })),
-        "{e:?}"
-    );
-    // a scalar the dtype cannot hold
-    let i = dense(DType::I32);
-    let e = i.view().unwrap().binary(
-        Operand::Scalar(Scalar::Float(f64::NAN)),
-        mul,
-        MaskRule::Strict,
-        false,
-    );
-    assert!(
-        matches!(e, Err(MaskedError::InvalidArgument { name: "scalar", .. })),
-        "{e:?}"
-    );
+    for (x, rhs, name) in [
+        (&v, Operand::Array(&y.view().unwrap()), "rhs"),
+        (&sv, Operand::Array(&c.view().unwrap()), "rhs"),
+        (&iv, Operand::Scalar(nan), "scalar"),
+    ] {
+        let e = x.binary(rhs, mul, MaskRule::Strict, false);
+        assert!(
+            matches!(&e, Err(MaskedError::InvalidArgument { name: n, .. }) if *n == name),
+            "{e:?}"
+        );
+    }
 }
 
 #[test]

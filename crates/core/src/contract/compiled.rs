@@ -297,11 +297,7 @@ macro_rules! lane_methods {
         }
 
         fn grad_reduced<G: $crate::LaneGrad>(
-            &self,
-            grad: &G,
-            dims: &$crate::Dims,
-            keepdim: bool,
-            g: &Self::Reduced<T::Real>,
+            &self, grad: &G, dims: &$crate::Dims, keepdim: bool, g: &Self::Reduced<T::Real>,
             saved: Option<&Self::Reduced<T::Real>>,
         ) -> $crate::Result<Self::Mapped<T::Real>> {
             self.$wrap(self.lanes().grad_reduced(grad, dims, keepdim, g, saved))
@@ -311,35 +307,25 @@ macro_rules! lane_methods {
     };
     (@kernels $via:tt) => {
         fn fold_lanes<F: $crate::Fold<T>>(
-            &self,
-            op: &F,
-            dims: &$crate::Dims,
-            keepdim: bool,
+            &self, op: &F, dims: &$crate::Dims, keepdim: bool,
         ) -> $crate::Result<Self::Reduced<F::Output>> {
             $crate::lane_methods!(@reduce $via fold_lanes, self, op, dims, keepdim)
         }
 
         fn stat_lanes<S: $crate::LaneStat<T>>(
-            &self,
-            stat: &S,
-            dims: &$crate::Dims,
-            keepdim: bool,
+            &self, stat: &S, dims: &$crate::Dims, keepdim: bool,
         ) -> $crate::Result<Self::Reduced<S::Output>> {
             $crate::lane_methods!(@reduce $via stat_lanes, self, stat, dims, keepdim)
         }
 
         fn map_elements<M: $crate::LaneMap<T>>(
-            &self,
-            map: &M,
-            zero_preserving: bool,
+            &self, map: &M, zero_preserving: bool,
         ) -> $crate::Result<Self::Mapped<M::Output>> {
             $crate::lane_methods!(@map $via map_elements, self, map, zero_preserving)
         }
 
         fn map_lanes<M: $crate::LaneMap<T>>(
-            &self,
-            map: &M,
-            dim: isize,
+            &self, map: &M, dim: isize,
         ) -> $crate::Result<Self::Mapped<M::Output>> {
             $crate::lane_methods!(@map $via map_lanes, self, map, dim)
         }
