@@ -19,6 +19,7 @@ use masked_core::{
 use masked_kernels::{fresh_vec, Bits};
 use masked_sparse::{Cols, ColsBuf, DynEntries, EntryValues, FusedLanes};
 use masked_sparse::{DenseOperand, Entries, EntryRhs as Rhs};
+use ndarray::{Data, Dimension};
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -106,9 +107,6 @@ impl<T: Element> MaskedCoo<T> {
     {
         let (a, b, same) = crate::zip::pair(z.name(), self, rhs)?;
         if same && a.fill == b.fill {
-            if a.fill && !z.keeps_zero(T::ZERO, T::ZERO) {
-                return Err(MaskedError::densifying(z.name()));
-            }
             let rhs = Rhs::Same(b.values, b.valid);
             return entries(a, rhs, z, rule);
         }
@@ -131,23 +129,14 @@ impl<T: Element> MaskedCoo<T> {
     /// # Errors
     /// As [`MaskedCoo::zip_view`]; an array without a mask
     /// ([`MaskedError::Unsupported`]: every position would be valid).
-    pub fn zip_dense_view<
-        's,
-        S: ndarray::Data<Elem = T>,
-        D: ndarray::Dimension,
-        Z: ZipMap<T> + 's,
-    >(
+    pub fn zip_dense_view<'s, S: Data<Elem = T>, D: Dimension, Z: ZipMap<T> + 's>(
         &'s self, rhs: &'s MaskedArray<S, D>, z: Z, rule: MaskRule,
     ) -> Result<CooZipView<'s, Z::Output>>
     where
         Z::Output: Element,
     {
-        let l = self.lanes();
-        if l.fill {
-            return Err(MaskedError::densifying(z.name()));
-        }
         let d = DenseOperand::new(z.name(), rhs.dense_parts(), self.shape())?;
-        entries(l, Rhs::Dense(d), z, rule)
+        entries(self.lanes(), Rhs::Dense(d), z, rule)
     }
 
     /// The lazy `z(self, s)` with a scalar (a scalar on the left is the `Swapped` op).
@@ -160,11 +149,7 @@ impl<T: Element> MaskedCoo<T> {
     where
         Z::Output: Element,
     {
-        let l = self.lanes();
-        if l.fill && !z.keeps_zero(T::ZERO, s) {
-            return Err(MaskedError::densifying(z.name()));
-        }
-        entries(l, Rhs::Scalar(s), z, MaskRule::Strict)
+        entries(self.lanes(), Rhs::Scalar(s), z, MaskRule::Strict)
     }
 
     /// The lazy unary map `m(self)` (`abs`, `exp`, ...).
@@ -189,6 +174,7 @@ fn entries<'a, T: Element, Z: ZipMap<T> + 'a>(
 where
     Z::Output: Element,
 {
+    rhs.keeps_unstored(l.fill, &z)?;
     let valid = l.validity(&rhs.other(), z.name(), rule)?;
     Ok(CooZipView {
         pattern: Cow::Borrowed(l.pattern),

@@ -9,6 +9,7 @@ use masked_core::{Element, LaneMap, MaskRule, MaskedError, Result, ZipMap};
 use masked_sparse::{
     computed_view, entry_view, CsrIndex, CsrZipView, DenseOperand, EntryRhs as Rhs,
 };
+use ndarray::{Data, Dimension};
 use sprs::SpIndex;
 
 // named by the docs' links
@@ -50,9 +51,6 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
             });
         }
         if a.same_structure(&b) {
-            if a.fill() && !z.keeps_zero(T::ZERO, T::ZERO) {
-                return Err(MaskedError::densifying(z.name()));
-            }
             let values = b.values();
             let rhs = Rhs::Same(values, b.into_valid());
             return entry_view(a, rhs, z, rule);
@@ -74,18 +72,10 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     /// # Errors
     /// As [`MaskedCsr::zip_view`](crate::MaskedCsr::zip_view); a matrix without a mask
     /// ([`MaskedError::Unsupported`]: every position would be valid).
-    pub fn zip_dense_view<
-        's,
-        S: ndarray::Data<Elem = T>,
-        D: ndarray::Dimension,
-        Z: ZipMap<T> + 's,
-    >(
+    pub fn zip_dense_view<'s, S: Data<Elem = T>, D: Dimension, Z: ZipMap<T> + 's>(
         &'s self, rhs: &'s MaskedArray<S, D>, z: Z, rule: MaskRule,
     ) -> Result<CsrZipView<'s, Z::Output>> {
         let l = self.lanes();
-        if l.fill() {
-            return Err(MaskedError::densifying(z.name()));
-        }
         let (r, c) = l.shape();
         let d = DenseOperand::new(z.name(), rhs.dense_parts(), &[r, c])?;
         entry_view(l, Rhs::Dense(d), z, rule)
@@ -98,11 +88,7 @@ impl<'m, T: Element, I: CsrIndex, Iptr: SpIndex> MaskedCsr<'m, T, I, Iptr> {
     pub fn zip_scalar_view<'s, Z: ZipMap<T> + 's>(
         &'s self, s: T, z: Z,
     ) -> Result<CsrZipView<'s, Z::Output>> {
-        let l = self.lanes();
-        if l.fill() && !z.keeps_zero(T::ZERO, s) {
-            return Err(MaskedError::densifying(z.name()));
-        }
-        entry_view(l, Rhs::Scalar(s), z, MaskRule::Strict)
+        entry_view(self.lanes(), Rhs::Scalar(s), z, MaskRule::Strict)
     }
 
     /// The lazy unary map `m(self)` (`abs`, `exp`, ...).

@@ -6,7 +6,7 @@ use masked_core::binary::{
     broadcast_shapes, broadcast_strides, mask_mismatch, rule_bits, unravel, DenseParts,
 };
 use masked_core::mask::first_difference;
-use masked_core::{BitMask, Element, MaskRule, MaskedError, Result};
+use masked_core::{BitMask, Element, MaskRule, MaskedError, Result, ZipMap};
 use masked_kernels::{par, Bits};
 use std::borrow::Cow;
 
@@ -31,6 +31,26 @@ pub enum EntryRhs<'a, T: Element> {
 }
 
 impl<T: Element> EntryRhs<'_, T> {
+    /// Refuses `z(x, self)` where the sparse operand has no mask (`fill`: its unstored
+    /// positions are valid zeros) unless `z` keeps them 0: with a scalar `s`, where
+    /// `z(0, s) != 0`; with another operand on the same entries (then also without a
+    /// mask), where `z(0, 0) != 0`; with a dense operand, always (every position would
+    /// be valid and stored).
+    ///
+    /// # Errors
+    /// [`MaskedError::Unsupported`] naming the op.
+    pub fn keeps_unstored<Z: ZipMap<T>>(&self, fill: bool, z: &Z) -> Result<()> {
+        let unstored = match self {
+            EntryRhs::Scalar(s) => Some(*s),
+            EntryRhs::Same(..) => Some(T::ZERO),
+            EntryRhs::Dense(_) => None,
+        };
+        if fill && !unstored.is_some_and(|y| z.keeps_zero(T::ZERO, y)) {
+            return Err(MaskedError::densifying(z.name()));
+        }
+        Ok(())
+    }
+
     /// The operand, borrowed for one pass.
     pub fn other(&self) -> EntryOther<'_, T> {
         match self {

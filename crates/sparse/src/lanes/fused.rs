@@ -132,10 +132,13 @@ impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CsrEntries<'_, T, Z> {
 /// result keeps its structure).
 ///
 /// # Errors
-/// As the rule's checks: masks that differ under [`MaskRule::Strict`].
+/// As the rule's checks: masks that differ under [`MaskRule::Strict`]; lanes without a
+/// mask and an operand that would make every position valid
+/// ([`EntryRhs::keeps_unstored`](crate::EntryRhs::keeps_unstored)).
 pub fn entry_view<'a, T: Element, Z: ZipMap<T> + 'a>(
     l: CsrLanes<'a, T>, rhs: Rhs<'a, T>, z: Z, rule: MaskRule,
 ) -> Result<CsrZipView<'a, Z::Output>> {
+    rhs.keeps_unstored(l.fill, &z)?;
     let valid = l.validity(&rhs.other(), z.name(), rule)?.map(Cow::Owned);
     Ok(FusedLanes {
         shape: l.shape,
