@@ -83,6 +83,19 @@ fn dense_out(o: Output) -> Outcome {
     }
 }
 
+/// The VJP of `req` on the dense test matrix (of `g`'s dtype) for the upstream `g` of
+/// shape `shape`, every position valid.
+fn dense_vjp(req: &OpRequest, shape: Vec<usize>, g: DynVec) -> Vec<f64> {
+    let x = dense(g.dtype());
+    let mask = BitMask::filled(&shape[..], true).unwrap();
+    let up = Output::Dense(Outcome {
+        shape,
+        values: g,
+        mask,
+    });
+    f64s(x.view().unwrap().vjp(req, &up).unwrap().values())
+}
+
 fn sparse_out(o: Output) -> SparseOutcome {
     match o {
         Output::Sparse(s) => s,
@@ -206,19 +219,7 @@ fn softmax_vjp_equals_finite_differences() {
         let y = f64s(&dense_out(a.view().unwrap().apply(&req).unwrap()).values);
         y.iter().zip(&g).map(|(y, g)| y * g).sum()
     };
-    let up = Output::Dense(Outcome {
-        shape: vec![3, 4],
-        values: DynVec::F64(g.to_vec()),
-        mask: BitMask::filled([3, 4], true).unwrap(),
-    });
-    let dx = f64s(
-        dense(DType::F64)
-            .view()
-            .unwrap()
-            .vjp(&req, &up)
-            .unwrap()
-            .values(),
-    );
+    let dx = dense_vjp(&req, vec![3, 4], DynVec::F64(g.to_vec()));
     let h = 1e-6;
     for k in 0..12 {
         let (mut p, mut q) = (v.clone(), v.clone());
@@ -565,19 +566,7 @@ fn apply_into_on_sparse_input_writes_one_slot_per_stored_entry() {
 #[test]
 fn vjp_of_a_fully_masked_lane_is_zero_not_nan() {
     let req = OpRequest::new("var").unwrap().dims(1);
-    let up = Output::Dense(Outcome {
-        shape: vec![3],
-        values: DynVec::F32(vec![1.0, 1.0, 1.0]),
-        mask: BitMask::filled([3], true).unwrap(),
-    });
-    let dx = f64s(
-        dense(DType::F32)
-            .view()
-            .unwrap()
-            .vjp(&req, &up)
-            .unwrap()
-            .values(),
-    );
+    let dx = dense_vjp(&req, vec![3], DynVec::F32(vec![1.0, 1.0, 1.0]));
     assert!(dx.iter().all(|x| x.is_finite()), "{dx:?}");
     assert_eq!(&dx[8..], &[0.0; 4]);
 }
@@ -983,20 +972,11 @@ fn lane_moments_hand_checked() {
         &[row.iter().map(|v| (v - mean).powi(2)).sum::<f64>()],
     );
     // a bad dim and sparse input are typed errors
-    assert!(matches!(
-        dense(DType::F32)
-            .view()
-            .unwrap()
-            .moments(&Dims::from(2isize), true),
-        Err(MaskedError::DimOutOfRange { .. })
-    ));
-    assert!(matches!(
-        csr(DType::F32)
-            .view()
-            .unwrap()
-            .moments(&Dims::from(1isize), true),
-        Err(MaskedError::Unsupported { .. })
-    ));
+    let (d, c) = (dense(DType::F32), csr(DType::F32));
+    let e = d.view().unwrap().moments(&Dims::from(2isize), true);
+    assert!(matches!(e, Err(MaskedError::DimOutOfRange { .. })));
+    let e = c.view().unwrap().moments(&Dims::from(1isize), true);
+    assert!(matches!(e, Err(MaskedError::Unsupported { .. })));
 }
 
 /// Each generated value distribution lands in its domain, by name.
