@@ -11,49 +11,20 @@ use crate::lanes::{out_shape, CooLanes};
 use crate::zip::fill_chunks;
 use crate::{CooPattern, MaskedCoo};
 use layout_dense::{MaskedArray, Unary};
-use masked_core::binary::failed_at;
 use masked_core::{
-    Dims, Element, Fold, LaneMap, LaneStat, MaskRule, MaskedError, MaskedReduce, Result,
-    SparseArray, Value, ZipMap,
+    Dims, Element, Fold, LaneMap, LaneStat, MaskRule, MaskedReduce, Result, SparseArray, Value,
+    ZipMap,
 };
-use masked_kernels::{fresh_vec, Bits};
-use masked_sparse::{Cols, ColsBuf, DynEntries, EntryValues, FusedLanes};
+use masked_kernels::fresh_vec;
+use masked_sparse::{Cols, ColsBuf, DynEntries, EntryValues, FusedLanes, ZipEntries};
 use masked_sparse::{DenseOperand, Entries, EntryRhs as Rhs};
 use ndarray::{Data, Dimension};
 use std::borrow::Cow;
-use std::ops::Range;
 use std::sync::OnceLock;
 
 // named by the docs' links
 #[allow(unused_imports)]
-use masked_core::{MaskedOps, ZipKernels};
-
-/// `z(x, rhs)` on the entries of COO lanes: the source of a [`CooZipView`].
-pub struct CooEntries<'a, T: Element, Z> {
-    lanes: CooLanes<'a, T>,
-    rhs: Rhs<'a, T>,
-    z: Z,
-}
-
-impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CooEntries<'_, T, Z> {
-    fn compute(
-        &self, _: Range<usize>, entries: Range<usize>, bits: Option<Bits<'_>>,
-        out: &mut [Z::Output],
-    ) -> std::result::Result<(), usize> {
-        let other = self.rhs.other();
-        match self
-            .lanes
-            .zip_range(&other, &self.z, entries.start, bits, out)
-        {
-            Some(k) => Err(k),
-            None => Ok(()),
-        }
-    }
-
-    fn error_at(&self, k: usize) -> MaskedError {
-        failed_at(&self.z, self.lanes.coords_of(k))
-    }
-}
+use masked_core::{MaskedError, MaskedOps, ZipKernels};
 
 /// A lazy `z(a, b)` on COO entries: a masked COO array of `O` values (`O` the op's
 /// output type, [`ZipMap::Output`]) computed only when a kernel reads them (see the module docs and docs/semantics.md, "Fused
@@ -180,7 +151,7 @@ where
         pattern: Cow::Borrowed(l.pattern),
         valid,
         fill: l.fill,
-        src: Some(Box::new(CooEntries { lanes: l, rhs, z })),
+        src: Some(Box::new(ZipEntries::new(l, rhs, z))),
         cache: OnceLock::new(),
     })
 }

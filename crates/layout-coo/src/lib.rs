@@ -53,7 +53,7 @@ mod zip;
 
 pub use algebra::select;
 pub use convert::dense_to_csr;
-pub use fused::{CooEntries, CooZipView};
+pub use fused::CooZipView;
 pub use grad_zip::CooGradients;
 pub use lanes::CooLanes;
 pub use masked_core::SparseArray;

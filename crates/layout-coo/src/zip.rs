@@ -216,6 +216,13 @@ pub(crate) fn pair<'x, T: Element>(
 const STRICT_PART: usize = 1 << 14;
 
 impl<T: Element> Entries<T> for CooLanes<'_, T> {
+    /// In storage order, by entries.
+    fn zip_part<Z: ZipMap<T>>(
+        &self, other: &Other<'_, T>, z: &Z, _: std::ops::Range<usize>,
+        entries: std::ops::Range<usize>, bits: Option<Bits<'_>>, out: &mut [Z::Output],
+    ) -> Option<usize> {
+        self.zip_range(other, z, entries.start, bits, out)
+    }
     fn entry_count(&self) -> usize {
         self.values.len()
     }

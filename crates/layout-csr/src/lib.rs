@@ -51,8 +51,8 @@ pub use grad_zip::CsrGradients;
 pub use masked_core::SparseArray;
 // the sparse lane engine's types, which this layout's results and masks are made of
 pub use masked_sparse::{
-    Cols, ColsBuf, CsrEntries, CsrIndex, CsrLanes, CsrMapped, CsrMask, CsrZipView, DynEntries,
-    EntryValues, FusedLanes, LanesMapped, Pattern, PatternI,
+    Cols, ColsBuf, CsrIndex, CsrLanes, CsrMapped, CsrMask, CsrZipView, DynEntries, EntryValues,
+    FusedLanes, LanesMapped, Pattern, PatternI,
 };
 
 // named by the docs' links (a plain import: links of items inlined into the facade

@@ -31,7 +31,7 @@ mod stat;
 mod zip;
 
 pub use fused::{
-    computed_view, entry_view, CsrEntries, CsrZipView, DynEntries, EntryValues, FusedLanes,
+    computed_view, entry_view, CsrZipView, DynEntries, EntryValues, FusedLanes, ZipEntries,
 };
 pub use zip::Rows;
 

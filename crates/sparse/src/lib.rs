@@ -24,8 +24,8 @@ mod pattern;
 
 pub use cols::{Cols, ColsBuf, CsrIndex, LanesMapped};
 pub use lanes::{
-    computed_view, csr_parts, entry_view, CsrEntries, CsrLanes, CsrMapped, CsrZipView, DynEntries,
-    EntryValues, FusedLanes, MappedParts, Rows,
+    computed_view, csr_parts, entry_view, CsrLanes, CsrMapped, CsrZipView, DynEntries, EntryValues,
+    FusedLanes, MappedParts, Rows, ZipEntries,
 };
 pub use operand::{DenseOperand, Entries, EntryOther, EntryRhs};
 pub use pattern::{CsrMask, Pattern, PatternI};

@@ -290,6 +290,14 @@ pub trait Entries<T: Element>: Sync {
     fn dense_offsets<'s>(
         &'s self, d: &'s DenseOperand<'_, T>, range: std::ops::Range<usize>,
     ) -> impl Iterator<Item = usize> + 's;
+    /// `z(x, other)` at the entries `entries` (those of the rows `rows`, for a layout
+    /// that walks its entries by rows), one slot of `out` per entry, where `bits`
+    /// (counted from the first of them) are set or at every entry; elsewhere `out` keeps
+    /// what it held. `Some(k)`: the op fails at entry `k` (the first such).
+    fn zip_part<Z: ZipMap<T>>(
+        &self, other: &EntryOther<'_, T>, z: &Z, rows: std::ops::Range<usize>,
+        entries: std::ops::Range<usize>, bits: Option<Bits<'_>>, out: &mut [Z::Output],
+    ) -> Option<usize>;
 
     /// The entries' validity under `rule` after its checks: `None` when every entry is
     /// valid (the result keeps this structure), else a bit per entry (under `and`, a

@@ -100,30 +100,35 @@ pub struct FusedLanes<'a, O, V> {
 /// The op is held type-erased ([`DynEntries`]): one view type per value type.
 pub type CsrZipView<'a, O> = FusedLanes<'a, O, DynEntries<'a, O>>;
 
-/// The source of a [`CsrZipView`]: `z(x, rhs)` on the entries of CSR lanes.
-pub struct CsrEntries<'a, T: Element, Z> {
-    lanes: CsrLanes<'a, T>,
+/// The source of a fused view ([`CsrZipView`], COO's `CooZipView`): `z(x, rhs)` on the
+/// entries of a sparse layout's lanes `L`.
+pub struct ZipEntries<'a, L, T: Element, Z> {
+    lanes: L,
     rhs: Rhs<'a, T>,
     z: Z,
 }
 
-impl<T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for CsrEntries<'_, T, Z> {
+impl<'a, L: Entries<T>, T: Element, Z: ZipMap<T>> ZipEntries<'a, L, T, Z> {
+    /// `z(x, rhs)` on the entries of `lanes`.
+    pub fn new(lanes: L, rhs: Rhs<'a, T>, z: Z) -> Self {
+        ZipEntries { lanes, rhs, z }
+    }
+}
+
+impl<L: Entries<T>, T: Element, Z: ZipMap<T>> EntryValues<Z::Output> for ZipEntries<'_, L, T, Z> {
     fn compute(
-        &self, rows: Range<usize>, _: Range<usize>, bits: Option<Bits<'_>>, out: &mut [Z::Output],
+        &self, rows: Range<usize>, entries: Range<usize>, bits: Option<Bits<'_>>,
+        out: &mut [Z::Output],
     ) -> std::result::Result<(), usize> {
         let other = self.rhs.other();
-        let mut ys = Vec::new();
-        match self
+        let bad = self
             .lanes
-            .zip_rows(&other, &self.z, rows, bits, out, &mut ys)
-        {
-            Some((_, k)) => Err(k),
-            None => Ok(()),
-        }
+            .zip_part(&other, &self.z, rows, entries, bits, out);
+        bad.map_or(Ok(()), Err)
     }
 
     fn error_at(&self, k: usize) -> MaskedError {
-        self.lanes.fail_at(&self.z, self.lanes.row_of(k), k)
+        masked_core::binary::failed_at(&self.z, self.lanes.entry_coords(k))
     }
 }
 
@@ -146,7 +151,7 @@ pub fn entry_view<'a, T: Element, Z: ZipMap<T> + 'a>(
         indices: ColsBuf::Borrowed(l.indices),
         valid,
         fill: l.fill,
-        src: Some(Box::new(CsrEntries { lanes: l, rhs, z })),
+        src: Some(Box::new(ZipEntries::new(l, rhs, z))),
         cache: OnceLock::new(),
     })
 }

@@ -254,6 +254,15 @@ fn join_parts<O, I, E>(
 const STRICT_ROWS: usize = 1 << 10;
 
 impl<T: Element> Entries<T> for CsrLanes<'_, T> {
+    /// By rows.
+    fn zip_part<Z: ZipMap<T>>(
+        &self, other: &Other<'_, T>, z: &Z, rows: Range<usize>, _: Range<usize>,
+        bits: Option<Bits<'_>>, out: &mut [Z::Output],
+    ) -> Option<usize> {
+        let mut ys = Vec::new();
+        self.zip_rows(other, z, rows, bits, out, &mut ys)
+            .map(|(_, k)| k)
+    }
     fn entry_count(&self) -> usize {
         self.nnz()
     }
