@@ -327,28 +327,27 @@ fn csr_over<T: masked_core::Element, R>(
     else {
         unreachable!("csr_over on a CSR store")
     };
-    // SAFETY (both): the indices were checked non-negative and in range when the handle
-    // was made (`Handle::csr`), the structure validated there too; no scan per call
+    // one index width: the numpy type `N`, the engine's `I`, the mask spec's pattern of
+    // that width and the erased view's constructor
+    macro_rules! view {
+        ($n:ty, $i:ty, $pattern:ident, $erase:ident) => {{
+            let mask = mask.of_width(|m| match m {
+                CsrMaskSpec::$pattern(p) => Some(p),
+                _ => None,
+            });
+            // SAFETY: the indices were checked non-negative and in range when the handle
+            // was made (`Handle::csr`), the structure validated there too; no scan per call
+            unsafe {
+                csr_view::<T, $n, $i, R>(py, *shape, indptr, indices, vals, mask, |m| {
+                    f(ArrayRef::$erase(m))
+                })
+            }
+        }};
+    }
     if *wide {
-        let mask = mask.of_width(|m| match m {
-            CsrMaskSpec::Pattern(p) => Some(p),
-            _ => None,
-        });
-        unsafe {
-            csr_view::<T, i64, usize, R>(py, *shape, indptr, indices, vals, mask, |m| {
-                f(ArrayRef::from_csr(m))
-            })
-        }
+        view!(i64, usize, Pattern, from_csr)
     } else {
-        let mask = mask.of_width(|m| match m {
-            CsrMaskSpec::Pattern32(p) => Some(p),
-            _ => None,
-        });
-        unsafe {
-            csr_view::<T, i32, u32, R>(py, *shape, indptr, indices, vals, mask, |m| {
-                f(ArrayRef::from_csr32(m))
-            })
-        }
+        view!(i32, u32, Pattern32, from_csr32)
     }
 }
 
