@@ -423,7 +423,9 @@ pub(crate) use kernel_enums;
 
 /// The items of a listed kernel type's impl: `listed!(fold T, Variant)` (or `stat`, `map`)
 /// in `impl<T: Element> Fold<T> for Type` sets `PREBUILT` and names the variant of the
-/// family's value and output enums that holds the type. In a kernel trait's definition,
+/// family's value and output enums that holds the type. A fold declares its name there
+/// too, and whether it is order-free (not [`Fold::positional`]):
+/// `listed!(fold T, Sum, "sum", order_free)`. In a kernel trait's definition,
 /// `listed!(defaults Trait<T>, family, Ref, Output, Entry)` declares those items with
 /// their defaults (an unlisted type).
 macro_rules! listed {
@@ -456,6 +458,18 @@ macro_rules! listed {
     };
     (fold $T:ident, $v:ident) => {
         $crate::fold::listed!(@items $T, $v, fold, FoldRef, FoldOutput, FoldEntry);
+    };
+    (fold $T:ident, $v:ident, $name:expr) => {
+        $crate::fold::listed!(fold $T, $v);
+        fn name(&self) -> &'static str {
+            $name
+        }
+    };
+    (fold $T:ident, $v:ident, $name:expr, order_free) => {
+        $crate::fold::listed!(fold $T, $v, $name);
+        fn positional(&self) -> bool {
+            false
+        }
     };
     (stat $T:ident, $v:ident) => {
         $crate::fold::listed!(@items $T, $v, lane, StatRef, StatOutput, StatEntry);

@@ -196,15 +196,9 @@ impl<T: Element> Lanes<T> for SumLanes {
 }
 
 impl<T: Element> Fold<T> for Sum {
-    crate::fold::listed!(fold T, Sum);
+    crate::fold::listed!(fold T, Sum, "sum", order_free);
     type State = Num<T::Total>;
     type Output = T::Wide;
-    fn name(&self) -> &'static str {
-        "sum"
-    }
-    fn positional(&self) -> bool {
-        false
-    }
     #[inline]
     fn identity(&self) -> Num<T::Total> {
         Num(<T::Total as Acc>::ZERO)
@@ -278,15 +272,9 @@ impl<T: Element> Lanes<T> for ProdLanes {
 }
 
 impl<T: Element> Fold<T> for Prod {
-    crate::fold::listed!(fold T, Prod);
+    crate::fold::listed!(fold T, Prod, "prod", order_free);
     type State = Num<T::Total>;
     type Output = T::Wide;
-    fn name(&self) -> &'static str {
-        "prod"
-    }
-    fn positional(&self) -> bool {
-        false
-    }
     #[inline]
     fn identity(&self) -> Num<T::Total> {
         Num(<T::Total as Acc>::ONE)
@@ -417,15 +405,9 @@ macro_rules! extreme_op {
         }
 
         impl<T: Element> Fold<T> for $op {
-            crate::fold::listed!(fold T, $op);
+            crate::fold::listed!(fold T, $op, $name, order_free);
             type State = Num<T>;
             type Output = T;
-            fn name(&self) -> &'static str {
-                $name
-            }
-            fn positional(&self) -> bool {
-                false
-            }
             #[inline]
             fn identity(&self) -> Num<T> {
                 Num(T::$id)
@@ -484,15 +466,9 @@ extreme_op!(AMin, AMinLanes, "amin", HIGHEST, min_nan);
 // ---------------------------------------------------------------- ptp
 
 impl<T: Element> Fold<T> for Ptp {
-    crate::fold::listed!(fold T, Ptp);
+    crate::fold::listed!(fold T, Ptp, "ptp", order_free);
     type State = (Num<T>, Num<T>);
     type Output = T::Wide;
-    fn name(&self) -> &'static str {
-        "ptp"
-    }
-    fn positional(&self) -> bool {
-        false
-    }
     #[inline]
     fn identity(&self) -> (Num<T>, Num<T>) {
         (Num(T::LOWEST), Num(T::HIGHEST))
@@ -662,12 +638,9 @@ macro_rules! arg_op {
         }
 
         impl<T: Element> Fold<T> for $op {
-            crate::fold::listed!(fold T, $op);
+            crate::fold::listed!(fold T, $op, $name);
             type State = (Num<T>, i64);
             type Output = i64;
-            fn name(&self) -> &'static str {
-                $name
-            }
             #[inline]
             fn identity(&self) -> (Num<T>, i64) {
                 (Num(T::$id), NO_INDEX)
@@ -768,15 +741,9 @@ impl<T: Element> Lanes<T> for MeanLanes {
 }
 
 impl<T: Element> Fold<T> for Mean {
-    crate::fold::listed!(fold T, Mean);
+    crate::fold::listed!(fold T, Mean, "mean", order_free);
     type State = (Num<T::MeanTotal>, i64);
     type Output = T::Real;
-    fn name(&self) -> &'static str {
-        "mean"
-    }
-    fn positional(&self) -> bool {
-        false
-    }
     #[inline]
     fn identity(&self) -> (Num<T::MeanTotal>, i64) {
         (Num(<T::MeanTotal as Acc>::ZERO), 0)
@@ -837,15 +804,9 @@ impl<T: Element> Fold<T> for Mean {
 }
 
 impl<T: Element> Fold<T> for Count {
-    crate::fold::listed!(fold T, Count);
+    crate::fold::listed!(fold T, Count, "count", order_free);
     type State = i64;
     type Output = i64;
-    fn name(&self) -> &'static str {
-        "count"
-    }
-    fn positional(&self) -> bool {
-        false
-    }
     #[inline]
     fn identity(&self) -> i64 {
         0

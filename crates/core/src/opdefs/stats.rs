@@ -262,15 +262,9 @@ macro_rules! moment_op {
         }
 
         impl<T: Element> Fold<T> for $op {
-            crate::fold::listed!(fold T, $op);
+            crate::fold::listed!(fold T, $op, $name, order_free);
             type State = Moments;
             type Output = T::Real;
-            fn name(&self) -> &'static str {
-                $name
-            }
-            fn positional(&self) -> bool {
-                false
-            }
             #[inline]
             fn identity(&self) -> Moments {
                 Moments::default()
@@ -451,15 +445,9 @@ impl<T: Element, const K: u8> Lanes<T> for NormLanes<K> {
 }
 
 impl<T: Element> Fold<T> for Norm {
-    crate::fold::listed!(fold T, Norm);
+    crate::fold::listed!(fold T, Norm, "norm", order_free);
     type State = Num<f64>;
     type Output = T::Real;
-    fn name(&self) -> &'static str {
-        "norm"
-    }
-    fn positional(&self) -> bool {
-        false
-    }
     #[inline]
     fn identity(&self) -> Num<f64> {
         Num(with_kind!(self, K => norm_id::<K>()))
@@ -581,15 +569,9 @@ fn lse_value(s: &LseState) -> f64 {
 }
 
 impl<T: Element> Fold<T> for LogSumExp {
-    crate::fold::listed!(fold T, LogSumExp);
+    crate::fold::listed!(fold T, LogSumExp, "logsumexp", order_free);
     type State = LseState;
     type Output = T::Real;
-    fn name(&self) -> &'static str {
-        "logsumexp"
-    }
-    fn positional(&self) -> bool {
-        false
-    }
     #[inline]
     fn identity(&self) -> LseState {
         (Num(f64::NEG_INFINITY), Num(0.0))
@@ -642,15 +624,9 @@ impl<T: Element> Fold<T> for LogSumExp {
 // ---------------------------------------------------------------- logmeanexp
 
 impl<T: Element> Fold<T> for LogMeanExp {
-    crate::fold::listed!(fold T, LogMeanExp);
+    crate::fold::listed!(fold T, LogMeanExp, "logmeanexp", order_free);
     type State = (LseState, i64);
     type Output = T::Real;
-    fn name(&self) -> &'static str {
-        "logmeanexp"
-    }
-    fn positional(&self) -> bool {
-        false
-    }
     #[inline]
     fn identity(&self) -> (LseState, i64) {
         (Fold::<T>::identity(&LogSumExp), 0)
