@@ -163,6 +163,8 @@ pub trait ZipKernels<T: Element, Rhs: ?Sized> {
 /// ```ignore
 /// impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
 ///     masked_core::reduce_types!(<O> SparseArray<O>, MaskedCoo<O>, <'b> CooLanes<'b, T>);
+///     // the methods
+/// }
 /// ```
 #[macro_export]
 macro_rules! reduce_types {
