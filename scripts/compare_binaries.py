@@ -47,6 +47,9 @@ JOBS = [
                  "--repeat", "7"]),
     ("coo", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01", "--dim", "2",
              "--op", "sum,amax,argmax,count,median,softmax", "--repeat", "7"]),
+    # the algebra on COO: fused elementwise-then-reduce (sum-of-mul) and a binary VJP
+    ("coo-alg", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
+                 "--dim", "2", "--op", "add,exp,sum-of-mul,vjp-mul", "--repeat", "7"]),
     # statistics of short sparse lanes (about a value a lane)
     ("coo-short", ["--layout", "coo", "--shape", "1000,1000,100", "--density", "0.01",
                    "--dim", "2", "--op", "median,quantile", "--repeat", "7"]),
