@@ -162,7 +162,7 @@ pub trait ZipKernels<T: Element, Rhs: ?Sized> {
 ///
 /// ```ignore
 /// impl<'a, T: Element> MaskedReduce<T> for CooLanes<'a, T> {
-///     masked_core::reduce_types!(<O> SparseArray<O>, MaskedCoo<O>, <'b> CooLanes<'b, T>);
+///     reduce_types!(<O> SparseArray<O>, MaskedCoo<O>, <'b> CooLanes<'b, T>);
 ///     // the methods
 /// }
 /// ```
