@@ -1,17 +1,56 @@
 #!/usr/bin/env bash
 # Every test: the Rust workspace's (unit, golden fixtures from torch.masked, property
-# tests, CLI tests), then the Python package's (built into .venv, pytest).
+# tests, CLI tests, doc tests), then the Python package's (built into .venv, pytest).
+#
+# The steps overlap where one leaves a core idle (two cores: CI's, this project's
+# machines): the venv's packages install while Rust compiles, and the Rust test
+# binaries run beside the doc tests and pytest. The Rust tests print as they run; the
+# doc tests' and pytest's output follows them (kept in target/test-logs/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# every test target, then the doc tests (examples are not built here: `.ci/run`'s clippy
-# checks them, and the conformance suite runs the worked example). `--tests` honours a
-# library's `test = false` (`--lib` would not: it built the engine crate a second time,
-# as a test harness with no tests, about a minute of CI)
-cargo test --workspace --tests
-# (the benches have none: their library and criterion are not built here; the Python
-# extension has none either, and maturin builds it below with its own flags, so
-# compiling it here, pyo3 with it, was half a minute spent twice. masked-cli and
-# masked-tests pin the features the extension turns on in shared dependencies: leaving
-# it out resolves the features the test build did, and nothing is compiled again)
-cargo test --workspace --doc --exclude masked-benches --exclude masked-python
-scripts/python_test.sh
+logs=target/test-logs
+mkdir -p "$logs"
+# on any exit, the background steps end first (a failed build does not leave pip
+# writing into .venv)
+trap wait EXIT
+
+# 1. the Python environment: a venv, packages from PyPI
+scripts/python_test.sh env > "$logs/python-env.log" 2>&1 &
+env_pid=$!
+
+# 2. every Rust test target, compiled. `--tests` honours a library's `test = false`
+# (`--lib` would not: it built the engine crate a second time, as a test harness with
+# no tests, about a minute of CI). Examples are not built here: `.ci/run`'s clippy
+# checks them, and the conformance suite runs the worked example
+cargo test --workspace --tests --no-run
+
+# 3. the Python package, built in the dev profile: it reuses the engine compiled above
+# (masked-cli and masked-tests pin the features the extension turns on in shared
+# dependencies, so the builds resolve one feature set: scripts/check_features.py)
+if ! wait "$env_pid"; then
+    cat "$logs/python-env.log" >&2
+    echo "making the Python environment failed (above)" >&2
+    exit 1
+fi
+scripts/python_test.sh build
+
+# 4. the tests run: the Rust test binaries here; beside them, the doc tests (the
+# benches have none: their library and criterion are not built; the Python extension
+# has none either) and then pytest
+(
+    cargo test --workspace --doc --exclude masked-benches --exclude masked-python &&
+        scripts/python_test.sh run
+) > "$logs/doc-and-python.log" 2>&1 &
+side_pid=$!
+rust=0
+cargo test --workspace --tests || rust=$?
+side=0
+wait "$side_pid" || side=$?
+cat "$logs/doc-and-python.log"
+if [ "$rust" != 0 ]; then
+    echo "the Rust tests failed (above)" >&2
+fi
+if [ "$side" != 0 ]; then
+    echo "the doc tests or the Python tests failed (the output just above)" >&2
+fi
+[ "$rust" = 0 ] && [ "$side" = 0 ]
