@@ -86,7 +86,7 @@ impl<'a> Bits<'a> {
     }
 
     /// Number of set bits among the first `len` bits of the run. A long run counts in
-    /// a kernel compiled with the CPU's `popcnt` ([`count_run`]): a caller compiled for
+    /// a kernel compiled with the CPU's `popcnt` (`count_run`): a caller compiled for
     /// the baseline (the lane loops outside the vector kernels) otherwise counts each
     /// word with a dozen shifts and masks, a tenth of a 1024-wide masked softmax.
     #[inline]

@@ -1,7 +1,7 @@
 //! Output buffers.
 
 /// A value type whose all-zero bit pattern is a valid value, equal to its `Default`:
-/// [`fresh_vec`] can then take zeroed memory from the allocator (for a large vector,
+/// `fresh_vec` can then take zeroed memory from the allocator (for a large vector,
 /// fresh pages nobody has touched) instead of writing every element.
 ///
 /// # Safety

@@ -90,14 +90,14 @@ pub fn f64_to_f32_odd(x: f64) -> f32 {
 }
 
 /// `f64` to `f16` bits, rounded to nearest even once (as `half`'s `from_f64`), without
-/// branches or a per-call CPU feature check: [`f64_to_f32_odd`], then
+/// branches or a per-call CPU feature check: `f64_to_f32_odd`, then
 /// [`f32_to_f16_bits`].
 #[inline(always)]
 pub fn f64_to_f16_bits(x: f64) -> u16 {
     f32_to_f16_bits(f64_to_f32_odd(x))
 }
 
-/// `f64` to `bf16` bits, rounded to nearest even once: [`f64_to_f32_odd`], then
+/// `f64` to `bf16` bits, rounded to nearest even once: `f64_to_f32_odd`, then
 /// [`f32_to_bf16_bits`].
 #[inline(always)]
 pub fn f64_to_bf16_bits(x: f64) -> u16 {

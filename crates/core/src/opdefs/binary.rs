@@ -1129,7 +1129,7 @@ fn times_partials<T: Element, Q: Float>(
 /// all for `None`), 0 elsewhere. Each product is computed in `f64` and rounded once
 /// into the output type (`dy` may be `f64`: the terms of a scalar operand's sum). The
 /// op is resolved at compile time inside the loop and the loop is the kernels'
-/// vectorised [`pair_run`]: for `mul` it is a multiply per output.
+/// vectorised `pair_run`: for `mul` it is a multiply per output.
 ///
 /// `f32` and `f64` runs go to the loops compiled once in this crate
 /// ([`BinOp::grad_run_f32`], [`BinOp::grad_run_f64`]); every other case (the halves, an

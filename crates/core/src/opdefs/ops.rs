@@ -21,7 +21,7 @@ use masked_kernels::run::{
 };
 use masked_kernels::{Bits, BLOCK};
 
-/// Runs `f` on consecutive blocks of at most [`BLOCK`] elements.
+/// Runs `f` on consecutive blocks of at most `BLOCK` (4096) elements.
 #[inline]
 pub(crate) fn blocks<T>(
     xs: &[T], bits: Option<Bits<'_>>, idx0: i64, mut f: impl FnMut(&[T], Option<Bits<'_>>, i64),
@@ -119,7 +119,7 @@ pub(crate) fn valid_blocks<T: Copy>(
 }
 
 /// Rows per block of a column sweep: each block folds into vector accumulators of the
-/// lane type, then into the states (the accuracy argument of [`BLOCK`], per column).
+/// lane type, then into the states (the accuracy argument of the kernels' `BLOCK`, per column).
 pub const COL_ROWS: usize = 256;
 
 /// The column sweep of an op with lane monoid `L`: blocks of [`COL_ROWS`] rows fold into
