@@ -10,12 +10,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 logs=target/test-logs
 mkdir -p "$logs"
-# on any exit, the background steps end first (a failed build does not leave pip
-# writing into .venv)
-trap wait EXIT
+# the steps run in the background each in a process group of its own (where `setsid`
+# exists), so that on any exit before they end (a failed build, an interrupt) they are
+# stopped with everything they started: no pip left writing into .venv
+started=()
+background() {
+    if command -v setsid > /dev/null; then
+        setsid "$@" &
+    else
+        "$@" &
+    fi
+    started+=("$!")
+}
+stop_started() {
+    for pid in ${started[@]+"${started[@]}"}; do
+        kill -- "-$pid" 2> /dev/null || kill "$pid" 2> /dev/null || true
+    done
+    wait
+}
+trap stop_started EXIT
 
 # 1. the Python environment: a venv, packages from PyPI
-scripts/python_test.sh env > "$logs/python-env.log" 2>&1 &
+background scripts/python_test.sh env > "$logs/python-env.log" 2>&1
 env_pid=$!
 
 # 2. every Rust test target, compiled. `--tests` honours a library's `test = false`
@@ -37,10 +53,8 @@ scripts/python_test.sh build
 # 4. the tests run: the Rust test binaries here; beside them, the doc tests (the
 # benches have none: their library and criterion are not built; the Python extension
 # has none either) and then pytest
-(
-    cargo test --workspace --doc --exclude masked-benches --exclude masked-python &&
-        scripts/python_test.sh run
-) > "$logs/doc-and-python.log" 2>&1 &
+background bash -c 'cargo test --workspace --doc --exclude masked-benches \
+    --exclude masked-python && scripts/python_test.sh run' > "$logs/doc-and-python.log" 2>&1
 side_pid=$!
 rust=0
 cargo test --workspace --tests || rust=$?
