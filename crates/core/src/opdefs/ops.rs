@@ -119,7 +119,8 @@ pub(crate) fn valid_blocks<T: Copy>(
 }
 
 /// Rows per block of a column sweep: each block folds into vector accumulators of the
-/// lane type, then into the states (the accuracy argument of the kernels' `BLOCK`, per column).
+/// lane type, then into the states (the accuracy argument of the kernels' `BLOCK`, per
+/// column).
 pub const COL_ROWS: usize = 256;
 
 /// The column sweep of an op with lane monoid `L`: blocks of [`COL_ROWS`] rows fold into
