@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test: the Rust workspace's (unit, golden fixtures from torch.masked, property
-# tests, CLI tests, doc tests), then the Python package's (built into .venv, pytest).
+# tests, CLI tests, doc tests) and the Python package's (built into .venv, pytest).
 #
 # The steps overlap where one leaves a core idle (two cores: CI's, this project's
 # machines): the venv's packages install while Rust compiles, and the Rust test
@@ -48,6 +48,7 @@ if ! wait "$env_pid"; then
     echo "making the Python environment failed (above)" >&2
     exit 1
 fi
+started=() # (ended and waited for: nothing of it left to stop)
 scripts/python_test.sh build
 
 # 4. the tests run: the Rust test binaries here; beside them, the doc tests (the
@@ -60,6 +61,7 @@ rust=0
 cargo test --workspace --tests || rust=$?
 side=0
 wait "$side_pid" || side=$?
+started=()
 cat "$logs/doc-and-python.log"
 if [ "$rust" != 0 ]; then
     echo "the Rust tests failed (above)" >&2

@@ -135,7 +135,7 @@ pub trait LaneMap<T: Element>: Send + Sync + 'static {
     }
     /// Maps many short lanes at once, every element valid: lane `g` is the elements `i`
     /// with `gid[i] == g`, which are consecutive (`gid` rises by at most 1 from one
-    /// element to the next, from 0), each lane holding at most `SHORT` (8) elements (the
+    /// element to the next, from 0), each lane holding at most the kernels' `SHORT` elements (the
     /// lanes of sparse data along its trailing dim). The default maps each lane with
     /// [`map`](LaneMap::map); an op whose per-lane set-up outweighs such lanes maps them
     /// together (softmax: one pass per step over all of them).

@@ -21,7 +21,7 @@ use masked_kernels::run::{
 };
 use masked_kernels::{Bits, BLOCK};
 
-/// Runs `f` on consecutive blocks of at most `BLOCK` (4096) elements.
+/// Runs `f` on consecutive blocks of at most the kernels' `BLOCK` elements.
 #[inline]
 pub(crate) fn blocks<T>(
     xs: &[T], bits: Option<Bits<'_>>, idx0: i64, mut f: impl FnMut(&[T], Option<Bits<'_>>, i64),
